@@ -1,0 +1,143 @@
+//! From response bytes to assistant events, without I/O.
+//!
+//! [`BodyDecoder`] pairs the SSE decoder with the provider's wire decoder and feeds
+//! a [`MessageBuilder`]; the HTTP stream drives it as bytes arrive, and
+//! [`ResponseDecoder`] exposes the same path for recorded bodies (replays, tests,
+//! benchmarks).
+
+use crate::builder::MessageBuilder;
+use crate::error::StreamError;
+use crate::event::AssistantEvent;
+use crate::message::AssistantMessage;
+use crate::model::{Api, Model};
+use crate::providers::{anthropic, openai};
+use crate::sse::{Flow, SseDecoder, SseEvent};
+
+/// A provider's reading of its event stream.
+pub(crate) enum WireDecoder {
+    OpenAi(openai::Decoder),
+    Anthropic(anthropic::Decoder),
+}
+
+impl WireDecoder {
+    /// The decoder for `model`'s API; `None` for APIs without a wire format.
+    pub(crate) fn for_model(model: &Model) -> Option<Self> {
+        match model.api {
+            Api::OpenAiCompletions => Some(WireDecoder::OpenAi(openai::Decoder::new(model))),
+            Api::AnthropicMessages => Some(WireDecoder::Anthropic(anthropic::Decoder::new(model))),
+            Api::Faux => None,
+        }
+    }
+
+    /// Handles one event; `Ok(true)` once the response is complete.
+    fn on_event(&mut self, event: SseEvent<'_>, out: &mut MessageBuilder) -> Flow {
+        match self {
+            WireDecoder::OpenAi(decoder) => decoder.on_event(event, out),
+            WireDecoder::Anthropic(decoder) => decoder.on_event(event, out),
+        }
+    }
+
+    /// The body ended before the decoder saw the end of the response.
+    fn on_end(&mut self, out: &mut MessageBuilder) -> Result<(), StreamError> {
+        match self {
+            WireDecoder::OpenAi(decoder) => decoder.on_end(out),
+            WireDecoder::Anthropic(decoder) => decoder.on_end(out),
+        }
+    }
+}
+
+/// SSE decoding and the provider's wire decoding of one response body.
+pub(crate) struct BodyDecoder {
+    sse: SseDecoder,
+    wire: WireDecoder,
+}
+
+impl BodyDecoder {
+    pub(crate) fn new(wire: WireDecoder) -> Self {
+        BodyDecoder {
+            sse: SseDecoder::default(),
+            wire,
+        }
+    }
+
+    /// Decodes the next bytes of the body into `out`.
+    pub(crate) fn feed(&mut self, bytes: &[u8], out: &mut MessageBuilder) {
+        if out.is_finished() {
+            return;
+        }
+        let wire = &mut self.wire;
+        if let Err(error) = self.sse.feed(bytes, &mut |event| wire.on_event(event, out)) {
+            out.fail(error);
+        }
+    }
+
+    /// The body ended cleanly: finishes the response or explains what is missing.
+    pub(crate) fn end(&mut self, out: &mut MessageBuilder) {
+        if out.is_finished() {
+            return;
+        }
+        let wire = &mut self.wire;
+        let result = self
+            .sse
+            .finish(&mut |event| wire.on_event(event, out))
+            .and_then(|complete| if complete { Ok(()) } else { wire.on_end(out) });
+        if let Err(error) = result {
+            out.fail(error);
+        }
+    }
+}
+
+/// Decodes a recorded response body of an OpenAI or Anthropic stream into the
+/// events a live stream would yield.
+///
+/// ```
+/// use tiller_ai::{AssistantEvent, Model, ResponseDecoder};
+/// let model = Model::openai_compatible("http://localhost/v1", "m");
+/// let mut decoder = ResponseDecoder::new(&model).unwrap();
+/// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n");
+/// decoder.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+/// decoder.end();
+/// let events: Vec<AssistantEvent> = std::iter::from_fn(|| decoder.next_event()).collect();
+/// assert!(matches!(events.last(), Some(AssistantEvent::Done { .. })));
+/// assert_eq!(decoder.message().text(), "Hi");
+/// ```
+pub struct ResponseDecoder {
+    body: BodyDecoder,
+    builder: MessageBuilder,
+}
+
+impl ResponseDecoder {
+    /// A decoder for a response of `model`; `None` for the faux API, which has no
+    /// wire format. The `start` event is already queued.
+    pub fn new(model: &Model) -> Option<Self> {
+        Some(ResponseDecoder {
+            body: BodyDecoder::new(WireDecoder::for_model(model)?),
+            builder: MessageBuilder::new(model),
+        })
+    }
+
+    /// Decodes the next bytes of the body. Bytes after the end of the response are ignored.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.body.feed(bytes, &mut self.builder);
+    }
+
+    /// Marks the end of the body; a response still incomplete ends with an error event.
+    pub fn end(&mut self) {
+        self.body.end(&mut self.builder);
+    }
+
+    /// The next decoded event, if any is ready.
+    pub fn next_event(&mut self) -> Option<AssistantEvent> {
+        self.builder.next_event()
+    }
+
+    /// The message as decoded so far.
+    pub fn message(&self) -> &AssistantMessage {
+        self.builder.message()
+    }
+
+    /// Whether the terminal event has been produced.
+    pub fn is_finished(&self) -> bool {
+        self.builder.is_finished()
+    }
+}

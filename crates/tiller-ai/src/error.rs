@@ -1,0 +1,122 @@
+//! Why a stream failed, as a value a caller can act on.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a streamed response failed. Carried by [`crate::AssistantEvent::Error`]; its
+/// `Display` text becomes the final message's `error_message`. No variant ever holds
+/// an API key or a request header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StreamError {
+    /// No API key was passed and the provider's environment variable is unset.
+    #[error(
+        "no API key for provider `{provider}`: set {env_var} or pass an API key in the stream options"
+    )]
+    MissingApiKey {
+        /// The provider that needs a key.
+        provider: String,
+        /// The environment variable it is read from.
+        env_var: String,
+    },
+    /// The request could not be built (an invalid header, say).
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// What was wrong.
+        message: String,
+    },
+    /// The server could not be reached, after any retries.
+    #[error("could not reach {url} ({attempts} attempts): {message}")]
+    Connection {
+        /// The address tried.
+        url: String,
+        /// How many times it was tried.
+        attempts: u32,
+        /// What the network layer said.
+        message: String,
+    },
+    /// The server answered with an error status, after any retries.
+    #[error("HTTP {status} from {provider}: {message}")]
+    Http {
+        /// The provider that answered.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The provider's own error message, or the start of the body.
+        message: String,
+        /// The response body as received (at most 16 KiB).
+        body: String,
+        /// The wait the server asked for, in milliseconds, if any.
+        retry_after_ms: Option<u64>,
+    },
+    /// The server asked to wait longer than the retry policy allows, so the request
+    /// failed at once instead of hanging.
+    #[error(
+        "HTTP {status} from {provider}: the server asked to retry after {}s, more than the {}s the retry policy allows",
+        retry_after_ms.div_ceil(1000),
+        max_retry_after_ms / 1000
+    )]
+    RetryAfterTooLong {
+        /// The provider that answered.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The wait the server asked for, in milliseconds.
+        retry_after_ms: u64,
+        /// The longest wait the policy allows, in milliseconds.
+        max_retry_after_ms: u64,
+        /// The response body as received (at most 16 KiB).
+        body: String,
+    },
+    /// Nothing arrived for the idle timeout.
+    #[error("the stream stalled: nothing arrived for {}s", *idle_timeout_ms as f64 / 1000.0)]
+    Stalled {
+        /// The idle timeout that passed, in milliseconds.
+        idle_timeout_ms: u64,
+    },
+    /// The connection ended before the response was complete.
+    #[error("the response ended before it was complete: {message}")]
+    Incomplete {
+        /// What was missing, or what the network layer said.
+        message: String,
+    },
+    /// The stream could not be decoded.
+    #[error("malformed stream: {message}")]
+    Malformed {
+        /// What could not be decoded.
+        message: String,
+    },
+    /// The provider reported an error inside the stream.
+    #[error("{provider} reported an error: {message}")]
+    Provider {
+        /// The provider.
+        provider: String,
+        /// The provider's error type or code, if it sent one.
+        code: Option<String>,
+        /// The provider's message.
+        message: String,
+    },
+    /// The model refused to answer.
+    #[error("the model refused: {message}")]
+    Refused {
+        /// The refusal, as the model worded it (empty when it gave none).
+        message: String,
+    },
+    /// The provider's content filter stopped the response.
+    #[error("the response was stopped by the provider's content filter")]
+    ContentFiltered,
+    /// The response ended for a reason Tiller does not know.
+    #[error("the response ended for an unknown reason `{reason}`")]
+    UnknownStopReason {
+        /// The provider's stop reason.
+        reason: String,
+    },
+    /// A faux model was scripted to fail, or has no script left.
+    #[error("faux provider: {message}")]
+    Faux {
+        /// The scripted message.
+        message: String,
+    },
+    /// The caller cancelled the request.
+    #[error("the request was aborted")]
+    Aborted,
+}

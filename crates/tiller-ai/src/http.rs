@@ -1,0 +1,440 @@
+//! HTTP shared by every provider: request assembly, the client, retries before the
+//! first byte, and reading the body with an idle timeout.
+//!
+//! The body is not read by a spawned task: [`HttpSource::poll`] is driven by the
+//! consumer polling the [`crate::AssistantStream`], decodes each network chunk in
+//! place and hands back as soon as events are ready. Dropping the stream drops the
+//! response, which closes the connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::Serialize;
+use tokio::time::{Instant, Sleep};
+
+use crate::builder::MessageBuilder;
+use crate::catalog;
+use crate::decode::{BodyDecoder, WireDecoder};
+use crate::error::StreamError;
+use crate::model::Model;
+use crate::options::{ApiKey, StreamOptions};
+use crate::providers::excerpt;
+use crate::retry::{self, RetryPolicy};
+
+/// The most of an error body kept, and the most read.
+const ERROR_BODY_LIMIT: usize = 16 * 1024;
+
+/// A request ready to send (and to send again on retry).
+pub(crate) struct HttpRequest {
+    url: String,
+    headers: HeaderMap,
+    body: Bytes,
+    provider: String,
+}
+
+/// The API key for `model`: the one in the options, else the provider's environment
+/// variable. Providers without a known variable (local servers) need none.
+pub(crate) fn api_key(
+    model: &Model,
+    options: &StreamOptions,
+) -> Result<Option<ApiKey>, StreamError> {
+    if let Some(key) = &options.api_key {
+        return Ok(Some(key.clone()));
+    }
+    let Some(env_var) = catalog::provider(&model.provider).and_then(|p| p.api_key_env) else {
+        return Ok(None);
+    };
+    match std::env::var(env_var) {
+        Ok(key) if !key.trim().is_empty() => Ok(Some(ApiKey::new(key.trim()))),
+        _ => Err(StreamError::MissingApiKey {
+            provider: model.provider.clone(),
+            env_var: env_var.to_owned(),
+        }),
+    }
+}
+
+/// A JSON POST to `path` under the model's base URL. Headers apply in order: the
+/// provider's fixed headers and credential, then the model's, then the options'.
+pub(crate) fn post_json<T: Serialize>(
+    model: &Model,
+    path: &str,
+    body: &T,
+    fixed_headers: &[(&'static str, &'static str)],
+    credential: Option<(&'static str, String)>,
+    options: &StreamOptions,
+) -> Result<HttpRequest, StreamError> {
+    let invalid = |message: String| StreamError::InvalidRequest { message };
+    let url = format!("{}/{path}", model.base_url.trim_end_matches('/'));
+    let body = serde_json::to_vec(body)
+        .map_err(|error| invalid(format!("could not serialize the request: {error}")))?;
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    for (name, value) in fixed_headers {
+        headers.insert(*name, HeaderValue::from_static(value));
+    }
+    let given = credential
+        .iter()
+        .map(|(name, value)| (*name, value.as_str()));
+    for (name, value) in given
+        .chain(model.headers.iter())
+        .chain(options.headers.iter())
+    {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid(format!("`{name}` is not a valid header name")))?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| {
+            invalid(format!(
+                "the value of header `{name}` is not valid in a header"
+            ))
+        })?;
+        if matches!(name.as_str(), "authorization" | "x-api-key" | "api-key") {
+            value.set_sensitive(true);
+        }
+        headers.insert(name, value);
+    }
+    Ok(HttpRequest {
+        url,
+        headers,
+        body: Bytes::from(body),
+        provider: model.provider.clone(),
+    })
+}
+
+/// A response being fetched and decoded.
+pub(crate) struct HttpSource {
+    phase: Phase,
+    body: BodyDecoder,
+    idle_timeout: Option<Duration>,
+    idle: Option<Pin<Box<Sleep>>>,
+}
+
+enum Phase {
+    Connecting(Pin<Box<dyn Future<Output = Result<reqwest::Response, StreamError>> + Send>>),
+    Streaming(BoxStream<'static, reqwest::Result<Bytes>>),
+    Done,
+}
+
+impl HttpSource {
+    pub(crate) fn start(
+        request: HttpRequest,
+        wire: WireDecoder,
+        options: &StreamOptions,
+    ) -> Result<Self, StreamError> {
+        let client = match &options.http_client {
+            Some(client) => client.clone(),
+            None => shared_client()?,
+        };
+        let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
+        Ok(HttpSource {
+            phase: Phase::Connecting(Box::pin(connecting)),
+            body: BodyDecoder::new(wire),
+            idle_timeout: options.idle_timeout,
+            idle: None,
+        })
+    }
+
+    /// Makes progress: `Ready` once events are queued on `out` or it is finished.
+    pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>, out: &mut MessageBuilder) -> Poll<()> {
+        loop {
+            match &mut self.phase {
+                Phase::Connecting(connecting) => match connecting.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(error)) => {
+                        self.phase = Phase::Done;
+                        out.fail(error);
+                    }
+                    Poll::Ready(Ok(response)) => {
+                        self.phase = Phase::Streaming(response.bytes_stream().boxed());
+                        self.idle = self
+                            .idle_timeout
+                            .map(|limit| Box::pin(tokio::time::sleep(limit)));
+                    }
+                },
+                Phase::Streaming(body) => match body.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(bytes))) => {
+                        if let (Some(idle), Some(limit)) = (self.idle.as_mut(), self.idle_timeout) {
+                            idle.as_mut().reset(Instant::now() + limit);
+                        }
+                        self.body.feed(&bytes, out);
+                        if out.is_finished() {
+                            drain(body, cx);
+                            self.phase = Phase::Done;
+                        } else if out.has_events() {
+                            return Poll::Ready(());
+                        }
+                    }
+                    Poll::Ready(Some(Err(error))) => {
+                        self.phase = Phase::Done;
+                        out.fail(StreamError::Incomplete {
+                            message: describe(&error.without_url()),
+                        });
+                    }
+                    Poll::Ready(None) => {
+                        self.phase = Phase::Done;
+                        self.body.end(out);
+                    }
+                    Poll::Pending => {
+                        let stalled = self
+                            .idle
+                            .as_mut()
+                            .is_some_and(|idle| idle.as_mut().poll(cx).is_ready());
+                        if !stalled {
+                            return Poll::Pending;
+                        }
+                        self.phase = Phase::Done;
+                        out.fail(StreamError::Stalled {
+                            idle_timeout_ms: self.idle_timeout.map_or(0, |d| d.as_millis() as u64),
+                        });
+                    }
+                },
+                Phase::Done => {
+                    if !out.is_finished() {
+                        out.fail(StreamError::Incomplete {
+                            message: "the response body was abandoned".to_owned(),
+                        });
+                    }
+                    return Poll::Ready(());
+                }
+            }
+        }
+    }
+}
+
+/// Reads what is already buffered after the end of the response, so the connection
+/// can go back to the pool; never waits.
+fn drain(body: &mut BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskContext<'_>) {
+    for _ in 0..8 {
+        if !matches!(body.poll_next_unpin(cx), Poll::Ready(Some(Ok(_)))) {
+            return;
+        }
+    }
+}
+
+/// Sends `request`, retrying what is worth retrying, until a successful response
+/// starts or the policy gives up.
+async fn send(
+    client: reqwest::Client,
+    request: HttpRequest,
+    policy: RetryPolicy,
+    idle_timeout: Option<Duration>,
+) -> Result<reqwest::Response, StreamError> {
+    let mut attempt: u32 = 0;
+    loop {
+        let pending = client
+            .post(&request.url)
+            .headers(request.headers.clone())
+            .body(request.body.clone())
+            .send();
+        let result =
+            match idle_timeout {
+                Some(limit) => tokio::time::timeout(limit, pending).await.map_err(|_| {
+                    StreamError::Stalled {
+                        idle_timeout_ms: limit.as_millis() as u64,
+                    }
+                })?,
+                None => pending.await,
+            };
+        let wait = match result {
+            Ok(response) if response.status().is_success() => {
+                return expect_event_stream(response, idle_timeout).await;
+            }
+            Ok(response) => {
+                let status = response.status();
+                let requested = retry::requested_wait(response.headers());
+                let body = read_capped(response, idle_timeout).await;
+                let retryable = retry::is_retryable_status(status.as_u16());
+                match requested {
+                    _ if !retryable || attempt >= policy.max_retries => {
+                        return Err(http_error(&request.provider, status, body, requested));
+                    }
+                    Some(wait) if wait > policy.max_retry_after => {
+                        return Err(StreamError::RetryAfterTooLong {
+                            provider: request.provider.clone(),
+                            status: status.as_u16(),
+                            retry_after_ms: wait.as_millis() as u64,
+                            max_retry_after_ms: policy.max_retry_after.as_millis() as u64,
+                            body,
+                        });
+                    }
+                    Some(wait) => wait,
+                    None => policy.backoff(attempt),
+                }
+            }
+            Err(error)
+                if attempt < policy.max_retries
+                    && (error.is_connect() || error.is_request() || error.is_timeout()) =>
+            {
+                policy.backoff(attempt)
+            }
+            Err(error) => {
+                return Err(StreamError::Connection {
+                    url: request.url.clone(),
+                    attempts: attempt + 1,
+                    message: describe(&error.without_url()),
+                });
+            }
+        };
+        attempt += 1;
+        tracing::warn!(
+            provider = %request.provider,
+            attempt,
+            wait_ms = wait.as_millis() as u64,
+            "retrying the request"
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// A successful response that is a whole JSON document rather than an event stream
+/// (a server ignoring `stream: true`) is an error worth naming.
+async fn expect_event_stream(
+    response: reqwest::Response,
+    idle_timeout: Option<Duration>,
+) -> Result<reqwest::Response, StreamError> {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return Ok(response);
+    }
+    let body = read_capped(response, idle_timeout).await;
+    Err(StreamError::Malformed {
+        message: format!(
+            "expected an event stream, but the server answered with JSON: {}",
+            excerpt(&body, 300)
+        ),
+    })
+}
+
+/// Up to [`ERROR_BODY_LIMIT`] bytes of a body, as text; whatever arrived when the
+/// body fails or stalls.
+async fn read_capped(response: reqwest::Response, idle_timeout: Option<Duration>) -> String {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while body.len() < ERROR_BODY_LIMIT {
+        let next = match idle_timeout {
+            Some(limit) => tokio::time::timeout(limit, chunks.next())
+                .await
+                .ok()
+                .flatten(),
+            None => chunks.next().await,
+        };
+        match next {
+            Some(Ok(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_BODY_LIMIT);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+fn http_error(
+    provider: &str,
+    status: reqwest::StatusCode,
+    body: String,
+    retry_after: Option<Duration>,
+) -> StreamError {
+    let message = provider_message(&body).unwrap_or_else(|| {
+        if body.trim().is_empty() {
+            status.canonical_reason().unwrap_or("no body").to_owned()
+        } else {
+            excerpt(body.trim(), 300)
+        }
+    });
+    StreamError::Http {
+        provider: provider.to_owned(),
+        status: status.as_u16(),
+        message,
+        body,
+        retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+    }
+}
+
+/// The message inside a provider's JSON error body: `{"error": {"message", "type"}}`
+/// (OpenAI, Anthropic and most compatible servers), `{"error": "..."}`,
+/// `{"message": "..."}` or `{"detail": ...}`.
+fn provider_message(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = value.get("error");
+    let message = error
+        .and_then(|e| e.get("message"))
+        .or_else(|| error.filter(|e| e.is_string()))
+        .or_else(|| value.get("message"))
+        .or_else(|| value.get("detail"))?;
+    let mut text = match message {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    if let Some(kind) = error.and_then(|e| e.get("type")).and_then(|t| t.as_str()) {
+        text.push_str(&format!(" ({kind})"));
+    }
+    Some(text)
+}
+
+/// An error and its causes, joined; reqwest's own message names only the first.
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The client shared by every stream that brings none of its own.
+fn shared_client() -> Result<reqwest::Client, StreamError> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|error| StreamError::InvalidRequest {
+            message: format!("could not create the HTTP client: {}", describe(&error)),
+        })?;
+    Ok(CLIENT.get_or_init(|| client).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_messages_from_common_error_bodies() {
+        assert_eq!(
+            provider_message(
+                r#"{"error":{"message":"model: x","type":"not_found_error"},"type":"error"}"#
+            ),
+            Some("model: x (not_found_error)".to_owned())
+        );
+        assert_eq!(
+            provider_message(
+                r#"{"error":{"message":"Incorrect API key","type":"invalid_request_error","code":"invalid_api_key"}}"#
+            ),
+            Some("Incorrect API key (invalid_request_error)".to_owned())
+        );
+        assert_eq!(
+            provider_message(r#"{"error":"boom"}"#),
+            Some("boom".to_owned())
+        );
+        assert_eq!(
+            provider_message(r#"{"detail":"Not Found"}"#),
+            Some("Not Found".to_owned())
+        );
+        assert_eq!(provider_message("<html>bad gateway</html>"), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! The wire layer of Tiller: provider-neutral messages and models, and one function,
+//! [`stream`], that sends a conversation to a model and yields its answer as a stream
+//! of typed [`AssistantEvent`]s.
+//!
+//! The same events come from every API: OpenAI chat completions (OpenAI and every
+//! compatible server: llama.cpp, vLLM, Ollama, OpenRouter, Groq, DeepSeek, Mistral),
+//! Anthropic messages, and the scripted [`faux`] provider for tests and demos. A
+//! stream never fails to deliver a final message: a missing key, an error status, a
+//! cut connection, a stall or an abort ends it with an [`AssistantEvent::Error`] that
+//! carries what arrived. Requests are retried before the first byte of a response
+//! (see [`RetryPolicy`]), never after. There are no agents here; those live in
+//! `tiller-core` and `tiller`.
+//!
+//! ```
+//! use futures::StreamExt;
+//! use tiller_ai::faux::{FauxProvider, FauxTurn};
+//! use tiller_ai::{AssistantEvent, Context, Message, StreamOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // A scripted model; point `model` at `catalog::find("openai/gpt-4o-mini")` or
+//! // `Model::openai_compatible(base_url, id)` for a real one.
+//! let faux = FauxProvider::new();
+//! faux.push(FauxTurn::text("Hello from a scripted model.").chunk_size(6));
+//! let model = faux.model();
+//!
+//! let context = Context::new()
+//!     .with_system_prompt("Be brief.")
+//!     .with_message(Message::user("Say hello"));
+//! let mut events = tiller_ai::stream(&model, &context, &StreamOptions::default());
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         AssistantEvent::TextDelta { delta, .. } => print!("{delta}"),
+//!         AssistantEvent::Done { message, .. } => println!("\n[{} tokens]", message.usage.total_tokens),
+//!         AssistantEvent::Error { error, .. } => eprintln!("\nfailed: {error}"),
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(events.partial().text(), "Hello from a scripted model.");
+//! # }
+//! ```
+
+pub mod catalog;
+pub mod env;
+pub mod faux;
+
+mod builder;
+mod context;
+mod decode;
+mod error;
+mod event;
+mod http;
+mod json;
+mod message;
+mod model;
+mod options;
+mod partial;
+mod providers;
+mod retry;
+mod sse;
+mod stream;
+mod usage;
+
+pub use context::{Context, ContextRef, Tool};
+pub use decode::ResponseDecoder;
+pub use error::StreamError;
+pub use event::AssistantEvent;
+pub use message::{
+    ArgumentsError, AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason,
+    TextContent, ThinkingContent, ToolCall, ToolResultMessage, UserMessage, now_ms,
+};
+pub use model::{Api, Headers, InputKind, Model, ModelCost};
+pub use options::{ApiKey, StreamOptions, ThinkingBudgets, ThinkingLevel, UnknownThinkingLevel};
+pub use partial::PartialMessage;
+pub use retry::RetryPolicy;
+pub use stream::{AssistantStream, stream, stream_ref};
+pub use tokio_util::sync::CancellationToken;
+pub use usage::{Cost, Usage};

@@ -1,0 +1,220 @@
+//! Models: which API a model speaks, where it lives, what it accepts and costs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::faux::FauxHandle;
+
+/// The wire protocol a model is reached through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Api {
+    /// OpenAI chat completions, spoken by OpenAI and most compatible servers
+    /// (llama.cpp, vLLM, Ollama's `/v1`, OpenRouter, Groq, DeepSeek, Mistral).
+    #[serde(rename = "openai-completions")]
+    OpenAiCompletions,
+    /// Anthropic's messages API.
+    #[serde(rename = "anthropic-messages")]
+    AnthropicMessages,
+    /// The scripted in-process provider of [`crate::faux`], for tests and demos.
+    #[serde(rename = "faux")]
+    Faux,
+}
+
+impl Api {
+    /// The API's name as it appears in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenAiCompletions => "openai-completions",
+            Api::AnthropicMessages => "anthropic-messages",
+            Api::Faux => "faux",
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind of input a model accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// Text.
+    Text,
+    /// Images.
+    Image,
+}
+
+/// Prices in US dollars per million tokens, per token class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelCost {
+    /// Uncached prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens read from the cache.
+    pub cache_read: f64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: f64,
+}
+
+/// A model and everything needed to reach and bill it.
+///
+/// Built-in models come from [`crate::catalog`]; any other model, such as one served
+/// by a local llama.cpp server, is described by hand:
+///
+/// ```
+/// use tiller_ai::Model;
+/// let model = Model::openai_compatible("http://127.0.0.1:8080/v1", "smollm2")
+///     .with_provider("llamacpp");
+/// assert_eq!(model.provider, "llamacpp");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// The id sent to the provider, such as `gpt-4o-mini`.
+    pub id: String,
+    /// A human-readable name.
+    pub name: String,
+    /// The wire protocol.
+    pub api: Api,
+    /// The provider's name, such as `openai`, `anthropic` or `llamacpp`; it also picks
+    /// the environment variable an API key is read from.
+    pub provider: String,
+    /// Where the API lives, including its version prefix (`https://api.openai.com/v1`).
+    pub base_url: String,
+    /// Whether the model reasons (and accepts a thinking level).
+    pub reasoning: bool,
+    /// The kinds of input the model accepts.
+    pub input: Vec<InputKind>,
+    /// Prices per million tokens.
+    pub cost: ModelCost,
+    /// The context window, in tokens.
+    pub context_window: u32,
+    /// The most tokens one response may hold.
+    pub max_tokens: u32,
+    /// Extra HTTP headers sent with every request to this model.
+    #[serde(default, skip_serializing_if = "Headers::is_empty")]
+    pub headers: Headers,
+    /// The script behind a faux model; not part of the model's data.
+    #[serde(skip)]
+    pub(crate) faux: Option<FauxHandle>,
+}
+
+impl Model {
+    /// A model on any server speaking OpenAI chat completions, with no known prices.
+    pub fn openai_compatible(base_url: impl Into<String>, id: impl Into<String>) -> Self {
+        Self::hand_described(Api::OpenAiCompletions, "openai-compatible", base_url, id)
+    }
+
+    /// A model on any server speaking Anthropic messages, with no known prices.
+    pub fn anthropic_compatible(base_url: impl Into<String>, id: impl Into<String>) -> Self {
+        Self::hand_described(Api::AnthropicMessages, "anthropic-compatible", base_url, id)
+    }
+
+    fn hand_described(
+        api: Api,
+        provider: &str,
+        base_url: impl Into<String>,
+        id: impl Into<String>,
+    ) -> Self {
+        let id = id.into();
+        Model {
+            name: id.clone(),
+            id,
+            api,
+            provider: provider.to_owned(),
+            base_url: base_url.into(),
+            reasoning: false,
+            input: vec![InputKind::Text],
+            cost: ModelCost::default(),
+            context_window: 128_000,
+            max_tokens: 8_192,
+            headers: Headers::default(),
+            faux: None,
+        }
+    }
+
+    /// The same model under another provider name.
+    pub fn with_provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = provider.into();
+        self
+    }
+
+    /// The same model, marked as reasoning or not.
+    pub fn with_reasoning(mut self, reasoning: bool) -> Self {
+        self.reasoning = reasoning;
+        self
+    }
+
+    /// The same model, marked as accepting images.
+    pub fn with_images(mut self) -> Self {
+        if !self.accepts_images() {
+            self.input.push(InputKind::Image);
+        }
+        self
+    }
+
+    /// The same model with these prices.
+    pub fn with_cost(mut self, cost: ModelCost) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The same model with another output token limit.
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Whether the model accepts images.
+    pub fn accepts_images(&self) -> bool {
+        self.input.contains(&InputKind::Image)
+    }
+}
+
+/// HTTP headers by name. `Debug` shows only the names, since values are often secrets.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Headers(BTreeMap<String, String>);
+
+impl Headers {
+    /// No headers.
+    pub fn new() -> Self {
+        Headers::default()
+    }
+
+    /// Sets a header, replacing an earlier value.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.0.insert(name.into(), value.into());
+    }
+
+    /// The headers, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Headers(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,223 @@
+//! Per-request settings: sampling, thinking, credentials, cancellation, retries, timeouts.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::Headers;
+use crate::retry::RetryPolicy;
+
+/// Settings for one streamed request. `StreamOptions::default()` is a sensible start.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Sampling temperature; the provider's default when `None`.
+    pub temperature: Option<f32>,
+    /// The most tokens the answer may hold; the provider's default (or, for
+    /// Anthropic, the model's limit) when `None`.
+    pub max_tokens: Option<u32>,
+    /// How hard a reasoning model should think. Ignored by models that do not reason.
+    pub thinking: ThinkingLevel,
+    /// Token budgets per thinking level, for providers that take a budget.
+    pub thinking_budgets: ThinkingBudgets,
+    /// An identifier of the conversation, forwarded to providers that use one for
+    /// prompt caching (OpenAI's `prompt_cache_key`).
+    pub session_id: Option<String>,
+    /// Extra HTTP headers for this request; they override the model's headers.
+    pub headers: Headers,
+    /// The API key; when `None`, it is read from the provider's environment variable.
+    pub api_key: Option<ApiKey>,
+    /// Cancelling this token ends the stream with stop reason `aborted`.
+    pub cancel: CancellationToken,
+    /// Retries before the first byte of a response.
+    pub retry: RetryPolicy,
+    /// A stream that sends nothing for this long ends with a "stalled" error;
+    /// `None` waits forever.
+    pub idle_timeout: Option<Duration>,
+    /// The HTTP client to use; a shared default client when `None`.
+    pub http_client: Option<reqwest::Client>,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            temperature: None,
+            max_tokens: None,
+            thinking: ThinkingLevel::Off,
+            thinking_budgets: ThinkingBudgets::default(),
+            session_id: None,
+            headers: Headers::default(),
+            api_key: None,
+            cancel: CancellationToken::new(),
+            retry: RetryPolicy::default(),
+            idle_timeout: Some(Duration::from_secs(120)),
+            http_client: None,
+        }
+    }
+}
+
+/// How hard a reasoning model should think.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingLevel {
+    /// No reasoning beyond the model's default.
+    #[default]
+    Off,
+    /// The least reasoning the provider offers.
+    Minimal,
+    /// Light reasoning.
+    Low,
+    /// Moderate reasoning.
+    Medium,
+    /// Thorough reasoning.
+    High,
+    /// The most reasoning the provider offers.
+    Xhigh,
+}
+
+impl ThinkingLevel {
+    /// Every level, from `off` to `xhigh`.
+    pub const ALL: [ThinkingLevel; 6] = [
+        ThinkingLevel::Off,
+        ThinkingLevel::Minimal,
+        ThinkingLevel::Low,
+        ThinkingLevel::Medium,
+        ThinkingLevel::High,
+        ThinkingLevel::Xhigh,
+    ];
+
+    /// The level's name as it appears in JSON and on command lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThinkingLevel::Off => "off",
+            ThinkingLevel::Minimal => "minimal",
+            ThinkingLevel::Low => "low",
+            ThinkingLevel::Medium => "medium",
+            ThinkingLevel::High => "high",
+            ThinkingLevel::Xhigh => "xhigh",
+        }
+    }
+}
+
+impl fmt::Display for ThinkingLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ThinkingLevel {
+    type Err = UnknownThinkingLevel;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ThinkingLevel::ALL
+            .into_iter()
+            .find(|level| level.as_str() == s)
+            .ok_or_else(|| UnknownThinkingLevel(s.to_owned()))
+    }
+}
+
+/// A thinking level name that is not one of `off`, `minimal`, `low`, `medium`, `high`, `xhigh`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown thinking level `{0}`: expected off, minimal, low, medium, high or xhigh")]
+pub struct UnknownThinkingLevel(pub String);
+
+/// Thinking token budgets per level, for providers that take a budget (Anthropic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkingBudgets {
+    /// Budget for `minimal`.
+    pub minimal: u32,
+    /// Budget for `low`.
+    pub low: u32,
+    /// Budget for `medium`.
+    pub medium: u32,
+    /// Budget for `high`.
+    pub high: u32,
+    /// Budget for `xhigh`.
+    pub xhigh: u32,
+}
+
+impl Default for ThinkingBudgets {
+    fn default() -> Self {
+        ThinkingBudgets {
+            minimal: 1_024,
+            low: 2_048,
+            medium: 8_192,
+            high: 16_384,
+            xhigh: 32_768,
+        }
+    }
+}
+
+impl ThinkingBudgets {
+    /// The budget for `level`; `None` for `off`.
+    pub fn for_level(&self, level: ThinkingLevel) -> Option<u32> {
+        match level {
+            ThinkingLevel::Off => None,
+            ThinkingLevel::Minimal => Some(self.minimal),
+            ThinkingLevel::Low => Some(self.low),
+            ThinkingLevel::Medium => Some(self.medium),
+            ThinkingLevel::High => Some(self.high),
+            ThinkingLevel::Xhigh => Some(self.xhigh),
+        }
+    }
+}
+
+/// An API key. It has no `Display`, and its `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+
+    /// The key itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        ApiKey(key)
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        ApiKey(key.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_debug_hides_the_key() {
+        let options = StreamOptions {
+            api_key: Some(ApiKey::new("sk-secret-123")),
+            ..StreamOptions::default()
+        };
+        let debug = format!("{options:?}");
+        assert!(!debug.contains("sk-secret-123"), "{debug}");
+        assert!(debug.contains("ApiKey(<redacted>)"), "{debug}");
+    }
+
+    #[test]
+    fn thinking_levels_round_trip_through_their_names() {
+        for level in ThinkingLevel::ALL {
+            assert_eq!(level.as_str().parse::<ThinkingLevel>(), Ok(level));
+        }
+        assert!("extreme".parse::<ThinkingLevel>().is_err());
+    }
+}

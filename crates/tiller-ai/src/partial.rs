@@ -1,0 +1,203 @@
+//! A message as it streams: [`PartialMessage`] applies each [`AssistantEvent`] in
+//! place, so keeping the growing message costs what each delta costs.
+
+use serde_json::{Map, Value};
+
+use crate::event::AssistantEvent;
+use crate::json;
+use crate::message::{AssistantContent, AssistantMessage, TextContent, ThinkingContent, ToolCall};
+
+/// Argument text up to this size is re-parsed on every delta; beyond it, only once
+/// it has grown by a quarter, so a very long argument stays linear to stream.
+const EAGER_PARSE_LIMIT: usize = 4 * 1024;
+
+/// An assistant message kept current by applying the events of its stream.
+///
+/// While a tool call streams, its `arguments` hold a best-effort parse of the JSON
+/// received so far; the call's `tool_call_end` replaces them with the final parse.
+///
+/// ```
+/// use tiller_ai::{AssistantEvent, PartialMessage};
+/// # let model = tiller_ai::Model::openai_compatible("http://localhost/v1", "m");
+/// let mut partial = PartialMessage::new(tiller_ai::AssistantMessage::empty(&model));
+/// partial.apply(&AssistantEvent::TextStart { content_index: 0 });
+/// partial.apply(&AssistantEvent::TextDelta { content_index: 0, delta: "Hel".into() });
+/// partial.apply(&AssistantEvent::TextDelta { content_index: 0, delta: "lo".into() });
+/// assert_eq!(partial.message().text(), "Hello");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialMessage {
+    message: AssistantMessage,
+    arguments: Vec<ArgumentText>,
+}
+
+/// The raw argument text of a tool call that is still streaming.
+#[derive(Debug, Clone, PartialEq)]
+struct ArgumentText {
+    content_index: usize,
+    json: String,
+    parsed_len: usize,
+}
+
+impl PartialMessage {
+    /// Starts from `message` (normally the empty message of a `start` event).
+    pub fn new(message: AssistantMessage) -> Self {
+        PartialMessage {
+            message,
+            arguments: Vec::new(),
+        }
+    }
+
+    /// The message as it stands.
+    pub fn message(&self) -> &AssistantMessage {
+        &self.message
+    }
+
+    /// The message as it stands, by value.
+    pub fn into_message(self) -> AssistantMessage {
+        self.message
+    }
+
+    /// Applies one event. Events that do not fit the message (a delta for a block
+    /// that does not exist, say) are ignored rather than trusted.
+    pub fn apply(&mut self, event: &AssistantEvent) {
+        let content = &mut self.message.content;
+        match event {
+            AssistantEvent::Start { message } => *self = PartialMessage::new(message.clone()),
+            AssistantEvent::TextStart { content_index } => {
+                if *content_index == content.len() {
+                    content.push(AssistantContent::Text(TextContent::new("")));
+                }
+            }
+            AssistantEvent::TextDelta {
+                content_index,
+                delta,
+            } => {
+                if let Some(AssistantContent::Text(text)) = content.get_mut(*content_index) {
+                    text.text.push_str(delta);
+                }
+            }
+            AssistantEvent::TextEnd {
+                content_index,
+                signature,
+            } => {
+                if let (Some(AssistantContent::Text(text)), Some(signature)) =
+                    (content.get_mut(*content_index), signature)
+                {
+                    text.signature = Some(signature.clone());
+                }
+            }
+            AssistantEvent::ThinkingStart {
+                content_index,
+                redacted,
+            } => {
+                if *content_index == content.len() {
+                    content.push(AssistantContent::Thinking(ThinkingContent {
+                        thinking: String::new(),
+                        signature: None,
+                        redacted: *redacted,
+                    }));
+                }
+            }
+            AssistantEvent::ThinkingDelta {
+                content_index,
+                delta,
+            } => {
+                if let Some(AssistantContent::Thinking(thinking)) = content.get_mut(*content_index)
+                {
+                    thinking.thinking.push_str(delta);
+                }
+            }
+            AssistantEvent::ThinkingEnd {
+                content_index,
+                signature,
+            } => {
+                if let (Some(AssistantContent::Thinking(thinking)), Some(signature)) =
+                    (content.get_mut(*content_index), signature)
+                {
+                    thinking.signature = Some(signature.clone());
+                }
+            }
+            AssistantEvent::ToolCallStart {
+                content_index,
+                id,
+                name,
+            } => {
+                if *content_index == content.len() {
+                    content.push(AssistantContent::ToolCall(ToolCall {
+                        id: id.clone(),
+                        name: name.clone(),
+                        arguments: Value::Object(Map::new()),
+                        arguments_error: None,
+                    }));
+                    self.arguments.push(ArgumentText {
+                        content_index: *content_index,
+                        json: String::new(),
+                        parsed_len: 0,
+                    });
+                }
+            }
+            AssistantEvent::ToolCallDelta {
+                content_index,
+                delta,
+            } => self.push_arguments(*content_index, delta),
+            AssistantEvent::ToolCallEnd {
+                content_index,
+                tool_call,
+            } => {
+                if let Some(AssistantContent::ToolCall(call)) = content.get_mut(*content_index) {
+                    *call = tool_call.clone();
+                }
+                self.arguments.retain(|a| a.content_index != *content_index);
+            }
+            AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. } => {
+                self.message = message.clone();
+                self.arguments.clear();
+            }
+        }
+    }
+
+    fn push_arguments(&mut self, content_index: usize, delta: &str) {
+        let Some(text) = self
+            .arguments
+            .iter_mut()
+            .find(|a| a.content_index == content_index)
+        else {
+            return;
+        };
+        text.json.push_str(delta);
+        let len = text.json.len();
+        if len > EAGER_PARSE_LIMIT && len < text.parsed_len + text.parsed_len / 4 {
+            return;
+        }
+        text.parsed_len = len;
+        if let (Some(view), Some(AssistantContent::ToolCall(call))) = (
+            json::parse_partial(&text.json),
+            self.message.content.get_mut(content_index),
+        ) {
+            call.arguments = view;
+        }
+    }
+
+    /// The message, for the producer of the events to finish it.
+    pub(crate) fn message_mut(&mut self) -> &mut AssistantMessage {
+        &mut self.message
+    }
+
+    /// The argument text received so far for the tool call at `content_index`.
+    pub(crate) fn argument_text(&self, content_index: usize) -> Option<&str> {
+        self.arguments
+            .iter()
+            .find(|a| a.content_index == content_index)
+            .map(|a| a.json.as_str())
+    }
+
+    /// The tool calls still streaming, by content index, with their text so far;
+    /// forgets them.
+    pub(crate) fn take_open_arguments(&mut self) -> Vec<(usize, String)> {
+        self.arguments
+            .drain(..)
+            .map(|a| (a.content_index, a.json))
+            .collect()
+    }
+}

@@ -1,0 +1,8 @@
+//! OpenAI chat completions, as spoken by OpenAI and compatible servers (llama.cpp,
+//! vLLM, Ollama's `/v1`, OpenRouter, Groq, DeepSeek, Mistral).
+
+mod decode;
+mod request;
+
+pub(crate) use decode::Decoder;
+pub(crate) use request::request;

@@ -1,0 +1,324 @@
+//! Writing a chat-completions request.
+//!
+//! The system prompt becomes a `system` message (`developer` for OpenAI's reasoning
+//! models); user text and images, assistant text and tool calls, and tool results
+//! map to their chat roles. Thinking is not replayed: the chat API has no field for
+//! it. Images returned by tools follow the tool results as a user message, since
+//! `tool` messages carry only text. The body borrows from the context.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::context::{ContextRef, Tool};
+use crate::error::StreamError;
+use crate::http::{self, HttpRequest};
+use crate::message::{AssistantContent, Content, ImageContent, Message, ToolResultMessage};
+use crate::model::Model;
+use crate::options::{StreamOptions, ThinkingLevel};
+
+/// Said in place of images a model cannot take.
+const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
+
+pub(crate) fn request(
+    model: &Model,
+    context: ContextRef<'_>,
+    options: &StreamOptions,
+) -> Result<HttpRequest, StreamError> {
+    let auth = http::api_key(model, options)?
+        .map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let body = body(model, context, options);
+    http::post_json(model, "chat/completions", &body, &[], auth, options)
+}
+
+fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
+    let is_openai = model.provider == "openai";
+    let mut messages = Vec::with_capacity(context.messages.len() + 1);
+    if let Some(system) = context.system_prompt {
+        messages.push(if is_openai && model.reasoning {
+            Msg::Developer { content: system }
+        } else {
+            Msg::System { content: system }
+        });
+    }
+    let mut tool_images: Vec<&ImageContent> = Vec::new();
+    for message in context.messages {
+        if !matches!(message, Message::ToolResult(_)) {
+            flush_tool_images(&mut messages, &mut tool_images);
+        }
+        match message {
+            Message::User(user) => {
+                if let Some(content) = user_content(&user.content, model.accepts_images()) {
+                    messages.push(Msg::User { content });
+                }
+            }
+            Message::Assistant(assistant) => {
+                let tool_calls: Vec<CallOut<'_>> = assistant
+                    .tool_calls()
+                    .map(|call| CallOut {
+                        id: &call.id,
+                        kind: "function",
+                        function: FunctionOut {
+                            name: &call.name,
+                            arguments: call.arguments.to_string(),
+                        },
+                    })
+                    .collect();
+                let content = joined_text(&assistant.content);
+                if content.is_none() && tool_calls.is_empty() {
+                    continue;
+                }
+                messages.push(Msg::Assistant {
+                    content,
+                    tool_calls,
+                });
+            }
+            Message::ToolResult(result) => {
+                messages.push(Msg::Tool {
+                    tool_call_id: &result.tool_call_id,
+                    content: tool_result_text(result),
+                });
+                if model.accepts_images() {
+                    tool_images.extend(result.content.iter().filter_map(|c| match c {
+                        Content::Image(image) => Some(image),
+                        Content::Text(_) => None,
+                    }));
+                }
+            }
+        }
+    }
+    flush_tool_images(&mut messages, &mut tool_images);
+
+    let (max_tokens, max_completion_tokens) = if is_openai {
+        (None, options.max_tokens)
+    } else {
+        (options.max_tokens, None)
+    };
+    Body {
+        model: &model.id,
+        messages,
+        tools: context.tools.iter().map(FunctionTool::from).collect(),
+        stream: true,
+        stream_options: StreamUsage {
+            include_usage: true,
+        },
+        max_tokens,
+        max_completion_tokens,
+        temperature: options.temperature,
+        reasoning_effort: if model.reasoning {
+            reasoning_effort(options.thinking)
+        } else {
+            None
+        },
+        prompt_cache_key: if is_openai {
+            options.session_id.as_deref()
+        } else {
+            None
+        },
+    }
+}
+
+fn reasoning_effort(level: ThinkingLevel) -> Option<&'static str> {
+    match level {
+        ThinkingLevel::Off => None,
+        ThinkingLevel::Minimal => Some("minimal"),
+        ThinkingLevel::Low => Some("low"),
+        ThinkingLevel::Medium => Some("medium"),
+        ThinkingLevel::High | ThinkingLevel::Xhigh => Some("high"),
+    }
+}
+
+fn user_content(content: &[Content], accepts_images: bool) -> Option<UserContent<'_>> {
+    if let [Content::Text(text)] = content {
+        return Some(UserContent::Text(&text.text));
+    }
+    let parts: Vec<Part<'_>> = content
+        .iter()
+        .map(|block| match block {
+            Content::Text(text) => Part::Text { text: &text.text },
+            Content::Image(image) if accepts_images => Part::ImageUrl {
+                image_url: ImageUrl {
+                    url: DataUrl(image),
+                },
+            },
+            Content::Image(_) => Part::Text {
+                text: IMAGE_OMITTED,
+            },
+        })
+        .collect();
+    (!parts.is_empty()).then_some(UserContent::Parts(parts))
+}
+
+/// The text blocks of an assistant message as one string; `None` when there is no text.
+fn joined_text(content: &[AssistantContent]) -> Option<Cow<'_, str>> {
+    join_lines(content.iter().filter_map(|block| match block {
+        AssistantContent::Text(text) if !text.text.is_empty() => Some(text.text.as_str()),
+        _ => None,
+    }))
+}
+
+fn tool_result_text(result: &ToolResultMessage) -> Cow<'_, str> {
+    join_lines(result.content.iter().filter_map(|block| match block {
+        Content::Text(text) => Some(text.text.as_str()),
+        Content::Image(_) => None,
+    }))
+    .unwrap_or(Cow::Borrowed(""))
+}
+
+/// Texts joined by newlines, borrowed when there is only one.
+fn join_lines<'a>(mut texts: impl Iterator<Item = &'a str>) -> Option<Cow<'a, str>> {
+    let first = texts.next()?;
+    let Some(second) = texts.next() else {
+        return Some(Cow::Borrowed(first));
+    };
+    let mut joined = format!("{first}\n{second}");
+    for text in texts {
+        joined.push('\n');
+        joined.push_str(text);
+    }
+    Some(Cow::Owned(joined))
+}
+
+/// Sends the images of the tool results just written as one user message.
+fn flush_tool_images<'a>(messages: &mut Vec<Msg<'a>>, images: &mut Vec<&'a ImageContent>) {
+    if images.is_empty() {
+        return;
+    }
+    let mut parts = vec![Part::Text {
+        text: "Images returned by the tools above:",
+    }];
+    parts.extend(images.drain(..).map(|image| Part::ImageUrl {
+        image_url: ImageUrl {
+            url: DataUrl(image),
+        },
+    }));
+    messages.push(Msg::User {
+        content: UserContent::Parts(parts),
+    });
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Msg<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<FunctionTool<'a>>,
+    stream: bool,
+    stream_options: StreamUsage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct StreamUsage {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum Msg<'a> {
+    System {
+        content: &'a str,
+    },
+    Developer {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<CallOut<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: Cow<'a, str>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    url: DataUrl<'a>,
+}
+
+/// An image as a `data:` URL, written straight into the body without a copy.
+struct DataUrl<'a>(&'a ImageContent);
+
+impl Serialize for DataUrl<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl fmt::Display for DataUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "data:{};base64,{}", self.0.mime_type, self.0.data)
+    }
+}
+
+#[derive(Serialize)]
+struct CallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionOut<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionDefinition<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionDefinition<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> From<&'a Tool> for FunctionTool<'a> {
+    fn from(tool: &'a Tool) -> Self {
+        FunctionTool {
+            kind: "function",
+            function: FunctionDefinition {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        }
+    }
+}

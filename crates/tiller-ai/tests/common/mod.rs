@@ -1,0 +1,609 @@
+//! Helpers for the replay tests: reading what a recording says independently of
+//! the decoder under test, importing recorded requests as contexts, projecting
+//! request bodies to what must match, and checking event order.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use tiller_ai::{
+    ApiKey, ArgumentsError, AssistantContent, AssistantEvent, AssistantMessage, Content, Context,
+    ImageContent, Message, Model, ResponseDecoder, StopReason, StreamError, StreamOptions,
+    TextContent, Tool, ToolResultMessage, UserMessage,
+};
+use tiller_test_support::{Cassette, Exchange};
+
+/// The model a cassette's requests were made to, served by `base_url`.
+pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &str) -> Model {
+    let id = request_body["model"].as_str().unwrap();
+    match cassette.provider.as_str() {
+        "anthropic" => Model::anthropic_compatible(base_url, id).with_provider("anthropic"),
+        provider => Model::openai_compatible(base_url, id).with_provider(provider),
+    }
+}
+
+/// Decodes a whole body, fed in the given chunk sizes (cycled), into events.
+pub(crate) fn decode(model: &Model, body: &[u8], chunk_sizes: &[usize]) -> Vec<AssistantEvent> {
+    let mut decoder = ResponseDecoder::new(model).unwrap();
+    let mut rest = body;
+    let mut sizes = chunk_sizes.iter().cycle();
+    while !rest.is_empty() {
+        let size = (*sizes.next().unwrap_or(&usize::MAX)).clamp(1, rest.len());
+        let (chunk, tail) = rest.split_at(size);
+        decoder.feed(chunk);
+        rest = tail;
+    }
+    decoder.end();
+    std::iter::from_fn(|| decoder.next_event()).collect()
+}
+
+/// Events with every timestamp zeroed, for comparing two decodes.
+pub(crate) fn without_timestamps(events: Vec<AssistantEvent>) -> Vec<AssistantEvent> {
+    events
+        .into_iter()
+        .map(|mut event| {
+            match &mut event {
+                AssistantEvent::Start { message }
+                | AssistantEvent::Done { message, .. }
+                | AssistantEvent::Error { message, .. } => message.timestamp = 0,
+                _ => {}
+            }
+            event
+        })
+        .collect()
+}
+
+/// The final message of a stream's events.
+pub(crate) fn final_message(events: &[AssistantEvent]) -> &AssistantMessage {
+    match events.last() {
+        Some(AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. }) => {
+            message
+        }
+        other => panic!("the stream did not end with a terminal event: {other:?}"),
+    }
+}
+
+/// Checks the event contract: `start` first, one terminal event last, blocks opened
+/// in index order, deltas and ends only for open blocks of their kind, and (after
+/// `done`) every block closed.
+pub(crate) fn assert_well_formed(events: &[AssistantEvent]) {
+    assert!(
+        matches!(events.first(), Some(AssistantEvent::Start { .. })),
+        "{events:#?}"
+    );
+    let terminal = events.iter().filter(|e| e.is_terminal()).count();
+    assert_eq!(terminal, 1, "exactly one terminal event: {events:#?}");
+    assert!(events.last().unwrap().is_terminal());
+    let mut open: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut next = 0;
+    for event in &events[1..events.len() - 1] {
+        let (index, kind, action) = match event {
+            AssistantEvent::TextStart { content_index } => (*content_index, "text", "start"),
+            AssistantEvent::TextDelta { content_index, .. } => (*content_index, "text", "delta"),
+            AssistantEvent::TextEnd { content_index, .. } => (*content_index, "text", "end"),
+            AssistantEvent::ThinkingStart { content_index, .. } => {
+                (*content_index, "thinking", "start")
+            }
+            AssistantEvent::ThinkingDelta { content_index, .. } => {
+                (*content_index, "thinking", "delta")
+            }
+            AssistantEvent::ThinkingEnd { content_index, .. } => {
+                (*content_index, "thinking", "end")
+            }
+            AssistantEvent::ToolCallStart { content_index, .. } => {
+                (*content_index, "tool", "start")
+            }
+            AssistantEvent::ToolCallDelta { content_index, .. } => {
+                (*content_index, "tool", "delta")
+            }
+            AssistantEvent::ToolCallEnd { content_index, .. } => (*content_index, "tool", "end"),
+            other => panic!("unexpected event in the middle: {other:?}"),
+        };
+        match action {
+            "start" => {
+                assert_eq!(index, next, "blocks open in order");
+                next += 1;
+                open.insert(index, kind);
+            }
+            "delta" => assert_eq!(open.get(&index), Some(&kind), "delta for an open block"),
+            _ => assert_eq!(open.remove(&index), Some(kind), "end for an open block"),
+        }
+    }
+    let message = final_message(events);
+    assert_eq!(message.content.len(), next, "every block was announced");
+    if matches!(events.last(), Some(AssistantEvent::Done { .. })) {
+        assert!(open.is_empty(), "blocks left open: {open:?}");
+    }
+}
+
+/// What a decoded message must hold, read from a recording by simple concatenation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Expected {
+    pub(crate) text: String,
+    pub(crate) thinking: Vec<(String, Option<String>, bool)>,
+    pub(crate) tool_calls: Vec<(String, String, Value, Option<ArgumentsError>)>,
+    pub(crate) outcome: Outcome,
+    pub(crate) usage: [u64; 5],
+}
+
+/// How a response ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    Done(StopReason),
+    Refused(String),
+    Http(u16),
+}
+
+/// The same summary of a message we decoded.
+pub(crate) fn summarize(message: &AssistantMessage, error: Option<&StreamError>) -> Expected {
+    let mut thinking = Vec::new();
+    let mut tool_calls = Vec::new();
+    for block in &message.content {
+        match block {
+            AssistantContent::Thinking(t) => {
+                thinking.push((t.thinking.clone(), t.signature.clone(), t.redacted))
+            }
+            AssistantContent::ToolCall(c) => tool_calls.push((
+                c.id.clone(),
+                c.name.clone(),
+                c.arguments.clone(),
+                c.arguments_error.clone(),
+            )),
+            AssistantContent::Text(_) => {}
+        }
+    }
+    let outcome = match error {
+        None => Outcome::Done(message.stop_reason),
+        Some(StreamError::Refused { message }) => Outcome::Refused(message.clone()),
+        Some(StreamError::Http { status, .. }) => Outcome::Http(*status),
+        Some(other) => panic!("unexpected stream error: {other}"),
+    };
+    let u = &message.usage;
+    Expected {
+        text: message.text(),
+        thinking,
+        tool_calls,
+        outcome,
+        usage: [u.input, u.output, u.cache_read, u.cache_write, u.reasoning],
+    }
+}
+
+/// The `data:` payloads of a recorded body with their `event:` names.
+fn recorded_events(body: &str) -> Vec<(String, Value)> {
+    let mut events = Vec::new();
+    let mut name = String::new();
+    for line in body.lines() {
+        if let Some(value) = line.strip_prefix("event:") {
+            name = value.trim().to_owned();
+        } else if let Some(data) = line.strip_prefix("data:") {
+            let data = data.trim();
+            if data != "[DONE]" {
+                events.push((name.clone(), serde_json::from_str(data).unwrap()));
+            }
+        }
+    }
+    events
+}
+
+fn u(value: &Value) -> u64 {
+    value.as_u64().unwrap_or(0)
+}
+
+/// Reads a recorded response the plain way: concatenating its pieces.
+pub(crate) fn expected(provider: &str, exchange: &Exchange) -> Expected {
+    let response = &exchange.response;
+    if response.status != 200 {
+        return Expected {
+            text: String::new(),
+            thinking: vec![],
+            tool_calls: vec![],
+            outcome: Outcome::Http(response.status),
+            usage: [0; 5],
+        };
+    }
+    if provider == "anthropic" {
+        expected_anthropic(&response.body)
+    } else {
+        expected_openai(&response.body)
+    }
+}
+
+fn finished_arguments(text: &str, cut_off: bool) -> (Value, Option<ArgumentsError>) {
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    match serde_json::from_str(text) {
+        Ok(value) => (value, None),
+        Err(_) if cut_off => (
+            json!({}),
+            Some(ArgumentsError::Truncated {
+                received: text.to_owned(),
+            }),
+        ),
+        Err(e) => panic!("recorded arguments are not JSON: {e}: {text}"),
+    }
+}
+
+fn expected_openai(body: &str) -> Expected {
+    let mut text = String::new();
+    let mut refusal = String::new();
+    let mut reasoning = String::new();
+    let mut calls: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+    let mut finish = String::new();
+    let mut usage = [0; 5];
+    for (_, chunk) in recorded_events(body) {
+        if let Some(report) = chunk.get("usage").filter(|v| v.is_object()) {
+            let cached = u(&report["prompt_tokens_details"]["cached_tokens"]);
+            usage = [
+                u(&report["prompt_tokens"]) - cached,
+                u(&report["completion_tokens"]),
+                cached,
+                0,
+                u(&report["completion_tokens_details"]["reasoning_tokens"]),
+            ];
+        }
+        for choice in chunk["choices"].as_array().into_iter().flatten() {
+            if u(&choice["index"]) != 0 {
+                continue;
+            }
+            let delta = &choice["delta"];
+            text.push_str(delta["content"].as_str().unwrap_or(""));
+            refusal.push_str(delta["refusal"].as_str().unwrap_or(""));
+            let thought = delta["reasoning_content"]
+                .as_str()
+                .or(delta["reasoning"].as_str());
+            reasoning.push_str(thought.unwrap_or(""));
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let entry = calls.entry(u(&call["index"])).or_default();
+                if entry.0.is_empty() {
+                    entry.0 = call["id"].as_str().unwrap_or("").to_owned();
+                }
+                if entry.1.is_empty() {
+                    entry.1 = call["function"]["name"].as_str().unwrap_or("").to_owned();
+                }
+                entry
+                    .2
+                    .push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                finish = reason.to_owned();
+            }
+        }
+    }
+    let cut_off = finish == "length";
+    let tool_calls: Vec<_> = calls
+        .into_values()
+        .map(|(id, name, args)| {
+            let (arguments, error) = finished_arguments(&args, cut_off);
+            (id, name, arguments, error)
+        })
+        .collect();
+    let outcome = if !refusal.is_empty() {
+        Outcome::Refused(refusal.clone())
+    } else {
+        Outcome::Done(match finish.as_str() {
+            "stop" if !tool_calls.is_empty() => StopReason::ToolUse,
+            "stop" => StopReason::Stop,
+            "length" => StopReason::Length,
+            "tool_calls" => StopReason::ToolUse,
+            other => panic!("unexpected recorded finish reason {other}"),
+        })
+    };
+    Expected {
+        text: text + &refusal,
+        thinking: if reasoning.is_empty() {
+            vec![]
+        } else {
+            vec![(reasoning, None, false)]
+        },
+        tool_calls,
+        outcome,
+        usage,
+    }
+}
+
+fn expected_anthropic(body: &str) -> Expected {
+    let mut text = String::new();
+    let mut thinking: BTreeMap<u64, (String, Option<String>, bool)> = BTreeMap::new();
+    let mut calls: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+    let mut stop = String::new();
+    let mut usage = [0; 5];
+    let mut apply_usage = |report: &Value| {
+        let fields = [
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ];
+        for (slot, field) in usage.iter_mut().zip(fields) {
+            if let Some(value) = report[field].as_u64() {
+                *slot = value;
+            }
+        }
+        if let Some(value) = report["output_tokens_details"]["thinking_tokens"].as_u64() {
+            usage[4] = value;
+        }
+    };
+    for (_, event) in recorded_events(body) {
+        let index = u(&event["index"]);
+        match event["type"].as_str().unwrap() {
+            "message_start" => apply_usage(&event["message"]["usage"]),
+            "content_block_start" => {
+                let block = &event["content_block"];
+                match block["type"].as_str().unwrap() {
+                    "thinking" => {
+                        thinking.insert(index, (String::new(), None, false));
+                    }
+                    "redacted_thinking" => {
+                        let data = block["data"].as_str().map(str::to_owned);
+                        thinking.insert(index, (String::new(), data, true));
+                    }
+                    "tool_use" => {
+                        let id = block["id"].as_str().unwrap().to_owned();
+                        let name = block["name"].as_str().unwrap().to_owned();
+                        calls.insert(index, (id, name, String::new()));
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let delta = &event["delta"];
+                match delta["type"].as_str().unwrap() {
+                    "text_delta" => text.push_str(delta["text"].as_str().unwrap()),
+                    "thinking_delta" => thinking
+                        .get_mut(&index)
+                        .unwrap()
+                        .0
+                        .push_str(delta["thinking"].as_str().unwrap()),
+                    "signature_delta" => {
+                        thinking.get_mut(&index).unwrap().1 =
+                            Some(delta["signature"].as_str().unwrap().to_owned())
+                    }
+                    "input_json_delta" => calls
+                        .get_mut(&index)
+                        .unwrap()
+                        .2
+                        .push_str(delta["partial_json"].as_str().unwrap()),
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                stop = event["delta"]["stop_reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                apply_usage(&event["usage"]);
+            }
+            _ => {}
+        }
+    }
+    let cut_off = stop == "max_tokens";
+    let outcome = match stop.as_str() {
+        "end_turn" | "stop_sequence" | "pause_turn" => Outcome::Done(StopReason::Stop),
+        "tool_use" => Outcome::Done(StopReason::ToolUse),
+        "max_tokens" => Outcome::Done(StopReason::Length),
+        "refusal" => Outcome::Refused(text.clone()),
+        other => panic!("unexpected recorded stop reason {other}"),
+    };
+    Expected {
+        text,
+        thinking: thinking.into_values().collect(),
+        tool_calls: calls
+            .into_values()
+            .map(|(id, name, args)| {
+                let (arguments, error) = finished_arguments(&args, cut_off);
+                (id, name, arguments, error)
+            })
+            .collect(),
+        outcome,
+        usage,
+    }
+}
+
+/// The context and options of a recorded request, with its assistant messages
+/// taken, in order, from `decoded` (what this library decoded from the earlier
+/// responses of the same conversation).
+pub(crate) fn import_request(
+    provider: &str,
+    body: &Value,
+    decoded: &[AssistantMessage],
+) -> (Context, StreamOptions) {
+    let mut context = Context::new();
+    let mut assistants = decoded.iter();
+    let mut call_names: BTreeMap<String, String> = BTreeMap::new();
+    let mut next_assistant = |context: &mut Context, call_names: &mut BTreeMap<String, String>| {
+        let message = assistants
+            .next()
+            .expect("an assistant message for each one recorded");
+        for call in message.tool_calls() {
+            call_names.insert(call.id.clone(), call.name.clone());
+        }
+        context.messages.push(Message::Assistant(message.clone()));
+    };
+    if provider == "anthropic" {
+        context.system_prompt = body.get("system").map(joined_text);
+        for turn in body["messages"].as_array().unwrap() {
+            if turn["role"] == "assistant" {
+                next_assistant(&mut context, &mut call_names);
+                continue;
+            }
+            let mut user = Vec::new();
+            for block in blocks(&turn["content"]) {
+                match block["type"].as_str().unwrap() {
+                    "tool_result" => {
+                        context
+                            .messages
+                            .push(Message::ToolResult(ToolResultMessage {
+                                tool_call_id: block["tool_use_id"].as_str().unwrap().to_owned(),
+                                tool_name: call_names[block["tool_use_id"].as_str().unwrap()]
+                                    .clone(),
+                                content: blocks(&block["content"]).iter().map(content).collect(),
+                                details: Value::Null,
+                                is_error: block["is_error"].as_bool().unwrap_or(false),
+                                timestamp: 0,
+                            }))
+                    }
+                    _ => user.push(content(&block)),
+                }
+            }
+            if !user.is_empty() {
+                context.messages.push(Message::User(UserMessage {
+                    content: user,
+                    timestamp: 0,
+                }));
+            }
+        }
+        for tool in body["tools"].as_array().into_iter().flatten() {
+            context.tools.push(Tool::new(
+                tool["name"].as_str().unwrap(),
+                tool["description"].as_str().unwrap_or(""),
+                tool["input_schema"].clone(),
+            ));
+        }
+    } else {
+        for message in body["messages"].as_array().unwrap() {
+            match message["role"].as_str().unwrap() {
+                "system" | "developer" => {
+                    context.system_prompt = Some(joined_text(&message["content"]))
+                }
+                "assistant" => next_assistant(&mut context, &mut call_names),
+                "tool" => {
+                    let id = message["tool_call_id"].as_str().unwrap();
+                    context
+                        .messages
+                        .push(Message::ToolResult(ToolResultMessage {
+                            tool_call_id: id.to_owned(),
+                            tool_name: call_names[id].clone(),
+                            content: vec![Content::text(joined_text(&message["content"]))],
+                            details: Value::Null,
+                            is_error: false,
+                            timestamp: 0,
+                        }));
+                }
+                _ => context.messages.push(Message::User(UserMessage {
+                    content: blocks(&message["content"]).iter().map(content).collect(),
+                    timestamp: 0,
+                })),
+            }
+        }
+        for tool in body["tools"].as_array().into_iter().flatten() {
+            let function = &tool["function"];
+            context.tools.push(Tool::new(
+                function["name"].as_str().unwrap(),
+                function["description"].as_str().unwrap_or(""),
+                function["parameters"].clone(),
+            ));
+        }
+    }
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        max_tokens: body["max_tokens"].as_u64().map(|n| n as u32),
+        ..StreamOptions::default()
+    };
+    (context, options)
+}
+
+/// Content given as a string or as a list of blocks, as a list of blocks.
+fn blocks(content: &Value) -> Vec<Value> {
+    match content {
+        Value::String(text) => vec![json!({"type": "text", "text": text})],
+        Value::Array(items) => items.clone(),
+        Value::Null => vec![],
+        other => panic!("unexpected content {other}"),
+    }
+}
+
+fn joined_text(content: &Value) -> String {
+    blocks(content)
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn content(block: &Value) -> Content {
+    match block["type"].as_str().unwrap() {
+        "text" => Content::Text(TextContent::new(block["text"].as_str().unwrap())),
+        "image" => Content::Image(ImageContent {
+            data: block["source"]["data"].as_str().unwrap().to_owned(),
+            mime_type: block["source"]["media_type"].as_str().unwrap().to_owned(),
+        }),
+        "image_url" => {
+            let url = block["image_url"]["url"].as_str().unwrap();
+            let (head, data) = url.split_once(";base64,").unwrap();
+            Content::Image(ImageContent {
+                data: data.to_owned(),
+                mime_type: head.trim_start_matches("data:").to_owned(),
+            })
+        }
+        other => panic!("unexpected content block {other}"),
+    }
+}
+
+/// What of a request body must match the recording: the model, roles, text,
+/// images, tool declarations, tool calls and results tied by id, and thinking
+/// carried back with its signature. Transport details (stream options, caching
+/// marks, token limits, tool choice) are left out.
+pub(crate) fn project(provider: &str, body: &Value) -> Value {
+    if provider == "anthropic" {
+        let project_blocks = |content: &Value| -> Vec<Value> {
+            blocks(content)
+                .iter()
+                .map(|block| match block["type"].as_str().unwrap() {
+                    "text" => json!({"text": block["text"]}),
+                    "image" => json!({"image": block["source"]}),
+                    "thinking" => json!({"thinking": block["thinking"], "signature": block["signature"]}),
+                    "redacted_thinking" => json!({"redacted_thinking": block["data"]}),
+                    "tool_use" => json!({"tool_use": block["id"], "name": block["name"], "input": block["input"]}),
+                    "tool_result" => json!({
+                        "tool_result": block["tool_use_id"],
+                        "content": blocks(&block["content"]).iter().map(|b| b["text"].clone()).collect::<Vec<_>>(),
+                        "is_error": block["is_error"].as_bool().unwrap_or(false),
+                    }),
+                    other => panic!("unexpected block {other}"),
+                })
+                .collect()
+        };
+        json!({
+            "model": body["model"],
+            "system": body.get("system").map(joined_text),
+            "messages": body["messages"].as_array().unwrap().iter().map(|m| json!({
+                "role": m["role"],
+                "content": project_blocks(&m["content"]),
+            })).collect::<Vec<_>>(),
+            "tools": body["tools"].as_array().into_iter().flatten().map(|t| json!({
+                "name": t["name"], "description": t["description"], "input_schema": t["input_schema"],
+            })).collect::<Vec<_>>(),
+            "stream": body["stream"],
+        })
+    } else {
+        let messages: Vec<Value> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| match m["role"].as_str().unwrap() {
+                "system" | "developer" => json!({"role": "system", "text": joined_text(&m["content"])}),
+                "assistant" => json!({
+                    "role": "assistant",
+                    "text": Some(joined_text(&m["content"])).filter(|t| !t.is_empty()),
+                    "tool_calls": m["tool_calls"].as_array().into_iter().flatten().map(|c| json!({
+                        "id": c["id"],
+                        "name": c["function"]["name"],
+                        "arguments": serde_json::from_str::<Value>(c["function"]["arguments"].as_str().unwrap()).unwrap(),
+                    })).collect::<Vec<_>>(),
+                }),
+                "tool" => json!({"role": "tool", "tool_call_id": m["tool_call_id"], "text": joined_text(&m["content"])}),
+                role => json!({"role": role, "content": blocks(&m["content"])}),
+            })
+            .collect();
+        json!({
+            "model": body["model"],
+            "messages": messages,
+            "tools": body["tools"].as_array().into_iter().flatten().map(|t| json!({
+                "name": t["function"]["name"],
+                "description": t["function"]["description"],
+                "parameters": t["function"]["parameters"],
+            })).collect::<Vec<_>>(),
+            "stream": body["stream"],
+        })
+    }
+}

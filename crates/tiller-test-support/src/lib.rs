@@ -1,0 +1,24 @@
+//! Test support shared by Tiller's crates: a real HTTP server on loopback that
+//! answers with scripted or recorded responses (and the faults real providers
+//! throw), captures every request it receives, and loads the recorded provider
+//! exchanges under `fixtures/cassettes`.
+//!
+//! ```no_run
+//! use tiller_test_support::{MockResponse, MockServer, sse};
+//! # async fn demo() {
+//! let server = MockServer::start().await;
+//! server.push(MockResponse::status(429, "slow down").header("retry-after", "1"));
+//! server.push(MockResponse::sse(sse::openai_text(&["Hel", "lo"])));
+//! // point a model at server.base_url(), make requests, then:
+//! let requests = server.requests();
+//! # }
+//! ```
+
+#![allow(clippy::unwrap_used)]
+
+mod cassette;
+mod server;
+pub mod sse;
+
+pub use cassette::{Cassette, Exchange, RecordedRequest, RecordedResponse};
+pub use server::{CapturedRequest, MockResponse, MockServer, closed_port_url};
