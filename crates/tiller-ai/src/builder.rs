@@ -28,7 +28,7 @@ impl MessageBuilder {
         let message = AssistantMessage::empty(model);
         let mut events = VecDeque::with_capacity(8);
         events.push_back(AssistantEvent::Start {
-            message: message.clone(),
+            message: Box::new(message.clone()),
         });
         MessageBuilder {
             partial: PartialMessage::new(message),
@@ -164,7 +164,7 @@ impl MessageBuilder {
         let tool_call = finished_call(call, text, parsed, cut_off == Some(true));
         self.emit(AssistantEvent::ToolCallEnd {
             content_index,
-            tool_call,
+            tool_call: Box::new(tool_call),
         });
         true
     }
@@ -184,7 +184,7 @@ impl MessageBuilder {
         self.finished = true;
         self.events.push_back(AssistantEvent::Done {
             reason,
-            message: message.clone(),
+            message: Box::new(message.clone()),
         });
     }
 
@@ -214,7 +214,7 @@ impl MessageBuilder {
         self.events.push_back(AssistantEvent::Error {
             reason,
             error,
-            message: message.clone(),
+            message: Box::new(message.clone()),
         });
     }
 }

@@ -6,8 +6,9 @@
 //! `*_end`; blocks open in `content_index` order. A stream that fails may leave its
 //! last block without an `*_end`: the terminal event's message is complete.
 //!
-//! Deltas carry only the new piece, so an event costs what its piece costs. To keep
-//! a copy of the growing message, apply each event to a [`crate::PartialMessage`].
+//! Deltas carry only the new piece, so an event costs what its piece costs (messages
+//! and calls are boxed, keeping every event small to move). To keep a copy of the
+//! growing message, apply each event to a [`crate::PartialMessage`].
 
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +22,7 @@ pub enum AssistantEvent {
     /// The response began; `message` is still empty.
     Start {
         /// The empty message: api, provider, model and timestamp.
-        message: AssistantMessage,
+        message: Box<AssistantMessage>,
     },
     /// A text block opened.
     TextStart {
@@ -87,14 +88,14 @@ pub enum AssistantEvent {
         /// The block's index in the message content.
         content_index: usize,
         /// The complete call.
-        tool_call: ToolCall,
+        tool_call: Box<ToolCall>,
     },
     /// The response ended normally.
     Done {
         /// Why it ended: stop, length or tool use.
         reason: StopReason,
         /// The complete message.
-        message: AssistantMessage,
+        message: Box<AssistantMessage>,
     },
     /// The response failed or was aborted; what arrived before is kept.
     Error {
@@ -103,7 +104,7 @@ pub enum AssistantEvent {
         /// What went wrong.
         error: StreamError,
         /// The message as far as it got, with `error_message` set.
-        message: AssistantMessage,
+        message: Box<AssistantMessage>,
     },
 }
 

@@ -63,7 +63,7 @@ impl PartialMessage {
     pub fn apply(&mut self, event: &AssistantEvent) {
         let content = &mut self.message.content;
         match event {
-            AssistantEvent::Start { message } => *self = PartialMessage::new(message.clone()),
+            AssistantEvent::Start { message } => *self = PartialMessage::new((**message).clone()),
             AssistantEvent::TextStart { content_index } => {
                 if *content_index == content.len() {
                     content.push(AssistantContent::Text(TextContent::new("")));
@@ -146,12 +146,12 @@ impl PartialMessage {
                 tool_call,
             } => {
                 if let Some(AssistantContent::ToolCall(call)) = content.get_mut(*content_index) {
-                    *call = tool_call.clone();
+                    *call = (**tool_call).clone();
                 }
                 self.arguments.retain(|a| a.content_index != *content_index);
             }
             AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. } => {
-                self.message = message.clone();
+                self.message = (**message).clone();
                 self.arguments.clear();
             }
         }

@@ -154,3 +154,15 @@ impl Stream for AssistantStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_can_move_into_spawned_tasks() {
+        fn sendable<T: Send + Unpin + 'static>() {}
+        sendable::<AssistantStream>();
+        sendable::<AssistantEvent>();
+    }
+}

@@ -185,7 +185,7 @@ fn the_exact_events_of_a_zero_argument_call() {
     assert_eq!((message.usage.input, message.usage.output), (575, 35));
     let done = AssistantEvent::Done {
         reason: StopReason::ToolUse,
-        message: message.clone(),
+        message: Box::new(message.clone()),
     };
     message.content.clear();
     message.stop_reason = StopReason::Stop;
@@ -193,7 +193,9 @@ fn the_exact_events_of_a_zero_argument_call() {
     assert_eq!(
         events,
         vec![
-            AssistantEvent::Start { message },
+            AssistantEvent::Start {
+                message: Box::new(message)
+            },
             AssistantEvent::ToolCallStart {
                 content_index: 0,
                 id: call.id.clone(),
@@ -201,7 +203,7 @@ fn the_exact_events_of_a_zero_argument_call() {
             },
             AssistantEvent::ToolCallEnd {
                 content_index: 0,
-                tool_call: call
+                tool_call: Box::new(call)
             },
             done,
         ]

@@ -418,7 +418,7 @@ fn applying_the_events_rebuilds_every_recorded_message() {
             let AssistantEvent::Start { message } = &events[0] else {
                 panic!("start first")
             };
-            let mut partial = PartialMessage::new(message.clone());
+            let mut partial = PartialMessage::new((**message).clone());
             for event in &events[1..events.len() - 1] {
                 partial.apply(event);
             }

@@ -316,7 +316,7 @@ async fn abort_mid_stream_keeps_the_partial_message() {
         message.error_message.as_deref(),
         Some("the request was aborted")
     );
-    assert_eq!(stream.partial(), message);
+    assert_eq!(stream.partial(), &**message);
 }
 
 #[tokio::test(start_paused = true)]

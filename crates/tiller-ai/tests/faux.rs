@@ -57,7 +57,9 @@ async fn a_text_turn_streams_in_chunks_with_exact_events() {
     assert_eq!(
         events,
         vec![
-            AssistantEvent::Start { message: start },
+            AssistantEvent::Start {
+                message: Box::new(start)
+            },
             AssistantEvent::TextStart { content_index: 0 },
             delta("Hello"),
             delta(" worl"),
@@ -68,7 +70,7 @@ async fn a_text_turn_streams_in_chunks_with_exact_events() {
             },
             AssistantEvent::Done {
                 reason: StopReason::Stop,
-                message: done
+                message: Box::new(done)
             },
         ]
     );

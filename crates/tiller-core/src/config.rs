@@ -1,0 +1,309 @@
+//! How a run behaves: the model and its options, what the model sees, where
+//! steering and follow-ups come from, how tools run, hooks around tool calls, and
+//! when to stop.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_ai::{
+    ApiKey, AssistantMessage, Content, Message, Model, StreamOptions, ToolCall, ToolResultMessage,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::message::AgentMessage;
+use crate::tool::ToolOutput;
+
+/// Any error a callback reports.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Turns the transcript into the messages the model sees.
+pub type ConvertToLlm =
+    Arc<dyn for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync>;
+/// Rewrites the transcript before each model call (pruning, compaction); the full
+/// history is kept regardless.
+pub type TransformContext = Arc<
+    dyn Fn(
+            &[AgentMessage],
+            CancellationToken,
+        ) -> BoxFuture<'static, Result<Vec<AgentMessage>, BoxError>>
+        + Send
+        + Sync,
+>;
+/// Answers the API key for a provider, asked before every model call.
+pub type ApiKeyResolver = Arc<dyn Fn(&str) -> BoxFuture<'static, Option<ApiKey>> + Send + Sync>;
+/// Hands over queued messages (steering or follow-ups), removing them from the queue.
+pub type MessageSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<AgentMessage>> + Send + Sync>;
+/// Runs before a validated tool call: lets it proceed, rewrites its arguments, or blocks it.
+pub type BeforeToolCallHook =
+    Arc<dyn Fn(ToolCallInfo) -> BoxFuture<'static, Result<BeforeToolCall, BoxError>> + Send + Sync>;
+/// Runs after a tool call: may replace its content, details, error flag or terminate flag.
+pub type AfterToolCallHook = Arc<
+    dyn Fn(ToolCallInfo, ToolOutput, bool) -> BoxFuture<'static, Result<AfterToolCall, BoxError>>
+        + Send
+        + Sync,
+>;
+/// Decides after each turn whether the run should stop.
+pub type StopWhen = Arc<dyn Fn(&TurnSummary<'_>) -> bool + Send + Sync>;
+
+/// When steering messages reach the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteeringDelivery {
+    /// As soon as possible: steering that arrives while tools run skips the calls
+    /// not yet finished (each gets the result "Skipped due to queued user
+    /// message.") and is delivered in the next turn.
+    #[default]
+    Interrupt,
+    /// After the turn: every tool call runs; steering enters after `turn_end`.
+    AfterTurn,
+}
+
+/// How the tool calls of one turn run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolExecutionMode {
+    /// All at once; they finish in any order, results are kept in call order. A
+    /// turn calling a tool that must run alone runs sequentially.
+    #[default]
+    Parallel,
+    /// One after another, in call order.
+    Sequential,
+}
+
+/// A tool call as the hooks see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallInfo {
+    /// The call as the model made it.
+    pub call: ToolCall,
+    /// The arguments after coercion and validation.
+    pub args: Value,
+}
+
+/// What `before_tool_call` decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BeforeToolCall {
+    /// Run the tool as called.
+    Proceed,
+    /// Run the tool with these arguments instead (not validated again).
+    Rewrite(Value),
+    /// Do not run the tool; the model reads `reason` as an error result.
+    Block {
+        /// What the model is told.
+        reason: String,
+        /// Ask the run to stop after this turn.
+        terminate: bool,
+    },
+}
+
+/// What `after_tool_call` replaces; `None` keeps the tool's own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterToolCall {
+    /// New content for the model.
+    pub content: Option<Vec<Content>>,
+    /// New details.
+    pub details: Option<Value>,
+    /// A new error flag.
+    pub is_error: Option<bool>,
+    /// A new terminate flag.
+    pub terminate: Option<bool>,
+}
+
+/// One finished turn, for the stop condition.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnSummary<'a> {
+    /// The turn's number in this run, from 1.
+    pub turn: u32,
+    /// The assistant's response.
+    pub message: &'a AssistantMessage,
+    /// The results of its tool calls.
+    pub tool_results: &'a [ToolResultMessage],
+}
+
+impl TurnSummary<'_> {
+    /// The response's text.
+    pub fn text(&self) -> String {
+        self.message.text()
+    }
+
+    /// The response's tool calls.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.message.tool_calls()
+    }
+
+    /// Whether the turn called the tool `name`.
+    pub fn called(&self, name: &str) -> bool {
+        self.tool_calls().any(|call| call.name == name)
+    }
+}
+
+/// Everything a run needs besides its messages. Cheap to clone.
+#[derive(Clone)]
+pub struct LoopConfig {
+    /// The model to call.
+    pub model: Model,
+    /// Request options; the run supplies the cancellation token and, through
+    /// `api_key_resolver`, the key.
+    pub options: StreamOptions,
+    /// What the model sees of the transcript; by default every LLM message,
+    /// custom messages dropped.
+    pub convert_to_llm: Option<ConvertToLlm>,
+    /// Applied to the transcript before `convert_to_llm` on every model call.
+    pub transform_context: Option<TransformContext>,
+    /// Asked for the key before every model call; falls back to `options.api_key`.
+    pub api_key_resolver: Option<ApiKeyResolver>,
+    /// Where steering messages come from.
+    pub steering: Option<MessageSource>,
+    /// Where follow-up messages come from.
+    pub follow_up: Option<MessageSource>,
+    /// When steering reaches the model.
+    pub steering_delivery: SteeringDelivery,
+    /// How a turn's tool calls run.
+    pub tool_execution: ToolExecutionMode,
+    /// Runs before each validated tool call.
+    pub before_tool_call: Option<BeforeToolCallHook>,
+    /// Runs after each tool call.
+    pub after_tool_call: Option<AfterToolCallHook>,
+    /// The most turns (model calls) a run makes.
+    pub max_turns: u32,
+    /// Stops the run after a turn when it answers `true`.
+    pub stop_when: Option<StopWhen>,
+    /// How long running tools get to return after an abort or a skip before they
+    /// are dropped.
+    pub cancel_grace: Duration,
+}
+
+impl LoopConfig {
+    /// Defaults for `model`: no callbacks, interrupting steering, parallel tools,
+    /// at most 50 turns.
+    pub fn new(model: Model) -> Self {
+        LoopConfig {
+            model,
+            options: StreamOptions::default(),
+            convert_to_llm: None,
+            transform_context: None,
+            api_key_resolver: None,
+            steering: None,
+            follow_up: None,
+            steering_delivery: SteeringDelivery::Interrupt,
+            tool_execution: ToolExecutionMode::Parallel,
+            before_tool_call: None,
+            after_tool_call: None,
+            max_turns: 50,
+            stop_when: None,
+            cancel_grace: Duration::from_millis(100),
+        }
+    }
+
+    /// Sets what the model sees of the transcript.
+    pub fn with_convert_to_llm(
+        mut self,
+        convert: impl for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync + 'static,
+    ) -> Self {
+        self.convert_to_llm = Some(Arc::new(convert));
+        self
+    }
+
+    /// Sets the transform applied before each model call.
+    pub fn with_transform_context<F, Fut>(mut self, transform: F) -> Self
+    where
+        F: Fn(&[AgentMessage], CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<AgentMessage>, BoxError>> + Send + 'static,
+    {
+        self.transform_context = Some(Arc::new(move |messages, cancel| {
+            Box::pin(transform(messages, cancel))
+        }));
+        self
+    }
+
+    /// Sets the API key resolver.
+    pub fn with_api_key_resolver<F, Fut>(mut self, resolve: F) -> Self
+    where
+        F: Fn(&str) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<ApiKey>> + Send + 'static,
+    {
+        self.api_key_resolver = Some(Arc::new(move |provider| Box::pin(resolve(provider))));
+        self
+    }
+
+    /// Sets where steering messages come from.
+    pub fn with_steering<F, Fut>(mut self, source: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<AgentMessage>> + Send + 'static,
+    {
+        self.steering = Some(Arc::new(move || Box::pin(source())));
+        self
+    }
+
+    /// Sets where follow-up messages come from.
+    pub fn with_follow_up<F, Fut>(mut self, source: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<AgentMessage>> + Send + 'static,
+    {
+        self.follow_up = Some(Arc::new(move || Box::pin(source())));
+        self
+    }
+
+    /// Sets the hook run before each validated tool call.
+    pub fn with_before_tool_call<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(ToolCallInfo) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<BeforeToolCall, BoxError>> + Send + 'static,
+    {
+        self.before_tool_call = Some(Arc::new(move |info| Box::pin(hook(info))));
+        self
+    }
+
+    /// Sets the hook run after each tool call.
+    pub fn with_after_tool_call<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(ToolCallInfo, ToolOutput, bool) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<AfterToolCall, BoxError>> + Send + 'static,
+    {
+        self.after_tool_call = Some(Arc::new(move |info, output, is_error| {
+            Box::pin(hook(info, output, is_error))
+        }));
+        self
+    }
+
+    /// Sets the stop condition.
+    pub fn with_stop_when(
+        mut self,
+        stop: impl Fn(&TurnSummary<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.stop_when = Some(Arc::new(stop));
+        self
+    }
+}
+
+impl fmt::Debug for LoopConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |present: bool| if present { "set" } else { "none" };
+        f.debug_struct("LoopConfig")
+            .field(
+                "model",
+                &format_args!("{}/{}", self.model.provider, self.model.id),
+            )
+            .field("options", &self.options)
+            .field("convert_to_llm", &set(self.convert_to_llm.is_some()))
+            .field("transform_context", &set(self.transform_context.is_some()))
+            .field("api_key_resolver", &set(self.api_key_resolver.is_some()))
+            .field("steering", &set(self.steering.is_some()))
+            .field("follow_up", &set(self.follow_up.is_some()))
+            .field("steering_delivery", &self.steering_delivery)
+            .field("tool_execution", &self.tool_execution)
+            .field("before_tool_call", &set(self.before_tool_call.is_some()))
+            .field("after_tool_call", &set(self.after_tool_call.is_some()))
+            .field("max_turns", &self.max_turns)
+            .field("stop_when", &set(self.stop_when.is_some()))
+            .field("cancel_grace", &self.cancel_grace)
+            .finish()
+    }
+}

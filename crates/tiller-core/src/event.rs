@@ -1,0 +1,112 @@
+//! The events of an agent run: the public contract hosts and interfaces rely on.
+//!
+//! A run emits `agent_start`, then turns. A turn is `turn_start`; the messages
+//! delivered before the model is asked (the prompts, steering or follow-ups), each
+//! as `message_start` and `message_end`; the assistant's response as
+//! `message_start`, one `message_update` per streamed block event, `message_end`;
+//! for each tool call `tool_execution_start`, any `tool_execution_update`s,
+//! `tool_execution_end`, and its result's `message_start`/`message_end`; and
+//! `turn_end` with the response and its results. The run ends with exactly one
+//! `agent_end` holding only this run's new messages — also when it fails.
+//!
+//! Messages in events are boxed so that every event, the many `message_update`s
+//! above all, stays small to move.
+//!
+//! With tools run in parallel every `tool_execution_start` comes first (in call
+//! order), each `tool_execution_end` when its tool finishes, and the results'
+//! messages after all of them, in call order.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_ai::{AssistantEvent, AssistantMessage, ToolResultMessage};
+
+use crate::message::AgentMessage;
+use crate::tool::ToolOutput;
+
+/// One step of an agent run; serialized as `{"type": "<snake_case>", ...}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// The run began.
+    AgentStart,
+    /// A turn (one model response and its tool calls) began.
+    TurnStart,
+    /// A message began: a delivered message, or the assistant's response as it starts.
+    MessageStart {
+        /// The message (for the assistant, still empty).
+        message: Box<AgentMessage>,
+    },
+    /// The assistant's response grew; apply the event to a
+    /// [`tiller_ai::PartialMessage`] to follow it.
+    MessageUpdate {
+        /// The block event of the response stream.
+        assistant_message_event: AssistantEvent,
+    },
+    /// A message is complete and part of the transcript.
+    MessageEnd {
+        /// The message.
+        message: Box<AgentMessage>,
+    },
+    /// A tool call began.
+    ToolExecutionStart {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The arguments as the model sent them.
+        args: Value,
+    },
+    /// A tool reported progress.
+    ToolExecutionUpdate {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The partial result.
+        partial_result: ToolOutput,
+    },
+    /// A tool call finished.
+    ToolExecutionEnd {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// What the model will read.
+        result: ToolOutput,
+        /// Whether the call failed (or was refused, skipped or aborted).
+        is_error: bool,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// The assistant's response.
+        message: Box<AssistantMessage>,
+        /// The results of its tool calls, in call order.
+        tool_results: Vec<ToolResultMessage>,
+    },
+    /// The run ended.
+    AgentEnd {
+        /// Only the messages this run added, in order.
+        messages: Vec<AgentMessage>,
+        /// Why it ended.
+        reason: RunEnd,
+    },
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEnd {
+    /// The model answered and nothing was left to do.
+    Completed,
+    /// The run was aborted.
+    Aborted,
+    /// The model's response failed, or a callback of the run did; the last message
+    /// says why.
+    Error,
+    /// The turn limit was reached with work left.
+    TurnLimit,
+    /// The stop condition said so.
+    StopCondition,
+    /// Every tool result of the last turn asked to stop.
+    ToolsTerminated,
+}

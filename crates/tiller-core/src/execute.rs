@@ -1,0 +1,433 @@
+//! One turn's tool calls: prepared (found, validated, passed through
+//! `before_tool_call`), executed in parallel or in sequence, finished through
+//! `after_tool_call`, and answered — every call exactly once, whatever happens.
+//!
+//! A call that cannot run (unknown tool, unusable or invalid arguments, blocked,
+//! cut off by the token limit, aborted before it started) is answered at once with
+//! an error result. Tool futures are polled on the run's own task, each behind
+//! `catch_unwind`, so a panicking tool becomes an error result. When the run is
+//! aborted, or steering interrupts, unfinished tools are cancelled and get
+//! [`LoopConfig::cancel_grace`](crate::LoopConfig::cancel_grace) to return before
+//! they are dropped; no tool starts after that point.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::Value;
+use tiller_ai::{
+    ArgumentsError, AssistantMessage, StopReason, ToolCall, ToolResultMessage, now_ms,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::{
+    AfterToolCall, BeforeToolCall, SteeringDelivery, ToolCallInfo, ToolExecutionMode,
+};
+use crate::event::AgentEvent;
+use crate::message::AgentMessage;
+use crate::run::{Run, panic_text, take};
+use crate::tool::{AgentTool, ToolContext, ToolExecution, ToolOutput};
+
+/// Said for calls skipped because steering arrived.
+pub(crate) const SKIPPED: &str = "Skipped due to queued user message.";
+
+/// What a turn's tool calls produced.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// One result per call, in call order.
+    pub(crate) results: Vec<ToolResultMessage>,
+    /// Steering that interrupted the batch, to deliver next.
+    pub(crate) steering: Option<Vec<AgentMessage>>,
+    /// Whether every result asked the run to stop.
+    pub(crate) terminate: bool,
+}
+
+/// How one call ended.
+#[derive(Debug, Clone)]
+struct Outcome {
+    output: ToolOutput,
+    is_error: bool,
+}
+
+impl Outcome {
+    fn error(text: impl Into<String>) -> Self {
+        Outcome {
+            output: ToolOutput::text(text),
+            is_error: true,
+        }
+    }
+}
+
+/// A call after preparation.
+enum Prepared {
+    /// Answered without running.
+    Answered(Outcome),
+    /// Ready to run with these arguments.
+    Ready(Arc<dyn AgentTool>, Value),
+}
+
+pub(crate) async fn run_batch(
+    run: &Run,
+    message: &AssistantMessage,
+    calls: Vec<ToolCall>,
+) -> Batch {
+    let outcomes = if message.stop_reason == StopReason::Length {
+        cut_off(run, &calls)
+    } else {
+        let sequential = run.config.tool_execution == ToolExecutionMode::Sequential
+            || calls.iter().any(|call| {
+                run.tools
+                    .get(&call.name)
+                    .is_some_and(|t| t.tool.execution() == ToolExecution::Sequential)
+            });
+        if sequential {
+            sequentially(run, &calls).await
+        } else {
+            in_parallel(run, &calls).await
+        }
+    };
+    let (outcomes, steering) = outcomes;
+    let terminate = !outcomes.is_empty() && outcomes.iter().all(|o| o.output.terminate);
+    let results = calls
+        .iter()
+        .zip(outcomes)
+        .map(|(call, outcome)| result_message(call, outcome))
+        .collect();
+    Batch {
+        results,
+        steering,
+        terminate,
+    }
+}
+
+fn result_message(call: &ToolCall, outcome: Outcome) -> ToolResultMessage {
+    ToolResultMessage {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: outcome.output.content,
+        details: outcome.output.details,
+        is_error: outcome.is_error,
+        timestamp: now_ms(),
+    }
+}
+
+fn start(run: &Run, call: &ToolCall) {
+    run.emit(AgentEvent::ToolExecutionStart {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.arguments.clone(),
+    });
+}
+
+fn end(run: &Run, call: &ToolCall, outcome: &Outcome) {
+    run.emit(AgentEvent::ToolExecutionEnd {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        result: outcome.output.clone(),
+        is_error: outcome.is_error,
+    });
+}
+
+/// The result's `message_start` and `message_end`.
+fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
+    let message = Box::new(AgentMessage::from(result_message(call, outcome.clone())));
+    run.emit(AgentEvent::MessageStart {
+        message: message.clone(),
+    });
+    run.emit(AgentEvent::MessageEnd { message });
+}
+
+/// Calls of a response cut off by the token limit: none runs, since any of their
+/// arguments may be incomplete.
+fn cut_off(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec<AgentMessage>>) {
+    let outcomes = calls
+        .iter()
+        .map(|call| {
+            start(run, call);
+            let outcome = Outcome::error(format!(
+                "Tool call \"{}\" was not executed: the response hit the output token limit, so its arguments may be truncated. Re-issue the tool call with complete arguments.",
+                call.name
+            ));
+            end(run, call, &outcome);
+            announce(run, call, &outcome);
+            outcome
+        })
+        .collect();
+    (outcomes, None)
+}
+
+async fn sequentially(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec<AgentMessage>>) {
+    let mut outcomes = Vec::with_capacity(calls.len());
+    let mut steering = None;
+    for (index, call) in calls.iter().enumerate() {
+        start(run, call);
+        let outcome = if steering.is_some() {
+            Outcome::error(SKIPPED)
+        } else {
+            match prepare(run, call).await {
+                Prepared::Answered(outcome) => outcome,
+                Prepared::Ready(tool, args) => execute_alone(run, tool, call, args).await,
+            }
+        };
+        end(run, call, &outcome);
+        announce(run, call, &outcome);
+        outcomes.push(outcome);
+        let more = index + 1 < calls.len();
+        if more && steering.is_none() && interrupts(run) {
+            let arrived = take(&run.config.steering).await;
+            if !arrived.is_empty() {
+                steering = Some(arrived);
+            }
+        }
+    }
+    (outcomes, steering)
+}
+
+async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec<AgentMessage>>) {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; calls.len()];
+    let mut running = FuturesUnordered::new();
+    // Cancelled on abort (with the run) or when steering interrupts the batch.
+    let batch = run.cancel.child_token();
+    for (index, call) in calls.iter().enumerate() {
+        start(run, call);
+        match prepare(run, call).await {
+            Prepared::Answered(outcome) => {
+                end(run, call, &outcome);
+                outcomes[index] = Some(outcome);
+            }
+            Prepared::Ready(tool, args) => {
+                let running_call = execute(run, tool, call, args, batch.clone());
+                running.push(running_call.map(move |outcome| (index, outcome)));
+            }
+        }
+    }
+    let mut steering = None;
+    loop {
+        tokio::select! {
+            biased;
+            finished = running.next() => {
+                let Some((index, outcome)) = finished else { break };
+                end(run, &calls[index], &outcome);
+                outcomes[index] = Some(outcome);
+                if !running.is_empty() && interrupts(run) {
+                    let arrived = take(&run.config.steering).await;
+                    if !arrived.is_empty() {
+                        steering = Some(arrived);
+                        break;
+                    }
+                }
+            }
+            () = run.cancel.cancelled() => break,
+        }
+    }
+    if !running.is_empty() {
+        batch.cancel();
+        let deadline = Instant::now() + run.config.cancel_grace;
+        while let Ok(Some((index, outcome))) =
+            tokio::time::timeout_at(deadline, running.next()).await
+        {
+            let outcome = match (&steering, outcome.is_error) {
+                (Some(_), true) => Outcome::error(SKIPPED),
+                _ => outcome,
+            };
+            end(run, &calls[index], &outcome);
+            outcomes[index] = Some(outcome);
+        }
+        drop(running);
+        for (index, slot) in outcomes.iter_mut().enumerate() {
+            if slot.is_none() {
+                let outcome = match steering {
+                    Some(_) => Outcome::error(SKIPPED),
+                    None => aborted(&calls[index]),
+                };
+                end(run, &calls[index], &outcome);
+                *slot = Some(outcome);
+            }
+        }
+    }
+    let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+    for (call, outcome) in calls.iter().zip(&outcomes) {
+        announce(run, call, outcome);
+    }
+    (outcomes, steering)
+}
+
+fn interrupts(run: &Run) -> bool {
+    run.config.steering_delivery == SteeringDelivery::Interrupt
+        && run.config.steering.is_some()
+        && !run.cancel.is_cancelled()
+}
+
+fn aborted(call: &ToolCall) -> Outcome {
+    Outcome::error(format!(
+        "Tool \"{}\" was aborted before it finished.",
+        call.name
+    ))
+}
+
+/// Finds the tool, checks the arguments and asks `before_tool_call`.
+async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
+    if run.cancel.is_cancelled() {
+        return Prepared::Answered(Outcome::error(format!(
+            "Tool \"{}\" was not executed: the run was aborted.",
+            call.name
+        )));
+    }
+    if let Some(problem) = &call.arguments_error {
+        let received = match problem {
+            ArgumentsError::Truncated { received } | ArgumentsError::Malformed { received, .. } => {
+                received
+            }
+        };
+        return Prepared::Answered(Outcome::error(format!(
+            "Tool call \"{}\" was not executed: {problem}. Received: {received}",
+            call.name
+        )));
+    }
+    let Some(registered) = run.tools.get(&call.name) else {
+        let known: Vec<&str> = run.tools.tools().map(|t| t.name()).collect();
+        return Prepared::Answered(Outcome::error(format!(
+            "Tool \"{}\" not found. Available tools: {}.",
+            call.name,
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    };
+    let args = match registered.check(call.arguments.clone()) {
+        Ok(args) => args,
+        Err(failure) => return Prepared::Answered(Outcome::error(failure)),
+    };
+    let Some(hook) = &run.config.before_tool_call else {
+        return Prepared::Ready(registered.tool.clone(), args);
+    };
+    let info = ToolCallInfo {
+        call: call.clone(),
+        args: args.clone(),
+    };
+    let args = match AssertUnwindSafe(hook(info)).catch_unwind().await {
+        Ok(Ok(BeforeToolCall::Proceed)) => args,
+        Ok(Ok(BeforeToolCall::Rewrite(rewritten))) => rewritten,
+        Ok(Ok(BeforeToolCall::Block { reason, terminate })) => {
+            let mut outcome = Outcome::error(reason);
+            outcome.output.terminate = terminate;
+            return Prepared::Answered(outcome);
+        }
+        Ok(Err(error)) => {
+            return Prepared::Answered(Outcome::error(format!("before_tool_call failed: {error}")));
+        }
+        Err(panic) => {
+            return Prepared::Answered(Outcome::error(format!(
+                "before_tool_call panicked: {}",
+                panic_text(panic)
+            )));
+        }
+    };
+    if run.cancel.is_cancelled() {
+        return Prepared::Answered(aborted(call));
+    }
+    Prepared::Ready(registered.tool.clone(), args)
+}
+
+/// Runs one tool while nothing else runs, honouring an abort.
+async fn execute_alone(
+    run: &Run,
+    tool: Arc<dyn AgentTool>,
+    call: &ToolCall,
+    args: Value,
+) -> Outcome {
+    let running = execute(run, tool, call, args, run.cancel.clone());
+    tokio::pin!(running);
+    tokio::select! {
+        biased;
+        outcome = &mut running => outcome,
+        () = run.cancel.cancelled() => {
+            tokio::time::timeout(run.config.cancel_grace, running).await.unwrap_or_else(|_| aborted(call))
+        }
+    }
+}
+
+/// Runs the tool and `after_tool_call`; a panic or error in either is an error result.
+async fn execute(
+    run: &Run,
+    tool: Arc<dyn AgentTool>,
+    call: &ToolCall,
+    args: Value,
+    token: CancellationToken,
+) -> Outcome {
+    let sink = run.sink().clone();
+    let (id, name) = (call.id.clone(), call.name.clone());
+    let updates = Arc::new(move |partial_result: ToolOutput| {
+        sink(AgentEvent::ToolExecutionUpdate {
+            tool_call_id: id.clone(),
+            tool_name: name.clone(),
+            partial_result,
+        });
+    });
+    let ctx = ToolContext::new(call.id.clone(), token, updates);
+    // The after hook sees the arguments too; copy them only for it.
+    let (args, after) = match run.config.after_tool_call.clone() {
+        Some(hook) => (
+            args.clone(),
+            Some((
+                hook,
+                ToolCallInfo {
+                    call: call.clone(),
+                    args,
+                },
+            )),
+        ),
+        None => (args, None),
+    };
+    let span = tracing::debug_span!("tool", id = %ctx.call_id(), name = %tool.name());
+    let ran = AssertUnwindSafe(tool.execute(args, ctx.clone()))
+        .catch_unwind()
+        .instrument(span)
+        .await;
+    ctx.close();
+    let mut outcome = match ran {
+        Ok(Ok(output)) => Outcome {
+            output,
+            is_error: false,
+        },
+        Ok(Err(error)) => Outcome::error(error.message()),
+        Err(panic) => Outcome::error(format!(
+            "Tool \"{}\" panicked: {}",
+            tool.name(),
+            panic_text(panic)
+        )),
+    };
+    let Some((hook, info)) = after else {
+        return outcome;
+    };
+    let changed = hook(info, outcome.output.clone(), outcome.is_error);
+    match AssertUnwindSafe(changed).catch_unwind().await {
+        Ok(Ok(AfterToolCall {
+            content,
+            details,
+            is_error,
+            terminate,
+        })) => {
+            if let Some(content) = content {
+                outcome.output.content = content;
+            }
+            if let Some(details) = details {
+                outcome.output.details = details;
+            }
+            if let Some(terminate) = terminate {
+                outcome.output.terminate = terminate;
+            }
+            if let Some(is_error) = is_error {
+                outcome.is_error = is_error;
+            }
+            outcome
+        }
+        Ok(Err(error)) => Outcome::error(format!("after_tool_call failed: {error}")),
+        Err(panic) => Outcome::error(format!("after_tool_call panicked: {}", panic_text(panic))),
+    }
+}

@@ -1,0 +1,78 @@
+//! The agent loop of Tiller: a stateless function of (prompts, context, config,
+//! cancellation) that streams the model's turns, runs its tool calls and emits
+//! typed [`AgentEvent`]s, returning only the messages it added.
+//!
+//! The loop knows nothing of actors, queues or stores: steering and follow-up
+//! messages come from callbacks in its [`LoopConfig`], and it never mutates the
+//! caller's context. Its event order follows pi-agent-core (see [`event`]); what it
+//! adds is that every run ends with `agent_end` whatever fails, every tool call is
+//! answered exactly once (also after an abort, a skip or a panic), arguments are
+//! validated against each tool's JSON Schema before it runs, and tool calls cut off
+//! by the token limit never run.
+//!
+//! ```
+//! use futures::StreamExt;
+//! use serde_json::json;
+//! use std::sync::Arc;
+//! use tiller_ai::faux::{FauxProvider, FauxTurn};
+//! use tiller_core::{AgentContext, AgentEvent, AgentMessage, FnTool, LoopConfig, ToolOutput, ToolSet};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // A scripted model that calls the tool, then answers.
+//! let faux = FauxProvider::new();
+//! faux.push(FauxTurn::tool_call("add", json!({"a": 2, "b": "3"})));
+//! faux.push(FauxTurn::text("2 + 3 = 5"));
+//!
+//! let add = FnTool::new(
+//!     "add",
+//!     "Add two integers",
+//!     json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+//!     |args, _ctx| async move {
+//!         Ok(ToolOutput::text((args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)).to_string()))
+//!     },
+//! );
+//! let context = AgentContext {
+//!     system_prompt: Some("Use the tools.".into()),
+//!     messages: vec![],
+//!     tools: ToolSet::new([Arc::new(add) as Arc<dyn tiller_core::AgentTool>]).unwrap(),
+//! };
+//! let config = LoopConfig::new(faux.model());
+//! let mut events = tiller_core::agent_loop(vec![AgentMessage::user("What is 2 + 3?")], context, config, Default::default());
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         AgentEvent::ToolExecutionEnd { tool_name, result, .. } => println!("{tool_name} → {}", result.text_content()),
+//!         AgentEvent::TurnEnd { message, .. } if !message.text().is_empty() => println!("{}", message.text()),
+//!         _ => {}
+//!     }
+//! }
+//! let added = events.result().await;
+//! assert_eq!(added.len(), 4); // the prompt, the call, its result, the answer
+//! # }
+//! ```
+
+pub mod event;
+
+mod config;
+mod execute;
+mod message;
+mod repair;
+mod run;
+mod stream;
+mod tool;
+mod toolset;
+mod validate;
+
+pub use config::{
+    AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
+    ConvertToLlm, LoopConfig, MessageSource, SteeringDelivery, StopWhen, ToolCallInfo,
+    ToolExecutionMode, TransformContext, TurnSummary,
+};
+pub use event::{AgentEvent, RunEnd};
+pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
+pub use run::{
+    AgentContext, ContinueError, EventSink, check_continue, run_loop, run_loop_continue,
+};
+pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
+pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolExecution, ToolOutput};
+pub use toolset::{ToolSet, ToolSetError};

@@ -1,0 +1,163 @@
+//! What an agent's transcript holds: every LLM message, plus application messages
+//! the model never sees unless `convert_to_llm` says so.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_ai::{AssistantMessage, Message, ToolResultMessage, UserMessage, now_ms};
+
+/// One entry of an agent's transcript. Serialized flat: an LLM message keeps its
+/// `role` (`user`, `assistant`, `tool_result`), a custom message has role `custom`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgentMessage {
+    /// A message the model can see.
+    Llm(Message),
+    /// An application message (a notification, a marker, a UI card…).
+    Custom(CustomMessage),
+}
+
+/// An application message: a kind and a JSON payload, kept in the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename = "custom")]
+pub struct CustomMessage {
+    /// What kind of message this is, for the application.
+    pub kind: String,
+    /// Its data.
+    pub payload: Value,
+    /// When it was made, in milliseconds since the Unix epoch.
+    pub timestamp: u64,
+}
+
+impl CustomMessage {
+    /// A custom message stamped now.
+    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+        CustomMessage {
+            kind: kind.into(),
+            payload,
+            timestamp: now_ms(),
+        }
+    }
+}
+
+impl AgentMessage {
+    /// A user message holding one text block.
+    pub fn user(text: impl Into<String>) -> Self {
+        AgentMessage::Llm(Message::user(text))
+    }
+
+    /// The LLM message, unless this is a custom one.
+    pub fn as_llm(&self) -> Option<&Message> {
+        match self {
+            AgentMessage::Llm(message) => Some(message),
+            AgentMessage::Custom(_) => None,
+        }
+    }
+
+    /// The assistant message, if this is one.
+    pub fn as_assistant(&self) -> Option<&AssistantMessage> {
+        match self {
+            AgentMessage::Llm(Message::Assistant(message)) => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The tool result, if this is one.
+    pub fn as_tool_result(&self) -> Option<&ToolResultMessage> {
+        match self {
+            AgentMessage::Llm(Message::ToolResult(message)) => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The role as it appears in JSON.
+    pub fn role(&self) -> &'static str {
+        match self {
+            AgentMessage::Llm(Message::User(_)) => "user",
+            AgentMessage::Llm(Message::Assistant(_)) => "assistant",
+            AgentMessage::Llm(Message::ToolResult(_)) => "tool_result",
+            AgentMessage::Custom(_) => "custom",
+        }
+    }
+}
+
+impl From<Message> for AgentMessage {
+    fn from(message: Message) -> Self {
+        AgentMessage::Llm(message)
+    }
+}
+
+impl From<UserMessage> for AgentMessage {
+    fn from(message: UserMessage) -> Self {
+        AgentMessage::Llm(Message::User(message))
+    }
+}
+
+impl From<AssistantMessage> for AgentMessage {
+    fn from(message: AssistantMessage) -> Self {
+        AgentMessage::Llm(Message::Assistant(message))
+    }
+}
+
+impl From<ToolResultMessage> for AgentMessage {
+    fn from(message: ToolResultMessage) -> Self {
+        AgentMessage::Llm(Message::ToolResult(message))
+    }
+}
+
+impl From<CustomMessage> for AgentMessage {
+    fn from(message: CustomMessage) -> Self {
+        AgentMessage::Custom(message)
+    }
+}
+
+/// The default `convert_to_llm`: every user, assistant and tool-result message as
+/// it is (borrowed, not copied); custom messages dropped.
+pub fn default_convert_to_llm(messages: &[AgentMessage]) -> Vec<Cow<'_, Message>> {
+    messages
+        .iter()
+        .filter_map(|m| m.as_llm().map(Cow::Borrowed))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_serialize_flat_with_their_role() {
+        let custom = AgentMessage::Custom(CustomMessage {
+            kind: "note".into(),
+            payload: json!({"text": "hi"}),
+            timestamp: 5,
+        });
+        let value = serde_json::to_value(&custom).unwrap();
+        assert_eq!(
+            value,
+            json!({"role": "custom", "kind": "note", "payload": {"text": "hi"}, "timestamp": 5})
+        );
+        assert_eq!(
+            serde_json::from_value::<AgentMessage>(value).unwrap(),
+            custom
+        );
+
+        let user = AgentMessage::user("hello");
+        let value = serde_json::to_value(&user).unwrap();
+        assert_eq!(value["role"], "user");
+        assert_eq!(serde_json::from_value::<AgentMessage>(value).unwrap(), user);
+    }
+
+    #[test]
+    fn the_default_conversion_drops_custom_messages_without_copying() {
+        let messages = vec![
+            AgentMessage::user("a"),
+            AgentMessage::Custom(CustomMessage::new("note", json!(null))),
+            AgentMessage::user("b"),
+        ];
+        let converted = default_convert_to_llm(&messages);
+        assert_eq!(converted.len(), 2);
+        assert!(converted.iter().all(|m| matches!(m, Cow::Borrowed(_))));
+    }
+}

@@ -1,0 +1,211 @@
+//! Keeping what the model is sent valid: every tool call answered by exactly one
+//! result right after its assistant message, and no result without its call.
+//!
+//! Runs of this loop never leave an orphan, but transcripts come from elsewhere too
+//! (restored sessions, hand-edited histories, a `transform_context` that pruned
+//! between a call and its result), and providers reject such requests outright.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use tiller_ai::{Content, Message, ToolCall, ToolResultMessage, now_ms};
+
+/// Said in place of a result that was never recorded.
+pub(crate) const MISSING_RESULT: &str =
+    "No result was recorded for this tool call; it did not complete.";
+
+/// `messages` with orphan calls answered by synthetic error results, results moved
+/// next to their calls, and results without a call dropped; unchanged (and not
+/// copied) when already valid. Also says how many messages were added or dropped.
+pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>, usize) {
+    if is_valid(&messages) {
+        return (messages, 0);
+    }
+    let total = messages.len();
+    let mut slots: Vec<Option<Cow<'_, Message>>> = messages.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(total);
+    let mut changes = 0;
+    let mut i = 0;
+    while i < total {
+        let Some(message) = slots[i].take() else {
+            i += 1;
+            continue;
+        };
+        let calls: Vec<(String, String)> = match message.as_ref() {
+            Message::Assistant(assistant) => assistant
+                .tool_calls()
+                .map(|c| (c.id.clone(), c.name.clone()))
+                .collect(),
+            Message::ToolResult(_) => {
+                changes += 1;
+                i += 1;
+                continue;
+            }
+            Message::User(_) => Vec::new(),
+        };
+        out.push(message);
+        i += 1;
+        if calls.is_empty() {
+            continue;
+        }
+        let region_end = (i..total)
+            .find(|&j| matches!(slots[j].as_deref(), Some(Message::Assistant(_))))
+            .unwrap_or(total);
+        let mut results: HashMap<String, Cow<'_, Message>> = HashMap::new();
+        for slot in &mut slots[i..region_end] {
+            if let Some(Message::ToolResult(result)) = slot.as_deref() {
+                let id = result.tool_call_id.clone();
+                let taken = slot.take();
+                if calls.iter().any(|(call_id, _)| *call_id == id) && !results.contains_key(&id) {
+                    results.extend(taken.map(|m| (id, m)));
+                } else {
+                    changes += 1;
+                }
+            }
+        }
+        for (id, name) in &calls {
+            out.push(results.remove(id).unwrap_or_else(|| {
+                changes += 1;
+                Cow::Owned(Message::ToolResult(missing_result(id, name)))
+            }));
+        }
+    }
+    (out, changes)
+}
+
+fn missing_result(id: &str, name: &str) -> ToolResultMessage {
+    let call = ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: serde_json::Value::Null,
+        arguments_error: None,
+    };
+    ToolResultMessage {
+        content: vec![Content::text(MISSING_RESULT)],
+        timestamp: now_ms(),
+        ..ToolResultMessage::text(&call, "", true)
+    }
+}
+
+/// Whether every call is answered right after its message, once, and every
+/// result has its call.
+fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
+    let mut waiting: Vec<&str> = Vec::new();
+    for message in messages {
+        match message.as_ref() {
+            Message::ToolResult(result) => {
+                let Some(at) = waiting.iter().position(|id| *id == result.tool_call_id) else {
+                    return false;
+                };
+                waiting.swap_remove(at);
+            }
+            Message::Assistant(assistant) => {
+                if !waiting.is_empty() {
+                    return false;
+                }
+                waiting.extend(assistant.tool_calls().map(|c| c.id.as_str()));
+            }
+            Message::User(_) => {
+                if !waiting.is_empty() {
+                    return false;
+                }
+            }
+        }
+    }
+    waiting.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tiller_ai::{AssistantContent, AssistantMessage, Model};
+
+    fn assistant(calls: &[&str]) -> Message {
+        let mut message = AssistantMessage::empty(&Model::openai_compatible("http://x/v1", "m"));
+        message.content = calls
+            .iter()
+            .map(|id| {
+                AssistantContent::ToolCall(ToolCall {
+                    id: (*id).into(),
+                    name: "t".into(),
+                    arguments: serde_json::json!({}),
+                    arguments_error: None,
+                })
+            })
+            .collect();
+        Message::Assistant(message)
+    }
+
+    fn result(id: &str) -> Message {
+        let call = ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: serde_json::Value::Null,
+            arguments_error: None,
+        };
+        Message::ToolResult(ToolResultMessage::text(&call, "ok", false))
+    }
+
+    fn shape(messages: &[Cow<'_, Message>]) -> Vec<String> {
+        messages
+            .iter()
+            .map(|m| match m.as_ref() {
+                Message::User(_) => "user".to_owned(),
+                Message::Assistant(a) => format!(
+                    "assistant{:?}",
+                    a.tool_calls().map(|c| c.id.as_str()).collect::<Vec<_>>()
+                ),
+                Message::ToolResult(r) if r.is_error => format!("missing:{}", r.tool_call_id),
+                Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_transcript_is_returned_as_is() {
+        let messages = [
+            Message::user("hi"),
+            assistant(&["a", "b"]),
+            result("b"),
+            result("a"),
+            Message::user("more"),
+        ];
+        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect());
+        assert_eq!(changes, 0);
+        assert!(repaired.iter().all(|m| matches!(m, Cow::Borrowed(_))));
+    }
+
+    #[test]
+    fn orphans_are_answered_results_moved_and_strays_dropped() {
+        let messages = [
+            result("stray"),
+            Message::user("hi"),
+            assistant(&["a", "b"]),
+            result("a"),
+            Message::user("interrupting"),
+            result("b"),
+            result("a"),
+            assistant(&["c"]),
+            Message::user("next"),
+        ];
+        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect());
+        assert_eq!(
+            shape(&repaired),
+            [
+                "user",
+                "assistant[\"a\", \"b\"]",
+                "result:a",
+                "result:b",
+                "user",
+                "assistant[\"c\"]",
+                "missing:c",
+                "user"
+            ]
+        );
+        assert_eq!(changes, 3, "a stray result, a duplicate and a missing one");
+        let Message::ToolResult(missing) = repaired[6].as_ref() else {
+            panic!()
+        };
+        assert_eq!(missing.content, vec![Content::text(MISSING_RESULT)]);
+    }
+}

@@ -1,0 +1,440 @@
+//! The loop: turns of model responses and tool calls, with steering, follow-ups,
+//! stop conditions and abort.
+//!
+//! A run owns its copy of the context and never touches the caller's. It asks for
+//! steering at the start, after tool calls (when steering interrupts) and after each
+//! turn; for follow-ups only when it would otherwise stop. Every failure of a
+//! callback or of the model becomes part of the transcript (an assistant message
+//! with stop reason `error`) and the run still ends with `agent_end`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::{FutureExt, StreamExt};
+use tiller_ai::{
+    AssistantEvent, AssistantMessage, ContextRef, Message, StopReason, StreamError, StreamOptions,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::{LoopConfig, MessageSource, TurnSummary};
+use crate::event::{AgentEvent, RunEnd};
+use crate::execute::{self, Batch};
+use crate::message::{AgentMessage, default_convert_to_llm};
+use crate::repair::repair;
+use crate::toolset::ToolSet;
+
+/// Receives every event of a run, in order. It must not block.
+pub type EventSink = Arc<dyn Fn(AgentEvent) + Send + Sync>;
+
+/// What a run starts from: the system prompt, the transcript and the tools.
+#[derive(Debug, Clone, Default)]
+pub struct AgentContext {
+    /// Instructions sent ahead of the conversation.
+    pub system_prompt: Option<String>,
+    /// The transcript so far.
+    pub messages: Vec<AgentMessage>,
+    /// The tools the model may call.
+    pub tools: ToolSet,
+}
+
+/// Why `continue` cannot start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ContinueError {
+    /// There is nothing to continue from.
+    #[error("cannot continue: the context has no messages")]
+    EmptyContext,
+    /// The model already answered last; a new turn needs a new message first.
+    #[error("cannot continue from an assistant message: add a user message or tool results first")]
+    EndsWithAssistant,
+}
+
+/// Checks that a run can continue from `context`.
+pub fn check_continue(context: &AgentContext) -> Result<(), ContinueError> {
+    match context.messages.last() {
+        None => Err(ContinueError::EmptyContext),
+        Some(message) if message.as_assistant().is_some() => Err(ContinueError::EndsWithAssistant),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Runs the loop to its end from new `prompts`, sending every event to `sink`, and
+/// returns only the messages this run added.
+pub async fn run_loop(
+    prompts: Vec<AgentMessage>,
+    context: AgentContext,
+    config: LoopConfig,
+    cancel: CancellationToken,
+    sink: EventSink,
+) -> Vec<AgentMessage> {
+    guarded(Some(prompts), context, config, cancel, sink).await
+}
+
+/// Runs the loop from the context as it stands (its last message must not be the
+/// assistant's); no events are emitted for existing messages.
+pub async fn run_loop_continue(
+    context: AgentContext,
+    config: LoopConfig,
+    cancel: CancellationToken,
+    sink: EventSink,
+) -> Result<Vec<AgentMessage>, ContinueError> {
+    check_continue(&context)?;
+    Ok(guarded(None, context, config, cancel, sink).await)
+}
+
+/// A run that, should the loop itself panic, still ends with an error message and
+/// `agent_end`.
+async fn guarded(
+    prompts: Option<Vec<AgentMessage>>,
+    context: AgentContext,
+    config: LoopConfig,
+    cancel: CancellationToken,
+    sink: EventSink,
+) -> Vec<AgentMessage> {
+    let span = tracing::info_span!("agent_run", provider = %config.model.provider, model = %config.model.id);
+    let mut failure = AssistantMessage::empty(&config.model);
+    let run = Run::new(context, config, cancel, sink.clone());
+    match AssertUnwindSafe(run.run(prompts))
+        .catch_unwind()
+        .instrument(span)
+        .await
+    {
+        Ok(messages) => messages,
+        Err(panic) => {
+            failure.stop_reason = StopReason::Error;
+            failure.timestamp = tiller_ai::now_ms();
+            failure.error_message = Some(format!("the agent loop failed: {}", panic_text(panic)));
+            let message = AgentMessage::from(failure);
+            sink(AgentEvent::MessageStart {
+                message: Box::new(message.clone()),
+            });
+            sink(AgentEvent::MessageEnd {
+                message: Box::new(message.clone()),
+            });
+            sink(AgentEvent::AgentEnd {
+                messages: vec![message.clone()],
+                reason: RunEnd::Error,
+            });
+            vec![message]
+        }
+    }
+}
+
+/// One run's state.
+pub(crate) struct Run {
+    pub(crate) config: LoopConfig,
+    pub(crate) cancel: CancellationToken,
+    /// The request options of every model call: the config's, with this run's token.
+    options: StreamOptions,
+    sink: EventSink,
+    system_prompt: Option<String>,
+    messages: Vec<AgentMessage>,
+    pub(crate) tools: ToolSet,
+    first_new: usize,
+    turns: u32,
+}
+
+impl Run {
+    fn new(
+        context: AgentContext,
+        config: LoopConfig,
+        cancel: CancellationToken,
+        sink: EventSink,
+    ) -> Self {
+        let options = StreamOptions {
+            cancel: cancel.clone(),
+            ..config.options.clone()
+        };
+        Run {
+            config,
+            cancel,
+            options,
+            sink,
+            system_prompt: context.system_prompt,
+            first_new: context.messages.len(),
+            messages: context.messages,
+            tools: context.tools,
+            turns: 0,
+        }
+    }
+
+    pub(crate) fn emit(&self, event: AgentEvent) {
+        (self.sink)(event);
+    }
+
+    pub(crate) fn sink(&self) -> &EventSink {
+        &self.sink
+    }
+
+    async fn run(mut self, prompts: Option<Vec<AgentMessage>>) -> Vec<AgentMessage> {
+        self.emit(AgentEvent::AgentStart);
+        self.emit(AgentEvent::TurnStart);
+        for prompt in prompts.into_iter().flatten() {
+            self.deliver(prompt);
+        }
+        let pending = take(&self.config.steering).await;
+        let reason = self.turns(pending).await;
+        let messages = self.messages.split_off(self.first_new);
+        self.emit(AgentEvent::AgentEnd {
+            messages: messages.clone(),
+            reason,
+        });
+        messages
+    }
+
+    async fn turns(&mut self, mut pending: Vec<AgentMessage>) -> RunEnd {
+        loop {
+            for message in pending.drain(..) {
+                self.deliver(message);
+            }
+            let turn = self.turns + 1;
+            let span = tracing::debug_span!("turn", turn);
+            let (message, batch) = self.turn().instrument(span).await;
+            self.turns = turn;
+            if matches!(message.stop_reason, StopReason::Error | StopReason::Aborted) {
+                let reason = if message.stop_reason == StopReason::Aborted {
+                    RunEnd::Aborted
+                } else {
+                    RunEnd::Error
+                };
+                self.emit(AgentEvent::TurnEnd {
+                    message: Box::new(message),
+                    tool_results: Vec::new(),
+                });
+                return reason;
+            }
+            let called_tools = message.tool_calls().next().is_some();
+            let stop = self.config.stop_when.as_ref().map(|stop| {
+                let summary = TurnSummary {
+                    turn,
+                    message: &message,
+                    tool_results: &batch.results,
+                };
+                std::panic::catch_unwind(AssertUnwindSafe(|| stop(&summary)))
+            });
+            self.emit(AgentEvent::TurnEnd {
+                message: Box::new(message),
+                tool_results: batch.results,
+            });
+            match stop {
+                Some(Err(panic)) => {
+                    self.deliver_all(batch.steering);
+                    self.fail(format!(
+                        "the stop condition panicked: {}",
+                        panic_text(panic)
+                    ));
+                    return RunEnd::Error;
+                }
+                Some(Ok(true)) => {
+                    self.deliver_all(batch.steering);
+                    return RunEnd::StopCondition;
+                }
+                _ => {}
+            }
+            let wants_model = called_tools && !batch.terminate;
+            pending = match batch.steering {
+                Some(steering) => steering,
+                None => take(&self.config.steering).await,
+            };
+            if !wants_model && pending.is_empty() {
+                pending = take(&self.config.follow_up).await;
+                if pending.is_empty() {
+                    return if called_tools {
+                        RunEnd::ToolsTerminated
+                    } else {
+                        RunEnd::Completed
+                    };
+                }
+            }
+            if self.turns >= self.config.max_turns {
+                self.deliver_all(Some(pending));
+                return RunEnd::TurnLimit;
+            }
+            self.emit(AgentEvent::TurnStart);
+        }
+    }
+
+    /// One model response and its tool calls.
+    async fn turn(&mut self) -> (AssistantMessage, Batch) {
+        let message = self.respond().await;
+        let calls: Vec<_> = message.tool_calls().cloned().collect();
+        let batch = if calls.is_empty()
+            || matches!(message.stop_reason, StopReason::Error | StopReason::Aborted)
+        {
+            Batch::default()
+        } else {
+            execute::run_batch(self, &message, calls).await
+        };
+        for result in &batch.results {
+            self.messages.push(result.clone().into());
+        }
+        (message, batch)
+    }
+
+    /// Adds a message to the transcript with its start and end events.
+    fn deliver(&mut self, message: AgentMessage) {
+        self.emit(AgentEvent::MessageStart {
+            message: Box::new(message.clone()),
+        });
+        self.emit(AgentEvent::MessageEnd {
+            message: Box::new(message.clone()),
+        });
+        self.messages.push(message);
+    }
+
+    fn deliver_all(&mut self, messages: Option<Vec<AgentMessage>>) {
+        for message in messages.into_iter().flatten() {
+            self.deliver(message);
+        }
+    }
+
+    /// Adds an assistant message saying why the run failed.
+    fn fail(&mut self, reason: String) -> AssistantMessage {
+        let message = failed_message(&self.config.model, reason);
+        self.emit(AgentEvent::MessageStart {
+            message: Box::new(message.clone().into()),
+        });
+        self.emit(AgentEvent::MessageEnd {
+            message: Box::new(message.clone().into()),
+        });
+        self.messages.push(message.clone().into());
+        message
+    }
+
+    /// Streams the model's response to the transcript as it stands.
+    async fn respond(&mut self) -> AssistantMessage {
+        if self.cancel.is_cancelled() {
+            let mut message = AssistantMessage::empty(&self.config.model);
+            message.stop_reason = StopReason::Aborted;
+            message.error_message = Some(StreamError::Aborted.to_string());
+            return self.record(message);
+        }
+        let transformed = match &self.config.transform_context {
+            None => None,
+            Some(transform) => {
+                let pending = transform(&self.messages, self.cancel.child_token());
+                match AssertUnwindSafe(pending).catch_unwind().await {
+                    Ok(Ok(messages)) => Some(messages),
+                    Ok(Err(error)) => {
+                        return self.fail(format!("transform_context failed: {error}"));
+                    }
+                    Err(panic) => {
+                        return self
+                            .fail(format!("transform_context panicked: {}", panic_text(panic)));
+                    }
+                }
+            }
+        };
+        if let Some(resolve) = &self.config.api_key_resolver {
+            match AssertUnwindSafe(resolve(&self.config.model.provider))
+                .catch_unwind()
+                .await
+            {
+                Ok(key) => {
+                    self.options.api_key = key.or_else(|| self.config.options.api_key.clone())
+                }
+                Err(panic) => {
+                    return self.fail(format!(
+                        "the API key resolver panicked: {}",
+                        panic_text(panic)
+                    ));
+                }
+            }
+        }
+        let view = transformed.as_deref().unwrap_or(&self.messages);
+        let converted = match &self.config.convert_to_llm {
+            None => Ok(default_convert_to_llm(view)),
+            Some(convert) => std::panic::catch_unwind(AssertUnwindSafe(|| convert(view))),
+        };
+        let llm = match converted {
+            Ok(llm) => llm,
+            Err(panic) => {
+                return self.fail(format!("convert_to_llm panicked: {}", panic_text(panic)));
+            }
+        };
+        let (llm, repaired) = repair(llm);
+        if repaired > 0 {
+            tracing::warn!(
+                repaired,
+                "repaired orphaned tool calls or results before the model call"
+            );
+        }
+        let messages: Vec<&Message> = llm.iter().map(AsRef::as_ref).collect();
+        let context = ContextRef {
+            system_prompt: self.system_prompt.as_deref(),
+            messages: &messages,
+            tools: self.tools.definitions(),
+        };
+        let mut stream = tiller_ai::stream_ref(&self.config.model, context, &self.options);
+        drop(messages);
+        drop(llm);
+
+        let mut last = None;
+        while let Some(event) = stream.next().await {
+            match event {
+                AssistantEvent::Start { message } => self.emit(AgentEvent::MessageStart {
+                    message: Box::new((*message).into()),
+                }),
+                AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. } => {
+                    last = Some(*message);
+                    break;
+                }
+                event => self.emit(AgentEvent::MessageUpdate {
+                    assistant_message_event: event,
+                }),
+            }
+        }
+        let message = last.unwrap_or_else(|| stream.partial().clone());
+        self.emit(AgentEvent::MessageEnd {
+            message: Box::new(message.clone().into()),
+        });
+        self.messages.push(message.clone().into());
+        message
+    }
+
+    /// Adds an assistant message that did not come from the model.
+    fn record(&mut self, message: AssistantMessage) -> AssistantMessage {
+        let mut start = message.clone();
+        start.content.clear();
+        self.emit(AgentEvent::MessageStart {
+            message: Box::new(start.into()),
+        });
+        self.emit(AgentEvent::MessageEnd {
+            message: Box::new(message.clone().into()),
+        });
+        self.messages.push(message.clone().into());
+        message
+    }
+}
+
+/// Takes the queued messages of `source`; a source that panics has none.
+pub(crate) async fn take(source: &Option<MessageSource>) -> Vec<AgentMessage> {
+    let Some(source) = source else {
+        return Vec::new();
+    };
+    match AssertUnwindSafe(source()).catch_unwind().await {
+        Ok(messages) => messages,
+        Err(panic) => {
+            tracing::error!(panic = %panic_text(panic), "a message source panicked; treating it as empty");
+            Vec::new()
+        }
+    }
+}
+
+fn failed_message(model: &tiller_ai::Model, reason: String) -> AssistantMessage {
+    let mut message = AssistantMessage::empty(model);
+    message.stop_reason = StopReason::Error;
+    message.error_message = Some(reason);
+    message
+}
+
+/// The message of a panic payload.
+pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => payload.downcast_ref::<&str>().map_or_else(
+            || "a panic without a message".to_owned(),
+            |s| (*s).to_owned(),
+        ),
+    }
+}

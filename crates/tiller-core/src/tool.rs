@@ -1,0 +1,321 @@
+//! Tools: what an agent can do besides talk.
+//!
+//! A tool has a name, a description and a JSON Schema for its arguments; the loop
+//! validates the model's arguments against the schema before [`AgentTool::execute`]
+//! runs, so a tool only ever sees arguments that match it. A tool reports progress
+//! through [`ToolContext::update`] and must stop soon after
+//! [`ToolContext::cancel`] fires. Its output is text and images for the model plus
+//! JSON details for the application; an `Err` becomes an error result the model
+//! reads — no tool outcome, not even a panic, ends the run.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_ai::Content;
+use tokio_util::sync::CancellationToken;
+
+/// A tool an agent can call.
+///
+/// ```
+/// use futures::future::BoxFuture;
+/// use serde_json::{Value, json};
+/// use tiller_core::{AgentTool, ToolContext, ToolError, ToolOutput};
+///
+/// struct Add {
+///     schema: Value,
+/// }
+///
+/// impl AgentTool for Add {
+///     fn name(&self) -> &str { "add" }
+///     fn description(&self) -> &str { "Add two integers" }
+///     fn parameters(&self) -> &Value { &self.schema }
+///     fn execute<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+///         Box::pin(async move {
+///             let (a, b) = (args["a"].as_i64().unwrap_or(0), args["b"].as_i64().unwrap_or(0));
+///             Ok(ToolOutput::text((a + b).to_string()))
+///         })
+///     }
+/// }
+/// # let _ = Add { schema: json!({"type": "object"}) };
+/// ```
+pub trait AgentTool: Send + Sync + 'static {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// A human-readable label for interfaces; the name by default.
+    fn label(&self) -> &str {
+        self.name()
+    }
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// The JSON Schema of the arguments (an object schema).
+    fn parameters(&self) -> &Value;
+
+    /// Whether the tool may run beside others of the same turn.
+    fn execution(&self) -> ToolExecution {
+        ToolExecution::Parallel
+    }
+
+    /// Runs the tool with validated arguments.
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// Whether a tool may run beside other tools of the same turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolExecution {
+    /// It may run at the same time as the turn's other tools.
+    #[default]
+    Parallel,
+    /// It must run alone: a turn that calls it runs all its tools one at a time.
+    Sequential,
+}
+
+/// What a tool returns to the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// What the model sees: text and images.
+    pub content: Vec<Content>,
+    /// Structured details for the application; never sent to the model.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+    /// Asks the run to stop after this turn; it stops when every result of the
+    /// turn asks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
+}
+
+impl ToolOutput {
+    /// An output of one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: vec![Content::text(text)],
+            ..ToolOutput::default()
+        }
+    }
+
+    /// The same output with these details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    /// The same output, asking the run to stop after this turn.
+    pub fn terminating(mut self) -> Self {
+        self.terminate = true;
+        self
+    }
+
+    /// The text blocks joined.
+    pub fn text_content(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|c| match c {
+                Content::Text(t) => Some(t.text.as_str()),
+                Content::Image(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// A tool's failure. It becomes an error result with this message; the run goes on.
+///
+/// Any error type converts into it, so `?` works inside tools.
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
+    fn from(error: E) -> Self {
+        ToolError::new(error.to_string())
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ToolError").field(&self.message).finish()
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
+
+/// What a running tool gets from the loop.
+#[derive(Clone)]
+pub struct ToolContext {
+    call_id: String,
+    cancel: CancellationToken,
+    update: UpdateFn,
+    open: Arc<AtomicBool>,
+}
+
+impl ToolContext {
+    pub(crate) fn new(call_id: String, cancel: CancellationToken, update: UpdateFn) -> Self {
+        ToolContext {
+            call_id,
+            cancel,
+            update,
+            open: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// A context for running a tool outside a loop (in a test, say): updates go to `on_update`.
+    pub fn detached(
+        call_id: impl Into<String>,
+        cancel: CancellationToken,
+        on_update: impl Fn(ToolOutput) + Send + Sync + 'static,
+    ) -> Self {
+        ToolContext::new(call_id.into(), cancel, Arc::new(on_update))
+    }
+
+    /// The id of the call being answered.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// Fires when the run is aborted or the call is skipped; the tool should stop.
+    pub fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Reports a partial result (a `tool_execution_update` event). Ignored once the
+    /// tool has finished.
+    pub fn update(&self, partial: ToolOutput) {
+        if self.open.load(Ordering::Acquire) {
+            (self.update)(partial);
+        }
+    }
+
+    /// Stops further updates.
+    pub(crate) fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call_id)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+type ToolFn =
+    dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> + Send + Sync;
+
+/// A tool made from a name, a description, a schema and an async function.
+///
+/// ```
+/// use serde_json::json;
+/// use tiller_core::{FnTool, ToolOutput};
+/// let echo = FnTool::new(
+///     "echo",
+///     "Repeat the text",
+///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     |args, _ctx| async move { Ok(ToolOutput::text(args["text"].as_str().unwrap_or_default())) },
+/// );
+/// ```
+pub struct FnTool {
+    name: String,
+    label: Option<String>,
+    description: String,
+    parameters: Value,
+    execution: ToolExecution,
+    run: Box<ToolFn>,
+}
+
+impl FnTool {
+    /// A tool running `run` for each call.
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        run: F,
+    ) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        FnTool {
+            name: name.into(),
+            label: None,
+            description: description.into(),
+            parameters,
+            execution: ToolExecution::Parallel,
+            run: Box::new(move |args, ctx| Box::pin(run(args, ctx))),
+        }
+    }
+
+    /// The same tool with an interface label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The same tool, made to run alone.
+    pub fn sequential(mut self) -> Self {
+        self.execution = ToolExecution::Sequential;
+        self
+    }
+}
+
+impl AgentTool for FnTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn execution(&self) -> ToolExecution {
+        self.execution
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        (self.run)(args, ctx)
+    }
+}

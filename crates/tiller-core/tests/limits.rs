@@ -1,0 +1,295 @@
+//! Ending well: turn limits and stop conditions end runs visibly, orphaned calls are
+//! answered before the model sees them, and failing callbacks end the run with an
+//! error message instead of leaving it hanging.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{collect, config, context, describe, echo, end_reason, lines, log, roles};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller_ai::faux::{FauxProvider, FauxTurn};
+use tiller_ai::{
+    AssistantContent, AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage,
+};
+use tiller_core::{AgentMessage, RunEnd, agent_loop};
+
+fn always_calling_echo(faux: &FauxProvider) {
+    faux.respond_with(|_| FauxTurn::tool_call("echo", json!({"value": "again"})));
+}
+
+#[tokio::test]
+async fn the_turn_limit_ends_a_run_that_would_go_on() {
+    let faux = FauxProvider::new();
+    always_calling_echo(&faux);
+    let mut config = config(&faux);
+    config.max_turns = 2;
+    let ran = log();
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("loop")],
+        context(vec![echo(&ran)], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(faux.requests().len(), 2);
+    assert_eq!(
+        roles(&messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "assistant",
+            "tool_result"
+        ]
+    );
+    assert_eq!(end_reason(&events), RunEnd::TurnLimit);
+}
+
+#[tokio::test]
+async fn the_default_turn_limit_is_fifty() {
+    let faux = FauxProvider::new();
+    always_calling_echo(&faux);
+    let ran = log();
+    let (events, _) = collect(agent_loop(
+        vec![AgentMessage::user("loop")],
+        context(vec![echo(&ran)], vec![]),
+        config(&faux),
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(
+        (faux.requests().len(), end_reason(&events)),
+        (50, RunEnd::TurnLimit)
+    );
+}
+
+#[tokio::test]
+async fn a_stop_condition_ends_the_run_after_its_turn() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("echo", json!({"value": "work"})));
+    faux.push(
+        FauxTurn::new()
+            .with_text("All done.")
+            .with_tool_call("finish", json!({"value": "x"})),
+    );
+    let steering_polls = Arc::new(AtomicUsize::new(0));
+    let follow_up_polls = Arc::new(AtomicUsize::new(0));
+    let config = {
+        let (s, f) = (steering_polls.clone(), follow_up_polls.clone());
+        config(&faux)
+            .with_steering(move || {
+                s.fetch_add(1, Ordering::SeqCst);
+                async { vec![] }
+            })
+            .with_follow_up(move || {
+                f.fetch_add(1, Ordering::SeqCst);
+                async { vec![AgentMessage::user("should stay queued")] }
+            })
+            .with_stop_when(|turn| {
+                turn.called("finish") && turn.text() == "All done." && turn.turn == 2
+            })
+    };
+    let ran = log();
+    let finish = Arc::new(tiller_core::FnTool::new(
+        "finish",
+        "Finish",
+        common::value_schema(),
+        |_, _| async { Ok(tiller_core::ToolOutput::text("finished")) },
+    ));
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("go")],
+        context(vec![echo(&ran), finish], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(end_reason(&events), RunEnd::StopCondition);
+    assert_eq!(
+        roles(&messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "assistant",
+            "tool_result"
+        ]
+    );
+    assert_eq!(
+        steering_polls.load(Ordering::SeqCst),
+        2,
+        "at the start and after the first turn"
+    );
+    assert_eq!(
+        follow_up_polls.load(Ordering::SeqCst),
+        0,
+        "follow-ups stay queued"
+    );
+}
+
+fn assistant_calling(ids: &[&str]) -> AgentMessage {
+    let mut message = AssistantMessage::empty(&tiller_ai::Model::openai_compatible(
+        "http://unused/v1",
+        "m",
+    ));
+    message.stop_reason = StopReason::ToolUse;
+    message.content = ids
+        .iter()
+        .map(|id| {
+            AssistantContent::ToolCall(ToolCall {
+                id: (*id).into(),
+                name: "echo".into(),
+                arguments: json!({"value": "v"}),
+                arguments_error: None,
+            })
+        })
+        .collect();
+    message.into()
+}
+
+fn result_for(id: &str) -> AgentMessage {
+    let call = ToolCall {
+        id: id.into(),
+        name: "echo".into(),
+        arguments: json!({}),
+        arguments_error: None,
+    };
+    ToolResultMessage::text(&call, "old result", false).into()
+}
+
+#[tokio::test]
+async fn orphans_in_the_transcript_are_answered_before_the_model_sees_it() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("fine"));
+    let history = vec![
+        result_for("stray"),
+        AgentMessage::user("earlier"),
+        assistant_calling(&["x", "y"]),
+        result_for("y"),
+    ];
+    let ran = log();
+    let (_, messages) = collect(agent_loop(
+        vec![AgentMessage::user("now")],
+        context(vec![echo(&ran)], history),
+        config(&faux),
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant"],
+        "the history itself is not rewritten"
+    );
+    let sent: Vec<String> = faux.requests()[0]
+        .context
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::User(_) => "user".to_owned(),
+            Message::Assistant(_) => "assistant".to_owned(),
+            Message::ToolResult(r) => format!(
+                "{}:{}",
+                r.tool_call_id,
+                if r.is_error { "error" } else { "ok" }
+            ),
+        })
+        .collect();
+    assert_eq!(sent, ["user", "assistant", "x:error", "y:ok", "user"]);
+}
+
+#[tokio::test]
+async fn a_failing_transform_ends_the_run_with_an_error_message() {
+    let faux = FauxProvider::new();
+    let config =
+        config(&faux).with_transform_context(|_, _| async { Err("the summarizer is down".into()) });
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("hi")],
+        context(vec![], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(
+        describe(&events)[4..].to_vec(),
+        lines(&[
+            "message_start assistant",
+            "message_end assistant",
+            "turn_end Error []",
+            "agent_end Error 2"
+        ])
+    );
+    let failed = messages[1].as_assistant().unwrap();
+    assert_eq!(
+        failed.error_message.as_deref(),
+        Some("transform_context failed: the summarizer is down")
+    );
+    assert!(faux.requests().is_empty());
+}
+
+#[tokio::test]
+async fn panicking_callbacks_end_the_run_or_are_contained() {
+    let faux = FauxProvider::new();
+    let config = config(&faux).with_convert_to_llm(|_| panic!("converter bug"));
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("hi")],
+        context(vec![], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(end_reason(&events), RunEnd::Error);
+    assert_eq!(
+        messages[1].as_assistant().unwrap().error_message.as_deref(),
+        Some("convert_to_llm panicked: converter bug")
+    );
+
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("answer"));
+    let config = common::config(&faux)
+        .with_steering(|| async { panic!("queue bug") })
+        .with_stop_when(|_| panic!("predicate bug"));
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("hi")],
+        context(vec![], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(roles(&messages), ["user", "assistant", "assistant"]);
+    assert_eq!(
+        messages[1].as_assistant().unwrap().text(),
+        "answer",
+        "a panicking steering source counts as empty"
+    );
+    assert_eq!(
+        messages[2].as_assistant().unwrap().error_message.as_deref(),
+        Some("the stop condition panicked: predicate bug")
+    );
+    assert_eq!(end_reason(&events), RunEnd::Error);
+}
+
+#[tokio::test]
+async fn a_failed_model_response_ends_the_run() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("partial").fail("overloaded"));
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("hi")],
+        context(vec![], vec![]),
+        config(&faux),
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(end_reason(&events), RunEnd::Error);
+    let reply = messages[1].as_assistant().unwrap();
+    assert_eq!(
+        (reply.text().as_str(), reply.error_message.as_deref()),
+        ("partial", Some("faux provider: overloaded"))
+    );
+    assert!(
+        matches!(events[events.len() - 2], tiller_core::AgentEvent::TurnEnd { ref tool_results, .. } if tool_results.is_empty())
+    );
+}
