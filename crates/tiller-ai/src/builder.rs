@@ -198,7 +198,7 @@ impl MessageBuilder {
             if let Some(AssistantContent::ToolCall(call)) =
                 self.partial.message_mut().content.get_mut(content_index)
             {
-                *call = finished_call(call, &text, json::parse_complete(&text), true);
+                **call = finished_call(call, &text, json::parse_complete(&text), true);
             }
         }
         let reason = if error == StreamError::Aborted {

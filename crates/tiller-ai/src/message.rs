@@ -15,15 +15,18 @@ use crate::model::{Api, Model};
 use crate::usage::Usage;
 
 /// One message of a conversation, tagged by its `role`.
+///
+/// The larger kinds are boxed, so a message is small to store and move (agents keep
+/// many of them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// What the user said.
     User(UserMessage),
     /// What the model answered.
-    Assistant(AssistantMessage),
+    Assistant(Box<AssistantMessage>),
     /// The answer to one tool call.
-    ToolResult(ToolResultMessage),
+    ToolResult(Box<ToolResultMessage>),
 }
 
 impl Message {
@@ -41,13 +44,13 @@ impl From<UserMessage> for Message {
 
 impl From<AssistantMessage> for Message {
     fn from(message: AssistantMessage) -> Self {
-        Message::Assistant(message)
+        Message::Assistant(Box::new(message))
     }
 }
 
 impl From<ToolResultMessage> for Message {
     fn from(message: ToolResultMessage) -> Self {
-        Message::ToolResult(message)
+        Message::ToolResult(Box::new(message))
     }
 }
 
@@ -101,8 +104,8 @@ pub enum AssistantContent {
     Text(TextContent),
     /// The model's reasoning.
     Thinking(ThinkingContent),
-    /// A request to run a tool.
-    ToolCall(ToolCall),
+    /// A request to run a tool (boxed: it is the largest block).
+    ToolCall(Box<ToolCall>),
 }
 
 /// Text, with the provider's signature when it sends one.
@@ -233,7 +236,7 @@ impl AssistantMessage {
     /// The tool calls, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.content.iter().filter_map(|block| match block {
-            AssistantContent::ToolCall(call) => Some(call),
+            AssistantContent::ToolCall(call) => Some(&**call),
             _ => None,
         })
     }

@@ -124,12 +124,12 @@ impl PartialMessage {
                 name,
             } => {
                 if *content_index == content.len() {
-                    content.push(AssistantContent::ToolCall(ToolCall {
+                    content.push(AssistantContent::ToolCall(Box::new(ToolCall {
                         id: id.clone(),
                         name: name.clone(),
                         arguments: Value::Object(Map::new()),
                         arguments_error: None,
-                    }));
+                    })));
                     self.arguments.push(ArgumentText {
                         content_index: *content_index,
                         json: String::new(),
@@ -146,7 +146,7 @@ impl PartialMessage {
                 tool_call,
             } => {
                 if let Some(AssistantContent::ToolCall(call)) = content.get_mut(*content_index) {
-                    *call = (**tool_call).clone();
+                    call.clone_from(tool_call);
                 }
                 self.arguments.retain(|a| a.content_index != *content_index);
             }

@@ -180,7 +180,7 @@ fn the_exact_events_of_a_zero_argument_call() {
     let mut message = final_message(&events).clone();
     assert_eq!(
         message.content,
-        vec![AssistantContent::ToolCall(call.clone())]
+        vec![AssistantContent::ToolCall(Box::new(call.clone()))]
     );
     assert_eq!((message.usage.input, message.usage.output), (575, 35));
     let done = AssistantEvent::Done {

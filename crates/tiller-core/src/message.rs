@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, Message, ToolResultMessage, UserMessage, now_ms};
 
-/// One entry of an agent's transcript. Serialized flat: an LLM message keeps its
+/// One entry of an agent's transcript, small to store (its larger kinds are
+/// boxed). Serialized flat: an LLM message keeps its
 /// `role` (`user`, `assistant`, `tool_result`), a custom message has role `custom`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -15,7 +16,7 @@ pub enum AgentMessage {
     /// A message the model can see.
     Llm(Message),
     /// An application message (a notification, a marker, a UI card…).
-    Custom(CustomMessage),
+    Custom(Box<CustomMessage>),
 }
 
 /// An application message: a kind and a JSON payload, kept in the transcript.
@@ -96,19 +97,19 @@ impl From<UserMessage> for AgentMessage {
 
 impl From<AssistantMessage> for AgentMessage {
     fn from(message: AssistantMessage) -> Self {
-        AgentMessage::Llm(Message::Assistant(message))
+        AgentMessage::Llm(Message::Assistant(Box::new(message)))
     }
 }
 
 impl From<ToolResultMessage> for AgentMessage {
     fn from(message: ToolResultMessage) -> Self {
-        AgentMessage::Llm(Message::ToolResult(message))
+        AgentMessage::Llm(Message::ToolResult(Box::new(message)))
     }
 }
 
 impl From<CustomMessage> for AgentMessage {
     fn from(message: CustomMessage) -> Self {
-        AgentMessage::Custom(message)
+        AgentMessage::Custom(Box::new(message))
     }
 }
 
@@ -128,7 +129,7 @@ mod tests {
 
     #[test]
     fn messages_serialize_flat_with_their_role() {
-        let custom = AgentMessage::Custom(CustomMessage {
+        let custom = AgentMessage::from(CustomMessage {
             kind: "note".into(),
             payload: json!({"text": "hi"}),
             timestamp: 5,
@@ -153,7 +154,7 @@ mod tests {
     fn the_default_conversion_drops_custom_messages_without_copying() {
         let messages = vec![
             AgentMessage::user("a"),
-            AgentMessage::Custom(CustomMessage::new("note", json!(null))),
+            CustomMessage::new("note", json!(null)).into(),
             AgentMessage::user("b"),
         ];
         let converted = default_convert_to_llm(&messages);

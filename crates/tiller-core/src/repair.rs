@@ -66,7 +66,7 @@ pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>,
         for (id, name) in &calls {
             out.push(results.remove(id).unwrap_or_else(|| {
                 changes += 1;
-                Cow::Owned(Message::ToolResult(missing_result(id, name)))
+                Cow::Owned(missing_result(id, name).into())
             }));
         }
     }
@@ -125,15 +125,15 @@ mod tests {
         message.content = calls
             .iter()
             .map(|id| {
-                AssistantContent::ToolCall(ToolCall {
+                AssistantContent::ToolCall(Box::new(ToolCall {
                     id: (*id).into(),
                     name: "t".into(),
                     arguments: serde_json::json!({}),
                     arguments_error: None,
-                })
+                }))
             })
             .collect();
-        Message::Assistant(message)
+        message.into()
     }
 
     fn result(id: &str) -> Message {
@@ -143,7 +143,7 @@ mod tests {
             arguments: serde_json::Value::Null,
             arguments_error: None,
         };
-        Message::ToolResult(ToolResultMessage::text(&call, "ok", false))
+        ToolResultMessage::text(&call, "ok", false).into()
     }
 
     fn shape(messages: &[Cow<'_, Message>]) -> Vec<String> {

@@ -532,7 +532,7 @@ async fn steering_queued_before_the_run_joins_the_first_turn() {
 async fn custom_messages_stay_in_the_transcript_but_not_in_the_request() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Response"));
-    let notification = AgentMessage::Custom(CustomMessage::new(
+    let notification = AgentMessage::from(CustomMessage::new(
         "notification",
         json!({"text": "This is a notification"}),
     ));
@@ -658,7 +658,7 @@ async fn continue_emits_no_events_for_existing_messages() {
 async fn continue_from_a_custom_message_the_converter_turns_into_a_user_message() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Response to custom message"));
-    let hook = AgentMessage::Custom(CustomMessage::new("hook", json!({"text": "Hook content"})));
+    let hook = AgentMessage::from(CustomMessage::new("hook", json!({"text": "Hook content"})));
     let config = config(&faux).with_convert_to_llm(|messages| {
         messages
             .iter()

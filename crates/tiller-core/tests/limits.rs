@@ -140,12 +140,12 @@ fn assistant_calling(ids: &[&str]) -> AgentMessage {
     message.content = ids
         .iter()
         .map(|id| {
-            AssistantContent::ToolCall(ToolCall {
+            AssistantContent::ToolCall(Box::new(ToolCall {
                 id: (*id).into(),
                 name: "echo".into(),
                 arguments: json!({"value": "v"}),
                 arguments_error: None,
-            })
+            }))
         })
         .collect();
     message.into()

@@ -417,7 +417,7 @@ pub(crate) fn import_request(
         for call in message.tool_calls() {
             call_names.insert(call.id.clone(), call.name.clone());
         }
-        context.messages.push(Message::Assistant(message.clone()));
+        context.messages.push(message.clone().into());
     };
     if provider == "anthropic" {
         context.system_prompt = body.get("system").map(joined_text);
@@ -429,19 +429,14 @@ pub(crate) fn import_request(
             let mut user = Vec::new();
             for block in blocks(&turn["content"]) {
                 match block["type"].as_str().unwrap() {
-                    "tool_result" => {
-                        context
-                            .messages
-                            .push(Message::ToolResult(ToolResultMessage {
-                                tool_call_id: block["tool_use_id"].as_str().unwrap().to_owned(),
-                                tool_name: call_names[block["tool_use_id"].as_str().unwrap()]
-                                    .clone(),
-                                content: blocks(&block["content"]).iter().map(content).collect(),
-                                details: Value::Null,
-                                is_error: block["is_error"].as_bool().unwrap_or(false),
-                                timestamp: 0,
-                            }))
-                    }
+                    "tool_result" => context.messages.push(Message::from(ToolResultMessage {
+                        tool_call_id: block["tool_use_id"].as_str().unwrap().to_owned(),
+                        tool_name: call_names[block["tool_use_id"].as_str().unwrap()].clone(),
+                        content: blocks(&block["content"]).iter().map(content).collect(),
+                        details: Value::Null,
+                        is_error: block["is_error"].as_bool().unwrap_or(false),
+                        timestamp: 0,
+                    })),
                     _ => user.push(content(&block)),
                 }
             }
@@ -468,16 +463,14 @@ pub(crate) fn import_request(
                 "assistant" => next_assistant(&mut context, &mut call_names),
                 "tool" => {
                     let id = message["tool_call_id"].as_str().unwrap();
-                    context
-                        .messages
-                        .push(Message::ToolResult(ToolResultMessage {
-                            tool_call_id: id.to_owned(),
-                            tool_name: call_names[id].clone(),
-                            content: vec![Content::text(joined_text(&message["content"]))],
-                            details: Value::Null,
-                            is_error: false,
-                            timestamp: 0,
-                        }));
+                    context.messages.push(Message::from(ToolResultMessage {
+                        tool_call_id: id.to_owned(),
+                        tool_name: call_names[id].clone(),
+                        content: vec![Content::text(joined_text(&message["content"]))],
+                        details: Value::Null,
+                        is_error: false,
+                        timestamp: 0,
+                    }));
                 }
                 _ => context.messages.push(Message::User(UserMessage {
                     content: blocks(&message["content"]).iter().map(content).collect(),
