@@ -83,6 +83,18 @@ impl AgentMessage {
     }
 }
 
+impl From<&str> for AgentMessage {
+    fn from(text: &str) -> Self {
+        AgentMessage::user(text)
+    }
+}
+
+impl From<String> for AgentMessage {
+    fn from(text: String) -> Self {
+        AgentMessage::user(text)
+    }
+}
+
 impl From<Message> for AgentMessage {
     fn from(message: Message) -> Self {
         AgentMessage::Llm(message)

@@ -1,0 +1,55 @@
+//! What can go wrong when talking to an agent or a supervisor.
+
+/// Why an agent refused or could not carry out a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// A prompt without messages.
+    #[error("a prompt needs at least one message")]
+    EmptyPrompt,
+    /// A run is active; a second one cannot start.
+    #[error(
+        "the agent is busy with a run: use steer() to redirect it or follow_up() to queue work for after it"
+    )]
+    Busy,
+    /// The agent has no model to call.
+    #[error("the agent has no model: set one with set_model() first")]
+    NoModel,
+    /// There is no message to continue from.
+    #[error("nothing to continue: the transcript is empty")]
+    NothingToContinue,
+    /// The transcript ends with the model's answer and no message is queued.
+    #[error(
+        "cannot continue from an assistant message: prompt, or queue a steering or follow-up message first"
+    )]
+    CannotContinueFromAssistant,
+    /// The agent was stopped (by its supervisor, by shutdown, or for failing too often).
+    #[error("the agent is stopped: {reason}")]
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+    /// The agent failed while carrying out this request and has been restarted; the
+    /// request may be retried.
+    #[error("the agent failed while handling the request and was restarted: {reason}")]
+    Failed {
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// Why an agent could not be spawned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// Another agent has this id.
+    #[error("an agent with id `{0}` already exists")]
+    IdTaken(String),
+    /// Another agent has this name.
+    #[error("an agent named `{0}` already exists")]
+    NameTaken(String),
+    /// The supervisor is shut down.
+    #[error("the supervisor is shut down")]
+    ShutDown,
+    /// The actor runtime refused to start an actor.
+    #[error("the actor runtime could not start an actor: {0}")]
+    Runtime(String),
+}

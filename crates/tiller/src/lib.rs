@@ -1,0 +1,78 @@
+//! Tiller: every LLM agent a long-lived, supervised actor.
+//!
+//! A [`Supervisor`] spawns agents; an [`AgentHandle`] prompts one, steers it while it
+//! works, queues follow-ups, subscribes to its events, aborts and resets it. Each run
+//! is [`tiller_core`]'s stateless loop on its own task, streaming model turns
+//! ([`tiller_ai`]) and tool executions back to the agent's actor, which keeps the
+//! agent's state and fans the events out to subscribers. This crate re-exports what a
+//! host needs, so `tiller` is the one dependency to add.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use futures::StreamExt;
+//! use serde_json::json;
+//! use tiller::{AgentSettings, AgentSpec, FnTool, Supervisor, ToolOutput, ToolSet};
+//! use tiller::faux::{FauxProvider, FauxTurn};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A scripted model: it calls the clock, then answers. Use a real one with
+//! // `tiller::catalog::find("openai/gpt-4o-mini")`.
+//! let faux = FauxProvider::new();
+//! faux.push(FauxTurn::tool_call("clock", json!({})));
+//! faux.push(FauxTurn::text("It is noon.").chunk_size(4));
+//!
+//! let clock = FnTool::new("clock", "The current time", json!({"type": "object"}), |_, _| async {
+//!     Ok(ToolOutput::text("12:00"))
+//! });
+//! let settings = AgentSettings::new(faux.model())
+//!     .with_system_prompt("Answer briefly.")
+//!     .with_tools(ToolSet::new([Arc::new(clock) as Arc<dyn tiller::AgentTool>])?);
+//!
+//! let supervisor = Supervisor::start().await?;
+//! let agent = supervisor.spawn(AgentSpec::new(settings).with_name("assistant"))?;
+//! let mut events = agent.subscribe();
+//! agent.prompt("What time is it?").await?;
+//! while let Some(envelope) = events.next().await {
+//!     if let tiller::Delivered::Event(tiller::AgentEvent::AgentEnd { .. }) = envelope.event {
+//!         break;
+//!     }
+//! }
+//! let state = agent.state().await?;
+//! assert_eq!(state.messages.len(), 4); // question, tool call, tool result, answer
+//! supervisor.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The guarantees — what happens on abort, reset, failure, lag and shutdown — are
+//! written down in [`runtime_semantics`].
+
+mod actor;
+mod cell;
+mod error;
+mod handle;
+mod runtime;
+mod settings;
+mod state;
+mod subscription;
+mod supervisor;
+
+#[doc = include_str!("../../../docs/runtime-semantics.md")]
+pub mod runtime_semantics {}
+
+pub use error::{AgentError, SpawnError};
+pub use handle::AgentHandle;
+pub use settings::{AgentHooks, AgentSettings, OnMessage, QueueMode};
+pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
+pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
+pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
+
+pub use tiller_ai::{
+    self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Message, Model,
+    StopReason, StreamOptions, ThinkingLevel, ToolCall, Usage, catalog, faux,
+};
+pub use tiller_core::{
+    self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, SteeringDelivery,
+    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet,
+};

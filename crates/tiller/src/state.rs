@@ -1,0 +1,112 @@
+//! What an agent looks like from outside: a snapshot of its state, its status, and
+//! the outcome of a run.
+
+use serde::Serialize;
+use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Usage};
+use tiller_core::{RunEnd, ToolSet};
+
+use crate::AgentMessage;
+use crate::subscription::AgentId;
+
+/// A snapshot of an agent's state.
+#[derive(Debug, Clone)]
+pub struct AgentState {
+    /// Instructions sent ahead of the conversation.
+    pub system_prompt: Option<String>,
+    /// The model.
+    pub model: Option<Model>,
+    /// How hard the model thinks.
+    pub thinking_level: ThinkingLevel,
+    /// The tools.
+    pub tools: ToolSet,
+    /// The transcript; grows by one message each `message_end`.
+    pub messages: Vec<AgentMessage>,
+    /// Whether a run is active.
+    pub is_streaming: bool,
+    /// The assistant message being streamed, as far as it got.
+    pub streaming_message: Option<AssistantMessage>,
+    /// Ids of tool calls started and not yet finished.
+    pub pending_tool_calls: Vec<String>,
+    /// The error of the last run's last turn, if it ended in one.
+    pub error: Option<String>,
+}
+
+/// Whether an agent is working.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// Waiting for work.
+    Idle,
+    /// A run is active.
+    Running,
+    /// Stopped for good.
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An agent as a supervisor lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentInfo {
+    /// Its id.
+    pub id: AgentId,
+    /// Its unique name, if it has one.
+    pub name: Option<String>,
+    /// Whether it is working.
+    #[serde(flatten)]
+    pub status: AgentStatus,
+}
+
+/// What one run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The messages the run added, in order.
+    pub messages: Vec<AgentMessage>,
+    /// Why the run ended.
+    pub end: RunEnd,
+}
+
+impl RunOutcome {
+    /// The run's last assistant message.
+    pub fn final_message(&self) -> Option<&AssistantMessage> {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(AgentMessage::as_assistant)
+    }
+
+    /// The text of the last assistant message.
+    pub fn text(&self) -> String {
+        self.final_message()
+            .map(AssistantMessage::text)
+            .unwrap_or_default()
+    }
+
+    /// The tool calls of the final turn.
+    pub fn tool_calls(&self) -> Vec<&ToolCall> {
+        self.final_message()
+            .map(|m| m.tool_calls().collect())
+            .unwrap_or_default()
+    }
+
+    /// Tokens and cost of every response of the run.
+    pub fn usage(&self) -> Usage {
+        let mut total = Usage::default();
+        for message in self.messages.iter().filter_map(AgentMessage::as_assistant) {
+            total += message.usage;
+        }
+        total
+    }
+
+    /// Why the last response ended.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.final_message().map(|m| m.stop_reason)
+    }
+
+    /// The last response's error, if it failed.
+    pub fn error(&self) -> Option<&str> {
+        self.final_message()
+            .and_then(|m| m.error_message.as_deref())
+    }
+}

@@ -1,0 +1,291 @@
+//! Subscribers: every event of an agent, wrapped in an envelope with the agent's id
+//! and a per-agent sequence number, through a bounded queue per subscriber.
+//!
+//! Publishing never waits for a subscriber. One whose queue is full loses its oldest
+//! events, is told exactly how many it missed (a `lagged` notice, numbered like the
+//! first event missed) and goes on with the oldest event still queued; the others are
+//! not slowed. Each subscriber picks its own bound. Dropping a [`Subscription`]
+//! unsubscribes.
+
+use std::borrow::Borrow;
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use tiller_core::AgentEvent;
+
+/// An agent's id.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AgentId(Arc<str>);
+
+impl AgentId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for AgentId {
+    fn from(id: &str) -> Self {
+        AgentId(id.into())
+    }
+}
+
+impl From<String> for AgentId {
+    fn from(id: String) -> Self {
+        AgentId(id.into())
+    }
+}
+
+impl Borrow<str> for AgentId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// One delivery to a subscriber: `{"agent_id": …, "seq": …, "event": {"type": …}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// The agent's sequence number for this delivery, rising by one per event.
+    pub seq: u64,
+    /// The event, exactly as the loop emitted it, or a notice.
+    pub event: Delivered,
+}
+
+/// What an envelope carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Delivered {
+    /// An event of the agent's run.
+    Event(AgentEvent),
+    /// A notice about the subscription or the agent.
+    Notice(Notice),
+}
+
+/// Notices the runtime adds to an agent's events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Notice {
+    /// This subscriber fell behind and missed `missed` events, from the envelope's `seq` on.
+    Lagged {
+        /// How many events were missed.
+        missed: u64,
+    },
+    /// The agent failed and was restarted from its last finished message.
+    AgentRestarted {
+        /// What failed.
+        reason: String,
+    },
+    /// The agent stopped; no more events will come.
+    AgentStopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An agent's publisher.
+pub(crate) struct Hub {
+    subscribers: Mutex<Vec<Arc<Mailbox>>>,
+    next_seq: AtomicU64,
+}
+
+/// One subscriber's queue.
+struct Mailbox {
+    capacity: usize,
+    state: Mutex<MailboxState>,
+}
+
+#[derive(Default)]
+struct MailboxState {
+    queue: VecDeque<Arc<Envelope>>,
+    /// Events dropped since the subscriber last read, and the first one's number.
+    missed: u64,
+    first_missed: u64,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, MailboxState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues an envelope, dropping the oldest when full; false once unsubscribed.
+    fn deliver(&self, envelope: &Arc<Envelope>) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        if state.queue.len() == self.capacity
+            && let Some(dropped) = state.queue.pop_front()
+        {
+            if state.missed == 0 {
+                state.first_missed = dropped.seq;
+            }
+            state.missed += 1;
+        }
+        state.queue.push_back(envelope.clone());
+        if let Some(waker) = state.waker.take() {
+            drop(state);
+            waker.wake();
+        }
+        true
+    }
+
+    fn close(&self) {
+        let waker = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl Hub {
+    pub(crate) fn new() -> Self {
+        Hub {
+            subscribers: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// A new subscription holding at most `capacity` unread events; it sees what is
+    /// published from now on.
+    pub(crate) fn subscribe(&self, agent_id: &AgentId, capacity: usize) -> Subscription {
+        let mailbox = Arc::new(Mailbox {
+            capacity: capacity.max(1),
+            state: Mutex::new(MailboxState::default()),
+        });
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(mailbox.clone());
+        Subscription {
+            agent_id: agent_id.clone(),
+            mailbox,
+            done: false,
+        }
+    }
+
+    /// Publishes to every subscriber, numbering the delivery.
+    pub(crate) fn publish(&self, agent_id: &AgentId, event: Delivered) {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let mut subscribers = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if subscribers.is_empty() {
+            return;
+        }
+        let envelope = Arc::new(Envelope {
+            agent_id: agent_id.clone(),
+            seq,
+            event,
+        });
+        subscribers.retain(|mailbox| mailbox.deliver(&envelope));
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        for mailbox in self
+            .subscribers
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            mailbox.close();
+        }
+    }
+}
+
+/// An agent's events, in order. Ends after an `agent_stopped` notice, or when the
+/// agent is gone.
+pub struct Subscription {
+    agent_id: AgentId,
+    mailbox: Arc<Mailbox>,
+    done: bool,
+}
+
+impl Subscription {
+    /// The agent this subscription follows.
+    pub fn agent_id(&self) -> &AgentId {
+        &self.agent_id
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Arc<Envelope>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Arc<Envelope>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let mut state = self.mailbox.lock();
+        if state.missed > 0 {
+            let missed = std::mem::take(&mut state.missed);
+            let seq = state.first_missed;
+            drop(state);
+            return Poll::Ready(Some(Arc::new(Envelope {
+                agent_id: self.agent_id.clone(),
+                seq,
+                event: Delivered::Notice(Notice::Lagged { missed }),
+            })));
+        }
+        if let Some(envelope) = state.queue.pop_front() {
+            drop(state);
+            if matches!(
+                envelope.event,
+                Delivered::Notice(Notice::AgentStopped { .. })
+            ) {
+                self.done = true;
+            }
+            return Poll::Ready(Some(envelope));
+        }
+        if state.closed {
+            drop(state);
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.mailbox.close();
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("agent_id", &self.agent_id)
+            .field("queued", &self.mailbox.lock().queue.len())
+            .finish_non_exhaustive()
+    }
+}

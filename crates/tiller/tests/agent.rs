@@ -1,0 +1,271 @@
+//! An agent's API, case by case as pi-agent-core's agent tests specify it.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{agent, endless, idle, last_user, roles};
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use tiller::faux::FauxTurn;
+use tiller::{
+    AgentError, AgentMessage, AgentSettings, AgentSpec, QueueMode, Supervisor, ThinkingLevel,
+    catalog,
+};
+
+#[tokio::test]
+async fn default_state() {
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(AgentSettings::default()))
+        .unwrap();
+    let state = agent.state().await.unwrap();
+    assert_eq!(state.system_prompt, None);
+    assert_eq!(state.model, None);
+    assert_eq!(state.thinking_level, ThinkingLevel::Off);
+    assert!(state.tools.is_empty());
+    assert!(state.messages.is_empty());
+    assert!(!state.is_streaming);
+    assert_eq!(state.streaming_message, None);
+    assert!(state.pending_tool_calls.is_empty());
+    assert_eq!(state.error, None);
+    assert_eq!(agent.prompt("hi").await, Err(AgentError::NoModel));
+}
+
+#[tokio::test]
+async fn custom_initial_state() {
+    let supervisor = Supervisor::start().await.unwrap();
+    let model = catalog::find("openai/gpt-4o-mini").unwrap();
+    let settings = AgentSettings::new(model.clone())
+        .with_system_prompt("You are a helpful assistant.")
+        .with_thinking_level(ThinkingLevel::Low);
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings).with_messages(vec![AgentMessage::user("earlier")]))
+        .unwrap();
+    let state = agent.state().await.unwrap();
+    assert_eq!(
+        state.system_prompt.as_deref(),
+        Some("You are a helpful assistant.")
+    );
+    assert_eq!(state.model, Some(model));
+    assert_eq!(state.thinking_level, ThinkingLevel::Low);
+    assert_eq!(roles(&state.messages), ["user"]);
+}
+
+#[tokio::test]
+async fn subscribing_sends_nothing_and_setters_emit_no_events() {
+    let (_supervisor, agent, _faux) = agent(|s| s).await;
+    let mut events = agent.subscribe();
+    assert!(
+        futures::poll!(events.next()).is_pending(),
+        "no event on subscribing"
+    );
+    agent.set_system_prompt("Test prompt");
+    agent.set_thinking_level(ThinkingLevel::High);
+    agent.append_message(AgentMessage::user("hello"));
+    assert!(
+        futures::poll!(events.next()).is_pending(),
+        "setters emit nothing"
+    );
+    assert_eq!(
+        agent.state().await.unwrap().system_prompt.as_deref(),
+        Some("Test prompt")
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_subscription_no_longer_receives_and_others_still_do() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("hi"));
+    let dropped = agent.subscribe();
+    let mut kept = agent.subscribe();
+    drop(dropped);
+    agent.prompt("hello").await.unwrap();
+    let end = common::until(&mut kept, common::is_agent_end).await;
+    assert!(end.seq > 0);
+}
+
+#[tokio::test]
+async fn message_setters() {
+    let (_supervisor, agent, _faux) = agent(|s| s).await;
+    agent.set_messages(vec![AgentMessage::user("Hello")]);
+    assert_eq!(roles(&agent.state().await.unwrap().messages), ["user"]);
+    agent.append_message(tiller::AssistantMessage::empty(
+        &agent.settings().model.clone().unwrap(),
+    ));
+    assert_eq!(
+        roles(&agent.state().await.unwrap().messages),
+        ["user", "assistant"]
+    );
+    agent.clear_messages();
+    assert!(agent.state().await.unwrap().messages.is_empty());
+}
+
+#[tokio::test]
+async fn queued_messages_stay_out_of_the_transcript() {
+    let (_supervisor, agent, _faux) = agent(|s| s).await;
+    agent.steer("Steering message").unwrap();
+    agent.follow_up("Follow-up message").unwrap();
+    assert!(agent.state().await.unwrap().messages.is_empty());
+    assert!(agent.has_queued_messages());
+    agent.clear_steering_queue();
+    assert!(agent.has_queued_messages());
+    agent.clear_all_queues();
+    assert!(!agent.has_queued_messages());
+}
+
+#[tokio::test]
+async fn abort_while_idle_does_nothing() {
+    let (_supervisor, agent, _faux) = agent(|s| s).await;
+    agent.abort();
+    assert_eq!(agent.status(), tiller::AgentStatus::Idle);
+    assert!(agent.state().await.unwrap().messages.is_empty());
+}
+
+#[tokio::test]
+async fn prompt_and_continue_while_a_run_streams_are_busy() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(endless());
+    agent.prompt("First message").await.unwrap();
+    assert!(agent.state().await.unwrap().is_streaming);
+    let busy = agent.prompt("Second message").await.unwrap_err();
+    assert_eq!(busy, AgentError::Busy);
+    assert_eq!(
+        busy.to_string(),
+        "the agent is busy with a run: use steer() to redirect it or follow_up() to queue work for after it"
+    );
+    assert_eq!(agent.continue_run().await, Err(AgentError::Busy));
+    agent.abort();
+    idle(&agent).await;
+    assert_eq!(
+        faux.requests().len(),
+        1,
+        "the refused prompt changed nothing"
+    );
+    assert_eq!(
+        roles(&agent.state().await.unwrap().messages),
+        ["user", "assistant"]
+    );
+}
+
+#[tokio::test]
+async fn continue_refuses_what_it_cannot_continue() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    assert_eq!(
+        agent.continue_run().await,
+        Err(AgentError::NothingToContinue)
+    );
+    assert_eq!(
+        agent.prompt_messages(vec![]).await,
+        Err(AgentError::EmptyPrompt)
+    );
+    faux.push(FauxTurn::text("answer"));
+    agent.run("question").await.unwrap();
+    assert_eq!(
+        agent.continue_run().await,
+        Err(AgentError::CannotContinueFromAssistant)
+    );
+}
+
+#[tokio::test]
+async fn continue_runs_a_queued_follow_up_from_an_assistant_tail() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("first"));
+    faux.push(FauxTurn::text("second"));
+    agent.run("hello").await.unwrap();
+    agent.follow_up("and then?").unwrap();
+    agent.continue_run().await.unwrap();
+    idle(&agent).await;
+    assert_eq!(last_user(&faux, 1), "and then?");
+    assert!(!agent.has_queued_messages());
+    assert_eq!(
+        roles(&agent.state().await.unwrap().messages),
+        ["user", "assistant", "user", "assistant"]
+    );
+}
+
+#[tokio::test]
+async fn continue_runs_queued_steering_one_message_at_a_time() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("first"));
+    faux.respond_with(|request| {
+        FauxTurn::text(format!(
+            "re: {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    });
+    agent.run("hello").await.unwrap();
+    agent.set_steering_mode(QueueMode::OneAtATime);
+    agent.steer("a").unwrap();
+    agent.steer("b").unwrap();
+    agent.continue_run().await.unwrap();
+    idle(&agent).await;
+    assert_eq!(
+        (last_user(&faux, 1), last_user(&faux, 2)),
+        ("a".to_owned(), "b".to_owned())
+    );
+    let transcript = agent.state().await.unwrap().messages;
+    let texts: Vec<String> = transcript
+        .iter()
+        .map(|m| match m.as_assistant() {
+            Some(a) => a.text(),
+            None => m.role().to_owned(),
+        })
+        .collect();
+    assert_eq!(texts, ["user", "first", "user", "re: a", "user", "re: b"]);
+}
+
+#[tokio::test]
+async fn the_session_id_reaches_the_provider_and_can_change() {
+    let (_supervisor, agent, faux) = agent(|mut s| {
+        s.session_id = Some("session-abc".into());
+        s
+    })
+    .await;
+    faux.push(FauxTurn::text("ok")).push(FauxTurn::text("ok"));
+    agent.run("hello").await.unwrap();
+    agent.set_session_id(Some("session-def".into()));
+    agent.run("hello again").await.unwrap();
+    let ids: Vec<Option<String>> = faux.requests().into_iter().map(|r| r.session_id).collect();
+    assert_eq!(
+        ids,
+        [
+            Some("session-abc".to_owned()),
+            Some("session-def".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn run_reports_the_outcome() {
+    let (_supervisor, agent, faux) =
+        agent(|s| s.with_tools(common::tools(vec![common::echo()]))).await;
+    faux.push(
+        FauxTurn::tool_call("echo", serde_json::json!({"value": "pong"})).usage(tiller::Usage {
+            input: 10,
+            output: 5,
+            ..Default::default()
+        }),
+    );
+    faux.push(FauxTurn::text("got pong").usage(tiller::Usage {
+        input: 20,
+        output: 3,
+        ..Default::default()
+    }));
+    let outcome = agent.run("ping").await.unwrap();
+    assert_eq!(
+        roles(&outcome.messages),
+        ["user", "assistant", "tool_result", "assistant"]
+    );
+    assert_eq!(outcome.text(), "got pong");
+    assert!(
+        outcome.tool_calls().is_empty(),
+        "the final turn called no tool"
+    );
+    assert_eq!((outcome.usage().input, outcome.usage().output), (30, 8));
+    assert_eq!(outcome.stop_reason(), Some(tiller::StopReason::Stop));
+    assert_eq!(
+        (outcome.error(), outcome.end),
+        (None, tiller::RunEnd::Completed)
+    );
+}
