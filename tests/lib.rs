@@ -1,3 +1,3 @@
-//! Cross-crate acceptance tests of Tiller. The README is included here so that its
-//! Rust examples are compiled by `cargo test --workspace`.
+//! The README, included so that its Rust example is compiled by
+//! `cargo test --workspace`.
 #![doc = include_str!("../README.md")]

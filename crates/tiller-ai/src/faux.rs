@@ -149,15 +149,7 @@ impl FauxRequest {
     /// The text of the last user message, if the conversation ends with one.
     pub fn last_user_text(&self) -> Option<String> {
         match self.context.messages.last()? {
-            Message::User(user) => Some(
-                user.content
-                    .iter()
-                    .filter_map(|c| match c {
-                        Content::Text(text) => Some(text.text.as_str()),
-                        Content::Image(_) => None,
-                    })
-                    .collect(),
-            ),
+            Message::User(user) => Some(user.text_content()),
             _ => None,
         }
     }

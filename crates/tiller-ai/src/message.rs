@@ -77,6 +77,11 @@ impl UserMessage {
         self.content.push(Content::Image(image));
         self
     }
+
+    /// The text blocks joined.
+    pub fn text_content(&self) -> String {
+        self.content.iter().filter_map(Content::as_text).collect()
+    }
 }
 
 /// A block of user or tool-result content.
@@ -93,6 +98,14 @@ impl Content {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
         Content::Text(TextContent::new(text))
+    }
+
+    /// The text of a text block; `None` for an image.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Content::Text(text) => Some(&text.text),
+            Content::Image(_) => None,
+        }
     }
 }
 
@@ -271,6 +284,11 @@ impl ToolResultMessage {
             is_error,
             timestamp: now_ms(),
         }
+    }
+
+    /// The text blocks joined.
+    pub fn text_content(&self) -> String {
+        self.content.iter().filter_map(Content::as_text).collect()
     }
 }
 

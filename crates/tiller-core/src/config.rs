@@ -16,6 +16,7 @@ use tiller_ai::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::hook;
 use crate::message::AgentMessage;
 use crate::tool::ToolOutput;
 
@@ -205,7 +206,7 @@ impl LoopConfig {
         mut self,
         convert: impl for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync + 'static,
     ) -> Self {
-        self.convert_to_llm = Some(Arc::new(convert));
+        self.convert_to_llm = Some(hook::convert_to_llm(convert));
         self
     }
 
@@ -215,9 +216,7 @@ impl LoopConfig {
         F: Fn(&[AgentMessage], CancellationToken) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<AgentMessage>, BoxError>> + Send + 'static,
     {
-        self.transform_context = Some(Arc::new(move |messages, cancel| {
-            Box::pin(transform(messages, cancel))
-        }));
+        self.transform_context = Some(hook::transform_context(transform));
         self
     }
 
@@ -227,7 +226,7 @@ impl LoopConfig {
         F: Fn(&str) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<ApiKey>> + Send + 'static,
     {
-        self.api_key_resolver = Some(Arc::new(move |provider| Box::pin(resolve(provider))));
+        self.api_key_resolver = Some(hook::api_key_resolver(resolve));
         self
     }
 
@@ -237,7 +236,7 @@ impl LoopConfig {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<AgentMessage>> + Send + 'static,
     {
-        self.steering = Some(Arc::new(move || Box::pin(source())));
+        self.steering = Some(hook::message_source(source));
         self
     }
 
@@ -247,29 +246,27 @@ impl LoopConfig {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<AgentMessage>> + Send + 'static,
     {
-        self.follow_up = Some(Arc::new(move || Box::pin(source())));
+        self.follow_up = Some(hook::message_source(source));
         self
     }
 
     /// Sets the hook run before each validated tool call.
-    pub fn with_before_tool_call<F, Fut>(mut self, hook: F) -> Self
+    pub fn with_before_tool_call<F, Fut>(mut self, before: F) -> Self
     where
         F: Fn(ToolCallInfo) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<BeforeToolCall, BoxError>> + Send + 'static,
     {
-        self.before_tool_call = Some(Arc::new(move |info| Box::pin(hook(info))));
+        self.before_tool_call = Some(hook::before_tool_call(before));
         self
     }
 
     /// Sets the hook run after each tool call.
-    pub fn with_after_tool_call<F, Fut>(mut self, hook: F) -> Self
+    pub fn with_after_tool_call<F, Fut>(mut self, after: F) -> Self
     where
         F: Fn(ToolCallInfo, ToolOutput, bool) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<AfterToolCall, BoxError>> + Send + 'static,
     {
-        self.after_tool_call = Some(Arc::new(move |info, output, is_error| {
-            Box::pin(hook(info, output, is_error))
-        }));
+        self.after_tool_call = Some(hook::after_tool_call(after));
         self
     }
 
@@ -278,7 +275,7 @@ impl LoopConfig {
         mut self,
         stop: impl Fn(&TurnSummary<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.stop_when = Some(Arc::new(stop));
+        self.stop_when = Some(hook::stop_when(stop));
         self
     }
 }

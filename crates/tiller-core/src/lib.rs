@@ -52,6 +52,7 @@
 //! ```
 
 pub mod event;
+pub mod hook;
 
 mod config;
 mod execute;

@@ -56,6 +56,14 @@ impl AgentMessage {
         }
     }
 
+    /// The user message, if this is one.
+    pub fn as_user(&self) -> Option<&UserMessage> {
+        match self {
+            AgentMessage::Llm(Message::User(message)) => Some(message),
+            _ => None,
+        }
+    }
+
     /// The assistant message, if this is one.
     pub fn as_assistant(&self) -> Option<&AssistantMessage> {
         match self {

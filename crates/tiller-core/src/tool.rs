@@ -119,13 +119,7 @@ impl ToolOutput {
 
     /// The text blocks joined.
     pub fn text_content(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(|c| match c {
-                Content::Text(t) => Some(t.text.as_str()),
-                Content::Image(_) => None,
-            })
-            .collect()
+        self.content.iter().filter_map(Content::as_text).collect()
     }
 }
 

@@ -70,9 +70,9 @@ pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Message, Model,
-    StopReason, StreamOptions, ThinkingLevel, ToolCall, Usage, catalog, faux,
+    StopReason, StreamOptions, ThinkingLevel, ToolCall, Usage, catalog, env, faux,
 };
 pub use tiller_core::{
     self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, SteeringDelivery,
-    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet,
+    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, hook,
 };

@@ -33,7 +33,17 @@ pub enum QueueMode {
 /// its supervisor restarts.
 pub type OnMessage = Arc<dyn Fn(&AgentId, &AgentMessage) + Send + Sync>;
 
-/// The hooks of an agent's runs and of its transcript.
+/// The hooks of an agent's runs and of its transcript. [`crate::hook`] makes them
+/// from closures:
+///
+/// ```
+/// use tiller::{AgentHooks, hook};
+/// let hooks = AgentHooks {
+///     stop_when: Some(hook::stop_when(|turn| turn.called("finish"))),
+///     ..AgentHooks::default()
+/// };
+/// # let _ = hooks;
+/// ```
 #[derive(Clone, Default)]
 pub struct AgentHooks {
     /// What the model sees of the transcript (default: LLM messages, custom ones dropped).

@@ -4,13 +4,14 @@
 
 mod common;
 
-use common::{agent, endless, idle, last_user, roles};
+use common::{agent, endless, idle, is_agent_end, last_user, roles, until};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use tiller::faux::FauxTurn;
 use tiller::{
-    AgentError, AgentMessage, AgentSettings, AgentSpec, QueueMode, Supervisor, ThinkingLevel,
-    catalog,
+    AgentError, AgentEvent, AgentHooks, AgentMessage, AgentSettings, AgentSpec, AgentStatus,
+    Content, Delivered, ImageContent, Message, QueueMode, RunEnd, Supervisor, ThinkingLevel,
+    catalog, hook,
 };
 
 #[tokio::test]
@@ -267,5 +268,109 @@ async fn run_reports_the_outcome() {
     assert_eq!(
         (outcome.error(), outcome.end),
         (None, tiller::RunEnd::Completed)
+    );
+}
+
+#[tokio::test]
+async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("half an ans").fail("upstream exploded"));
+    let mut events = agent.subscribe();
+    let outcome = agent.run("question").await.unwrap();
+    assert_eq!(
+        (
+            outcome.stop_reason(),
+            outcome.error(),
+            outcome.text().as_str()
+        ),
+        (
+            Some(tiller::StopReason::Error),
+            Some("faux provider: upstream exploded"),
+            "half an ans"
+        )
+    );
+    let state = agent.state().await.unwrap();
+    assert_eq!(roles(&state.messages), ["user", "assistant"]);
+    assert_eq!(
+        state.error.as_deref(),
+        Some("faux provider: upstream exploded")
+    );
+    assert_eq!(
+        (state.is_streaming, agent.status()),
+        (false, AgentStatus::Idle)
+    );
+    let ended = until(&mut events, is_agent_end).await;
+    let Delivered::Event(AgentEvent::AgentEnd { reason, .. }) = &ended.event else {
+        unreachable!()
+    };
+    assert_eq!(*reason, RunEnd::Error);
+
+    faux.push(FauxTurn::text("better now"));
+    assert_eq!(agent.run("again").await.unwrap().text(), "better now");
+    assert_eq!(agent.state().await.unwrap().error, None);
+}
+
+#[tokio::test]
+async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    agent.set_hooks(AgentHooks {
+        transform_context: Some(hook::transform_context(|_, _| async {
+            Err("the summariser is down".into())
+        })),
+        ..AgentHooks::default()
+    });
+    let outcome = agent.run("first").await.unwrap();
+    assert_eq!(
+        outcome.error(),
+        Some("transform_context failed: the summariser is down")
+    );
+
+    agent.set_hooks(AgentHooks {
+        transform_context: Some(hook::transform_context(|_, _| async {
+            panic!("compaction bug")
+        })),
+        ..AgentHooks::default()
+    });
+    let outcome = agent.run("second").await.unwrap();
+    assert_eq!(
+        outcome.error(),
+        Some("transform_context panicked: compaction bug")
+    );
+    let state = agent.state().await.unwrap();
+    assert_eq!(
+        roles(&state.messages),
+        ["user", "assistant", "user", "assistant"]
+    );
+    assert_eq!(
+        state.error.as_deref(),
+        Some("transform_context panicked: compaction bug")
+    );
+    assert!(faux.requests().is_empty(), "no model call was made");
+
+    agent.set_hooks(AgentHooks::default());
+    faux.push(FauxTurn::text("fine"));
+    assert_eq!(agent.run("third").await.unwrap().text(), "fine");
+}
+
+#[tokio::test]
+async fn prompt_with_images_sends_text_and_images() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("a red dot"));
+    let dot = ImageContent {
+        data: "iVBORw0KGgo=".into(),
+        mime_type: "image/png".into(),
+    };
+    agent
+        .prompt_with_images("What is this?", vec![dot.clone()])
+        .await
+        .unwrap();
+    idle(&agent).await;
+    let sent = &faux.requests()[0].context.messages;
+    let Some(Message::User(user)) = sent.last() else {
+        panic!("the request ends with {sent:?}")
+    };
+    assert_eq!(
+        user.content,
+        [Content::text("What is this?"), Content::Image(dot)]
     );
 }

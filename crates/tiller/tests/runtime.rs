@@ -214,7 +214,10 @@ async fn a_follow_up_racing_the_end_of_a_run_is_never_lost() {
             .unwrap()
             .messages
             .iter()
-            .filter(|m| common_user_text(m).as_deref() == Some(wanted.as_str()))
+            .filter(|m| {
+                m.as_user()
+                    .is_some_and(|user| user.text_content() == wanted)
+            })
             .count();
         let queued = agent.has_queued_messages();
         assert_eq!(
@@ -227,21 +230,6 @@ async fn a_follow_up_racing_the_end_of_a_run_is_never_lost() {
             idle(&agent).await;
             assert!(!agent.has_queued_messages());
         }
-    }
-}
-
-fn common_user_text(message: &AgentMessage) -> Option<String> {
-    match message {
-        AgentMessage::Llm(tiller::Message::User(user)) => Some(
-            user.content
-                .iter()
-                .filter_map(|c| match c {
-                    tiller::Content::Text(t) => Some(t.text.clone()),
-                    tiller::Content::Image(_) => None,
-                })
-                .collect(),
-        ),
-        _ => None,
     }
 }
 

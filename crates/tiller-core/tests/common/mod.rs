@@ -102,18 +102,7 @@ pub(crate) fn label(message: &AgentMessage) -> String {
 }
 
 pub(crate) fn user_text(message: &AgentMessage) -> Option<String> {
-    match message {
-        AgentMessage::Llm(Message::User(user)) => Some(
-            user.content
-                .iter()
-                .filter_map(|c| match c {
-                    tiller_ai::Content::Text(t) => Some(t.text.clone()),
-                    tiller_ai::Content::Image(_) => None,
-                })
-                .collect(),
-        ),
-        _ => None,
-    }
+    message.as_user().map(|user| user.text_content())
 }
 
 /// The roles of messages, in order.
@@ -123,15 +112,7 @@ pub(crate) fn roles(messages: &[AgentMessage]) -> Vec<&'static str> {
 
 /// The text of a tool result message.
 pub(crate) fn result_text(message: &AgentMessage) -> String {
-    let result = message.as_tool_result().unwrap();
-    result
-        .content
-        .iter()
-        .filter_map(|c| match c {
-            tiller_ai::Content::Text(t) => Some(t.text.as_str()),
-            tiller_ai::Content::Image(_) => None,
-        })
-        .collect()
+    message.as_tool_result().unwrap().text_content()
 }
 
 /// The reason of the last `agent_end`.

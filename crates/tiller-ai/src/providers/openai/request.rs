@@ -160,11 +160,7 @@ fn joined_text(content: &[AssistantContent]) -> Option<Cow<'_, str>> {
 }
 
 fn tool_result_text(result: &ToolResultMessage) -> Cow<'_, str> {
-    join_lines(result.content.iter().filter_map(|block| match block {
-        Content::Text(text) => Some(text.text.as_str()),
-        Content::Image(_) => None,
-    }))
-    .unwrap_or(Cow::Borrowed(""))
+    join_lines(result.content.iter().filter_map(Content::as_text)).unwrap_or(Cow::Borrowed(""))
 }
 
 /// Texts joined by newlines, borrowed when there is only one.
