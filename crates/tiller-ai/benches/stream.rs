@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tiller_ai::{ApiKey, Context, Message, Model, ResponseDecoder, StreamOptions};
+use tiller_test_support::workload::cpu_time;
 use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
 
 const DELTAS: usize = 110;
@@ -189,17 +190,4 @@ fn reply_cpu() {
     }
     server.kill().unwrap();
     server.wait().unwrap();
-}
-
-/// CPU time (user and system) of this process so far.
-#[allow(unsafe_code)]
-fn cpu_time() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
 }

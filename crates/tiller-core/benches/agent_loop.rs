@@ -10,16 +10,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_ai::{Context, Message, StreamOptions, ToolCall, ToolResultMessage};
-use tiller_core::{
-    AgentContext, AgentMessage, AgentTool, FnTool, LoopConfig, ToolOutput, ToolSet, agent_loop,
-};
+use tiller_core::{AgentContext, AgentMessage, LoopConfig, ToolSet, agent_loop};
+use tiller_test_support::workload::{add_tool, cpu_time, two_tool_rounds};
 
 const ROUNDS: usize = 15;
 const RUNS_PER_ROUND: u32 = 2_000;
@@ -35,40 +33,8 @@ fn main() {
     });
 }
 
-fn scripted() -> FauxProvider {
-    let faux = FauxProvider::new();
-    faux.respond_with(|request| {
-        let results = request
-            .context
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::ToolResult(_)))
-            .count();
-        match results {
-            0 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})).chunk_size(8),
-            1 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})).chunk_size(8),
-            _ => FauxTurn::text("The answer is 13, after two additions.").chunk_size(8),
-        }
-    });
-    faux
-}
-
-fn tools() -> ToolSet {
-    let add = FnTool::new(
-        "add",
-        "Add two integers",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args, _| async move {
-            Ok(ToolOutput::text(
-                (args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string(),
-            ))
-        },
-    );
-    ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>]).unwrap()
-}
-
 async fn overhead() {
-    let tools = tools();
+    let tools = add_tool();
     let contexts = provider_contexts(&tools);
     for _ in 0..2_000 {
         loop_run(&tools).await;
@@ -103,7 +69,7 @@ async fn overhead() {
 
 /// One run through the loop.
 async fn loop_run(tools: &ToolSet) {
-    let faux = scripted();
+    let faux = two_tool_rounds();
     let context = AgentContext {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
@@ -123,7 +89,7 @@ async fn loop_run(tools: &ToolSet) {
 
 /// The same three responses, streamed by the provider alone.
 async fn provider_run(contexts: &[Context]) {
-    let faux = scripted();
+    let faux = two_tool_rounds();
     let model = faux.model();
     for context in contexts {
         tiller_ai::stream(&model, context, &StreamOptions::default())
@@ -186,17 +152,4 @@ async fn throughput() {
 
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
-}
-
-/// CPU time (user and system) of this process so far.
-#[allow(unsafe_code)]
-fn cpu_time() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
 }

@@ -1,7 +1,8 @@
 //! Test support shared by Tiller's crates: a real HTTP server on loopback that
 //! answers with scripted or recorded responses (and the faults real providers
 //! throw), captures every request it receives, and loads the recorded provider
-//! exchanges under `fixtures/cassettes`.
+//! exchanges under `fixtures/cassettes`. [`workload`] is the run the benchmarks
+//! measure.
 //!
 //! ```no_run
 //! use tiller_test_support::{MockResponse, MockServer, sse};
@@ -19,6 +20,7 @@
 mod cassette;
 mod server;
 pub mod sse;
+pub mod workload;
 
 pub use cassette::{Cassette, Exchange, RecordedRequest, RecordedResponse};
 pub use server::{CapturedRequest, MockResponse, MockServer, closed_port_url};

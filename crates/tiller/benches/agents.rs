@@ -22,8 +22,9 @@ use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
     AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, AssistantMessage, Delivered,
-    FnTool, Message, Supervisor, ToolOutput, ToolSet,
+    FnTool, Message, Supervisor, ToolSet,
 };
+use tiller_test_support::workload::{add_tool, cpu_time, two_tool_rounds};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -136,41 +137,9 @@ async fn fan_out() {
     supervisor.shutdown().await;
 }
 
-fn scripted() -> FauxProvider {
-    let faux = FauxProvider::new();
-    faux.respond_with(|request| {
-        let results = request
-            .context
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::ToolResult(_)))
-            .count();
-        match results {
-            0 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})).chunk_size(8),
-            1 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})).chunk_size(8),
-            _ => FauxTurn::text("The answer is 13, after two additions.").chunk_size(8),
-        }
-    });
-    faux
-}
-
-fn tools() -> ToolSet {
-    let add = FnTool::new(
-        "add",
-        "Add two integers",
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
-        |args, _| async move {
-            Ok(ToolOutput::text(
-                (args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap()).to_string(),
-            ))
-        },
-    );
-    ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>]).unwrap()
-}
-
 async fn concurrent_runs() {
     const AGENTS: usize = 10_000;
-    let tools = tools();
+    let tools = add_tool();
     // The bare loop, one run after another: what a run costs without the runtime.
     let bare = {
         for _ in 0..1_000 {
@@ -185,7 +154,7 @@ async fn concurrent_runs() {
     let supervisor = Supervisor::start().await.unwrap();
     let agents: Vec<_> = (0..AGENTS)
         .map(|_| {
-            let settings = AgentSettings::new(scripted().model())
+            let settings = AgentSettings::new(two_tool_rounds().model())
                 .with_system_prompt("Use the tools.")
                 .with_tools(tools.clone());
             supervisor.spawn(AgentSpec::new(settings)).unwrap()
@@ -221,7 +190,7 @@ async fn concurrent_runs() {
 }
 
 async fn bare_run(tools: &ToolSet) {
-    let faux = scripted();
+    let faux = two_tool_rounds();
     let context = tiller::tiller_core::AgentContext {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
@@ -289,17 +258,4 @@ async fn abort_latency() {
 
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
-}
-
-/// CPU time (user and system) of this process so far.
-#[allow(unsafe_code)]
-fn cpu_time() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
 }

@@ -1,0 +1,56 @@
+//! The workload Tiller's benchmarks share: a run of three model calls and two tool
+//! rounds on the scripted `faux` model, and the CPU clock it is measured by.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tiller_ai::Message;
+use tiller_ai::faux::{FauxProvider, FauxTurn};
+use tiller_core::{AgentTool, FnTool, ToolOutput, ToolSet};
+
+/// A scripted model that calls `add` twice, one call per turn, then answers.
+pub fn two_tool_rounds() -> FauxProvider {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        let results = request
+            .context
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::ToolResult(_)))
+            .count();
+        match results {
+            0 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})).chunk_size(8),
+            1 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})).chunk_size(8),
+            _ => FauxTurn::text("The answer is 13, after two additions.").chunk_size(8),
+        }
+    });
+    faux
+}
+
+/// The `add` tool [`two_tool_rounds`] calls.
+pub fn add_tool() -> ToolSet {
+    let add = FnTool::new(
+        "add",
+        "Add two integers",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+        |args, _| async move {
+            let sum: i64 = ["a", "b"].iter().filter_map(|k| args[k].as_i64()).sum();
+            Ok(ToolOutput::text(sum.to_string()))
+        },
+    );
+    ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>]).unwrap()
+}
+
+/// CPU time (user and system) of this process so far.
+#[allow(unsafe_code)]
+pub fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
