@@ -17,11 +17,9 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use futures::StreamExt;
-use tiller_ai::faux::{FauxProvider, FauxTurn};
-use tiller_ai::{AssistantEvent, Context, Message, Model, StreamOptions};
+use tiller_ai::{AssistantEvent, Context, Message, StreamOptions};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -37,7 +35,7 @@ async fn main() -> ExitCode {
             eprintln!(
                 "No provider configured (set OPENAI_API_KEY, ANTHROPIC_API_KEY, TILLER_MODEL or TILLER_BASE_URL): using the scripted faux model."
             );
-            demo_model()
+            tiller_ai::faux::demo_model()
         }
         Err(error) => {
             eprintln!("error: {error}");
@@ -88,20 +86,4 @@ async fn main() -> ExitCode {
         }
     }
     ExitCode::FAILURE
-}
-
-/// A scripted model that answers every prompt, streamed word by word.
-fn demo_model() -> Model {
-    let faux = FauxProvider::new();
-    faux.respond_with(|request| {
-        let prompt = request.last_user_text().unwrap_or_default();
-        FauxTurn::text(format!(
-            "You said: \"{prompt}\". I am Tiller's scripted faux model, streaming this reply in small chunks \
-             exactly as a real provider would. Set OPENAI_API_KEY or ANTHROPIC_API_KEY, or point \
-             TILLER_BASE_URL at an OpenAI-compatible server, to talk to a real model."
-        ))
-        .chunk_size(6)
-        .delay(Duration::from_millis(15))
-    });
-    faux.model()
 }

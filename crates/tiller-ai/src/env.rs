@@ -51,7 +51,7 @@ pub fn model_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Model>,
                 return Err(EnvError {
                     variable: "TILLER_MODEL",
                     value: spec,
-                    reason: "name the provider too (`provider/model-id`), or set TILLER_PROVIDER or TILLER_BASE_URL".to_owned(),
+                    reason: "name the provider too (`provider/model-id`), or give a provider or a base URL".to_owned(),
                 });
             }
         };

@@ -106,6 +106,24 @@ impl FauxProvider {
     }
 }
 
+/// A scripted model for first runs and demos: it streams, a few words at a time, a
+/// reply that quotes the prompt and says how to reach a real provider.
+pub fn demo_model() -> Model {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        let prompt = request.last_user_text().unwrap_or_default();
+        FauxTurn::text(format!(
+            "You said: \"{prompt}\". I am Tiller's scripted faux model, streaming this reply \
+             in small chunks exactly as a real provider would. Set OPENAI_API_KEY or \
+             ANTHROPIC_API_KEY, or point TILLER_BASE_URL at an OpenAI-compatible server, to \
+             talk to a real model."
+        ))
+        .chunk_size(6)
+        .delay(Duration::from_millis(15))
+    });
+    faux.model()
+}
+
 impl fmt::Debug for FauxProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FauxProvider")

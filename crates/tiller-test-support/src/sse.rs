@@ -80,3 +80,56 @@ pub fn anthropic_text_events(pieces: &[&str]) -> Vec<String> {
 pub fn anthropic_text(pieces: &[&str]) -> String {
     anthropic_text_events(pieces).concat()
 }
+
+/// The events of an OpenAI reply calling one tool, its arguments sent in two pieces,
+/// ending with `tool_calls`, usage and `[DONE]`.
+pub fn openai_tool_call(id: &str, name: &str, arguments: &Value) -> String {
+    let arguments = arguments.to_string();
+    let (head, tail) = arguments.split_at(arguments.floor_char_boundary(arguments.len() / 2));
+    [
+        openai_delta(json!({"role": "assistant", "content": null})),
+        openai_delta(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": head}}]}),
+        ),
+        openai_delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": tail}}]})),
+        openai_finish("tool_calls"),
+        openai_usage(10, 5),
+        OPENAI_DONE.to_owned(),
+    ]
+    .concat()
+}
+
+/// The events of an Anthropic reply calling one tool, its input sent in two pieces,
+/// ending with `tool_use` and `message_stop`.
+pub fn anthropic_tool_call(id: &str, name: &str, input: &Value) -> String {
+    let input = input.to_string();
+    let (head, tail) = input.split_at(input.floor_char_boundary(input.len() / 2));
+    let delta = |partial: &str| {
+        named(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": partial}}),
+        )
+    };
+    [
+        named(
+            "message_start",
+            &json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "claude-test", "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ),
+        named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        ),
+        delta(head),
+        delta(tail),
+        named(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": 0}),
+        ),
+        named(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+        ),
+        named("message_stop", &json!({"type": "message_stop"})),
+    ]
+    .concat()
+}

@@ -74,5 +74,5 @@ pub use tiller_ai::{
 };
 pub use tiller_core::{
     self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, SteeringDelivery,
-    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, hook,
+    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, hook,
 };

@@ -1,0 +1,430 @@
+//! Agent files: an agent declared in YAML or JSON, in the JSON Schema form whose
+//! `description` is the system prompt and whose `properties` are the shape of the
+//! answer, with the agent's settings under `json_schema_extra`.
+//!
+//! ```yaml
+//! type: object
+//! description: |
+//!   You are a helpful assistant. Use the tools when they help.
+//! properties:
+//!   answer: {type: string, description: Your response}
+//! required: [answer]
+//! json_schema_extra:
+//!   kind: agent
+//!   name: helper
+//!   version: "1.0.0"
+//!   model: openai/gpt-4o-mini
+//!   thinking: off
+//!   max_turns: 20
+//!   tools:
+//!     - name: add
+//!       description: Add two integers
+//!       parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}
+//!       command: [python3, tools/add.py]
+//!       timeout_ms: 10000
+//! ```
+//!
+//! Loading checks everything a run would trip over later: unknown keys are errors,
+//! every field has its type, tool names and parameter schemas are valid, and a
+//! command's program exists. Each error names the file, the field and what was
+//! expected.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::{Map, Value, json};
+use tiller::{AgentTool, ThinkingLevel, ToolSet, ToolSetError};
+
+use crate::command_tool::CommandTool;
+
+/// How long a command tool may run when its file does not say.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An agent, as declared in a file.
+#[derive(Debug, Clone)]
+pub struct AgentFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The agent's name.
+    pub name: String,
+    /// The agent's version, if given.
+    pub version: Option<String>,
+    /// The system prompt (the schema's `description`).
+    pub system_prompt: String,
+    /// The model, if the file names one.
+    pub model: Option<ModelSpec>,
+    /// How hard the model should think.
+    pub thinking: ThinkingLevel,
+    /// Whether the final answer must match [`AgentFile::output_schema`].
+    pub structured_output: bool,
+    /// The most turns a run makes, if limited.
+    pub max_turns: Option<u32>,
+    /// The answer's shape: an object schema of the file's `properties` and `required`.
+    pub output_schema: Value,
+    /// The command tools, checked, with their programs resolved.
+    pub tools: ToolSet,
+}
+
+/// A model as an agent file names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    /// `provider/model-id`, as in `openai/gpt-4o-mini`.
+    Name(String),
+    /// A provider, a model id and optionally a server.
+    Parts {
+        /// The provider, such as `openai`, `anthropic` or `llamacpp`.
+        provider: String,
+        /// The model id.
+        id: String,
+        /// The server, for OpenAI- or Anthropic-compatible ones.
+        base_url: Option<String>,
+    },
+}
+
+/// Why an agent file could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}{message}", file.display(), field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct AgentFileError {
+    /// The file.
+    pub file: PathBuf,
+    /// The field at fault, as a path such as `json_schema_extra.tools[0].command`.
+    pub field: Option<String>,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl AgentFile {
+    /// Reads and checks the agent file at `path`: JSON when its name ends in
+    /// `.json`, YAML otherwise.
+    pub fn load(path: impl AsRef<Path>) -> Result<AgentFile, AgentFileError> {
+        let path = path.as_ref();
+        let error = |field: Option<String>, message: String| AgentFileError {
+            file: path.to_owned(),
+            field,
+            message,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| error(None, format!("cannot read the file: {e}")))?;
+        let raw = if path.extension().is_some_and(|ext| ext == "json") {
+            parse_json(&text)
+        } else {
+            parse_yaml(&text)
+        }
+        .map_err(|(field, message)| error(field, message))?;
+        let folder = path.parent().unwrap_or(Path::new("."));
+        raw.check(path, folder)
+            .map_err(|(field, message)| error(Some(field), message))
+    }
+}
+
+type FieldError = (Option<String>, String);
+
+fn parse_yaml(text: &str) -> Result<RawAgentFile, FieldError> {
+    let mut failed_at = None;
+    let options = serde_saphyr::options! { with_snippet: false };
+    serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|error| {
+            failed_at = field_path(error.path());
+            error.into_inner()
+        })
+    })
+    .map_err(|error| (failed_at, error.to_string()))
+}
+
+fn parse_json(text: &str) -> Result<RawAgentFile, FieldError> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de)
+        .map_err(|error| (field_path(error.path()), error.inner().to_string()))
+}
+
+/// The path of a field, without the unknown last step a syntax error leaves; `None`
+/// for the whole document.
+fn field_path(path: &serde_path_to_error::Path) -> Option<String> {
+    let path = path.to_string();
+    let path = path.strip_suffix(".?").unwrap_or(&path);
+    (path != "." && path != "?").then(|| path.to_owned())
+}
+
+/// The file as written; [`RawAgentFile::check`] makes an [`AgentFile`] of it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgentFile {
+    #[serde(rename = "$schema")]
+    _schema: Option<String>,
+    #[serde(rename = "type")]
+    _object: ObjectType,
+    title: Option<String>,
+    description: String,
+    #[serde(default)]
+    properties: Map<String, Value>,
+    #[serde(default)]
+    required: Vec<String>,
+    #[serde(rename = "additionalProperties")]
+    additional_properties: Option<Value>,
+    json_schema_extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ObjectType {
+    Object,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Extra {
+    #[serde(rename = "kind")]
+    _kind: Kind,
+    name: String,
+    version: Option<String>,
+    model: Option<ModelSpec>,
+    #[serde(default)]
+    thinking: ThinkingLevel,
+    #[serde(default)]
+    structured_output: bool,
+    #[serde(default, deserialize_with = "at_least_one")]
+    max_turns: Option<u32>,
+    #[serde(default)]
+    tools: Vec<RawTool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    Agent,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    name: String,
+    description: String,
+    #[serde(default = "empty_object_schema")]
+    parameters: Value,
+    command: Vec<String>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    timeout_ms: Option<u64>,
+}
+
+fn empty_object_schema() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+impl RawAgentFile {
+    fn check(self, path: &Path, folder: &Path) -> Result<AgentFile, (String, String)> {
+        let extra = self.json_schema_extra;
+        if extra.name.trim().is_empty() {
+            return Err(("json_schema_extra.name".into(), "must not be empty".into()));
+        }
+        for (index, name) in self.required.iter().enumerate() {
+            if !self.properties.contains_key(name) {
+                return Err((
+                    format!("required[{index}]"),
+                    format!("`{name}` is not one of the properties"),
+                ));
+            }
+        }
+        let tools = extra
+            .tools
+            .into_iter()
+            .enumerate()
+            .map(|(index, tool)| tool.check(index, folder))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tools = tool_set(tools)?;
+
+        let mut output_schema = json!({
+            "type": "object",
+            "properties": self.properties,
+            "required": self.required,
+        });
+        if let Some(title) = self.title {
+            output_schema["title"] = Value::String(title);
+        }
+        if let Some(additional) = self.additional_properties {
+            output_schema["additionalProperties"] = additional;
+        }
+        Ok(AgentFile {
+            path: path.to_owned(),
+            name: extra.name,
+            version: extra.version,
+            system_prompt: self.description.trim_end().to_owned(),
+            model: extra.model,
+            thinking: extra.thinking,
+            structured_output: extra.structured_output,
+            max_turns: extra.max_turns,
+            output_schema,
+            tools,
+        })
+    }
+}
+
+impl RawTool {
+    fn check(self, index: usize, folder: &Path) -> Result<CommandTool, (String, String)> {
+        let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
+        let mut command = self.command.into_iter();
+        let Some(program) = command.next() else {
+            return Err((
+                field("command"),
+                "expected a program and its arguments, found an empty list".into(),
+            ));
+        };
+        let program = resolve(&program, folder);
+        if program.components().count() > 1 && !program.is_file() {
+            return Err((
+                format!("json_schema_extra.tools[{index}].command[0]"),
+                format!("no such program: {}", program.display()),
+            ));
+        }
+        let args = command
+            .map(|arg| {
+                let resolved = resolve(&arg, folder);
+                if arg.contains('/') && resolved.exists() {
+                    resolved.to_string_lossy().into_owned()
+                } else {
+                    arg
+                }
+            })
+            .collect();
+        let timeout = self
+            .timeout_ms
+            .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
+        Ok(CommandTool::new(
+            self.name,
+            self.description,
+            self.parameters,
+            program,
+            args,
+            timeout,
+        ))
+    }
+}
+
+/// A command element as a path: relative ones with a directory part are taken from
+/// the agent file's folder; a bare program name is left for `PATH`.
+fn resolve(element: &str, folder: &Path) -> PathBuf {
+    let path = Path::new(element);
+    if path.is_relative() && element.contains('/') {
+        folder.join(path.strip_prefix(".").unwrap_or(path))
+    } else {
+        path.to_owned()
+    }
+}
+
+/// The tools as a set, their names and schemas checked as the runtime will; a fault
+/// is reported by the tool's position.
+fn tool_set(tools: Vec<CommandTool>) -> Result<ToolSet, (String, String)> {
+    let names: Vec<String> = tools.iter().map(|tool| tool.name().to_owned()).collect();
+    let set = ToolSet::new(
+        tools
+            .into_iter()
+            .map(|tool| Arc::new(tool) as Arc<dyn AgentTool>),
+    );
+    let error = match set {
+        Ok(set) => return Ok(set),
+        Err(error) => error,
+    };
+    // The first tool of a name, or for a duplicate the second.
+    let position = |name: &str, duplicate: bool| {
+        let mut found = names.iter().enumerate().filter(|(_, n)| *n == name);
+        let found = if duplicate {
+            found.nth(1)
+        } else {
+            found.next()
+        };
+        found.map_or(0, |(index, _)| index)
+    };
+    Err(match &error {
+        ToolSetError::InvalidName(name) => (
+            format!("json_schema_extra.tools[{}].name", position(name, false)),
+            error.to_string(),
+        ),
+        ToolSetError::DuplicateName(name) => (
+            format!("json_schema_extra.tools[{}].name", position(name, true)),
+            error.to_string(),
+        ),
+        ToolSetError::InvalidSchema { name, .. } => (
+            format!(
+                "json_schema_extra.tools[{}].parameters",
+                position(name, false)
+            ),
+            error.to_string(),
+        ),
+    })
+}
+
+/// A whole number of at least 1, whatever the scalar was written as.
+fn at_least_one<'de, D, N>(deserializer: D) -> Result<Option<N>, D::Error>
+where
+    D: Deserializer<'de>,
+    N: TryFrom<u64>,
+{
+    struct AtLeastOne;
+
+    impl Visitor<'_> for AtLeastOne {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a whole number of at least 1")
+        }
+
+        fn visit_u64<E: de::Error>(self, value: u64) -> Result<u64, E> {
+            if value == 0 {
+                return Err(E::invalid_value(de::Unexpected::Unsigned(0), &self));
+            }
+            Ok(value)
+        }
+
+        fn visit_i64<E: de::Error>(self, value: i64) -> Result<u64, E> {
+            match u64::try_from(value) {
+                Ok(value) => self.visit_u64(value),
+                Err(_) => Err(E::invalid_value(de::Unexpected::Signed(value), &self)),
+            }
+        }
+    }
+
+    let value = deserializer.deserialize_any(AtLeastOne)?;
+    N::try_from(value)
+        .map(Some)
+        .map_err(|_| de::Error::invalid_value(de::Unexpected::Unsigned(value), &"a smaller number"))
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ModelSpecVisitor)
+    }
+}
+
+struct ModelSpecVisitor;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelParts {
+    provider: String,
+    id: String,
+    base_url: Option<String>,
+}
+
+impl<'de> Visitor<'de> for ModelSpecVisitor {
+    type Value = ModelSpec;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("`provider/model-id` or a mapping with provider, id and base_url")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<ModelSpec, E> {
+        Ok(ModelSpec::Name(value.to_owned()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ModelSpec, A::Error> {
+        let parts = ModelParts::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(ModelSpec::Parts {
+            provider: parts.provider,
+            id: parts.id,
+            base_url: parts.base_url,
+        })
+    }
+}

@@ -1,0 +1,261 @@
+//! `tiller chat`: a conversation, line by line, from a terminal or a pipe.
+
+use std::io::IsTerminal;
+
+use futures::StreamExt;
+use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Usage};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+
+use crate::cli::AgentOptions;
+use crate::interrupt::Interrupts;
+use crate::outcome::{Exit, verdict};
+use crate::session::Session;
+use crate::setup::describe;
+
+const HELP: &str = "a line is a prompt when the agent is idle and steers it while it works; \
+/follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, \
+/state summarises it, /quit leaves";
+
+/// Talks with the agent until `/quit` or the end of input; answers the exit status
+/// (that of the last run).
+pub async fn chat(options: &AgentOptions) -> Exit {
+    let mut interrupts = Interrupts::listen();
+    let mut session = match Session::start(options).await {
+        Ok(session) => session,
+        Err(exit) => return exit,
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let mut lines = read_lines();
+    let mut input_open = true;
+    let mut last_run = Ok(());
+    let agent = session.agent.clone();
+    if interactive {
+        let model = agent.settings().model.as_ref().map(describe);
+        eprintln!("tiller chat with {}: {HELP}", model.unwrap_or_default());
+        ready();
+    }
+    loop {
+        tokio::select! {
+            line = lines.recv(), if input_open => {
+                let Some(line) = line else {
+                    input_open = false;
+                    if agent.status() != AgentStatus::Running && !agent.has_queued_messages() {
+                        break;
+                    }
+                    continue;
+                };
+                match Line::parse(&line) {
+                    Line::Quit => break,
+                    Line::Empty => {}
+                    Line::Prompt(text) => prompt_or_steer(&agent, text).await,
+                    Line::Follow(text) => follow(&agent, text).await,
+                    Line::Abort => {
+                        if agent.status() == AgentStatus::Running {
+                            agent.abort();
+                        } else {
+                            eprintln!("[nothing to abort]");
+                        }
+                    }
+                    Line::Reset => match agent.reset().await {
+                        Ok(()) => eprintln!("[reset: the conversation is empty]"),
+                        Err(error) => eprintln!("[{error}]"),
+                    },
+                    Line::State => state(&agent).await,
+                    Line::Help => eprintln!("[{HELP}]"),
+                    Line::Unknown(command) => eprintln!("[unknown command {command}: {HELP}]"),
+                }
+                if interactive && agent.status() != AgentStatus::Running {
+                    ready();
+                }
+            }
+            envelope = session.events.next() => {
+                let Some(envelope) = envelope else { break };
+                if let Err(error) = session.output.write(&envelope) {
+                    eprintln!("tiller: cannot write to stdout: {error}");
+                    break;
+                }
+                let Delivered::Event(AgentEvent::AgentEnd { messages, reason }) = &envelope.event else {
+                    continue;
+                };
+                last_run = verdict(*reason, messages);
+                if let Err(message) = &last_run {
+                    eprintln!("[{message}]");
+                }
+                if agent.has_queued_messages() {
+                    // Queued as the run ended: they run now rather than wait.
+                    if let Err(error) = agent.continue_run().await {
+                        eprintln!("[{error}]");
+                    }
+                } else if !input_open {
+                    break;
+                } else if interactive {
+                    ready();
+                }
+            }
+            () = interrupts.next() => {
+                if agent.status() == AgentStatus::Running {
+                    agent.abort();
+                } else {
+                    eprintln!("[Ctrl-C aborts a run; /quit or the end of input leaves]");
+                }
+            }
+        }
+    }
+    session.supervisor.shutdown().await;
+    match last_run {
+        Ok(()) => Exit::Success,
+        Err(_) => Exit::Failed,
+    }
+}
+
+/// One line of input.
+#[derive(Debug, PartialEq, Eq)]
+enum Line<'a> {
+    Empty,
+    Prompt(&'a str),
+    Follow(&'a str),
+    Abort,
+    Reset,
+    State,
+    Help,
+    Quit,
+    Unknown(&'a str),
+}
+
+impl<'a> Line<'a> {
+    fn parse(line: &'a str) -> Line<'a> {
+        let line = line.trim();
+        let Some(command) = line.strip_prefix('/') else {
+            return if line.is_empty() {
+                Line::Empty
+            } else {
+                Line::Prompt(line)
+            };
+        };
+        let (name, rest) = command
+            .split_once(char::is_whitespace)
+            .map_or((command, ""), |(name, rest)| (name, rest.trim()));
+        match (name, rest) {
+            ("follow", text) if !text.is_empty() => Line::Follow(text),
+            ("abort", "") => Line::Abort,
+            ("reset", "") => Line::Reset,
+            ("state", "") => Line::State,
+            ("help", "") => Line::Help,
+            ("quit" | "exit", "") => Line::Quit,
+            _ => Line::Unknown(line),
+        }
+    }
+}
+
+/// Standard input, line by line; the channel closes at the end of input.
+fn read_lines() -> mpsc::Receiver<String> {
+    let (sender, receiver) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    if sender.send(line).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    eprintln!("tiller: cannot read standard input: {error}");
+                    break;
+                }
+            }
+        }
+    });
+    receiver
+}
+
+/// A prompt when the agent is idle, a steering message while it works.
+async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
+    if agent.status() != AgentStatus::Running {
+        match agent.prompt(text).await {
+            Err(AgentError::Busy) => {}
+            Err(error) => {
+                eprintln!("[{error}]");
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+    match agent.steer(text) {
+        Ok(()) => eprintln!("[steering queued]"),
+        Err(error) => eprintln!("[{error}]"),
+    }
+}
+
+/// A follow-up while the agent works; a prompt when it is idle.
+async fn follow(agent: &AgentHandle, text: &str) {
+    if agent.status() == AgentStatus::Running {
+        match agent.follow_up(text) {
+            Ok(()) => eprintln!("[follow-up queued]"),
+            Err(error) => eprintln!("[{error}]"),
+        }
+    } else {
+        prompt_or_steer(agent, text).await;
+    }
+}
+
+/// A one-line summary of the conversation.
+async fn state(agent: &AgentHandle) {
+    let state = match agent.state().await {
+        Ok(state) => state,
+        Err(error) => {
+            eprintln!("[{error}]");
+            return;
+        }
+    };
+    let mut usage = Usage::default();
+    for message in state.messages.iter().filter_map(|m| m.as_assistant()) {
+        usage += message.usage;
+    }
+    let status = if state.is_streaming {
+        "working"
+    } else {
+        "idle"
+    };
+    let queued = if agent.has_queued_messages() {
+        ", messages queued"
+    } else {
+        ""
+    };
+    eprintln!(
+        "[{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
+        state.messages.len(),
+        usage.input + usage.cache_read + usage.cache_write,
+        usage.output,
+        usage.cost.total,
+        state
+            .error
+            .as_deref()
+            .map(|error| format!(" · last error: {error}"))
+            .unwrap_or_default()
+    );
+}
+
+/// Shows that input is awaited.
+fn ready() {
+    eprint!("> ");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Line;
+
+    #[test]
+    fn lines_are_prompts_or_commands() {
+        assert_eq!(Line::parse("  hello there "), Line::Prompt("hello there"));
+        assert_eq!(Line::parse("   "), Line::Empty);
+        assert_eq!(Line::parse("/follow and then?"), Line::Follow("and then?"));
+        assert_eq!(Line::parse("/follow"), Line::Unknown("/follow"));
+        assert_eq!(Line::parse("/quit"), Line::Quit);
+        assert_eq!(Line::parse("/state"), Line::State);
+        assert_eq!(Line::parse("/reset now"), Line::Unknown("/reset now"));
+        assert_eq!(Line::parse("/frobnicate"), Line::Unknown("/frobnicate"));
+    }
+}

@@ -1,0 +1,102 @@
+//! The command line: `tiller run` and `tiller chat`, and the options they share.
+
+use std::path::PathBuf;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tiller::ThinkingLevel;
+
+/// Run agents from a terminal or a script.
+///
+/// With no provider configured (no --provider, --base-url or --model, no TILLER_*
+/// variables, no OPENAI_API_KEY or ANTHROPIC_API_KEY) the agent talks to Tiller's
+/// scripted `faux` model, and says so on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "tiller", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Run one prompt to the end, then exit.
+    ///
+    /// Exit status: 0 when the answer ended normally; 1 when the run ended in a
+    /// provider or tool-loop error (said on stderr); 2 for bad usage or a bad agent
+    /// file; 130 after Ctrl-C (the first aborts the run, whose events still end with
+    /// agent_end; a second exits at once).
+    Run {
+        /// The agent and how to show it.
+        #[command(flatten)]
+        agent: AgentOptions,
+        /// The prompt; `-` reads it from standard input.
+        prompt: String,
+    },
+    /// Talk with an agent, line by line.
+    ///
+    /// A line typed while the agent is idle is a prompt; a line typed while it works
+    /// steers it. Commands: /follow TEXT queues a follow-up, /abort stops the run,
+    /// /reset clears the conversation, /state summarises it, /quit leaves (so does the
+    /// end of input). Ctrl-C aborts the run, not the program. Reads a pipe as well as
+    /// a terminal.
+    Chat {
+        /// The agent and how to show it.
+        #[command(flatten)]
+        agent: AgentOptions,
+    },
+}
+
+/// Which agent to run, on which model, and how to show its events.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AgentOptions {
+    /// An agent file (YAML or JSON): system prompt, model, tools.
+    #[arg(long, value_name = "FILE")]
+    pub agent: Option<PathBuf>,
+    /// The provider; `faux` is Tiller's scripted model. Default: $TILLER_PROVIDER.
+    #[arg(long, value_name = "NAME", value_parser = provider_names())]
+    pub provider: Option<String>,
+    /// The server, for any OpenAI-compatible one (llama.cpp, vLLM, Ollama) or an
+    /// Anthropic-compatible one with --provider anthropic. Default: $TILLER_BASE_URL.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The model: `provider/model-id`, or a model id with --provider or --base-url.
+    /// Default: $TILLER_MODEL, else the agent file's, else the provider's default.
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// The system prompt (replaces the agent file's).
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// How hard the model should think: off, minimal, low, medium, high or xhigh.
+    #[arg(long, value_name = "LEVEL", value_parser = thinking_levels())]
+    pub thinking: Option<ThinkingLevel>,
+    /// The most turns (model calls) a run makes.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_turns: Option<u32>,
+    /// How events are written: `text` streams the answer to stdout and tool activity
+    /// to stderr; `jsonl` writes every event to stdout as one JSON object per line.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = EventFormat::Text)]
+    pub events: EventFormat,
+}
+
+/// How events are written to stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum EventFormat {
+    /// The answer's text on stdout; tool calls, thinking and errors on stderr.
+    #[default]
+    Text,
+    /// One JSON object per event envelope and line, nothing else.
+    Jsonl,
+}
+
+fn provider_names() -> PossibleValuesParser {
+    let known = tiller::catalog::providers().iter().map(|p| p.name);
+    PossibleValuesParser::new(known.chain(["faux"]))
+}
+
+fn thinking_levels() -> impl TypedValueParser<Value = ThinkingLevel> {
+    PossibleValuesParser::new(ThinkingLevel::ALL.map(|level| level.as_str()))
+        .try_map(|level| level.parse::<ThinkingLevel>())
+}

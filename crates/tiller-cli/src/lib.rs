@@ -1,0 +1,24 @@
+//! The `tiller` command: run and chat with agents from a terminal or a script.
+//!
+//! ```text
+//! tiller run "Why is the sky blue?"                        # one run, the answer streamed
+//! tiller run --agent helper.yaml --events jsonl "2 + 3?"   # an agent file; events as JSON lines
+//! tiller chat --base-url http://127.0.0.1:8080/v1           # talk to a local llama.cpp server
+//! ```
+//!
+//! This library holds what the binary is made of, so the pieces can be used and
+//! tested on their own: [`agent_file`] reads agents declared in YAML or JSON,
+//! [`command_tool`] makes a program a tool, [`setup`] chooses the model from options,
+//! environment and file, [`render`] writes events as text or JSON lines, and
+//! [`run`] and [`chat`] are the two subcommands.
+
+pub mod agent_file;
+pub mod chat;
+pub mod cli;
+pub mod command_tool;
+pub mod interrupt;
+pub mod outcome;
+pub mod render;
+pub mod run;
+pub mod session;
+pub mod setup;

@@ -1,0 +1,29 @@
+//! The `tiller` binary; see `tiller --help`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tiller_cli::cli::{Cli, CliCommand};
+use tiller_cli::outcome::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tiller: cannot start the async runtime: {error}");
+            return Exit::Failed.into();
+        }
+    };
+    let exit = runtime.block_on(async {
+        match &cli.command {
+            CliCommand::Run { agent, prompt } => tiller_cli::run::run(agent, prompt).await,
+            CliCommand::Chat { agent } => tiller_cli::chat::chat(agent).await,
+        }
+    });
+    // Dropping the tasks still running kills their tools' processes; a blocked read
+    // of standard input is not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    exit.into()
+}

@@ -1,0 +1,45 @@
+//! How a run ended, as the exit status and message a script acts on.
+
+use tiller::{AgentMessage, RunEnd, StopReason};
+
+/// The exit status of the `tiller` command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The answer ended normally.
+    Success = 0,
+    /// The run ended in a provider or tool-loop error.
+    Failed = 1,
+    /// Bad usage or a bad agent file.
+    Usage = 2,
+    /// Interrupted with Ctrl-C.
+    Interrupted = 130,
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit as u8)
+    }
+}
+
+/// Whether a run that ended for `reason`, having added `messages`, answered
+/// normally; if not, why.
+pub fn verdict(reason: RunEnd, messages: &[AgentMessage]) -> Result<(), String> {
+    let last = messages.iter().rev().find_map(AgentMessage::as_assistant);
+    let error = || {
+        last.and_then(|message| message.error_message.clone())
+            .unwrap_or_else(|| "the run failed".to_owned())
+    };
+    match reason {
+        RunEnd::StopCondition | RunEnd::ToolsTerminated => Ok(()),
+        RunEnd::Completed => match last.map(|message| message.stop_reason) {
+            Some(StopReason::Length) => {
+                Err("the answer was cut off at the model's output limit".to_owned())
+            }
+            Some(StopReason::Error | StopReason::Aborted) => Err(error()),
+            _ => Ok(()),
+        },
+        RunEnd::TurnLimit => Err("the run reached its turn limit with work left".to_owned()),
+        RunEnd::Aborted => Err("the run was aborted".to_owned()),
+        RunEnd::Error => Err(error()),
+    }
+}

@@ -1,0 +1,136 @@
+//! Writing an agent's events: as text for people, or as JSON lines for programs.
+//!
+//! In `text`, the answer streams to stdout as it arrives; each tool call becomes one
+//! line on stderr when it ends, with its arguments and outcome; thinking goes to
+//! stderr too. In `jsonl`, each envelope (`agent_id`, `seq`, `event`) is one line of
+//! stdout, exactly as the library serializes it, flushed as it is written.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use serde_json::Value;
+use tiller::{AgentEvent, AssistantEvent, Delivered, Envelope, Notice};
+
+use crate::cli::EventFormat;
+
+/// The longest tool result a text line shows.
+const RESULT_PREVIEW: usize = 160;
+
+/// Where events are written.
+#[derive(Debug)]
+pub struct Output {
+    format: EventFormat,
+    /// Whether stdout holds text not yet ended by a newline.
+    line_open: bool,
+    /// The arguments of running tool calls, by call id, for their closing line.
+    tool_args: HashMap<String, Value>,
+}
+
+impl Output {
+    /// Output in `format`.
+    pub fn new(format: EventFormat) -> Self {
+        Output {
+            format,
+            line_open: false,
+            tool_args: HashMap::new(),
+        }
+    }
+
+    /// Whether stdout carries JSON lines (and nothing else may be written there).
+    pub fn is_jsonl(&self) -> bool {
+        self.format == EventFormat::Jsonl
+    }
+
+    /// Writes one envelope. An error means stdout is gone.
+    pub fn write(&mut self, envelope: &Envelope) -> io::Result<()> {
+        match self.format {
+            EventFormat::Jsonl => {
+                let mut stdout = io::stdout().lock();
+                serde_json::to_writer(&mut stdout, envelope)?;
+                stdout.write_all(b"\n")?;
+                stdout.flush()
+            }
+            EventFormat::Text => match &envelope.event {
+                Delivered::Event(event) => self.text(event),
+                Delivered::Notice(notice) => {
+                    self.end_line()?;
+                    eprintln!("[{}]", notice_text(notice));
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Ends a line of answer text left open on stdout.
+    pub fn end_line(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.line_open) {
+            let mut stdout = io::stdout().lock();
+            stdout.write_all(b"\n")?;
+            stdout.flush()?;
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, event: &AgentEvent) -> io::Result<()> {
+        match event {
+            AgentEvent::MessageUpdate {
+                assistant_message_event,
+            } => match assistant_message_event {
+                AssistantEvent::TextDelta { delta, .. } => {
+                    let mut stdout = io::stdout().lock();
+                    stdout.write_all(delta.as_bytes())?;
+                    stdout.flush()?;
+                    self.line_open = !delta.ends_with('\n');
+                }
+                AssistantEvent::ThinkingDelta { delta, .. } => eprint!("{delta}"),
+                AssistantEvent::ThinkingEnd { .. } => eprintln!(),
+                _ => {}
+            },
+            AgentEvent::ToolExecutionStart {
+                tool_call_id, args, ..
+            } => {
+                self.tool_args.insert(tool_call_id.clone(), args.clone());
+            }
+            AgentEvent::ToolExecutionEnd {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            } => {
+                self.end_line()?;
+                let args = self.tool_args.remove(tool_call_id).unwrap_or_default();
+                let outcome = preview(&result.text_content());
+                if *is_error {
+                    eprintln!("[{tool_name} {args}] failed: {outcome}");
+                } else {
+                    eprintln!("[{tool_name} {args}] -> {outcome}");
+                }
+            }
+            AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A notice in words.
+pub fn notice_text(notice: &Notice) -> String {
+    match notice {
+        Notice::Lagged { missed } => format!("{missed} events were missed"),
+        Notice::AgentRestarted { reason } => {
+            format!("the agent failed and was restarted: {reason}")
+        }
+        Notice::AgentStopped { reason } => format!("the agent stopped: {reason}"),
+    }
+}
+
+/// The first line of `text`, cut to a readable length.
+fn preview(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default();
+    let more = text.lines().nth(1).is_some();
+    match first.char_indices().nth(RESULT_PREVIEW) {
+        Some((cut, _)) => format!("{}…", &first[..cut]),
+        None if more => format!("{first} …"),
+        None => first.to_owned(),
+    }
+}

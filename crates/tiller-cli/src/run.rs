@@ -1,0 +1,71 @@
+//! `tiller run`: one prompt, to the end of its run.
+
+use futures::StreamExt;
+use tiller::{AgentEvent, Delivered};
+use tokio::io::AsyncReadExt;
+
+use crate::cli::AgentOptions;
+use crate::interrupt::Interrupts;
+use crate::outcome::{Exit, verdict};
+use crate::session::Session;
+
+/// Runs `prompt` (`-`: standard input) and answers the exit status.
+pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
+    let mut interrupts = Interrupts::listen();
+    let prompt = if prompt == "-" {
+        let mut text = String::new();
+        if let Err(error) = tokio::io::stdin().read_to_string(&mut text).await {
+            eprintln!("tiller: cannot read the prompt from standard input: {error}");
+            return Exit::Usage;
+        }
+        text
+    } else {
+        prompt.to_owned()
+    };
+    if prompt.trim().is_empty() {
+        eprintln!("tiller: the prompt is empty");
+        return Exit::Usage;
+    }
+    let mut session = match Session::start(options).await {
+        Ok(session) => session,
+        Err(exit) => return exit,
+    };
+    if let Err(error) = session.agent.prompt(prompt).await {
+        eprintln!("tiller: {error}");
+        return Exit::Failed;
+    }
+
+    let mut interrupted = false;
+    let ended = loop {
+        tokio::select! {
+            envelope = session.events.next() => {
+                let Some(envelope) = envelope else {
+                    break Err("the agent stopped before its run ended".to_owned());
+                };
+                if let Err(error) = session.output.write(&envelope) {
+                    session.agent.abort();
+                    break Err(format!("cannot write to stdout: {error}"));
+                }
+                if let Delivered::Event(AgentEvent::AgentEnd { messages, reason }) = &envelope.event {
+                    break verdict(*reason, messages);
+                }
+            }
+            () = interrupts.next() => {
+                if interrupted {
+                    return Exit::Interrupted;
+                }
+                interrupted = true;
+                session.agent.abort();
+            }
+        }
+    };
+    session.supervisor.shutdown().await;
+    match ended {
+        _ if interrupted => Exit::Interrupted,
+        Ok(()) => Exit::Success,
+        Err(message) => {
+            eprintln!("tiller: {message}");
+            Exit::Failed
+        }
+    }
+}

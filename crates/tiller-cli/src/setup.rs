@@ -1,0 +1,283 @@
+//! From options, environment and agent file to an agent's settings.
+//!
+//! The model is chosen from the first of these that says anything: the
+//! `--provider`/`--model`/`--base-url` options, each falling back to its
+//! `TILLER_PROVIDER`/`TILLER_MODEL`/`TILLER_BASE_URL` variable; the agent file's
+//! `model`; a provider whose API key is set. With none, the scripted faux model
+//! answers.
+
+use tiller::env::{EnvError, model_from};
+use tiller::{AgentSettings, Model, ThinkingLevel, ToolSet};
+
+use crate::agent_file::{AgentFile, AgentFileError, ModelSpec};
+use crate::cli::AgentOptions;
+
+/// An agent ready to spawn.
+#[derive(Debug)]
+pub struct Setup {
+    /// Its name.
+    pub name: String,
+    /// Its settings.
+    pub settings: AgentSettings,
+    /// Said on stderr before the run: which model answers when none was chosen.
+    pub notice: Option<String>,
+}
+
+/// Why the options or the agent file do not make an agent (exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The agent file is unusable.
+    #[error(transparent)]
+    AgentFile(#[from] AgentFileError),
+    /// The model named cannot be used.
+    #[error("{origin}: {reason}")]
+    Model {
+        /// Where the model was named: an option, a variable or the agent file.
+        origin: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Setup {
+    /// The agent the options describe.
+    pub fn new(options: &AgentOptions) -> Result<Setup, SetupError> {
+        let file = options.agent.as_deref().map(AgentFile::load).transpose()?;
+        let (model, notice) = choose_model(options, file.as_ref(), |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        })?;
+        let mut settings = AgentSettings::new(model);
+        settings.system_prompt = options
+            .system
+            .clone()
+            .or_else(|| file.as_ref().map(|f| f.system_prompt.clone()))
+            .filter(|prompt| !prompt.is_empty());
+        settings.thinking_level = options
+            .thinking
+            .or(file.as_ref().map(|f| f.thinking))
+            .unwrap_or(ThinkingLevel::Off);
+        if let Some(max_turns) = options
+            .max_turns
+            .or(file.as_ref().and_then(|f| f.max_turns))
+        {
+            settings.max_turns = max_turns;
+        }
+        settings.tools = file
+            .as_ref()
+            .map_or_else(ToolSet::empty, |f| f.tools.clone());
+        let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
+        Ok(Setup {
+            name,
+            settings,
+            notice,
+        })
+    }
+}
+
+/// Where a model setting came from, for error messages.
+struct Named {
+    value: String,
+    source: String,
+}
+
+/// The model the options, the agent file and the environment (`var`) choose, and a
+/// notice when it is the faux model by default.
+fn choose_model(
+    options: &AgentOptions,
+    file: Option<&AgentFile>,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<(Model, Option<String>), SetupError> {
+    let pick = |option: &Option<String>, flag: &str, variable: &str| {
+        let from_option = option.clone().map(|value| Named {
+            value,
+            source: format!("--{flag} {}", option.as_deref().unwrap_or_default()),
+        });
+        from_option.or_else(|| {
+            var(variable).map(|value| Named {
+                source: format!("{variable}={value}"),
+                value,
+            })
+        })
+    };
+    let mut provider = pick(&options.provider, "provider", "TILLER_PROVIDER");
+    let mut model = pick(&options.model, "model", "TILLER_MODEL");
+    let mut base_url = pick(&options.base_url, "base-url", "TILLER_BASE_URL");
+    if provider.is_none()
+        && model.is_none()
+        && base_url.is_none()
+        && let Some(file) = file
+        && let Some(spec) = &file.model
+    {
+        let source = format!("{}: json_schema_extra.model", file.path.display());
+        let named = |value: &str| {
+            Some(Named {
+                value: value.to_owned(),
+                source: source.clone(),
+            })
+        };
+        match spec {
+            ModelSpec::Name(name) => model = named(name),
+            ModelSpec::Parts {
+                provider: p,
+                id,
+                base_url: url,
+            } => {
+                provider = named(p);
+                model = named(id);
+                base_url = url.as_deref().and_then(named);
+            }
+        }
+    }
+    let faux = |named: &Option<Named>| {
+        named
+            .as_ref()
+            .is_some_and(|n| n.value == "faux" || n.value.starts_with("faux/"))
+    };
+    if faux(&provider) || (provider.is_none() && faux(&model)) {
+        return Ok((tiller::faux::demo_model(), None));
+    }
+    let chosen = model_from(|name| match name {
+        "TILLER_PROVIDER" => provider.as_ref().map(|n| n.value.clone()),
+        "TILLER_MODEL" => model.as_ref().map(|n| n.value.clone()),
+        "TILLER_BASE_URL" => base_url.as_ref().map(|n| n.value.clone()),
+        key => var(key),
+    })
+    .map_err(
+        |EnvError {
+             variable, reason, ..
+         }| {
+            let named = match variable {
+                "TILLER_PROVIDER" => &provider,
+                "TILLER_BASE_URL" => &base_url,
+                _ => &model,
+            };
+            SetupError::Model {
+                origin: named
+                    .as_ref()
+                    .map_or_else(|| variable.to_owned(), |n| n.source.clone()),
+                reason,
+            }
+        },
+    )?;
+    Ok(match chosen {
+        Some(model) => (model, None),
+        None => (
+            tiller::faux::demo_model(),
+            Some(
+                "no provider configured (use --provider, --base-url or --model, or set \
+                 OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
+                    .to_owned(),
+            ),
+        ),
+    })
+}
+
+/// The display name of a model: `provider/id`, and the server when it is not the
+/// provider's own.
+pub fn describe(model: &Model) -> String {
+    let own =
+        tiller::catalog::provider(&model.provider).is_some_and(|p| p.base_url == model.base_url);
+    if own || model.provider == "faux" {
+        format!("{}/{}", model.provider, model.id)
+    } else {
+        format!("{}/{} at {}", model.provider, model.id, model.base_url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn chosen(options: AgentOptions, env: &[(&str, &str)]) -> Result<(String, bool), String> {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        choose_model(&options, None, |name| {
+            env.get(name).map(|v| (*v).to_owned())
+        })
+        .map(|(model, notice)| (describe(&model), notice.is_some()))
+        .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn options_override_their_variables_and_keys_alone_pick_a_default() {
+        let options = |model: &str| AgentOptions {
+            model: Some(model.to_owned()),
+            ..AgentOptions::default()
+        };
+        assert_eq!(
+            chosen(
+                options("anthropic/claude-haiku-4-5"),
+                &[("TILLER_MODEL", "openai/gpt-4.1")]
+            ),
+            Ok(("anthropic/claude-haiku-4-5".to_owned(), false))
+        );
+        assert_eq!(
+            chosen(
+                AgentOptions::default(),
+                &[("TILLER_MODEL", "openai/gpt-4.1")]
+            ),
+            Ok(("openai/gpt-4.1".to_owned(), false))
+        );
+        assert_eq!(
+            chosen(AgentOptions::default(), &[("OPENAI_API_KEY", "sk-test")]),
+            Ok(("openai/gpt-4o-mini".to_owned(), false))
+        );
+        assert_eq!(
+            chosen(AgentOptions::default(), &[]),
+            Ok(("faux/faux".to_owned(), true))
+        );
+        let faux = AgentOptions {
+            provider: Some("faux".to_owned()),
+            ..AgentOptions::default()
+        };
+        assert_eq!(
+            chosen(faux, &[("OPENAI_API_KEY", "sk-test")]),
+            Ok(("faux/faux".to_owned(), false))
+        );
+    }
+
+    #[test]
+    fn a_base_url_makes_a_compatible_model_of_the_provider() {
+        let options = AgentOptions {
+            base_url: Some("http://127.0.0.1:9/v1".to_owned()),
+            model: Some("smollm2".to_owned()),
+            ..AgentOptions::default()
+        };
+        assert_eq!(
+            chosen(options.clone(), &[]),
+            Ok((
+                "openai-compatible/smollm2 at http://127.0.0.1:9/v1".to_owned(),
+                false
+            ))
+        );
+        let anthropic = AgentOptions {
+            provider: Some("anthropic".to_owned()),
+            ..options
+        };
+        assert_eq!(
+            chosen(anthropic, &[]),
+            Ok((
+                "anthropic/smollm2 at http://127.0.0.1:9/v1".to_owned(),
+                false
+            ))
+        );
+    }
+
+    #[test]
+    fn a_bad_model_names_where_it_came_from() {
+        let options = AgentOptions {
+            model: Some("gpt-4o".to_owned()),
+            ..AgentOptions::default()
+        };
+        assert_eq!(
+            chosen(options, &[]),
+            Err("--model gpt-4o: name the provider too (`provider/model-id`), or give a provider or a base URL".to_owned())
+        );
+        assert_eq!(
+            chosen(AgentOptions::default(), &[("TILLER_MODEL", "nowhere/x")]),
+            Err("TILLER_MODEL=nowhere/x: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama".to_owned())
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Agent files: a good one loads as written (YAML and JSON alike); each kind of
+//! mistake stops `tiller` with exit status 2 and a message naming the file, the
+//! field and what was expected.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Scratch, finish, tiller};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller::{AgentTool, ThinkingLevel};
+use tiller_cli::agent_file::{AgentFile, ModelSpec};
+
+const GOOD: &str = r#"type: object
+description: |
+  You are a helpful assistant.
+  Use the tools when they help.
+properties:
+  answer: {type: string, description: Your response}
+required: [answer]
+json_schema_extra:
+  kind: agent
+  name: helper
+  version: "1.0.0"
+  model: {provider: llamacpp, id: smollm2, base_url: "http://127.0.0.1:8080/v1"}
+  thinking: low
+  structured_output: true
+  max_turns: 20
+  tools:
+    - name: add
+      description: Add two integers
+      parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}
+      command: [python3, tools/add.py, --verbose]
+      timeout_ms: 10000
+    - name: stamp
+      description: The time
+      command: [./tools/stamp.sh]
+"#;
+
+#[test]
+fn a_good_file_loads_as_written() {
+    let scratch = Scratch::new();
+    scratch.write("tools/add.py", "print(5)\n");
+    scratch.write("tools/stamp.sh", "#!/bin/sh\ndate\n");
+    let path = scratch.write("helper.yaml", GOOD);
+    let file = AgentFile::load(&path).unwrap();
+    assert_eq!(
+        (
+            file.name.as_str(),
+            file.version.as_deref(),
+            file.system_prompt.as_str(),
+            file.thinking,
+            file.structured_output,
+            file.max_turns,
+        ),
+        (
+            "helper",
+            Some("1.0.0"),
+            "You are a helpful assistant.\nUse the tools when they help.",
+            ThinkingLevel::Low,
+            true,
+            Some(20),
+        )
+    );
+    assert_eq!(
+        file.model,
+        Some(ModelSpec::Parts {
+            provider: "llamacpp".into(),
+            id: "smollm2".into(),
+            base_url: Some("http://127.0.0.1:8080/v1".into()),
+        })
+    );
+    assert_eq!(
+        file.output_schema,
+        json!({
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "Your response"}},
+            "required": ["answer"]
+        })
+    );
+    let tools: Vec<&dyn AgentTool> = file.tools.tools().map(|t| t.as_ref()).collect();
+    assert_eq!(
+        tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        ["add", "stamp"]
+    );
+    assert_eq!(
+        tools[1].parameters(),
+        &json!({"type": "object", "properties": {}})
+    );
+
+    let json_path = scratch.write(
+        "helper.json",
+        &serde_json::to_string(&json!({
+            "type": "object",
+            "description": "You are terse.",
+            "json_schema_extra": {
+                "kind": "agent",
+                "name": "terse",
+                "model": "openai/gpt-4o-mini",
+                "tools": [{"name": "add", "description": "Add", "command": ["python3", "tools/add.py"]}]
+            }
+        }))
+        .unwrap(),
+    );
+    let file = AgentFile::load(&json_path).unwrap();
+    assert_eq!(
+        (
+            file.name.as_str(),
+            file.system_prompt.as_str(),
+            file.model,
+            file.thinking
+        ),
+        (
+            "terse",
+            "You are terse.",
+            Some(ModelSpec::Name("openai/gpt-4o-mini".into())),
+            ThinkingLevel::Off
+        )
+    );
+}
+
+/// Each mistake, the file holding it, and the message `tiller` must print.
+const MISTAKES: &[(&str, &str, &str)] = &[
+    (
+        "unknown top-level key",
+        "type: object\ndescription: x\ntemperature: 0.2\njson_schema_extra: {kind: agent, name: h}\n",
+        "temperature: unknown field `temperature`, expected one of $schema, type, title, description, properties, required, additionalProperties, json_schema_extra at line 3, column 1",
+    ),
+    (
+        "unknown agent setting",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  temperature: 0.2\n",
+        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, thinking, structured_output, max_turns, tools at line 6, column 3",
+    ),
+    (
+        "unknown tool key",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: add\n      description: Add\n      command: [python3]\n      shell: true\n",
+        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms at line 10, column 7",
+    ),
+    (
+        "wrong type",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, description: Add, command: [python3], timeout_ms: ten}\n",
+        "json_schema_extra.tools[0].timeout_ms: invalid type: string \"ten\", expected a whole number of at least 1 at line 7, column 57",
+    ),
+    (
+        "zero turns",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, max_turns: 0}\n",
+        "json_schema_extra.max_turns: invalid value: integer `0`, expected a whole number of at least 1 at line 3, column 43",
+    ),
+    (
+        "unknown thinking level",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, thinking: extreme}\n",
+        "json_schema_extra.thinking: unknown variant `extreme`, expected one of off, minimal, low, medium, high, xhigh at line 3, column 53",
+    ),
+    (
+        "not an agent",
+        "type: object\ndescription: x\njson_schema_extra: {kind: tool, name: h}\n",
+        "json_schema_extra.kind: unknown variant `tool`, expected one of agent at line 3, column 27",
+    ),
+    (
+        "not an object schema",
+        "type: array\ndescription: x\njson_schema_extra: {kind: agent, name: h}\n",
+        "type: unknown variant `array`, expected one of object at line 1, column 7",
+    ),
+    (
+        "missing name",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent}\n",
+        "json_schema_extra: missing field `name` at line 3, column 21",
+    ),
+    (
+        "missing description",
+        "type: object\njson_schema_extra: {kind: agent, name: h}\n",
+        "missing field `description` at line 2, column 1",
+    ),
+    (
+        "empty command",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tools: [{name: add, description: Add, command: []}]}\n",
+        "json_schema_extra.tools[0].command: expected a program and its arguments, found an empty list",
+    ),
+    (
+        "duplicate tool",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, description: Add, command: [python3]}\n    - {name: add, description: Add again, command: [python3]}\n",
+        "json_schema_extra.tools[1].name: two tools are named `add`",
+    ),
+    (
+        "bad tool name",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tools: [{name: add numbers, description: Add, command: [python3]}]}\n",
+        "json_schema_extra.tools[0].name: tool name `add numbers` is invalid: use 1 to 64 letters, digits, `_` or `-`",
+    ),
+    (
+        "bad parameters",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tools: [{name: add, description: Add, command: [python3], parameters: {type: string}}]}\n",
+        "json_schema_extra.tools[0].parameters: the parameters of tool `add` are not a valid JSON Schema of an object: the schema's `type` must be \"object\"",
+    ),
+    (
+        "unknown model key",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, model: {provider: openai, id: gpt-4o, url: x}}\n",
+        "json_schema_extra.model.url: unknown field `url`, expected one of provider, id, base_url at line 3, column 81",
+    ),
+    (
+        "unknown model",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, model: nowhere/x}\n",
+        "json_schema_extra.model: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama",
+    ),
+    (
+        "required but not a property",
+        "type: object\ndescription: x\nproperties: {answer: {type: string}}\nrequired: [answer, reason]\njson_schema_extra: {kind: agent, name: h}\n",
+        "required[1]: `reason` is not one of the properties",
+    ),
+    (
+        "broken YAML",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h\n",
+        "json_schema_extra: unclosed bracket '{' at line 3, column 20",
+    ),
+];
+
+#[tokio::test]
+async fn each_mistake_exits_2_naming_file_field_and_expectation() {
+    let scratch = Scratch::new();
+    for (index, (mistake, text, message)) in MISTAKES.iter().enumerate() {
+        let path = scratch.write(&format!("agent-{index}.yaml"), text);
+        let run = finish(tiller(&["run", "--agent", path.to_str().unwrap(), "hi"])).await;
+        assert_eq!(
+            (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+            (
+                Some(2),
+                "",
+                format!("tiller: {}: {message}\n", path.display()).as_str()
+            ),
+            "{mistake}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_missing_program_a_missing_file_and_broken_json_exit_2() {
+    let scratch = Scratch::new();
+    let missing_program = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tools: [{name: go, description: Go, command: [./tools/go.sh, --fast]}]}\n",
+    );
+    let broken_json = scratch.write(
+        "agent.json",
+        r#"{"type": "object", "description": "x", "json_schema_extra": {"kind": "agent", "name": "h",}}"#,
+    );
+    let nowhere = scratch.path().join("nowhere.yaml");
+    let cases = [
+        (
+            &missing_program,
+            format!(
+                "json_schema_extra.tools[0].command[0]: no such program: {}",
+                scratch.path().join("tools/go.sh").display()
+            ),
+        ),
+        (
+            &broken_json,
+            "json_schema_extra: trailing comma at line 1 column 91".to_owned(),
+        ),
+        (
+            &nowhere,
+            "cannot read the file: No such file or directory (os error 2)".to_owned(),
+        ),
+    ];
+    for (path, message) in cases {
+        let run = finish(tiller(&["run", "--agent", path.to_str().unwrap(), "hi"])).await;
+        assert_eq!(
+            (run.code(), run.stderr),
+            (Some(2), format!("tiller: {}: {message}\n", path.display()))
+        );
+    }
+}

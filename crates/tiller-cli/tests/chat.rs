@@ -1,0 +1,147 @@
+//! `tiller chat` driven through a pipe: prompts, a steering line while a slow tool
+//! runs, commands, and the end of input.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{
+    Dialect, Scratch, agent_yaml, event_type, exit_of, finish_with_input, lines, python_tool,
+    read_until,
+};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use tiller_test_support::MockServer;
+use tokio::io::AsyncWriteExt;
+
+#[tokio::test]
+async fn a_line_typed_while_a_tool_runs_steers_the_agent() {
+    let scratch = Scratch::new();
+    // The tool finishes only once the test says so, after the steering line is in.
+    scratch.write(
+        "tools/wait.py",
+        &python_tool(
+            "go = os.path.join(here, 'go')\n\
+             while not os.path.exists(go):\n    time.sleep(0.01)\n\
+             print('waited')",
+        ),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml(
+            "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n",
+        ),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "wait", json!({})));
+    server.push(dialect.text(&["Stopping as asked."]));
+
+    let mut command = dialect.tiller(
+        &server,
+        "chat",
+        &["--agent", agent.to_str().unwrap(), "--events", "jsonl"],
+    );
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    let mut stderr = lines(child.stderr.take().unwrap());
+
+    stdin.write_all(b"start the job\n").await.unwrap();
+    read_until(&mut stdout, |line| {
+        line.contains("\"tool_execution_start\"")
+    })
+    .await;
+    stdin.write_all(b"never mind, stop\n").await.unwrap();
+    read_until(&mut stderr, |line| line == "[steering queued]").await;
+    std::fs::write(scratch.path().join("tools/go"), "").unwrap();
+    drop(stdin);
+
+    let status = exit_of(&mut child).await;
+    assert_eq!(status.code(), Some(0));
+    let mut events: Vec<Value> = Vec::new();
+    while let Some(line) = stdout.recv().await {
+        events.push(serde_json::from_str(&line).unwrap());
+    }
+    assert_eq!(event_type(events.last().unwrap()), "agent_end");
+
+    let requests = server.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one run: the tool call, then the steered answer"
+    );
+    let roles: Vec<&str> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+    assert_eq!(dialect.last_user_text(&requests[1]), "never mind, stop");
+    assert_eq!(
+        dialect.tool_results(&requests[1]),
+        [json!({"id": "call_1", "text": "waited"})]
+    );
+}
+
+#[tokio::test]
+async fn commands_and_prompts_from_a_pipe() {
+    let dialect = Dialect::Anthropic;
+    let server = MockServer::start().await;
+    server.push(dialect.text(&["First answer."]));
+    server.push(dialect.text(&["After the reset."]));
+    let mut command = dialect.tiller(&server, "chat", &[]);
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    let mut stderr = lines(child.stderr.take().unwrap());
+
+    stdin.write_all(b"hello\n").await.unwrap();
+    read_until(&mut stdout, |line| line == "First answer.").await;
+    stdin
+        .write_all(b"/state\n/frobnicate\n/abort\n/reset\n")
+        .await
+        .unwrap();
+    let said = read_until(&mut stderr, |line| line.starts_with("[reset")).await;
+    assert_eq!(
+        said,
+        [
+            "[2 messages · 10 tokens in, 1 out · $0.0000 · idle]",
+            "[unknown command /frobnicate: a line is a prompt when the agent is idle and steers it while it works; /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, /state summarises it, /quit leaves]",
+            "[nothing to abort]",
+            "[reset: the conversation is empty]",
+        ]
+    );
+    stdin.write_all(b"again\n").await.unwrap();
+    read_until(&mut stdout, |line| line == "After the reset.").await;
+    stdin.write_all(b"/quit\n").await.unwrap();
+    assert_eq!(exit_of(&mut child).await.code(), Some(0));
+
+    let requests = server.requests();
+    assert_eq!(
+        requests[1].body["messages"].as_array().unwrap().len(),
+        1,
+        "the reset emptied the conversation"
+    );
+    assert_eq!(dialect.last_user_text(&requests[1]), "again");
+}
+
+#[tokio::test]
+async fn a_chat_on_the_faux_model_ends_with_its_input() {
+    let run = finish_with_input(common::tiller(&["chat"]), b"Hello\n").await;
+    assert_eq!(run.code(), Some(0));
+    assert!(
+        run.stdout.starts_with("You said: \"Hello\"."),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("using the scripted faux model"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1,0 +1,285 @@
+//! Helpers for running the built `tiller` binary against loopback servers.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tiller_test_support::{CapturedRequest, MockResponse, MockServer, sse};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// A folder of its own for one test, removed afterwards.
+pub(crate) struct Scratch(PathBuf);
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "tiller-cli-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(path.join("tools")).unwrap();
+        Scratch(path)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` under the folder and answers its path.
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `tiller` binary with a clean environment: no keys, no `TILLER_*`.
+pub(crate) fn tiller(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tiller"));
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Finished {
+    pub(crate) fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+/// Runs `command` to the end (at most a minute).
+pub(crate) async fn finish(mut command: Command) -> Finished {
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("tiller did not finish within a minute")
+        .unwrap();
+    Finished {
+        status: output.status,
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// Runs `command` with `input` on its standard input, then to the end.
+pub(crate) async fn finish_with_input(mut command: Command, input: &[u8]) -> Finished {
+    use tokio::io::AsyncWriteExt;
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("tiller did not finish within a minute")
+        .unwrap();
+    Finished {
+        status: output.status,
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// The lines a running child writes on one of its streams.
+pub(crate) fn lines(
+    stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+) -> mpsc::UnboundedReceiver<String> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// Reads `lines` until one satisfies `found`, answering every line read.
+pub(crate) async fn read_until(
+    lines: &mut mpsc::UnboundedReceiver<String>,
+    found: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut read = Vec::new();
+        loop {
+            let line = lines.recv().await.expect("the stream ended first");
+            let done = found(&line);
+            read.push(line);
+            if done {
+                return read;
+            }
+        }
+    })
+    .await
+    .expect("the awaited line never came")
+}
+
+/// Waits for a spawned child to exit.
+pub(crate) async fn exit_of(child: &mut Child) -> ExitStatus {
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("tiller did not exit")
+        .unwrap()
+}
+
+/// The event type of a JSONL line.
+pub(crate) fn event_type(line: &Value) -> &str {
+    line["event"]["type"].as_str().unwrap()
+}
+
+/// A provider's wire dialect, as the tests script and read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+impl Dialect {
+    pub(crate) const BOTH: [Dialect; 2] = [Dialect::OpenAi, Dialect::Anthropic];
+
+    /// The options that point `tiller` at `server` in this dialect.
+    pub(crate) fn options(self, server: &MockServer) -> Vec<String> {
+        let mut options = vec!["--base-url".to_owned(), server.base_url()];
+        match self {
+            Dialect::OpenAi => options.extend(["--model".to_owned(), "local-model".to_owned()]),
+            Dialect::Anthropic => options.extend([
+                "--provider".to_owned(),
+                "anthropic".to_owned(),
+                "--model".to_owned(),
+                "claude-test".to_owned(),
+            ]),
+        }
+        options
+    }
+
+    /// A command for `tiller` against `server` in this dialect, with `args` after.
+    pub(crate) fn tiller(self, server: &MockServer, subcommand: &str, args: &[&str]) -> Command {
+        let mut all = vec![subcommand.to_owned()];
+        all.extend(self.options(server));
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let mut command = tiller(&all);
+        if self == Dialect::Anthropic {
+            command.env("ANTHROPIC_API_KEY", "test-key");
+        }
+        command
+    }
+
+    /// A streamed text reply.
+    pub(crate) fn text(self, pieces: &[&str]) -> MockResponse {
+        MockResponse::sse(match self {
+            Dialect::OpenAi => sse::openai_text(pieces),
+            Dialect::Anthropic => sse::anthropic_text(pieces),
+        })
+    }
+
+    /// A streamed call of one tool.
+    pub(crate) fn tool_call(self, id: &str, name: &str, arguments: Value) -> MockResponse {
+        MockResponse::sse(match self {
+            Dialect::OpenAi => sse::openai_tool_call(id, name, &arguments),
+            Dialect::Anthropic => sse::anthropic_tool_call(id, name, &arguments),
+        })
+    }
+
+    /// The tool results a request carries: call id, text, and (Anthropic only) the
+    /// error flag.
+    pub(crate) fn tool_results(self, request: &CapturedRequest) -> Vec<Value> {
+        let messages = request.body["messages"].as_array().unwrap();
+        match self {
+            Dialect::OpenAi => messages
+                .iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| json!({"id": m["tool_call_id"], "text": m["content"]}))
+                .collect(),
+            Dialect::Anthropic => messages
+                .iter()
+                .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                .filter(|block| block["type"] == "tool_result")
+                .map(|block| {
+                    let text: String = block["content"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter_map(|c| c["text"].as_str())
+                        .collect();
+                    json!({"id": block["tool_use_id"], "text": text, "is_error": block.get("is_error").cloned().unwrap_or(json!(false))})
+                })
+                .collect(),
+        }
+    }
+
+    /// The text of the last user message of a request.
+    pub(crate) fn last_user_text(self, request: &CapturedRequest) -> String {
+        let messages = request.body["messages"].as_array().unwrap();
+        let last = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+        match &last["content"] {
+            Value::String(text) => text.clone(),
+            Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+            other => panic!("unexpected user content {other}"),
+        }
+    }
+}
+
+/// An agent file whose tools are the given YAML list items (already indented).
+pub(crate) fn agent_yaml(tools: &str) -> String {
+    format!(
+        "type: object\n\
+         description: You are a careful assistant.\n\
+         properties:\n  answer: {{type: string}}\n\
+         required: [answer]\n\
+         json_schema_extra:\n  kind: agent\n  name: helper\n  version: \"1.0.0\"\n  thinking: off\n  max_turns: 10\n  tools:\n{tools}"
+    )
+}
+
+/// A Python tool script that reads its arguments from stdin.
+pub(crate) fn python_tool(body: &str) -> String {
+    format!(
+        "import json, os, sys, time\nargs = json.load(sys.stdin)\nhere = os.path.dirname(os.path.abspath(__file__))\n{body}\n"
+    )
+}
+
+/// Waits (at most ten seconds) until process `pid` has ended: it no longer exists,
+/// or is a zombie nobody has reaped yet.
+pub(crate) async fn gone(pid: i32) {
+    let ended = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !ended() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("process {pid} outlived its call"));
+}

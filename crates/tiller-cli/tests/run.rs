@@ -1,0 +1,442 @@
+//! `tiller run` end to end: the built binary against loopback servers speaking the
+//! OpenAI and Anthropic dialects, with command tools that really run.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{
+    Dialect, Scratch, agent_yaml, event_type, exit_of, finish, gone, lines, python_tool,
+    read_until, tiller,
+};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller_test_support::{MockResponse, MockServer, sse};
+
+#[tokio::test]
+async fn a_text_reply_streams_to_stdout() {
+    for dialect in Dialect::BOTH {
+        let server = MockServer::start().await;
+        server.push(dialect.text(&["Hel", "lo", " there!"]));
+        let run = finish(dialect.tiller(&server, "run", &["Say hello"])).await;
+        assert_eq!(
+            (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+            (Some(0), "Hello there!\n", ""),
+            "{dialect:?}"
+        );
+        let request = &server.requests()[0];
+        assert_eq!(dialect.last_user_text(request), "Say hello");
+        match dialect {
+            Dialect::OpenAi => {
+                assert_eq!(request.path, "/v1/chat/completions");
+                assert_eq!(request.body["model"], "local-model");
+            }
+            Dialect::Anthropic => {
+                assert_eq!(request.path, "/v1/messages");
+                assert_eq!(request.body["model"], "claude-test");
+                assert_eq!(request.header("x-api-key"), Some("test-key"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_tool_runs_for_two_rounds_and_its_output_reaches_the_model() {
+    for dialect in Dialect::BOTH {
+        let scratch = Scratch::new();
+        scratch.write(
+            "tools/add.py",
+            &python_tool(
+                "open(os.path.join(here, 'calls.log'), 'a').write(json.dumps(args) + '\\n')\n\
+                 print(args['a'] + args['b'])",
+            ),
+        );
+        let agent = scratch.write(
+            "agent.yaml",
+            &agent_yaml(
+                "    - name: add\n      description: Add two integers\n      parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}\n      command: [python3, tools/add.py]\n      timeout_ms: 10000\n",
+            ),
+        );
+        let server = MockServer::start().await;
+        server.push(dialect.tool_call("call_1", "add", json!({"a": 2, "b": 3})));
+        server.push(dialect.tool_call("call_2", "add", json!({"a": 5, "b": 8})));
+        server.push(dialect.text(&["The sums are 5 and 13."]));
+
+        let run = finish(dialect.tiller(
+            &server,
+            "run",
+            &["--agent", agent.to_str().unwrap(), "Add 2+3, then 5+8"],
+        ))
+        .await;
+        assert_eq!(
+            (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+            (
+                Some(0),
+                "The sums are 5 and 13.\n",
+                "[add {\"a\":2,\"b\":3}] -> 5\n[add {\"a\":5,\"b\":8}] -> 13\n"
+            ),
+            "{dialect:?}"
+        );
+        let calls = std::fs::read_to_string(scratch.path().join("tools/calls.log")).unwrap();
+        assert_eq!(calls, "{\"a\": 2, \"b\": 3}\n{\"a\": 5, \"b\": 8}\n");
+
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3);
+        let results: Vec<Value> = requests
+            .iter()
+            .map(|r| json!(dialect.tool_results(r)))
+            .collect();
+        let result = |id: &str, text: &str| match dialect {
+            Dialect::OpenAi => json!({"id": id, "text": text}),
+            Dialect::Anthropic => json!({"id": id, "text": text, "is_error": false}),
+        };
+        assert_eq!(
+            results,
+            [
+                json!([]),
+                json!([result("call_1", "5")]),
+                json!([result("call_1", "5"), result("call_2", "13")])
+            ]
+        );
+        let system = match dialect {
+            Dialect::OpenAi => requests[0].body["messages"][0]["content"].clone(),
+            Dialect::Anthropic => requests[0].body["system"][0]["text"].clone(),
+        };
+        assert_eq!(system, "You are a careful assistant.", "{dialect:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_failing_tool_becomes_an_error_result_and_the_run_goes_on() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "tools/fail.py",
+        &python_tool("print('half done')\nprint('boom: bad input', file=sys.stderr)\nsys.exit(3)"),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml("    - name: fail\n      description: Always fails\n      command: [python3, tools/fail.py]\n"),
+    );
+    let dialect = Dialect::Anthropic;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("toolu_1", "fail", json!({})));
+    server.push(dialect.text(&["It failed."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &["--agent", agent.to_str().unwrap(), "Try it"],
+    ))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (
+            Some(0),
+            "It failed.\n",
+            "[fail {}] failed: `fail` exited with status 3; the end of its stderr: …\n"
+        )
+    );
+    assert_eq!(
+        dialect.tool_results(&server.requests()[1]),
+        [json!({
+            "id": "toolu_1",
+            "text": "`fail` exited with status 3; the end of its stderr:\nboom: bad input",
+            "is_error": true
+        })]
+    );
+}
+
+#[tokio::test]
+async fn a_tool_past_its_timeout_is_killed_and_reported() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "tools/slow.py",
+        &python_tool(
+            "open(os.path.join(here, 'pid'), 'w').write(str(os.getpid()))\n\
+             print('started', file=sys.stderr, flush=True)\n\
+             time.sleep(60)",
+        ),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml("    - name: slow\n      description: Never ends\n      command: [python3, tools/slow.py]\n      timeout_ms: 500\n"),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "slow", json!({})));
+    server.push(dialect.text(&["Too slow."]));
+    let run =
+        finish(dialect.tiller(&server, "run", &["--agent", agent.to_str().unwrap(), "Go"])).await;
+    assert_eq!((run.code(), run.stdout.as_str()), (Some(0), "Too slow.\n"));
+    assert_eq!(
+        dialect.tool_results(&server.requests()[1]),
+        [
+            json!({"id": "call_1", "text": "`slow` timed out after 500 ms; the end of its stderr:\nstarted"})
+        ]
+    );
+    let pid: i32 = std::fs::read_to_string(scratch.path().join("tools/pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    gone(pid).await;
+}
+
+#[tokio::test]
+async fn options_override_the_agent_file_and_a_turn_limit_fails_the_run() {
+    let scratch = Scratch::new();
+    scratch.write("tools/echo.py", &python_tool("print(args)"));
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml(
+            "    - name: echo\n      description: Echo\n      command: [python3, tools/echo.py]\n",
+        ),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "echo", json!({})));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--system",
+            "Be terse.",
+            "--max-turns",
+            "1",
+            "Go",
+        ],
+    ))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (
+            Some(1),
+            "",
+            "[echo {}] -> {}\ntiller: the run reached its turn limit with work left\n"
+        )
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "one turn only");
+    assert_eq!(
+        requests[0].body["messages"][0],
+        json!({"role": "system", "content": "Be terse."})
+    );
+}
+
+#[tokio::test]
+async fn jsonl_writes_every_envelope_in_the_library_order() {
+    let scratch = Scratch::new();
+    scratch.write("tools/echo.py", &python_tool("print(args['text'])"));
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml("    - name: echo\n      description: Echo\n      parameters: {type: object, properties: {text: {type: string}}, required: [text]}\n      command: [python3, tools/echo.py]\n"),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "echo", json!({"text": "ping"})));
+    server.push(dialect.text(&["Got ", "ping."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--events",
+            "jsonl",
+            "Echo ping",
+        ],
+    ))
+    .await;
+    assert_eq!((run.code(), run.stderr.as_str()), (Some(0), ""));
+
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    for (seq, line) in lines.iter().enumerate() {
+        assert_eq!(line["agent_id"], lines[0]["agent_id"]);
+        assert_eq!(
+            line["seq"], seq,
+            "envelopes are numbered from 0 without gaps"
+        );
+    }
+    let kinds: Vec<String> = lines
+        .iter()
+        .map(|line| match event_type(line) {
+            "message_update" => format!(
+                "message_update:{}",
+                line["event"]["assistant_message_event"]["type"]
+                    .as_str()
+                    .unwrap()
+            ),
+            kind @ ("message_start" | "message_end") => {
+                format!(
+                    "{kind}:{}",
+                    line["event"]["message"]["role"].as_str().unwrap()
+                )
+            }
+            kind => kind.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "agent_start",
+            "turn_start",
+            "message_start:user",
+            "message_end:user",
+            "message_start:assistant",
+            "message_update:tool_call_start",
+            "message_update:tool_call_delta",
+            "message_update:tool_call_delta",
+            "message_update:tool_call_end",
+            "message_end:assistant",
+            "tool_execution_start",
+            "tool_execution_end",
+            "message_start:tool_result",
+            "message_end:tool_result",
+            "turn_end",
+            "turn_start",
+            "message_start:assistant",
+            "message_update:text_start",
+            "message_update:text_delta",
+            "message_update:text_delta",
+            "message_update:text_end",
+            "message_end:assistant",
+            "turn_end",
+            "agent_end",
+        ]
+    );
+    let end = &lines.last().unwrap()["event"];
+    assert_eq!(end["reason"], "completed");
+    assert_eq!(end["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        lines[11]["event"],
+        json!({
+            "type": "tool_execution_end",
+            "tool_call_id": "call_1",
+            "tool_name": "echo",
+            "result": {"content": [{"type": "text", "text": "ping"}], "details": {"exit_code": 0}},
+            "is_error": false
+        })
+    );
+}
+
+#[tokio::test]
+async fn an_interrupt_aborts_a_slow_stream_and_exits_130() {
+    let server = MockServer::start().await;
+    let start = sse::openai_text_events(&["Once", " upon"]);
+    server.push(MockResponse::sse("").chunks(start[..2].to_vec()).stall());
+    let mut child = Dialect::OpenAi
+        .tiller(&server, "run", &["--events", "jsonl", "Tell a long story"])
+        .spawn()
+        .unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    let before = read_until(&mut stdout, |line| line.contains("\"text_delta\"")).await;
+    interrupt(child.id().unwrap());
+    let mut all = before;
+    while let Some(line) = stdout.recv().await {
+        all.push(line);
+    }
+    let status = exit_of(&mut child).await;
+    assert_eq!(status.code(), Some(130));
+    let last: Value = serde_json::from_str(all.last().unwrap()).unwrap();
+    assert_eq!(event_type(&last), "agent_end");
+    assert_eq!(last["event"]["reason"], "aborted");
+    let answer = &last["event"]["messages"][1];
+    assert_eq!(
+        (&answer["stop_reason"], &answer["content"][0]["text"]),
+        (&json!("aborted"), &json!("Once"))
+    );
+}
+
+#[tokio::test]
+async fn without_a_provider_the_faux_model_answers_and_says_so() {
+    let run = finish(tiller(&["run", "Hello"])).await;
+    assert_eq!(run.code(), Some(0));
+    assert!(
+        run.stdout
+            .starts_with("You said: \"Hello\". I am Tiller's scripted faux model"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        "tiller: no provider configured (use --provider, --base-url or --model, or set OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model\n"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_error_exits_1_with_its_message() {
+    let server = MockServer::start().await;
+    server.push(MockResponse::json(
+        401,
+        &json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}),
+    ));
+    let run = finish(Dialect::OpenAi.tiller(&server, "run", &["Hello"])).await;
+    assert_eq!((run.code(), run.stdout.as_str()), (Some(1), ""));
+    assert!(
+        run.stderr.starts_with("tiller: ")
+            && run.stderr.contains("401")
+            && run.stderr.contains("Incorrect API key provided"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn bad_usage_exits_2() {
+    let run = finish(tiller(&["run", "--thinking", "extreme", "Hello"])).await;
+    assert_eq!(run.code(), Some(2));
+    assert!(
+        run.stderr
+            .contains("invalid value 'extreme' for '--thinking <LEVEL>'"),
+        "{}",
+        run.stderr
+    );
+    let run = finish(tiller(&["run", "--model", "gpt-4o", "Hello"])).await;
+    assert_eq!(
+        (run.code(), run.stderr.as_str()),
+        (
+            Some(2),
+            "tiller: --model gpt-4o: name the provider too (`provider/model-id`), or give a provider or a base URL\n"
+        )
+    );
+    let run = finish(tiller(&["run", "  "])).await;
+    assert_eq!(
+        (run.code(), run.stderr.as_str()),
+        (Some(2), "tiller: the prompt is empty\n")
+    );
+}
+
+#[tokio::test]
+async fn version_and_help() {
+    let run = finish(tiller(&["--version"])).await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str()),
+        (Some(0), concat!("tiller ", env!("CARGO_PKG_VERSION"), "\n"))
+    );
+    let run = finish(tiller(&["run", "--help"])).await;
+    assert_eq!(run.code(), Some(0));
+    for option in [
+        "--agent",
+        "--provider",
+        "--base-url",
+        "--model",
+        "--system",
+        "--thinking",
+        "--max-turns",
+        "--events",
+    ] {
+        assert!(run.stdout.contains(option), "run --help lacks {option}");
+    }
+}
+
+#[allow(unsafe_code)]
+fn interrupt(pid: u32) {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGINT);
+    }
+}
