@@ -158,7 +158,7 @@ async fn a_tool_past_its_timeout_is_killed_and_reported() {
     );
     let agent = scratch.write(
         "agent.yaml",
-        &agent_yaml("    - name: slow\n      description: Never ends\n      command: [python3, tools/slow.py]\n      timeout_ms: 500\n"),
+        &agent_yaml("    - name: slow\n      description: Never ends\n      command: [python3, tools/slow.py]\n      timeout_ms: 1500\n"),
     );
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
@@ -170,7 +170,7 @@ async fn a_tool_past_its_timeout_is_killed_and_reported() {
     assert_eq!(
         dialect.tool_results(&server.requests()[1]),
         [
-            json!({"id": "call_1", "text": "`slow` timed out after 500 ms; the end of its stderr:\nstarted"})
+            json!({"id": "call_1", "text": "`slow` timed out after 1500 ms; the end of its stderr:\nstarted"})
         ]
     );
     let pid: i32 = std::fs::read_to_string(scratch.path().join("tools/pid"))

@@ -74,17 +74,9 @@ impl Finished {
     }
 }
 
-/// Runs `command` to the end (at most a minute).
-pub(crate) async fn finish(mut command: Command) -> Finished {
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("tiller did not finish within a minute")
-        .unwrap();
-    Finished {
-        status: output.status,
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+/// Runs `command` to the end (at most a minute), its standard input empty.
+pub(crate) async fn finish(command: Command) -> Finished {
+    finish_with_input(command, b"").await
 }
 
 /// Runs `command` with `input` on its standard input, then to the end.
