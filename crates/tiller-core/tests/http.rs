@@ -41,6 +41,40 @@ fn recorded_tools(declared: &[(String, String, Value)], outputs: &[(String, Stri
     ToolSet::new(tools).unwrap()
 }
 
+/// Runs the recorded prompt through the loop and checks it completed: two tool
+/// results between the first answer and the last; answers the new messages.
+async fn run_two_tool_rounds(
+    config: LoopConfig,
+    system: &str,
+    prompt: &str,
+    tools: ToolSet,
+) -> Vec<AgentMessage> {
+    let context = AgentContext {
+        system_prompt: Some(system.to_owned()),
+        messages: vec![],
+        tools,
+    };
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user(prompt)],
+        context,
+        config,
+        Default::default(),
+    ))
+    .await;
+    assert_eq!(end_reason(&events), RunEnd::Completed);
+    assert_eq!(
+        roles(&messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "tool_result",
+            "assistant"
+        ]
+    );
+    messages
+}
+
 #[tokio::test]
 async fn an_openai_tool_conversation_over_http() {
     let cassette = Cassette::load(
@@ -100,30 +134,8 @@ async fn an_openai_tool_conversation_over_http() {
             async { Some(ApiKey::new("resolved-key")) }
         })
     };
-    let context = AgentContext {
-        system_prompt: Some(system.to_owned()),
-        messages: vec![],
-        tools: recorded_tools(&declared, &outputs),
-    };
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user(prompt)],
-        context,
-        config,
-        Default::default(),
-    ))
-    .await;
-
-    assert_eq!(end_reason(&events), RunEnd::Completed);
-    assert_eq!(
-        roles(&messages),
-        [
-            "user",
-            "assistant",
-            "tool_result",
-            "tool_result",
-            "assistant"
-        ]
-    );
+    let messages =
+        run_two_tool_rounds(config, system, prompt, recorded_tools(&declared, &outputs)).await;
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(
@@ -211,30 +223,7 @@ async fn an_anthropic_tool_conversation_over_http() {
         .with_provider("anthropic");
     let mut config = LoopConfig::new(model);
     config.options.api_key = Some(ApiKey::new("test-key"));
-    let context = AgentContext {
-        system_prompt: Some(system.to_owned()),
-        messages: vec![],
-        tools: recorded_tools(&declared, &outputs),
-    };
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user(prompt)],
-        context,
-        config,
-        Default::default(),
-    ))
-    .await;
-
-    assert_eq!(end_reason(&events), RunEnd::Completed);
-    assert_eq!(
-        roles(&messages),
-        [
-            "user",
-            "assistant",
-            "tool_result",
-            "tool_result",
-            "assistant"
-        ]
-    );
+    run_two_tool_rounds(config, system, prompt, recorded_tools(&declared, &outputs)).await;
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     let turns = requests[1].body["messages"].as_array().unwrap().clone();
