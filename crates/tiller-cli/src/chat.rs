@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use futures::StreamExt;
-use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Usage};
+use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
@@ -210,10 +210,7 @@ async fn state(agent: &AgentHandle) {
             return;
         }
     };
-    let mut usage = Usage::default();
-    for message in state.messages.iter().filter_map(|m| m.as_assistant()) {
-        usage += message.usage;
-    }
+    let usage = state.usage();
     let status = if state.is_streaming {
         "working"
     } else {

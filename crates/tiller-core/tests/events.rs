@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    collect, config, context, describe, echo, end_reason, label, lines, log, logged, roles,
+    collect, config, context, describe, echo, end_reason, label, lines, log, logged, prompt, roles,
     user_text, value_schema,
 };
 use pretty_assertions::assert_eq;
@@ -221,13 +221,7 @@ async fn a_tool_that_must_run_alone_makes_the_turn_sequential() {
         })
     };
     let tools: Vec<Arc<dyn AgentTool>> = vec![Arc::new(slow), Arc::new(fast)];
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(tools, vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("go", context(tools, vec![]), config(&faux)).await;
     assert_eq!(logged(&order), ["slow:start", "slow:end", "fast"]);
     let tool_events: Vec<String> = describe(&events)
         .into_iter()
@@ -278,13 +272,7 @@ async fn interrupting_steering_skips_the_calls_left() {
     let mut config =
         config(&faux).with_steering(once("stop that", move || !logged(&ran).is_empty()));
     config.tool_execution = ToolExecutionMode::Sequential;
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("start")],
-        context(vec![echo(&executed)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("start", context(vec![echo(&executed)], vec![]), config).await;
     assert_eq!(logged(&executed), ["first"]);
     let described = describe(&events);
     let from_tools = described
@@ -374,13 +362,7 @@ async fn interrupting_steering_cancels_parallel_calls_still_running() {
     let config = config(&faux).with_steering(once("change of plan", move || {
         !logged(&quick_ran).is_empty()
     }));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![quick, waits], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("go", context(vec![quick, waits], vec![]), config).await;
     assert_eq!(
         logged(&saw_cancel),
         ["cancelled"],
@@ -406,13 +388,7 @@ async fn steering_after_the_turn_lets_every_call_run() {
         config(&faux).with_steering(once("interrupt", move || !logged(&ran).is_empty()));
     config.steering_delivery = SteeringDelivery::AfterTurn;
     config.tool_execution = ToolExecutionMode::Sequential;
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("start")],
-        context(vec![echo(&executed)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("start", context(vec![echo(&executed)], vec![]), config).await;
     assert_eq!(logged(&executed), ["first", "second", "third"]);
     assert!(
         events
@@ -460,13 +436,7 @@ async fn follow_ups_start_a_new_turn_in_the_same_run() {
             follow_up()
         })
     };
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("hi")],
-        context(vec![], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("hi", context(vec![], vec![]), config).await;
     assert_eq!(
         describe(&events),
         lines(&[
@@ -505,13 +475,7 @@ async fn steering_queued_before_the_run_joins_the_first_turn() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("answer"));
     let config = config(&faux).with_steering(once("also this", || true));
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("question")],
-        context(vec![], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("question", context(vec![], vec![]), config).await;
     assert_eq!(
         describe(&events)[..7].to_vec(),
         lines(&[
@@ -584,13 +548,7 @@ async fn transform_context_runs_before_convert_to_llm_and_keeps_the_history() {
                     .collect()
             })
     };
-    let (_, messages) = collect(agent_loop(
-        vec![AgentMessage::user("new message")],
-        context(vec![], history),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (_, messages) = prompt("new message", context(vec![], history), config).await;
     assert_eq!(
         (
             transformed.load(Ordering::SeqCst),
@@ -693,13 +651,7 @@ async fn tools_report_progress_between_start_and_end() {
             Ok(ToolOutput::text("2"))
         },
     ));
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("count")],
-        context(vec![count], vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("count", context(vec![count], vec![]), config(&faux)).await;
     let tool_events: Vec<String> = describe(&events)
         .into_iter()
         .filter(|e| e.starts_with("tool_"))

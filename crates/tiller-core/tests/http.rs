@@ -9,13 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{collect, end_reason, roles};
+use common::{end_reason, prompt, roles};
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 use tiller_ai::{ApiKey, Model};
 use tiller_core::{
     AgentContext, AgentMessage, AgentTool, FnTool, LoopConfig, RunEnd, ToolOutput, ToolSet,
-    agent_loop,
 };
 use tiller_test_support::{Cassette, MockServer};
 
@@ -46,7 +45,7 @@ fn recorded_tools(declared: &[(String, String, Value)], outputs: &[(String, Stri
 async fn run_two_tool_rounds(
     config: LoopConfig,
     system: &str,
-    prompt: &str,
+    user_prompt: &str,
     tools: ToolSet,
 ) -> Vec<AgentMessage> {
     let context = AgentContext {
@@ -54,13 +53,7 @@ async fn run_two_tool_rounds(
         messages: vec![],
         tools,
     };
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user(prompt)],
-        context,
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt(user_prompt, context, config).await;
     assert_eq!(end_reason(&events), RunEnd::Completed);
     assert_eq!(
         roles(&messages),

@@ -9,14 +9,14 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{collect, config, context, describe, echo, end_reason, lines, log, roles};
+use common::{config, context, describe, echo, end_reason, lines, log, prompt, roles};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_ai::{
     AssistantContent, AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage,
 };
-use tiller_core::{AgentMessage, RunEnd, agent_loop};
+use tiller_core::{AgentMessage, RunEnd};
 
 fn always_calling_echo(faux: &FauxProvider) {
     faux.respond_with(|_| FauxTurn::tool_call("echo", json!({"value": "again"})));
@@ -29,13 +29,7 @@ async fn the_turn_limit_ends_a_run_that_would_go_on() {
     let mut config = config(&faux);
     config.max_turns = 2;
     let ran = log();
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("loop")],
-        context(vec![echo(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("loop", context(vec![echo(&ran)], vec![]), config).await;
     assert_eq!(faux.requests().len(), 2);
     assert_eq!(
         roles(&messages),
@@ -55,13 +49,7 @@ async fn the_default_turn_limit_is_fifty() {
     let faux = FauxProvider::new();
     always_calling_echo(&faux);
     let ran = log();
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("loop")],
-        context(vec![echo(&ran)], vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("loop", context(vec![echo(&ran)], vec![]), config(&faux)).await;
     assert_eq!(
         (faux.requests().len(), end_reason(&events)),
         (50, RunEnd::TurnLimit)
@@ -101,13 +89,7 @@ async fn a_stop_condition_ends_the_run_after_its_turn() {
         common::value_schema(),
         |_, _| async { Ok(tiller_core::ToolOutput::text("finished")) },
     ));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran), finish], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("go", context(vec![echo(&ran), finish], vec![]), config).await;
     assert_eq!(end_reason(&events), RunEnd::StopCondition);
     assert_eq!(
         roles(&messages),
@@ -172,13 +154,7 @@ async fn orphans_in_the_transcript_are_answered_before_the_model_sees_it() {
         result_for("y"),
     ];
     let ran = log();
-    let (_, messages) = collect(agent_loop(
-        vec![AgentMessage::user("now")],
-        context(vec![echo(&ran)], history),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (_, messages) = prompt("now", context(vec![echo(&ran)], history), config(&faux)).await;
     assert_eq!(
         roles(&messages),
         ["user", "assistant"],
@@ -206,13 +182,7 @@ async fn a_failing_transform_ends_the_run_with_an_error_message() {
     let faux = FauxProvider::new();
     let config =
         config(&faux).with_transform_context(|_, _| async { Err("the summarizer is down".into()) });
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("hi")],
-        context(vec![], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("hi", context(vec![], vec![]), config).await;
     assert_eq!(
         describe(&events)[4..].to_vec(),
         lines(&[
@@ -234,13 +204,7 @@ async fn a_failing_transform_ends_the_run_with_an_error_message() {
 async fn panicking_callbacks_end_the_run_or_are_contained() {
     let faux = FauxProvider::new();
     let config = config(&faux).with_convert_to_llm(|_| panic!("converter bug"));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("hi")],
-        context(vec![], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("hi", context(vec![], vec![]), config).await;
     assert_eq!(end_reason(&events), RunEnd::Error);
     assert_eq!(
         messages[1].as_assistant().unwrap().error_message.as_deref(),
@@ -252,13 +216,7 @@ async fn panicking_callbacks_end_the_run_or_are_contained() {
     let config = common::config(&faux)
         .with_steering(|| async { panic!("queue bug") })
         .with_stop_when(|_| panic!("predicate bug"));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("hi")],
-        context(vec![], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("hi", context(vec![], vec![]), config).await;
     assert_eq!(roles(&messages), ["user", "assistant", "assistant"]);
     assert_eq!(
         messages[1].as_assistant().unwrap().text(),
@@ -276,13 +234,7 @@ async fn panicking_callbacks_end_the_run_or_are_contained() {
 async fn a_failed_model_response_ends_the_run() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("partial").fail("overloaded"));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("hi")],
-        context(vec![], vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("hi", context(vec![], vec![]), config(&faux)).await;
     assert_eq!(end_reason(&events), RunEnd::Error);
     let reply = messages[1].as_assistant().unwrap();
     assert_eq!(

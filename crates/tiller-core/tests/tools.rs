@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    collect, config, context, describe, echo, end_reason, log, logged, result_text, roles,
+    config, context, describe, echo, end_reason, log, logged, prompt, result_text, roles,
     value_schema,
 };
 use pretty_assertions::assert_eq;
@@ -17,8 +17,7 @@ use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_ai::{Content, StopReason};
 use tiller_core::{
-    AfterToolCall, AgentEvent, AgentMessage, AgentTool, BeforeToolCall, FnTool, RunEnd, ToolError,
-    ToolOutput, agent_loop,
+    AfterToolCall, AgentEvent, AgentTool, BeforeToolCall, FnTool, RunEnd, ToolError, ToolOutput,
 };
 
 fn adder(log: &Arc<std::sync::Mutex<Vec<String>>>) -> Arc<dyn AgentTool> {
@@ -46,12 +45,11 @@ async fn invalid_arguments_are_fed_back_and_the_corrected_call_runs() {
     faux.push(FauxTurn::new().with_tool_call_id("call-2", "add", json!({"a": 2, "b": "3"})));
     faux.push(FauxTurn::text("5"));
     let calls = log();
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("2 + 3?")],
+    let (events, messages) = prompt(
+        "2 + 3?",
         context(vec![adder(&calls)], vec![]),
         config(&faux),
-        Default::default(),
-    ))
+    )
     .await;
     assert_eq!(
         logged(&calls),
@@ -118,12 +116,11 @@ async fn unknown_tools_failing_tools_and_panicking_tools_are_error_results() {
             Ok(ToolOutput::default())
         },
     ));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
+    let (events, messages) = prompt(
+        "go",
         context(vec![fails, panics, echo(&ran)], vec![]),
         config(&faux),
-        Default::default(),
-    ))
+    )
     .await;
     let results: Vec<(String, bool)> = messages[2..6]
         .iter()
@@ -163,13 +160,7 @@ async fn calls_of_a_response_cut_by_the_token_limit_never_run() {
     );
     faux.push(FauxTurn::text("done"));
     let ran = log();
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config(&faux)).await;
     assert!(
         logged(&ran).is_empty(),
         "not even the call whose arguments parsed"
@@ -188,13 +179,7 @@ async fn unusable_arguments_are_reported_with_what_arrived() {
     faux.push(FauxTurn::new().with_raw_tool_call("echo", "{\"value\": \"x\",,}"));
     faux.push(FauxTurn::text("sorry"));
     let ran = log();
-    let (_, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config(&faux),
-        Default::default(),
-    ))
-    .await;
+    let (_, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config(&faux)).await;
     assert!(logged(&ran).is_empty());
     let text = result_text(&messages[2]);
     assert!(
@@ -225,13 +210,7 @@ async fn before_tool_call_can_rewrite_or_block() {
             _ => BeforeToolCall::Rewrite(json!({"value": 123})),
         })
     });
-    let (_, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo_any(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (_, messages) = prompt("go", context(vec![echo_any(&ran)], vec![]), config).await;
     assert_eq!(
         logged(&ran),
         ["123"],
@@ -282,13 +261,7 @@ async fn after_tool_call_can_replace_the_result() {
         })
     };
     let ran = log();
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
     assert_eq!(logged(&seen), ["\"hello\" echoed: hello false"]);
     let result = messages[2].as_tool_result().unwrap();
     assert_eq!(
@@ -328,13 +301,7 @@ async fn failing_and_panicking_hooks_become_error_results() {
         .with_after_tool_call(|_, _, _| async {
             Err::<AfterToolCall, _>("audit log unavailable".into())
         });
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
     assert_eq!(
         result_text(&messages[2]),
         "before_tool_call panicked: before hook bug"
@@ -374,12 +341,11 @@ async fn a_run_stops_when_every_result_of_a_turn_terminates() {
             .with_tool_call_id("one", "finish", json!({"value": "x"}))
             .with_tool_call_id("two", "finish", json!({"value": "y"})),
     );
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
+    let (events, messages) = prompt(
+        "go",
         context(vec![terminator(&["x", "y"])], vec![]),
         config(&faux),
-        Default::default(),
-    ))
+    )
     .await;
     assert_eq!(faux.requests().len(), 1);
     assert_eq!(
@@ -405,12 +371,11 @@ async fn one_terminating_result_is_not_enough() {
             .with_tool_call_id("two", "finish", json!({"value": "y"})),
     );
     faux.push(FauxTurn::text("done"));
-    let (events, messages) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
+    let (events, messages) = prompt(
+        "go",
         context(vec![terminator(&["x"])], vec![]),
         config(&faux),
-        Default::default(),
-    ))
+    )
     .await;
     assert_eq!(
         roles(&messages),
@@ -436,13 +401,7 @@ async fn a_blocking_hook_can_terminate_and_after_hooks_can_too() {
             terminate: true,
         })
     });
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
     assert!(logged(&ran).is_empty());
     assert_eq!(
         (faux.requests().len(), end_reason(&events)),
@@ -457,13 +416,7 @@ async fn a_blocking_hook_can_terminate_and_after_hooks_can_too() {
             ..AfterToolCall::default()
         })
     });
-    let (events, _) = collect(agent_loop(
-        vec![AgentMessage::user("go")],
-        context(vec![echo(&ran)], vec![]),
-        config,
-        Default::default(),
-    ))
-    .await;
+    let (events, _) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
     assert_eq!(
         (faux.requests().len(), end_reason(&events)),
         (1, RunEnd::ToolsTerminated)

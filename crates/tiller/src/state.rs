@@ -31,6 +31,13 @@ pub struct AgentState {
     pub error: Option<String>,
 }
 
+impl AgentState {
+    /// Tokens and cost of every response in the transcript.
+    pub fn usage(&self) -> Usage {
+        total_usage(&self.messages)
+    }
+}
+
 /// Whether an agent is working.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -92,11 +99,7 @@ impl RunOutcome {
 
     /// Tokens and cost of every response of the run.
     pub fn usage(&self) -> Usage {
-        let mut total = Usage::default();
-        for message in self.messages.iter().filter_map(AgentMessage::as_assistant) {
-            total += message.usage;
-        }
-        total
+        total_usage(&self.messages)
     }
 
     /// Why the last response ended.
@@ -109,4 +112,13 @@ impl RunOutcome {
         self.final_message()
             .and_then(|m| m.error_message.as_deref())
     }
+}
+
+/// The usage of the assistant messages among `messages`, summed.
+fn total_usage(messages: &[AgentMessage]) -> Usage {
+    let mut total = Usage::default();
+    for message in messages.iter().filter_map(AgentMessage::as_assistant) {
+        total += message.usage;
+    }
+    total
 }

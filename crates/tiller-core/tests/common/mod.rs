@@ -11,7 +11,7 @@ use tiller_ai::Message;
 use tiller_ai::faux::FauxProvider;
 use tiller_core::{
     AgentContext, AgentEvent, AgentLoop, AgentMessage, AgentTool, FnTool, LoopConfig, RunEnd,
-    ToolOutput, ToolSet,
+    ToolOutput, ToolSet, agent_loop,
 };
 
 /// Every event of a run and the messages it returned.
@@ -29,6 +29,21 @@ pub(crate) async fn collect(mut run: AgentLoop) -> (Vec<AgentEvent>, Vec<AgentMe
         "result() returns agent_end's messages"
     );
     (events, messages)
+}
+
+/// Runs the loop on one user prompt to the end: its events and new messages.
+pub(crate) async fn prompt(
+    text: &str,
+    context: AgentContext,
+    config: LoopConfig,
+) -> (Vec<AgentEvent>, Vec<AgentMessage>) {
+    collect(agent_loop(
+        vec![AgentMessage::user(text)],
+        context,
+        config,
+        Default::default(),
+    ))
+    .await
 }
 
 /// One line per event: its type and what identifies it.
