@@ -67,6 +67,15 @@ pub enum StreamError {
         /// The response body as received (at most 16 KiB).
         body: String,
     },
+    /// The server answered with a success status and an empty body: no stream at all.
+    /// (llama-cpp-python's server does this when it cannot stream what was asked.)
+    #[error("HTTP {status} from {provider} with an empty body: the server streamed nothing")]
+    EmptyBody {
+        /// The provider that answered.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+    },
     /// Nothing arrived for the idle timeout.
     #[error("the stream stalled: nothing arrived for {}s", *idle_timeout_ms as f64 / 1000.0)]
     Stalled {

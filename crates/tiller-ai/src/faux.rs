@@ -41,7 +41,7 @@ use crate::context::{Context, ContextRef};
 use crate::error::StreamError;
 use crate::message::{AssistantContent, Content, Message, StopReason};
 use crate::model::{Api, Headers, InputKind, Model, ModelCost};
-use crate::options::{StreamOptions, ThinkingLevel};
+use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
 use crate::usage::Usage;
 
 type Responder = Box<dyn FnMut(&FauxRequest) -> FauxTurn + Send>;
@@ -161,6 +161,8 @@ pub struct FauxRequest {
     pub max_tokens: Option<u32>,
     /// The temperature of the options.
     pub temperature: Option<f32>,
+    /// The tool choice of the options.
+    pub tool_choice: Option<ToolChoice>,
 }
 
 impl FauxRequest {
@@ -329,6 +331,7 @@ impl FauxSource {
             thinking: options.thinking,
             max_tokens: options.max_tokens,
             temperature: options.temperature,
+            tool_choice: options.tool_choice.clone(),
         };
         let queued = lock(&state.script).pop_front();
         let turn = match queued {

@@ -108,6 +108,7 @@ pub(crate) fn post_json<T: Serialize>(
 
 /// A response being fetched and decoded.
 pub(crate) struct HttpSource {
+    provider: String,
     phase: Phase,
     body: BodyDecoder,
     idle_timeout: Option<Duration>,
@@ -116,7 +117,12 @@ pub(crate) struct HttpSource {
 
 enum Phase {
     Connecting(Pin<Box<dyn Future<Output = Result<reqwest::Response, StreamError>> + Send>>),
-    Streaming(BoxStream<'static, reqwest::Result<Bytes>>),
+    Streaming {
+        body: BoxStream<'static, reqwest::Result<Bytes>>,
+        status: u16,
+        /// Whether any byte of the body has arrived.
+        received: bool,
+    },
     Done,
 }
 
@@ -130,8 +136,10 @@ impl HttpSource {
             Some(client) => client.clone(),
             None => shared_client()?,
         };
+        let provider = request.provider.clone();
         let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
         Ok(HttpSource {
+            provider,
             phase: Phase::Connecting(Box::pin(connecting)),
             body: BodyDecoder::new(wire),
             idle_timeout: options.idle_timeout,
@@ -150,14 +158,23 @@ impl HttpSource {
                         out.fail(error);
                     }
                     Poll::Ready(Ok(response)) => {
-                        self.phase = Phase::Streaming(response.bytes_stream().boxed());
+                        self.phase = Phase::Streaming {
+                            status: response.status().as_u16(),
+                            body: response.bytes_stream().boxed(),
+                            received: false,
+                        };
                         self.idle = self
                             .idle_timeout
                             .map(|limit| Box::pin(tokio::time::sleep(limit)));
                     }
                 },
-                Phase::Streaming(body) => match body.poll_next_unpin(cx) {
+                Phase::Streaming {
+                    body,
+                    status,
+                    received,
+                } => match body.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(bytes))) => {
+                        *received |= !bytes.is_empty();
                         if let (Some(idle), Some(limit)) = (self.idle.as_mut(), self.idle_timeout) {
                             idle.as_mut().reset(Instant::now() + limit);
                         }
@@ -173,6 +190,14 @@ impl HttpSource {
                         self.phase = Phase::Done;
                         out.fail(StreamError::Incomplete {
                             message: describe(&error.without_url()),
+                        });
+                    }
+                    Poll::Ready(None) if !*received => {
+                        let status = *status;
+                        self.phase = Phase::Done;
+                        out.fail(StreamError::EmptyBody {
+                            provider: self.provider.clone(),
+                            status,
                         });
                     }
                     Poll::Ready(None) => {
@@ -360,7 +385,8 @@ fn http_error(
 
 /// The message inside a provider's JSON error body: `{"error": {"message", "type"}}`
 /// (OpenAI, Anthropic and most compatible servers), `{"error": "..."}`,
-/// `{"message": "..."}` or `{"detail": ...}`.
+/// `{"message": "..."}` or `{"detail": ...}`. An empty message (llama-cpp-python's
+/// server sends one with its 500s) is no message: the body is shown instead.
 fn provider_message(body: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(body).ok()?;
     let error = value.get("error");
@@ -370,9 +396,12 @@ fn provider_message(body: &str) -> Option<String> {
         .or_else(|| value.get("message"))
         .or_else(|| value.get("detail"))?;
     let mut text = match message {
-        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::String(text) => text.trim().to_owned(),
         other => other.to_string(),
     };
+    if text.is_empty() {
+        return None;
+    }
     if let Some(kind) = error.and_then(|e| e.get("type")).and_then(|t| t.as_str()) {
         text.push_str(&format!(" ({kind})"));
     }
@@ -436,5 +465,9 @@ mod tests {
             Some("Not Found".to_owned())
         );
         assert_eq!(provider_message("<html>bad gateway</html>"), None);
+        assert_eq!(
+            provider_message(r#"{"error":{"message":"","type":"internal_server_error"}}"#),
+            None
+        );
     }
 }

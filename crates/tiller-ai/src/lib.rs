@@ -70,7 +70,9 @@ pub use message::{
     TextContent, ThinkingContent, ToolCall, ToolResultMessage, UserMessage, now_ms,
 };
 pub use model::{Api, Headers, InputKind, Model, ModelCost};
-pub use options::{ApiKey, StreamOptions, ThinkingBudgets, ThinkingLevel, UnknownThinkingLevel};
+pub use options::{
+    ApiKey, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice, UnknownThinkingLevel,
+};
 pub use partial::PartialMessage;
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};

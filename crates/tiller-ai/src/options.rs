@@ -18,6 +18,9 @@ pub struct StreamOptions {
     /// The most tokens the answer may hold; the provider's default (or, for
     /// Anthropic, the model's limit) when `None`.
     pub max_tokens: Option<u32>,
+    /// Whether and which tool the model must call; the provider's default (the model
+    /// decides) when `None`. Not sent when the context declares no tools.
+    pub tool_choice: Option<ToolChoice>,
     /// How hard a reasoning model should think. Ignored by models that do not reason.
     pub thinking: ThinkingLevel,
     /// Token budgets per thinking level, for providers that take a budget.
@@ -45,6 +48,7 @@ impl Default for StreamOptions {
         StreamOptions {
             temperature: None,
             max_tokens: None,
+            tool_choice: None,
             thinking: ThinkingLevel::Off,
             thinking_budgets: ThinkingBudgets::default(),
             session_id: None,
@@ -54,6 +58,43 @@ impl Default for StreamOptions {
             retry: RetryPolicy::default(),
             idle_timeout: Some(Duration::from_secs(120)),
             http_client: None,
+        }
+    }
+}
+
+/// Whether the model may, must or must not call a tool, or which one it must call.
+///
+/// In JSON and YAML: `"auto"`, `"none"`, `"required"`, or `{"tool": "name"}`.
+/// OpenAI-compatible servers receive `"auto"`, `"none"`, `"required"` or
+/// `{"type": "function", "function": {"name": ...}}`; Anthropic receives
+/// `{"type": "auto" | "none" | "any"}` or `{"type": "tool", "name": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides whether to call tools.
+    Auto,
+    /// The model must answer without calling a tool.
+    None,
+    /// The model must call at least one tool, of its choosing.
+    Required,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// Whether this choice makes the model call a tool (`required` or a named tool).
+    pub fn forces_a_call(&self) -> bool {
+        matches!(self, ToolChoice::Required | ToolChoice::Tool(_))
+    }
+}
+
+impl fmt::Display for ToolChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolChoice::Auto => f.write_str("auto"),
+            ToolChoice::None => f.write_str("none"),
+            ToolChoice::Required => f.write_str("required"),
+            ToolChoice::Tool(name) => write!(f, "tool `{name}`"),
         }
     }
 }
@@ -211,6 +252,20 @@ mod tests {
         let debug = format!("{options:?}");
         assert!(!debug.contains("sk-secret-123"), "{debug}");
         assert!(debug.contains("ApiKey(<redacted>)"), "{debug}");
+    }
+
+    #[test]
+    fn tool_choices_read_as_words_or_a_named_tool() {
+        let read = |json: &str| serde_json::from_str::<ToolChoice>(json).unwrap();
+        assert_eq!(read(r#""auto""#), ToolChoice::Auto);
+        assert_eq!(read(r#""none""#), ToolChoice::None);
+        assert_eq!(read(r#""required""#), ToolChoice::Required);
+        assert_eq!(read(r#"{"tool":"add"}"#), ToolChoice::Tool("add".into()));
+        assert!(serde_json::from_str::<ToolChoice>(r#""any""#).is_err());
+        assert_eq!(
+            serde_json::to_string(&ToolChoice::Tool("add".into())).unwrap(),
+            r#"{"tool":"add"}"#
+        );
     }
 
     #[test]

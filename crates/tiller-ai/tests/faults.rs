@@ -429,21 +429,48 @@ async fn connection_refused_is_retried_then_reported() {
 #[tokio::test]
 async fn an_empty_200_body_is_a_clear_error() {
     let server = MockServer::start().await;
-    server.push(MockResponse::sse(""));
-    let (_, error) = run(&openai(&server), &options()).await;
+    for model in [openai(&server), anthropic(&server)] {
+        server.push(MockResponse::sse(""));
+        let (events, error) = run(&model, &options()).await;
+        assert_eq!(
+            error,
+            Some(StreamError::EmptyBody {
+                provider: model.provider.clone(),
+                status: 200,
+            })
+        );
+        assert_eq!(
+            last_message(&events).error_message.as_deref(),
+            Some(
+                format!(
+                    "HTTP 200 from {} with an empty body: the server streamed nothing",
+                    model.provider
+                )
+                .as_str()
+            )
+        );
+    }
+}
+
+/// llama-cpp-python's server answers some requests with HTTP 500 and an error whose
+/// message is empty (recorded from its server); the body is then the message.
+#[tokio::test]
+async fn a_500_with_an_empty_error_message_shows_its_body() {
+    let server = MockServer::start().await;
+    let body =
+        r#"{"error":{"message":"","type":"internal_server_error","param":null,"code":null}}"#;
+    server.push(MockResponse::status(500, body).header("content-type", "application/json"));
+    let options = StreamOptions {
+        retry: RetryPolicy::never(),
+        ..options()
+    };
+    let (events, error) = run(&openai(&server), &options).await;
     assert_eq!(
-        error,
-        Some(StreamError::Incomplete {
-            message: "the server closed the stream without sending any event".into()
-        })
+        last_message(&events).error_message.as_deref(),
+        Some(format!("HTTP 500 from openai: {body}").as_str())
     );
-    server.push(MockResponse::sse(""));
-    let (_, error) = run(&anthropic(&server), &options()).await;
-    assert_eq!(
-        error,
-        Some(StreamError::Incomplete {
-            message: "the stream ended before any content".into()
-        })
+    assert!(
+        matches!(error, Some(StreamError::Http { status: 500, body: sent, .. }) if sent == body)
     );
 }
 

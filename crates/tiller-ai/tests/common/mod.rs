@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tiller_ai::{
     ApiKey, ArgumentsError, AssistantContent, AssistantEvent, AssistantMessage, Content, Context,
     ImageContent, Message, Model, ResponseDecoder, StopReason, StreamError, StreamOptions,
-    TextContent, Tool, ToolResultMessage, UserMessage,
+    TextContent, Tool, ToolChoice, ToolResultMessage, UserMessage,
 };
 use tiller_test_support::{Cassette, Exchange};
 
@@ -490,9 +490,23 @@ pub(crate) fn import_request(
     let options = StreamOptions {
         api_key: Some(ApiKey::new("test-key")),
         max_tokens: body["max_tokens"].as_u64().map(|n| n as u32),
+        tool_choice: body.get("tool_choice").map(tool_choice),
         ..StreamOptions::default()
     };
     (context, options)
+}
+
+/// A recorded `tool_choice` of either dialect.
+fn tool_choice(wire: &Value) -> ToolChoice {
+    let kind = wire["type"].as_str().or(wire.as_str()).unwrap();
+    match kind {
+        "auto" => ToolChoice::Auto,
+        "none" => ToolChoice::None,
+        "required" | "any" => ToolChoice::Required,
+        "tool" => ToolChoice::Tool(wire["name"].as_str().unwrap().to_owned()),
+        "function" => ToolChoice::Tool(wire["function"]["name"].as_str().unwrap().to_owned()),
+        other => panic!("unexpected tool_choice {other}"),
+    }
 }
 
 /// Content given as a string or as a list of blocks, as a list of blocks.
@@ -534,8 +548,8 @@ fn content(block: &Value) -> Content {
 
 /// What of a request body must match the recording: the model, roles, text,
 /// images, tool declarations, tool calls and results tied by id, and thinking
-/// carried back with its signature. Transport details (stream options, caching
-/// marks, token limits, tool choice) are left out.
+/// carried back with its signature, and the tool choice. Transport details (stream
+/// options, caching marks, token limits) are left out.
 pub(crate) fn project(provider: &str, body: &Value) -> Value {
     if provider == "anthropic" {
         let project_blocks = |content: &Value| -> Vec<Value> {
@@ -566,6 +580,7 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
             "tools": body["tools"].as_array().into_iter().flatten().map(|t| json!({
                 "name": t["name"], "description": t["description"], "input_schema": t["input_schema"],
             })).collect::<Vec<_>>(),
+            "tool_choice": body["tool_choice"],
             "stream": body["stream"],
         })
     } else {
@@ -596,6 +611,7 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
                 "description": t["function"]["description"],
                 "parameters": t["function"]["parameters"],
             })).collect::<Vec<_>>(),
+            "tool_choice": body["tool_choice"],
             "stream": body["stream"],
         })
     }

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::context::{ContextRef, Tool};
@@ -18,7 +18,7 @@ use crate::error::StreamError;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
-use crate::options::StreamOptions;
+use crate::options::{StreamOptions, ToolChoice};
 
 const API_VERSION: &str = "2023-06-01";
 /// Anthropic's smallest thinking budget.
@@ -41,7 +41,7 @@ pub(crate) fn request(
     )
 }
 
-fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &StreamOptions) -> Body<'a> {
+fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
     let mut turns: Vec<Turn<'a>> = Vec::with_capacity(context.messages.len());
     for message in context.messages {
         let (role, blocks) = match message {
@@ -94,6 +94,11 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &StreamOptions) 
         system,
         messages: turns,
         tools: context.tools.iter().map(ToolDefinition::from).collect(),
+        tool_choice: options
+            .tool_choice
+            .as_ref()
+            .filter(|_| !context.tools.is_empty())
+            .map(WireToolChoice),
         stream: true,
         temperature: if thinking.is_some() {
             None
@@ -205,11 +210,35 @@ struct Body<'a> {
     messages: Vec<Turn<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ToolDefinition<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
+}
+
+/// `{"type": "auto" | "none" | "any"}` or `{"type": "tool", "name": ...}`.
+struct WireToolChoice<'a>(&'a ToolChoice);
+
+impl Serialize for WireToolChoice<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Choice<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            name: Option<&'a str>,
+        }
+        let (kind, name) = match self.0 {
+            ToolChoice::Auto => ("auto", None),
+            ToolChoice::None => ("none", None),
+            ToolChoice::Required => ("any", None),
+            ToolChoice::Tool(name) => ("tool", Some(name.as_str())),
+        };
+        Choice { kind, name }.serialize(serializer)
+    }
 }
 
 #[derive(Serialize)]

@@ -17,7 +17,7 @@ use crate::error::StreamError;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, ImageContent, Message, ToolResultMessage};
 use crate::model::Model;
-use crate::options::{StreamOptions, ThinkingLevel};
+use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
 
 /// Said in place of images a model cannot take.
 const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
@@ -66,10 +66,13 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                         },
                     })
                     .collect();
-                let content = joined_text(&assistant.content);
-                if content.is_none() && tool_calls.is_empty() {
-                    continue;
-                }
+                // A turn of tool calls alone says `content: ""`: llama-cpp-python's
+                // server refuses the next request when it is absent or null.
+                let content = match joined_text(&assistant.content) {
+                    Some(text) => text,
+                    None if tool_calls.is_empty() => continue,
+                    None => Cow::Borrowed(""),
+                };
                 messages.push(Msg::Assistant {
                     content,
                     tool_calls,
@@ -100,6 +103,11 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
         model: &model.id,
         messages,
         tools: context.tools.iter().map(FunctionTool::from).collect(),
+        tool_choice: options
+            .tool_choice
+            .as_ref()
+            .filter(|_| !context.tools.is_empty())
+            .map(WireToolChoice),
         stream: true,
         stream_options: StreamUsage {
             include_usage: true,
@@ -201,6 +209,8 @@ struct Body<'a> {
     messages: Vec<Msg<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<FunctionTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
     stream: bool,
     stream_options: StreamUsage,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,6 +223,34 @@ struct Body<'a> {
     reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+}
+
+/// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": ...}}`.
+struct WireToolChoice<'a>(&'a ToolChoice);
+
+impl Serialize for WireToolChoice<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            function: Name<'a>,
+        }
+        #[derive(Serialize)]
+        struct Name<'a> {
+            name: &'a str,
+        }
+        match self.0 {
+            ToolChoice::Auto => serializer.serialize_str("auto"),
+            ToolChoice::None => serializer.serialize_str("none"),
+            ToolChoice::Required => serializer.serialize_str("required"),
+            ToolChoice::Tool(name) => Named {
+                kind: "function",
+                function: Name { name },
+            }
+            .serialize(serializer),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -233,8 +271,7 @@ enum Msg<'a> {
         content: UserContent<'a>,
     },
     Assistant {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        content: Option<Cow<'a, str>>,
+        content: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<CallOut<'a>>,
     },

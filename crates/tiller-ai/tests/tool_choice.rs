@@ -1,0 +1,127 @@
+//! `tool_choice` on the wire of each dialect, and the shape of a tool-call turn sent
+//! back to OpenAI-compatible servers, asserted on the requests a loopback server got.
+
+#![allow(clippy::unwrap_used)]
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller_ai::{
+    ApiKey, AssistantContent, AssistantMessage, Context, Message, Model, StreamOptions, Tool,
+    ToolCall, ToolChoice, ToolResultMessage,
+};
+use tiller_test_support::{MockResponse, MockServer, sse};
+
+fn add_tool() -> Tool {
+    Tool::new(
+        "add",
+        "Adds two numbers",
+        json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}),
+    )
+}
+
+/// The body of the one request `stream` sends for `context` with `choice`.
+async fn sent_body(
+    model: fn(String) -> Model,
+    context: &Context,
+    choice: Option<ToolChoice>,
+) -> Value {
+    let server = MockServer::start().await;
+    let model = model(server.base_url());
+    server.push(MockResponse::sse(if model.provider == "anthropic" {
+        sse::anthropic_text(&["ok"])
+    } else {
+        sse::openai_text(&["ok"])
+    }));
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        tool_choice: choice,
+        ..StreamOptions::default()
+    };
+    tiller_ai::stream(&model, context, &options).result().await;
+    server.requests().remove(0).body
+}
+
+fn openai(base_url: String) -> Model {
+    Model::openai_compatible(base_url, "gpt-test").with_provider("openai")
+}
+
+fn anthropic(base_url: String) -> Model {
+    Model::anthropic_compatible(base_url, "claude-test").with_provider("anthropic")
+}
+
+#[tokio::test]
+async fn each_choice_maps_to_each_dialect() {
+    let context = Context::new()
+        .with_message(Message::user("What is 2 plus 3?"))
+        .with_tool(add_tool());
+    let cases = [
+        (None, Value::Null, Value::Null),
+        (
+            Some(ToolChoice::Auto),
+            json!("auto"),
+            json!({"type": "auto"}),
+        ),
+        (
+            Some(ToolChoice::None),
+            json!("none"),
+            json!({"type": "none"}),
+        ),
+        (
+            Some(ToolChoice::Required),
+            json!("required"),
+            json!({"type": "any"}),
+        ),
+        (
+            Some(ToolChoice::Tool("add".into())),
+            json!({"type": "function", "function": {"name": "add"}}),
+            json!({"type": "tool", "name": "add"}),
+        ),
+    ];
+    for (choice, openai_wire, anthropic_wire) in cases {
+        let sent = sent_body(openai, &context, choice.clone()).await;
+        assert_eq!(sent["tool_choice"], openai_wire, "openai, {choice:?}");
+        let sent = sent_body(anthropic, &context, choice.clone()).await;
+        assert_eq!(sent["tool_choice"], anthropic_wire, "anthropic, {choice:?}");
+    }
+}
+
+#[tokio::test]
+async fn no_choice_is_sent_without_tools() {
+    let context = Context::new().with_message(Message::user("Hello"));
+    for model in [openai, anthropic] {
+        let sent = sent_body(model, &context, Some(ToolChoice::Required)).await;
+        assert_eq!(sent.get("tool_choice"), None, "{sent}");
+        assert_eq!(sent.get("tools"), None, "{sent}");
+    }
+}
+
+/// llama-cpp-python's server answers HTTP 500 to a tool result unless the assistant
+/// turn that called the tool says `content: ""`; OpenAI accepts it too.
+#[tokio::test]
+async fn a_turn_of_tool_calls_alone_says_empty_content() {
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "add".into(),
+        arguments: json!({"a": 2, "b": 3}),
+        arguments_error: None,
+    };
+    let mut assistant = AssistantMessage::empty(&openai(String::new()));
+    assistant.content = vec![AssistantContent::ToolCall(Box::new(call.clone()))];
+    let context = Context::new()
+        .with_message(Message::user("What is 2 plus 3?"))
+        .with_message(assistant)
+        .with_message(ToolResultMessage::text(&call, "5", false))
+        .with_tool(add_tool());
+    let sent = sent_body(openai, &context, Some(ToolChoice::None)).await;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "What is 2 plus 3?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":2,\"b\":3}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+        ])
+    );
+    assert_eq!(sent["tool_choice"], json!("none"));
+}
