@@ -16,6 +16,8 @@
 //!   model: openai/gpt-4o-mini
 //!   thinking: off
 //!   max_turns: 20
+//!   tool_choice: {tool: add}          # auto (the default), none, required or {tool: name}
+//!   tool_choice_after_tools: none     # once a forced call was made; the provider's default if absent
 //!   tools:
 //!     - name: add
 //!       description: Add two integers
@@ -37,7 +39,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
-use tiller::{AgentTool, ThinkingLevel, ToolSet, ToolSetError};
+use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolSet, ToolSetError};
 
 use crate::command_tool::CommandTool;
 
@@ -63,6 +65,10 @@ pub struct AgentFile {
     pub structured_output: bool,
     /// The most turns a run makes, if limited.
     pub max_turns: Option<u32>,
+    /// The tool choice at the start of each run, if the file sets one.
+    pub tool_choice: Option<ToolChoice>,
+    /// The tool choice once a forced call was made, if the file sets one.
+    pub tool_choice_after_tools: Option<ToolChoice>,
     /// The answer's shape: an object schema of the file's `properties` and `required`.
     pub output_schema: Value,
     /// The command tools, checked, with their programs resolved.
@@ -188,6 +194,8 @@ struct Extra {
     structured_output: bool,
     #[serde(default, deserialize_with = "at_least_one")]
     max_turns: Option<u32>,
+    tool_choice: Option<ToolChoice>,
+    tool_choice_after_tools: Option<ToolChoice>,
     #[serde(default)]
     tools: Vec<RawTool>,
 }
@@ -235,6 +243,7 @@ impl RawAgentFile {
             .map(|(index, tool)| tool.check(index, folder))
             .collect::<Result<Vec<_>, _>>()?;
         let tools = tool_set(tools)?;
+        check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
 
         let mut output_schema = json!({
             "type": "object",
@@ -256,10 +265,42 @@ impl RawAgentFile {
             thinking: extra.thinking,
             structured_output: extra.structured_output,
             max_turns: extra.max_turns,
+            tool_choice: extra.tool_choice,
+            tool_choice_after_tools: extra.tool_choice_after_tools,
             output_schema,
             tools,
         })
     }
+}
+
+/// A named tool must be one of the file's tools, a choice needs tools to choose
+/// from, and the choice after tools only follows a choice that forces a call.
+fn check_tool_choices(
+    choice: &Option<ToolChoice>,
+    after: &Option<ToolChoice>,
+    tools: &ToolSet,
+) -> Result<(), (String, String)> {
+    for (field, choice) in [("tool_choice", choice), ("tool_choice_after_tools", after)] {
+        let field = format!("json_schema_extra.{field}");
+        match choice {
+            Some(_) if tools.is_empty() => {
+                return Err((field, "the agent has no tools to choose from".into()));
+            }
+            Some(ToolChoice::Tool(name))
+                if !tools.definitions().iter().any(|tool| &tool.name == name) =>
+            {
+                return Err((field, format!("`{name}` is not one of the agent's tools")));
+            }
+            _ => {}
+        }
+    }
+    if after.is_some() && !choice.as_ref().is_some_and(ToolChoice::forces_a_call) {
+        return Err((
+            "json_schema_extra.tool_choice_after_tools".into(),
+            "applies only when tool_choice is `required` or {tool: name}".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl RawTool {

@@ -75,6 +75,9 @@ pub struct AgentOptions {
     /// The most turns (model calls) a run makes.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_turns: Option<u32>,
+    /// The most tokens one model response may hold. Default: the provider's.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
     /// How events are written: `text` streams the answer to stdout and tool activity
     /// to stderr; `jsonl` writes every event to stdout as one JSON object per line.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = EventFormat::Text)]

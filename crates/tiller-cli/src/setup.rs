@@ -64,9 +64,14 @@ impl Setup {
         {
             settings.max_turns = max_turns;
         }
+        settings.stream.max_tokens = options.max_tokens;
         settings.tools = file
             .as_ref()
             .map_or_else(ToolSet::empty, |f| f.tools.clone());
+        if let Some(file) = &file {
+            settings.stream.tool_choice = file.tool_choice.clone();
+            settings.tool_choice_after_tools = file.tool_choice_after_tools.clone();
+        }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
             name,

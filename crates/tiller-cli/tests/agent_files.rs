@@ -9,7 +9,7 @@ mod common;
 use common::{Scratch, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::{AgentTool, ThinkingLevel};
+use tiller::{AgentTool, ThinkingLevel, ToolChoice};
 use tiller_cli::agent_file::{AgentFile, ModelSpec};
 
 const GOOD: &str = r#"type: object
@@ -27,6 +27,8 @@ json_schema_extra:
   thinking: low
   structured_output: true
   max_turns: 20
+  tool_choice: {tool: add}
+  tool_choice_after_tools: none
   tools:
     - name: add
       description: Add two integers
@@ -53,6 +55,8 @@ fn a_good_file_loads_as_written() {
             file.thinking,
             file.structured_output,
             file.max_turns,
+            file.tool_choice,
+            file.tool_choice_after_tools,
         ),
         (
             "helper",
@@ -61,6 +65,8 @@ fn a_good_file_loads_as_written() {
             ThinkingLevel::Low,
             true,
             Some(20),
+            Some(ToolChoice::Tool("add".into())),
+            Some(ToolChoice::None),
         )
     );
     assert_eq!(
@@ -130,7 +136,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown agent setting",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  temperature: 0.2\n",
-        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, thinking, structured_output, max_turns, tools at line 6, column 3",
+        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools at line 6, column 3",
     ),
     (
         "unknown tool key",
@@ -151,6 +157,26 @@ const MISTAKES: &[(&str, &str, &str)] = &[
         "unknown thinking level",
         "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, thinking: extreme}\n",
         "json_schema_extra.thinking: unknown variant `extreme`, expected one of off, minimal, low, medium, high, xhigh at line 3, column 53",
+    ),
+    (
+        "unknown tool choice",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tool_choice: any}\n",
+        "json_schema_extra.tool_choice: unknown variant `any`, expected one of auto, none, required, tool at line 3, column 56",
+    ),
+    (
+        "a tool choice naming no tool of the file",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tool_choice: {tool: sub}, tools: [{name: add, description: Add, command: [python3]}]}\n",
+        "json_schema_extra.tool_choice: `sub` is not one of the agent's tools",
+    ),
+    (
+        "a tool choice without tools",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tool_choice: required}\n",
+        "json_schema_extra.tool_choice: the agent has no tools to choose from",
+    ),
+    (
+        "a choice after tools that follows no forced call",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tool_choice: auto, tool_choice_after_tools: none, tools: [{name: add, description: Add, command: [python3]}]}\n",
+        "json_schema_extra.tool_choice_after_tools: applies only when tool_choice is `required` or {tool: name}",
     ),
     (
         "not an agent",

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    Dialect, Scratch, agent_yaml, event_type, exit_of, finish, gone, lines, python_tool,
-    read_until, tiller,
+    Dialect, Scratch, agent_yaml, event_kind, event_type, exit_of, finish, gone, lines,
+    python_tool, read_until, tiller,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -203,6 +203,8 @@ async fn options_override_the_agent_file_and_a_turn_limit_fails_the_run() {
             "Be terse.",
             "--max-turns",
             "1",
+            "--max-tokens",
+            "64",
             "Go",
         ],
     ))
@@ -221,6 +223,7 @@ async fn options_override_the_agent_file_and_a_turn_limit_fails_the_run() {
         requests[0].body["messages"][0],
         json!({"role": "system", "content": "Be terse."})
     );
+    assert_eq!(requests[0].body["max_tokens"], json!(64));
 }
 
 #[tokio::test]
@@ -261,24 +264,7 @@ async fn jsonl_writes_every_envelope_in_the_library_order() {
             "envelopes are numbered from 0 without gaps"
         );
     }
-    let kinds: Vec<String> = lines
-        .iter()
-        .map(|line| match event_type(line) {
-            "message_update" => format!(
-                "message_update:{}",
-                line["event"]["assistant_message_event"]["type"]
-                    .as_str()
-                    .unwrap()
-            ),
-            kind @ ("message_start" | "message_end") => {
-                format!(
-                    "{kind}:{}",
-                    line["event"]["message"]["role"].as_str().unwrap()
-                )
-            }
-            kind => kind.to_owned(),
-        })
-        .collect();
+    let kinds: Vec<String> = lines.iter().map(event_kind).collect();
     assert_eq!(
         kinds,
         [
@@ -427,6 +413,7 @@ async fn version_and_help() {
         "--system",
         "--thinking",
         "--max-turns",
+        "--max-tokens",
         "--events",
     ] {
         assert!(run.stdout.contains(option), "run --help lacks {option}");

@@ -12,7 +12,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{
-    ApiKey, AssistantMessage, Content, Message, Model, StreamOptions, ToolCall, ToolResultMessage,
+    ApiKey, AssistantMessage, Content, Message, Model, StreamOptions, ToolCall, ToolChoice,
+    ToolResultMessage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -151,6 +152,11 @@ pub struct LoopConfig {
     /// Request options; the run supplies the cancellation token and, through
     /// `api_key_resolver`, the key.
     pub options: StreamOptions,
+    /// The tool choice of a run's model calls after the model has called a tool, in
+    /// place of `options.tool_choice` when that one forces a call (`required` or a
+    /// named tool): forced on every turn, the model could never answer. `None`
+    /// leaves the choice to the provider.
+    pub tool_choice_after_tools: Option<ToolChoice>,
     /// What the model sees of the transcript; by default every LLM message,
     /// custom messages dropped.
     pub convert_to_llm: Option<ConvertToLlm>,
@@ -186,6 +192,7 @@ impl LoopConfig {
         LoopConfig {
             model,
             options: StreamOptions::default(),
+            tool_choice_after_tools: None,
             convert_to_llm: None,
             transform_context: None,
             api_key_resolver: None,
@@ -270,6 +277,14 @@ impl LoopConfig {
         self
     }
 
+    /// Asks the model for `choice` on a run's first call, and for `after` once it
+    /// has called a tool when `choice` forces a call (see `tool_choice_after_tools`).
+    pub fn with_tool_choice(mut self, choice: ToolChoice, after: Option<ToolChoice>) -> Self {
+        self.options.tool_choice = Some(choice);
+        self.tool_choice_after_tools = after;
+        self
+    }
+
     /// Sets the stop condition.
     pub fn with_stop_when(
         mut self,
@@ -289,6 +304,7 @@ impl fmt::Debug for LoopConfig {
                 &format_args!("{}/{}", self.model.provider, self.model.id),
             )
             .field("options", &self.options)
+            .field("tool_choice_after_tools", &self.tool_choice_after_tools)
             .field("convert_to_llm", &set(self.convert_to_llm.is_some()))
             .field("transform_context", &set(self.transform_context.is_some()))
             .field("api_key_resolver", &set(self.api_key_resolver.is_some()))

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use tiller_ai::{
     AssistantEvent, AssistantMessage, ContextRef, Message, StopReason, StreamError, StreamOptions,
+    ToolChoice,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -204,6 +205,15 @@ impl Run {
                 return reason;
             }
             let called_tools = message.tool_calls().next().is_some();
+            if called_tools
+                && self
+                    .options
+                    .tool_choice
+                    .as_ref()
+                    .is_some_and(ToolChoice::forces_a_call)
+            {
+                self.options.tool_choice = self.config.tool_choice_after_tools.clone();
+            }
             let stop = self.config.stop_when.as_ref().map(|stop| {
                 let summary = TurnSummary {
                     turn,

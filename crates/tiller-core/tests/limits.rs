@@ -14,7 +14,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_ai::{
-    AssistantContent, AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage,
+    AssistantContent, AssistantMessage, Message, StopReason, ToolCall, ToolChoice,
+    ToolResultMessage,
 };
 use tiller_core::{AgentMessage, RunEnd};
 
@@ -54,6 +55,49 @@ async fn the_default_turn_limit_is_fifty() {
         (faux.requests().len(), end_reason(&events)),
         (50, RunEnd::TurnLimit)
     );
+}
+
+/// A forced choice holds until the model has called a tool, then gives way, so the
+/// model can answer; the next run starts forced again. A choice that forces nothing
+/// holds for the whole run.
+#[tokio::test]
+async fn a_forced_tool_choice_gives_way_once_a_tool_was_called() {
+    let faux = FauxProvider::new();
+    let ran = log();
+    for (choice, after, expected) in [
+        (
+            ToolChoice::Tool("echo".into()),
+            Some(ToolChoice::None),
+            [
+                Some(ToolChoice::Tool("echo".into())),
+                Some(ToolChoice::None),
+            ],
+        ),
+        (
+            ToolChoice::Required,
+            None,
+            [Some(ToolChoice::Required), None],
+        ),
+        (
+            ToolChoice::Auto,
+            Some(ToolChoice::None),
+            [Some(ToolChoice::Auto), Some(ToolChoice::Auto)],
+        ),
+    ] {
+        let config = config(&faux).with_tool_choice(choice, after);
+        for run in 0..2 {
+            faux.push(FauxTurn::tool_call("echo", json!({"value": run})));
+            faux.push(FauxTurn::text("done"));
+            let before = faux.requests().len();
+            let (events, _) = prompt("go", context(vec![echo(&ran)], vec![]), config.clone()).await;
+            assert_eq!(end_reason(&events), RunEnd::Completed);
+            let sent: Vec<_> = faux.requests()[before..]
+                .iter()
+                .map(|request| request.tool_choice.clone())
+                .collect();
+            assert_eq!(sent, expected, "run {run}");
+        }
+    }
 }
 
 #[tokio::test]

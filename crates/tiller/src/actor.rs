@@ -326,6 +326,7 @@ fn loop_config(
         session_id: settings.session_id.clone(),
         ..settings.stream.clone()
     };
+    config.tool_choice_after_tools = settings.tool_choice_after_tools.clone();
     config.convert_to_llm = hooks.convert_to_llm.clone();
     config.transform_context = hooks.transform_context.clone();
     config.api_key_resolver = hooks.api_key_resolver.clone();

@@ -70,7 +70,7 @@ pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Message, Model,
-    StopReason, StreamOptions, ThinkingLevel, ToolCall, Usage, catalog, env, faux,
+    StopReason, StreamOptions, ThinkingLevel, ToolCall, ToolChoice, Usage, catalog, env, faux,
 };
 pub use tiller_core::{
     self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, SteeringDelivery,

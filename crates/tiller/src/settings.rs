@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tiller_ai::{Model, StreamOptions, ThinkingLevel};
+use tiller_ai::{Model, StreamOptions, ThinkingLevel, ToolChoice};
 use tiller_core::{
     AfterToolCallHook, ApiKeyResolver, BeforeToolCallHook, ConvertToLlm, SteeringDelivery,
     StopWhen, ToolExecutionMode, ToolSet, TransformContext,
@@ -93,9 +93,12 @@ pub struct AgentSettings {
     pub tools: ToolSet,
     /// The conversation's id, forwarded to the provider.
     pub session_id: Option<String>,
-    /// Other request options (temperature, token limit, retries, timeouts, headers,
-    /// API key); their cancellation token is ignored.
+    /// Other request options (temperature, token limit, tool choice, retries,
+    /// timeouts, headers, API key); their cancellation token is ignored.
     pub stream: StreamOptions,
+    /// The tool choice once the model has called a tool in a run, when
+    /// `stream.tool_choice` forces a call; `None` leaves it to the provider.
+    pub tool_choice_after_tools: Option<ToolChoice>,
     /// How many steering messages one delivery takes.
     pub steering_mode: QueueMode,
     /// How many follow-up messages one delivery takes.
@@ -119,6 +122,7 @@ impl Default for AgentSettings {
             tools: ToolSet::empty(),
             session_id: None,
             stream: StreamOptions::default(),
+            tool_choice_after_tools: None,
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
             steering_delivery: SteeringDelivery::Interrupt,
@@ -153,6 +157,14 @@ impl AgentSettings {
     /// The same settings with a thinking level.
     pub fn with_thinking_level(mut self, level: ThinkingLevel) -> Self {
         self.thinking_level = level;
+        self
+    }
+
+    /// The same settings asking the model for `choice` at the start of each run, and
+    /// for `after` once it has called a tool when `choice` forces a call.
+    pub fn with_tool_choice(mut self, choice: ToolChoice, after: Option<ToolChoice>) -> Self {
+        self.stream.tool_choice = Some(choice);
+        self.tool_choice_after_tools = after;
         self
     }
 

@@ -147,6 +147,24 @@ pub(crate) fn event_type(line: &Value) -> &str {
     line["event"]["type"].as_str().unwrap()
 }
 
+/// The event type of a JSON line, with the block event of a `message_update` and
+/// the role of a `message_start` or `message_end`: `message_update:text_delta`.
+pub(crate) fn event_kind(line: &Value) -> String {
+    match event_type(line) {
+        "message_update" => format!(
+            "message_update:{}",
+            line["event"]["assistant_message_event"]["type"]
+                .as_str()
+                .unwrap()
+        ),
+        kind @ ("message_start" | "message_end") => format!(
+            "{kind}:{}",
+            line["event"]["message"]["role"].as_str().unwrap()
+        ),
+        kind => kind.to_owned(),
+    }
+}
+
 /// A provider's wire dialect, as the tests script and read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
