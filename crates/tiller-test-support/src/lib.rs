@@ -1,7 +1,8 @@
 //! Test support shared by Tiller's crates: a real HTTP server on loopback that
 //! answers with scripted or recorded responses (and the faults real providers
 //! throw), captures every request it receives, and loads the recorded provider
-//! exchanges under `fixtures/cassettes`. [`workload`] is the run the benchmarks
+//! exchanges under `fixtures/cassettes`. [`live`] finds or starts the real local
+//! LLM servers of the end-to-end tests; [`workload`] is the run the benchmarks
 //! measure.
 //!
 //! ```no_run
@@ -18,6 +19,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cassette;
+pub mod live;
 mod server;
 pub mod sse;
 pub mod workload;

@@ -1,0 +1,89 @@
+//! `tiller` end to end against a real llama.cpp server on this machine (started,
+//! and installed on first use, by `scripts/local-llm.sh`; see
+//! `tiller_test_support::live`). Asserts the event stream's shape, never the
+//! model's wording.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{event_kind, finish, tiller};
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+use tiller_test_support::live::{LocalServer, MODEL_ID};
+
+#[tokio::test]
+async fn run_with_jsonl_events_against_llama_server() {
+    let url = LocalServer::LlamaServer.base_url();
+    let run = finish(tiller(&[
+        "run",
+        "--base-url",
+        &url,
+        "--model",
+        MODEL_ID,
+        "--max-tokens",
+        "24",
+        "--events",
+        "jsonl",
+        "Say hello to the world.",
+    ]))
+    .await;
+
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    for (seq, line) in lines.iter().enumerate() {
+        assert_eq!(
+            line["seq"], seq,
+            "envelopes are numbered from 0 without gaps"
+        );
+    }
+    let mut kinds: Vec<String> = lines.iter().map(event_kind).collect();
+    let deltas = kinds
+        .iter()
+        .filter(|kind| *kind == "message_update:text_delta")
+        .count();
+    assert!(deltas >= 2, "{deltas} text deltas");
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "agent_start",
+            "turn_start",
+            "message_start:user",
+            "message_end:user",
+            "message_start:assistant",
+            "message_update:text_start",
+            "message_update:text_delta",
+            "message_update:text_end",
+            "message_end:assistant",
+            "turn_end",
+            "agent_end",
+        ]
+    );
+    let end = &lines.last().unwrap()["event"];
+    assert_eq!(end["reason"], "completed");
+    let reply = &end["messages"][1];
+    assert_eq!(
+        (&reply["role"], &reply["provider"], &reply["model"]),
+        (
+            &Value::from("assistant"),
+            &Value::from("openai-compatible"),
+            &Value::from(MODEL_ID)
+        )
+    );
+    // The server samples (the command sets no temperature), so the answer may end
+    // by itself or at the token limit; the exit status must say which.
+    let expected = match reply["stop_reason"].as_str().unwrap() {
+        "stop" => (Some(0), ""),
+        "length" => (
+            Some(1),
+            "tiller: the answer was cut off at the model's output limit\n",
+        ),
+        other => panic!("stop reason {other}: {reply}"),
+    };
+    assert_eq!((run.code(), run.stderr.as_str()), expected);
+    assert!(reply["usage"]["output"].as_u64().unwrap() > 0, "{reply}");
+}

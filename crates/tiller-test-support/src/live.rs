@@ -1,0 +1,97 @@
+//! Real LLM servers on this machine, for the end-to-end tests.
+//!
+//! [`LocalServer::base_url`] gives the address of a running server: the one named by
+//! the server's environment variable (`TILLER_LLAMA_SERVER_URL`,
+//! `TILLER_LLAMA_CPP_PYTHON_URL`) when it is set, else one started for this test
+//! process by `scripts/local-llm.sh start SERVER --owner PID`, which installs the
+//! server on first use and stops it when the process ends. A server that cannot be
+//! installed or started fails the test: nothing is skipped.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use tiller_ai::Model;
+
+/// The model name both servers serve.
+pub const MODEL_ID: &str = "smollm2";
+
+/// A kind of local server `scripts/local-llm.sh` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalServer {
+    /// llama.cpp's own `llama-server`: 4 parallel slots, usage chunks, no tool calls
+    /// with this model.
+    LlamaServer,
+    /// llama-cpp-python's server: one request at a time, streams tool calls when the
+    /// request names the tool.
+    LlamaCppPython,
+}
+
+impl LocalServer {
+    /// The server's name, as the script takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LocalServer::LlamaServer => "llama-server",
+            LocalServer::LlamaCppPython => "llama-cpp-python",
+        }
+    }
+
+    /// The variable that may name an already running server.
+    pub fn url_variable(self) -> &'static str {
+        match self {
+            LocalServer::LlamaServer => "TILLER_LLAMA_SERVER_URL",
+            LocalServer::LlamaCppPython => "TILLER_LLAMA_CPP_PYTHON_URL",
+        }
+    }
+
+    /// The base URL (ending in `/v1`) of a running server of this kind, started on
+    /// the first call if no variable names one.
+    ///
+    /// # Panics
+    /// When the server cannot be installed or started; the script's own message
+    /// has been printed to stderr.
+    pub fn base_url(self) -> String {
+        static LLAMA_SERVER: OnceLock<String> = OnceLock::new();
+        static LLAMA_CPP_PYTHON: OnceLock<String> = OnceLock::new();
+        let cell = match self {
+            LocalServer::LlamaServer => &LLAMA_SERVER,
+            LocalServer::LlamaCppPython => &LLAMA_CPP_PYTHON,
+        };
+        cell.get_or_init(|| match std::env::var(self.url_variable()) {
+            Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_owned(),
+            _ => self.start(),
+        })
+        .clone()
+    }
+
+    /// The served model, as a Tiller model.
+    pub fn model(self) -> Model {
+        Model::openai_compatible(self.base_url(), MODEL_ID).with_provider(self.name())
+    }
+
+    fn start(self) -> String {
+        let script = script();
+        let output = Command::new("bash")
+            .arg(&script)
+            .args(["start", self.name(), "--owner"])
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|error| panic!("could not run {}: {error}", script.display()));
+        let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        assert!(
+            output.status.success() && url.starts_with("http://"),
+            "`{} start {}` failed ({}); its messages are above",
+            script.display(),
+            self.name(),
+            output.status
+        );
+        url
+    }
+}
+
+/// `scripts/local-llm.sh` of this workspace.
+pub fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/local-llm.sh")
+}
