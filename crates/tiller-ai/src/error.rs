@@ -67,8 +67,9 @@ pub enum StreamError {
         /// The response body as received (at most 16 KiB).
         body: String,
     },
-    /// The server answered with a success status and an empty body: no stream at all.
-    /// (llama-cpp-python's server does this when it cannot stream what was asked.)
+    /// The server answered with a success status, then ended or cut the body before
+    /// its first byte: no stream at all. (llama-cpp-python's server does this when it
+    /// cannot stream what was asked.)
     #[error("HTTP {status} from {provider} with an empty body: the server streamed nothing")]
     EmptyBody {
         /// The provider that answered.

@@ -186,18 +186,19 @@ impl HttpSource {
                             return Poll::Ready(());
                         }
                     }
-                    Poll::Ready(Some(Err(error))) => {
-                        self.phase = Phase::Done;
-                        out.fail(StreamError::Incomplete {
-                            message: describe(&error.without_url()),
-                        });
-                    }
-                    Poll::Ready(None) if !*received => {
+                    // Nothing came, whether the body ended cleanly or not.
+                    Poll::Ready(None | Some(Err(_))) if !*received => {
                         let status = *status;
                         self.phase = Phase::Done;
                         out.fail(StreamError::EmptyBody {
                             provider: self.provider.clone(),
                             status,
+                        });
+                    }
+                    Poll::Ready(Some(Err(error))) => {
+                        self.phase = Phase::Done;
+                        out.fail(StreamError::Incomplete {
+                            message: describe(&error.without_url()),
                         });
                     }
                     Poll::Ready(None) => {

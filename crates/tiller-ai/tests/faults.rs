@@ -429,8 +429,13 @@ async fn connection_refused_is_retried_then_reported() {
 #[tokio::test]
 async fn an_empty_200_body_is_a_clear_error() {
     let server = MockServer::start().await;
-    for model in [openai(&server), anthropic(&server)] {
-        server.push(MockResponse::sse(""));
+    // Ended cleanly, or cut before the first chunk (llama-cpp-python does both).
+    let empty_bodies = [MockResponse::sse(""), MockResponse::sse("").cut()];
+    for (model, body) in [openai(&server), anthropic(&server)]
+        .into_iter()
+        .flat_map(|model| empty_bodies.clone().map(|body| (model.clone(), body)))
+    {
+        server.push(body);
         let (events, error) = run(&model, &options()).await;
         assert_eq!(
             error,
