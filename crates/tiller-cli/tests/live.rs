@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{event_kind, finish, tiller};
+use common::{envelopes, event_kind, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 use tiller_test_support::live::{LocalServer, MODEL_ID};
@@ -29,17 +29,7 @@ async fn run_with_jsonl_events_against_llama_server() {
     ]))
     .await;
 
-    let lines: Vec<Value> = run
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect();
-    for (seq, line) in lines.iter().enumerate() {
-        assert_eq!(
-            line["seq"], seq,
-            "envelopes are numbered from 0 without gaps"
-        );
-    }
+    let lines = envelopes(&run.stdout);
     let mut kinds: Vec<String> = lines.iter().map(event_kind).collect();
     let deltas = kinds
         .iter()

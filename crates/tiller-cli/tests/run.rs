@@ -6,7 +6,7 @@
 mod common;
 
 use common::{
-    Dialect, Scratch, agent_yaml, event_kind, event_type, exit_of, finish, gone, lines,
+    Dialect, Scratch, agent_yaml, envelopes, event_kind, event_type, exit_of, finish, gone, lines,
     python_tool, read_until, tiller,
 };
 use pretty_assertions::assert_eq;
@@ -252,18 +252,7 @@ async fn jsonl_writes_every_envelope_in_the_library_order() {
     .await;
     assert_eq!((run.code(), run.stderr.as_str()), (Some(0), ""));
 
-    let lines: Vec<Value> = run
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect();
-    for (seq, line) in lines.iter().enumerate() {
-        assert_eq!(line["agent_id"], lines[0]["agent_id"]);
-        assert_eq!(
-            line["seq"], seq,
-            "envelopes are numbered from 0 without gaps"
-        );
-    }
+    let lines = envelopes(&run.stdout);
     let kinds: Vec<String> = lines.iter().map(event_kind).collect();
     assert_eq!(
         kinds,

@@ -147,6 +147,23 @@ pub(crate) fn event_type(line: &Value) -> &str {
     line["event"]["type"].as_str().unwrap()
 }
 
+/// The JSON lines of `tiller --events jsonl`, checked to be envelopes of one agent
+/// numbered from 0 without gaps.
+pub(crate) fn envelopes(stdout: &str) -> Vec<Value> {
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    for (seq, line) in lines.iter().enumerate() {
+        assert_eq!(line["agent_id"], lines[0]["agent_id"]);
+        assert_eq!(
+            line["seq"], seq,
+            "envelopes are numbered from 0 without gaps"
+        );
+    }
+    lines
+}
+
 /// The event type of a JSON line, with the block event of a `message_update` and
 /// the role of a `message_start` or `message_end`: `message_update:text_delta`.
 pub(crate) fn event_kind(line: &Value) -> String {
