@@ -108,7 +108,6 @@ pub(crate) fn post_json<T: Serialize>(
 
 /// A response being fetched and decoded.
 pub(crate) struct HttpSource {
-    provider: String,
     phase: Phase,
     body: BodyDecoder,
     idle_timeout: Option<Duration>,
@@ -136,10 +135,8 @@ impl HttpSource {
             Some(client) => client.clone(),
             None => shared_client()?,
         };
-        let provider = request.provider.clone();
         let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
         Ok(HttpSource {
-            provider,
             phase: Phase::Connecting(Box::pin(connecting)),
             body: BodyDecoder::new(wire),
             idle_timeout: options.idle_timeout,
@@ -191,7 +188,7 @@ impl HttpSource {
                         let status = *status;
                         self.phase = Phase::Done;
                         out.fail(StreamError::EmptyBody {
-                            provider: self.provider.clone(),
+                            provider: out.message().provider.clone(),
                             status,
                         });
                     }
