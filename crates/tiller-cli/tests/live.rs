@@ -1,4 +1,4 @@
-//! `tiller` end to end against a real llama.cpp server on this machine (started,
+//! `tiller` end to end against the real llama.cpp servers on this machine (started,
 //! and installed on first use, by `scripts/local-llm.sh`; see
 //! `tiller_test_support::live`). Asserts the event stream's shape, never the
 //! model's wording.
@@ -14,7 +14,16 @@ use tiller_test_support::live::{LocalServer, MODEL_ID};
 
 #[tokio::test]
 async fn run_with_jsonl_events_against_llama_server() {
-    let url = LocalServer::LlamaServer.base_url();
+    run_with_jsonl_events(LocalServer::LlamaServer).await;
+}
+
+#[tokio::test]
+async fn run_with_jsonl_events_against_llama_cpp_python() {
+    run_with_jsonl_events(LocalServer::LlamaCppPython).await;
+}
+
+async fn run_with_jsonl_events(server: LocalServer) {
+    let url = server.base_url();
     let run = finish(tiller(&[
         "run",
         "--base-url",
@@ -75,5 +84,7 @@ async fn run_with_jsonl_events_against_llama_server() {
         other => panic!("stop reason {other}: {reply}"),
     };
     assert_eq!((run.code(), run.stderr.as_str()), expected);
-    assert!(reply["usage"]["output"].as_u64().unwrap() > 0, "{reply}");
+    // Only llama-server reports usage.
+    let counted = reply["usage"]["output"].as_u64().unwrap() > 0;
+    assert_eq!(counted, server == LocalServer::LlamaServer, "{reply}");
 }

@@ -137,8 +137,18 @@ async fn spawn(supervisor: &Supervisor, settings: AgentSettings) -> AgentHandle 
 
 #[tokio::test]
 async fn a_reply_streams_through_an_agent_handle_as_it_is_generated() {
+    streamed_reply(LocalServer::LlamaServer).await;
+}
+
+#[tokio::test]
+async fn a_reply_streams_from_llama_cpp_python_too() {
+    let _turn = LLAMA_CPP_PYTHON.lock().await;
+    streamed_reply(LocalServer::LlamaCppPython).await;
+}
+
+async fn streamed_reply(server: LocalServer) {
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(LocalServer::LlamaServer, 32)).await;
+    let agent = spawn(&supervisor, settings(server, 32)).await;
     let mut events = agent.subscribe();
     agent.prompt("Say hello to the world.").await.unwrap();
     let seen = until_agent_end(&mut events).await;
@@ -182,14 +192,20 @@ async fn a_reply_streams_through_an_agent_handle_as_it_is_generated() {
         .collect();
     assert_eq!(streamed, reply.text());
     assert!(!streamed.trim().is_empty());
-    // llama-server sends a usage chunk: the counts are the server's own.
-    assert!(
-        reply.usage.input > 0 && reply.usage.output > 0,
-        "{:?}",
-        reply.usage
-    );
-    if stop == StopReason::Length {
-        assert_eq!(reply.usage.output, 32);
+    match server {
+        // llama-server sends a usage chunk: the counts are the server's own.
+        LocalServer::LlamaServer => {
+            assert!(
+                reply.usage.input > 0 && reply.usage.output > 0,
+                "{:?}",
+                reply.usage
+            );
+            if stop == StopReason::Length {
+                assert_eq!(reply.usage.output, 32);
+            }
+        }
+        // llama-cpp-python ignores `stream_options.include_usage`: nothing to count.
+        LocalServer::LlamaCppPython => assert_eq!(reply.usage.total_tokens, 0),
     }
 }
 
@@ -336,8 +352,18 @@ async fn llama_cpp_python_streams_nothing_for_a_choice_it_cannot_stream() {
 
 #[tokio::test]
 async fn an_abort_mid_generation_idles_the_agent_at_once_and_the_server_goes_on() {
+    abort_mid_generation(LocalServer::LlamaServer).await;
+}
+
+#[tokio::test]
+async fn an_abort_mid_generation_on_llama_cpp_python_too() {
+    let _turn = LLAMA_CPP_PYTHON.lock().await;
+    abort_mid_generation(LocalServer::LlamaCppPython).await;
+}
+
+async fn abort_mid_generation(server: LocalServer) {
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(LocalServer::LlamaServer, 2000)).await;
+    let agent = spawn(&supervisor, settings(server, 2000)).await;
     let mut events = agent.subscribe();
     agent
         .prompt("Write a very long story about a dragon who learns to bake bread.")
