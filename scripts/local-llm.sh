@@ -15,7 +15,7 @@
 # llama-cpp-python sdist, for this machine's CPU.
 #
 # Everything lives under ${XDG_CACHE_HOME:-~/.cache}/tiller/local-llm (or $TILLER_LLM_CACHE):
-# a first install takes about 7 minutes per server on 2 cores; later runs take seconds.
+# a first install takes about 10 minutes per server on 2 cores; later runs take seconds.
 # `start` installs what its server needs first.
 # `--owner PID` stops the server when process PID ends (the test suite uses it).
 # Threads default to 1 ($TILLER_LLM_THREADS): llama.cpp's threads spin and starve a build
@@ -77,7 +77,7 @@ install_venv() {
 install_llama_server() {
   if [ -x "$LLAMA_SERVER" ]; then return; fi
   local tree="$CACHE/llama.cpp-$LLAMA_CPP_PYTHON_VERSION"
-  say "building llama-server from the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist (about 7 minutes)"
+  say "building llama-server from the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist (about 10 minutes on 2 cores)"
   local tmp; tmp="$(mktemp -d)"
   "$VENV/bin/pip" download --quiet --no-deps --dest "$tmp" \
     "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
@@ -98,7 +98,7 @@ install_llama_server() {
 
 install_llama_cpp_python() {
   if [ -f "$LLAMA_CPP_PYTHON_STAMP" ]; then return; fi
-  say "building llama-cpp-python[server] $LLAMA_CPP_PYTHON_VERSION (about 5 minutes)"
+  say "building llama-cpp-python[server] $LLAMA_CPP_PYTHON_VERSION (about 7 minutes on 2 cores)"
   CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX'" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     "$VENV/bin/pip" install --quiet --no-cache-dir --force-reinstall \
