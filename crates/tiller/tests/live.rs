@@ -131,7 +131,7 @@ fn finished(message: &AssistantMessage) -> bool {
     matches!(message.stop_reason, StopReason::Stop | StopReason::Length)
 }
 
-async fn spawn(supervisor: &Supervisor, settings: AgentSettings) -> AgentHandle {
+fn spawn(supervisor: &Supervisor, settings: AgentSettings) -> AgentHandle {
     supervisor.spawn(AgentSpec::new(settings)).unwrap()
 }
 
@@ -148,7 +148,7 @@ async fn a_reply_streams_from_llama_cpp_python_too() {
 
 async fn streamed_reply(server: LocalServer) {
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(server, 32)).await;
+    let agent = spawn(&supervisor, settings(server, 32));
     let mut events = agent.subscribe();
     agent.prompt("Say hello to the world.").await.unwrap();
     let seen = until_agent_end(&mut events).await;
@@ -237,7 +237,7 @@ async fn a_tool_loop_on_llama_cpp_python() {
         .with_tools(ToolSet::new([Arc::new(add) as _]).unwrap())
         .with_tool_choice(ToolChoice::Tool("add".into()), Some(ToolChoice::None));
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings).await;
+    let agent = spawn(&supervisor, settings);
     let mut events = agent.subscribe();
     agent.prompt("What is 2 plus 3?").await.unwrap();
     let seen = until_agent_end(&mut events).await;
@@ -363,7 +363,7 @@ async fn an_abort_mid_generation_on_llama_cpp_python_too() {
 
 async fn abort_mid_generation(server: LocalServer) {
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(server, 2000)).await;
+    let agent = spawn(&supervisor, settings(server, 2000));
     let mut events = agent.subscribe();
     agent
         .prompt("Write a very long story about a dragon who learns to bake bread.")
@@ -412,7 +412,7 @@ async fn four_agents_prompt_llama_server_at_once() {
     let supervisor = Supervisor::start().await.unwrap();
     let mut agents = Vec::new();
     for _ in 0..4 {
-        agents.push(spawn(&supervisor, settings(LocalServer::LlamaServer, 24)).await);
+        agents.push(spawn(&supervisor, settings(LocalServer::LlamaServer, 24)));
     }
     let runs = agents
         .iter()
