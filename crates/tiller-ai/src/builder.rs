@@ -1,7 +1,8 @@
 //! The one place a response is assembled. Providers call the builder as their wire
 //! format dictates; the builder turns each call into an [`AssistantEvent`], applies
 //! it to the partial message and queues it for the consumer. After `finish` or
-//! `fail` every call is ignored, so a stream has exactly one terminal event.
+//! `fail` every call is ignored, so a stream has exactly one terminal event. A block
+//! started past [`StreamLimits::max_content_blocks`] fails the response.
 
 use std::collections::VecDeque;
 
@@ -10,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::error::StreamError;
 use crate::event::AssistantEvent;
 use crate::json;
+use crate::limits::{Limit, StreamLimits};
 use crate::message::{ArgumentsError, AssistantContent, AssistantMessage, StopReason, ToolCall};
 use crate::model::{Model, ModelCost};
 use crate::partial::PartialMessage;
@@ -19,12 +21,13 @@ pub(crate) struct MessageBuilder {
     partial: PartialMessage,
     events: VecDeque<AssistantEvent>,
     prices: ModelCost,
+    max_content_blocks: usize,
     finished: bool,
 }
 
 impl MessageBuilder {
     /// A builder for a response of `model`, with its `start` event queued.
-    pub(crate) fn new(model: &Model) -> Self {
+    pub(crate) fn new(model: &Model, limits: &StreamLimits) -> Self {
         let message = AssistantMessage::empty(model);
         let mut events = VecDeque::with_capacity(8);
         events.push_back(AssistantEvent::Start {
@@ -34,6 +37,7 @@ impl MessageBuilder {
             partial: PartialMessage::new(message),
             events,
             prices: model.cost,
+            max_content_blocks: limits.max_content_blocks,
             finished: false,
         }
     }
@@ -65,8 +69,22 @@ impl MessageBuilder {
         }
     }
 
-    fn next_index(&self) -> usize {
-        self.message().content.len()
+    /// The index of a new block; past the limit, the response fails (and the
+    /// index is never used, as every later call is ignored).
+    fn next_index(&mut self) -> usize {
+        let index = self.message().content.len();
+        if index >= self.max_content_blocks {
+            self.fail(StreamError::LimitExceeded {
+                limit: Limit::ContentBlocks,
+                max: self.max_content_blocks as u64,
+            });
+        }
+        index
+    }
+
+    /// The most content blocks a response may hold.
+    pub(crate) fn max_content_blocks(&self) -> usize {
+        self.max_content_blocks
     }
 
     pub(crate) fn text_start(&mut self) -> usize {

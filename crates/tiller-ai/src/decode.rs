@@ -8,6 +8,7 @@
 use crate::builder::MessageBuilder;
 use crate::error::StreamError;
 use crate::event::AssistantEvent;
+use crate::limits::StreamLimits;
 use crate::message::AssistantMessage;
 use crate::model::{Api, Model};
 use crate::providers::{anthropic, openai};
@@ -50,14 +51,21 @@ impl WireDecoder {
 pub(crate) struct BodyDecoder {
     sse: SseDecoder,
     wire: WireDecoder,
+    events: u64,
 }
 
 impl BodyDecoder {
-    pub(crate) fn new(wire: WireDecoder) -> Self {
+    pub(crate) fn new(wire: WireDecoder, limits: &StreamLimits) -> Self {
         BodyDecoder {
-            sse: SseDecoder::default(),
+            sse: SseDecoder::new(limits.max_event_bytes),
             wire,
+            events: 0,
         }
+    }
+
+    /// How many SSE events have been decoded (comments are not events).
+    pub(crate) fn events(&self) -> u64 {
+        self.events
     }
 
     /// Decodes the next bytes of the body into `out`.
@@ -65,8 +73,13 @@ impl BodyDecoder {
         if out.is_finished() {
             return;
         }
-        let wire = &mut self.wire;
-        if let Err(error) = self.sse.feed(bytes, &mut |event| wire.on_event(event, out)) {
+        let (wire, events) = (&mut self.wire, &mut self.events);
+        let mut on_event = |event: SseEvent<'_>| {
+            *events += 1;
+            // A builder that failed on its own (a limit) ends the body too.
+            Ok(wire.on_event(event, out)? || out.is_finished())
+        };
+        if let Err(error) = self.sse.feed(bytes, &mut on_event) {
             out.fail(error);
         }
     }
@@ -107,12 +120,19 @@ pub struct ResponseDecoder {
 }
 
 impl ResponseDecoder {
-    /// A decoder for a response of `model`; `None` for the faux API, which has no
-    /// wire format. The `start` event is already queued.
+    /// A decoder for a response of `model` under the default [`StreamLimits`];
+    /// `None` for the faux API, which has no wire format. The `start` event is
+    /// already queued.
     pub fn new(model: &Model) -> Option<Self> {
+        Self::with_limits(model, &StreamLimits::default())
+    }
+
+    /// A decoder for a response of `model` under `limits` (the body-size limit is
+    /// the HTTP layer's and does not apply here).
+    pub fn with_limits(model: &Model, limits: &StreamLimits) -> Option<Self> {
         Some(ResponseDecoder {
-            body: BodyDecoder::new(WireDecoder::for_model(model)?),
-            builder: MessageBuilder::new(model),
+            body: BodyDecoder::new(WireDecoder::for_model(model)?, limits),
+            builder: MessageBuilder::new(model, limits),
         })
     }
 

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::Limit;
+
 /// Why a streamed response failed. Carried by [`crate::AssistantEvent::Error`]; its
 /// `Display` text becomes the final message's `error_message`. No variant ever holds
 /// an API key or a request header.
@@ -82,6 +84,22 @@ pub enum StreamError {
     Stalled {
         /// The idle timeout that passed, in milliseconds.
         idle_timeout_ms: u64,
+    },
+    /// The whole response took longer than its deadline
+    /// ([`crate::StreamOptions::response_deadline`]), however steadily it streamed.
+    #[error("the response took longer than its deadline of {}s", *deadline_ms as f64 / 1000.0)]
+    DeadlineExceeded {
+        /// The deadline that passed, in milliseconds.
+        deadline_ms: u64,
+    },
+    /// The response went past one of its [`crate::StreamLimits`]; what arrived
+    /// before is kept.
+    #[error("the response went past a limit: more than {max} {limit}")]
+    LimitExceeded {
+        /// Which limit.
+        limit: Limit,
+        /// The limit's value.
+        max: u64,
     },
     /// The connection ended before the response was complete.
     #[error("the response ended before it was complete: {message}")]

@@ -1,5 +1,7 @@
 //! HTTP shared by every provider: request assembly, the client, retries before the
-//! first byte, and reading the body with an idle timeout.
+//! first byte, and reading the body within its limits: an idle timeout that only
+//! events reset (keep-alive comments do not), a deadline for the whole response, and
+//! a cap on the body's size.
 //!
 //! The body is not read by a spawned task: [`HttpSource::poll`] is driven by the
 //! consumer polling the [`crate::AssistantStream`], decodes each network chunk in
@@ -16,12 +18,13 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use crate::builder::MessageBuilder;
 use crate::catalog;
 use crate::decode::{BodyDecoder, WireDecoder};
 use crate::error::StreamError;
+use crate::limits::{self, Limit, millis};
 use crate::model::Model;
 use crate::options::{ApiKey, StreamOptions};
 use crate::providers::excerpt;
@@ -93,9 +96,9 @@ pub(crate) fn post_json<T: Serialize>(
                 "the value of header `{name}` is not valid in a header"
             ))
         })?;
-        if matches!(name.as_str(), "authorization" | "x-api-key" | "api-key") {
-            value.set_sensitive(true);
-        }
+        // Credentials and any header a model or caller adds may carry a secret:
+        // none is ever shown by `Debug` or kept by the HTTP layer's indexing.
+        value.set_sensitive(true);
         headers.insert(name, value);
     }
     Ok(HttpRequest {
@@ -112,6 +115,10 @@ pub(crate) struct HttpSource {
     body: BodyDecoder,
     idle_timeout: Option<Duration>,
     idle: Option<Pin<Box<Sleep>>>,
+    /// Fires at the response deadline; `None` without one.
+    deadline: Option<(Duration, Pin<Box<Sleep>>)>,
+    max_body_bytes: u64,
+    body_bytes: u64,
 }
 
 enum Phase {
@@ -136,12 +143,31 @@ impl HttpSource {
             None => shared_client()?,
         };
         let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
+        let deadline = options.response_deadline.and_then(|limit| {
+            let at = limits::deadline_after(limit)?;
+            Some((limit, Box::pin(tokio::time::sleep_until(at))))
+        });
         Ok(HttpSource {
             phase: Phase::Connecting(Box::pin(connecting)),
-            body: BodyDecoder::new(wire),
+            body: BodyDecoder::new(wire, &options.limits),
             idle_timeout: options.idle_timeout,
             idle: None,
+            deadline,
+            max_body_bytes: options.limits.max_body_bytes,
+            body_bytes: 0,
         })
+    }
+
+    /// Whether the response deadline has passed (registering for its wake-up if not).
+    fn past_deadline(&mut self, cx: &mut TaskContext<'_>) -> Option<StreamError> {
+        let (limit, sleep) = self.deadline.as_mut()?;
+        sleep
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+            .then(|| StreamError::DeadlineExceeded {
+                deadline_ms: millis(*limit),
+            })
     }
 
     /// Makes progress: `Ready` once events are queued on `out` or it is finished.
@@ -149,7 +175,13 @@ impl HttpSource {
         loop {
             match &mut self.phase {
                 Phase::Connecting(connecting) => match connecting.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => {
+                        let Some(error) = self.past_deadline(cx) else {
+                            return Poll::Pending;
+                        };
+                        self.phase = Phase::Done;
+                        out.fail(error);
+                    }
                     Poll::Ready(Err(error)) => {
                         self.phase = Phase::Done;
                         out.fail(error);
@@ -160,9 +192,7 @@ impl HttpSource {
                             body: response.bytes_stream().boxed(),
                             received: false,
                         };
-                        self.idle = self
-                            .idle_timeout
-                            .map(|limit| Box::pin(tokio::time::sleep(limit)));
+                        restart_idle(&mut self.idle, self.idle_timeout);
                     }
                 },
                 Phase::Streaming {
@@ -172,10 +202,20 @@ impl HttpSource {
                 } => match body.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(bytes))) => {
                         *received |= !bytes.is_empty();
-                        if let (Some(idle), Some(limit)) = (self.idle.as_mut(), self.idle_timeout) {
-                            idle.as_mut().reset(Instant::now() + limit);
+                        self.body_bytes = self.body_bytes.saturating_add(bytes.len() as u64);
+                        if self.body_bytes > self.max_body_bytes {
+                            self.phase = Phase::Done;
+                            out.fail(StreamError::LimitExceeded {
+                                limit: Limit::BodyBytes,
+                                max: self.max_body_bytes,
+                            });
+                            continue;
                         }
+                        let events_before = self.body.events();
                         self.body.feed(&bytes, out);
+                        if self.body.events() != events_before {
+                            restart_idle(&mut self.idle, self.idle_timeout);
+                        }
                         if out.is_finished() {
                             drain(body, cx);
                             self.phase = Phase::Done;
@@ -207,13 +247,18 @@ impl HttpSource {
                             .idle
                             .as_mut()
                             .is_some_and(|idle| idle.as_mut().poll(cx).is_ready());
-                        if !stalled {
-                            return Poll::Pending;
-                        }
+                        let error = if stalled {
+                            StreamError::Stalled {
+                                idle_timeout_ms: self.idle_timeout.map_or(0, millis),
+                            }
+                        } else {
+                            match self.past_deadline(cx) {
+                                Some(error) => error,
+                                None => return Poll::Pending,
+                            }
+                        };
                         self.phase = Phase::Done;
-                        out.fail(StreamError::Stalled {
-                            idle_timeout_ms: self.idle_timeout.map_or(0, |d| d.as_millis() as u64),
-                        });
+                        out.fail(error);
                     }
                 },
                 Phase::Done => {
@@ -226,6 +271,15 @@ impl HttpSource {
                 }
             }
         }
+    }
+}
+
+/// Restarts the idle timer, reusing it when there is one; none without a timeout
+/// or with one too long to represent.
+fn restart_idle(idle: &mut Option<Pin<Box<Sleep>>>, idle_timeout: Option<Duration>) {
+    match (idle.as_mut(), idle_timeout.and_then(limits::deadline_after)) {
+        (Some(timer), Some(at)) => timer.as_mut().reset(at),
+        (_, at) => *idle = at.map(|at| Box::pin(tokio::time::sleep_until(at))),
     }
 }
 
@@ -258,7 +312,7 @@ async fn send(
             match idle_timeout {
                 Some(limit) => tokio::time::timeout(limit, pending).await.map_err(|_| {
                     StreamError::Stalled {
-                        idle_timeout_ms: limit.as_millis() as u64,
+                        idle_timeout_ms: millis(limit),
                     }
                 })?,
                 None => pending.await,
@@ -280,8 +334,8 @@ async fn send(
                         return Err(StreamError::RetryAfterTooLong {
                             provider: request.provider.clone(),
                             status: status.as_u16(),
-                            retry_after_ms: wait.as_millis() as u64,
-                            max_retry_after_ms: policy.max_retry_after.as_millis() as u64,
+                            retry_after_ms: millis(wait),
+                            max_retry_after_ms: millis(policy.max_retry_after),
                             body,
                         });
                     }
@@ -297,7 +351,7 @@ async fn send(
             }
             Err(error) => {
                 return Err(StreamError::Connection {
-                    url: request.url.clone(),
+                    url: shown_url(&request.url),
                     attempts: attempt + 1,
                     message: describe(&error.without_url()),
                 });
@@ -307,7 +361,7 @@ async fn send(
         tracing::warn!(
             provider = %request.provider,
             attempt,
-            wait_ms = wait.as_millis() as u64,
+            wait_ms = millis(wait),
             "retrying the request"
         );
         tokio::time::sleep(wait).await;
@@ -377,7 +431,7 @@ fn http_error(
         status: status.as_u16(),
         message,
         body,
-        retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+        retry_after_ms: retry_after.map(millis),
     }
 }
 
@@ -404,6 +458,21 @@ fn provider_message(body: &str) -> Option<String> {
         text.push_str(&format!(" ({kind})"));
     }
     Some(text)
+}
+
+/// A URL as errors and logs show it: scheme, host, port and path; never a query
+/// string or user info, which may carry a key.
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(url) => format!(
+            "{}://{}{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or(""),
+            url.port().map(|p| format!(":{p}")).unwrap_or_default(),
+            url.path()
+        ),
+        Err(_) => "an invalid URL".to_owned(),
+    }
 }
 
 /// An error and its causes, joined; reqwest's own message names only the first.
@@ -439,6 +508,15 @@ fn shared_client() -> Result<reqwest::Client, StreamError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_in_errors_lose_their_query_and_user_info() {
+        assert_eq!(
+            shown_url("https://user:pw@api.example.com:8443/v1/chat?key=sk-secret#x"),
+            "https://api.example.com:8443/v1/chat"
+        );
+        assert_eq!(shown_url("not a url"), "an invalid URL");
+    }
 
     #[test]
     fn provider_messages_from_common_error_bodies() {

@@ -51,6 +51,7 @@ mod error;
 mod event;
 mod http;
 mod json;
+mod limits;
 mod message;
 mod model;
 mod options;
@@ -65,6 +66,7 @@ pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;
 pub use error::StreamError;
 pub use event::AssistantEvent;
+pub use limits::{Limit, StreamLimits};
 pub use message::{
     ArgumentsError, AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason,
     TextContent, ThinkingContent, ToolCall, ToolResultMessage, UserMessage, now_ms,

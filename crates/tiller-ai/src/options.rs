@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::StreamLimits;
 use crate::model::Headers;
 use crate::retry::RetryPolicy;
 
@@ -36,9 +37,14 @@ pub struct StreamOptions {
     pub cancel: CancellationToken,
     /// Retries before the first byte of a response.
     pub retry: RetryPolicy,
-    /// A stream that sends nothing for this long ends with a "stalled" error;
-    /// `None` waits forever.
+    /// A stream that sends no event for this long ends with a "stalled" error
+    /// (keep-alive comments do not count as events); `None` waits forever.
     pub idle_timeout: Option<Duration>,
+    /// The longest a whole response may take, from the request to its last event,
+    /// retries included; `None` has no deadline. Default 30 minutes.
+    pub response_deadline: Option<Duration>,
+    /// How much of a response is accepted.
+    pub limits: StreamLimits,
     /// The HTTP client to use; a shared default client when `None`.
     pub http_client: Option<reqwest::Client>,
 }
@@ -57,6 +63,8 @@ impl Default for StreamOptions {
             cancel: CancellationToken::new(),
             retry: RetryPolicy::default(),
             idle_timeout: Some(Duration::from_secs(120)),
+            response_deadline: Some(Duration::from_secs(30 * 60)),
+            limits: StreamLimits::default(),
             http_client: None,
         }
     }

@@ -4,13 +4,16 @@
 //! and the statuses 408, 409, 429 and 5xx (529, Anthropic's "overloaded", included).
 //! A wait the server asks for (`retry-after-ms`, or `retry-after` in seconds or as an
 //! HTTP date) is honoured as given; a wait longer than [`RetryPolicy::max_retry_after`]
-//! fails the request at once rather than hanging. Otherwise the wait grows
+//! (however large: `1e300` seconds is just "too long") fails the request at once with
+//! `StreamError::RetryAfterTooLong` rather than hanging. Otherwise the wait grows
 //! exponentially from [`RetryPolicy::initial_backoff`] with jitter.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
+
+use crate::limits;
 
 /// How a request is retried before its response starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,15 +74,15 @@ pub(crate) fn requested_wait(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    if let Some(wait) = header("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| limits::seconds(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = header("retry-after")?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+        return limits::seconds(seconds);
     }
     let date = httpdate::parse_http_date(value).ok()?;
     Some(
@@ -140,6 +143,15 @@ mod tests {
         assert_eq!(requested_wait(&headers(&[("retry-after", "soon")])), None);
         assert_eq!(requested_wait(&headers(&[("retry-after", "-3")])), None);
         assert_eq!(requested_wait(&HeaderMap::new()), None);
+        assert_eq!(
+            requested_wait(&headers(&[("retry-after", "1e20")])),
+            Some(Duration::MAX)
+        );
+        assert_eq!(
+            requested_wait(&headers(&[("retry-after-ms", "1e300")])),
+            Some(Duration::MAX)
+        );
+        assert_eq!(requested_wait(&headers(&[("retry-after", "inf")])), None);
     }
 
     #[test]

@@ -10,11 +10,12 @@
 //! Per the SSE format: lines end in `\n` or `\r\n`; `:` starts a comment; `data`
 //! lines of one event join with `\n`; an empty line ends an event. Leniently, an
 //! event still open when the body ends is delivered too.
+//!
+//! A line longer than the limit, or an event whose joined data would be, is
+//! [`StreamError::LimitExceeded`]: a broken server cannot grow the buffers forever.
 
 use crate::error::StreamError;
-
-/// The longest line accepted, so a broken server cannot grow the buffer forever.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+use crate::limits::Limit;
 
 /// One event, borrowed from the decoder until the callback returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +29,10 @@ pub(crate) struct SseEvent<'a> {
 /// Whether the consumer wants more events.
 pub(crate) type Flow = Result<bool, StreamError>;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SseDecoder {
+    /// The longest line, and the most data of one event.
+    max_bytes: usize,
     /// An incomplete line carried from the previous chunk.
     line: Vec<u8>,
     event: String,
@@ -40,6 +43,19 @@ pub(crate) struct SseDecoder {
 }
 
 impl SseDecoder {
+    /// A decoder accepting lines and events of at most `max_bytes`.
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        SseDecoder {
+            max_bytes,
+            line: Vec::new(),
+            event: String::new(),
+            data: String::new(),
+            has_data: false,
+            started: false,
+            done: false,
+        }
+    }
+
     /// Decodes `chunk`, calling `on_event` for every event it completes, until the
     /// callback answers `true` (the response is complete) or fails.
     pub(crate) fn feed<F>(&mut self, mut chunk: &[u8], on_event: &mut F) -> Flow
@@ -105,13 +121,18 @@ impl SseDecoder {
     }
 
     fn carry(&mut self, rest: &[u8]) -> Flow {
-        if self.line.len() + rest.len() > MAX_LINE {
-            return Err(StreamError::Malformed {
-                message: format!("an event-stream line is longer than {MAX_LINE} bytes"),
-            });
+        if self.line.len() + rest.len() > self.max_bytes {
+            return Err(self.too_large());
         }
         self.line.extend_from_slice(rest);
         Ok(false)
+    }
+
+    fn too_large(&self) -> StreamError {
+        StreamError::LimitExceeded {
+            limit: Limit::EventBytes,
+            max: self.max_bytes as u64,
+        }
     }
 
     fn line_done<F>(&mut self, line: &[u8], on_event: &mut F) -> Flow
@@ -119,6 +140,9 @@ impl SseDecoder {
         F: FnMut(SseEvent<'_>) -> Flow,
     {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() > self.max_bytes {
+            return Err(self.too_large());
+        }
         if line.is_empty() {
             return self.dispatch(on_event);
         }
@@ -134,6 +158,9 @@ impl SseDecoder {
         };
         match field {
             "data" => {
+                if self.data.len() + value.len() + 1 > self.max_bytes {
+                    return Err(self.too_large());
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -173,7 +200,7 @@ mod tests {
     use super::*;
 
     fn decode(chunks: &[&[u8]]) -> Vec<(String, String)> {
-        let mut decoder = SseDecoder::default();
+        let mut decoder = SseDecoder::new(1024);
         let mut events = Vec::new();
         let mut collect = |event: SseEvent<'_>| {
             events.push((event.event.to_owned(), event.data.to_owned()));
@@ -221,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_consumer_can_stop_early() {
-        let mut decoder = SseDecoder::default();
+        let mut decoder = SseDecoder::new(1024);
         let mut seen = 0;
         let done = decoder
             .feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", &mut |_| {
@@ -234,8 +261,31 @@ mod tests {
     }
 
     #[test]
+    fn lines_and_events_past_the_limit_are_typed_errors() {
+        let too_large = StreamError::LimitExceeded {
+            limit: Limit::EventBytes,
+            max: 16,
+        };
+        let mut decoder = SseDecoder::new(16);
+        let long_line = [b'a'; 17];
+        assert_eq!(
+            decoder.feed(&long_line, &mut |_| Ok(false)),
+            Err(too_large.clone())
+        );
+        let mut decoder = SseDecoder::new(16);
+        let many_lines = b"data: 0123456\ndata: 0123456\ndata: 0123456\n";
+        assert_eq!(
+            decoder.feed(many_lines, &mut |_| Ok(false)),
+            Err(too_large.clone())
+        );
+        let mut decoder = SseDecoder::new(16);
+        let whole_line = b"data: 0123456789abcdef\n";
+        assert_eq!(decoder.feed(whole_line, &mut |_| Ok(false)), Err(too_large));
+    }
+
+    #[test]
     fn invalid_utf8_is_malformed() {
-        let mut decoder = SseDecoder::default();
+        let mut decoder = SseDecoder::new(1024);
         let err = decoder
             .feed(b"data: \xff\xfe\n\n", &mut |_| Ok(false))
             .unwrap_err();

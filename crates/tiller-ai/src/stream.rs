@@ -47,7 +47,7 @@ pub fn stream_ref(
     options: &StreamOptions,
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
-    let mut builder = MessageBuilder::new(model);
+    let mut builder = MessageBuilder::new(model, &options.limits);
     let source = match model.api {
         Api::OpenAiCompletions => {
             http_source(openai::request(model, context, options), model, options)

@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cassette;
+pub mod hostile;
 pub mod live;
 mod server;
 pub mod sse;

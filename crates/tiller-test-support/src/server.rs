@@ -42,7 +42,8 @@ impl CapturedRequest {
 }
 
 /// One scripted response: status, headers and a body sent in chunks, ending
-/// normally, by cutting the connection, or by stalling forever.
+/// normally, by cutting the connection, by stalling forever, or by repeating its
+/// last chunk forever.
 #[derive(Debug, Clone)]
 pub struct MockResponse {
     status: u16,
@@ -58,6 +59,7 @@ enum Ending {
     Complete,
     Cut,
     Stall,
+    Repeat,
 }
 
 impl MockResponse {
@@ -119,6 +121,13 @@ impl MockResponse {
         self
     }
 
+    /// Sends the chunks, then the last one again and again, forever (each after the
+    /// chunk delay): a keep-alive flood, or an endless body.
+    pub fn repeat_last(mut self) -> Self {
+        self.ending = Ending::Repeat;
+        self
+    }
+
     /// The same response as a recorded one.
     pub fn recorded(status: u16, content_type: &str, body: &str) -> Self {
         MockResponse::status(status, body).header("content-type", content_type)
@@ -126,6 +135,7 @@ impl MockResponse {
 
     fn into_response(self) -> Response {
         let delay = self.chunk_delay;
+        let last = self.chunks.last().cloned().unwrap_or_default();
         let chunks = stream::iter(self.chunks).then(move |chunk| async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -145,6 +155,16 @@ impl MockResponse {
                 }))
                 .boxed(),
             Ending::Stall => chunks.chain(stream::pending()).boxed(),
+            Ending::Repeat => chunks
+                .chain(stream::repeat(last).then(move |chunk| async move {
+                    if delay.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Ok(chunk)
+                }))
+                .boxed(),
         };
         let mut response = Response::new(Body::from_stream(body));
         *response.status_mut() = StatusCode::from_u16(self.status).unwrap();

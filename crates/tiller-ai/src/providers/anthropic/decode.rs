@@ -5,7 +5,9 @@
 //! `input_json_delta` pieces), `message_delta` (stop reason, final usage),
 //! `message_stop`, `ping` and `error`. Blocks of kinds Tiller does not model
 //! (server tools, say) are skipped. Events are dispatched on the SSE `event:` name,
-//! falling back to the data's `type` when a proxy drops the name.
+//! falling back to the data's `type` when a proxy drops the name. Block indexes are
+//! the server's and are not trusted: they key a short list, never size a buffer,
+//! and a response may open at most `max_content_blocks` blocks of any kind.
 
 use std::borrow::Cow;
 
@@ -14,6 +16,7 @@ use serde_json::Value;
 
 use crate::builder::MessageBuilder;
 use crate::error::StreamError;
+use crate::limits::Limit;
 use crate::message::StopReason;
 use crate::model::Model;
 use crate::providers::parse_data;
@@ -21,8 +24,9 @@ use crate::sse::{Flow, SseEvent};
 
 pub(crate) struct Decoder {
     provider: String,
-    /// The blocks by Anthropic's index; `None` for skipped kinds.
-    blocks: Vec<Option<Block>>,
+    /// The blocks in the order they started, with Anthropic's index; `None` for
+    /// skipped kinds.
+    blocks: Vec<(u64, Option<Block>)>,
     /// Tool calls whose arguments did not parse at `content_block_stop`; closed once
     /// the stop reason says whether the token limit cut them off.
     unparsed_tool_calls: Vec<usize>,
@@ -66,7 +70,7 @@ impl Decoder {
             }
             "content_block_start" => {
                 let start: BlockStart<'_> = parse_data(event.data)?;
-                self.block_start(start, out);
+                self.block_start(start, out)?;
             }
             "content_block_delta" => {
                 let delta: BlockDelta<'_> = parse_data(event.data)?;
@@ -119,7 +123,29 @@ impl Decoder {
         })
     }
 
-    fn block_start(&mut self, start: BlockStart<'_>, out: &mut MessageBuilder) {
+    /// The block the server numbered `index`.
+    fn block_mut(&mut self, index: u64) -> Option<&mut Block> {
+        // Deltas go to the newest block almost always: search from the end.
+        self.blocks
+            .iter_mut()
+            .rev()
+            .find(|(at, _)| *at == index)
+            .and_then(|(_, block)| block.as_mut())
+    }
+
+    fn block_start(
+        &mut self,
+        start: BlockStart<'_>,
+        out: &mut MessageBuilder,
+    ) -> Result<(), StreamError> {
+        // Indexes count blocks from 0, so one at or past the limit means too many.
+        let max = out.max_content_blocks();
+        if self.blocks.len() >= max || start.index >= max as u64 {
+            return Err(StreamError::LimitExceeded {
+                limit: Limit::ContentBlocks,
+                max: max as u64,
+            });
+        }
         let block = start.content_block;
         let kind = match block.kind.as_ref() {
             "text" => {
@@ -161,14 +187,16 @@ impl Decoder {
             content_index,
             kind,
         });
-        if self.blocks.len() <= start.index {
-            self.blocks.resize_with(start.index + 1, || None);
+        match self.blocks.iter_mut().find(|(at, _)| *at == start.index) {
+            // A repeated index starts the block afresh; the old one stays as it was.
+            Some((_, old)) => *old = slot,
+            None => self.blocks.push((start.index, slot)),
         }
-        self.blocks[start.index] = slot;
+        Ok(())
     }
 
     fn block_delta(&mut self, delta: BlockDelta<'_>, out: &mut MessageBuilder) {
-        let Some(Some(block)) = self.blocks.get_mut(delta.index) else {
+        let Some(block) = self.block_mut(delta.index) else {
             return;
         };
         let delta = delta.delta;
@@ -198,8 +226,8 @@ impl Decoder {
         }
     }
 
-    fn block_stop(&mut self, index: usize, out: &mut MessageBuilder) {
-        let Some(Some(block)) = self.blocks.get_mut(index) else {
+    fn block_stop(&mut self, index: u64, out: &mut MessageBuilder) {
+        let Some(block) = self.block_mut(index) else {
             return;
         };
         let content_index = block.content_index;
@@ -239,7 +267,7 @@ impl Decoder {
             reason.as_str(),
             "max_tokens" | "model_context_window_exceeded"
         );
-        let open: Vec<usize> = (0..self.blocks.len()).collect();
+        let open: Vec<u64> = self.blocks.iter().map(|(index, _)| *index).collect();
         for index in open {
             self.block_stop(index, out);
         }
@@ -284,7 +312,7 @@ struct StartedMessage {
 
 #[derive(Deserialize)]
 struct BlockStart<'a> {
-    index: usize,
+    index: u64,
     #[serde(borrow)]
     content_block: ContentBlock<'a>,
 }
@@ -313,7 +341,7 @@ struct ContentBlock<'a> {
 
 #[derive(Deserialize)]
 struct BlockDelta<'a> {
-    index: usize,
+    index: u64,
     #[serde(borrow)]
     delta: DeltaBody<'a>,
 }
@@ -334,7 +362,7 @@ struct DeltaBody<'a> {
 
 #[derive(Deserialize)]
 struct BlockStop {
-    index: usize,
+    index: u64,
 }
 
 #[derive(Deserialize)]

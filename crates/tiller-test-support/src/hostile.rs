@@ -1,0 +1,87 @@
+//! Responses of hostile or broken servers, each one fault, for the hardening tests of
+//! the library and of the `tiller` command: every one must end a stream with a typed
+//! error, in bounded memory.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::server::MockResponse;
+use crate::sse;
+
+/// An Anthropic stream whose second block claims index 2^40 (a decoder that sizes a
+/// buffer by the index asks for terabytes).
+pub fn anthropic_huge_index() -> MockResponse {
+    let mut events = sse::anthropic_text_events(&["Hi"]);
+    let huge = sse::named(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 1u64 << 40, "content_block": {"type": "text", "text": ""}}),
+    );
+    events.insert(4, huge);
+    MockResponse::sse(events.concat())
+}
+
+/// A `429` asking to retry after `value` (`1e20` seconds, say).
+pub fn retry_after(value: &str) -> MockResponse {
+    MockResponse::status(429, "slow down").header("retry-after", value)
+}
+
+/// A `429` asking to retry after `value` milliseconds.
+pub fn retry_after_ms(value: &str) -> MockResponse {
+    MockResponse::status(429, "slow down").header("retry-after-ms", value)
+}
+
+/// An OpenAI stream that starts a reply, then sends a keep-alive comment every
+/// `every`, forever.
+pub fn keep_alive_forever(every: Duration) -> MockResponse {
+    let mut events = sse::openai_text_events(&["Hel"]);
+    events.truncate(2);
+    events.push(": keep-alive\n\n".to_owned());
+    MockResponse::sse("")
+        .chunks(events)
+        .chunk_delay(every)
+        .repeat_last()
+}
+
+/// An OpenAI stream of text deltas, one every `every`, forever.
+pub fn endless_text(every: Duration) -> MockResponse {
+    let events = sse::openai_text_events(&["Hel", "lo "]);
+    MockResponse::sse("")
+        .chunks(events[..3].to_vec())
+        .chunk_delay(every)
+        .repeat_last()
+}
+
+/// An OpenAI stream whose first event's `data:` line never ends.
+pub fn endless_line() -> MockResponse {
+    MockResponse::sse("")
+        .chunks([
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"",
+            &"a".repeat(64 * 1024),
+        ])
+        .repeat_last()
+}
+
+/// An OpenAI stream whose first event gains `data:` lines forever, never ending.
+pub fn endless_event() -> MockResponse {
+    MockResponse::sse("")
+        .chunks([
+            "data: {\n".to_owned(),
+            format!("data: {}\n", "a".repeat(1024)),
+        ])
+        .repeat_last()
+}
+
+/// An OpenAI stream that starts `count` tool calls, each at its own index.
+pub fn many_tool_calls(count: u32) -> MockResponse {
+    let mut body = String::new();
+    for index in 0..count {
+        body.push_str(&sse::openai_delta(json!({"tool_calls": [{
+            "index": index, "id": format!("call_{index}"), "type": "function",
+            "function": {"name": "noop", "arguments": "{}"}
+        }]})));
+    }
+    body.push_str(&sse::openai_finish("tool_calls"));
+    body.push_str(sse::OPENAI_DONE);
+    MockResponse::sse(body)
+}
