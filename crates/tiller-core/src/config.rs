@@ -180,9 +180,13 @@ pub struct LoopConfig {
     pub max_turns: u32,
     /// Stops the run after a turn when it answers `true`.
     pub stop_when: Option<StopWhen>,
-    /// How long running tools get to return after an abort or a skip before they
-    /// are dropped.
+    /// How long running tools and callbacks (hooks, the key resolver, the
+    /// transform) get to return after an abort or a skip before they are dropped.
     pub cancel_grace: Duration,
+    /// The most content bytes a tool result (and each partial result) keeps; the
+    /// rest is cut, with a last text block saying how much (see
+    /// [`ToolOutput::cut_to`]). Default 256 KiB.
+    pub max_tool_output_bytes: usize,
 }
 
 impl LoopConfig {
@@ -205,6 +209,7 @@ impl LoopConfig {
             max_turns: 50,
             stop_when: None,
             cancel_grace: Duration::from_millis(100),
+            max_tool_output_bytes: 256 * 1024,
         }
     }
 
@@ -317,6 +322,7 @@ impl fmt::Debug for LoopConfig {
             .field("max_turns", &self.max_turns)
             .field("stop_when", &set(self.stop_when.is_some()))
             .field("cancel_grace", &self.cancel_grace)
+            .field("max_tool_output_bytes", &self.max_tool_output_bytes)
             .finish()
     }
 }

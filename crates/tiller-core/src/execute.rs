@@ -19,7 +19,6 @@ use serde_json::Value;
 use tiller_ai::{
     ArgumentsError, AssistantMessage, StopReason, ToolCall, ToolResultMessage, now_ms,
 };
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -28,7 +27,7 @@ use crate::config::{
 };
 use crate::event::AgentEvent;
 use crate::message::AgentMessage;
-use crate::run::{Run, panic_text, take};
+use crate::run::{Interrupted, Run};
 use crate::tool::{AgentTool, ToolContext, ToolExecution, ToolOutput};
 
 /// Said for calls skipped because steering arrived.
@@ -74,8 +73,8 @@ pub(crate) async fn run_batch(
     message: &AssistantMessage,
     calls: Vec<ToolCall>,
 ) -> Batch {
-    let outcomes = if message.stop_reason == StopReason::Length {
-        cut_off(run, &calls)
+    let outcomes = if let Some(why) = not_run_because(message) {
+        (not_run(run, &calls, &why), None)
     } else {
         let sequential = run.config.tool_execution == ToolExecutionMode::Sequential
             || calls.iter().any(|call| {
@@ -140,23 +139,35 @@ fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
     run.emit(AgentEvent::MessageEnd { message });
 }
 
-/// Calls of a response cut off by the token limit: none runs, since any of their
-/// arguments may be incomplete.
-fn cut_off(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec<AgentMessage>>) {
-    let outcomes = calls
+/// Why none of a response's calls may run: it was cut off by the token limit (any
+/// arguments may be incomplete), it failed, or it was aborted.
+fn not_run_because(message: &AssistantMessage) -> Option<String> {
+    match message.stop_reason {
+        StopReason::Length => Some("the response hit the output token limit, so its arguments may be truncated. Re-issue the tool call with complete arguments.".to_owned()),
+        StopReason::Aborted => Some("the response was aborted.".to_owned()),
+        StopReason::Error => Some(format!(
+            "the response failed ({}).",
+            message.error_message.as_deref().unwrap_or("no reason given")
+        )),
+        _ => None,
+    }
+}
+
+/// Answers every call with an error result saying `why` it did not run.
+fn not_run(run: &Run, calls: &[ToolCall], why: &str) -> Vec<Outcome> {
+    calls
         .iter()
         .map(|call| {
             start(run, call);
             let outcome = Outcome::error(format!(
-                "Tool call \"{}\" was not executed: the response hit the output token limit, so its arguments may be truncated. Re-issue the tool call with complete arguments.",
+                "Tool call \"{}\" was not executed: {why}",
                 call.name
             ));
             end(run, call, &outcome);
             announce(run, call, &outcome);
             outcome
         })
-        .collect();
-    (outcomes, None)
+        .collect()
 }
 
 async fn sequentially(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec<AgentMessage>>) {
@@ -177,7 +188,7 @@ async fn sequentially(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Ve
         outcomes.push(outcome);
         let more = index + 1 < calls.len();
         if more && steering.is_none() && interrupts(run) {
-            let arrived = take(&run.config.steering).await;
+            let arrived = run.take(&run.config.steering).await;
             if !arrived.is_empty() {
                 steering = Some(arrived);
             }
@@ -213,7 +224,7 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
                 end(run, &calls[index], &outcome);
                 outcomes[index] = Some(outcome);
                 if !running.is_empty() && interrupts(run) {
-                    let arrived = take(&run.config.steering).await;
+                    let arrived = run.take(&run.config.steering).await;
                     if !arrived.is_empty() {
                         steering = Some(arrived);
                         break;
@@ -225,10 +236,14 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
     }
     if !running.is_empty() {
         batch.cancel();
-        let deadline = Instant::now() + run.config.cancel_grace;
-        while let Ok(Some((index, outcome))) =
-            tokio::time::timeout_at(deadline, running.next()).await
-        {
+        // `sleep` saturates, so any grace (even `Duration::MAX`) is safe.
+        let grace = tokio::time::sleep(run.config.cancel_grace);
+        tokio::pin!(grace);
+        while let Some((index, outcome)) = tokio::select! {
+            biased;
+            finished = running.next() => finished,
+            () = &mut grace => None,
+        } {
             let outcome = match (&steering, outcome.is_error) {
                 (Some(_), true) => Outcome::error(SKIPPED),
                 _ => outcome,
@@ -310,7 +325,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         call: call.clone(),
         args: args.clone(),
     };
-    let args = match AssertUnwindSafe(hook(info)).catch_unwind().await {
+    let args = match run.call_back(hook(info)).await {
         Ok(Ok(BeforeToolCall::Proceed)) => args,
         Ok(Ok(BeforeToolCall::Rewrite(rewritten))) => rewritten,
         Ok(Ok(BeforeToolCall::Block { reason, terminate })) => {
@@ -321,12 +336,12 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         Ok(Err(error)) => {
             return Prepared::Answered(Outcome::error(format!("before_tool_call failed: {error}")));
         }
-        Err(panic) => {
+        Err(Interrupted::Panicked(panic)) => {
             return Prepared::Answered(Outcome::error(format!(
-                "before_tool_call panicked: {}",
-                panic_text(panic)
+                "before_tool_call panicked: {panic}"
             )));
         }
+        Err(Interrupted::Aborted) => return Prepared::Answered(aborted(call)),
     };
     if run.cancel.is_cancelled() {
         return Prepared::Answered(aborted(call));
@@ -362,7 +377,9 @@ async fn execute(
 ) -> Outcome {
     let sink = run.sink().clone();
     let (id, name) = (call.id.clone(), call.name.clone());
-    let updates = Arc::new(move |partial_result: ToolOutput| {
+    let max_output = run.config.max_tool_output_bytes;
+    let updates = Arc::new(move |mut partial_result: ToolOutput| {
+        partial_result.cut_to(max_output);
         sink(AgentEvent::ToolExecutionUpdate {
             tool_call_id: id.clone(),
             tool_name: name.clone(),
@@ -370,6 +387,9 @@ async fn execute(
         });
     });
     let ctx = ToolContext::new(call.id.clone(), token, updates);
+    // Closes the context however this call ends, dropped after a grace included,
+    // so a tool's leftover task cannot report after its call was answered.
+    let _closed = ctx.closer();
     // The after hook sees the arguments too; copy them only for it.
     let (args, after) = match run.config.after_tool_call.clone() {
         Some(hook) => (
@@ -390,6 +410,18 @@ async fn execute(
         .instrument(span)
         .await;
     ctx.close();
+    let mut outcome = finish_hooks(run, after, ran, tool.name()).await;
+    outcome.output.cut_to(max_output);
+    outcome
+}
+
+/// The tool's result through `after_tool_call`, if there is one.
+async fn finish_hooks(
+    run: &Run,
+    after: Option<(crate::config::AfterToolCallHook, ToolCallInfo)>,
+    ran: std::thread::Result<Result<ToolOutput, crate::tool::ToolError>>,
+    tool_name: &str,
+) -> Outcome {
     let mut outcome = match ran {
         Ok(Ok(output)) => Outcome {
             output,
@@ -397,16 +429,15 @@ async fn execute(
         },
         Ok(Err(error)) => Outcome::error(error.message()),
         Err(panic) => Outcome::error(format!(
-            "Tool \"{}\" panicked: {}",
-            tool.name(),
-            panic_text(panic)
+            "Tool \"{tool_name}\" panicked: {}",
+            crate::run::panic_text(panic)
         )),
     };
     let Some((hook, info)) = after else {
         return outcome;
     };
     let changed = hook(info, outcome.output.clone(), outcome.is_error);
-    match AssertUnwindSafe(changed).catch_unwind().await {
+    match run.call_back(changed).await {
         Ok(Ok(AfterToolCall {
             content,
             details,
@@ -428,6 +459,11 @@ async fn execute(
             outcome
         }
         Ok(Err(error)) => Outcome::error(format!("after_tool_call failed: {error}")),
-        Err(panic) => Outcome::error(format!("after_tool_call panicked: {}", panic_text(panic))),
+        Err(Interrupted::Panicked(panic)) => {
+            Outcome::error(format!("after_tool_call panicked: {panic}"))
+        }
+        Err(Interrupted::Aborted) => Outcome::error(format!(
+            "Tool \"{tool_name}\" finished, but after_tool_call did not return after the abort."
+        )),
     }
 }

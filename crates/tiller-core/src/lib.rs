@@ -62,6 +62,7 @@ mod run;
 mod stream;
 mod tool;
 mod toolset;
+mod transcript;
 mod validate;
 
 pub use config::{
@@ -77,3 +78,4 @@ pub use run::{
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 pub use toolset::{ToolSet, ToolSetError};
+pub use transcript::{TranscriptError, answer_open_calls, check_transcript};

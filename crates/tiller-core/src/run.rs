@@ -7,6 +7,7 @@
 //! callback or of the model becomes part of the transcript (an assistant message
 //! with stop reason `error`) and the run still ends with `agent_end`.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -121,6 +122,14 @@ async fn guarded(
     }
 }
 
+/// Why an application callback gave no answer.
+pub(crate) enum Interrupted {
+    /// It panicked, with this message.
+    Panicked(String),
+    /// The run was aborted and it did not return within the grace period.
+    Aborted,
+}
+
 /// One run's state.
 pub(crate) struct Run {
     pub(crate) config: LoopConfig,
@@ -163,6 +172,33 @@ impl Run {
         (self.sink)(event);
     }
 
+    /// Awaits a callback of the application (a hook, a resolver, a transform) the
+    /// way a tool is awaited: a panic is caught, and once the run is aborted the
+    /// callback gets `cancel_grace` to return before it is dropped.
+    pub(crate) async fn call_back<F: Future>(&self, callback: F) -> Result<F::Output, Interrupted> {
+        let callback = AssertUnwindSafe(callback).catch_unwind();
+        tokio::pin!(callback);
+        let done = tokio::select! {
+            biased;
+            done = &mut callback => done,
+            () = self.cancel.cancelled() => {
+                tokio::time::timeout(self.config.cancel_grace, &mut callback)
+                    .await
+                    .map_err(|_| Interrupted::Aborted)?
+            }
+        };
+        done.map_err(|panic| Interrupted::Panicked(panic_text(panic)))
+    }
+
+    /// Takes the queued messages of `source`, unless the run was aborted: after
+    /// the cancel point no queue is drained, so what waits there stays queued.
+    pub(crate) async fn take(&self, source: &Option<MessageSource>) -> Vec<AgentMessage> {
+        if self.cancel.is_cancelled() {
+            return Vec::new();
+        }
+        take(source).await
+    }
+
     pub(crate) fn sink(&self) -> &EventSink {
         &self.sink
     }
@@ -173,7 +209,7 @@ impl Run {
         for prompt in prompts.into_iter().flatten() {
             self.deliver(prompt);
         }
-        let pending = take(&self.config.steering).await;
+        let pending = self.take(&self.config.steering).await;
         let reason = self.turns(pending).await;
         let messages = self.messages.split_off(self.first_new);
         self.emit(AgentEvent::AgentEnd {
@@ -200,7 +236,7 @@ impl Run {
                 };
                 self.emit(AgentEvent::TurnEnd {
                     message: Box::new(message),
-                    tool_results: Vec::new(),
+                    tool_results: batch.results,
                 });
                 return reason;
             }
@@ -244,10 +280,10 @@ impl Run {
             let wants_model = called_tools && !batch.terminate;
             pending = match batch.steering {
                 Some(steering) => steering,
-                None => take(&self.config.steering).await,
+                None => self.take(&self.config.steering).await,
             };
             if !wants_model && pending.is_empty() {
-                pending = take(&self.config.follow_up).await;
+                pending = self.take(&self.config.follow_up).await;
                 if pending.is_empty() {
                     return if called_tools {
                         RunEnd::ToolsTerminated
@@ -268,9 +304,7 @@ impl Run {
     async fn turn(&mut self) -> (AssistantMessage, Batch) {
         let message = self.respond().await;
         let calls: Vec<_> = message.tool_calls().cloned().collect();
-        let batch = if calls.is_empty()
-            || matches!(message.stop_reason, StopReason::Error | StopReason::Aborted)
-        {
+        let batch = if calls.is_empty() {
             Batch::default()
         } else {
             execute::run_batch(self, &message, calls).await
@@ -314,41 +348,33 @@ impl Run {
     /// Streams the model's response to the transcript as it stands.
     async fn respond(&mut self) -> AssistantMessage {
         if self.cancel.is_cancelled() {
-            let mut message = AssistantMessage::empty(&self.config.model);
-            message.stop_reason = StopReason::Aborted;
-            message.error_message = Some(StreamError::Aborted.to_string());
-            return self.record(message);
+            return self.aborted();
         }
         let transformed = match &self.config.transform_context {
             None => None,
             Some(transform) => {
                 let pending = transform(&self.messages, self.cancel.child_token());
-                match AssertUnwindSafe(pending).catch_unwind().await {
+                match self.call_back(pending).await {
                     Ok(Ok(messages)) => Some(messages),
                     Ok(Err(error)) => {
                         return self.fail(format!("transform_context failed: {error}"));
                     }
-                    Err(panic) => {
-                        return self
-                            .fail(format!("transform_context panicked: {}", panic_text(panic)));
+                    Err(Interrupted::Panicked(panic)) => {
+                        return self.fail(format!("transform_context panicked: {panic}"));
                     }
+                    Err(Interrupted::Aborted) => return self.aborted(),
                 }
             }
         };
         if let Some(resolve) = &self.config.api_key_resolver {
-            match AssertUnwindSafe(resolve(&self.config.model.provider))
-                .catch_unwind()
-                .await
-            {
+            match self.call_back(resolve(&self.config.model.provider)).await {
                 Ok(key) => {
                     self.options.api_key = key.or_else(|| self.config.options.api_key.clone())
                 }
-                Err(panic) => {
-                    return self.fail(format!(
-                        "the API key resolver panicked: {}",
-                        panic_text(panic)
-                    ));
+                Err(Interrupted::Panicked(panic)) => {
+                    return self.fail(format!("the API key resolver panicked: {panic}"));
                 }
+                Err(Interrupted::Aborted) => return self.aborted(),
             }
         }
         let view = transformed.as_deref().unwrap_or(&self.messages);
@@ -400,6 +426,15 @@ impl Run {
         });
         self.messages.push(message.clone().into());
         message
+    }
+
+    /// Adds an empty assistant message saying the run was aborted before the model
+    /// answered.
+    fn aborted(&mut self) -> AssistantMessage {
+        let mut message = AssistantMessage::empty(&self.config.model);
+        message.stop_reason = StopReason::Aborted;
+        message.error_message = Some(StreamError::Aborted.to_string());
+        self.record(message)
     }
 
     /// Adds an assistant message that did not come from the model.

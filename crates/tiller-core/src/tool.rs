@@ -121,6 +121,47 @@ impl ToolOutput {
     pub fn text_content(&self) -> String {
         self.content.iter().filter_map(Content::as_text).collect()
     }
+
+    /// Keeps at most `max_bytes` of content (text, and images by their encoded size),
+    /// cutting text at a character boundary and dropping what follows, then says so
+    /// in a last text block: `[… 1234 more bytes cut: the output exceeded the limit
+    /// of 1000 bytes]`. Returns how many bytes were dropped (0 leaves it untouched).
+    pub fn cut_to(&mut self, max_bytes: usize) -> usize {
+        let size = |content: &Content| match content {
+            Content::Text(text) => text.text.len(),
+            Content::Image(image) => image.data.len(),
+        };
+        let total: usize = self.content.iter().map(size).sum();
+        if total <= max_bytes {
+            return 0;
+        }
+        let mut budget = max_bytes;
+        let mut kept = 0;
+        for content in &mut self.content {
+            let len = size(content);
+            if len <= budget {
+                budget -= len;
+                kept += 1;
+                continue;
+            }
+            if let Content::Text(text) = content {
+                let mut end = budget;
+                while !text.text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.text.truncate(end);
+                kept += 1;
+            }
+            break;
+        }
+        self.content.truncate(kept);
+        let remaining: usize = self.content.iter().map(size).sum();
+        let dropped = total - remaining;
+        self.content.push(Content::text(format!(
+            "[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]"
+        )));
+        dropped
+    }
 }
 
 /// A tool's failure. It becomes an error result with this message; the run goes on.
@@ -213,6 +254,20 @@ impl ToolContext {
     /// Stops further updates.
     pub(crate) fn close(&self) {
         self.open.store(false, Ordering::Release);
+    }
+
+    /// A guard that stops further updates when dropped.
+    pub(crate) fn closer(&self) -> Closer {
+        Closer(self.open.clone())
+    }
+}
+
+/// Closes a [`ToolContext`] when dropped.
+pub(crate) struct Closer(Arc<AtomicBool>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

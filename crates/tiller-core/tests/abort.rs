@@ -40,6 +40,7 @@ async fn run_cancelling(
     let Some(AgentEvent::AgentEnd { messages, .. }) = events.last().cloned() else {
         panic!("no agent_end: {events:#?}");
     };
+    common::assert_valid(&messages);
     (events, messages)
 }
 

@@ -28,7 +28,15 @@ pub(crate) async fn collect(mut run: AgentLoop) -> (Vec<AgentEvent>, Vec<AgentMe
         messages,
         "result() returns agent_end's messages"
     );
+    assert_valid(&messages);
     (events, messages)
+}
+
+/// Asserts that every tool call in `messages` has exactly one result in place.
+pub(crate) fn assert_valid(messages: &[AgentMessage]) {
+    if let Err(error) = tiller_core::check_transcript(messages) {
+        panic!("invalid transcript: {error}\n{messages:#?}");
+    }
 }
 
 /// Runs the loop on one user prompt to the end: its events and new messages.
