@@ -11,10 +11,11 @@ use std::future::ready;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 use tiller_ai::{PartialMessage, StreamOptions};
 use tiller_core::{
-    AgentContext, AgentEvent, LoopConfig, MessageSource, run_loop, run_loop_continue,
+    AgentContext, AgentEvent, LoopConfig, MessageSource, answer_open_calls, run_loop,
+    run_loop_continue,
 };
 use tokio::sync::oneshot;
 use tokio_util::task::AbortOnDropHandle;
@@ -37,6 +38,8 @@ pub(crate) struct AgentActor;
 
 pub(crate) struct ActorState {
     cell: Arc<AgentCell>,
+    /// This actor's id, which tags its run's token and the messages it takes.
+    me: ActorId,
     handled: u64,
     run: Option<ActiveRun>,
     /// A spare buffer swapped with the run's queue, so batches reuse memory.
@@ -83,11 +86,12 @@ impl Actor for AgentActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<AgentMsg>,
+        myself: ActorRef<AgentMsg>,
         cell: Arc<AgentCell>,
     ) -> Result<ActorState, ActorProcessingErr> {
         Ok(ActorState {
             cell,
+            me: myself.get_id(),
             handled: 0,
             run: None,
             batch: Vec::new(),
@@ -127,7 +131,7 @@ impl ActorState {
             }
             Command::Reset { done } => match self.run.as_mut() {
                 Some(run) => {
-                    if let Some(token) = lock(&self.cell.run_cancel).as_ref() {
+                    if let Some((_, token)) = lock(&self.cell.run_cancel).as_ref() {
                         token.cancel();
                     }
                     run.resets.push(done);
@@ -160,19 +164,26 @@ impl ActorState {
             return Err(AgentError::Busy);
         }
         let cell = &self.cell;
+        let me = myself.get_id();
         let mut durable = lock(&cell.durable);
         let settings = durable.settings.clone();
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
+        // A transcript restored from elsewhere, or left by a run lost mid-turn, may
+        // hold calls without results: they are answered before anything else.
+        answer_open_calls(
+            &mut durable.messages,
+            "no result was recorded before the next run started.",
+        );
         let (prompts, skip_first_steering) = match start {
             Start::Prompt(messages) => (Some(messages), false),
             Start::Continue => match durable.messages.last() {
                 None => return Err(AgentError::NothingToContinue),
                 Some(last) if last.as_assistant().is_some() => {
-                    let steering = take(&mut durable, Queue::Steering);
+                    let steering = take(&mut durable, Queue::Steering, &me);
                     if !steering.is_empty() {
                         (Some(steering), true)
                     } else {
-                        let follow_up = take(&mut durable, Queue::FollowUp);
+                        let follow_up = take(&mut durable, Queue::FollowUp, &me);
                         if follow_up.is_empty() {
                             return Err(AgentError::CannotContinueFromAssistant);
                         }
@@ -191,8 +202,8 @@ impl ActorState {
         drop(durable);
 
         let token = cell.runtime.root.child_token();
-        *lock(&cell.run_cancel) = Some(token.clone());
-        let config = loop_config(cell, &settings, model, skip_first_steering);
+        *lock(&cell.run_cancel) = Some((me.clone(), token.clone()));
+        let config = loop_config(cell, &me, &settings, model, skip_first_steering);
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: myself.clone(),
@@ -258,7 +269,7 @@ impl ActorState {
                 run.streaming = None;
                 let hook = {
                     let mut durable = lock(&cell.durable);
-                    durable.messages.push((**message).clone());
+                    durable.append((**message).clone());
                     durable.settings.hooks.on_message.clone()
                 };
                 if let Some(hook) = hook {
@@ -297,8 +308,12 @@ impl ActorState {
             (finished, outcome)
         });
         *lock(&cell.run_cancel) = None;
-        if !run.resets.is_empty() {
-            lock(&cell.durable).clear();
+        {
+            let mut durable = lock(&cell.durable);
+            durable.return_in_flight(&self.me);
+            if !run.resets.is_empty() {
+                durable.clear();
+            }
         }
         cell.mark_idle();
         cell.hub.publish(&cell.id, Delivered::Event(event));
@@ -315,6 +330,7 @@ impl ActorState {
 /// The loop's configuration for one run of this agent.
 fn loop_config(
     cell: &Arc<AgentCell>,
+    actor: &ActorId,
     settings: &AgentSettings,
     model: tiller_ai::Model,
     skip_first_steering: bool,
@@ -336,22 +352,33 @@ fn loop_config(
     config.steering_delivery = settings.steering_delivery;
     config.tool_execution = settings.tool_execution;
     config.max_turns = settings.max_turns;
-    config.steering = Some(queue_source(cell, Queue::Steering, skip_first_steering));
-    config.follow_up = Some(queue_source(cell, Queue::FollowUp, false));
+    config.steering = Some(queue_source(
+        cell,
+        actor,
+        Queue::Steering,
+        skip_first_steering,
+    ));
+    config.follow_up = Some(queue_source(cell, actor, Queue::FollowUp, false));
     config
 }
 
 /// Reads one of the agent's queues for the loop; `skip_first` answers the first
 /// read with nothing (when the run's prompt was just taken from that queue, so the
 /// next queued message gets its own response).
-fn queue_source(cell: &Arc<AgentCell>, queue: Queue, skip_first: bool) -> MessageSource {
+fn queue_source(
+    cell: &Arc<AgentCell>,
+    actor: &ActorId,
+    queue: Queue,
+    skip_first: bool,
+) -> MessageSource {
     let cell = cell.clone();
+    let actor = actor.clone();
     let skip = AtomicBool::new(skip_first);
     Arc::new(move || {
         let taken: Vec<AgentMessage> = if skip.swap(false, Ordering::AcqRel) {
             Vec::new()
         } else {
-            cell.take_queued(queue)
+            cell.take_queued(queue, &actor)
         };
         Box::pin(ready(taken))
     })

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use ractor::{ActorRef, MessagingErr};
+use ractor::{ActorId, ActorRef, MessagingErr};
+use tiller_core::answer_open_calls;
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -74,11 +75,15 @@ pub(crate) struct Durable {
     pub(crate) messages: Vec<AgentMessage>,
     pub(crate) steering: VecDeque<AgentMessage>,
     pub(crate) follow_up: VecDeque<AgentMessage>,
+    /// Messages taken from a queue by a run and not yet in the transcript, oldest
+    /// first, with the actor whose run took them: if that actor fails, they go back
+    /// to the front of their queues.
+    pub(crate) in_flight: VecDeque<(ActorId, Queue, AgentMessage)>,
     pub(crate) error: Option<String>,
 }
 
 /// One of the two queues.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Queue {
     Steering,
     FollowUp,
@@ -92,8 +97,9 @@ pub(crate) struct AgentCell {
     status: AtomicU8,
     idle: Notify,
     pub(crate) hub: Hub,
-    /// The active run's token; cancelling it aborts the run.
-    pub(crate) run_cancel: Mutex<Option<CancellationToken>>,
+    /// The active run's token, with the actor whose run it is; cancelling it
+    /// aborts the run.
+    pub(crate) run_cancel: Mutex<Option<(ActorId, CancellationToken)>>,
     pub(crate) runtime: Arc<Runtime>,
     /// When the actor failed lately, and why it failed last.
     failures: Mutex<(Vec<Instant>, Option<String>)>,
@@ -119,6 +125,7 @@ impl AgentCell {
                 messages,
                 steering: VecDeque::new(),
                 follow_up: VecDeque::new(),
+                in_flight: VecDeque::new(),
                 error: None,
             }),
             route: Mutex::new(Route::Parked),
@@ -227,9 +234,11 @@ impl AgentCell {
         }
     }
 
-    /// The actor failed: count it against the restart budget, answer for the lost
-    /// run, and tell subscribers.
-    pub(crate) fn failed(&self, actor: ractor::ActorId, reason: String) {
+    /// The actor `actor` failed: count it against the restart budget, answer for
+    /// its lost run, and tell subscribers. A report that arrives after a newer actor
+    /// took over (a caller retried at once) touches only what was the failed
+    /// actor's: its run's token, its messages in flight; never the newer run.
+    pub(crate) fn failed(&self, actor: ActorId, reason: String) {
         let now = Instant::now();
         let window = self.runtime.config.restart_window;
         let exceeded = {
@@ -239,9 +248,17 @@ impl AgentCell {
             failures.1 = Some(reason.clone());
             failures.0.len() > self.runtime.config.max_restarts as usize
         };
-        if let Some(token) = lock(&self.run_cancel).take() {
+        let lost_run = {
+            let mut run = lock(&self.run_cancel);
+            match &*run {
+                Some((owner, _)) if *owner == actor => run.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, token)) = &lost_run {
             token.cancel();
         }
+        self.recover(actor, lost_run.is_some());
         if exceeded {
             let reason = format!(
                 "it failed {} times within {:?}, more than its restart budget of {}; last failure: {reason}",
@@ -264,7 +281,34 @@ impl AgentCell {
             &self.id,
             Delivered::Notice(Notice::AgentRestarted { reason }),
         );
-        self.set_idle();
+        if lost_run.is_some() {
+            self.set_idle();
+        }
+    }
+
+    /// After `actor` failed: the messages its run took from the queues and never
+    /// delivered go back to the front of their queues, in order; and when its run
+    /// was the agent's last, tool calls left without results are answered, so the
+    /// stored transcript stays valid.
+    fn recover(&self, actor: ActorId, lost_run: bool) {
+        let mut durable = lock(&self.durable);
+        let durable = &mut *durable;
+        let (lost, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut durable.in_flight)
+            .into_iter()
+            .partition(|(owner, _, _)| *owner == actor);
+        durable.in_flight = kept;
+        for (_, queue, message) in lost.into_iter().rev() {
+            match queue {
+                Queue::Steering => durable.steering.push_front(message),
+                Queue::FollowUp => durable.follow_up.push_front(message),
+            }
+        }
+        if lost_run {
+            answer_open_calls(
+                &mut durable.messages,
+                "the agent failed before it finished and was restarted.",
+            );
+        }
     }
 
     /// Why the actor failed last.
@@ -287,7 +331,7 @@ impl AgentCell {
         if let Some(actor) = live {
             actor.stop(None);
         }
-        if let Some(token) = lock(&self.run_cancel).take() {
+        if let Some((_, token)) = lock(&self.run_cancel).take() {
             token.cancel();
         }
         self.status.store(STOPPED, Ordering::Release);
@@ -361,22 +405,29 @@ impl AgentCell {
         }
     }
 
-    /// Takes what one delivery of `queue` takes.
-    pub(crate) fn take_queued(&self, queue: Queue) -> Vec<AgentMessage> {
-        take(&mut lock(&self.durable), queue)
+    /// Takes what one delivery of `queue` takes, for the run of `actor`.
+    pub(crate) fn take_queued(&self, queue: Queue, actor: &ActorId) -> Vec<AgentMessage> {
+        take(&mut lock(&self.durable), queue, actor)
     }
 }
 
-/// Takes what one delivery of `queue` takes, under the queue's mode.
-pub(crate) fn take(durable: &mut Durable, queue: Queue) -> Vec<AgentMessage> {
+/// Takes what one delivery of `queue` takes, under the queue's mode, recording it
+/// as in flight for the run of `actor` until it joins the transcript.
+pub(crate) fn take(durable: &mut Durable, queue: Queue, actor: &ActorId) -> Vec<AgentMessage> {
     let (mode, messages) = match queue {
         Queue::Steering => (durable.settings.steering_mode, &mut durable.steering),
         Queue::FollowUp => (durable.settings.follow_up_mode, &mut durable.follow_up),
     };
-    match mode {
+    let taken: Vec<AgentMessage> = match mode {
         QueueMode::OneAtATime => messages.pop_front().into_iter().collect(),
         QueueMode::All => messages.drain(..).collect(),
-    }
+    };
+    durable.in_flight.extend(
+        taken
+            .iter()
+            .map(|message| (actor.clone(), queue, message.clone())),
+    );
+    taken
 }
 
 impl Durable {
@@ -385,7 +436,41 @@ impl Durable {
         self.messages.clear();
         self.steering.clear();
         self.follow_up.clear();
+        self.in_flight.clear();
         self.error = None;
+    }
+
+    /// Adds a message that ended to the transcript; it is no longer in flight.
+    pub(crate) fn append(&mut self, message: AgentMessage) {
+        if self
+            .in_flight
+            .front()
+            .is_some_and(|(_, _, taken)| *taken == message)
+        {
+            self.in_flight.pop_front();
+        }
+        self.messages.push(message);
+    }
+
+    /// The run of `actor` ended: what it took and never delivered goes back to the
+    /// front of its queue (a run delivers all it takes, so this is a safety net).
+    pub(crate) fn return_in_flight(&mut self, actor: &ActorId) {
+        while let Some(at) = self
+            .in_flight
+            .iter()
+            .rposition(|(owner, _, _)| owner == actor)
+        {
+            if let Some((_, queue, message)) = self.in_flight.remove(at) {
+                tracing::warn!(
+                    ?queue,
+                    "a queued message taken by a run was not delivered; queued again"
+                );
+                match queue {
+                    Queue::Steering => self.steering.push_front(message),
+                    Queue::FollowUp => self.follow_up.push_front(message),
+                }
+            }
+        }
     }
 
     /// The state as stored, with nothing running.
@@ -402,5 +487,55 @@ impl Durable {
             pending_tool_calls: Vec::new(),
             error: self.error.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use crate::faux::{FauxProvider, FauxTurn};
+    use crate::{AgentSettings, AgentSpec, AgentStatus, Delivered, Notice, Supervisor};
+
+    /// The supervisor's report of an actor that already failed may arrive after a
+    /// caller retried at once and a new actor started a run: the report must leave
+    /// that run alone. Replayed here exactly, with a report naming an actor id that
+    /// is not the live one.
+    #[tokio::test]
+    async fn a_late_failure_report_never_touches_a_newer_actors_run() {
+        let faux = FauxProvider::new();
+        faux.push(FauxTurn::text("slow").delay(Duration::from_secs(3600)));
+        let supervisor = Supervisor::start().await.unwrap();
+        let agent = supervisor
+            .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+            .unwrap();
+        let mut events = agent.subscribe();
+        agent.prompt("go").await.unwrap();
+        let stale = ractor::ActorId::Local(u64::MAX);
+        agent
+            .cell
+            .failed(stale, "an earlier actor panicked".to_owned());
+
+        loop {
+            let envelope = events.next().await.unwrap();
+            match &envelope.event {
+                Delivered::Notice(Notice::AgentRestarted { .. }) => break,
+                Delivered::Event(crate::AgentEvent::AgentEnd { .. }) => {
+                    panic!("the run ended: {envelope:?}")
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(agent.status(), AgentStatus::Running);
+        let run = crate::cell::lock(&agent.cell.run_cancel).clone().unwrap();
+        assert!(!run.1.is_cancelled(), "the newer run goes on");
+        assert!(agent.state().await.unwrap().is_streaming);
+        agent.abort();
+        agent.wait_for_idle().await;
+        supervisor.shutdown().await;
     }
 }

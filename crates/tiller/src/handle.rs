@@ -24,7 +24,7 @@ use crate::subscription::{AgentId, Subscription};
 /// streams or a tool runs. Setters emit no events.
 #[derive(Clone)]
 pub struct AgentHandle {
-    cell: Arc<AgentCell>,
+    pub(crate) cell: Arc<AgentCell>,
 }
 
 impl AgentHandle {
@@ -169,7 +169,7 @@ impl AgentHandle {
     /// Does nothing when idle. Returns at once; [`AgentHandle::wait_for_idle`] waits
     /// for the run to end.
     pub fn abort(&self) {
-        if let Some(token) = lock(&self.cell.run_cancel).as_ref() {
+        if let Some((_, token)) = lock(&self.cell.run_cancel).as_ref() {
             token.cancel();
         }
     }

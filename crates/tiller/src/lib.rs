@@ -69,10 +69,12 @@ pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 
 pub use tiller_ai::{
-    self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Message, Model,
-    StopReason, StreamOptions, ThinkingLevel, ToolCall, ToolChoice, Usage, catalog, env, faux,
+    self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
+    StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice, Usage, catalog,
+    env, faux,
 };
 pub use tiller_core::{
     self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, SteeringDelivery,
-    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, hook,
+    ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError,
+    check_transcript, hook,
 };

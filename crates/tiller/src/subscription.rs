@@ -190,13 +190,15 @@ impl Hub {
         }
     }
 
-    /// Publishes to every subscriber, numbering the delivery.
+    /// Publishes to every subscriber, numbering the delivery. The number is taken
+    /// under the subscribers' lock, so deliveries from different threads (the
+    /// actor's events, a stop notice) reach every subscriber in number order.
     pub(crate) fn publish(&self, agent_id: &AgentId, event: Delivered) {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let mut subscribers = self
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         if subscribers.is_empty() {
             return;
         }

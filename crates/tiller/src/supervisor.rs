@@ -307,7 +307,7 @@ impl Supervisor {
 
 /// Aborts an agent's run, waits for it to end, and stops the agent.
 async fn halt(cell: &AgentCell, reason: &str) {
-    if let Some(token) = crate::cell::lock(&cell.run_cancel).as_ref() {
+    if let Some((_, token)) = crate::cell::lock(&cell.run_cancel).as_ref() {
         token.cancel();
     }
     cell.wait_for_idle().await;

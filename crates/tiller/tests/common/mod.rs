@@ -30,7 +30,8 @@ pub(crate) fn endless() -> FauxTurn {
     FauxTurn::text("this will take a while").delay(Duration::from_secs(3600))
 }
 
-/// Reads `subscription` until an envelope matches; fails after ten seconds.
+/// Reads `subscription` until an envelope matches; fails after ten seconds. Every
+/// run's messages seen on the way (in `agent_end`) must keep the transcript rule.
 pub(crate) async fn until(
     subscription: &mut Subscription,
     found: impl Fn(&Envelope) -> bool,
@@ -38,6 +39,9 @@ pub(crate) async fn until(
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let envelope = subscription.next().await.expect("the subscription ended");
+            if let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &envelope.event {
+                assert_valid(messages);
+            }
             if found(&envelope) {
                 return envelope;
             }
@@ -45,6 +49,13 @@ pub(crate) async fn until(
     })
     .await
     .expect("the awaited event never came")
+}
+
+/// Asserts that every tool call in `messages` has exactly one result in place.
+pub(crate) fn assert_valid(messages: &[AgentMessage]) {
+    if let Err(error) = tiller::check_transcript(messages) {
+        panic!("invalid transcript: {error}\n{messages:#?}");
+    }
 }
 
 /// Whether an envelope carries `agent_end`.
