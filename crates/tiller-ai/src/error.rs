@@ -20,6 +20,21 @@ pub enum StreamError {
         /// The environment variable it is read from.
         env_var: String,
     },
+    /// The provider's key from the environment was not sent, because the model is
+    /// not at the provider's own address: a key goes only where its owner meant it
+    /// to. Pass the key explicitly (`StreamOptions::api_key`; for the `tiller`
+    /// command, `--base-url` or an agent file's `api_key_env`) to send it there.
+    #[error(
+        "{env_var} is sent only to {provider}'s own API, not to {host}: pass the key explicitly to use it there"
+    )]
+    KeyWithheld {
+        /// The provider whose key it is.
+        provider: String,
+        /// The environment variable holding the key.
+        env_var: String,
+        /// The host the model points at.
+        host: String,
+    },
     /// The request could not be built (an invalid header, say).
     #[error("invalid request: {message}")]
     InvalidRequest {

@@ -42,7 +42,10 @@ pub(crate) struct HttpRequest {
 }
 
 /// The API key for `model`: the one in the options, else the provider's environment
-/// variable. Providers without a known variable (local servers) need none.
+/// variable. Providers without a known variable (local servers) need none. A key from
+/// the environment is sent only to its provider's own host: a model of that provider
+/// at another address gets [`StreamError::KeyWithheld`] unless the caller passes the
+/// key explicitly.
 pub(crate) fn api_key(
     model: &Model,
     options: &StreamOptions,
@@ -50,9 +53,20 @@ pub(crate) fn api_key(
     if let Some(key) = &options.api_key {
         return Ok(Some(key.clone()));
     }
-    let Some(env_var) = catalog::provider(&model.provider).and_then(|p| p.api_key_env) else {
+    let Some(provider) = catalog::provider(&model.provider) else {
         return Ok(None);
     };
+    let Some(env_var) = provider.api_key_env else {
+        return Ok(None);
+    };
+    let host = origin(&model.base_url);
+    if host != origin(provider.base_url) {
+        return Err(StreamError::KeyWithheld {
+            provider: model.provider.clone(),
+            env_var: env_var.to_owned(),
+            host: host.map_or_else(|| "an invalid address".to_owned(), |(host, _)| host),
+        });
+    }
     match std::env::var(env_var) {
         Ok(key) if !key.trim().is_empty() => Ok(Some(ApiKey::new(key.trim()))),
         _ => Err(StreamError::MissingApiKey {
@@ -60,6 +74,12 @@ pub(crate) fn api_key(
             env_var: env_var.to_owned(),
         }),
     }
+}
+
+/// The host and port of a URL, the part a key is bound to.
+fn origin(url: &str) -> Option<(String, u16)> {
+    let url = reqwest::Url::parse(url).ok()?;
+    Some((url.host_str()?.to_owned(), url.port_or_known_default()?))
 }
 
 /// A JSON POST to `path` under the model's base URL. Headers apply in order: the

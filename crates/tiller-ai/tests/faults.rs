@@ -365,9 +365,9 @@ async fn a_missing_api_key_is_an_error_event_and_no_request() {
         std::env::var("MISTRAL_API_KEY").is_err(),
         "this test needs MISTRAL_API_KEY unset"
     );
-    let server = MockServer::start().await;
-    let model =
-        Model::openai_compatible(server.base_url(), "mistral-small").with_provider("mistral");
+    let model = tiller_ai::catalog::provider("mistral")
+        .unwrap()
+        .model("mistral-small-latest");
     let (events, error) = run(&model, &StreamOptions::default()).await;
     assert_eq!(
         error,
@@ -380,6 +380,28 @@ async fn a_missing_api_key_is_an_error_event_and_no_request() {
         last_message(&events).error_message.as_deref(),
         Some(
             "no API key for provider `mistral`: set MISTRAL_API_KEY or pass an API key in the stream options"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_providers_key_from_the_environment_goes_only_to_its_own_host() {
+    let server = MockServer::start().await;
+    let model =
+        Model::openai_compatible(server.base_url(), "mistral-small").with_provider("mistral");
+    let (events, error) = run(&model, &StreamOptions::default()).await;
+    assert_eq!(
+        error,
+        Some(StreamError::KeyWithheld {
+            provider: "mistral".into(),
+            env_var: "MISTRAL_API_KEY".into(),
+            host: "127.0.0.1".into(),
+        })
+    );
+    assert_eq!(
+        last_message(&events).error_message.as_deref(),
+        Some(
+            "MISTRAL_API_KEY is sent only to mistral's own API, not to 127.0.0.1: pass the key explicitly to use it there"
         )
     );
     assert_eq!(server.requests().len(), 0);

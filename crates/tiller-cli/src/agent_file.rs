@@ -14,6 +14,7 @@
 //!   name: helper
 //!   version: "1.0.0"
 //!   model: openai/gpt-4o-mini
+//!   api_key_env: OPENAI_API_KEY       # only with a base_url of its own: the key to send there
 //!   thinking: off
 //!   max_turns: 20
 //!   tool_choice: {tool: add}          # auto (the default), none, required or {tool: name}
@@ -24,6 +25,7 @@
 //!       parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}
 //!       command: [python3, tools/add.py]
 //!       timeout_ms: 10000
+//!       env: [ADD_PRECISION]          # passed on besides PATH, HOME and LANG
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -59,6 +61,9 @@ pub struct AgentFile {
     pub system_prompt: String,
     /// The model, if the file names one.
     pub model: Option<ModelSpec>,
+    /// The variable holding the key to send to the model's server, if the file
+    /// names one (needed for a provider's key to reach a `base_url` of the file's).
+    pub api_key_env: Option<String>,
     /// How hard the model should think.
     pub thinking: ThinkingLevel,
     /// Whether the final answer must match [`AgentFile::output_schema`].
@@ -188,6 +193,7 @@ struct Extra {
     name: String,
     version: Option<String>,
     model: Option<ModelSpec>,
+    api_key_env: Option<String>,
     #[serde(default)]
     thinking: ThinkingLevel,
     #[serde(default)]
@@ -216,6 +222,8 @@ struct RawTool {
     command: Vec<String>,
     #[serde(default, deserialize_with = "at_least_one")]
     timeout_ms: Option<u64>,
+    #[serde(default)]
+    env: Vec<String>,
 }
 
 fn empty_object_schema() -> Value {
@@ -227,6 +235,9 @@ impl RawAgentFile {
         let extra = self.json_schema_extra;
         if extra.name.trim().is_empty() {
             return Err(("json_schema_extra.name".into(), "must not be empty".into()));
+        }
+        if let Some(name) = &extra.api_key_env {
+            check_variable_name(name, "json_schema_extra.api_key_env".into())?;
         }
         for (index, name) in self.required.iter().enumerate() {
             if !self.properties.contains_key(name) {
@@ -262,6 +273,7 @@ impl RawAgentFile {
             version: extra.version,
             system_prompt: self.description.trim_end().to_owned(),
             model: extra.model,
+            api_key_env: extra.api_key_env,
             thinking: extra.thinking,
             structured_output: extra.structured_output,
             max_turns: extra.max_turns,
@@ -333,6 +345,9 @@ impl RawTool {
         let timeout = self
             .timeout_ms
             .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
+        for (at, name) in self.env.iter().enumerate() {
+            check_variable_name(name, format!("json_schema_extra.tools[{index}].env[{at}]"))?;
+        }
         Ok(CommandTool::new(
             self.name,
             self.description,
@@ -340,6 +355,22 @@ impl RawTool {
             program,
             args,
             timeout,
+        )
+        .with_env(self.env))
+    }
+}
+
+/// An environment variable's name: letters, digits and `_`, not starting with a digit.
+fn check_variable_name(name: &str, field: String) -> Result<(), (String, String)> {
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err((
+            field,
+            format!("`{name}` is not an environment variable's name"),
         ))
     }
 }

@@ -32,7 +32,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     let agent = session.agent.clone();
     if interactive {
         let model = agent.settings().model.as_ref().map(describe);
-        eprintln!("tiller chat with {}: {HELP}", model.unwrap_or_default());
+        crate::say!("tiller chat with {}: {HELP}", model.unwrap_or_default());
         ready();
     }
     loop {
@@ -54,16 +54,16 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                         if agent.status() == AgentStatus::Running {
                             agent.abort();
                         } else {
-                            eprintln!("[nothing to abort]");
+                            crate::say!("[nothing to abort]");
                         }
                     }
                     Line::Reset => match agent.reset().await {
-                        Ok(()) => eprintln!("[reset: the conversation is empty]"),
-                        Err(error) => eprintln!("[{error}]"),
+                        Ok(()) => crate::say!("[reset: the conversation is empty]"),
+                        Err(error) => crate::say!("[{error}]"),
                     },
                     Line::State => state(&agent).await,
-                    Line::Help => eprintln!("[{HELP}]"),
-                    Line::Unknown(command) => eprintln!("[unknown command {command}: {HELP}]"),
+                    Line::Help => crate::say!("[{HELP}]"),
+                    Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
                 }
                 if interactive && agent.status() != AgentStatus::Running {
                     ready();
@@ -72,7 +72,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
             envelope = session.events.next() => {
                 let Some(envelope) = envelope else { break };
                 if let Err(error) = session.output.write(&envelope) {
-                    eprintln!("tiller: cannot write to stdout: {error}");
+                    crate::say!("tiller: cannot write to stdout: {error}");
                     break;
                 }
                 let Delivered::Event(AgentEvent::AgentEnd { messages, reason }) = &envelope.event else {
@@ -80,12 +80,12 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                 };
                 last_run = verdict(*reason, messages);
                 if let Err(message) = &last_run {
-                    eprintln!("[{message}]");
+                    crate::say!("[{message}]");
                 }
                 if agent.has_queued_messages() {
                     // Queued as the run ended: they run now rather than wait.
                     if let Err(error) = agent.continue_run().await {
-                        eprintln!("[{error}]");
+                        crate::say!("[{error}]");
                     }
                 } else if !input_open {
                     break;
@@ -97,7 +97,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                 if agent.status() == AgentStatus::Running {
                     agent.abort();
                 } else {
-                    eprintln!("[Ctrl-C aborts a run; /quit or the end of input leaves]");
+                    crate::say!("[Ctrl-C aborts a run; /quit or the end of input leaves]");
                 }
             }
         }
@@ -162,7 +162,7 @@ fn read_lines() -> mpsc::Receiver<String> {
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    eprintln!("tiller: cannot read standard input: {error}");
+                    crate::say!("tiller: cannot read standard input: {error}");
                     break;
                 }
             }
@@ -177,15 +177,15 @@ async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
         match agent.prompt(text).await {
             Err(AgentError::Busy) => {}
             Err(error) => {
-                eprintln!("[{error}]");
+                crate::say!("[{error}]");
                 return;
             }
             Ok(()) => return,
         }
     }
     match agent.steer(text) {
-        Ok(()) => eprintln!("[steering queued]"),
-        Err(error) => eprintln!("[{error}]"),
+        Ok(()) => crate::say!("[steering queued]"),
+        Err(error) => crate::say!("[{error}]"),
     }
 }
 
@@ -193,8 +193,8 @@ async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
 async fn follow(agent: &AgentHandle, text: &str) {
     if agent.status() == AgentStatus::Running {
         match agent.follow_up(text) {
-            Ok(()) => eprintln!("[follow-up queued]"),
-            Err(error) => eprintln!("[{error}]"),
+            Ok(()) => crate::say!("[follow-up queued]"),
+            Err(error) => crate::say!("[{error}]"),
         }
     } else {
         prompt_or_steer(agent, text).await;
@@ -206,7 +206,7 @@ async fn state(agent: &AgentHandle) {
     let state = match agent.state().await {
         Ok(state) => state,
         Err(error) => {
-            eprintln!("[{error}]");
+            crate::say!("[{error}]");
             return;
         }
     };
@@ -221,7 +221,7 @@ async fn state(agent: &AgentHandle) {
     } else {
         ""
     };
-    eprintln!(
+    crate::say!(
         "[{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
         state.messages.len(),
         usage.input + usage.cache_read + usage.cache_write,
@@ -237,7 +237,7 @@ async fn state(agent: &AgentHandle) {
 
 /// Shows that input is awaited.
 fn ready() {
-    eprint!("> ");
+    crate::say_part!("> ");
 }
 
 #[cfg(test)]

@@ -20,6 +20,15 @@ use tokio::process::Command;
 /// How many lines of standard error an error result carries.
 const STDERR_LINES: usize = 10;
 
+/// The most bytes of standard output a result keeps, unless the tool says otherwise.
+pub const DEFAULT_MAX_OUTPUT: usize = 256 * 1024;
+
+/// The most bytes of the end of standard error kept for an error result.
+pub const STDERR_TAIL: usize = 16 * 1024;
+
+/// The variables every program gets (when Tiller has them).
+pub const BASE_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
+
 /// A tool that runs a program (see the module docs).
 #[derive(Debug, Clone)]
 pub struct CommandTool {
@@ -29,6 +38,8 @@ pub struct CommandTool {
     program: PathBuf,
     args: Vec<String>,
     timeout: Duration,
+    env: Vec<String>,
+    max_output: usize,
 }
 
 impl CommandTool {
@@ -48,7 +59,21 @@ impl CommandTool {
             program: program.into(),
             args,
             timeout,
+            env: Vec::new(),
+            max_output: DEFAULT_MAX_OUTPUT,
         }
+    }
+
+    /// Also passes these variables of Tiller's environment to the program.
+    pub fn with_env(mut self, names: Vec<String>) -> Self {
+        self.env = names;
+        self
+    }
+
+    /// Keeps at most `bytes` of standard output.
+    pub fn with_max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
     }
 
     /// The program run.
@@ -69,6 +94,16 @@ impl CommandTool {
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let input = serde_json::to_vec(&args)?;
         let mut command = Command::new(&self.program);
+        command.env_clear();
+        for name in BASE_ENV
+            .iter()
+            .copied()
+            .chain(self.env.iter().map(String::as_str))
+        {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         command
             .args(&self.args)
             .stdin(Stdio::piped())
@@ -87,7 +122,7 @@ impl CommandTool {
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
 
-        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut out, mut err) = (Bounded::head(self.max_output), Bounded::tail(STDERR_TAIL));
         let ended = {
             let feed = async move {
                 if let Some(mut stdin) = stdin {
@@ -96,13 +131,13 @@ impl CommandTool {
                 }
             };
             let read_out = async {
-                if let Some(mut stdout) = stdout {
-                    let _ = stdout.read_to_end(&mut out).await;
+                if let Some(stdout) = stdout {
+                    out.read_all(stdout).await;
                 }
             };
             let read_err = async {
-                if let Some(mut stderr) = stderr {
-                    let _ = stderr.read_to_end(&mut err).await;
+                if let Some(stderr) = stderr {
+                    err.read_all(stderr).await;
                 }
             };
             let finished = async {
@@ -132,7 +167,7 @@ impl CommandTool {
                     ),
                     _ => format!("`{}` was stopped: the run was aborted", self.name),
                 };
-                return Err(ToolError::new(with_stderr(message, &err)));
+                return Err(ToolError::new(with_stderr(message, &err.kept)));
             }
         };
         let status = status
@@ -140,11 +175,15 @@ impl CommandTool {
         if !status.success() {
             return Err(ToolError::new(with_stderr(
                 format!("`{}` {}", self.name, failure(status)),
-                &err,
+                &err.kept,
             )));
         }
-        let text = String::from_utf8_lossy(&out).trim().to_owned();
-        Ok(ToolOutput::text(text).with_details(json!({"exit_code": 0})))
+        let text = String::from_utf8_lossy(&out.kept).trim().to_owned();
+        let output = ToolOutput::text(text).with_details(json!({"exit_code": 0}));
+        Ok(match out.dropped {
+            0 => output,
+            dropped => output.with_cut_note(dropped, self.max_output),
+        })
     }
 }
 
@@ -167,6 +206,54 @@ impl AgentTool for CommandTool {
         ctx: ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.run(args, ctx))
+    }
+}
+
+/// A pipe read to its end in bounded memory: the first (head) or the last (tail)
+/// `max` bytes are kept, the rest counted.
+struct Bounded {
+    kept: Vec<u8>,
+    max: usize,
+    keep_tail: bool,
+    dropped: u64,
+}
+
+impl Bounded {
+    fn head(max: usize) -> Self {
+        Bounded {
+            kept: Vec::new(),
+            max,
+            keep_tail: false,
+            dropped: 0,
+        }
+    }
+
+    fn tail(max: usize) -> Self {
+        Bounded {
+            keep_tail: true,
+            ..Bounded::head(max)
+        }
+    }
+
+    async fn read_all(&mut self, mut pipe: impl tokio::io::AsyncRead + Unpin) {
+        let mut chunk = vec![0; 8192];
+        loop {
+            let read = match pipe.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            let room = self.max.saturating_sub(self.kept.len());
+            let kept = read.min(room);
+            self.kept.extend_from_slice(&chunk[..kept]);
+            if self.keep_tail && kept < read {
+                self.kept.extend_from_slice(&chunk[kept..read]);
+                let excess = self.kept.len() - self.max;
+                self.kept.drain(..excess);
+                self.dropped += excess as u64;
+            } else {
+                self.dropped += (read - kept) as u64;
+            }
+        }
     }
 }
 

@@ -12,6 +12,27 @@
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] are the two subcommands.
 
+/// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
+/// stderr loses the line, not the run.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Writes to stderr without a newline, like `eprint!`, but never panics.
+#[macro_export]
+macro_rules! say_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stderr = std::io::stderr();
+        let _ = write!(stderr, $($arg)*);
+        let _ = stderr.flush();
+    }};
+}
+
 pub mod agent_file;
 pub mod chat;
 pub mod cli;

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("tiller: cannot start the async runtime: {error}");
+            tiller_cli::say!("tiller: cannot start the async runtime: {error}");
             return Exit::Failed.into();
         }
     };

@@ -54,7 +54,7 @@ impl Output {
                 Delivered::Event(event) => self.text(event),
                 Delivered::Notice(notice) => {
                     self.end_line()?;
-                    eprintln!("[{}]", notice_text(notice));
+                    crate::say!("[{}]", notice_text(notice));
                     Ok(())
                 }
             },
@@ -82,8 +82,8 @@ impl Output {
                     stdout.flush()?;
                     self.line_open = !delta.ends_with('\n');
                 }
-                AssistantEvent::ThinkingDelta { delta, .. } => eprint!("{delta}"),
-                AssistantEvent::ThinkingEnd { .. } => eprintln!(),
+                AssistantEvent::ThinkingDelta { delta, .. } => crate::say_part!("{delta}"),
+                AssistantEvent::ThinkingEnd { .. } => crate::say!(),
                 _ => {}
             },
             AgentEvent::ToolExecutionStart {
@@ -101,9 +101,9 @@ impl Output {
                 let args = self.tool_args.remove(tool_call_id).unwrap_or_default();
                 let outcome = preview(&result.text_content());
                 if *is_error {
-                    eprintln!("[{tool_name} {args}] failed: {outcome}");
+                    crate::say!("[{tool_name} {args}] failed: {outcome}");
                 } else {
-                    eprintln!("[{tool_name} {args}] -> {outcome}");
+                    crate::say!("[{tool_name} {args}] -> {outcome}");
                 }
             }
             AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,

@@ -15,7 +15,7 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
     let prompt = if prompt == "-" {
         let mut text = String::new();
         if let Err(error) = tokio::io::stdin().read_to_string(&mut text).await {
-            eprintln!("tiller: cannot read the prompt from standard input: {error}");
+            crate::say!("tiller: cannot read the prompt from standard input: {error}");
             return Exit::Usage;
         }
         text
@@ -23,7 +23,7 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
         prompt.to_owned()
     };
     if prompt.trim().is_empty() {
-        eprintln!("tiller: the prompt is empty");
+        crate::say!("tiller: the prompt is empty");
         return Exit::Usage;
     }
     let mut session = match Session::start(options).await {
@@ -31,7 +31,7 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
         Err(exit) => return exit,
     };
     if let Err(error) = session.agent.prompt(prompt).await {
-        eprintln!("tiller: {error}");
+        crate::say!("tiller: {error}");
         return Exit::Failed;
     }
 
@@ -64,7 +64,7 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
         _ if interrupted => Exit::Interrupted,
         Ok(()) => Exit::Success,
         Err(message) => {
-            eprintln!("tiller: {message}");
+            crate::say!("tiller: {message}");
             Exit::Failed
         }
     }

@@ -1,5 +1,5 @@
-//! The agent a command talks to: spawned under a supervisor, with a subscription
-//! that never drops an event and the output its events are written to.
+//! The agent a command talks to: spawned under a supervisor, with a bounded
+//! subscription and the output its events are written to.
 
 use tiller::{AgentHandle, AgentSpec, Subscription, Supervisor};
 
@@ -8,6 +8,10 @@ use crate::outcome::Exit;
 use crate::render::Output;
 use crate::setup::Setup;
 
+/// The most unread events a command holds for its output: far more than a run
+/// produces between two writes, and a bound on memory when stdout is stuck.
+pub const EVENT_BUFFER: usize = 1 << 16;
+
 /// One agent, its events and where they are written.
 #[derive(Debug)]
 pub struct Session {
@@ -15,7 +19,9 @@ pub struct Session {
     pub supervisor: Supervisor,
     /// The agent.
     pub agent: AgentHandle,
-    /// Every event of the agent, in order (unbounded: a command shows them all).
+    /// Every event of the agent, in order, with room for [`EVENT_BUFFER`] unread
+    /// ones; past that (an output that cannot keep up) the oldest are dropped and a
+    /// `lagged` notice says how many.
     pub events: Subscription,
     /// Where events are written.
     pub output: Output,
@@ -26,21 +32,21 @@ impl Session {
     /// answers the exit status.
     pub async fn start(options: &AgentOptions) -> Result<Session, Exit> {
         let setup = Setup::new(options).map_err(|error| {
-            eprintln!("tiller: {error}");
+            crate::say!("tiller: {error}");
             Exit::Usage
         })?;
         if let Some(notice) = &setup.notice {
-            eprintln!("tiller: {notice}");
+            crate::say!("tiller: {notice}");
         }
         let failed = |error: &dyn std::fmt::Display| {
-            eprintln!("tiller: {error}");
+            crate::say!("tiller: {error}");
             Exit::Failed
         };
         let supervisor = Supervisor::start().await.map_err(|e| failed(&e))?;
         let agent = supervisor
             .spawn(AgentSpec::new(setup.settings).with_name(setup.name))
             .map_err(|e| failed(&e))?;
-        let events = agent.subscribe_with_buffer(usize::MAX);
+        let events = agent.subscribe_with_buffer(EVENT_BUFFER);
         Ok(Session {
             supervisor,
             agent,

@@ -5,9 +5,14 @@
 //! `TILLER_PROVIDER`/`TILLER_MODEL`/`TILLER_BASE_URL` variable; the agent file's
 //! `model`; a provider whose API key is set. With none, the scripted faux model
 //! answers.
+//!
+//! A provider's key from the environment goes only to the provider's own host (the
+//! library withholds it otherwise). Pointing a provider elsewhere with `--base-url`
+//! or `TILLER_BASE_URL` is the user's own choice, so the key goes there too; an agent
+//! file's `base_url` is not, so its key must be named with `api_key_env`.
 
 use tiller::env::{EnvError, model_from};
-use tiller::{AgentSettings, Model, ThinkingLevel, ToolSet};
+use tiller::{AgentSettings, ApiKey, Model, ThinkingLevel, ToolSet};
 
 use crate::agent_file::{AgentFile, AgentFileError, ModelSpec};
 use crate::cli::AgentOptions;
@@ -43,12 +48,15 @@ impl Setup {
     /// The agent the options describe.
     pub fn new(options: &AgentOptions) -> Result<Setup, SetupError> {
         let file = options.agent.as_deref().map(AgentFile::load).transpose()?;
-        let (model, notice) = choose_model(options, file.as_ref(), |name| {
+        let var = |name: &str| {
             std::env::var(name)
                 .ok()
                 .filter(|value| !value.trim().is_empty())
-        })?;
+        };
+        let (model, notice) = choose_model(options, file.as_ref(), var)?;
+        let api_key = explicit_key(options, file.as_ref(), &model, var)?;
         let mut settings = AgentSettings::new(model);
+        settings.stream.api_key = api_key;
         settings.system_prompt = options
             .system
             .clone()
@@ -179,6 +187,32 @@ fn choose_model(
     })
 }
 
+/// The key to send explicitly, if any: the variable the agent file names with
+/// `api_key_env`, or, when the user pointed the provider at a server of their choice
+/// (`--base-url`, `TILLER_BASE_URL`), the provider's own key.
+fn explicit_key(
+    options: &AgentOptions,
+    file: Option<&AgentFile>,
+    model: &Model,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Option<ApiKey>, SetupError> {
+    if let Some((file, name)) = file.and_then(|f| Some((f, f.api_key_env.as_deref()?))) {
+        return var(name)
+            .map(|key| Some(ApiKey::new(key.trim())))
+            .ok_or_else(|| SetupError::Model {
+                origin: format!("{}: json_schema_extra.api_key_env", file.path.display()),
+                reason: format!("{name} is not set"),
+            });
+    }
+    let user_base_url = options.base_url.is_some() || var("TILLER_BASE_URL").is_some();
+    if !user_base_url {
+        return Ok(None);
+    }
+    Ok(tiller::catalog::provider(&model.provider)
+        .and_then(|provider| var(provider.api_key_env?))
+        .map(|key| ApiKey::new(key.trim())))
+}
+
 /// The display name of a model: `provider/id`, and the server when it is not the
 /// provider's own.
 pub fn describe(model: &Model) -> String {
@@ -267,6 +301,26 @@ mod tests {
                 "anthropic/smollm2 at http://127.0.0.1:9/v1".to_owned(),
                 false
             ))
+        );
+    }
+
+    #[test]
+    fn a_key_follows_a_base_url_only_when_the_user_chose_it() {
+        let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned());
+        let model =
+            Model::anthropic_compatible("http://127.0.0.1:9/v1", "m").with_provider("anthropic");
+        let chosen = AgentOptions {
+            base_url: Some("http://127.0.0.1:9/v1".to_owned()),
+            ..AgentOptions::default()
+        };
+        assert_eq!(
+            explicit_key(&chosen, None, &model, env).unwrap(),
+            Some(ApiKey::new("sk-ant"))
+        );
+        assert_eq!(
+            explicit_key(&AgentOptions::default(), None, &model, env).unwrap(),
+            None,
+            "a base URL from elsewhere (an agent file) gets no key"
         );
     }
 

@@ -136,12 +136,12 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown agent setting",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  temperature: 0.2\n",
-        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools at line 6, column 3",
+        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools at line 6, column 3",
     ),
     (
         "unknown tool key",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: add\n      description: Add\n      command: [python3]\n      shell: true\n",
-        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms at line 10, column 7",
+        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms, env at line 10, column 7",
     ),
     (
         "wrong type",

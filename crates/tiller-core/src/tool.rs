@@ -157,11 +157,24 @@ impl ToolOutput {
         self.content.truncate(kept);
         let remaining: usize = self.content.iter().map(size).sum();
         let dropped = total - remaining;
-        self.content.push(Content::text(format!(
-            "[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]"
-        )));
+        self.content
+            .push(Content::text(cut_note(dropped as u64, max_bytes)));
         dropped
     }
+
+    /// The same output, saying in a last text block that `dropped` bytes past a
+    /// limit of `max_bytes` were cut (for tools that bound what they read, such as
+    /// a program's output).
+    pub fn with_cut_note(mut self, dropped: u64, max_bytes: usize) -> Self {
+        self.content
+            .push(Content::text(cut_note(dropped, max_bytes)));
+        self
+    }
+}
+
+/// How a cut is shown to the model and the user.
+fn cut_note(dropped: u64, max_bytes: usize) -> String {
+    format!("[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]")
 }
 
 /// A tool's failure. It becomes an error result with this message; the run goes on.
