@@ -20,8 +20,10 @@ use tokio::process::Command;
 /// How many lines of standard error an error result carries.
 const STDERR_LINES: usize = 10;
 
-/// The most bytes of standard output a result keeps, unless the tool says otherwise.
-pub const DEFAULT_MAX_OUTPUT: usize = 256 * 1024;
+/// The most bytes of standard output a result keeps, unless the tool says otherwise:
+/// half the loop's default limit on a tool result, so the note saying what was cut
+/// always fits.
+pub const DEFAULT_MAX_OUTPUT: usize = 128 * 1024;
 
 /// The most bytes of the end of standard error kept for an error result.
 pub const STDERR_TAIL: usize = 16 * 1024;

@@ -1,0 +1,136 @@
+//! Hostile responses are handled in a small, fixed amount of memory, measured by a
+//! counting allocator around the whole process (server included). One test in this
+//! binary, so no other test's allocations are counted.
+
+#![allow(clippy::unwrap_used, unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tiller_ai::{
+    ApiKey, AssistantEvent, Context, Message, Model, StreamError, StreamLimits, StreamOptions,
+};
+use tiller_test_support::{MockResponse, MockServer, hostile};
+
+/// Counts live heap bytes and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters
+// are updated beside it.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        grew(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            grew(new_size - layout.size());
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The most any one hostile response may add to the heap at its peak.
+const BOUND: usize = 8 * 1024 * 1024;
+
+/// Streams `response` to its end; answers the terminal error and the heap's peak
+/// growth over the live size at the start.
+async fn peak_of(
+    response: MockResponse,
+    model: impl Fn(&MockServer) -> Model,
+) -> (StreamError, usize) {
+    let server = MockServer::start().await;
+    server.push(response);
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        idle_timeout: Some(Duration::from_secs(10)),
+        limits: StreamLimits {
+            max_event_bytes: 1024 * 1024,
+            max_body_bytes: 2 * 1024 * 1024,
+            ..StreamLimits::default()
+        },
+        ..StreamOptions::default()
+    };
+    let context = Context::new().with_message(Message::user("Hi"));
+    let model = model(&server);
+    let start = LIVE.load(Ordering::Relaxed);
+    PEAK.store(start, Ordering::Relaxed);
+    let last = tiller_ai::stream(&model, &context, &options)
+        .fold(None, |_, event| async move { Some(event) })
+        .await;
+    let peak = PEAK.load(Ordering::Relaxed) - start;
+    match last {
+        Some(AssistantEvent::Error { error, .. }) => (error, peak),
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_hostile_response_fails_in_bounded_memory() {
+    let openai = |server: &MockServer| Model::openai_compatible(server.base_url(), "m");
+    let anthropic = |server: &MockServer| {
+        Model::anthropic_compatible(server.base_url(), "m").with_provider("anthropic")
+    };
+    let cases = [
+        (
+            "a block index of 2^40",
+            peak_of(hostile::anthropic_huge_index(), anthropic).await,
+        ),
+        (
+            "retry-after: 1e20",
+            peak_of(hostile::retry_after("1e20"), openai).await,
+        ),
+        (
+            "retry-after-ms: 1e300",
+            peak_of(hostile::retry_after_ms("1e300"), openai).await,
+        ),
+        (
+            "an endless line",
+            peak_of(hostile::endless_line(), openai).await,
+        ),
+        (
+            "an endless event",
+            peak_of(hostile::endless_event(), openai).await,
+        ),
+        (
+            "an endless body",
+            peak_of(hostile::endless_text(Duration::ZERO), openai).await,
+        ),
+        (
+            "5,000 tool calls",
+            peak_of(hostile::many_tool_calls(5000), openai).await,
+        ),
+    ];
+    for (case, (error, peak)) in cases {
+        println!("{case}: {error} (peak heap growth {peak} bytes)");
+        assert!(
+            matches!(
+                error,
+                StreamError::LimitExceeded { .. } | StreamError::RetryAfterTooLong { .. }
+            ),
+            "{case}: {error:?}"
+        );
+        assert!(peak < BOUND, "{case}: the heap grew by {peak} bytes");
+    }
+}
