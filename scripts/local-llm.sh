@@ -6,6 +6,7 @@
 #                                                start SERVER, print its base URL on stdout
 #   scripts/local-llm.sh stop [SERVER]           stop the servers this script started
 #   scripts/local-llm.sh status                  list the servers this script started
+#   scripts/local-llm.sh installed [SERVER]      exit 0 when SERVER (both if none) and the model are installed
 #
 # SERVER is `llama-server` (llama.cpp's own server, the default) or `llama-cpp-python`
 # (llama-cpp-python's server, which streams tool calls with this model when the request
@@ -122,6 +123,20 @@ install() {
     case "$server" in
       llama-server) locked llama-server.lock install_llama_server ;;
       llama-cpp-python) locked llama-cpp-python.lock install_llama_cpp_python ;;
+      *) die "unknown server '$server' (expected llama-server or llama-cpp-python)" ;;
+    esac
+  done
+}
+
+# installed [SERVER...]: succeeds when the model and every SERVER are installed.
+installed() {
+  [ $# -gt 0 ] || set -- llama-server llama-cpp-python
+  [ -f "$MODEL" ] || return 1
+  local server
+  for server in "$@"; do
+    case "$server" in
+      llama-server) [ -x "$LLAMA_SERVER" ] || return 1 ;;
+      llama-cpp-python) [ -f "$LLAMA_CPP_PYTHON_STAMP" ] || return 1 ;;
       *) die "unknown server '$server' (expected llama-server or llama-cpp-python)" ;;
     esac
   done
@@ -248,5 +263,6 @@ case "${1:-}" in
   start) shift; start "$@" ;;
   stop) shift; stop "${1:-}" ;;
   status) status ;;
+  installed) shift; installed "$@" ;;
   *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p;}' "$0" >&2; exit 2 ;;
 esac

@@ -48,9 +48,14 @@ pub struct Cost {
 
 impl Usage {
     /// Recomputes `total_tokens` and the cost from the token counts and `prices`.
+    /// Counts come from servers, so sums saturate rather than overflow.
     pub fn price(&mut self, prices: &ModelCost) {
         const PER_MILLION: f64 = 1_000_000.0;
-        self.total_tokens = self.input + self.output + self.cache_read + self.cache_write;
+        self.total_tokens = self
+            .input
+            .saturating_add(self.output)
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write);
         let input = self.input as f64 * prices.input / PER_MILLION;
         let output = self.output as f64 * prices.output / PER_MILLION;
         let cache_read = self.cache_read as f64 * prices.cache_read / PER_MILLION;
@@ -66,13 +71,14 @@ impl Usage {
 }
 
 impl AddAssign for Usage {
+    /// Adds counts (saturating: they come from servers) and costs.
     fn add_assign(&mut self, other: Usage) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
-        self.reasoning += other.reasoning;
-        self.total_tokens += other.total_tokens;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.reasoning = self.reasoning.saturating_add(other.reasoning);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
         self.cost += other.cost;
     }
 }
@@ -113,5 +119,18 @@ mod tests {
         assert!((usage.cost.cache_read - 0.0006).abs() < 1e-12);
         assert!((usage.cost.cache_write - 0.000375).abs() < 1e-12);
         assert!((usage.cost.total - 0.011475).abs() < 1e-12);
+    }
+
+    #[test]
+    fn counts_from_a_server_saturate() {
+        let mut usage = Usage {
+            input: u64::MAX,
+            output: 5,
+            ..Usage::default()
+        };
+        usage.price(&ModelCost::default());
+        assert_eq!(usage.total_tokens, u64::MAX);
+        usage += usage;
+        assert_eq!(usage.input, u64::MAX);
     }
 }

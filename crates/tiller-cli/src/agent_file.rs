@@ -120,10 +120,22 @@ impl AgentFile {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| error(None, format!("cannot read the file: {e}")))?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks `text` as the agent file at `path` (whose extension says JSON or YAML
+    /// and whose folder relative tool paths start from), without reading it.
+    pub fn parse(path: impl AsRef<Path>, text: &str) -> Result<AgentFile, AgentFileError> {
+        let path = path.as_ref();
+        let error = |field: Option<String>, message: String| AgentFileError {
+            file: path.to_owned(),
+            field,
+            message,
+        };
         let raw = if path.extension().is_some_and(|ext| ext == "json") {
-            parse_json(&text)
+            parse_json(text)
         } else {
-            parse_yaml(&text)
+            parse_yaml(text)
         }
         .map_err(|(field, message)| error(field, message))?;
         let folder = path.parent().unwrap_or(Path::new("."));

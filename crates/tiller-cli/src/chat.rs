@@ -224,7 +224,10 @@ async fn state(agent: &AgentHandle) {
     crate::say!(
         "[{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
         state.messages.len(),
-        usage.input + usage.cache_read + usage.cache_write,
+        usage
+            .input
+            .saturating_add(usage.cache_read)
+            .saturating_add(usage.cache_write),
         usage.output,
         usage.cost.total,
         state

@@ -127,6 +127,16 @@ impl ToolSet {
         self.tools.is_empty()
     }
 
+    /// Checks arguments for the tool `name` as a run does before calling it:
+    /// coerced where the schema allows (`"3"` for an integer, say), then validated.
+    /// `Err` is the text the model would read; an unknown tool is an error too.
+    pub fn check_arguments(&self, name: &str, args: Value) -> Result<Value, String> {
+        match self.get(name) {
+            Some(registered) => registered.check(args),
+            None => Err(format!("Tool \"{name}\" not found.")),
+        }
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&Registered> {
         self.by_name.get(name).map(|&i| &self.tools[i])
     }

@@ -3,13 +3,20 @@
 //! [`LocalServer::base_url`] gives the address of a running server: the one named by
 //! the server's environment variable (`TILLER_LLAMA_SERVER_URL`,
 //! `TILLER_LLAMA_CPP_PYTHON_URL`) when it is set, else one started for this test
-//! process by `scripts/local-llm.sh start SERVER --owner PID`, which installs the
-//! server on first use and stops it when the process ends. A server that cannot be
-//! installed or started fails the test: nothing is skipped.
+//! process by `scripts/local-llm.sh start SERVER --owner PID`, which stops it when
+//! the process ends.
+//!
+//! Whether the live stage runs is [`LocalServer::is_available`]: with
+//! `TILLER_LIVE=required` (as `.ci/run` sets) every live test runs, installing its
+//! server on first use, and a server that cannot be installed or started fails the
+//! test. Otherwise a live test runs when its server is named by its variable or
+//! installed (`scripts/local-llm.sh install`), and is skipped when not, with one line
+//! on stderr saying how to run it, so the suite stays quick on a fresh machine.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 use tiller_ai::Model;
 
@@ -42,6 +49,38 @@ impl LocalServer {
             LocalServer::LlamaServer => "TILLER_LLAMA_SERVER_URL",
             LocalServer::LlamaCppPython => "TILLER_LLAMA_CPP_PYTHON_URL",
         }
+    }
+
+    /// Whether this server's live tests run here (see the module docs); a test
+    /// returns at once when not. The first skip in a test process says so on stderr,
+    /// in one line the test harness does not capture.
+    pub fn is_available(self) -> bool {
+        if live_required() || self.named() {
+            return true;
+        }
+        let installed = Command::new("bash")
+            .arg(script())
+            .args(["installed", self.name()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !installed {
+            static SAID: Once = Once::new();
+            SAID.call_once(|| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "live tests skipped: the local LLM servers are not installed; run `scripts/local-llm.sh install` (about 20 minutes) or set TILLER_LIVE=required to run them"
+                );
+            });
+        }
+        installed
+    }
+
+    /// Whether this server's variable names a running server.
+    fn named(self) -> bool {
+        std::env::var(self.url_variable()).is_ok_and(|url| !url.trim().is_empty())
     }
 
     /// The base URL (ending in `/v1`) of a running server of this kind, started on
@@ -89,6 +128,11 @@ impl LocalServer {
         );
         url
     }
+}
+
+/// Whether `TILLER_LIVE=required` makes the live stage mandatory.
+pub fn live_required() -> bool {
+    std::env::var("TILLER_LIVE").is_ok_and(|value| value.trim() == "required")
 }
 
 /// `scripts/local-llm.sh` of this workspace.

@@ -179,11 +179,11 @@ impl ActorState {
             Start::Continue => match durable.messages.last() {
                 None => return Err(AgentError::NothingToContinue),
                 Some(last) if last.as_assistant().is_some() => {
-                    let steering = take(&mut durable, Queue::Steering, &me);
+                    let steering = take(&mut durable, Queue::Steering, me);
                     if !steering.is_empty() {
                         (Some(steering), true)
                     } else {
-                        let follow_up = take(&mut durable, Queue::FollowUp, &me);
+                        let follow_up = take(&mut durable, Queue::FollowUp, me);
                         if follow_up.is_empty() {
                             return Err(AgentError::CannotContinueFromAssistant);
                         }
@@ -202,8 +202,8 @@ impl ActorState {
         drop(durable);
 
         let token = cell.runtime.root.child_token();
-        *lock(&cell.run_cancel) = Some((me.clone(), token.clone()));
-        let config = loop_config(cell, &me, &settings, model, skip_first_steering);
+        *lock(&cell.run_cancel) = Some((me, token.clone()));
+        let config = loop_config(cell, me, &settings, model, skip_first_steering);
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: myself.clone(),
@@ -310,13 +310,13 @@ impl ActorState {
         *lock(&cell.run_cancel) = None;
         {
             let mut durable = lock(&cell.durable);
-            durable.return_in_flight(&self.me);
+            durable.return_in_flight(self.me);
             if !run.resets.is_empty() {
                 durable.clear();
             }
         }
-        cell.mark_idle();
-        cell.hub.publish(&cell.id, Delivered::Event(event));
+        cell.hub
+            .publish_with(&cell.id, Delivered::Event(event), || cell.mark_idle());
         cell.notify_idle();
         for done in run.resets {
             let _ = done.send(());
@@ -330,7 +330,7 @@ impl ActorState {
 /// The loop's configuration for one run of this agent.
 fn loop_config(
     cell: &Arc<AgentCell>,
-    actor: &ActorId,
+    actor: ActorId,
     settings: &AgentSettings,
     model: tiller_ai::Model,
     skip_first_steering: bool,
@@ -367,18 +367,17 @@ fn loop_config(
 /// next queued message gets its own response).
 fn queue_source(
     cell: &Arc<AgentCell>,
-    actor: &ActorId,
+    actor: ActorId,
     queue: Queue,
     skip_first: bool,
 ) -> MessageSource {
     let cell = cell.clone();
-    let actor = actor.clone();
     let skip = AtomicBool::new(skip_first);
     Arc::new(move || {
         let taken: Vec<AgentMessage> = if skip.swap(false, Ordering::AcqRel) {
             Vec::new()
         } else {
-            cell.take_queued(queue, &actor)
+            cell.take_queued(queue, actor)
         };
         Box::pin(ready(taken))
     })

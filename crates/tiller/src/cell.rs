@@ -406,14 +406,14 @@ impl AgentCell {
     }
 
     /// Takes what one delivery of `queue` takes, for the run of `actor`.
-    pub(crate) fn take_queued(&self, queue: Queue, actor: &ActorId) -> Vec<AgentMessage> {
+    pub(crate) fn take_queued(&self, queue: Queue, actor: ActorId) -> Vec<AgentMessage> {
         take(&mut lock(&self.durable), queue, actor)
     }
 }
 
 /// Takes what one delivery of `queue` takes, under the queue's mode, recording it
 /// as in flight for the run of `actor` until it joins the transcript.
-pub(crate) fn take(durable: &mut Durable, queue: Queue, actor: &ActorId) -> Vec<AgentMessage> {
+pub(crate) fn take(durable: &mut Durable, queue: Queue, actor: ActorId) -> Vec<AgentMessage> {
     let (mode, messages) = match queue {
         Queue::Steering => (durable.settings.steering_mode, &mut durable.steering),
         Queue::FollowUp => (durable.settings.follow_up_mode, &mut durable.follow_up),
@@ -422,11 +422,9 @@ pub(crate) fn take(durable: &mut Durable, queue: Queue, actor: &ActorId) -> Vec<
         QueueMode::OneAtATime => messages.pop_front().into_iter().collect(),
         QueueMode::All => messages.drain(..).collect(),
     };
-    durable.in_flight.extend(
-        taken
-            .iter()
-            .map(|message| (actor.clone(), queue, message.clone())),
-    );
+    durable
+        .in_flight
+        .extend(taken.iter().map(|message| (actor, queue, message.clone())));
     taken
 }
 
@@ -454,11 +452,11 @@ impl Durable {
 
     /// The run of `actor` ended: what it took and never delivered goes back to the
     /// front of its queue (a run delivers all it takes, so this is a safety net).
-    pub(crate) fn return_in_flight(&mut self, actor: &ActorId) {
+    pub(crate) fn return_in_flight(&mut self, actor: ActorId) {
         while let Some(at) = self
             .in_flight
             .iter()
-            .rposition(|(owner, _, _)| owner == actor)
+            .rposition(|(owner, _, _)| *owner == actor)
         {
             if let Some((_, queue, message)) = self.in_flight.remove(at) {
                 tracing::warn!(

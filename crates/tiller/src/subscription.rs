@@ -194,10 +194,19 @@ impl Hub {
     /// under the subscribers' lock, so deliveries from different threads (the
     /// actor's events, a stop notice) reach every subscriber in number order.
     pub(crate) fn publish(&self, agent_id: &AgentId, event: Delivered) {
+        self.publish_with(agent_id, event, || {});
+    }
+
+    /// [`Hub::publish`], running `first` under the subscribers' lock before the
+    /// event is numbered: a state change made there (the agent going idle) is never
+    /// seen by another thread before the event is delivered, so nothing that
+    /// thread publishes next can overtake it.
+    pub(crate) fn publish_with(&self, agent_id: &AgentId, event: Delivered, first: impl FnOnce()) {
         let mut subscribers = self
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        first();
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         if subscribers.is_empty() {
             return;

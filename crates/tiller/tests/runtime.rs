@@ -445,8 +445,9 @@ async fn shutdown_stops_many_running_agents_gracefully() {
         let agent = supervisor
             .spawn(AgentSpec::new(settings.clone()).with_name(format!("worker-{n}")))
             .unwrap();
+        let events = agent.subscribe();
         agent.prompt("work").await.unwrap();
-        agents.push(agent);
+        agents.push((agent, events));
     }
     assert!(
         supervisor
@@ -457,7 +458,25 @@ async fn shutdown_stops_many_running_agents_gracefully() {
     tokio::time::timeout(Duration::from_secs(10), supervisor.shutdown())
         .await
         .unwrap();
-    for agent in &agents {
+    for (agent, events) in agents.iter_mut() {
+        let mut last_two = Vec::new();
+        while let Some(envelope) = events.next().await {
+            last_two.push(envelope);
+            if last_two.len() > 2 {
+                last_two.remove(0);
+            }
+        }
+        assert!(
+            matches!(
+                (&last_two[0].event, &last_two[1].event),
+                (
+                    Delivered::Event(AgentEvent::AgentEnd { .. }),
+                    Delivered::Notice(Notice::AgentStopped { .. })
+                )
+            ),
+            "agent_end, then agent_stopped: {last_two:?}"
+        );
+        assert_eq!(last_two[1].seq, last_two[0].seq + 1);
         assert!(matches!(agent.status(), AgentStatus::Stopped { .. }));
         let state = agent.state().await.unwrap();
         assert_eq!(

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Seeds corpus/ from the recorded provider exchanges (fixtures/cassettes, a copy of
+../shared/fixtures) and the example agent files. Run from anywhere; rewrites corpus/."""
+import glob, json, os, shutil
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.join(here, "..", "..")
+corpus = os.path.join(here, "corpus")
+shutil.rmtree(corpus, ignore_errors=True)
+MAX = 16 * 1024
+
+def write(target, name, data):
+    folder = os.path.join(corpus, target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+seen = set()
+schemas = set()
+for path in sorted(glob.glob(os.path.join(root, "fixtures", "cassettes", "*", "*.json"))):
+    dialect = os.path.basename(os.path.dirname(path))
+    target = "anthropic_sse" if dialect == "anthropic" else "openai_sse"
+    stem = os.path.splitext(os.path.basename(path))[0][:60]
+    for i, exchange in enumerate(json.load(open(path))["exchanges"]):
+        body = exchange["response"]["body"]
+        if 0 < len(body) <= MAX and body not in seen:
+            seen.add(body)
+            write(target, f"{stem}-{i}", body)
+        request = exchange["request"]["body"]
+        for tool in request.get("tools", []):
+            schema = tool.get("function", {}).get("parameters") or tool.get("input_schema")
+            if schema and json.dumps(schema, sort_keys=True) not in schemas:
+                schemas.add(json.dumps(schema, sort_keys=True))
+                write("tool_args", f"{stem}-{i}-{tool.get('function', tool).get('name')}",
+                      json.dumps(schema) + "\n" + json.dumps({"value": "red", "n": 3}))
+        for message in request.get("messages", []):
+            for call in message.get("tool_calls") or []:
+                write("partial_json", f"{stem}-{i}-{call['id'][-8:]}", call["function"]["arguments"])
+            if isinstance(message.get("content"), list):
+                for block in message["content"]:
+                    if block.get("type") == "tool_use":
+                        write("partial_json", f"{stem}-{i}-{block['id'][-8:]}", json.dumps(block["input"]))
+
+for path in sorted(glob.glob(os.path.join(root, "examples", "agents", "*.yaml"))):
+    write("agent_file", os.path.basename(path), open(path).read())
+readme = open(os.path.join(root, "README.md")).read()
+start = readme.index("```yaml\ntype: object") + len("```yaml\n")
+write("agent_file", "readme.yaml", readme[start:readme.index("```", start)])
+write("agent_file", "minimal.json", json.dumps({
+    "type": "object", "description": "x",
+    "json_schema_extra": {"kind": "agent", "name": "a", "max_turns": 3,
+                          "tools": [{"name": "t", "description": "d", "command": ["echo"], "env": ["A"]}]}}))
+# Inputs the fuzzer once failed on, kept so they stay fixed.
+for path in sorted(glob.glob(os.path.join(here, "regressions", "*", "*"))):
+    write(os.path.basename(os.path.dirname(path)), "regression-" + os.path.basename(path), open(path, "rb").read())
+for target in sorted(os.listdir(corpus)):
+    print(target, len(os.listdir(os.path.join(corpus, target))))
