@@ -36,12 +36,10 @@ async fn run_against(server: &MockServer, dialect: Dialect) -> Finished {
 fn checked(finished: Finished) -> Finished {
     let peak = peak_child_rss_kib();
     assert!(peak < RSS_BOUND_KIB, "tiller peaked at {peak} KiB resident");
+    // `envelopes` checks the transcript of the run's `agent_end`.
     let lines = envelopes(&finished.stdout);
     let end = lines.last().unwrap();
     assert_eq!(end["event"]["type"], "agent_end", "{}", finished.stderr);
-    let messages: Vec<tiller::AgentMessage> =
-        serde_json::from_value(end["event"]["messages"].clone()).unwrap();
-    tiller::check_transcript(&messages).unwrap();
     finished
 }
 

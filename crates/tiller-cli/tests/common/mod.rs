@@ -148,7 +148,8 @@ pub(crate) fn event_type(line: &Value) -> &str {
 }
 
 /// The JSON lines of `tiller --events jsonl`, checked to be envelopes of one agent
-/// numbered from 0 without gaps.
+/// numbered from 0 without gaps, each run's messages (in its `agent_end`) keeping the
+/// transcript rule.
 pub(crate) fn envelopes(stdout: &str) -> Vec<Value> {
     let lines: Vec<Value> = stdout
         .lines()
@@ -160,6 +161,13 @@ pub(crate) fn envelopes(stdout: &str) -> Vec<Value> {
             line["seq"], seq,
             "envelopes are numbered from 0 without gaps"
         );
+        if line["event"]["type"] == "agent_end" {
+            let messages: Vec<tiller::AgentMessage> =
+                serde_json::from_value(line["event"]["messages"].clone()).unwrap();
+            if let Err(error) = tiller::check_transcript(&messages) {
+                panic!("invalid transcript: {error}\n{messages:#?}");
+            }
+        }
     }
     lines
 }
