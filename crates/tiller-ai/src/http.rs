@@ -18,17 +18,17 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
-use tokio::time::Sleep;
 
 use crate::builder::MessageBuilder;
 use crate::catalog;
 use crate::decode::{BodyDecoder, WireDecoder};
 use crate::error::StreamError;
-use crate::limits::{self, Limit, millis};
+use crate::limits::{Limit, millis};
 use crate::model::Model;
 use crate::options::{ApiKey, StreamOptions};
 use crate::providers::excerpt;
 use crate::retry::{self, RetryPolicy};
+use crate::watchdog::Watchdog;
 
 /// The most of an error body kept, and the most read.
 const ERROR_BODY_LIMIT: usize = 16 * 1024;
@@ -133,10 +133,7 @@ pub(crate) fn post_json<T: Serialize>(
 pub(crate) struct HttpSource {
     phase: Phase,
     body: BodyDecoder,
-    idle_timeout: Option<Duration>,
-    idle: Option<Pin<Box<Sleep>>>,
-    /// Fires at the response deadline; `None` without one.
-    deadline: Option<(Duration, Pin<Box<Sleep>>)>,
+    watchdog: Watchdog,
     max_body_bytes: u64,
     body_bytes: u64,
 }
@@ -163,31 +160,13 @@ impl HttpSource {
             None => shared_client()?,
         };
         let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
-        let deadline = options.response_deadline.and_then(|limit| {
-            let at = limits::deadline_after(limit)?;
-            Some((limit, Box::pin(tokio::time::sleep_until(at))))
-        });
         Ok(HttpSource {
             phase: Phase::Connecting(Box::pin(connecting)),
             body: BodyDecoder::new(wire, &options.limits),
-            idle_timeout: options.idle_timeout,
-            idle: None,
-            deadline,
+            watchdog: Watchdog::new(options.idle_timeout, options.response_deadline),
             max_body_bytes: options.limits.max_body_bytes,
             body_bytes: 0,
         })
-    }
-
-    /// Whether the response deadline has passed (registering for its wake-up if not).
-    fn past_deadline(&mut self, cx: &mut TaskContext<'_>) -> Option<StreamError> {
-        let (limit, sleep) = self.deadline.as_mut()?;
-        sleep
-            .as_mut()
-            .poll(cx)
-            .is_ready()
-            .then(|| StreamError::DeadlineExceeded {
-                deadline_ms: millis(*limit),
-            })
     }
 
     /// Makes progress: `Ready` once events are queued on `out` or it is finished.
@@ -196,7 +175,7 @@ impl HttpSource {
             match &mut self.phase {
                 Phase::Connecting(connecting) => match connecting.as_mut().poll(cx) {
                     Poll::Pending => {
-                        let Some(error) = self.past_deadline(cx) else {
+                        let Poll::Ready(error) = self.watchdog.poll_expired(cx) else {
                             return Poll::Pending;
                         };
                         self.phase = Phase::Done;
@@ -212,7 +191,7 @@ impl HttpSource {
                             body: response.bytes_stream().boxed(),
                             received: false,
                         };
-                        restart_idle(&mut self.idle, self.idle_timeout);
+                        self.watchdog.restart();
                     }
                 },
                 Phase::Streaming {
@@ -234,7 +213,7 @@ impl HttpSource {
                         let events_before = self.body.events();
                         self.body.feed(&bytes, out);
                         if self.body.events() != events_before {
-                            restart_idle(&mut self.idle, self.idle_timeout);
+                            self.watchdog.restart();
                         }
                         if out.is_finished() {
                             drain(body, cx);
@@ -263,19 +242,8 @@ impl HttpSource {
                         self.body.end(out);
                     }
                     Poll::Pending => {
-                        let stalled = self
-                            .idle
-                            .as_mut()
-                            .is_some_and(|idle| idle.as_mut().poll(cx).is_ready());
-                        let error = if stalled {
-                            StreamError::Stalled {
-                                idle_timeout_ms: self.idle_timeout.map_or(0, millis),
-                            }
-                        } else {
-                            match self.past_deadline(cx) {
-                                Some(error) => error,
-                                None => return Poll::Pending,
-                            }
+                        let Poll::Ready(error) = self.watchdog.poll_expired(cx) else {
+                            return Poll::Pending;
                         };
                         self.phase = Phase::Done;
                         out.fail(error);
@@ -291,15 +259,6 @@ impl HttpSource {
                 }
             }
         }
-    }
-}
-
-/// Restarts the idle timer, reusing it when there is one; none without a timeout
-/// or with one too long to represent.
-fn restart_idle(idle: &mut Option<Pin<Box<Sleep>>>, idle_timeout: Option<Duration>) {
-    match (idle.as_mut(), idle_timeout.and_then(limits::deadline_after)) {
-        (Some(timer), Some(at)) => timer.as_mut().reset(at),
-        (_, at) => *idle = at.map(|at| Box::pin(tokio::time::sleep_until(at))),
     }
 }
 

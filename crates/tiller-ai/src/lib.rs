@@ -61,6 +61,7 @@ mod retry;
 mod sse;
 mod stream;
 mod usage;
+mod watchdog;
 
 pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;

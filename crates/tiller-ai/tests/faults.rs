@@ -4,8 +4,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
+use common::{anthropic, openai, options};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -17,22 +20,6 @@ use tiller_test_support::{MockResponse, MockServer, closed_port_url, sse};
 
 fn context() -> Context {
     Context::new().with_message(Message::user("Say hello"))
-}
-
-fn openai(server: &MockServer) -> Model {
-    Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai")
-}
-
-fn anthropic(server: &MockServer) -> Model {
-    Model::anthropic_compatible(server.base_url(), "claude-test").with_provider("anthropic")
-}
-
-fn options() -> StreamOptions {
-    StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
-        idle_timeout: None,
-        ..StreamOptions::default()
-    }
 }
 
 /// Streams to the end; returns the events and the terminal error, if any.

@@ -3,31 +3,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
+use common::{anthropic, openai, options};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use tiller_ai::{
-    ApiKey, AssistantEvent, AssistantMessage, Context, Limit, Message, Model, StopReason,
-    StreamError, StreamLimits, StreamOptions,
+    AssistantEvent, AssistantMessage, Context, Limit, Message, Model, StopReason, StreamError,
+    StreamLimits, StreamOptions,
 };
 use tiller_test_support::{MockResponse, MockServer, closed_port_url, hostile, sse};
-
-fn openai(server: &MockServer) -> Model {
-    Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai")
-}
-
-fn anthropic(server: &MockServer) -> Model {
-    Model::anthropic_compatible(server.base_url(), "claude-test").with_provider("anthropic")
-}
-
-fn options() -> StreamOptions {
-    StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
-        idle_timeout: None,
-        ..StreamOptions::default()
-    }
-}
 
 /// Streams to the end: the final message and the terminal error, if any.
 async fn run(model: &Model, options: &StreamOptions) -> (AssistantMessage, Option<StreamError>) {

@@ -111,6 +111,18 @@ fn tool_agent(scratch: &Scratch, body: &str, extra: &str) -> String {
         .to_string()
 }
 
+/// A server whose model calls `tool`, then answers "done".
+async fn tool_then_answer() -> MockServer {
+    let server = MockServer::start().await;
+    server.push(MockResponse::sse(sse::openai_tool_call(
+        "call_1",
+        "tool",
+        &json!({}),
+    )));
+    server.push(MockResponse::sse(sse::openai_text(&["done"])));
+    server
+}
+
 /// The text of the tool result the model was sent in the second request.
 fn result_sent(server: &MockServer) -> String {
     let requests = server.requests();
@@ -126,13 +138,7 @@ async fn a_chatty_tool_is_cut_and_its_output_never_fills_memory() {
         "chunk = 'x' * 65536\nfor _ in range(50 * 16):\n    sys.stdout.write(chunk)\nsys.stdout.flush()",
         "",
     );
-    let server = MockServer::start().await;
-    server.push(MockResponse::sse(sse::openai_tool_call(
-        "call_1",
-        "tool",
-        &json!({}),
-    )));
-    server.push(MockResponse::sse(sse::openai_text(&["done"])));
+    let server = tool_then_answer().await;
     let finished = checked(
         finish(Dialect::OpenAi.tiller(
             &server,
@@ -157,13 +163,7 @@ async fn a_tool_sees_no_key_unless_its_file_names_it() {
         .write("agent.yaml", &agent_yaml(tools))
         .display()
         .to_string();
-    let server = MockServer::start().await;
-    server.push(MockResponse::sse(sse::openai_tool_call(
-        "call_1",
-        "tool",
-        &json!({}),
-    )));
-    server.push(MockResponse::sse(sse::openai_text(&["done"])));
+    let server = tool_then_answer().await;
     let mut command = Dialect::OpenAi.tiller(
         &server,
         "run",

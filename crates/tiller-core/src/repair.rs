@@ -116,11 +116,12 @@ fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tiller_ai::{AssistantContent, AssistantMessage, Model};
 
-    fn assistant(calls: &[&str]) -> Message {
+    /// An assistant message calling tools with these ids.
+    pub(crate) fn assistant(calls: &[&str]) -> Message {
         let mut message = AssistantMessage::empty(&Model::openai_compatible("http://x/v1", "m"));
         message.content = calls
             .iter()
@@ -136,7 +137,8 @@ mod tests {
         message.into()
     }
 
-    fn result(id: &str) -> Message {
+    /// A successful result for the call `id`.
+    pub(crate) fn result(id: &str) -> Message {
         let call = ToolCall {
             id: id.into(),
             name: "t".into(),

@@ -108,34 +108,14 @@ pub fn answer_open_calls(messages: &mut Vec<AgentMessage>, reason: &str) -> usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tiller_ai::{AssistantContent, AssistantMessage, Model, ToolCall};
+    use crate::repair::tests;
 
     fn assistant(calls: &[&str]) -> AgentMessage {
-        let mut message = AssistantMessage::empty(&Model::openai_compatible("http://x/v1", "m"));
-        message.content = calls
-            .iter()
-            .map(|id| {
-                AssistantContent::ToolCall(Box::new(ToolCall {
-                    id: (*id).into(),
-                    name: "t".into(),
-                    arguments: serde_json::json!({}),
-                    arguments_error: None,
-                }))
-            })
-            .collect();
-        message.into()
+        tests::assistant(calls).into()
     }
 
     fn result(id: &str) -> AgentMessage {
-        ToolResultMessage {
-            tool_call_id: id.into(),
-            tool_name: "t".into(),
-            content: vec![],
-            details: serde_json::Value::Null,
-            is_error: false,
-            timestamp: 0,
-        }
-        .into()
+        tests::result(id).into()
     }
 
     #[test]

@@ -12,7 +12,26 @@ use tiller_ai::{
     ImageContent, Message, Model, ResponseDecoder, StopReason, StreamError, StreamOptions,
     TextContent, Tool, ToolChoice, ToolResultMessage, UserMessage,
 };
-use tiller_test_support::{Cassette, Exchange};
+use tiller_test_support::{Cassette, Exchange, MockServer};
+
+/// An OpenAI model served by `server`.
+pub(crate) fn openai(server: &MockServer) -> Model {
+    Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai")
+}
+
+/// An Anthropic model served by `server`.
+pub(crate) fn anthropic(server: &MockServer) -> Model {
+    Model::anthropic_compatible(server.base_url(), "claude-test").with_provider("anthropic")
+}
+
+/// Options with a key and no idle timeout, for the loopback-server tests.
+pub(crate) fn options() -> StreamOptions {
+    StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        idle_timeout: None,
+        ..StreamOptions::default()
+    }
+}
 
 /// The model a cassette's requests were made to, served by `base_url`.
 pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &str) -> Model {
