@@ -68,8 +68,8 @@ pub enum StreamError {
     /// The server asked to wait longer than the retry policy allows, so the request
     /// failed at once instead of hanging.
     #[error(
-        "HTTP {status} from {provider}: the server asked to retry after {}s, more than the {}s the retry policy allows",
-        retry_after_ms.div_ceil(1000),
+        "HTTP {status} from {provider}: the server asked to retry after {}, more than the {}s the retry policy allows",
+        wait_text(*retry_after_ms),
         max_retry_after_ms / 1000
     )]
     RetryAfterTooLong {
@@ -162,4 +162,14 @@ pub enum StreamError {
     /// The caller cancelled the request.
     #[error("the request was aborted")]
     Aborted,
+}
+
+/// A wait a server asked for, in words: whole seconds, or "longer than can be
+/// represented" for one that saturated (`retry-after: 1e20`).
+fn wait_text(ms: u64) -> String {
+    if ms == u64::MAX {
+        "longer than can be represented".to_owned()
+    } else {
+        format!("{}s", ms.div_ceil(1000))
+    }
 }

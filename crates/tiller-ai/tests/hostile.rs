@@ -70,6 +70,12 @@ async fn absurd_retry_waits_are_too_long_not_a_panic() {
                 body: "slow down".into(),
             })
         );
+        assert_eq!(
+            message.error_message.as_deref(),
+            Some(
+                "HTTP 429 from openai: the server asked to retry after longer than can be represented, more than the 60s the retry policy allows"
+            )
+        );
         assert_eq!(message.stop_reason, StopReason::Error);
         assert_eq!(server.requests().len(), 1);
     }

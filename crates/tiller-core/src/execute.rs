@@ -23,12 +23,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{
-    AfterToolCall, BeforeToolCall, SteeringDelivery, ToolCallInfo, ToolExecutionMode,
+    AfterToolCall, AfterToolCallHook, BeforeToolCall, SteeringDelivery, ToolCallInfo,
+    ToolExecutionMode,
 };
 use crate::event::AgentEvent;
 use crate::message::AgentMessage;
-use crate::run::{Interrupted, Run};
-use crate::tool::{AgentTool, ToolContext, ToolExecution, ToolOutput};
+use crate::run::{Interrupted, Run, panic_text};
+use crate::tool::{AgentTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 
 /// Said for calls skipped because steering arrived.
 pub(crate) const SKIPPED: &str = "Skipped due to queued user message.";
@@ -418,8 +419,8 @@ async fn execute(
 /// The tool's result through `after_tool_call`, if there is one.
 async fn finish_hooks(
     run: &Run,
-    after: Option<(crate::config::AfterToolCallHook, ToolCallInfo)>,
-    ran: std::thread::Result<Result<ToolOutput, crate::tool::ToolError>>,
+    after: Option<(AfterToolCallHook, ToolCallInfo)>,
+    ran: std::thread::Result<Result<ToolOutput, ToolError>>,
     tool_name: &str,
 ) -> Outcome {
     let mut outcome = match ran {
@@ -430,7 +431,7 @@ async fn finish_hooks(
         Ok(Err(error)) => Outcome::error(error.message()),
         Err(panic) => Outcome::error(format!(
             "Tool \"{tool_name}\" panicked: {}",
-            crate::run::panic_text(panic)
+            panic_text(panic)
         )),
     };
     let Some((hook, info)) = after else {
