@@ -58,24 +58,35 @@ impl LocalServer {
         if live_required() || self.named() {
             return true;
         }
-        let installed = Command::new("bash")
+        let installed = self.is_installed();
+        if !installed {
+            static SAID: Once = Once::new();
+            SAID.call_once(|| {
+                let missing: Vec<&str> = [LocalServer::LlamaServer, LocalServer::LlamaCppPython]
+                    .into_iter()
+                    .filter(|server| !server.named() && !server.is_installed())
+                    .map(LocalServer::name)
+                    .collect();
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "skipping the live tests of {} (not installed): `scripts/local-llm.sh install` installs them (about 20 minutes), or set TILLER_LIVE=required to install them on first use",
+                    missing.join(" and ")
+                );
+            });
+        }
+        installed
+    }
+
+    /// Whether `scripts/local-llm.sh` has this server and the model installed.
+    fn is_installed(self) -> bool {
+        Command::new("bash")
             .arg(script())
             .args(["installed", self.name()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .is_ok_and(|status| status.success());
-        if !installed {
-            static SAID: Once = Once::new();
-            SAID.call_once(|| {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "live tests skipped: the local LLM servers are not installed; run `scripts/local-llm.sh install` (about 20 minutes) or set TILLER_LIVE=required to run them"
-                );
-            });
-        }
-        installed
+            .is_ok_and(|status| status.success())
     }
 
     /// Whether this server's variable names a running server.
