@@ -74,10 +74,7 @@ impl MessageBuilder {
     fn next_index(&mut self) -> usize {
         let index = self.message().content.len();
         if index >= self.max_content_blocks {
-            self.fail(StreamError::LimitExceeded {
-                limit: Limit::ContentBlocks,
-                max: self.max_content_blocks as u64,
-            });
+            self.fail(Limit::ContentBlocks.exceeded(self.max_content_blocks));
         }
         index
     }

@@ -204,10 +204,7 @@ impl HttpSource {
                         self.body_bytes = self.body_bytes.saturating_add(bytes.len() as u64);
                         if self.body_bytes > self.max_body_bytes {
                             self.phase = Phase::Done;
-                            out.fail(StreamError::LimitExceeded {
-                                limit: Limit::BodyBytes,
-                                max: self.max_body_bytes,
-                            });
+                            out.fail(Limit::BodyBytes.exceeded(self.max_body_bytes));
                             continue;
                         }
                         let events_before = self.body.events();

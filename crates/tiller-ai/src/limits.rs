@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::error::StreamError;
+
 /// The bounds on one streamed response. `StreamLimits::default()` suits every known
 /// provider with room to spare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +60,16 @@ impl fmt::Display for Limit {
             Limit::BodyBytes => "bytes in the response body",
             Limit::ContentBlocks => "content blocks in one response",
         })
+    }
+}
+
+impl Limit {
+    /// The error of going past this limit, whose value is `max`.
+    pub(crate) fn exceeded(self, max: impl TryInto<u64>) -> StreamError {
+        StreamError::LimitExceeded {
+            limit: self,
+            max: max.try_into().unwrap_or(u64::MAX),
+        }
     }
 }
 

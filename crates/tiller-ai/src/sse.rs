@@ -129,10 +129,7 @@ impl SseDecoder {
     }
 
     fn too_large(&self) -> StreamError {
-        StreamError::LimitExceeded {
-            limit: Limit::EventBytes,
-            max: self.max_bytes as u64,
-        }
+        Limit::EventBytes.exceeded(self.max_bytes)
     }
 
     fn line_done<F>(&mut self, line: &[u8], on_event: &mut F) -> Flow

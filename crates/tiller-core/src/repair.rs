@@ -90,29 +90,7 @@ fn missing_result(id: &str, name: &str) -> ToolResultMessage {
 /// Whether every call is answered right after its message, once, and every
 /// result has its call.
 fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
-    let mut waiting: Vec<&str> = Vec::new();
-    for message in messages {
-        match message.as_ref() {
-            Message::ToolResult(result) => {
-                let Some(at) = waiting.iter().position(|id| *id == result.tool_call_id) else {
-                    return false;
-                };
-                waiting.swap_remove(at);
-            }
-            Message::Assistant(assistant) => {
-                if !waiting.is_empty() {
-                    return false;
-                }
-                waiting.extend(assistant.tool_calls().map(|c| c.id.as_str()));
-            }
-            Message::User(_) => {
-                if !waiting.is_empty() {
-                    return false;
-                }
-            }
-        }
-    }
-    waiting.is_empty()
+    crate::transcript::check(messages.iter().map(|message| Some(message.as_ref()))).is_ok()
 }
 
 #[cfg(test)]

@@ -135,28 +135,28 @@ impl ToolOutput {
         if total <= max_bytes {
             return 0;
         }
-        let mut budget = max_bytes;
-        let mut kept = 0;
+        let mut kept_bytes = 0;
+        let mut kept_blocks = 0;
         for content in &mut self.content {
             let len = size(content);
-            if len <= budget {
-                budget -= len;
-                kept += 1;
+            if kept_bytes + len <= max_bytes {
+                kept_bytes += len;
+                kept_blocks += 1;
                 continue;
             }
             if let Content::Text(text) = content {
-                let mut end = budget;
+                let mut end = max_bytes - kept_bytes;
                 while !text.text.is_char_boundary(end) {
                     end -= 1;
                 }
                 text.text.truncate(end);
-                kept += 1;
+                kept_bytes += end;
+                kept_blocks += 1;
             }
             break;
         }
-        self.content.truncate(kept);
-        let remaining: usize = self.content.iter().map(size).sum();
-        let dropped = total - remaining;
+        self.content.truncate(kept_blocks);
+        let dropped = total - kept_bytes;
         self.content
             .push(Content::text(cut_note(dropped as u64, max_bytes)));
         dropped

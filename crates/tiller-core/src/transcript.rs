@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use tiller_ai::{Message, ToolResultMessage, now_ms};
+use tiller_ai::{Message, ToolResultMessage};
 
 use crate::message::AgentMessage;
 
@@ -38,6 +38,15 @@ pub enum TranscriptError {
 
 /// Checks that every tool call in `messages` has exactly one result, in place.
 pub fn check_transcript(messages: &[AgentMessage]) -> Result<(), TranscriptError> {
+    check(messages.iter().map(AgentMessage::as_llm))
+}
+
+/// The rule over the messages the model sees, in order; `None` stands for a message
+/// it does not see (a custom one), which neither opens nor closes a call. The
+/// request repair uses the same walk.
+pub(crate) fn check<'a>(
+    messages: impl Iterator<Item = Option<&'a Message>>,
+) -> Result<(), TranscriptError> {
     let mut open: Vec<(usize, &str)> = Vec::new();
     let unanswered = |open: &[(usize, &str)]| match open.first() {
         Some((index, id)) => Err(TranscriptError::Unanswered {
@@ -46,8 +55,8 @@ pub fn check_transcript(messages: &[AgentMessage]) -> Result<(), TranscriptError
         }),
         None => Ok(()),
     };
-    for (index, message) in messages.iter().enumerate() {
-        match message.as_llm() {
+    for (index, message) in messages.enumerate() {
+        match message {
             Some(Message::ToolResult(result)) => {
                 let id = result.tool_call_id.as_str();
                 let Some(at) = open.iter().position(|(_, open_id)| *open_id == id) else {
@@ -87,17 +96,8 @@ pub fn answer_open_calls(messages: &mut Vec<AgentMessage>, reason: &str) -> usiz
         .flat_map(|assistant| assistant.tool_calls())
         .filter(|call| !answered.contains(call.id.as_str()))
         .map(|call| {
-            AgentMessage::from(ToolResultMessage {
-                tool_call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                content: vec![tiller_ai::Content::text(format!(
-                    "Tool call \"{}\" was interrupted: {reason}",
-                    call.name
-                ))],
-                details: serde_json::Value::Null,
-                is_error: true,
-                timestamp: now_ms(),
-            })
+            let text = format!("Tool call \"{}\" was interrupted: {reason}", call.name);
+            AgentMessage::from(ToolResultMessage::text(call, text, true))
         })
         .collect();
     let added = missing.len();

@@ -77,8 +77,19 @@ impl LocalServer {
         installed
     }
 
-    /// Whether `scripts/local-llm.sh` has this server and the model installed.
+    /// Whether `scripts/local-llm.sh` has this server and the model installed; asked
+    /// of the script once per server and process.
     fn is_installed(self) -> bool {
+        static LLAMA_SERVER: OnceLock<bool> = OnceLock::new();
+        static LLAMA_CPP_PYTHON: OnceLock<bool> = OnceLock::new();
+        let cell = match self {
+            LocalServer::LlamaServer => &LLAMA_SERVER,
+            LocalServer::LlamaCppPython => &LLAMA_CPP_PYTHON,
+        };
+        *cell.get_or_init(|| self.ask_installed())
+    }
+
+    fn ask_installed(self) -> bool {
         Command::new("bash")
             .arg(script())
             .args(["installed", self.name()])

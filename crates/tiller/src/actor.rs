@@ -310,7 +310,14 @@ impl ActorState {
         *lock(&cell.run_cancel) = None;
         {
             let mut durable = lock(&cell.durable);
-            durable.return_in_flight(self.me);
+            // A run delivers all it takes; this is a safety net.
+            let requeued = durable.requeue_in_flight(self.me);
+            if requeued > 0 {
+                tracing::warn!(
+                    requeued,
+                    "queued messages a run took were not delivered; queued again"
+                );
+            }
             if !run.resets.is_empty() {
                 durable.clear();
             }

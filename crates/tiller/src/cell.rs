@@ -292,17 +292,7 @@ impl AgentCell {
     /// stored transcript stays valid.
     fn recover(&self, actor: ActorId, lost_run: bool) {
         let mut durable = lock(&self.durable);
-        let durable = &mut *durable;
-        let (lost, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut durable.in_flight)
-            .into_iter()
-            .partition(|(owner, _, _)| *owner == actor);
-        durable.in_flight = kept;
-        for (_, queue, message) in lost.into_iter().rev() {
-            match queue {
-                Queue::Steering => durable.steering.push_front(message),
-                Queue::FollowUp => durable.follow_up.push_front(message),
-            }
-        }
+        durable.requeue_in_flight(actor);
         if lost_run {
             answer_open_calls(
                 &mut durable.messages,
@@ -398,11 +388,7 @@ impl AgentCell {
 
     /// Adds a message to a queue.
     pub(crate) fn enqueue(&self, queue: Queue, message: AgentMessage) {
-        let mut durable = lock(&self.durable);
-        match queue {
-            Queue::Steering => durable.steering.push_back(message),
-            Queue::FollowUp => durable.follow_up.push_back(message),
-        }
+        lock(&self.durable).queue_mut(queue).push_back(message);
     }
 
     /// Takes what one delivery of `queue` takes, for the run of `actor`.
@@ -414,10 +400,11 @@ impl AgentCell {
 /// Takes what one delivery of `queue` takes, under the queue's mode, recording it
 /// as in flight for the run of `actor` until it joins the transcript.
 pub(crate) fn take(durable: &mut Durable, queue: Queue, actor: ActorId) -> Vec<AgentMessage> {
-    let (mode, messages) = match queue {
-        Queue::Steering => (durable.settings.steering_mode, &mut durable.steering),
-        Queue::FollowUp => (durable.settings.follow_up_mode, &mut durable.follow_up),
+    let mode = match queue {
+        Queue::Steering => durable.settings.steering_mode,
+        Queue::FollowUp => durable.settings.follow_up_mode,
     };
+    let messages = durable.queue_mut(queue);
     let taken: Vec<AgentMessage> = match mode {
         QueueMode::OneAtATime => messages.pop_front().into_iter().collect(),
         QueueMode::All => messages.drain(..).collect(),
@@ -450,25 +437,29 @@ impl Durable {
         self.messages.push(message);
     }
 
-    /// The run of `actor` ended: what it took and never delivered goes back to the
-    /// front of its queue (a run delivers all it takes, so this is a safety net).
-    pub(crate) fn return_in_flight(&mut self, actor: ActorId) {
+    /// One of the two queues.
+    pub(crate) fn queue_mut(&mut self, queue: Queue) -> &mut VecDeque<AgentMessage> {
+        match queue {
+            Queue::Steering => &mut self.steering,
+            Queue::FollowUp => &mut self.follow_up,
+        }
+    }
+
+    /// What the run of `actor` took and never delivered goes back to the front of
+    /// its queue, in order, ahead of anything queued since; answers how many.
+    pub(crate) fn requeue_in_flight(&mut self, actor: ActorId) -> usize {
+        let mut requeued = 0;
         while let Some(at) = self
             .in_flight
             .iter()
             .rposition(|(owner, _, _)| *owner == actor)
         {
             if let Some((_, queue, message)) = self.in_flight.remove(at) {
-                tracing::warn!(
-                    ?queue,
-                    "a queued message taken by a run was not delivered; queued again"
-                );
-                match queue {
-                    Queue::Steering => self.steering.push_front(message),
-                    Queue::FollowUp => self.follow_up.push_front(message),
-                }
+                self.queue_mut(queue).push_front(message);
+                requeued += 1;
             }
         }
+        requeued
     }
 
     /// The state as stored, with nothing running.

@@ -141,10 +141,7 @@ impl Decoder {
         // Indexes count blocks from 0, so one at or past the limit means too many.
         let max = out.max_content_blocks();
         if self.blocks.len() >= max || start.index >= max as u64 {
-            return Err(StreamError::LimitExceeded {
-                limit: Limit::ContentBlocks,
-                max: max as u64,
-            });
+            return Err(Limit::ContentBlocks.exceeded(max));
         }
         let block = start.content_block;
         let kind = match block.kind.as_ref() {
