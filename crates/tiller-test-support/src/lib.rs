@@ -21,6 +21,7 @@
 mod cassette;
 pub mod hostile;
 pub mod live;
+pub mod postgres;
 mod server;
 pub mod sse;
 pub mod workload;

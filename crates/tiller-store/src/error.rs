@@ -1,0 +1,35 @@
+//! What can go wrong in a store.
+
+/// Why a store could not read or write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The URL names no store this build can open.
+    #[error("unsupported store `{url}`: {reason}")]
+    UnsupportedUrl {
+        /// The URL, without its password.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database refused or failed.
+    #[error("the session store failed: {0}")]
+    Database(String),
+    /// The session to create exists already.
+    #[error("session `{0}` exists already")]
+    SessionExists(String),
+    /// The session changed does not exist.
+    #[error("session `{0}` does not exist")]
+    NoSuchSession(String),
+    /// A stored row could not be read back.
+    #[error("session `{session}` holds a row that cannot be read: {detail}")]
+    Corrupt {
+        /// The session.
+        session: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The store's writer has stopped (its runtime shut down).
+    #[error("the session store's writer has stopped")]
+    Closed,
+}

@@ -1,0 +1,131 @@
+//! Tiller's session store: what an agent's session keeps beyond the process.
+//!
+//! A session is one agent's conversation: every finished message in order, the
+//! steering and follow-up messages still queued, the agent's definition (model,
+//! system prompt, tool names, options, as JSON), its status, when it was created
+//! and last changed, and the tenant and user it belongs to. A [`SessionStore`]
+//! keeps sessions; three are provided:
+//!
+//! - [`MemoryStore`]: in the process, gone with it (the library's default);
+//! - [`SqlStore`] on **SQLite** (`sqlite://PATH`): one embedded file in WAL mode;
+//! - [`SqlStore`] on **PostgreSQL** (`postgres://…`): shared by several hosts.
+//!
+//! Changes reach a store as [`SessionWrite`]s through a [`StoreWriter`], which
+//! groups the writes of many agents into one transaction (group commit) and
+//! acknowledges each once it is committed. Loading is a plain call
+//! ([`SessionStore::load`]). Messages are stored as the JSON of
+//! [`tiller_core::AgentMessage`]; the schema is versioned and migrated on open.
+//!
+//! ```
+//! use tiller_store::{Change, MemoryStore, SessionRecord, SessionStore, SessionWrite, StoreWriter};
+//! use tiller_core::AgentMessage;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tiller_store::StoreError> {
+//! let store = MemoryStore::new();
+//! let writer = StoreWriter::new(store.clone());
+//! let session = SessionRecord::new("chat-1");
+//! let hi = AgentMessage::user("hi");
+//! writer
+//!     .write(vec![
+//!         SessionWrite::new("chat-1", Change::Create(session)),
+//!         SessionWrite::new("chat-1", Change::Append { seq: 0, message: hi.clone(), dequeued: None }),
+//!     ])
+//!     .await?;
+//! let loaded = store.load("chat-1").await?.expect("stored");
+//! assert_eq!(loaded.messages, vec![hi]);
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+mod types;
+mod writer;
+
+pub use error::StoreError;
+pub use memory::MemoryStore;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sql::SqlStore;
+pub use types::{
+    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
+    SessionWrite, StoredSession,
+};
+pub use writer::{Ack, StoreWriter};
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+/// Keeps sessions. Implementations apply a batch of writes atomically and in
+/// order; [`StoreWriter`] is how the runtime reaches them.
+pub trait SessionStore: Send + Sync + 'static {
+    /// Applies `batch` in order, all or nothing.
+    fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The session `id` as stored, or `None` when there is none.
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>>;
+
+    /// The sessions matching `filter`, most recently changed first.
+    fn list<'a>(
+        &'a self,
+        filter: &'a SessionFilter,
+    ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>>;
+
+    /// The stored message `seq` of session `id` (its place in the transcript, from 0).
+    fn message<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<tiller_core::AgentMessage>, StoreError>>;
+
+    /// Deletes session `id` with its messages and queue; whether it existed.
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+}
+
+/// Opens the store a URL names: `memory:`, `sqlite://PATH` (created when missing)
+/// or `postgres://USER@HOST:PORT/DB`.
+pub async fn open(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    if url == "memory:" || url == "memory" {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    {
+        Ok(Arc::new(SqlStore::open(url).await?))
+    }
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    {
+        Err(StoreError::UnsupportedUrl {
+            url: redact_url(url),
+            reason: "this build has no SQL store (features `sqlite`, `postgres`)".to_owned(),
+        })
+    }
+}
+
+/// `url` without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            redact_url("postgres://tiller:s3cret@127.0.0.1:5432/db"),
+            "postgres://tiller@127.0.0.1:5432/db"
+        );
+        assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+    }
+}

@@ -1,0 +1,205 @@
+//! [`MemoryStore`]: sessions in the process's memory.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures::future::{BoxFuture, ready};
+use tiller_core::AgentMessage;
+
+use crate::types::{
+    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionWrite,
+    StoredSession, now,
+};
+use crate::{SessionStore, StoreError};
+
+/// Sessions kept in memory: what the library uses when no other store is given.
+/// They live as long as the store; clones share them.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
+}
+
+struct Session {
+    record: SessionRecord,
+    messages: Vec<AgentMessage>,
+    /// Queued messages by queue number.
+    queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Session>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("sessions", &self.lock().len())
+            .finish()
+    }
+}
+
+impl SessionStore for MemoryStore {
+    fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut sessions = self.lock();
+        // All or nothing: check every write before applying any.
+        let mut created = HashSet::new();
+        for write in batch {
+            let exists = sessions.contains_key(&write.session) || created.contains(&write.session);
+            match &write.change {
+                Change::Create(_) if exists => {
+                    return Box::pin(ready(Err(StoreError::SessionExists(
+                        write.session.to_string(),
+                    ))));
+                }
+                Change::Create(_) => {
+                    created.insert(write.session.clone());
+                }
+                _ if !exists => {
+                    return Box::pin(ready(Err(StoreError::NoSuchSession(
+                        write.session.to_string(),
+                    ))));
+                }
+                _ => {}
+            }
+        }
+        let now = now();
+        for write in batch {
+            if let Change::Create(record) = &write.change {
+                let record = SessionRecord {
+                    updated_at: now,
+                    ..record.clone()
+                };
+                sessions.insert(
+                    write.session.clone(),
+                    Session {
+                        record,
+                        messages: Vec::new(),
+                        queued: BTreeMap::new(),
+                    },
+                );
+                continue;
+            }
+            let Some(session) = sessions.get_mut(&write.session) else {
+                continue;
+            };
+            session.record.updated_at = now;
+            match &write.change {
+                Change::Create(_) => {}
+                Change::Append {
+                    seq,
+                    message,
+                    dequeued,
+                } => {
+                    match session
+                        .messages
+                        .get_mut(usize::try_from(*seq).unwrap_or(usize::MAX))
+                    {
+                        Some(slot) => *slot = message.clone(),
+                        None => session.messages.push(message.clone()),
+                    }
+                    if let Some(dequeued) = dequeued {
+                        session.queued.remove(dequeued);
+                    }
+                }
+                Change::Enqueue {
+                    queue,
+                    seq,
+                    message,
+                } => {
+                    session.queued.insert(*seq, (*queue, message.clone()));
+                }
+                Change::ClearQueue(queue) => session.queued.retain(|_, (kind, _)| kind != queue),
+                Change::Truncate { from } => {
+                    session
+                        .messages
+                        .truncate(usize::try_from(*from).unwrap_or(usize::MAX));
+                }
+                Change::SetDefinition(definition) => session.record.definition = definition.clone(),
+                Change::SetStatus(status) => session.record.status = *status,
+            }
+        }
+        Box::pin(ready(Ok(())))
+    }
+
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        let loaded = self.lock().get(id).map(|session| {
+            let queue = |kind: QueueKind| {
+                session
+                    .queued
+                    .iter()
+                    .filter(|(_, (queue, _))| *queue == kind)
+                    .map(|(seq, (_, message))| Queued {
+                        seq: *seq,
+                        message: message.clone(),
+                    })
+                    .collect()
+            };
+            StoredSession {
+                record: session.record.clone(),
+                messages: session.messages.clone(),
+                steering: queue(QueueKind::Steering),
+                follow_up: queue(QueueKind::FollowUp),
+            }
+        });
+        Box::pin(ready(Ok(loaded)))
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a SessionFilter,
+    ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>> {
+        let mut found: Vec<SessionInfo> = self
+            .lock()
+            .values()
+            .filter(|session| {
+                let record = &session.record;
+                filter
+                    .tenant_id
+                    .as_ref()
+                    .is_none_or(|tenant| record.tenant_id.as_ref() == Some(tenant))
+                    && filter
+                        .user_id
+                        .as_ref()
+                        .is_none_or(|user| record.user_id.as_ref() == Some(user))
+                    && filter.status.is_none_or(|status| record.status == status)
+            })
+            .map(|session| SessionInfo {
+                record: session.record.clone(),
+                messages: session.messages.len() as u64,
+            })
+            .collect();
+        found.sort_by(|a, b| {
+            b.record
+                .updated_at
+                .cmp(&a.record.updated_at)
+                .then_with(|| a.record.id.cmp(&b.record.id))
+        });
+        if let Some(limit) = filter.limit {
+            found.truncate(limit as usize);
+        }
+        Box::pin(ready(Ok(found)))
+    }
+
+    fn message<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<AgentMessage>, StoreError>> {
+        let message = self
+            .lock()
+            .get(id)
+            .and_then(|session| session.messages.get(usize::try_from(seq).ok()?).cloned());
+        Box::pin(ready(Ok(message)))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(ready(Ok(self.lock().remove(id).is_some())))
+    }
+}

@@ -1,0 +1,610 @@
+//! [`SqlStore`]: sessions in SQLite or PostgreSQL, through `sqlx`'s `Any` driver
+//! with run-time queries. One schema and one set of statements serve both
+//! databases (`$N` parameters, `ON CONFLICT`, `BIGINT` and `TEXT` columns).
+//!
+//! A batch is one transaction. Consecutive message and queue inserts are sent as
+//! multi-row statements; everything else in the order given. The statements built
+//! at run time hold only this file's table and column names and `$N` parameters
+//! (which is what `AssertSqlSafe` asserts): values are always bound.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
+use tiller_core::AgentMessage;
+
+use crate::types::{
+    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
+    SessionWrite, StoredSession, now,
+};
+use crate::{SessionStore, StoreError, redact_url};
+
+/// The schema, one migration a version; each runs once, in order, on open.
+const MIGRATIONS: &[&[&str]] = &[&[
+    "CREATE TABLE tiller_sessions (
+        id TEXT PRIMARY KEY,
+        tenant_id TEXT,
+        user_id TEXT,
+        name TEXT,
+        definition TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX tiller_sessions_owner ON tiller_sessions (tenant_id, user_id, updated_at)",
+    "CREATE TABLE tiller_messages (
+        session_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )",
+    "CREATE TABLE tiller_queued (
+        session_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        queue TEXT NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )",
+]];
+
+/// Rows per multi-row insert (three or four parameters each, under both
+/// databases' parameter limits).
+const ROWS_PER_INSERT: usize = 256;
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Sessions in an SQLite file (`sqlite://PATH`, created when missing, WAL) or a
+/// PostgreSQL database (`postgres://USER:PASSWORD@HOST:PORT/DB`). Cheap to clone.
+#[derive(Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+    url: Arc<str>,
+}
+
+impl fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStore").field("url", &self.url).finish()
+    }
+}
+
+fn database(error: sqlx::Error) -> StoreError {
+    StoreError::Database(error.to_string())
+}
+
+impl SqlStore {
+    /// Opens (creating an SQLite file when missing) and migrates the database `url`
+    /// names.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let shown = redact_url(url);
+        let unsupported = |reason: &str| StoreError::UnsupportedUrl {
+            url: shown.clone(),
+            reason: reason.to_owned(),
+        };
+        let (backend, connect) = if let Some(path) = url.strip_prefix("sqlite://") {
+            if !cfg!(feature = "sqlite") {
+                return Err(unsupported(
+                    "this build has no SQLite store (feature `sqlite`)",
+                ));
+            }
+            if path.is_empty() || path.starts_with(':') {
+                return Err(unsupported(
+                    "an SQLite store needs a file path: sqlite://PATH",
+                ));
+            }
+            let connect = if path.contains('?') {
+                url.to_owned()
+            } else {
+                format!("{url}?mode=rwc")
+            };
+            (Backend::Sqlite, connect)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            if !cfg!(feature = "postgres") {
+                return Err(unsupported(
+                    "this build has no PostgreSQL store (feature `postgres`)",
+                ));
+            }
+            (Backend::Postgres, url.to_owned())
+        } else {
+            return Err(unsupported(
+                "expected memory:, sqlite://PATH or postgres://…",
+            ));
+        };
+        let options = AnyPoolOptions::new().max_connections(match backend {
+            Backend::Sqlite => 4,
+            Backend::Postgres => 8,
+        });
+        let options = if backend == Backend::Sqlite {
+            options.after_connect(|connection, _| {
+                Box::pin(async move {
+                    connection
+                        .execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000")
+                        .await?;
+                    Ok(())
+                })
+            })
+        } else {
+            options
+        };
+        // One plain connection first: a pool retries a refused connection until its
+        // timeout, where a wrong address should fail at once.
+        let probe = sqlx::AnyConnection::connect(&connect)
+            .await
+            .map_err(|error| StoreError::Database(format!("cannot open {shown}: {error}")))?;
+        let _ = probe.close().await;
+        let pool = options
+            .connect(&connect)
+            .await
+            .map_err(|error| StoreError::Database(format!("cannot open {shown}: {error}")))?;
+        let store = SqlStore {
+            pool,
+            backend,
+            url: shown.into(),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Runs the migrations this database has not had yet.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(database)?;
+        if self.backend == Backend::Postgres {
+            // Hosts opening one database at once migrate it one after another.
+            tx.execute("SELECT pg_advisory_xact_lock(7338421)")
+                .await
+                .map_err(database)?;
+        }
+        tx.execute("CREATE TABLE IF NOT EXISTS tiller_schema (version BIGINT NOT NULL)")
+            .await
+            .map_err(database)?;
+        let current: Option<i64> = sqlx::query("SELECT max(version) FROM tiller_schema")
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(database)?;
+        let current = usize::try_from(current.unwrap_or(0)).unwrap_or(0);
+        if current > MIGRATIONS.len() {
+            return Err(StoreError::Database(format!(
+                "{} has schema version {current}, newer than this build's {}",
+                self.url,
+                MIGRATIONS.len()
+            )));
+        }
+        for (index, statements) in MIGRATIONS.iter().enumerate().skip(current) {
+            for statement in *statements {
+                tx.execute(*statement).await.map_err(database)?;
+            }
+            sqlx::query("INSERT INTO tiller_schema (version) VALUES ($1)")
+                .bind(index as i64 + 1)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?;
+        }
+        tx.commit().await.map_err(database)
+    }
+
+    async fn apply_batch(&self, batch: &[SessionWrite]) -> Result<(), StoreError> {
+        let now = now();
+        let mut tx = self.pool.begin().await.map_err(database)?;
+        touch(&mut tx, batch, now).await?;
+        let mut pending = Pending::default();
+        for write in batch {
+            let session = &*write.session;
+            match &write.change {
+                Change::Append {
+                    seq,
+                    message,
+                    dequeued,
+                } => {
+                    pending.messages.push((session, *seq, json(message)?));
+                    if let Some(dequeued) = dequeued {
+                        pending.dequeued.push((session, *dequeued));
+                    }
+                }
+                Change::Enqueue {
+                    queue,
+                    seq,
+                    message,
+                } => {
+                    pending.queued.push((session, *seq, *queue, json(message)?));
+                }
+                change => {
+                    pending.flush(&mut tx).await?;
+                    apply_one(&mut tx, session, change, now).await?;
+                }
+            }
+        }
+        pending.flush(&mut tx).await?;
+        tx.commit().await.map_err(database)
+    }
+}
+
+fn json(message: &AgentMessage) -> Result<String, StoreError> {
+    serde_json::to_string(message)
+        .map_err(|error| StoreError::Database(format!("cannot encode a message: {error}")))
+}
+
+/// Sets `updated_at` of every session the batch changes without creating it, and
+/// fails if one of them does not exist.
+async fn touch(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    batch: &[SessionWrite],
+    now: i64,
+) -> Result<(), StoreError> {
+    let created: HashSet<&str> = batch
+        .iter()
+        .filter(|write| matches!(write.change, Change::Create(_)))
+        .map(|write| &*write.session)
+        .collect();
+    let mut touched: Vec<&str> = batch
+        .iter()
+        .map(|write| &*write.session)
+        .filter(|session| !created.contains(session))
+        .collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for chunk in touched.chunks(ROWS_PER_INSERT) {
+        let sql = format!(
+            "UPDATE tiller_sessions SET updated_at = $1 WHERE id IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
+        for session in chunk {
+            query = query.bind(*session);
+        }
+        let updated = query
+            .execute(&mut **tx)
+            .await
+            .map_err(database)?
+            .rows_affected();
+        if updated < chunk.len() as u64 {
+            for session in chunk {
+                let found = sqlx::query("SELECT 1 FROM tiller_sessions WHERE id = $1")
+                    .bind(*session)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(database)?;
+                if found.is_none() {
+                    return Err(StoreError::NoSuchSession((*session).to_owned()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `$first, $first+1, …` for `count` parameters.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Inserts and deletes gathered to be sent as few statements.
+#[derive(Default)]
+struct Pending<'a> {
+    messages: Vec<(&'a str, u64, String)>,
+    queued: Vec<(&'a str, u64, QueueKind, String)>,
+    dequeued: Vec<(&'a str, u64)>,
+}
+
+impl Pending<'_> {
+    /// Sends what is gathered: messages, then queued messages, then removals from
+    /// the queue (a message queued and delivered in one batch is inserted first).
+    async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+        for chunk in self.messages.chunks(ROWS_PER_INSERT) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|row| format!("(${}, ${}, ${})", 3 * row + 1, 3 * row + 2, 3 * row + 3))
+                .collect();
+            let sql = format!(
+                "INSERT INTO tiller_messages (session_id, seq, message) VALUES {} \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET message = excluded.message",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (session, seq, message) in chunk {
+                query = query
+                    .bind(*session)
+                    .bind(to_i64(*seq))
+                    .bind(message.as_str());
+            }
+            query.execute(&mut **tx).await.map_err(database)?;
+        }
+        for chunk in self.queued.chunks(ROWS_PER_INSERT) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|row| {
+                    format!(
+                        "(${}, ${}, ${}, ${})",
+                        4 * row + 1,
+                        4 * row + 2,
+                        4 * row + 3,
+                        4 * row + 4
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO tiller_queued (session_id, seq, queue, message) VALUES {} \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET queue = excluded.queue, message = excluded.message",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (session, seq, queue, message) in chunk {
+                query = query
+                    .bind(*session)
+                    .bind(to_i64(*seq))
+                    .bind(queue.as_str())
+                    .bind(message.as_str());
+            }
+            query.execute(&mut **tx).await.map_err(database)?;
+        }
+        for (session, seq) in &self.dequeued {
+            sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
+                .bind(*session)
+                .bind(to_i64(*seq))
+                .execute(&mut **tx)
+                .await
+                .map_err(database)?;
+        }
+        self.messages.clear();
+        self.queued.clear();
+        self.dequeued.clear();
+        Ok(())
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Applies a change that is not gathered.
+async fn apply_one(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    session: &str,
+    change: &Change,
+    now: i64,
+) -> Result<(), StoreError> {
+    let query = match change {
+        Change::Create(record) => {
+            let exists = sqlx::query("SELECT 1 FROM tiller_sessions WHERE id = $1")
+                .bind(session)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(database)?;
+            if exists.is_some() {
+                return Err(StoreError::SessionExists(session.to_owned()));
+            }
+            sqlx::query(
+                "INSERT INTO tiller_sessions (id, tenant_id, user_id, name, definition, status, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(session)
+            .bind(record.tenant_id.as_deref())
+            .bind(record.user_id.as_deref())
+            .bind(record.name.as_deref())
+            .bind(record.definition.to_string())
+            .bind(record.status.as_str())
+            .bind(record.created_at)
+            .bind(now)
+        }
+        Change::ClearQueue(queue) => {
+            sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND queue = $2")
+                .bind(session)
+                .bind(queue.as_str())
+        }
+        Change::Truncate { from } => {
+            sqlx::query("DELETE FROM tiller_messages WHERE session_id = $1 AND seq >= $2")
+                .bind(session)
+                .bind(to_i64(*from))
+        }
+        Change::SetDefinition(definition) => {
+            sqlx::query("UPDATE tiller_sessions SET definition = $2 WHERE id = $1")
+                .bind(session)
+                .bind(definition.to_string())
+        }
+        Change::SetStatus(status) => {
+            sqlx::query("UPDATE tiller_sessions SET status = $2 WHERE id = $1")
+                .bind(session)
+                .bind(status.as_str())
+        }
+        Change::Append { .. } | Change::Enqueue { .. } => return Ok(()),
+    };
+    query.execute(&mut **tx).await.map_err(database)?;
+    Ok(())
+}
+
+const RECORD_COLUMNS: &str =
+    "id, tenant_id, user_id, name, definition, status, created_at, updated_at";
+
+fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
+    let id: String = row.try_get("id").map_err(database)?;
+    let corrupt = |detail: String| StoreError::Corrupt {
+        session: id.clone(),
+        detail,
+    };
+    let definition: String = row.try_get("definition").map_err(database)?;
+    let status: String = row.try_get("status").map_err(database)?;
+    Ok(SessionRecord {
+        tenant_id: row.try_get("tenant_id").map_err(database)?,
+        user_id: row.try_get("user_id").map_err(database)?,
+        name: row.try_get("name").map_err(database)?,
+        definition: serde_json::from_str(&definition)
+            .map_err(|error| corrupt(format!("its definition: {error}")))?,
+        status: SessionStatus::parse(&status)
+            .ok_or_else(|| corrupt(format!("unknown status `{status}`")))?,
+        created_at: row.try_get("created_at").map_err(database)?,
+        updated_at: row.try_get("updated_at").map_err(database)?,
+        id,
+    })
+}
+
+fn message(session: &str, text: &str) -> Result<AgentMessage, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
+        session: session.to_owned(),
+        detail: format!("a message: {error}"),
+    })
+}
+
+impl SessionStore for SqlStore {
+    fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.apply_batch(batch))
+    }
+
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {RECORD_COLUMNS} FROM tiller_sessions WHERE id = $1");
+            let Some(row) = sqlx::query(AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(database)?
+            else {
+                return Ok(None);
+            };
+            let record = record(&row)?;
+            let messages = sqlx::query(
+                "SELECT message FROM tiller_messages WHERE session_id = $1 ORDER BY seq",
+            )
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?
+            .iter()
+            .map(|row| message(id, &row.try_get::<String, _>(0).map_err(database)?))
+            .collect::<Result<Vec<_>, _>>()?;
+            let mut steering = Vec::new();
+            let mut follow_up = Vec::new();
+            let rows = sqlx::query(
+                "SELECT seq, queue, message FROM tiller_queued WHERE session_id = $1 ORDER BY seq",
+            )
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?;
+            for row in rows {
+                let seq: i64 = row.try_get(0).map_err(database)?;
+                let queue: String = row.try_get(1).map_err(database)?;
+                let queued = Queued {
+                    seq: u64::try_from(seq).unwrap_or_default(),
+                    message: message(id, &row.try_get::<String, _>(2).map_err(database)?)?,
+                };
+                match QueueKind::parse(&queue) {
+                    Some(QueueKind::Steering) => steering.push(queued),
+                    Some(QueueKind::FollowUp) => follow_up.push(queued),
+                    None => {
+                        return Err(StoreError::Corrupt {
+                            session: id.to_owned(),
+                            detail: format!("unknown queue `{queue}`"),
+                        });
+                    }
+                }
+            }
+            Ok(Some(StoredSession {
+                record,
+                messages,
+                steering,
+                follow_up,
+            }))
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a SessionFilter,
+    ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>> {
+        Box::pin(async move {
+            let mut conditions = Vec::new();
+            let mut values: Vec<&str> = Vec::new();
+            for (column, value) in [
+                ("tenant_id", filter.tenant_id.as_deref()),
+                ("user_id", filter.user_id.as_deref()),
+                ("status", filter.status.map(SessionStatus::as_str)),
+            ] {
+                if let Some(value) = value {
+                    values.push(value);
+                    conditions.push(format!("{column} = ${}", values.len()));
+                }
+            }
+            let mut sql = format!(
+                "SELECT {RECORD_COLUMNS}, (SELECT count(*) FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
+                 FROM tiller_sessions s"
+            );
+            if !conditions.is_empty() {
+                sql.push_str(" WHERE ");
+                sql.push_str(&conditions.join(" AND "));
+            }
+            sql.push_str(" ORDER BY updated_at DESC, id");
+            if let Some(limit) = filter.limit {
+                sql.push_str(&format!(" LIMIT {limit}"));
+            }
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for value in values {
+                query = query.bind(value);
+            }
+            query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(database)?
+                .iter()
+                .map(|row| {
+                    let messages: i64 = row.try_get("messages").map_err(database)?;
+                    Ok(SessionInfo {
+                        record: record(row)?,
+                        messages: u64::try_from(messages).unwrap_or_default(),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn message<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<AgentMessage>, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT message FROM tiller_messages WHERE session_id = $1 AND seq = $2",
+            )
+            .bind(id)
+            .bind(to_i64(seq))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(database)?;
+            row.map(|row| message(id, &row.try_get::<String, _>(0).map_err(database)?))
+                .transpose()
+        })
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(database)?;
+            for table in ["tiller_messages", "tiller_queued"] {
+                sqlx::query(AssertSqlSafe(format!(
+                    "DELETE FROM {table} WHERE session_id = $1"
+                )))
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?;
+            }
+            let deleted = sqlx::query("DELETE FROM tiller_sessions WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?
+                .rows_affected();
+            tx.commit().await.map_err(database)?;
+            Ok(deleted > 0)
+        })
+    }
+}

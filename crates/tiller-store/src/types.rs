@@ -1,0 +1,210 @@
+//! What a store keeps and the changes it is sent.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_core::AgentMessage;
+
+/// A session's lifecycle as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// An agent holds it (or held it when its process ended): `resume` brings it back.
+    Active,
+    /// Its agent was stopped on purpose; it can still be resumed by id.
+    Closed,
+}
+
+impl SessionStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Active => "active",
+            SessionStatus::Closed => "closed",
+        }
+    }
+
+    /// The status a stored spelling names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "active" => Some(SessionStatus::Active),
+            "closed" => Some(SessionStatus::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// Which queue a queued message waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueKind {
+    /// Steering: for the model as soon as possible.
+    Steering,
+    /// Follow-up: for when the agent would otherwise stop.
+    FollowUp,
+}
+
+impl QueueKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueKind::Steering => "steering",
+            QueueKind::FollowUp => "follow_up",
+        }
+    }
+
+    /// The queue a stored spelling names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "steering" => Some(QueueKind::Steering),
+            "follow_up" => Some(QueueKind::FollowUp),
+            _ => None,
+        }
+    }
+}
+
+/// A session's own row: who it belongs to, what agent it is, when it changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session's id.
+    pub id: String,
+    /// The tenant it belongs to.
+    pub tenant_id: Option<String>,
+    /// The user it belongs to.
+    pub user_id: Option<String>,
+    /// The agent's name, if it has one.
+    pub name: Option<String>,
+    /// The agent's definition (model, system prompt, tool names, options).
+    pub definition: Value,
+    /// Active or closed.
+    pub status: SessionStatus,
+    /// Created, in milliseconds since the Unix epoch.
+    pub created_at: i64,
+    /// Last changed, in milliseconds since the Unix epoch.
+    pub updated_at: i64,
+}
+
+impl SessionRecord {
+    /// An active session `id` created now, with an empty definition.
+    pub fn new(id: impl Into<String>) -> Self {
+        let now = now();
+        SessionRecord {
+            id: id.into(),
+            tenant_id: None,
+            user_id: None,
+            name: None,
+            definition: Value::Null,
+            status: SessionStatus::Active,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
+/// A queued message with its place among the session's queued messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    /// Its number, rising in the order messages were queued.
+    pub seq: u64,
+    /// The message.
+    pub message: AgentMessage,
+}
+
+/// A session as loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// Its row.
+    pub record: SessionRecord,
+    /// Every finished message, in order.
+    pub messages: Vec<AgentMessage>,
+    /// The queued steering messages, oldest first.
+    pub steering: Vec<Queued>,
+    /// The queued follow-up messages, oldest first.
+    pub follow_up: Vec<Queued>,
+}
+
+/// A session as listed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionInfo {
+    /// Its row.
+    #[serde(flatten)]
+    pub record: SessionRecord,
+    /// How many messages its transcript holds.
+    pub messages: u64,
+}
+
+/// Which sessions to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    /// Only this tenant's.
+    pub tenant_id: Option<String>,
+    /// Only this user's.
+    pub user_id: Option<String>,
+    /// Only sessions with this status.
+    pub status: Option<SessionStatus>,
+    /// At most this many.
+    pub limit: Option<u32>,
+}
+
+/// One change to one session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionWrite {
+    /// The session.
+    pub session: Arc<str>,
+    /// The change.
+    pub change: Change,
+}
+
+impl SessionWrite {
+    /// `change` to `session`.
+    pub fn new(session: impl Into<Arc<str>>, change: Change) -> Self {
+        SessionWrite {
+            session: session.into(),
+            change,
+        }
+    }
+}
+
+/// A change to a session. Every change also sets the session's `updated_at`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Change {
+    /// Creates the session; fails if it exists.
+    Create(SessionRecord),
+    /// Adds a finished message at `seq` (its place in the transcript), and removes
+    /// the queued message it was delivered from, if any.
+    Append {
+        /// The message's place in the transcript, from 0.
+        seq: u64,
+        /// The message.
+        message: AgentMessage,
+        /// The queued message (by its queue number) this one was delivered from.
+        dequeued: Option<u64>,
+    },
+    /// Queues a message.
+    Enqueue {
+        /// Which queue.
+        queue: QueueKind,
+        /// Its queue number.
+        seq: u64,
+        /// The message.
+        message: AgentMessage,
+    },
+    /// Empties one queue.
+    ClearQueue(QueueKind),
+    /// Replaces the transcript from `from` on with nothing (`0` empties it).
+    Truncate {
+        /// The first message to drop.
+        from: u64,
+    },
+    /// Replaces the definition.
+    SetDefinition(Value),
+    /// Sets the status.
+    SetStatus(SessionStatus),
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now() -> i64 {
+    i64::try_from(tiller_ai::now_ms()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,456 @@
+//! One suite, three stores: every store keeps the same sessions the same way.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller_core::AgentMessage;
+use tiller_store::{
+    Change, MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus,
+    SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
+};
+
+/// A fresh SQLite file for one test.
+fn sqlite_url() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tiller-store-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    format!("sqlite://{}", dir.join("sessions.db").display())
+}
+
+/// A tenant no other test uses, so tests can share one PostgreSQL database.
+fn tenant(test: &str) -> String {
+    format!("{test}-{}-{}", std::process::id(), tiller_ai::now_ms())
+}
+
+fn record(id: &str, tenant: &str, user: &str) -> SessionRecord {
+    SessionRecord {
+        tenant_id: Some(tenant.to_owned()),
+        user_id: Some(user.to_owned()),
+        name: Some("assistant".to_owned()),
+        definition: json!({"model": "faux/scripted", "system_prompt": "Be brief."}),
+        ..SessionRecord::new(id)
+    }
+}
+
+/// A user message with a fixed timestamp, so stored and expected compare equal.
+fn user(text: impl Into<String>) -> AgentMessage {
+    let mut message = tiller_ai::UserMessage::text(text);
+    message.timestamp = 1_700_000_000_000;
+    message.into()
+}
+
+fn write(session: &str, change: Change) -> SessionWrite {
+    SessionWrite::new(session, change)
+}
+
+/// `loaded` with its `updated_at` as `expected` has it (the store sets it).
+fn same_time(mut loaded: StoredSession, expected: &StoredSession) -> StoredSession {
+    assert!(loaded.record.updated_at >= expected.record.created_at);
+    loaded.record.updated_at = expected.record.updated_at;
+    loaded
+}
+
+async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tenant: &str) {
+    let id = format!("{tenant}-a");
+    let created = record(&id, tenant, "ada");
+    let writer = StoreWriter::for_store(store.clone());
+    writer
+        .write(vec![
+            write(&id, Change::Create(created.clone())),
+            write(
+                &id,
+                Change::Append {
+                    seq: 0,
+                    message: user("hello"),
+                    dequeued: None,
+                },
+            ),
+            write(
+                &id,
+                Change::Enqueue {
+                    queue: QueueKind::Steering,
+                    seq: 0,
+                    message: user("steer 1"),
+                },
+            ),
+            write(
+                &id,
+                Change::Enqueue {
+                    queue: QueueKind::FollowUp,
+                    seq: 1,
+                    message: user("later"),
+                },
+            ),
+            write(
+                &id,
+                Change::Enqueue {
+                    queue: QueueKind::Steering,
+                    seq: 2,
+                    message: user("steer 2"),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    // Delivered from the queue: appended and dequeued in one write.
+    writer
+        .write(vec![write(
+            &id,
+            Change::Append {
+                seq: 1,
+                message: user("steer 1"),
+                dequeued: Some(0),
+            },
+        )])
+        .await
+        .unwrap();
+    let mut expected = StoredSession {
+        record: created.clone(),
+        messages: vec![user("hello"), user("steer 1")],
+        steering: vec![Queued {
+            seq: 2,
+            message: user("steer 2"),
+        }],
+        follow_up: vec![Queued {
+            seq: 1,
+            message: user("later"),
+        }],
+    };
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(same_time(loaded, &expected), expected);
+
+    writer
+        .write(vec![
+            write(&id, Change::ClearQueue(QueueKind::Steering)),
+            write(
+                &id,
+                Change::SetDefinition(json!({"model": "openai/gpt-4o-mini"})),
+            ),
+            write(&id, Change::SetStatus(SessionStatus::Closed)),
+            write(&id, Change::Truncate { from: 1 }),
+        ])
+        .await
+        .unwrap();
+    expected.steering.clear();
+    expected.messages.truncate(1);
+    expected.record.definition = json!({"model": "openai/gpt-4o-mini"});
+    expected.record.status = SessionStatus::Closed;
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(same_time(loaded, &expected), expected);
+    assert_eq!(store.message(&id, 0).await.unwrap(), Some(user("hello")));
+    assert_eq!(store.message(&id, 1).await.unwrap(), None);
+    assert_eq!(store.load("no-such-session").await.unwrap(), None);
+
+    // Reset: everything emptied, the session kept.
+    writer
+        .write(vec![
+            write(&id, Change::Truncate { from: 0 }),
+            write(&id, Change::ClearQueue(QueueKind::Steering)),
+            write(&id, Change::ClearQueue(QueueKind::FollowUp)),
+            write(
+                &id,
+                Change::Append {
+                    seq: 0,
+                    message: user("again"),
+                    dequeued: None,
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.messages, vec![user("again")]);
+    assert_eq!((loaded.steering.len(), loaded.follow_up.len()), (0, 0));
+
+    assert!(store.delete(&id).await.unwrap());
+    assert!(!store.delete(&id).await.unwrap());
+    assert_eq!(store.load(&id).await.unwrap(), None);
+}
+
+async fn a_failed_batch_changes_nothing(store: Arc<dyn SessionStore>, tenant: &str) {
+    let id = format!("{tenant}-b");
+    let writer = StoreWriter::for_store(store.clone());
+    writer
+        .write(vec![write(&id, Change::Create(record(&id, tenant, "ada")))])
+        .await
+        .unwrap();
+    let before = store.load(&id).await.unwrap().unwrap();
+
+    let again = writer
+        .write(vec![
+            write(
+                &id,
+                Change::Append {
+                    seq: 0,
+                    message: user("lost"),
+                    dequeued: None,
+                },
+            ),
+            write(&id, Change::Create(record(&id, tenant, "ada"))),
+        ])
+        .await;
+    assert_eq!(again, Err(StoreError::SessionExists(id.clone())));
+    let missing = format!("{tenant}-missing");
+    let orphan = writer
+        .write(vec![
+            write(
+                &id,
+                Change::Append {
+                    seq: 0,
+                    message: user("lost too"),
+                    dequeued: None,
+                },
+            ),
+            write(
+                &missing,
+                Change::Append {
+                    seq: 0,
+                    message: user("orphan"),
+                    dequeued: None,
+                },
+            ),
+        ])
+        .await;
+    assert_eq!(orphan, Err(StoreError::NoSuchSession(missing.clone())));
+    assert_eq!(
+        store.load(&id).await.unwrap().unwrap().messages,
+        before.messages
+    );
+    assert_eq!(store.load(&missing).await.unwrap(), None);
+}
+
+async fn lists_by_owner_and_status(store: Arc<dyn SessionStore>, tenant: &str) {
+    let tenant = &format!("{tenant}-listed");
+    let writer = StoreWriter::for_store(store.clone());
+    for (n, owner) in ["ada", "bob", "ada"].into_iter().enumerate() {
+        let id = format!("{tenant}-list-{n}");
+        let mut writes = vec![write(&id, Change::Create(record(&id, tenant, owner)))];
+        for seq in 0..n as u64 {
+            writes.push(write(
+                &id,
+                Change::Append {
+                    seq,
+                    message: user(format!("m{seq}")),
+                    dequeued: None,
+                },
+            ));
+        }
+        writer.write(writes).await.unwrap();
+    }
+    writer
+        .write(vec![write(
+            &format!("{tenant}-list-0"),
+            Change::SetStatus(SessionStatus::Closed),
+        )])
+        .await
+        .unwrap();
+
+    let listed = |filter: SessionFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .list(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|info| (info.record.id, info.messages))
+                .collect::<Vec<_>>()
+        }
+    };
+    let ids = |n: &[(usize, u64)]| {
+        n.iter()
+            .map(|(n, count)| (format!("{tenant}-list-{n}"), *count))
+            .collect::<Vec<_>>()
+    };
+    let of_tenant = SessionFilter {
+        tenant_id: Some(tenant.to_owned()),
+        ..SessionFilter::default()
+    };
+    let mut all = listed(of_tenant.clone()).await;
+    all.sort();
+    assert_eq!(all, ids(&[(0, 0), (1, 1), (2, 2)]));
+    let mut ada = listed(SessionFilter {
+        user_id: Some("ada".to_owned()),
+        ..of_tenant.clone()
+    })
+    .await;
+    ada.sort();
+    assert_eq!(ada, ids(&[(0, 0), (2, 2)]));
+    assert_eq!(
+        listed(SessionFilter {
+            status: Some(SessionStatus::Closed),
+            ..of_tenant.clone()
+        })
+        .await,
+        ids(&[(0, 0)])
+    );
+    // Most recently changed first.
+    let times: Vec<i64> = store
+        .list(&of_tenant)
+        .await
+        .unwrap()
+        .iter()
+        .map(|info| info.record.updated_at)
+        .collect();
+    assert!(times.windows(2).all(|pair| pair[0] >= pair[1]), "{times:?}");
+    assert_eq!(
+        listed(SessionFilter {
+            limit: Some(2),
+            ..of_tenant
+        })
+        .await
+        .len(),
+        2
+    );
+}
+
+async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str) {
+    let writer = StoreWriter::for_store(store.clone());
+    let sessions: Vec<String> = (0..50).map(|n| format!("{tenant}-w{n}")).collect();
+    let creates = sessions
+        .iter()
+        .map(|id| write(id, Change::Create(record(id, tenant, "ada"))))
+        .collect();
+    writer.write(creates).await.unwrap();
+    // 50 agents, 20 messages each, submitted without waiting, acknowledged in order.
+    let (done, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    for seq in 0..20u64 {
+        for id in &sessions {
+            let done = done.clone();
+            let id_for_ack = id.clone();
+            writer.submit(
+                vec![write(
+                    id,
+                    Change::Append {
+                        seq,
+                        message: user(format!("{id} {seq}")),
+                        dequeued: None,
+                    },
+                )],
+                Some(Box::new(move |result| {
+                    let _ = done.send((id_for_ack, seq, result));
+                })),
+            );
+        }
+    }
+    // One request in the middle fails; the others in its group still commit.
+    let missing = format!("{tenant}-nobody");
+    let failed = writer.write(vec![write(
+        &missing,
+        Change::Append {
+            seq: 0,
+            message: user("x"),
+            dequeued: None,
+        },
+    )]);
+    assert_eq!(failed.await, Err(StoreError::NoSuchSession(missing)));
+    drop(done);
+    let mut last_seq = std::collections::HashMap::new();
+    while let Some((id, seq, result)) = acks.recv().await {
+        assert_eq!(result, Ok(()));
+        let previous = last_seq.insert(id, seq);
+        assert!(
+            previous.is_none_or(|previous| previous + 1 == seq),
+            "acknowledged in order"
+        );
+    }
+    for id in &sessions {
+        let messages = store.load(id).await.unwrap().unwrap().messages;
+        let expected: Vec<AgentMessage> = (0..20).map(|seq| user(format!("{id} {seq}"))).collect();
+        assert_eq!(messages, expected);
+    }
+}
+
+async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    keeps_messages_queues_and_definition(store.clone(), tenant).await;
+    a_failed_batch_changes_nothing(store.clone(), tenant).await;
+    lists_by_owner_and_status(store.clone(), tenant).await;
+    groups_many_writers_in_order(store, tenant).await;
+}
+
+#[tokio::test]
+async fn memory_store() {
+    suite(Arc::new(MemoryStore::new()), &tenant("memory")).await;
+}
+
+#[tokio::test]
+async fn sqlite_store() {
+    let url = sqlite_url();
+    suite(
+        Arc::new(SqlStore::open(&url).await.unwrap()),
+        &tenant("sqlite"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_store() {
+    let Some(url) = tiller_test_support::postgres::postgres_url() else {
+        return;
+    };
+    suite(
+        Arc::new(SqlStore::open(&url).await.unwrap()),
+        &tenant("postgres"),
+    )
+    .await;
+}
+
+/// What is written survives closing and reopening the file; opening migrates once.
+#[tokio::test]
+async fn sqlite_keeps_sessions_across_opens() {
+    let url = sqlite_url();
+    let store = SqlStore::open(&url).await.unwrap();
+    let writer = StoreWriter::new(store.clone());
+    writer
+        .write(vec![
+            write("kept", Change::Create(record("kept", "t", "ada"))),
+            write(
+                "kept",
+                Change::Append {
+                    seq: 0,
+                    message: user("still here"),
+                    dequeued: None,
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    drop(writer);
+    drop(store);
+    let reopened = SqlStore::open(&url).await.unwrap();
+    let loaded = reopened.load("kept").await.unwrap().unwrap();
+    assert_eq!(loaded.messages, vec![user("still here")]);
+}
+
+#[tokio::test]
+async fn bad_urls_say_what_is_expected() {
+    let Err(error) = tiller_store::open("mysql://root:hunter2@db/x").await else {
+        panic!("mysql is not supported");
+    };
+    assert_eq!(
+        error,
+        StoreError::UnsupportedUrl {
+            url: "mysql://root@db/x".to_owned(),
+            reason: "expected memory:, sqlite://PATH or postgres://…".to_owned(),
+        }
+    );
+    let Err(StoreError::Database(message)) =
+        tiller_store::open("postgres://tiller:hunter2@127.0.0.1:1/db").await
+    else {
+        panic!("a closed port is a database error");
+    };
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(
+        message.starts_with("cannot open postgres://tiller@127.0.0.1:1/db: "),
+        "{message}"
+    );
+}

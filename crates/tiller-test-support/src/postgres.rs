@@ -1,0 +1,76 @@
+//! A real PostgreSQL server for the store tests.
+//!
+//! [`postgres_url`] gives the URL of a running server: `TILLER_POSTGRES_URL` when it
+//! is set, else a throwaway cluster started once for this test process by
+//! `scripts/postgres.sh start --owner PID` (stopped when the process ends). Without
+//! either, the PostgreSQL tests are skipped on a developer's machine with one line on
+//! stderr, unless `TILLER_LIVE=required` (as `.ci/run` sets) makes them mandatory:
+//! then the script installs the server on first use and any failure fails the test.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Once, OnceLock};
+
+use crate::live::live_required;
+
+/// The URL of a running PostgreSQL server, or `None` when the PostgreSQL tests are
+/// skipped here (said once on stderr).
+///
+/// # Panics
+/// When the tests are mandatory and no server can be installed or started.
+pub fn postgres_url() -> Option<String> {
+    if let Ok(url) = std::env::var("TILLER_POSTGRES_URL")
+        && !url.trim().is_empty()
+    {
+        return Some(url.trim().to_owned());
+    }
+    if !live_required() && !installed() {
+        static SAID: Once = Once::new();
+        SAID.call_once(|| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping the PostgreSQL tests (no server installed): `scripts/postgres.sh install` installs one, or set TILLER_POSTGRES_URL or TILLER_LIVE=required"
+            );
+        });
+        return None;
+    }
+    static URL: OnceLock<String> = OnceLock::new();
+    Some(URL.get_or_init(start).clone())
+}
+
+fn installed() -> bool {
+    Command::new("bash")
+        .arg(script())
+        .arg("installed")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn start() -> String {
+    let script = script();
+    let output = Command::new("bash")
+        .arg(&script)
+        .args(["start", "--owner"])
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|error| panic!("could not run {}: {error}", script.display()));
+    let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert!(
+        output.status.success() && url.starts_with("postgres://"),
+        "`{} start` failed ({}); its messages are above",
+        script.display(),
+        output.status
+    );
+    url
+}
+
+/// `scripts/postgres.sh` of this workspace.
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh")
+}
