@@ -46,11 +46,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     let supervisor = Supervisor::start().await?;
     let started = Instant::now();
-    let agents = (0..count)
-        .map(|n| {
-            supervisor.spawn(AgentSpec::new(Arc::clone(&settings)).with_name(format!("worker-{n}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut agents = Vec::with_capacity(count);
+    for n in 0..count {
+        let spec = AgentSpec::new(Arc::clone(&settings)).with_name(format!("worker-{n}"));
+        agents.push(supervisor.spawn(spec).await?);
+    }
     println!("spawned {count} agents in {:.1?}", started.elapsed());
 
     let started = Instant::now();

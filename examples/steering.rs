@@ -50,7 +50,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     settings.steering_delivery = delivery;
 
     let supervisor = Supervisor::start().await?;
-    let agent = supervisor.spawn(AgentSpec::new(settings))?;
+    let agent = supervisor.spawn(AgentSpec::new(settings)).await?;
     abort_on_ctrl_c(agent.clone());
 
     // The steering task has its own subscription: any task holding a handle can.
@@ -80,7 +80,10 @@ async fn steer_when_the_tool_reports(agent: AgentHandle) {
     while let Some(envelope) = events.next().await {
         if let Delivered::Event(AgentEvent::ToolExecutionUpdate { .. }) = envelope.event {
             eprintln!("\n[another task steers: {STEER:?}]");
-            let steered = agent.steer(STEER).and_then(|()| agent.follow_up(FOLLOW_UP));
+            let steered = match agent.steer(STEER).await {
+                Ok(()) => agent.follow_up(FOLLOW_UP).await,
+                Err(error) => Err(error),
+            };
             if let Err(error) = steered {
                 eprintln!("[could not steer: {error}]");
             }
@@ -124,7 +127,7 @@ async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::Subscription
                 println!();
                 eprintln!("[run ended: {reason:?}]");
                 // A follow-up that arrived as the run was ending waits for us.
-                if !agent.has_queued_messages() || agent.continue_run().await.is_err() {
+                if !agent.has_queued_messages().await.unwrap() || agent.prompt(tiller::Prompt::Continue).await.is_err() {
                     return;
                 }
             }
@@ -212,7 +215,7 @@ fn scripted_model() -> Model {
 fn abort_on_ctrl_c(agent: AgentHandle) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            agent.clear_all_queues();
+            agent.clear_queues(tiller::Queues::Both).await.unwrap();
             agent.abort();
         }
     });

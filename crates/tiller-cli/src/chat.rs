@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use futures::StreamExt;
-use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered};
+use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Prompt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
@@ -40,7 +40,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
             line = lines.recv(), if input_open => {
                 let Some(line) = line else {
                     input_open = false;
-                    if agent.status() != AgentStatus::Running && !agent.has_queued_messages() {
+                    if agent.status() != AgentStatus::Running && !queued(&agent).await {
                         break;
                     }
                     continue;
@@ -61,7 +61,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                         Ok(()) => crate::say!("[reset: the conversation is empty]"),
                         Err(error) => crate::say!("[{error}]"),
                     },
-                    Line::State => state(&agent).await,
+                    Line::State => state(&agent, options.session.as_deref()).await,
                     Line::Help => crate::say!("[{HELP}]"),
                     Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
                 }
@@ -82,9 +82,9 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                 if let Err(message) = &last_run {
                     crate::say!("[{message}]");
                 }
-                if agent.has_queued_messages() {
+                if queued(&agent).await {
                     // Queued as the run ended: they run now rather than wait.
-                    if let Err(error) = agent.continue_run().await {
+                    if let Err(error) = agent.prompt(Prompt::Continue).await {
                         crate::say!("[{error}]");
                     }
                 } else if !input_open {
@@ -183,7 +183,7 @@ async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
             Ok(()) => return,
         }
     }
-    match agent.steer(text) {
+    match agent.steer(text).await {
         Ok(()) => crate::say!("[steering queued]"),
         Err(error) => crate::say!("[{error}]"),
     }
@@ -192,7 +192,7 @@ async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
 /// A follow-up while the agent works; a prompt when it is idle.
 async fn follow(agent: &AgentHandle, text: &str) {
     if agent.status() == AgentStatus::Running {
-        match agent.follow_up(text) {
+        match agent.follow_up(text).await {
             Ok(()) => crate::say!("[follow-up queued]"),
             Err(error) => crate::say!("[{error}]"),
         }
@@ -202,7 +202,7 @@ async fn follow(agent: &AgentHandle, text: &str) {
 }
 
 /// A one-line summary of the conversation.
-async fn state(agent: &AgentHandle) {
+async fn state(agent: &AgentHandle, session: Option<&str>) {
     let state = match agent.state().await {
         Ok(state) => state,
         Err(error) => {
@@ -216,13 +216,14 @@ async fn state(agent: &AgentHandle) {
     } else {
         "idle"
     };
-    let queued = if agent.has_queued_messages() {
-        ", messages queued"
-    } else {
+    let queued = if state.steering_queue.is_empty() && state.follow_up_queue.is_empty() {
         ""
+    } else {
+        ", messages queued"
     };
     crate::say!(
-        "[{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
+        "[{}{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
+        session.map(|name| format!("session {name} · ")).unwrap_or_default(),
         state.messages.len(),
         usage
             .input
@@ -236,6 +237,11 @@ async fn state(agent: &AgentHandle) {
             .map(|error| format!(" · last error: {error}"))
             .unwrap_or_default()
     );
+}
+
+/// Whether messages wait in the agent's queues.
+async fn queued(agent: &AgentHandle) -> bool {
+    agent.has_queued_messages().await.unwrap_or(false)
 }
 
 /// Shows that input is awaited.

@@ -47,6 +47,36 @@ pub enum CliCommand {
         #[command(flatten)]
         agent: AgentOptions,
     },
+    /// List, show or remove the sessions a store keeps.
+    Sessions {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: SessionsAction,
+        /// The session store. Default: $TILLER_STORE, else an SQLite file under the
+        /// user's data directory.
+        #[arg(long, value_name = "URL", global = true)]
+        store: Option<String>,
+    },
+}
+
+/// What `tiller sessions` does.
+#[derive(Debug, Subcommand)]
+pub enum SessionsAction {
+    /// Every session, most recently changed first.
+    List,
+    /// One session's transcript and queued messages.
+    Show {
+        /// The session.
+        name: String,
+        /// The stored session as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes a session with its messages.
+    Rm {
+        /// The session.
+        name: String,
+    },
 }
 
 /// Which agent to run, on which model, and how to show its events.
@@ -78,6 +108,16 @@ pub struct AgentOptions {
     /// The most tokens one model response may hold. Default: the provider's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
+    /// Keep the conversation in the session NAME: a later `--session NAME` continues
+    /// it (its transcript and queued messages), with this invocation's agent and
+    /// model. Without it, nothing is kept.
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// Where sessions are kept: `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`.
+    /// Default: $TILLER_STORE, else an SQLite file under the user's data directory
+    /// ($XDG_DATA_HOME/tiller/sessions.db or ~/.local/share/tiller/sessions.db).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
     /// How events are written: `text` streams the answer to stdout and tool activity
     /// to stderr; `jsonl` writes every event to stdout as one JSON object per line.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = EventFormat::Text)]

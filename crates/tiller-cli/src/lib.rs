@@ -4,13 +4,16 @@
 //! tiller run "Why is the sky blue?"                        # one run, the answer streamed
 //! tiller run --agent helper.yaml --events jsonl "2 + 3?"   # an agent file; events as JSON lines
 //! tiller chat --base-url http://127.0.0.1:8080/v1           # talk to a local llama.cpp server
+//! tiller chat --session notes                               # a conversation kept across invocations
+//! tiller sessions list                                      # the kept conversations
 //! ```
 //!
 //! This library holds what the binary is made of, so the pieces can be used and
 //! tested on their own: [`agent_file`] reads agents declared in YAML or JSON,
 //! [`command_tool`] makes a program a tool, [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
-//! [`run`] and [`chat`] are the two subcommands.
+//! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
+//! a store keeps.
 
 /// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
 /// stderr loses the line, not the run.
@@ -42,4 +45,5 @@ pub mod outcome;
 pub mod render;
 pub mod run;
 pub mod session;
+pub mod sessions;
 pub mod setup;

@@ -20,6 +20,9 @@ fn main() -> ExitCode {
         match &cli.command {
             CliCommand::Run { agent, prompt } => tiller_cli::run::run(agent, prompt).await,
             CliCommand::Chat { agent } => tiller_cli::chat::chat(agent).await,
+            CliCommand::Sessions { action, store } => {
+                tiller_cli::sessions::sessions(action, store.as_deref()).await
+            }
         }
     });
     // Dropping the tasks still running kills their tools' processes; a blocked read

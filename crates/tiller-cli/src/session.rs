@@ -1,11 +1,12 @@
 //! The agent a command talks to: spawned under a supervisor, with a bounded
 //! subscription and the output its events are written to.
 
-use tiller::{AgentHandle, AgentSpec, Subscription, Supervisor};
+use tiller::{AgentHandle, AgentSpec, Subscription, Supervisor, SupervisorConfig};
 
 use crate::cli::AgentOptions;
 use crate::outcome::Exit;
 use crate::render::Output;
+use crate::sessions::open_store;
 use crate::setup::Setup;
 
 /// The most unread events a command holds for its output: far more than a run
@@ -42,10 +43,18 @@ impl Session {
             crate::say!("tiller: {error}");
             Exit::Failed
         };
-        let supervisor = Supervisor::start().await.map_err(|e| failed(&e))?;
-        let agent = supervisor
-            .spawn(AgentSpec::new(setup.settings).with_name(setup.name))
-            .map_err(|e| failed(&e))?;
+        let mut spec = AgentSpec::new(setup.settings).with_name(setup.name);
+        let supervisor = match &options.session {
+            Some(session) => {
+                let store = open_store(options.store.as_deref()).await?;
+                // This invocation's agent and model, the session's conversation.
+                spec = spec.with_session(session.clone()).with_own_settings();
+                Supervisor::with_store(SupervisorConfig::default(), store).await
+            }
+            None => Supervisor::start().await,
+        }
+        .map_err(|e| failed(&e))?;
+        let agent = supervisor.spawn(spec).await.map_err(|e| failed(&e))?;
         let events = agent.subscribe_with_buffer(EVENT_BUFFER);
         Ok(Session {
             supervisor,

@@ -83,7 +83,7 @@ async fn idle_agents() {
     let started = Instant::now();
     for _ in 0..AGENTS {
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_messages(template.clone()))
+            .spawn(AgentSpec::new(settings.clone()).with_messages(template.clone())).await
             .unwrap();
     }
     let elapsed = started.elapsed();
@@ -102,7 +102,7 @@ async fn fan_out() {
     faux.push(FauxTurn::text("x".repeat(DELTAS)).chunk_size(1));
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model()))).await
         .unwrap();
     let readers: Vec<_> = (0..SUBSCRIBERS)
         .map(|_| {
@@ -152,14 +152,13 @@ async fn concurrent_runs() {
         (cpu_time() - started) / AGENTS as u32
     };
     let supervisor = Supervisor::start().await.unwrap();
-    let agents: Vec<_> = (0..AGENTS)
-        .map(|_| {
-            let settings = AgentSettings::new(two_tool_rounds().model())
-                .with_system_prompt("Use the tools.")
-                .with_tools(tools.clone());
-            supervisor.spawn(AgentSpec::new(settings)).unwrap()
-        })
-        .collect();
+    let mut agents = Vec::with_capacity(AGENTS);
+    for _ in 0..AGENTS {
+        let settings = AgentSettings::new(two_tool_rounds().model())
+            .with_system_prompt("Use the tools.")
+            .with_tools(tools.clone());
+        agents.push(supervisor.spawn(AgentSpec::new(settings)).await.unwrap());
+    }
     let started = cpu_time();
     let wall = Instant::now();
     for agent in &agents {
@@ -225,7 +224,7 @@ async fn abort_latency() {
     let agent = supervisor
         .spawn(AgentSpec::new(AgentSettings::new(faux.model()).with_tools(
             ToolSet::new([Arc::new(waits) as Arc<dyn AgentTool>]).unwrap(),
-        )))
+        ))).await
         .unwrap();
     let mut latencies = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
@@ -243,7 +242,7 @@ async fn abort_latency() {
         agent.abort();
         agent.wait_for_idle().await;
         latencies.push(started.elapsed());
-        agent.clear_messages();
+        agent.set_messages(Vec::new()).await.unwrap();
     }
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];

@@ -1,58 +1,198 @@
-//! The agent's actor: it starts runs and follows them.
+//! The agent's actor: it owns the agent's state — settings, transcript, the
+//! streaming message, pending tool calls, both queues, idle waiters — and every
+//! operation on the agent is a message to it.
 //!
-//! A run is a separate task (the actor's mailbox never waits behind a turn). The
-//! run's events reach the actor in batches through a queue; the actor applies each
-//! to the agent's state — the streaming message, pending tool calls, the transcript
-//! (one message per `message_end`), the error — *then* publishes it, so a subscriber
-//! never sees an event the state does not reflect. Once idle with every command
-//! handled, the actor parks.
+//! A run is a separate task (the mailbox never waits behind a model call or a
+//! tool). The run's events reach the actor in batches through a queue; the actor
+//! applies each to the state, hands finished messages to the session store, *then*
+//! publishes the event, so a subscriber never sees an event the state does not
+//! reflect. A run's `agent_end` is published once everything the run wrote is
+//! committed: when a caller hears a run ended, its messages are durable.
+//!
+//! Changes a caller asks for (queueing, clearing, reset, settings, the transcript)
+//! are answered once the store has committed them; the actor does not wait for
+//! the store meanwhile.
 
+use std::collections::VecDeque;
 use std::future::ready;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_ai::{PartialMessage, StreamOptions};
 use tiller_core::{
     AgentContext, AgentEvent, LoopConfig, MessageSource, answer_open_calls, run_loop,
     run_loop_continue,
 };
+use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::AgentMessage;
-use crate::cell::{AgentCell, Command, Queue, Start, lock, take};
+use crate::agent::{Agent, lock};
 use crate::error::AgentError;
-use crate::settings::AgentSettings;
+use crate::message::{AgentMsg, Prompt, Queues};
+use crate::settings::{AgentSettings, QueueMode};
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Delivered;
+use crate::supervisor::definition_of;
 
-pub(crate) enum AgentMsg {
-    /// A command routed through the cell (counted).
-    Command(Command),
+/// The runtime's own messages to an agent's actor.
+pub struct Internal(Signal);
+
+pub(crate) enum Signal {
+    /// A request routed through the agent's slot (counted, for hibernation).
+    Routed(Box<AgentMsg>),
     /// The run has queued events.
     Events,
+    /// The run `run` asks for what one delivery of a queue takes.
+    Take {
+        run: u64,
+        queue: QueueKind,
+        reply: oneshot::Sender<Vec<AgentMessage>>,
+    },
+    /// Everything the run `run` wrote is committed.
+    Committed(u64),
+    /// Idle since activity number `activity`: time to hibernate if nothing happened since.
+    Hibernate(u64),
+}
+
+impl Internal {
+    pub(crate) fn routed(message: AgentMsg) -> Self {
+        Internal(Signal::Routed(Box::new(message)))
+    }
+
+    /// The request a routed message carries.
+    pub(crate) fn unrouted(message: AgentMsg) -> AgentMsg {
+        match message {
+            AgentMsg::Internal(Internal(Signal::Routed(message))) => *message,
+            other => other,
+        }
+    }
+}
+
+/// A session as an actor starts from.
+pub(crate) struct Loaded {
+    pub(crate) messages: Vec<AgentMessage>,
+    pub(crate) steering: VecDeque<(u64, AgentMessage)>,
+    pub(crate) follow_up: VecDeque<(u64, AgentMessage)>,
+    pub(crate) next_queue_seq: u64,
+}
+
+impl Loaded {
+    /// A new session's state.
+    pub(crate) fn new(messages: Vec<AgentMessage>) -> Self {
+        Loaded {
+            messages,
+            steering: VecDeque::new(),
+            follow_up: VecDeque::new(),
+            next_queue_seq: 0,
+        }
+    }
+
+    /// A stored session's state. Tool calls a lost run left without results (a
+    /// crash, a failure) are answered with an "interrupted" error result, written to
+    /// the store too.
+    pub(crate) fn from_store(agent: &Agent, stored: StoredSession) -> Self {
+        let mut messages = stored.messages;
+        let before = messages.len();
+        answer_open_calls(
+            &mut messages,
+            "the agent stopped before it finished and was brought back from its session.",
+        );
+        if messages.len() > before {
+            let writes = messages[before..]
+                .iter()
+                .enumerate()
+                .map(|(n, message)| {
+                    SessionWrite::new(
+                        agent.session.clone(),
+                        Change::Append {
+                            seq: (before + n) as u64,
+                            message: message.clone(),
+                            dequeued: None,
+                        },
+                    )
+                })
+                .collect();
+            agent.runtime.writer.submit(writes, None);
+        }
+        let next_queue_seq = stored
+            .steering
+            .iter()
+            .chain(&stored.follow_up)
+            .map(|queued| queued.seq + 1)
+            .max()
+            .unwrap_or(0);
+        let queue = |queued: Vec<tiller_store::Queued>| {
+            queued
+                .into_iter()
+                .map(|queued| (queued.seq, queued.message))
+                .collect()
+        };
+        Loaded {
+            messages,
+            steering: queue(stored.steering),
+            follow_up: queue(stored.follow_up),
+            next_queue_seq,
+        }
+    }
+}
+
+/// What an actor is started with.
+pub(crate) struct Boot {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) settings: Arc<AgentSettings>,
+    pub(crate) loaded: Loaded,
 }
 
 pub(crate) struct AgentActor;
 
+impl AgentActor {
+    /// Spawns an actor for `boot`, linked to `supervisor`.
+    pub(crate) async fn spawn(
+        boot: Boot,
+        supervisor: ActorCell,
+    ) -> Result<ActorRef<AgentMsg>, SpawnErr> {
+        let (actor, _) = Actor::spawn_linked(None, AgentActor, boot, supervisor).await?;
+        Ok(actor)
+    }
+}
+
 pub(crate) struct ActorState {
-    cell: Arc<AgentCell>,
-    /// This actor's id, which tags its run's token and the messages it takes.
-    me: ActorId,
-    handled: u64,
+    agent: Arc<Agent>,
+    myself: ActorRef<AgentMsg>,
+    settings: Arc<AgentSettings>,
+    messages: Vec<AgentMessage>,
+    steering: VecDeque<(u64, AgentMessage)>,
+    follow_up: VecDeque<(u64, AgentMessage)>,
+    next_queue_seq: u64,
+    error: Option<String>,
     run: Option<ActiveRun>,
+    runs: u64,
+    idle_waiters: Vec<RpcReplyPort<()>>,
+    /// Requests routed through the agent's slot and handled.
+    handled: u64,
+    /// Counts requests, so a hibernation timer knows whether anything happened since.
+    activity: u64,
     /// A spare buffer swapped with the run's queue, so batches reuse memory.
     batch: Vec<AgentEvent>,
 }
 
 struct ActiveRun {
+    id: u64,
     events: Arc<RunEvents>,
+    token: CancellationToken,
     _task: AbortOnDropHandle<()>,
     streaming: Option<PartialMessage>,
     pending_tool_calls: Vec<String>,
+    /// Messages taken from a queue and not yet in the transcript, oldest first.
+    in_flight: VecDeque<(QueueKind, u64, AgentMessage)>,
     finished: Option<oneshot::Sender<RunOutcome>>,
-    resets: Vec<oneshot::Sender<()>>,
+    resets: Vec<RpcReplyPort<Result<(), AgentError>>>,
+    /// The run's `agent_end`, held until its writes are committed.
+    ending: Option<AgentEvent>,
 }
 
 /// Events of a run waiting for the actor; the actor is told when the queue stops
@@ -70,7 +210,9 @@ impl RunEvents {
             queue.len() == 1
         };
         if was_empty {
-            let _ = self.actor.send_message(AgentMsg::Events);
+            let _ = self
+                .actor
+                .send_message(AgentMsg::Internal(Internal(Signal::Events)));
         }
     }
 
@@ -82,155 +224,375 @@ impl RunEvents {
 impl Actor for AgentActor {
     type Msg = AgentMsg;
     type State = ActorState;
-    type Arguments = Arc<AgentCell>;
+    type Arguments = Boot;
 
     async fn pre_start(
         &self,
         myself: ActorRef<AgentMsg>,
-        cell: Arc<AgentCell>,
+        boot: Boot,
     ) -> Result<ActorState, ActorProcessingErr> {
-        Ok(ActorState {
-            cell,
-            me: myself.get_id(),
-            handled: 0,
+        let Boot {
+            agent,
+            settings,
+            loaded,
+        } = boot;
+        agent
+            .runtime
+            .actors
+            .insert(myself.get_id(), Arc::downgrade(&agent));
+        let state = ActorState {
+            agent,
+            myself,
+            settings,
+            messages: loaded.messages,
+            steering: loaded.steering,
+            follow_up: loaded.follow_up,
+            next_queue_seq: loaded.next_queue_seq,
+            error: None,
             run: None,
+            runs: 0,
+            idle_waiters: Vec::new(),
+            handled: 0,
+            activity: 0,
             batch: Vec::new(),
-        })
+        };
+        state.schedule_hibernation();
+        Ok(state)
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<AgentMsg>,
+        _myself: ActorRef<AgentMsg>,
         message: AgentMsg,
         state: &mut ActorState,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            AgentMsg::Command(command) => {
-                state.handled += 1;
-                state.command(&myself, command);
-            }
-            AgentMsg::Events => state.drain_events(),
-        }
-        if state.run.is_none() && state.cell.park_if_quiet(&myself, state.handled) {
-            myself.stop(None);
-        }
+        state.handle(message);
         Ok(())
     }
 }
 
 impl ActorState {
-    fn command(&mut self, myself: &ActorRef<AgentMsg>, command: Command) {
-        match command {
-            Command::Start {
-                start,
-                accepted,
+    fn handle(&mut self, message: AgentMsg) {
+        let request = match message {
+            AgentMsg::Internal(Internal(signal)) => match signal {
+                Signal::Routed(request) => {
+                    self.handled += 1;
+                    *request
+                }
+                Signal::Events => return self.drain_events(),
+                Signal::Take { run, queue, reply } => {
+                    let _ = reply.send(self.take(run, queue));
+                    return;
+                }
+                Signal::Committed(run) => return self.finish(run),
+                Signal::Hibernate(activity) => return self.hibernate(activity),
+            },
+            request => request,
+        };
+        self.request(request);
+        self.activity += 1;
+        self.schedule_hibernation();
+    }
+
+    fn request(&mut self, request: AgentMsg) {
+        match request {
+            AgentMsg::Start {
+                prompt,
+                reply,
                 finished,
             } => {
-                let result = self.start(myself, start, finished);
-                let _ = accepted.send(result);
+                let _ = reply.send(self.start(prompt, finished));
             }
-            Command::Reset { done } => match self.run.as_mut() {
+            AgentMsg::Steer(message, reply) => self.enqueue(QueueKind::Steering, message, reply),
+            AgentMsg::FollowUp(message, reply) => {
+                self.enqueue(QueueKind::FollowUp, message, reply)
+            }
+            AgentMsg::ClearQueues(which, reply) => {
+                let mut writes = Vec::new();
+                if which != Queues::FollowUp {
+                    self.steering.clear();
+                    writes.push(self.write(Change::ClearQueue(QueueKind::Steering)));
+                }
+                if which != Queues::Steering {
+                    self.follow_up.clear();
+                    writes.push(self.write(Change::ClearQueue(QueueKind::FollowUp)));
+                }
+                self.commit(writes, reply);
+            }
+            AgentMsg::Abort => {
+                if let Some(run) = &self.run {
+                    run.token.cancel();
+                }
+            }
+            AgentMsg::Reset(reply) => match self.run.as_mut() {
                 Some(run) => {
-                    if let Some((_, token)) = lock(&self.cell.run_cancel).as_ref() {
-                        token.cancel();
-                    }
-                    run.resets.push(done);
+                    run.token.cancel();
+                    run.resets.push(reply);
                 }
                 None => {
-                    lock(&self.cell.durable).clear();
-                    let _ = done.send(());
+                    let writes = self.clear();
+                    self.commit(writes, Some(reply));
                 }
             },
-            Command::State { reply } => {
-                let mut snapshot = lock(&self.cell.durable).snapshot();
-                if let Some(run) = &self.run {
-                    snapshot.is_streaming = true;
-                    snapshot.streaming_message =
-                        run.streaming.as_ref().map(|p| p.message().clone());
-                    snapshot.pending_tool_calls = run.pending_tool_calls.clone();
+            AgentMsg::SetMessages(messages, reply) => {
+                if self.run.is_some() {
+                    let _ = reply.send(Err(AgentError::Busy));
+                    return;
                 }
-                let _ = reply.send(snapshot);
+                let mut writes = vec![self.write(Change::Truncate { from: 0 })];
+                writes.extend(messages.iter().enumerate().map(|(seq, message)| {
+                    self.write(Change::Append {
+                        seq: seq as u64,
+                        message: message.clone(),
+                        dequeued: None,
+                    })
+                }));
+                self.messages = messages;
+                self.error = None;
+                self.commit(writes, Some(reply));
             }
+            AgentMsg::UpdateSettings(change, reply) => {
+                change(Arc::make_mut(&mut self.settings));
+                self.agent.keep_settings(self.settings.clone());
+                let write = self.write(Change::SetDefinition(definition_of(&self.settings)));
+                self.commit(vec![write], Some(reply));
+            }
+            AgentMsg::State(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            AgentMsg::WaitForIdle(reply) => match &self.run {
+                Some(_) => self.idle_waiters.push(reply),
+                None => {
+                    let _ = reply.send(());
+                }
+            },
+            AgentMsg::Subscribe(buffer, reply) => {
+                let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
+            }
+            AgentMsg::Internal(_) => {}
         }
+    }
+
+    fn write(&self, change: Change) -> SessionWrite {
+        SessionWrite::new(self.agent.session.clone(), change)
+    }
+
+    /// Hands `writes` to the store; `reply` hears once they are committed.
+    fn commit(
+        &self,
+        writes: Vec<SessionWrite>,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    ) {
+        let ack: Option<Ack> = reply.map(|reply| -> Ack {
+            Box::new(move |result| {
+                let _ = reply.send(result.map_err(AgentError::from));
+            })
+        });
+        self.agent.runtime.writer.submit(writes, ack);
+    }
+
+    fn enqueue(
+        &mut self,
+        queue: QueueKind,
+        message: AgentMessage,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    ) {
+        let seq = self.next_queue_seq;
+        self.next_queue_seq += 1;
+        let write = self.write(Change::Enqueue {
+            queue,
+            seq,
+            message: message.clone(),
+        });
+        self.queue_mut(queue).push_back((seq, message));
+        self.commit(vec![write], reply);
+    }
+
+    fn queue_mut(&mut self, queue: QueueKind) -> &mut VecDeque<(u64, AgentMessage)> {
+        match queue {
+            QueueKind::Steering => &mut self.steering,
+            QueueKind::FollowUp => &mut self.follow_up,
+        }
+    }
+
+    /// Forgets the transcript, both queues and the error; the writes that say so.
+    fn clear(&mut self) -> Vec<SessionWrite> {
+        self.messages.clear();
+        self.steering.clear();
+        self.follow_up.clear();
+        self.error = None;
+        vec![
+            self.write(Change::Truncate { from: 0 }),
+            self.write(Change::ClearQueue(QueueKind::Steering)),
+            self.write(Change::ClearQueue(QueueKind::FollowUp)),
+        ]
+    }
+
+    fn snapshot(&self) -> AgentState {
+        let settings = &self.settings;
+        let queued = |queue: &VecDeque<(u64, AgentMessage)>| {
+            queue.iter().map(|(_, message)| message.clone()).collect()
+        };
+        AgentState {
+            system_prompt: settings.system_prompt.clone(),
+            model: settings.model.clone(),
+            thinking_level: settings.thinking_level,
+            tools: settings.tools.clone(),
+            session_id: self.agent.session.to_string(),
+            messages: self.messages.clone(),
+            steering_queue: queued(&self.steering),
+            follow_up_queue: queued(&self.follow_up),
+            is_streaming: self.run.is_some(),
+            streaming_message: self
+                .run
+                .as_ref()
+                .and_then(|run| run.streaming.as_ref())
+                .map(|partial| partial.message().clone()),
+            pending_tool_calls: self
+                .run
+                .as_ref()
+                .map(|run| run.pending_tool_calls.clone())
+                .unwrap_or_default(),
+            error: self.error.clone(),
+        }
+    }
+
+    /// Takes what one delivery of `queue` takes, under its mode, for the run `run`,
+    /// which holds it in flight until it joins the transcript.
+    fn take(&mut self, run: u64, queue: QueueKind) -> Vec<AgentMessage> {
+        let Some(active) = self.run.as_mut().filter(|active| active.id == run) else {
+            return Vec::new();
+        };
+        let mode = match queue {
+            QueueKind::Steering => self.settings.steering_mode,
+            QueueKind::FollowUp => self.settings.follow_up_mode,
+        };
+        let source = match queue {
+            QueueKind::Steering => &mut self.steering,
+            QueueKind::FollowUp => &mut self.follow_up,
+        };
+        let count = match mode {
+            QueueMode::OneAtATime => source.len().min(1),
+            QueueMode::All => source.len(),
+        };
+        source
+            .drain(..count)
+            .map(|(seq, message)| {
+                active.in_flight.push_back((queue, seq, message.clone()));
+                message
+            })
+            .collect()
     }
 
     fn start(
         &mut self,
-        myself: &ActorRef<AgentMsg>,
-        start: Start,
+        prompt: Prompt,
         finished: Option<oneshot::Sender<RunOutcome>>,
     ) -> Result<(), AgentError> {
         if self.run.is_some() {
             return Err(AgentError::Busy);
         }
-        let cell = &self.cell;
-        let me = myself.get_id();
-        let mut durable = lock(&cell.durable);
-        let settings = durable.settings.clone();
+        let settings = self.settings.clone();
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
-        // A transcript restored from elsewhere, or left by a run lost mid-turn, may
-        // hold calls without results: they are answered before anything else.
-        answer_open_calls(
-            &mut durable.messages,
-            "no result was recorded before the next run started.",
-        );
-        let (prompts, skip_first_steering) = match start {
-            Start::Prompt(messages) => (Some(messages), false),
-            Start::Continue => match durable.messages.last() {
+        let run_id = self.runs + 1;
+        let mut in_flight = VecDeque::new();
+        let (prompts, skip_first_steering) = match prompt {
+            Prompt::Messages(messages) if messages.is_empty() => {
+                return Err(AgentError::EmptyPrompt);
+            }
+            Prompt::Messages(messages) => (Some(messages), false),
+            Prompt::Continue => match self.messages.last() {
                 None => return Err(AgentError::NothingToContinue),
                 Some(last) if last.as_assistant().is_some() => {
-                    let steering = take(&mut durable, Queue::Steering, me);
-                    if !steering.is_empty() {
-                        (Some(steering), true)
+                    let (queue, skip) = if !self.steering.is_empty() {
+                        (QueueKind::Steering, true)
+                    } else if !self.follow_up.is_empty() {
+                        (QueueKind::FollowUp, false)
                     } else {
-                        let follow_up = take(&mut durable, Queue::FollowUp, me);
-                        if follow_up.is_empty() {
-                            return Err(AgentError::CannotContinueFromAssistant);
-                        }
-                        (Some(follow_up), false)
-                    }
+                        return Err(AgentError::CannotContinueFromAssistant);
+                    };
+                    let mode = match queue {
+                        QueueKind::Steering => settings.steering_mode,
+                        QueueKind::FollowUp => settings.follow_up_mode,
+                    };
+                    let source = self.queue_mut(queue);
+                    let count = match mode {
+                        QueueMode::OneAtATime => 1,
+                        QueueMode::All => source.len(),
+                    };
+                    let taken: Vec<AgentMessage> = source
+                        .drain(..count)
+                        .map(|(seq, message)| {
+                            in_flight.push_back((queue, seq, message.clone()));
+                            message
+                        })
+                        .collect();
+                    (Some(taken), skip)
                 }
                 Some(_) => (None, false),
             },
         };
+        // A transcript restored from elsewhere may hold calls without results: they
+        // are answered before anything else.
+        let before = self.messages.len();
+        answer_open_calls(
+            &mut self.messages,
+            "no result was recorded before the next run started.",
+        );
+        let answered: Vec<SessionWrite> = (before..self.messages.len())
+            .map(|seq| {
+                self.write(Change::Append {
+                    seq: seq as u64,
+                    message: self.messages[seq].clone(),
+                    dequeued: None,
+                })
+            })
+            .collect();
+        if !answered.is_empty() {
+            self.commit(answered, None);
+        }
         let context = AgentContext {
             system_prompt: settings.system_prompt.clone(),
-            messages: durable.messages.clone(),
+            messages: self.messages.clone(),
             tools: settings.tools.clone(),
         };
-        durable.error = None;
-        drop(durable);
+        self.error = None;
+        self.runs = run_id;
 
-        let token = cell.runtime.root.child_token();
-        *lock(&cell.run_cancel) = Some((me, token.clone()));
-        let config = loop_config(cell, me, &settings, model, skip_first_steering);
+        let token = self.agent.runtime.root.child_token();
+        let config = loop_config(&self.myself, run_id, &settings, model, skip_first_steering);
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
-            actor: myself.clone(),
+            actor: self.myself.clone(),
         });
         let sink = {
             let events = events.clone();
             Arc::new(move |event| events.push(event))
         };
+        let run_token = token.clone();
         let task = tokio::spawn(async move {
             match prompts {
                 Some(prompts) => {
-                    run_loop(prompts, context, config, token, sink).await;
+                    run_loop(prompts, context, config, run_token, sink).await;
                 }
                 None => {
-                    let _ = run_loop_continue(context, config, token, sink).await;
+                    let _ = run_loop_continue(context, config, run_token, sink).await;
                 }
             }
         });
         self.run = Some(ActiveRun {
+            id: run_id,
             events,
+            token,
             _task: AbortOnDropHandle::new(task),
             streaming: None,
             pending_tool_calls: Vec::new(),
+            in_flight,
             finished,
             resets: Vec::new(),
+            ending: None,
         });
-        cell.set_running();
+        self.agent.mark_running();
         Ok(())
     }
 
@@ -246,12 +608,12 @@ impl ActorState {
         self.batch = batch;
     }
 
-    /// Applies one event to the state, publishes it, and ends the run on `agent_end`.
+    /// Applies one event to the state and publishes it; `agent_end` waits for the
+    /// run's writes to be committed.
     fn apply(&mut self, event: AgentEvent) {
         let Some(run) = self.run.as_mut() else {
             return;
         };
-        let cell = &self.cell;
         match &event {
             AgentEvent::MessageStart { message } => {
                 if let Some(assistant) = message.as_assistant() {
@@ -267,13 +629,24 @@ impl ActorState {
             }
             AgentEvent::MessageEnd { message } => {
                 run.streaming = None;
-                let hook = {
-                    let mut durable = lock(&cell.durable);
-                    durable.append((**message).clone());
-                    durable.settings.hooks.on_message.clone()
+                let dequeued = match run.in_flight.front() {
+                    Some((_, seq, taken)) if taken == &**message => {
+                        let seq = *seq;
+                        run.in_flight.pop_front();
+                        Some(seq)
+                    }
+                    _ => None,
                 };
-                if let Some(hook) = hook {
-                    hook(&cell.id, message);
+                let seq = self.messages.len() as u64;
+                self.messages.push((**message).clone());
+                let write = self.write(Change::Append {
+                    seq,
+                    message: (**message).clone(),
+                    dequeued,
+                });
+                self.agent.runtime.writer.submit(vec![write], None);
+                if let Some(hook) = &self.settings.hooks.on_message {
+                    hook(&self.agent.id, message);
                 }
             }
             AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
@@ -284,60 +657,112 @@ impl ActorState {
             }
             AgentEvent::TurnEnd { message, .. } => {
                 if let Some(error) = &message.error_message {
-                    lock(&cell.durable).error = Some(error.clone());
+                    self.error = Some(error.clone());
                 }
+            }
+            AgentEvent::AgentEnd { .. } => {
+                // Taken and never delivered (an abort): back to the front of its queue,
+                // where the store still has it.
+                while let Some((queue, seq, message)) = run.in_flight.pop_back() {
+                    match queue {
+                        QueueKind::Steering => self.steering.push_front((seq, message)),
+                        QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
+                    }
+                }
+                let reset = !run.resets.is_empty();
+                let run_id = run.id;
+                run.ending = Some(event);
+                let writes = if reset { self.clear() } else { Vec::new() };
+                let actor = self.myself.clone();
+                self.agent.runtime.writer.submit(
+                    writes,
+                    Some(Box::new(move |_| {
+                        let _ = actor.send_message(AgentMsg::Internal(Internal(
+                            Signal::Committed(run_id),
+                        )));
+                    })),
+                );
+                return;
             }
             AgentEvent::AgentStart
             | AgentEvent::TurnStart
-            | AgentEvent::ToolExecutionUpdate { .. }
-            | AgentEvent::AgentEnd { .. } => {}
+            | AgentEvent::ToolExecutionUpdate { .. } => {}
         }
-        let AgentEvent::AgentEnd { messages, reason } = &event else {
-            cell.hub.publish(&cell.id, Delivered::Event(event));
+        self.agent
+            .hub
+            .publish(&self.agent.id, Delivered::Event(event));
+    }
+
+    /// The run `run` ended and its writes are committed: the state says so, then
+    /// subscribers and waiters hear of it.
+    fn finish(&mut self, run: u64) {
+        if self.run.as_ref().is_none_or(|active| active.id != run) {
             return;
-        };
-        // The run is over: the state says so before anyone hears of it.
+        }
         let Some(run) = self.run.take() else {
             return;
         };
-        let outcome = run.finished.map(|finished| {
-            let outcome = RunOutcome {
-                messages: messages.clone(),
-                end: *reason,
-            };
-            (finished, outcome)
-        });
-        *lock(&cell.run_cancel) = None;
-        {
-            let mut durable = lock(&cell.durable);
-            // A run delivers all it takes; this is a safety net.
-            let requeued = durable.requeue_in_flight(self.me);
-            if requeued > 0 {
-                tracing::warn!(
-                    requeued,
-                    "queued messages a run took were not delivered; queued again"
-                );
-            }
-            if !run.resets.is_empty() {
-                durable.clear();
-            }
+        let Some(event) = run.ending else {
+            return;
+        };
+        let outcome = match (&event, run.finished) {
+            (AgentEvent::AgentEnd { messages, reason }, Some(finished)) => Some((
+                finished,
+                RunOutcome {
+                    messages: messages.clone(),
+                    end: *reason,
+                },
+            )),
+            _ => None,
+        };
+        let agent = &self.agent;
+        agent
+            .hub
+            .publish_with(&agent.id, Delivered::Event(event), || agent.mark_idle());
+        for waiter in self.idle_waiters.drain(..) {
+            let _ = waiter.send(());
         }
-        cell.hub
-            .publish_with(&cell.id, Delivered::Event(event), || cell.mark_idle());
-        cell.notify_idle();
-        for done in run.resets {
-            let _ = done.send(());
+        for reset in run.resets {
+            let _ = reset.send(Ok(()));
         }
         if let Some((finished, outcome)) = outcome {
             let _ = finished.send(outcome);
+        }
+        self.activity += 1;
+        self.schedule_hibernation();
+    }
+
+    /// Asks to be told, once `hibernate_after` has passed, whether to hibernate.
+    fn schedule_hibernation(&self) {
+        let Some(after) = self.agent.runtime.config.hibernate_after else {
+            return;
+        };
+        if self.run.is_some() {
+            return;
+        }
+        let activity = self.activity;
+        self.myself.send_after(after, move || {
+            AgentMsg::Internal(Internal(Signal::Hibernate(activity)))
+        });
+    }
+
+    fn hibernate(&mut self, activity: u64) {
+        if activity != self.activity || self.run.is_some() {
+            return;
+        }
+        if self
+            .agent
+            .hibernate_if_quiet(self.myself.get_id(), self.handled)
+        {
+            self.myself.stop(None);
         }
     }
 }
 
 /// The loop's configuration for one run of this agent.
 fn loop_config(
-    cell: &Arc<AgentCell>,
-    actor: ActorId,
+    actor: &ActorRef<AgentMsg>,
+    run: u64,
     settings: &AgentSettings,
     model: tiller_ai::Model,
     skip_first_steering: bool,
@@ -360,38 +785,41 @@ fn loop_config(
     config.tool_execution = settings.tool_execution;
     config.max_turns = settings.max_turns;
     config.steering = Some(queue_source(
-        cell,
         actor,
-        Queue::Steering,
+        run,
+        QueueKind::Steering,
         skip_first_steering,
     ));
-    config.follow_up = Some(queue_source(cell, actor, Queue::FollowUp, false));
+    config.follow_up = Some(queue_source(actor, run, QueueKind::FollowUp, false));
     config
 }
 
-/// Reads one of the agent's queues for the loop; `skip_first` answers the first
-/// read with nothing (when the run's prompt was just taken from that queue, so the
-/// next queued message gets its own response).
+/// Reads one of the agent's queues for the loop, by asking the actor; `skip_first`
+/// answers the first read with nothing (when the run's prompt was just taken from
+/// that queue, so the next queued message gets its own response).
 fn queue_source(
-    cell: &Arc<AgentCell>,
-    actor: ActorId,
-    queue: Queue,
+    actor: &ActorRef<AgentMsg>,
+    run: u64,
+    queue: QueueKind,
     skip_first: bool,
 ) -> MessageSource {
-    let cell = cell.clone();
+    let actor = actor.clone();
     let skip = AtomicBool::new(skip_first);
     Arc::new(move || {
-        let taken: Vec<AgentMessage> = if skip.swap(false, Ordering::AcqRel) {
-            Vec::new()
-        } else {
-            cell.take_queued(queue, actor)
-        };
-        Box::pin(ready(taken))
+        if skip.swap(false, Ordering::AcqRel) {
+            return Box::pin(ready(Vec::new()));
+        }
+        let (reply, taken) = oneshot::channel();
+        let asked = actor.send_message(AgentMsg::Internal(Internal(Signal::Take {
+            run,
+            queue,
+            reply,
+        })));
+        Box::pin(async move {
+            if asked.is_err() {
+                return Vec::new();
+            }
+            taken.await.unwrap_or_default()
+        })
     })
-}
-
-/// A snapshot from the actor, for an agent that is up.
-pub(crate) fn snapshot_request() -> (Command, oneshot::Receiver<AgentState>) {
-    let (reply, receiver) = oneshot::channel();
-    (Command::State { reply }, receiver)
 }

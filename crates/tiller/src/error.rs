@@ -28,6 +28,10 @@ pub enum AgentError {
         /// Why.
         reason: String,
     },
+    /// The session store could not keep the change; the agent's state in memory may
+    /// be ahead of the store until the next successful write.
+    #[error(transparent)]
+    Store(#[from] tiller_store::StoreError),
     /// The agent failed while carrying out this request and has been restarted; the
     /// request may be retried.
     #[error("the agent failed while handling the request and was restarted: {reason}")]
@@ -49,6 +53,17 @@ pub enum SpawnError {
     /// The supervisor is shut down.
     #[error("the supervisor is shut down")]
     ShutDown,
+    /// The session store failed, or the session to create exists already.
+    #[error(transparent)]
+    Store(#[from] tiller_store::StoreError),
+    /// A resumed session names tools the spec does not have.
+    #[error("session `{session}` uses tools this agent lacks: {}", missing.join(", "))]
+    MissingTools {
+        /// The session.
+        session: String,
+        /// The stored tool names the spec's settings lack.
+        missing: Vec<String>,
+    },
     /// The actor runtime refused to start an actor.
     #[error("the actor runtime could not start an actor: {0}")]
     Runtime(String),

@@ -49,9 +49,11 @@
 //! written down in [`runtime_semantics`].
 
 mod actor;
-mod cell;
+mod agent;
+mod definition;
 mod error;
 mod handle;
+mod message;
 mod runtime;
 mod settings;
 mod state;
@@ -61,8 +63,10 @@ mod supervisor;
 #[doc = include_str!("../../../docs/runtime-semantics.md")]
 pub mod runtime_semantics {}
 
+pub use definition::AgentDefinition;
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
+pub use message::{AgentMsg, Prompt, Queues, SettingsChange};
 pub use settings::{AgentHooks, AgentSettings, OnMessage, QueueMode};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
@@ -78,3 +82,4 @@ pub use tiller_core::{
     ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError,
     check_transcript, hook,
 };
+pub use tiller_store::{self, SessionStore};

@@ -1,13 +1,15 @@
 //! What a supervisor's agents share: the supervisor actor they link to, the root of
-//! their cancellation tree, the configuration, and which actor belongs to which agent.
+//! their cancellation tree, the configuration, the session store's writer, and
+//! which actor belongs to which agent.
 
 use std::sync::{Arc, Weak};
 
 use dashmap::DashMap;
 use ractor::{ActorCell, ActorId};
+use tiller_store::StoreWriter;
 use tokio_util::sync::CancellationToken;
 
-use crate::cell::AgentCell;
+use crate::agent::Agent;
 use crate::supervisor::SupervisorConfig;
 
 pub(crate) struct Runtime {
@@ -16,13 +18,8 @@ pub(crate) struct Runtime {
     /// Every run's token descends from this one.
     pub(crate) root: CancellationToken,
     pub(crate) config: SupervisorConfig,
-    /// The agent of each live actor.
-    pub(crate) actors: Arc<DashMap<ActorId, Weak<AgentCell>>>,
-}
-
-impl Runtime {
-    /// Remembers whose actor `actor` is, so its failure can be answered.
-    pub(crate) fn watch(&self, actor: ActorId, cell: &Arc<AgentCell>) {
-        self.actors.insert(actor, Arc::downgrade(cell));
-    }
+    /// Where agents' sessions are written, grouped into shared transactions.
+    pub(crate) writer: StoreWriter,
+    /// The agent of each live actor, so its failure can be answered.
+    pub(crate) actors: Arc<DashMap<ActorId, Weak<Agent>>>,
 }

@@ -19,8 +19,14 @@ pub struct AgentState {
     pub thinking_level: ThinkingLevel,
     /// The tools.
     pub tools: ToolSet,
+    /// The session the store keeps the agent in.
+    pub session_id: String,
     /// The transcript; grows by one message each `message_end`.
     pub messages: Vec<AgentMessage>,
+    /// Queued steering messages, oldest first.
+    pub steering_queue: Vec<AgentMessage>,
+    /// Queued follow-up messages, oldest first.
+    pub follow_up_queue: Vec<AgentMessage>,
     /// Whether a run is active.
     pub is_streaming: bool,
     /// The assistant message being streamed, as far as it got.
@@ -46,6 +52,9 @@ pub enum AgentStatus {
     Idle,
     /// A run is active.
     Running,
+    /// Idle long enough to be put away: no actor, no state in memory; the next
+    /// request brings it back from the store.
+    Hibernated,
     /// Stopped for good.
     Stopped {
         /// Why.

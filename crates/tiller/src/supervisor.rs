@@ -1,12 +1,12 @@
-//! [`Supervisor`]: spawns agents, finds them from any thread, restarts them when
-//! they fail, and shuts them all down.
+//! [`Supervisor`]: spawns agents (new or resumed from the session store), finds
+//! them from any thread, restarts them when they fail, and shuts them all down.
 //!
-//! The supervisor is a ractor actor; every agent actor is linked to it. When one
-//! fails (a panicking `on_message` hook, say), the agent restarts from its last
-//! finished message: transcript, settings and queued messages intact, handles and
-//! subscriptions still valid, subscribers told with an `agent_restarted` notice. An
-//! agent failing more than `max_restarts` times within `restart_window` stays down,
-//! and says why.
+//! The supervisor is a ractor actor and every agent's actor is its linked child.
+//! When one fails (a panicking `on_message` hook, say), the supervisor restarts it
+//! one-for-one from its stored session: transcript, queued messages and settings
+//! intact, tool calls its lost run left open answered, handles and subscriptions
+//! still valid, subscribers told with an `agent_restarted` notice. An agent failing
+//! more than `max_restarts` times within `restart_window` stays down, and says why.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,10 +15,16 @@ use std::time::Duration;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tiller_store::{
+    Change, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus, SessionStore,
+    SessionWrite, StoreWriter,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::AgentMessage;
-use crate::cell::AgentCell;
+use crate::actor::Loaded;
+use crate::agent::Agent;
+use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
 use crate::handle::AgentHandle;
 use crate::runtime::Runtime;
@@ -36,6 +42,10 @@ pub struct SupervisorConfig {
     /// Events a subscriber may leave unread before the oldest are dropped (and it is
     /// told it lagged), unless it asks for another bound.
     pub subscriber_buffer: usize,
+    /// How long an agent stays idle before it hibernates: its actor stops and its
+    /// state leaves memory, to come back from the store on the next request. `None`
+    /// (the default) keeps agents resident.
+    pub hibernate_after: Option<Duration>,
 }
 
 impl Default for SupervisorConfig {
@@ -44,6 +54,7 @@ impl Default for SupervisorConfig {
             max_restarts: 3,
             restart_window: Duration::from_secs(60),
             subscriber_buffer: 1024,
+            hibernate_after: None,
         }
     }
 }
@@ -51,14 +62,24 @@ impl Default for SupervisorConfig {
 /// What an agent is spawned with.
 #[derive(Debug, Clone)]
 pub struct AgentSpec {
-    /// Its id; one is made up when `None`.
+    /// Its id; the session's id when resuming, else one is made up, when `None`.
     pub id: Option<String>,
     /// A unique name to find it by.
     pub name: Option<String>,
     /// Its settings, shared with other agents until one changes.
     pub settings: Arc<AgentSettings>,
-    /// Its starting transcript.
+    /// Its starting transcript (for a new session).
     pub messages: Vec<AgentMessage>,
+    /// The session to resume, or to create under this id when the store has none;
+    /// the agent's id when `None`.
+    pub session: Option<String>,
+    /// The tenant a new session belongs to.
+    pub tenant_id: Option<String>,
+    /// The user a new session belongs to.
+    pub user_id: Option<String>,
+    /// When resuming, these settings as they are (and stored as the session's new
+    /// definition) rather than the stored definition.
+    pub own_settings: bool,
 }
 
 impl AgentSpec {
@@ -69,6 +90,10 @@ impl AgentSpec {
             name: None,
             settings: settings.into(),
             messages: Vec::new(),
+            session: None,
+            tenant_id: None,
+            user_id: None,
+            own_settings: false,
         }
     }
 
@@ -89,6 +114,29 @@ impl AgentSpec {
         self.messages = messages;
         self
     }
+
+    /// The same spec resuming session `id` from the store: its transcript, queued
+    /// messages and stored definition (model, instructions, options) come back;
+    /// tools and hooks are this spec's. A session the store does not have is
+    /// created under that id.
+    pub fn with_session(mut self, id: impl Into<String>) -> Self {
+        self.session = Some(id.into());
+        self
+    }
+
+    /// The same spec resuming with its own settings, not the stored definition
+    /// (which these replace): a command run with new options, say.
+    pub fn with_own_settings(mut self) -> Self {
+        self.own_settings = true;
+        self
+    }
+
+    /// The same spec owned by a tenant and a user (kept with a new session).
+    pub fn with_owner(mut self, tenant_id: Option<String>, user_id: Option<String>) -> Self {
+        self.tenant_id = tenant_id;
+        self.user_id = user_id;
+        self
+    }
 }
 
 /// Spawns and looks after agents. Cheap to clone; clones share the agents.
@@ -100,24 +148,26 @@ pub struct Supervisor {
 struct Inner {
     runtime: Arc<Runtime>,
     actor: ActorRef<()>,
-    agents: DashMap<AgentId, Arc<AgentCell>>,
+    agents: DashMap<AgentId, Arc<Agent>>,
     names: DashMap<Arc<str>, AgentId>,
     next_id: AtomicU64,
     shut_down: AtomicBool,
 }
 
+type Actors = Arc<DashMap<ractor::ActorId, std::sync::Weak<Agent>>>;
+
 struct SupervisorActor;
 
 impl Actor for SupervisorActor {
     type Msg = ();
-    type State = Arc<DashMap<ractor::ActorId, std::sync::Weak<AgentCell>>>;
-    type Arguments = Self::State;
+    type State = Actors;
+    type Arguments = Actors;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<()>,
-        actors: Self::State,
-    ) -> Result<Self::State, ActorProcessingErr> {
+        actors: Actors,
+    ) -> Result<Actors, ActorProcessingErr> {
         Ok(actors)
     }
 
@@ -125,23 +175,23 @@ impl Actor for SupervisorActor {
         &self,
         _myself: ActorRef<()>,
         _message: (),
-        _actors: &mut Self::State,
+        _actors: &mut Actors,
     ) -> Result<(), ActorProcessingErr> {
         Ok(())
     }
 
-    /// Never stops the supervisor: an agent's exit is the agent's affair.
+    /// One-for-one: a failed agent is restarted alone. Never stops the supervisor.
     async fn handle_supervisor_evt(
         &self,
         _myself: ActorRef<()>,
         event: SupervisionEvent,
-        actors: &mut Self::State,
+        actors: &mut Actors,
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(actor, error) => {
                 let id = actor.get_id();
-                if let Some(cell) = actors.remove(&id).and_then(|(_, cell)| cell.upgrade()) {
-                    cell.failed(id, error.to_string());
+                if let Some(agent) = actors.remove(&id).and_then(|(_, agent)| agent.upgrade()) {
+                    agent.failed(id, error.to_string());
                 }
             }
             SupervisionEvent::ActorTerminated(actor, _, _) => {
@@ -154,14 +204,22 @@ impl Actor for SupervisorActor {
 }
 
 impl Supervisor {
-    /// Starts a supervisor with the default configuration.
+    /// Starts a supervisor with the default configuration, keeping sessions in memory.
     pub async fn start() -> Result<Self, SpawnError> {
         Self::with_config(SupervisorConfig::default()).await
     }
 
-    /// Starts a supervisor.
+    /// Starts a supervisor keeping sessions in memory.
     pub async fn with_config(config: SupervisorConfig) -> Result<Self, SpawnError> {
-        let actors = Arc::new(DashMap::new());
+        Self::with_store(config, Arc::new(MemoryStore::new())).await
+    }
+
+    /// Starts a supervisor keeping sessions in `store` (see [`tiller_store::open`]).
+    pub async fn with_store(
+        config: SupervisorConfig,
+        store: Arc<dyn SessionStore>,
+    ) -> Result<Self, SpawnError> {
+        let actors: Actors = Arc::new(DashMap::new());
         let (actor, _) = Actor::spawn(None, SupervisorActor, actors.clone())
             .await
             .map_err(|error| SpawnError::Runtime(error.to_string()))?;
@@ -169,6 +227,7 @@ impl Supervisor {
             supervisor: actor.get_cell(),
             root: CancellationToken::new(),
             config,
+            writer: StoreWriter::for_store(store),
             actors,
         });
         Ok(Supervisor {
@@ -183,47 +242,167 @@ impl Supervisor {
         })
     }
 
-    /// Spawns an agent. It costs its state and nothing more until it has work.
-    pub fn spawn(&self, spec: AgentSpec) -> Result<AgentHandle, SpawnError> {
+    /// The session store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        self.inner.runtime.writer.store()
+    }
+
+    /// Spawns an agent: a new session (written to the store before this returns),
+    /// or the stored one [`AgentSpec::with_session`] names.
+    pub async fn spawn(&self, spec: AgentSpec) -> Result<AgentHandle, SpawnError> {
         let inner = &self.inner;
         if inner.shut_down.load(Ordering::Acquire) {
             return Err(SpawnError::ShutDown);
         }
-        let id = AgentId::from(spec.id.unwrap_or_else(|| {
-            format!(
-                "agent-{}",
-                inner.next_id.fetch_add(1, Ordering::Relaxed) + 1
-            )
-        }));
-        let name: Option<Arc<str>> = spec.name.map(Into::into);
-        if let Some(name) = &name {
-            match inner.names.entry(name.clone()) {
-                Entry::Occupied(_) => return Err(SpawnError::NameTaken(name.to_string())),
-                Entry::Vacant(entry) => {
-                    entry.insert(id.clone());
-                }
-            }
-        }
-        let cell = match inner.agents.entry(id.clone()) {
-            Entry::Occupied(_) => {
+        let id = AgentId::from(spec.id.clone().or_else(|| spec.session.clone()).unwrap_or_else(
+            || {
+                format!(
+                    "agent-{}",
+                    inner.next_id.fetch_add(1, Ordering::Relaxed) + 1
+                )
+            },
+        ));
+        let name: Option<Arc<str>> = spec.name.as_deref().map(Into::into);
+        let session: Arc<str> = spec.session.as_deref().unwrap_or(id.as_str()).into();
+        let agent = Arc::new(Agent::new(
+            id.clone(),
+            name.clone(),
+            session,
+            spec.settings.clone(),
+            inner.runtime.clone(),
+        ));
+        self.reserve(&agent)?;
+        match self.bring_up(&agent, spec).await {
+            Ok(()) => Ok(AgentHandle::new(agent)),
+            Err(error) => {
+                inner.agents.remove(&id);
                 if let Some(name) = &name {
                     inner.names.remove(name);
                 }
-                return Err(SpawnError::IdTaken(id.to_string()));
+                agent.stop(format!("it could not be spawned: {error}"));
+                Err(error)
+            }
+        }
+    }
+
+    /// Claims the agent's id and name.
+    fn reserve(&self, agent: &Arc<Agent>) -> Result<(), SpawnError> {
+        let inner = &self.inner;
+        if let Some(name) = &agent.name {
+            match inner.names.entry(name.clone()) {
+                Entry::Occupied(_) => return Err(SpawnError::NameTaken(name.to_string())),
+                Entry::Vacant(entry) => {
+                    entry.insert(agent.id.clone());
+                }
+            }
+        }
+        match inner.agents.entry(agent.id.clone()) {
+            Entry::Occupied(_) => {
+                if let Some(name) = &agent.name {
+                    inner.names.remove(name);
+                }
+                Err(SpawnError::IdTaken(agent.id.to_string()))
             }
             Entry::Vacant(entry) => {
-                let cell = Arc::new(AgentCell::new(
-                    id,
-                    name,
-                    spec.settings,
-                    spec.messages,
-                    inner.runtime.clone(),
-                ));
-                entry.insert(cell.clone());
-                cell
+                entry.insert(agent.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// Loads or creates the agent's session, then starts its actor.
+    async fn bring_up(&self, agent: &Arc<Agent>, spec: AgentSpec) -> Result<(), SpawnError> {
+        let writer = &self.inner.runtime.writer;
+        let session = agent.session.clone();
+        let stored = match &spec.session {
+            Some(session) => writer.store().load(session).await?,
+            None => None,
+        };
+        let loaded = match stored {
+            Some(stored) => {
+                let mut writes = vec![SessionWrite::new(
+                    session.clone(),
+                    Change::SetStatus(SessionStatus::Active),
+                )];
+                if spec.own_settings {
+                    writes.push(SessionWrite::new(
+                        session.clone(),
+                        Change::SetDefinition(definition_of(&spec.settings)),
+                    ));
+                } else if let Ok(definition) =
+                    serde_json::from_value::<AgentDefinition>(stored.record.definition.clone())
+                {
+                    let settings = definition.apply_to(&spec.settings).map_err(|missing| {
+                        SpawnError::MissingTools {
+                            session: session.to_string(),
+                            missing,
+                        }
+                    })?;
+                    agent.keep_settings(Arc::new(settings));
+                }
+                let loaded = Loaded::from_store(agent, stored);
+                writer.write(writes).await?;
+                loaded
+            }
+            None => {
+                let record = SessionRecord {
+                    tenant_id: spec.tenant_id,
+                    user_id: spec.user_id,
+                    name: spec.name,
+                    definition: definition_of(&spec.settings),
+                    ..SessionRecord::new(&*session)
+                };
+                let mut writes = vec![SessionWrite::new(session.clone(), Change::Create(record))];
+                writes.extend(spec.messages.iter().enumerate().map(|(seq, message)| {
+                    SessionWrite::new(
+                        session.clone(),
+                        Change::Append {
+                            seq: seq as u64,
+                            message: message.clone(),
+                            dequeued: None,
+                        },
+                    )
+                }));
+                writer.write(writes).await?;
+                Loaded::new(spec.messages)
             }
         };
-        Ok(AgentHandle::new(cell))
+        let actor = agent.spawn_actor(loaded).await.map_err(SpawnError::Runtime)?;
+        if !agent.go_live(&actor) {
+            actor.stop(None);
+            return Err(SpawnError::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// Brings back every session the store has as active (those whose agents were
+    /// running when their process ended), each with the settings `settings_for`
+    /// gives it (tools and hooks; `None` skips the session). Sessions already
+    /// resident are left as they are.
+    pub async fn resume(
+        &self,
+        settings_for: impl Fn(&SessionInfo) -> Option<AgentSettings>,
+    ) -> Result<Vec<AgentHandle>, SpawnError> {
+        let active = self
+            .store()
+            .list(&SessionFilter {
+                status: Some(SessionStatus::Active),
+                ..SessionFilter::default()
+            })
+            .await?;
+        let mut resumed = Vec::new();
+        for info in active {
+            if self.inner.agents.contains_key(info.record.id.as_str()) {
+                continue;
+            }
+            let Some(settings) = settings_for(&info) else {
+                continue;
+            };
+            let mut spec = AgentSpec::new(settings).with_session(info.record.id.clone());
+            spec.name = info.record.name.clone();
+            resumed.push(self.spawn(spec).await?);
+        }
+        Ok(resumed)
     }
 
     /// The agent with this id.
@@ -231,7 +410,7 @@ impl Supervisor {
         self.inner
             .agents
             .get(id)
-            .map(|cell| AgentHandle::new(cell.clone()))
+            .map(|agent| AgentHandle::new(agent.clone()))
     }
 
     /// The agent with this name.
@@ -247,11 +426,11 @@ impl Supervisor {
             .agents
             .iter()
             .map(|entry| {
-                let cell = entry.value();
+                let agent = entry.value();
                 AgentInfo {
-                    id: cell.id.clone(),
-                    name: cell.name.as_deref().map(str::to_owned),
-                    status: cell.status(),
+                    id: agent.id.clone(),
+                    name: agent.name.as_deref().map(str::to_owned),
+                    status: agent.status(),
                 }
             })
             .collect();
@@ -269,49 +448,59 @@ impl Supervisor {
         self.inner.agents.is_empty()
     }
 
-    /// Stops one agent: aborts its run, waits for it to end, and removes it. Its
-    /// handles then answer [`crate::AgentError::Stopped`]. Returns whether it existed.
+    /// Stops one agent: aborts its run, waits for it to end, marks its session
+    /// closed, and removes it. Its handles then answer
+    /// [`crate::AgentError::Stopped`]. Returns whether it existed.
     pub async fn stop(&self, id: &str) -> bool {
-        let Some((_, cell)) = self.inner.agents.remove(id) else {
+        let Some((_, agent)) = self.inner.agents.remove(id) else {
             return false;
         };
-        if let Some(name) = &cell.name {
+        if let Some(name) = &agent.name {
             self.inner.names.remove(name);
         }
-        halt(&cell, "stopped by its supervisor").await;
+        halt(&agent, "stopped by its supervisor").await;
+        agent.close_session().await;
         true
     }
 
-    /// Shuts every agent down gracefully (aborting runs and waiting for them to end),
-    /// then the supervisor. Spawning afterwards fails.
+    /// Shuts every agent down gracefully (aborting runs and waiting for them to end,
+    /// every write committed), then the supervisor. Sessions stay active in the
+    /// store, for [`Supervisor::resume`]. Spawning afterwards fails.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         inner.shut_down.store(true, Ordering::Release);
         inner.runtime.root.cancel();
-        let cells: Vec<Arc<AgentCell>> = inner
+        let agents: Vec<Arc<Agent>> = inner
             .agents
             .iter()
             .map(|entry| entry.value().clone())
             .collect();
         futures::future::join_all(
-            cells
+            agents
                 .iter()
-                .map(|cell| halt(cell, "the supervisor shut down")),
+                .map(|agent| halt(agent, "the supervisor shut down")),
         )
         .await;
+        if let Err(error) = inner.runtime.writer.flush().await {
+            tracing::warn!(%error, "the session store failed while shutting down");
+        }
         inner.agents.clear();
         inner.names.clear();
         inner.actor.stop(None);
     }
 }
 
+/// The stored form of `settings`.
+pub(crate) fn definition_of(settings: &AgentSettings) -> serde_json::Value {
+    serde_json::to_value(AgentDefinition::of(settings)).unwrap_or_default()
+}
+
 /// Aborts an agent's run, waits for it to end, and stops the agent.
-async fn halt(cell: &AgentCell, reason: &str) {
-    if let Some((_, token)) = crate::cell::lock(&cell.run_cancel).as_ref() {
-        token.cancel();
-    }
-    cell.wait_for_idle().await;
-    cell.stop(reason.to_owned());
+async fn halt(agent: &Arc<Agent>, reason: &str) {
+    let handle = AgentHandle::new(agent.clone());
+    handle.abort();
+    handle.wait_for_idle().await;
+    agent.stop(reason.to_owned());
 }
 
 impl std::fmt::Debug for Supervisor {

@@ -18,7 +18,7 @@ use tiller::{
 async fn default_state() {
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::default()))
+        .spawn(AgentSpec::new(AgentSettings::default())).await
         .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(state.system_prompt, None);
@@ -41,7 +41,7 @@ async fn custom_initial_state() {
         .with_system_prompt("You are a helpful assistant.")
         .with_thinking_level(ThinkingLevel::Low);
     let agent = supervisor
-        .spawn(AgentSpec::new(settings).with_messages(vec![AgentMessage::user("earlier")]))
+        .spawn(AgentSpec::new(settings).with_messages(vec![AgentMessage::user("earlier")])).await
         .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(
@@ -61,9 +61,17 @@ async fn subscribing_sends_nothing_and_setters_emit_no_events() {
         futures::poll!(events.next()).is_pending(),
         "no event on subscribing"
     );
-    agent.set_system_prompt("Test prompt");
-    agent.set_thinking_level(ThinkingLevel::High);
-    agent.append_message(AgentMessage::user("hello"));
+    agent
+        .update_settings(|s| {
+            s.system_prompt = Some("Test prompt".into());
+            s.thinking_level = ThinkingLevel::High;
+        })
+        .await
+        .unwrap();
+    agent
+        .set_messages(vec![AgentMessage::user("hello")])
+        .await
+        .unwrap();
     assert!(
         futures::poll!(events.next()).is_pending(),
         "setters emit nothing"
@@ -89,30 +97,35 @@ async fn a_dropped_subscription_no_longer_receives_and_others_still_do() {
 #[tokio::test]
 async fn message_setters() {
     let (_supervisor, agent, _faux) = agent(|s| s).await;
-    agent.set_messages(vec![AgentMessage::user("Hello")]);
+    agent
+        .set_messages(vec![AgentMessage::user("Hello")])
+        .await
+        .unwrap();
     assert_eq!(roles(&agent.state().await.unwrap().messages), ["user"]);
-    agent.append_message(tiller::AssistantMessage::empty(
-        &agent.settings().model.clone().unwrap(),
-    ));
+    let answer = tiller::AssistantMessage::empty(&agent.settings().model.clone().unwrap());
+    agent
+        .set_messages(vec![AgentMessage::user("Hello"), answer.into()])
+        .await
+        .unwrap();
     assert_eq!(
         roles(&agent.state().await.unwrap().messages),
         ["user", "assistant"]
     );
-    agent.clear_messages();
+    agent.set_messages(Vec::new()).await.unwrap();
     assert!(agent.state().await.unwrap().messages.is_empty());
 }
 
 #[tokio::test]
 async fn queued_messages_stay_out_of_the_transcript() {
     let (_supervisor, agent, _faux) = agent(|s| s).await;
-    agent.steer("Steering message").unwrap();
-    agent.follow_up("Follow-up message").unwrap();
+    agent.steer("Steering message").await.unwrap();
+    agent.follow_up("Follow-up message").await.unwrap();
     assert!(agent.state().await.unwrap().messages.is_empty());
-    assert!(agent.has_queued_messages());
-    agent.clear_steering_queue();
-    assert!(agent.has_queued_messages());
-    agent.clear_all_queues();
-    assert!(!agent.has_queued_messages());
+    assert!(agent.has_queued_messages().await.unwrap());
+    agent.clear_queues(tiller::Queues::Steering).await.unwrap();
+    assert!(agent.has_queued_messages().await.unwrap());
+    agent.clear_queues(tiller::Queues::Both).await.unwrap();
+    assert!(!agent.has_queued_messages().await.unwrap());
 }
 
 #[tokio::test]
@@ -135,7 +148,7 @@ async fn prompt_and_continue_while_a_run_streams_are_busy() {
         busy.to_string(),
         "the agent is busy with a run: use steer() to redirect it or follow_up() to queue work for after it"
     );
-    assert_eq!(agent.continue_run().await, Err(AgentError::Busy));
+    assert_eq!(agent.prompt(tiller::Prompt::Continue).await, Err(AgentError::Busy));
     agent.abort();
     idle(&agent).await;
     assert_eq!(
@@ -153,17 +166,17 @@ async fn prompt_and_continue_while_a_run_streams_are_busy() {
 async fn continue_refuses_what_it_cannot_continue() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
     assert_eq!(
-        agent.continue_run().await,
+        agent.prompt(tiller::Prompt::Continue).await,
         Err(AgentError::NothingToContinue)
     );
     assert_eq!(
-        agent.prompt_messages(vec![]).await,
+        agent.prompt(vec![]).await,
         Err(AgentError::EmptyPrompt)
     );
     faux.push(FauxTurn::text("answer"));
     agent.run("question").await.unwrap();
     assert_eq!(
-        agent.continue_run().await,
+        agent.prompt(tiller::Prompt::Continue).await,
         Err(AgentError::CannotContinueFromAssistant)
     );
 }
@@ -174,11 +187,11 @@ async fn continue_runs_a_queued_follow_up_from_an_assistant_tail() {
     faux.push(FauxTurn::text("first"));
     faux.push(FauxTurn::text("second"));
     agent.run("hello").await.unwrap();
-    agent.follow_up("and then?").unwrap();
-    agent.continue_run().await.unwrap();
+    agent.follow_up("and then?").await.unwrap();
+    agent.prompt(tiller::Prompt::Continue).await.unwrap();
     idle(&agent).await;
     assert_eq!(last_user(&faux, 1), "and then?");
-    assert!(!agent.has_queued_messages());
+    assert!(!agent.has_queued_messages().await.unwrap());
     assert_eq!(
         roles(&agent.state().await.unwrap().messages),
         ["user", "assistant", "user", "assistant"]
@@ -196,10 +209,13 @@ async fn continue_runs_queued_steering_one_message_at_a_time() {
         ))
     });
     agent.run("hello").await.unwrap();
-    agent.set_steering_mode(QueueMode::OneAtATime);
-    agent.steer("a").unwrap();
-    agent.steer("b").unwrap();
-    agent.continue_run().await.unwrap();
+    agent
+        .update_settings(|s| s.steering_mode = QueueMode::OneAtATime)
+        .await
+        .unwrap();
+    agent.steer("a").await.unwrap();
+    agent.steer("b").await.unwrap();
+    agent.prompt(tiller::Prompt::Continue).await.unwrap();
     idle(&agent).await;
     assert_eq!(
         (last_user(&faux, 1), last_user(&faux, 2)),
@@ -225,7 +241,10 @@ async fn the_session_id_reaches_the_provider_and_can_change() {
     .await;
     faux.push(FauxTurn::text("ok")).push(FauxTurn::text("ok"));
     agent.run("hello").await.unwrap();
-    agent.set_session_id(Some("session-def".into()));
+    agent
+        .update_settings(|s| s.session_id = Some("session-def".into()))
+        .await
+        .unwrap();
     agent.run("hello again").await.unwrap();
     let ids: Vec<Option<String>> = faux.requests().into_iter().map(|r| r.session_id).collect();
     assert_eq!(
@@ -313,24 +332,34 @@ async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
 #[tokio::test]
 async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
-    agent.set_hooks(AgentHooks {
-        transform_context: Some(hook::transform_context(|_, _| async {
-            Err("the summariser is down".into())
-        })),
-        ..AgentHooks::default()
-    });
+    agent
+        .update_settings(|s| {
+            s.hooks = AgentHooks {
+                transform_context: Some(hook::transform_context(|_, _| async {
+                    Err("the summariser is down".into())
+                })),
+                ..AgentHooks::default()
+            }
+        })
+        .await
+        .unwrap();
     let outcome = agent.run("first").await.unwrap();
     assert_eq!(
         outcome.error(),
         Some("transform_context failed: the summariser is down")
     );
 
-    agent.set_hooks(AgentHooks {
-        transform_context: Some(hook::transform_context(|_, _| async {
-            panic!("compaction bug")
-        })),
-        ..AgentHooks::default()
-    });
+    agent
+        .update_settings(|s| {
+            s.hooks = AgentHooks {
+                transform_context: Some(hook::transform_context(|_, _| async {
+                    panic!("compaction bug")
+                })),
+                ..AgentHooks::default()
+            }
+        })
+        .await
+        .unwrap();
     let outcome = agent.run("second").await.unwrap();
     assert_eq!(
         outcome.error(),
@@ -347,7 +376,10 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     );
     assert!(faux.requests().is_empty(), "no model call was made");
 
-    agent.set_hooks(AgentHooks::default());
+    agent
+        .update_settings(|s| s.hooks = AgentHooks::default())
+        .await
+        .unwrap();
     faux.push(FauxTurn::text("fine"));
     assert_eq!(agent.run("third").await.unwrap().text(), "fine");
 }
@@ -361,7 +393,7 @@ async fn prompt_with_images_sends_text_and_images() {
         mime_type: "image/png".into(),
     };
     agent
-        .prompt_with_images("What is this?", vec![dot.clone()])
+        .prompt(tiller::Prompt::with_images("What is this?", vec![dot.clone()]))
         .await
         .unwrap();
     idle(&agent).await;

@@ -72,7 +72,7 @@ async fn a_steering_message_the_loop_took_is_queued_again_when_the_actor_fails()
     let mut events = agent.subscribe();
     agent.prompt("go").await.unwrap();
     until(&mut events, tool_started("faux_call_1")).await;
-    agent.steer("change of plan").unwrap();
+    agent.steer("change of plan").await.unwrap();
     gate.notify_one();
     until(&mut events, is_restart).await;
     idle(&agent).await;
@@ -84,11 +84,11 @@ async fn a_steering_message_the_loop_took_is_queued_again_when_the_actor_fails()
     );
     assert_valid(&state.messages);
     assert!(
-        agent.has_queued_messages(),
+        agent.has_queued_messages().await.unwrap(),
         "the taken message is queued again"
     );
 
-    agent.continue_run().await.unwrap();
+    agent.prompt(tiller::Prompt::Continue).await.unwrap();
     until(&mut events, is_agent_end).await;
     let state = agent.state().await.unwrap();
     assert_valid(&state.messages);
@@ -99,7 +99,7 @@ async fn a_steering_message_the_loop_took_is_queued_again_when_the_actor_fails()
     );
     let steering = serde_json::to_value(&state.messages[4]).unwrap();
     assert_eq!(steering["content"][0]["text"], "change of plan");
-    assert!(!agent.has_queued_messages());
+    assert!(!agent.has_queued_messages().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,6 +123,6 @@ async fn tool_calls_left_open_by_a_failure_are_answered() {
     assert!(result.is_error);
     assert_eq!(
         result.text_content(),
-        "Tool call \"echo\" was interrupted: the agent failed before it finished and was restarted."
+        "Tool call \"echo\" was interrupted: the agent stopped before it finished and was brought back from its session."
     );
 }

@@ -132,8 +132,8 @@ fn finished(message: &AssistantMessage) -> bool {
     matches!(message.stop_reason, StopReason::Stop | StopReason::Length)
 }
 
-fn spawn(supervisor: &Supervisor, settings: AgentSettings) -> AgentHandle {
-    supervisor.spawn(AgentSpec::new(settings)).unwrap()
+async fn spawn(supervisor: &Supervisor, settings: AgentSettings) -> AgentHandle {
+    supervisor.spawn(AgentSpec::new(settings)).await.unwrap()
 }
 
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn streamed_reply(server: LocalServer) {
         return;
     }
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(server, 32));
+    let agent = spawn(&supervisor, settings(server, 32)).await;
     let mut events = agent.subscribe();
     agent.prompt("Say hello to the world.").await.unwrap();
     let seen = until_agent_end(&mut events).await;
@@ -244,7 +244,7 @@ async fn a_tool_loop_on_llama_cpp_python() {
         .with_tools(ToolSet::new([Arc::new(add) as _]).unwrap())
         .with_tool_choice(ToolChoice::Tool("add".into()), Some(ToolChoice::None));
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings);
+    let agent = spawn(&supervisor, settings).await;
     let mut events = agent.subscribe();
     agent.prompt("What is 2 plus 3?").await.unwrap();
     let seen = until_agent_end(&mut events).await;
@@ -376,7 +376,7 @@ async fn abort_mid_generation(server: LocalServer) {
         return;
     }
     let supervisor = Supervisor::start().await.unwrap();
-    let agent = spawn(&supervisor, settings(server, 2000));
+    let agent = spawn(&supervisor, settings(server, 2000)).await;
     let mut events = agent.subscribe();
     agent
         .prompt("Write a very long story about a dragon who learns to bake bread.")
@@ -412,7 +412,10 @@ async fn abort_mid_generation(server: LocalServer) {
     assert_eq!(partial.stop_reason, StopReason::Aborted);
     assert!(!partial.text().is_empty(), "the text so far is kept");
 
-    agent.update_settings(|s| s.stream.max_tokens = Some(16));
+    agent
+        .update_settings(|s| s.stream.max_tokens = Some(16))
+        .await
+        .unwrap();
     let next = agent.run("Say hi.").await.unwrap();
     assert_eq!(next.end, RunEnd::Completed);
     let reply = next.final_message().unwrap();
@@ -428,7 +431,7 @@ async fn four_agents_prompt_llama_server_at_once() {
     let supervisor = Supervisor::start().await.unwrap();
     let mut agents = Vec::new();
     for _ in 0..4 {
-        agents.push(spawn(&supervisor, settings(LocalServer::LlamaServer, 24)));
+        agents.push(spawn(&supervisor, settings(LocalServer::LlamaServer, 24)).await);
     }
     let runs = agents
         .iter()

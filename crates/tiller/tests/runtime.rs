@@ -133,7 +133,7 @@ async fn steer_during_a_batch(delivery: SteeringDelivery) -> (Vec<String>, Vec<A
     let mut events = agent.subscribe();
     agent.prompt("go").await.unwrap();
     until(&mut events, tool_started("call-1")).await;
-    agent.steer("stop, do something else").unwrap();
+    agent.steer("stop, do something else").await.unwrap();
     release.notify_one();
     idle(&agent).await;
     let ran = ran.lock().unwrap().clone();
@@ -202,7 +202,7 @@ async fn a_follow_up_racing_the_end_of_a_run_is_never_lost() {
                 for _ in 0..round % 7 {
                     tokio::task::yield_now().await;
                 }
-                agent.follow_up(format!("follow-up {round}")).unwrap();
+                agent.follow_up(format!("follow-up {round}")).await.unwrap();
             })
         };
         racer.await.unwrap();
@@ -219,16 +219,16 @@ async fn a_follow_up_racing_the_end_of_a_run_is_never_lost() {
                     .is_some_and(|user| user.text_content() == wanted)
             })
             .count();
-        let queued = agent.has_queued_messages();
+        let queued = agent.has_queued_messages().await.unwrap();
         assert_eq!(
             delivered + usize::from(queued),
             1,
             "round {round}: delivered {delivered}, queued {queued}"
         );
         if queued {
-            agent.continue_run().await.unwrap();
+            agent.prompt(tiller::Prompt::Continue).await.unwrap();
             idle(&agent).await;
-            assert!(!agent.has_queued_messages());
+            assert!(!agent.has_queued_messages().await.unwrap());
         }
     }
 }
@@ -244,7 +244,7 @@ async fn a_slow_subscriber_is_told_what_it_missed_while_a_fast_one_gets_everythi
     .await
     .unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model()))).await
         .unwrap();
     let mut slow = agent.subscribe();
     let fast = agent.subscribe_with_buffer(10_000);
@@ -324,14 +324,14 @@ async fn reset_during_a_run_aborts_it_then_clears_everything() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
     faux.push(endless());
     agent.prompt("go").await.unwrap();
-    agent.steer("queued").unwrap();
-    agent.follow_up("later").unwrap();
+    agent.steer("queued").await.unwrap();
+    agent.follow_up("later").await.unwrap();
     agent.reset().await.unwrap();
     assert_eq!(agent.status(), AgentStatus::Idle);
     let state = agent.state().await.unwrap();
     assert!(state.messages.is_empty());
     assert_eq!(state.error, None);
-    assert!(!agent.has_queued_messages());
+    assert!(!agent.has_queued_messages().await.unwrap());
     faux.push(FauxTurn::text("fresh start"));
     assert_eq!(agent.run("again").await.unwrap().text(), "fresh start");
 }
@@ -409,7 +409,7 @@ async fn an_agent_failing_past_its_budget_stays_down_and_says_why() {
     let agent = supervisor
         .spawn(AgentSpec::new(
             AgentSettings::new(faux.model()).with_hooks(hooks),
-        ))
+        )).await
         .unwrap();
     let mut events = agent.subscribe();
     agent.prompt("one").await.unwrap();
@@ -431,7 +431,7 @@ async fn an_agent_failing_past_its_budget_stays_down_and_says_why() {
     let refused = agent.prompt("three").await.unwrap_err();
     assert!(matches!(refused, AgentError::Stopped { .. }), "{refused:?}");
     assert!(matches!(agent.status(), AgentStatus::Stopped { .. }));
-    assert_eq!(agent.steer("hello?"), Err(refused));
+    assert_eq!(agent.steer("hello?").await, Err(refused));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -443,7 +443,7 @@ async fn shutdown_stops_many_running_agents_gracefully() {
     let mut agents = Vec::new();
     for n in 0..100 {
         let agent = supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_name(format!("worker-{n}")))
+            .spawn(AgentSpec::new(settings.clone()).with_name(format!("worker-{n}"))).await
             .unwrap();
         let events = agent.subscribe();
         agent.prompt("work").await.unwrap();
@@ -478,9 +478,15 @@ async fn shutdown_stops_many_running_agents_gracefully() {
         );
         assert_eq!(last_two[1].seq, last_two[0].seq + 1);
         assert!(matches!(agent.status(), AgentStatus::Stopped { .. }));
-        let state = agent.state().await.unwrap();
+        // The actor is gone; the store has the whole transcript.
+        let stored = supervisor
+            .store()
+            .load(agent.session_id())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            state
+            stored
                 .messages
                 .last()
                 .unwrap()
@@ -496,7 +502,7 @@ async fn shutdown_stops_many_running_agents_gracefully() {
     }
     assert!(supervisor.is_empty());
     assert!(matches!(
-        supervisor.spawn(AgentSpec::new(settings)),
+        supervisor.spawn(AgentSpec::new(settings)).await,
         Err(tiller::SpawnError::ShutDown)
     ));
 }
@@ -510,19 +516,19 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
             AgentSpec::new(settings.clone())
                 .with_id("a-1")
                 .with_name("planner"),
-        )
+        ).await
         .unwrap();
-    let other = supervisor.spawn(AgentSpec::new(settings.clone())).unwrap();
+    let other = supervisor.spawn(AgentSpec::new(settings.clone())).await.unwrap();
     assert_eq!(other.id().as_str(), "agent-1");
     assert_eq!(
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_name("planner"))
+            .spawn(AgentSpec::new(settings.clone()).with_name("planner")).await
             .unwrap_err(),
         tiller::SpawnError::NameTaken("planner".into())
     );
     assert_eq!(
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_id("a-1"))
+            .spawn(AgentSpec::new(settings.clone()).with_id("a-1")).await
             .unwrap_err(),
         tiller::SpawnError::IdTaken("a-1".into())
     );
@@ -549,8 +555,8 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
     assert!(supervisor.stop("a-1").await);
     assert!(supervisor.find("planner").is_none());
     assert!(matches!(
-        named.state().await.map(|s| s.messages.len()),
-        Ok(0)
+        named.state().await,
+        Err(AgentError::Stopped { .. })
     ));
     assert!(matches!(
         named.prompt("hi").await,
@@ -619,11 +625,13 @@ async fn subscribers_see_every_event_of_the_loop_in_order() {
 /// A fresh subscription's view of one more short run's last envelope.
 async fn events_last(agent: &tiller::AgentHandle) -> Arc<tiller::Envelope> {
     let mut events = agent.subscribe();
-    agent.set_model({
-        let faux = FauxProvider::new();
-        faux.push(FauxTurn::text("bye"));
-        faux.model()
-    });
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("bye"));
+    let model = faux.model();
+    agent
+        .update_settings(move |s| s.model = Some(model))
+        .await
+        .unwrap();
     agent.prompt("bye").await.unwrap();
     until(&mut events, is_agent_end).await
 }

@@ -20,7 +20,7 @@ pub(crate) async fn agent(
     let faux = FauxProvider::new();
     let supervisor = Supervisor::start().await.unwrap();
     let handle = supervisor
-        .spawn(AgentSpec::new(settings(AgentSettings::new(faux.model()))))
+        .spawn(AgentSpec::new(settings(AgentSettings::new(faux.model())))).await
         .unwrap();
     (supervisor, handle, faux)
 }

@@ -1,0 +1,164 @@
+//! `tiller sessions`: the sessions a store keeps, and where the store is.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use tiller::tiller_store::{self, SessionFilter, SessionStore, StoredSession};
+use tiller::AgentMessage;
+
+use crate::cli::SessionsAction;
+use crate::outcome::Exit;
+
+/// The store `--store` names, else `$TILLER_STORE`, else the SQLite file under the
+/// user's data directory.
+pub fn store_url(option: Option<&str>) -> Result<String, String> {
+    if let Some(url) = option.map(str::to_owned).or_else(|| {
+        std::env::var("TILLER_STORE")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+    }) {
+        return Ok(url);
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
+        .ok_or("no data directory: set HOME or XDG_DATA_HOME, or pass --store URL")?;
+    let dir = data.join("tiller");
+    std::fs::create_dir_all(&dir)
+        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    Ok(format!("sqlite://{}", dir.join("sessions.db").display()))
+}
+
+/// Opens the store `option` (or the default) names; says why not on stderr.
+pub async fn open_store(option: Option<&str>) -> Result<Arc<dyn SessionStore>, Exit> {
+    let url = store_url(option).map_err(|error| {
+        crate::say!("tiller: {error}");
+        Exit::Usage
+    })?;
+    tiller_store::open(&url).await.map_err(|error| {
+        crate::say!("tiller: {error}");
+        Exit::Failed
+    })
+}
+
+/// Runs `tiller sessions ACTION`.
+pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
+    let store = match open_store(store).await {
+        Ok(store) => store,
+        Err(exit) => return exit,
+    };
+    let done = match action {
+        SessionsAction::List => list(&*store).await,
+        SessionsAction::Show { name, json } => show(&*store, name, *json).await,
+        SessionsAction::Rm { name } => match store.delete(name).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!("no session named `{name}`")),
+            Err(error) => Err(error.to_string()),
+        },
+    };
+    match done {
+        Ok(()) => Exit::Success,
+        Err(message) => {
+            crate::say!("tiller: {message}");
+            Exit::Failed
+        }
+    }
+}
+
+async fn list(store: &dyn SessionStore) -> Result<(), String> {
+    let sessions = store
+        .list(&SessionFilter::default())
+        .await
+        .map_err(|error| error.to_string())?;
+    for info in sessions {
+        let record = &info.record;
+        println!(
+            "{}\t{} messages\t{}\t{}",
+            record.id,
+            info.messages,
+            record.status.as_str(),
+            when(record.updated_at)
+        );
+    }
+    Ok(())
+}
+
+async fn show(store: &dyn SessionStore, name: &str, json: bool) -> Result<(), String> {
+    let stored = store
+        .load(name)
+        .await
+        .map_err(|error| error.to_string())?
+        .ok_or_else(|| format!("no session named `{name}`"))?;
+    if json {
+        println!("{}", as_json(&stored));
+        return Ok(());
+    }
+    let record = &stored.record;
+    println!(
+        "session {} · {} · created {} · updated {}",
+        record.id,
+        record.status.as_str(),
+        when(record.created_at),
+        when(record.updated_at)
+    );
+    for message in &stored.messages {
+        println!("{}", line(message));
+    }
+    for queued in &stored.steering {
+        println!("(steering queued) {}", line(&queued.message));
+    }
+    for queued in &stored.follow_up {
+        println!("(follow-up queued) {}", line(&queued.message));
+    }
+    Ok(())
+}
+
+/// A stored session as JSON: its row, messages and queues.
+fn as_json(stored: &StoredSession) -> serde_json::Value {
+    serde_json::json!({
+        "session": stored.record,
+        "messages": stored.messages,
+        "steering": queued(&stored.steering),
+        "follow_up": queued(&stored.follow_up),
+    })
+}
+
+fn queued(queued: &[tiller_store::Queued]) -> Vec<&AgentMessage> {
+    queued.iter().map(|queued| &queued.message).collect()
+}
+
+/// One message as a line: its role and text (tool calls named).
+fn line(message: &AgentMessage) -> String {
+    let text = match message {
+        AgentMessage::Llm(tiller::Message::Assistant(assistant)) => {
+            let calls: Vec<String> = assistant
+                .tool_calls()
+                .map(|call| format!("[calls {}({})]", call.name, call.arguments))
+                .collect();
+            [assistant.text(), calls.join(" ")]
+                .into_iter()
+                .filter(|part| !part.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+        AgentMessage::Llm(tiller::Message::ToolResult(result)) => result.text_content(),
+        AgentMessage::Llm(tiller::Message::User(user)) => user
+            .content
+            .iter()
+            .filter_map(|content| match content {
+                tiller::Content::Text(text) => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect(),
+        AgentMessage::Custom(custom) => custom.kind.clone(),
+    };
+    format!("{}: {}", message.role(), text.replace('\n', " "))
+}
+
+/// A stored time, as an HTTP date (UTC).
+fn when(millis: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or_default());
+    httpdate::fmt_http_date(at)
+}
