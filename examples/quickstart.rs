@@ -51,7 +51,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_tools(ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>])?);
 
     let supervisor = Supervisor::start().await?;
-    let agent = supervisor.spawn(AgentSpec::new(settings).with_name("calculator")).await?;
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings).with_name("calculator"))
+        .await?;
 
     let mut events = agent.subscribe();
     agent.prompt(question).await?;

@@ -127,7 +127,9 @@ async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::Subscription
                 println!();
                 eprintln!("[run ended: {reason:?}]");
                 // A follow-up that arrived as the run was ending waits for us.
-                if !agent.has_queued_messages().await.unwrap() || agent.prompt(tiller::Prompt::Continue).await.is_err() {
+                if !agent.has_queued_messages().await.unwrap()
+                    || agent.prompt(tiller::Prompt::Continue).await.is_err()
+                {
                     return;
                 }
             }

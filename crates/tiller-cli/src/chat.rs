@@ -223,7 +223,9 @@ async fn state(agent: &AgentHandle, session: Option<&str>) {
     };
     crate::say!(
         "[{}{} messages · {} tokens in, {} out · ${:.4} · {status}{queued}{}]",
-        session.map(|name| format!("session {name} · ")).unwrap_or_default(),
+        session
+            .map(|name| format!("session {name} · "))
+            .unwrap_or_default(),
         state.messages.len(),
         usage
             .input

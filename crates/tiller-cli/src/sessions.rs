@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use tiller::tiller_store::{self, SessionFilter, SessionStore, StoredSession};
 use tiller::AgentMessage;
+use tiller::tiller_store::{self, SessionFilter, SessionStore, StoredSession};
 
 use crate::cli::SessionsAction;
 use crate::outcome::Exit;

@@ -1,5 +1,5 @@
 //! Keeping what the model is sent valid: every tool call answered by exactly one
-//! result right after its assistant message, and no result without its call.
+//! result right after its assistant message, and every result after its call.
 //!
 //! Runs of this loop never leave an orphan, but transcripts come from elsewhere too
 //! (restored sessions, hand-edited histories, a `transform_context` that pruned
@@ -8,16 +8,24 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use tiller_ai::{Content, Message, ToolCall, ToolResultMessage, now_ms};
+use tiller_ai::{
+    AssistantContent, AssistantMessage, Content, Message, Model, StopReason, ToolCall,
+    ToolResultMessage, now_ms,
+};
 
 /// Said in place of a result that was never recorded.
 pub(crate) const MISSING_RESULT: &str =
     "No result was recorded for this tool call; it did not complete.";
 
 /// `messages` with orphan calls answered by synthetic error results, results moved
-/// next to their calls, and results without a call dropped; unchanged (and not
-/// copied) when already valid. Also says how many messages were added or dropped.
-pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>, usize) {
+/// next to their calls, a result whose call is missing given a synthesized call of
+/// `model`'s just before it (so what the tool said still reaches the model), and
+/// repeated results dropped; unchanged (and not copied) when already valid. Also
+/// says how many messages were added or dropped.
+pub(crate) fn repair<'a>(
+    messages: Vec<Cow<'a, Message>>,
+    model: &Model,
+) -> (Vec<Cow<'a, Message>>, usize) {
     if is_valid(&messages) {
         return (messages, 0);
     }
@@ -36,7 +44,10 @@ pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>,
                 .tool_calls()
                 .map(|c| (c.id.clone(), c.name.clone()))
                 .collect(),
-            Message::ToolResult(_) => {
+            Message::ToolResult(result) => {
+                // No call before it in its turn: the call is made up.
+                out.push(Cow::Owned(synthesized_call(result, model)));
+                out.push(message);
                 changes += 1;
                 i += 1;
                 continue;
@@ -52,12 +63,16 @@ pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>,
             .find(|&j| matches!(slots[j].as_deref(), Some(Message::Assistant(_))))
             .unwrap_or(total);
         let mut results: HashMap<String, Cow<'_, Message>> = HashMap::new();
+        let mut uncalled = Vec::new();
         for slot in &mut slots[i..region_end] {
             if let Some(Message::ToolResult(result)) = slot.as_deref() {
                 let id = result.tool_call_id.clone();
+                let called = calls.iter().any(|(call_id, _)| *call_id == id);
                 let taken = slot.take();
-                if calls.iter().any(|(call_id, _)| *call_id == id) && !results.contains_key(&id) {
+                if called && !results.contains_key(&id) {
                     results.extend(taken.map(|m| (id, m)));
+                } else if !called {
+                    uncalled.extend(taken);
                 } else {
                     changes += 1;
                 }
@@ -68,6 +83,13 @@ pub(crate) fn repair(messages: Vec<Cow<'_, Message>>) -> (Vec<Cow<'_, Message>>,
                 changes += 1;
                 Cow::Owned(missing_result(id, name).into())
             }));
+        }
+        for result in uncalled {
+            if let Message::ToolResult(answer) = result.as_ref() {
+                out.push(Cow::Owned(synthesized_call(answer, model)));
+                changes += 1;
+            }
+            out.push(result);
         }
     }
     (out, changes)
@@ -87,6 +109,21 @@ fn missing_result(id: &str, name: &str) -> ToolResultMessage {
     }
 }
 
+/// An assistant message of `model` making the call `result` answers, with no
+/// arguments: what a stored result whose call was lost is given.
+fn synthesized_call(result: &ToolResultMessage, model: &Model) -> Message {
+    let mut message = AssistantMessage::empty(model);
+    message.stop_reason = StopReason::ToolUse;
+    message.timestamp = result.timestamp;
+    message.content = vec![AssistantContent::ToolCall(Box::new(ToolCall {
+        id: result.tool_call_id.clone(),
+        name: result.tool_name.clone(),
+        arguments: serde_json::json!({}),
+        arguments_error: None,
+    }))];
+    message.into()
+}
+
 /// Whether every call is answered right after its message, once, and every
 /// result has its call.
 fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
@@ -96,11 +133,14 @@ fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use tiller_ai::{AssistantContent, AssistantMessage, Model};
+
+    fn model() -> Model {
+        Model::openai_compatible("http://x/v1", "m")
+    }
 
     /// An assistant message calling tools with these ids.
     pub(crate) fn assistant(calls: &[&str]) -> Message {
-        let mut message = AssistantMessage::empty(&Model::openai_compatible("http://x/v1", "m"));
+        let mut message = AssistantMessage::empty(&model());
         message.content = calls
             .iter()
             .map(|id| {
@@ -150,13 +190,13 @@ pub(crate) mod tests {
             result("a"),
             Message::user("more"),
         ];
-        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect());
+        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect(), &model());
         assert_eq!(changes, 0);
         assert!(repaired.iter().all(|m| matches!(m, Cow::Borrowed(_))));
     }
 
     #[test]
-    fn orphans_are_answered_results_moved_and_strays_dropped() {
+    fn orphans_are_answered_results_moved_strays_called_and_repeats_dropped() {
         let messages = [
             result("stray"),
             Message::user("hi"),
@@ -168,10 +208,12 @@ pub(crate) mod tests {
             assistant(&["c"]),
             Message::user("next"),
         ];
-        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect());
+        let (repaired, changes) = repair(messages.iter().map(Cow::Borrowed).collect(), &model());
         assert_eq!(
             shape(&repaired),
             [
+                "assistant[\"stray\"]",
+                "result:stray",
                 "user",
                 "assistant[\"a\", \"b\"]",
                 "result:a",
@@ -182,8 +224,18 @@ pub(crate) mod tests {
                 "user"
             ]
         );
-        assert_eq!(changes, 3, "a stray result, a duplicate and a missing one");
-        let Message::ToolResult(missing) = repaired[6].as_ref() else {
+        assert_eq!(
+            changes, 3,
+            "a call for the stray result, a repeat dropped, a missing result"
+        );
+        let Message::Assistant(made_up) = repaired[0].as_ref() else {
+            panic!()
+        };
+        assert_eq!(
+            made_up.tool_calls().next().map(|call| call.name.as_str()),
+            Some("t")
+        );
+        let Message::ToolResult(missing) = repaired[8].as_ref() else {
             panic!()
         };
         assert_eq!(missing.content, vec![Content::text(MISSING_RESULT)]);

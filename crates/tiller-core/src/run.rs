@@ -388,7 +388,7 @@ impl Run {
                 return self.fail(format!("convert_to_llm panicked: {}", panic_text(panic)));
             }
         };
-        let (llm, repaired) = repair(llm);
+        let (llm, repaired) = repair(llm, &self.config.model);
         if repaired > 0 {
             tracing::warn!(
                 repaired,

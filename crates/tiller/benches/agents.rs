@@ -83,7 +83,8 @@ async fn idle_agents() {
     let started = Instant::now();
     for _ in 0..AGENTS {
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_messages(template.clone())).await
+            .spawn(AgentSpec::new(settings.clone()).with_messages(template.clone()))
+            .await
             .unwrap();
     }
     let elapsed = started.elapsed();
@@ -102,7 +103,8 @@ async fn fan_out() {
     faux.push(FauxTurn::text("x".repeat(DELTAS)).chunk_size(1));
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::new(faux.model()))).await
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .await
         .unwrap();
     let readers: Vec<_> = (0..SUBSCRIBERS)
         .map(|_| {
@@ -224,7 +226,8 @@ async fn abort_latency() {
     let agent = supervisor
         .spawn(AgentSpec::new(AgentSettings::new(faux.model()).with_tools(
             ToolSet::new([Arc::new(waits) as Arc<dyn AgentTool>]).unwrap(),
-        ))).await
+        )))
+        .await
         .unwrap();
     let mut latencies = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {

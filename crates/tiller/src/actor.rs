@@ -304,9 +304,7 @@ impl ActorState {
                 let _ = reply.send(self.start(prompt, finished));
             }
             AgentMsg::Steer(message, reply) => self.enqueue(QueueKind::Steering, message, reply),
-            AgentMsg::FollowUp(message, reply) => {
-                self.enqueue(QueueKind::FollowUp, message, reply)
-            }
+            AgentMsg::FollowUp(message, reply) => self.enqueue(QueueKind::FollowUp, message, reply),
             AgentMsg::ClearQueues(which, reply) => {
                 let mut writes = Vec::new();
                 if which != Queues::FollowUp {
@@ -677,9 +675,8 @@ impl ActorState {
                 self.agent.runtime.writer.submit(
                     writes,
                     Some(Box::new(move |_| {
-                        let _ = actor.send_message(AgentMsg::Internal(Internal(
-                            Signal::Committed(run_id),
-                        )));
+                        let _ = actor
+                            .send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
                     })),
                 );
                 return;

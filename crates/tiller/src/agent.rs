@@ -238,7 +238,9 @@ impl Agent {
         let config = &self.runtime.config;
         let exceeded = {
             let mut failures = lock(&self.failures);
-            failures.0.retain(|at| now.duration_since(*at) < config.restart_window);
+            failures
+                .0
+                .retain(|at| now.duration_since(*at) < config.restart_window);
             failures.0.push(now);
             failures.1 = Some(reason.clone());
             failures.0.len() > config.max_restarts as usize

@@ -47,7 +47,12 @@ impl AgentDefinition {
             }),
             system_prompt: settings.system_prompt.clone(),
             thinking_level: settings.thinking_level,
-            tools: settings.tools.definitions().iter().map(|tool| tool.name.clone()).collect(),
+            tools: settings
+                .tools
+                .definitions()
+                .iter()
+                .map(|tool| tool.name.clone())
+                .collect(),
             temperature: settings.stream.temperature,
             max_tokens: settings.stream.max_tokens,
             max_turns: settings.max_turns,

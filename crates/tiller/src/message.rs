@@ -45,7 +45,9 @@ impl Prompt {
     /// A user message of text and images.
     pub fn with_images(text: impl Into<String>, images: Vec<ImageContent>) -> Self {
         let mut message = UserMessage::text(text);
-        message.content.extend(images.into_iter().map(Content::Image));
+        message
+            .content
+            .extend(images.into_iter().map(Content::Image));
         Prompt::Messages(vec![message.into()])
     }
 }

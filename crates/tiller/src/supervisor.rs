@@ -254,14 +254,17 @@ impl Supervisor {
         if inner.shut_down.load(Ordering::Acquire) {
             return Err(SpawnError::ShutDown);
         }
-        let id = AgentId::from(spec.id.clone().or_else(|| spec.session.clone()).unwrap_or_else(
-            || {
-                format!(
-                    "agent-{}",
-                    inner.next_id.fetch_add(1, Ordering::Relaxed) + 1
-                )
-            },
-        ));
+        let id = AgentId::from(
+            spec.id
+                .clone()
+                .or_else(|| spec.session.clone())
+                .unwrap_or_else(|| {
+                    format!(
+                        "agent-{}",
+                        inner.next_id.fetch_add(1, Ordering::Relaxed) + 1
+                    )
+                }),
+        );
         let name: Option<Arc<str>> = spec.name.as_deref().map(Into::into);
         let session: Arc<str> = spec.session.as_deref().unwrap_or(id.as_str()).into();
         let agent = Arc::new(Agent::new(
@@ -367,7 +370,10 @@ impl Supervisor {
                 Loaded::new(spec.messages)
             }
         };
-        let actor = agent.spawn_actor(loaded).await.map_err(SpawnError::Runtime)?;
+        let actor = agent
+            .spawn_actor(loaded)
+            .await
+            .map_err(SpawnError::Runtime)?;
         if !agent.go_live(&actor) {
             actor.stop(None);
             return Err(SpawnError::ShutDown);

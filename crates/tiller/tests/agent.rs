@@ -18,7 +18,8 @@ use tiller::{
 async fn default_state() {
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::default())).await
+        .spawn(AgentSpec::new(AgentSettings::default()))
+        .await
         .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(state.system_prompt, None);
@@ -41,7 +42,8 @@ async fn custom_initial_state() {
         .with_system_prompt("You are a helpful assistant.")
         .with_thinking_level(ThinkingLevel::Low);
     let agent = supervisor
-        .spawn(AgentSpec::new(settings).with_messages(vec![AgentMessage::user("earlier")])).await
+        .spawn(AgentSpec::new(settings).with_messages(vec![AgentMessage::user("earlier")]))
+        .await
         .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(
@@ -148,7 +150,10 @@ async fn prompt_and_continue_while_a_run_streams_are_busy() {
         busy.to_string(),
         "the agent is busy with a run: use steer() to redirect it or follow_up() to queue work for after it"
     );
-    assert_eq!(agent.prompt(tiller::Prompt::Continue).await, Err(AgentError::Busy));
+    assert_eq!(
+        agent.prompt(tiller::Prompt::Continue).await,
+        Err(AgentError::Busy)
+    );
     agent.abort();
     idle(&agent).await;
     assert_eq!(
@@ -169,10 +174,7 @@ async fn continue_refuses_what_it_cannot_continue() {
         agent.prompt(tiller::Prompt::Continue).await,
         Err(AgentError::NothingToContinue)
     );
-    assert_eq!(
-        agent.prompt(vec![]).await,
-        Err(AgentError::EmptyPrompt)
-    );
+    assert_eq!(agent.prompt(vec![]).await, Err(AgentError::EmptyPrompt));
     faux.push(FauxTurn::text("answer"));
     agent.run("question").await.unwrap();
     assert_eq!(
@@ -393,7 +395,10 @@ async fn prompt_with_images_sends_text_and_images() {
         mime_type: "image/png".into(),
     };
     agent
-        .prompt(tiller::Prompt::with_images("What is this?", vec![dot.clone()]))
+        .prompt(tiller::Prompt::with_images(
+            "What is this?",
+            vec![dot.clone()],
+        ))
         .await
         .unwrap();
     idle(&agent).await;

@@ -244,7 +244,8 @@ async fn a_slow_subscriber_is_told_what_it_missed_while_a_fast_one_gets_everythi
     .await
     .unwrap();
     let agent = supervisor
-        .spawn(AgentSpec::new(AgentSettings::new(faux.model()))).await
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .await
         .unwrap();
     let mut slow = agent.subscribe();
     let fast = agent.subscribe_with_buffer(10_000);
@@ -409,7 +410,8 @@ async fn an_agent_failing_past_its_budget_stays_down_and_says_why() {
     let agent = supervisor
         .spawn(AgentSpec::new(
             AgentSettings::new(faux.model()).with_hooks(hooks),
-        )).await
+        ))
+        .await
         .unwrap();
     let mut events = agent.subscribe();
     agent.prompt("one").await.unwrap();
@@ -443,7 +445,8 @@ async fn shutdown_stops_many_running_agents_gracefully() {
     let mut agents = Vec::new();
     for n in 0..100 {
         let agent = supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_name(format!("worker-{n}"))).await
+            .spawn(AgentSpec::new(settings.clone()).with_name(format!("worker-{n}")))
+            .await
             .unwrap();
         let events = agent.subscribe();
         agent.prompt("work").await.unwrap();
@@ -516,19 +519,25 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
             AgentSpec::new(settings.clone())
                 .with_id("a-1")
                 .with_name("planner"),
-        ).await
+        )
+        .await
         .unwrap();
-    let other = supervisor.spawn(AgentSpec::new(settings.clone())).await.unwrap();
+    let other = supervisor
+        .spawn(AgentSpec::new(settings.clone()))
+        .await
+        .unwrap();
     assert_eq!(other.id().as_str(), "agent-1");
     assert_eq!(
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_name("planner")).await
+            .spawn(AgentSpec::new(settings.clone()).with_name("planner"))
+            .await
             .unwrap_err(),
         tiller::SpawnError::NameTaken("planner".into())
     );
     assert_eq!(
         supervisor
-            .spawn(AgentSpec::new(settings.clone()).with_id("a-1")).await
+            .spawn(AgentSpec::new(settings.clone()).with_id("a-1"))
+            .await
             .unwrap_err(),
         tiller::SpawnError::IdTaken("a-1".into())
     );

@@ -20,7 +20,8 @@ pub(crate) async fn agent(
     let faux = FauxProvider::new();
     let supervisor = Supervisor::start().await.unwrap();
     let handle = supervisor
-        .spawn(AgentSpec::new(settings(AgentSettings::new(faux.model())))).await
+        .spawn(AgentSpec::new(settings(AgentSettings::new(faux.model()))))
+        .await
         .unwrap();
     (supervisor, handle, faux)
 }

@@ -1,0 +1,205 @@
+//! `--session` across invocations: a `tiller chat` killed with SIGKILL while a tool
+//! runs is resumed with every finished message, its queued follow-up and a valid
+//! transcript, against SQLite and PostgreSQL; `tiller sessions` lists, shows and
+//! removes what is kept.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{Dialect, Scratch, agent_yaml, finish, lines, python_tool, read_until, tiller};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller_test_support::MockServer;
+use tokio::io::AsyncWriteExt;
+
+/// The stored session, as `tiller sessions show NAME --json` prints it.
+async fn stored(store: &str, name: &str) -> Value {
+    let shown = finish(tiller(&[
+        "sessions", "show", name, "--json", "--store", store,
+    ]))
+    .await;
+    assert_eq!(shown.code(), Some(0), "{}", shown.stderr);
+    serde_json::from_str(&shown.stdout).unwrap()
+}
+
+fn roles(session: &Value) -> Vec<String> {
+    session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["role"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn killed_while_a_tool_runs_then_resumed(store: &str, name: &str) {
+    let scratch = Scratch::new();
+    // A tool that runs until the test lets it go.
+    scratch.write(
+        "tools/wait.py",
+        &python_tool(
+            "go = os.path.join(here, 'go')\n\
+             while not os.path.exists(go):\n    time.sleep(0.01)\n\
+             print('waited')",
+        ),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml(
+            "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n",
+        ),
+    );
+    let agent = agent.to_str().unwrap();
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "wait", json!({})));
+
+    let session = [
+        "--agent",
+        agent,
+        "--events",
+        "jsonl",
+        "--session",
+        name,
+        "--store",
+        store,
+    ];
+    let mut command = dialect.tiller(&server, "chat", &session);
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    let mut stderr = lines(child.stderr.take().unwrap());
+    stdin.write_all(b"start the job\n").await.unwrap();
+    read_until(&mut stdout, |line| {
+        line.contains("\"tool_execution_start\"")
+    })
+    .await;
+    stdin.write_all(b"/follow and report back\n").await.unwrap();
+    read_until(&mut stderr, |line| line == "[follow-up queued]").await;
+    child.start_kill().unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    std::fs::write(scratch.path().join("tools/go"), "").unwrap();
+
+    // What was finished is stored; the follow-up still waits.
+    let left = stored(store, name).await;
+    assert_eq!(roles(&left), ["user", "assistant"]);
+    assert_eq!(
+        left["follow_up"][0]["content"][0]["text"],
+        "and report back"
+    );
+
+    // Resumed: the open call is answered, the prompt runs, then the follow-up.
+    server.push(dialect.text(&["It was interrupted."]));
+    server.push(dialect.text(&["Reporting back."]));
+    let mut args = session.to_vec();
+    args.push("what happened?");
+    let resumed = finish(dialect.tiller(&server, "run", &args)).await;
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        dialect.tool_results(&requests[1]),
+        [
+            json!({"id": "call_1", "text": "Tool call \"wait\" was interrupted: the agent stopped before it finished and was brought back from its session."})
+        ]
+    );
+    assert_eq!(dialect.last_user_text(&requests[1]), "what happened?");
+    assert_eq!(dialect.last_user_text(&requests[2]), "and report back");
+
+    let after = stored(store, name).await;
+    let messages: Vec<tiller::AgentMessage> =
+        serde_json::from_value(after["messages"].clone()).unwrap();
+    tiller::check_transcript(&messages).unwrap();
+    assert_eq!(
+        roles(&after),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(after["follow_up"], json!([]));
+
+    let removed = finish(tiller(&["sessions", "rm", name, "--store", store])).await;
+    assert_eq!(removed.code(), Some(0), "{}", removed.stderr);
+    let gone = finish(tiller(&["sessions", "show", name, "--store", store])).await;
+    assert_eq!(gone.code(), Some(1));
+    assert_eq!(gone.stderr, format!("tiller: no session named `{name}`\n"));
+}
+
+#[tokio::test]
+async fn a_chat_killed_mid_tool_resumes_from_sqlite() {
+    let scratch = Scratch::new();
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    killed_while_a_tool_runs_then_resumed(&store, "killed").await;
+}
+
+#[tokio::test]
+async fn a_chat_killed_mid_tool_resumes_from_postgres() {
+    let Some(url) = tiller_test_support::postgres::postgres_url() else {
+        return;
+    };
+    let name = format!(
+        "killed-{}-{}",
+        std::process::id(),
+        tiller::tiller_ai::now_ms()
+    );
+    killed_while_a_tool_runs_then_resumed(&url, &name).await;
+}
+
+#[tokio::test]
+async fn sessions_are_listed_shown_and_continued_by_name() {
+    let scratch = Scratch::new();
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    for prompt in ["first question", "second question"] {
+        let run = finish(tiller(&[
+            "run",
+            "--session",
+            "notes",
+            "--store",
+            &store,
+            prompt,
+        ]))
+        .await;
+        assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    }
+    let listed = finish(tiller(&["sessions", "list", "--store", &store])).await;
+    let columns: Vec<&str> = listed.stdout.trim_end().split('\t').collect();
+    assert_eq!(columns[..3], ["notes", "4 messages", "active"]);
+    let shown = finish(tiller(&["sessions", "show", "notes", "--store", &store])).await;
+    let lines: Vec<&str> = shown.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("session notes · active · created "),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "user: first question");
+    assert!(lines[2].starts_with("assistant: You said: \"first question\"."));
+    assert_eq!(lines[3], "user: second question");
+    assert_eq!(lines.len(), 5);
+
+    // The default store lives under the data directory.
+    let data = scratch.path().join("data");
+    let mut run = tiller(&["run", "--session", "elsewhere", "hi"]);
+    run.env("XDG_DATA_HOME", &data);
+    assert_eq!(finish(run).await.code(), Some(0));
+    assert!(data.join("tiller/sessions.db").exists());
+
+    let bad = finish(tiller(&["sessions", "list", "--store", "mysql://x"])).await;
+    assert_eq!(bad.code(), Some(1));
+    assert_eq!(
+        bad.stderr,
+        "tiller: unsupported store `mysql://x`: expected memory:, sqlite://PATH or postgres://…\n"
+    );
+}

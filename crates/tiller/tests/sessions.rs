@@ -1,0 +1,346 @@
+//! Sessions in a store: resumed by a new supervisor (as after a restart of the
+//! process), restarted from the store after a failure, left mid-tool by a crash,
+//! and agents that hibernate and thaw with their subscribers attached.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{assert_valid, echo, is_agent_end, is_restart, roles, tools, until};
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::tiller_store::{
+    Change, MemoryStore, SessionRecord, SessionWrite, SqlStore, StoreWriter,
+};
+use tiller::{
+    AgentEvent, AgentHooks, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Delivered, Prompt,
+    SessionStore, Supervisor, SupervisorConfig,
+};
+
+/// A fresh SQLite file for one test.
+fn sqlite_url() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tiller-sessions-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite://{}", dir.join("sessions.db").display())
+}
+
+/// A session id no other test (or earlier run against a shared database) uses.
+fn unique(name: &str) -> String {
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        tiller::tiller_ai::now_ms()
+    )
+}
+
+fn settings(faux: &FauxProvider) -> AgentSettings {
+    AgentSettings::new(faux.model()).with_tools(tools(vec![echo()]))
+}
+
+/// A conversation with a tool call, queued messages and a changed setting, then a
+/// shutdown; a second supervisor on the same store brings it all back, and the next
+/// prompt goes on from there.
+async fn resumes_in_a_new_supervisor(store: Arc<dyn SessionStore>) {
+    let session = unique("resumed");
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("echo", json!({"value": "a"})));
+    faux.push(FauxTurn::text("Echoed."));
+    let first = Supervisor::with_store(SupervisorConfig::default(), store.clone())
+        .await
+        .unwrap();
+    let agent = first
+        .spawn(
+            AgentSpec::new(settings(&faux))
+                .with_session(session.clone())
+                .with_name("resumable"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(agent.run("echo a").await.unwrap().text(), "Echoed.");
+    agent.steer("steer later").await.unwrap();
+    agent.follow_up("follow later").await.unwrap();
+    agent
+        .update_settings(|s| s.system_prompt = Some("Be brief.".into()))
+        .await
+        .unwrap();
+    let before = agent.state().await.unwrap();
+    first.shutdown().await;
+
+    let second = Supervisor::with_store(SupervisorConfig::default(), store)
+        .await
+        .unwrap();
+    let resumed = second
+        .resume(|info| (info.record.id == session).then(|| settings(&faux)))
+        .await
+        .unwrap();
+    assert_eq!(resumed.len(), 1);
+    let agent = &resumed[0];
+    assert_eq!(agent.id().as_str(), session);
+    assert_eq!(agent.name(), Some("resumable"));
+    let after = agent.state().await.unwrap();
+    assert_eq!(after.messages, before.messages);
+    assert_eq!(
+        roles(&after.messages),
+        ["user", "assistant", "tool_result", "assistant"]
+    );
+    assert_eq!(after.steering_queue, before.steering_queue);
+    assert_eq!(after.follow_up_queue, before.follow_up_queue);
+    assert_eq!(after.system_prompt.as_deref(), Some("Be brief."));
+
+    // The queued messages go first: steering, then the follow-up.
+    faux.push(FauxTurn::text("Steered."));
+    faux.push(FauxTurn::text("Followed."));
+    let outcome = agent.run(Prompt::Continue).await.unwrap();
+    assert_eq!(outcome.text(), "Followed.");
+    let state = agent.state().await.unwrap();
+    assert_valid(&state.messages);
+    assert_eq!(
+        roles(&state.messages[4..]),
+        ["user", "assistant", "user", "assistant"]
+    );
+    assert!(state.steering_queue.is_empty() && state.follow_up_queue.is_empty());
+    let requests = faux.requests();
+    assert_eq!(
+        requests.last().unwrap().context.system_prompt.as_deref(),
+        Some("Be brief.")
+    );
+    second.shutdown().await;
+    let stored = second.store().load(&session).await.unwrap().unwrap();
+    assert_eq!(stored.messages, state.messages);
+    assert!(stored.steering.is_empty() && stored.follow_up.is_empty());
+}
+
+#[tokio::test]
+async fn a_session_resumes_from_memory() {
+    resumes_in_a_new_supervisor(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn a_session_resumes_from_sqlite() {
+    let store = SqlStore::open(&sqlite_url()).await.unwrap();
+    resumes_in_a_new_supervisor(Arc::new(store)).await;
+}
+
+#[tokio::test]
+async fn a_session_resumes_from_postgres() {
+    let Some(url) = tiller_test_support::postgres::postgres_url() else {
+        return;
+    };
+    let store = SqlStore::open(&url).await.unwrap();
+    resumes_in_a_new_supervisor(Arc::new(store)).await;
+}
+
+/// What a process killed mid-tool leaves in the store: the call without its result,
+/// a queued follow-up. Resumed, the call is answered as interrupted (in the store
+/// too), the follow-up still waits, and the next prompt works.
+#[tokio::test]
+async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
+    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let faux = FauxProvider::new();
+    let mut call = tiller::AssistantMessage::empty(&faux.model());
+    call.stop_reason = tiller::StopReason::ToolUse;
+    call.content = vec![tiller::tiller_ai::AssistantContent::ToolCall(Box::new(
+        tiller::ToolCall {
+            id: "call_1".into(),
+            name: "echo".into(),
+            arguments: json!({"value": "x"}),
+            arguments_error: None,
+        },
+    ))];
+    let and_then = AgentMessage::user("and then");
+    let writer = StoreWriter::for_store(store.clone());
+    let append = |seq: u64, message: AgentMessage| {
+        SessionWrite::new(
+            "crashed",
+            Change::Append {
+                seq,
+                message,
+                dequeued: None,
+            },
+        )
+    };
+    writer
+        .write(vec![
+            SessionWrite::new("crashed", Change::Create(SessionRecord::new("crashed"))),
+            append(0, AgentMessage::user("run echo")),
+            append(1, call.into()),
+            SessionWrite::new(
+                "crashed",
+                Change::Enqueue {
+                    queue: tiller::tiller_store::QueueKind::FollowUp,
+                    seq: 0,
+                    message: and_then.clone(),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+
+    let supervisor = Supervisor::with_store(SupervisorConfig::default(), store.clone())
+        .await
+        .unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux)).with_session("crashed"))
+        .await
+        .unwrap();
+    let state = agent.state().await.unwrap();
+    assert_valid(&state.messages);
+    assert_eq!(roles(&state.messages), ["user", "assistant", "tool_result"]);
+    let result = state.messages[2].as_tool_result().unwrap();
+    assert!(result.is_error);
+    assert_eq!(
+        result.text_content(),
+        "Tool call \"echo\" was interrupted: the agent stopped before it finished and was brought back from its session."
+    );
+    assert_eq!(state.follow_up_queue, vec![and_then]);
+
+    faux.push(FauxTurn::text("Back."));
+    faux.push(FauxTurn::text("And then some."));
+    assert_eq!(
+        agent.run("what happened?").await.unwrap().text(),
+        "And then some."
+    );
+    supervisor.shutdown().await;
+    let stored = store.load("crashed").await.unwrap().unwrap();
+    assert_valid(&stored.messages);
+    assert_eq!(
+        roles(&stored.messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    assert!(stored.follow_up.is_empty());
+}
+
+/// A failure restarts the agent from its SQLite session, subscribers attached
+/// throughout, and the next run's events reach the same subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_agent_restarts_from_sqlite_with_its_subscribers() {
+    let store = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
+        .await
+        .unwrap();
+    let faux = FauxProvider::new();
+    let broke = Arc::new(AtomicBool::new(false));
+    let hooks = {
+        let broke = broke.clone();
+        AgentHooks {
+            on_message: Some(Arc::new(move |_, message| {
+                if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
+                    panic!("the hook broke");
+                }
+            })),
+            ..AgentHooks::default()
+        }
+    };
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux).with_hooks(hooks)).with_session(unique("restarted")))
+        .await
+        .unwrap();
+    let mut events = agent.subscribe();
+    faux.push(FauxTurn::text("first"));
+    faux.push(FauxTurn::text("second"));
+    agent.prompt("one").await.unwrap();
+    until(&mut events, is_restart).await;
+    common::idle(&agent).await;
+    assert_eq!(
+        roles(&agent.state().await.unwrap().messages),
+        ["user", "assistant"]
+    );
+    agent.prompt("two").await.unwrap();
+    let end = until(&mut events, is_agent_end).await;
+    let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &end.event else {
+        unreachable!()
+    };
+    assert_eq!(
+        messages.last().unwrap().as_assistant().unwrap().text(),
+        "second"
+    );
+    let state = agent.state().await.unwrap();
+    assert_eq!(
+        roles(&state.messages),
+        ["user", "assistant", "user", "assistant"]
+    );
+    let stored = supervisor
+        .store()
+        .load(agent.session_id())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.messages, state.messages);
+    supervisor.shutdown().await;
+}
+
+/// Idle past `hibernate_after`, an agent leaves memory; the next request brings it
+/// back from the store, and its subscriber sees the new run as if nothing happened.
+#[tokio::test(start_paused = true)]
+async fn an_idle_agent_hibernates_and_thaws_on_the_next_request() {
+    let config = SupervisorConfig {
+        hibernate_after: Some(Duration::from_secs(60)),
+        ..SupervisorConfig::default()
+    };
+    let supervisor = Supervisor::with_store(config, Arc::new(MemoryStore::new()))
+        .await
+        .unwrap();
+    let faux = FauxProvider::new();
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux)))
+        .await
+        .unwrap();
+    let mut events = agent.subscribe();
+    faux.push(FauxTurn::text("before"));
+    agent.run("hello").await.unwrap();
+    assert_eq!(agent.status(), AgentStatus::Idle);
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(agent.status(), AgentStatus::Hibernated);
+
+    // Steering a hibernated agent thaws it; the message is queued as usual.
+    agent.steer("while asleep").await.unwrap();
+    assert_eq!(agent.status(), AgentStatus::Idle);
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(agent.status(), AgentStatus::Hibernated);
+
+    faux.push(FauxTurn::text("steered"));
+    agent.prompt("again").await.unwrap();
+    // The one subscription saw both runs, numbered without a gap.
+    let mut ends = Vec::new();
+    let mut last_seq = None;
+    while ends.len() < 2 {
+        let envelope = events.next().await.unwrap();
+        if let Some(last) = last_seq {
+            assert_eq!(envelope.seq, last + 1);
+        }
+        last_seq = Some(envelope.seq);
+        if let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &envelope.event {
+            ends.push(roles(messages));
+        }
+    }
+    assert_eq!(
+        ends,
+        [vec!["user", "assistant"], vec!["user", "user", "assistant"]]
+    );
+    let state = agent.state().await.unwrap();
+    assert_eq!(
+        roles(&state.messages),
+        ["user", "assistant", "user", "user", "assistant"]
+    );
+    supervisor.shutdown().await;
+}
