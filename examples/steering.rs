@@ -28,7 +28,8 @@ use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
     AgentEvent, AgentHandle, AgentSettings, AgentSpec, AgentTool, AssistantEvent, Delivered,
-    FnTool, Message, Model, SteeringDelivery, Supervisor, ToolError, ToolOutput, ToolSet,
+    FnTool, Message, Model, Prompt, Queues, SteeringDelivery, Supervisor, ToolError, ToolOutput,
+    ToolSet,
 };
 
 const STEER: &str = "Stop researching: one sentence is all I need.";
@@ -127,8 +128,8 @@ async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::Subscription
                 println!();
                 eprintln!("[run ended: {reason:?}]");
                 // A follow-up that arrived as the run was ending waits for us.
-                if !agent.has_queued_messages().await.unwrap()
-                    || agent.prompt(tiller::Prompt::Continue).await.is_err()
+                if !agent.has_queued_messages().await.unwrap_or(false)
+                    || agent.prompt(Prompt::Continue).await.is_err()
                 {
                     return;
                 }
@@ -217,7 +218,8 @@ fn scripted_model() -> Model {
 fn abort_on_ctrl_c(agent: AgentHandle) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            agent.clear_queues(tiller::Queues::Both).await.unwrap();
+            // Nothing more to do if the agent is already gone.
+            let _ = agent.clear_queues(Queues::Both).await;
             agent.abort();
         }
     });

@@ -93,7 +93,9 @@ async fn commands_and_prompts_from_a_pipe() {
     let server = MockServer::start().await;
     server.push(dialect.text(&["First answer."]));
     server.push(dialect.text(&["After the reset."]));
-    let mut command = dialect.tiller(&server, "chat", &[]);
+    // Commands wait for each run's end (its `agent_end`): a line typed before it
+    // would steer or abort the run.
+    let mut command = dialect.tiller(&server, "chat", &["--events", "jsonl"]);
     command.stdin(Stdio::piped());
     let mut child = command.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -101,7 +103,7 @@ async fn commands_and_prompts_from_a_pipe() {
     let mut stderr = lines(child.stderr.take().unwrap());
 
     stdin.write_all(b"hello\n").await.unwrap();
-    read_until(&mut stdout, |line| line == "First answer.").await;
+    read_until(&mut stdout, |line| line.contains("\"agent_end\"")).await;
     stdin
         .write_all(b"/state\n/frobnicate\n/abort\n/reset\n")
         .await
@@ -117,7 +119,7 @@ async fn commands_and_prompts_from_a_pipe() {
         ]
     );
     stdin.write_all(b"again\n").await.unwrap();
-    read_until(&mut stdout, |line| line == "After the reset.").await;
+    read_until(&mut stdout, |line| line.contains("\"agent_end\"")).await;
     stdin.write_all(b"/quit\n").await.unwrap();
     assert_eq!(exit_of(&mut child).await.code(), Some(0));
 

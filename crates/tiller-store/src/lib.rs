@@ -25,7 +25,7 @@
 //! let store = MemoryStore::new();
 //! let writer = StoreWriter::new(store.clone());
 //! let session = SessionRecord::new("chat-1");
-//! let hi = AgentMessage::user("hi");
+//! let hi = std::sync::Arc::new(AgentMessage::user("hi"));
 //! writer
 //!     .write(vec![
 //!         SessionWrite::new("chat-1", Change::Create(session)),

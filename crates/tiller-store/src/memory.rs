@@ -20,8 +20,10 @@ pub struct MemoryStore {
 }
 
 struct Session {
+    /// The row, its definition kept as JSON text (a third of the parsed size).
     record: SessionRecord,
-    messages: Vec<AgentMessage>,
+    definition: Box<str>,
+    messages: Vec<Arc<AgentMessage>>,
     /// Queued messages by queue number.
     queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
 }
@@ -34,6 +36,16 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Session>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Session {
+    /// The row as stored, its definition parsed.
+    fn record(&self) -> SessionRecord {
+        SessionRecord {
+            definition: serde_json::from_str(&self.definition).unwrap_or_default(),
+            ..self.record.clone()
+        }
     }
 }
 
@@ -72,14 +84,17 @@ impl SessionStore for MemoryStore {
         let now = now();
         for write in batch {
             if let Change::Create(record) = &write.change {
+                let definition = record.definition.to_string().into();
                 let record = SessionRecord {
                     updated_at: now,
+                    definition: serde_json::Value::Null,
                     ..record.clone()
                 };
                 sessions.insert(
                     write.session.clone(),
                     Session {
                         record,
+                        definition,
                         messages: Vec::new(),
                         queued: BTreeMap::new(),
                     },
@@ -121,7 +136,9 @@ impl SessionStore for MemoryStore {
                         .messages
                         .truncate(usize::try_from(*from).unwrap_or(usize::MAX));
                 }
-                Change::SetDefinition(definition) => session.record.definition = definition.clone(),
+                Change::SetDefinition(definition) => {
+                    session.definition = definition.to_string().into();
+                }
                 Change::SetStatus(status) => session.record.status = *status,
             }
         }
@@ -142,7 +159,7 @@ impl SessionStore for MemoryStore {
                     .collect()
             };
             StoredSession {
-                record: session.record.clone(),
+                record: session.record(),
                 messages: session.messages.clone(),
                 steering: queue(QueueKind::Steering),
                 follow_up: queue(QueueKind::FollowUp),
@@ -171,7 +188,7 @@ impl SessionStore for MemoryStore {
                     && filter.status.is_none_or(|status| record.status == status)
             })
             .map(|session| SessionInfo {
-                record: session.record.clone(),
+                record: session.record(),
                 messages: session.messages.len() as u64,
             })
             .collect();
@@ -192,10 +209,12 @@ impl SessionStore for MemoryStore {
         id: &'a str,
         seq: u64,
     ) -> BoxFuture<'a, Result<Option<AgentMessage>, StoreError>> {
-        let message = self
-            .lock()
-            .get(id)
-            .and_then(|session| session.messages.get(usize::try_from(seq).ok()?).cloned());
+        let message = self.lock().get(id).and_then(|session| {
+            session
+                .messages
+                .get(usize::try_from(seq).ok()?)
+                .map(|message| (**message).clone())
+        });
         Box::pin(ready(Ok(message)))
     }
 

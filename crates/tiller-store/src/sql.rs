@@ -217,9 +217,15 @@ impl SqlStore {
                 } => {
                     pending.queued.push((session, *seq, *queue, json(message)?));
                 }
+                Change::Create(record) => {
+                    // Sessions go first in a flush, so a message of a session created
+                    // in this batch follows its session.
+                    pending.flush_if_holding_messages(&mut tx).await?;
+                    pending.sessions.push((session, record));
+                }
                 change => {
                     pending.flush(&mut tx).await?;
-                    apply_one(&mut tx, session, change, now).await?;
+                    apply_one(&mut tx, session, change).await?;
                 }
             }
         }
@@ -293,6 +299,7 @@ fn placeholders(first: usize, count: usize) -> String {
 /// Inserts and deletes gathered to be sent as few statements.
 #[derive(Default)]
 struct Pending<'a> {
+    sessions: Vec<(&'a str, &'a SessionRecord)>,
     messages: Vec<(&'a str, u64, String)>,
     queued: Vec<(&'a str, u64, QueueKind, String)>,
     dequeued: Vec<(&'a str, u64)>,
@@ -302,6 +309,42 @@ impl Pending<'_> {
     /// Sends what is gathered: messages, then queued messages, then removals from
     /// the queue (a message queued and delivered in one batch is inserted first).
     async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+        let now = now();
+        for chunk in self.sessions.chunks(ROWS_PER_INSERT / 2) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|row| {
+                    let first = 8 * row;
+                    format!("({})", placeholders(first + 1, 8))
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (session, record) in chunk {
+                query = query
+                    .bind(*session)
+                    .bind(record.tenant_id.as_deref())
+                    .bind(record.user_id.as_deref())
+                    .bind(record.name.as_deref())
+                    .bind(record.definition.to_string())
+                    .bind(record.status.as_str())
+                    .bind(record.created_at)
+                    .bind(now);
+            }
+            if let Err(error) = query.execute(&mut **tx).await {
+                // The batch is retried one request at a time; alone, the one
+                // session created is the one that exists.
+                return Err(match &error {
+                    sqlx::Error::Database(db) if db.is_unique_violation() => {
+                        StoreError::SessionExists(chunk[0].0.to_owned())
+                    }
+                    _ => database(error),
+                });
+            }
+        }
+        self.sessions.clear();
         for chunk in self.messages.chunks(ROWS_PER_INSERT) {
             let rows: Vec<String> = (0..chunk.len())
                 .map(|row| format!("(${}, ${}, ${})", 3 * row + 1, 3 * row + 2, 3 * row + 3))
@@ -362,6 +405,19 @@ impl Pending<'_> {
     }
 }
 
+impl Pending<'_> {
+    /// Flushes when messages or queue changes wait: what comes next must follow them.
+    async fn flush_if_holding_messages(
+        &mut self,
+        tx: &mut Transaction<'_, sqlx::Any>,
+    ) -> Result<(), StoreError> {
+        if self.messages.is_empty() && self.queued.is_empty() && self.dequeued.is_empty() {
+            return Ok(());
+        }
+        self.flush(tx).await
+    }
+}
+
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -371,31 +427,8 @@ async fn apply_one(
     tx: &mut Transaction<'_, sqlx::Any>,
     session: &str,
     change: &Change,
-    now: i64,
 ) -> Result<(), StoreError> {
     let query = match change {
-        Change::Create(record) => {
-            let exists = sqlx::query("SELECT 1 FROM tiller_sessions WHERE id = $1")
-                .bind(session)
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(database)?;
-            if exists.is_some() {
-                return Err(StoreError::SessionExists(session.to_owned()));
-            }
-            sqlx::query(
-                "INSERT INTO tiller_sessions (id, tenant_id, user_id, name, definition, status, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(session)
-            .bind(record.tenant_id.as_deref())
-            .bind(record.user_id.as_deref())
-            .bind(record.name.as_deref())
-            .bind(record.definition.to_string())
-            .bind(record.status.as_str())
-            .bind(record.created_at)
-            .bind(now)
-        }
         Change::ClearQueue(queue) => {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND queue = $2")
                 .bind(session)
@@ -416,7 +449,7 @@ async fn apply_one(
                 .bind(session)
                 .bind(status.as_str())
         }
-        Change::Append { .. } | Change::Enqueue { .. } => return Ok(()),
+        Change::Create(_) | Change::Append { .. } | Change::Enqueue { .. } => return Ok(()),
     };
     query.execute(&mut **tx).await.map_err(database)?;
     Ok(())
@@ -461,41 +494,45 @@ impl SessionStore for SqlStore {
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
         Box::pin(async move {
+            // One connection, two statements: the session's row, then its messages
+            // and queued messages together.
+            let mut connection = self.pool.acquire().await.map_err(database)?;
             let sql = format!("SELECT {RECORD_COLUMNS} FROM tiller_sessions WHERE id = $1");
             let Some(row) = sqlx::query(AssertSqlSafe(sql))
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *connection)
                 .await
                 .map_err(database)?
             else {
                 return Ok(None);
             };
             let record = record(&row)?;
-            let messages = sqlx::query(
-                "SELECT message FROM tiller_messages WHERE session_id = $1 ORDER BY seq",
-            )
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(database)?
-            .iter()
-            .map(|row| message(id, &row.try_get::<String, _>(0).map_err(database)?))
-            .collect::<Result<Vec<_>, _>>()?;
-            let mut steering = Vec::new();
-            let mut follow_up = Vec::new();
             let rows = sqlx::query(
-                "SELECT seq, queue, message FROM tiller_queued WHERE session_id = $1 ORDER BY seq",
+                "SELECT 0 AS kind, seq, '' AS queue, message FROM tiller_messages WHERE session_id = $1 \
+                 UNION ALL \
+                 SELECT 1 AS kind, seq, queue, message FROM tiller_queued WHERE session_id = $1 \
+                 ORDER BY kind, seq",
             )
             .bind(id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(database)?;
+            let mut messages = Vec::new();
+            let mut steering = Vec::new();
+            let mut follow_up = Vec::new();
             for row in rows {
-                let seq: i64 = row.try_get(0).map_err(database)?;
-                let queue: String = row.try_get(1).map_err(database)?;
+                let kind: i32 = row.try_get(0).map_err(database)?;
+                let seq: i64 = row.try_get(1).map_err(database)?;
+                let text: String = row.try_get(3).map_err(database)?;
+                let stored = message(id, &text)?;
+                if kind == 0 {
+                    messages.push(Arc::new(stored));
+                    continue;
+                }
+                let queue: String = row.try_get(2).map_err(database)?;
                 let queued = Queued {
                     seq: u64::try_from(seq).unwrap_or_default(),
-                    message: message(id, &row.try_get::<String, _>(2).map_err(database)?)?,
+                    message: stored,
                 };
                 match QueueKind::parse(&queue) {
                     Some(QueueKind::Steering) => steering.push(queued),

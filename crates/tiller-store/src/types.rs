@@ -116,8 +116,8 @@ pub struct Queued {
 pub struct StoredSession {
     /// Its row.
     pub record: SessionRecord,
-    /// Every finished message, in order.
-    pub messages: Vec<AgentMessage>,
+    /// Every finished message, in order (shared, not copied, with a memory store).
+    pub messages: Vec<Arc<AgentMessage>>,
     /// The queued steering messages, oldest first.
     pub steering: Vec<Queued>,
     /// The queued follow-up messages, oldest first.
@@ -177,8 +177,8 @@ pub enum Change {
     Append {
         /// The message's place in the transcript, from 0.
         seq: u64,
-        /// The message.
-        message: AgentMessage,
+        /// The message, shared with the agent that holds it.
+        message: Arc<AgentMessage>,
         /// The queued message (by its queue number) this one was delivered from.
         dequeued: Option<u64>,
     },

@@ -70,7 +70,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
                 &id,
                 Change::Append {
                     seq: 0,
-                    message: user("hello"),
+                    message: user("hello").into(),
                     dequeued: None,
                 },
             ),
@@ -107,7 +107,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
             &id,
             Change::Append {
                 seq: 1,
-                message: user("steer 1"),
+                message: user("steer 1").into(),
                 dequeued: Some(0),
             },
         )])
@@ -115,7 +115,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
         .unwrap();
     let mut expected = StoredSession {
         record: created.clone(),
-        messages: vec![user("hello"), user("steer 1")],
+        messages: vec![user("hello").into(), user("steer 1").into()],
         steering: vec![Queued {
             seq: 2,
             message: user("steer 2"),
@@ -160,7 +160,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
                 &id,
                 Change::Append {
                     seq: 0,
-                    message: user("again"),
+                    message: user("again").into(),
                     dequeued: None,
                 },
             ),
@@ -168,7 +168,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
         .await
         .unwrap();
     let loaded = store.load(&id).await.unwrap().unwrap();
-    assert_eq!(loaded.messages, vec![user("again")]);
+    assert_eq!(loaded.messages, vec![user("again").into()]);
     assert_eq!((loaded.steering.len(), loaded.follow_up.len()), (0, 0));
 
     assert!(store.delete(&id).await.unwrap());
@@ -191,7 +191,7 @@ async fn a_failed_batch_changes_nothing(store: Arc<dyn SessionStore>, tenant: &s
                 &id,
                 Change::Append {
                     seq: 0,
-                    message: user("lost"),
+                    message: user("lost").into(),
                     dequeued: None,
                 },
             ),
@@ -206,7 +206,7 @@ async fn a_failed_batch_changes_nothing(store: Arc<dyn SessionStore>, tenant: &s
                 &id,
                 Change::Append {
                     seq: 0,
-                    message: user("lost too"),
+                    message: user("lost too").into(),
                     dequeued: None,
                 },
             ),
@@ -214,7 +214,7 @@ async fn a_failed_batch_changes_nothing(store: Arc<dyn SessionStore>, tenant: &s
                 &missing,
                 Change::Append {
                     seq: 0,
-                    message: user("orphan"),
+                    message: user("orphan").into(),
                     dequeued: None,
                 },
             ),
@@ -239,7 +239,7 @@ async fn lists_by_owner_and_status(store: Arc<dyn SessionStore>, tenant: &str) {
                 &id,
                 Change::Append {
                     seq,
-                    message: user(format!("m{seq}")),
+                    message: user(format!("m{seq}")).into(),
                     dequeued: None,
                 },
             ));
@@ -332,7 +332,7 @@ async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str
                     id,
                     Change::Append {
                         seq,
-                        message: user(format!("{id} {seq}")),
+                        message: user(format!("{id} {seq}")).into(),
                         dequeued: None,
                     },
                 )],
@@ -348,7 +348,7 @@ async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str
         &missing,
         Change::Append {
             seq: 0,
-            message: user("x"),
+            message: user("x").into(),
             dequeued: None,
         },
     )]);
@@ -365,7 +365,9 @@ async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str
     }
     for id in &sessions {
         let messages = store.load(id).await.unwrap().unwrap().messages;
-        let expected: Vec<AgentMessage> = (0..20).map(|seq| user(format!("{id} {seq}"))).collect();
+        let expected: Vec<Arc<AgentMessage>> = (0..20)
+            .map(|seq| user(format!("{id} {seq}")).into())
+            .collect();
         assert_eq!(messages, expected);
     }
 }
@@ -417,7 +419,7 @@ async fn sqlite_keeps_sessions_across_opens() {
                 "kept",
                 Change::Append {
                     seq: 0,
-                    message: user("still here"),
+                    message: user("still here").into(),
                     dequeued: None,
                 },
             ),
@@ -428,7 +430,7 @@ async fn sqlite_keeps_sessions_across_opens() {
     drop(store);
     let reopened = SqlStore::open(&url).await.unwrap();
     let loaded = reopened.load("kept").await.unwrap().unwrap();
-    assert_eq!(loaded.messages, vec![user("still here")]);
+    assert_eq!(loaded.messages, vec![user("still here").into()]);
 }
 
 #[tokio::test]

@@ -74,7 +74,7 @@ impl Internal {
 
 /// A session as an actor starts from.
 pub(crate) struct Loaded {
-    pub(crate) messages: Vec<AgentMessage>,
+    pub(crate) messages: Vec<Arc<AgentMessage>>,
     pub(crate) steering: VecDeque<(u64, AgentMessage)>,
     pub(crate) follow_up: VecDeque<(u64, AgentMessage)>,
     pub(crate) next_queue_seq: u64,
@@ -82,7 +82,7 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// A new session's state.
-    pub(crate) fn new(messages: Vec<AgentMessage>) -> Self {
+    pub(crate) fn new(messages: Vec<Arc<AgentMessage>>) -> Self {
         Loaded {
             messages,
             steering: VecDeque::new(),
@@ -96,21 +96,18 @@ impl Loaded {
     /// the store too.
     pub(crate) fn from_store(agent: &Agent, stored: StoredSession) -> Self {
         let mut messages = stored.messages;
-        let before = messages.len();
-        answer_open_calls(
-            &mut messages,
-            "the agent stopped before it finished and was brought back from its session.",
-        );
-        if messages.len() > before {
-            let writes = messages[before..]
-                .iter()
-                .enumerate()
-                .map(|(n, message)| {
+        let answered = answer_open(&messages);
+        if !answered.is_empty() {
+            let writes = answered
+                .into_iter()
+                .map(|message| {
+                    let seq = messages.len() as u64;
+                    messages.push(message.clone());
                     SessionWrite::new(
                         agent.session.clone(),
                         Change::Append {
-                            seq: (before + n) as u64,
-                            message: message.clone(),
+                            seq,
+                            message,
                             dequeued: None,
                         },
                     )
@@ -140,6 +137,27 @@ impl Loaded {
     }
 }
 
+/// Results for the tool calls of the transcript's last response that have none:
+/// "interrupted" errors (the run that made them was lost).
+fn answer_open(messages: &[Arc<AgentMessage>]) -> Vec<Arc<AgentMessage>> {
+    answer_open_with(
+        messages,
+        "the agent stopped before it finished and was brought back from its session.",
+    )
+}
+
+/// Results saying `reason` for the calls of the last response that have none. Only
+/// the messages from that response on are looked at.
+fn answer_open_with(messages: &[Arc<AgentMessage>], reason: &str) -> Vec<Arc<AgentMessage>> {
+    let Some(last) = messages.iter().rposition(|m| m.as_assistant().is_some()) else {
+        return Vec::new();
+    };
+    let mut tail: Vec<AgentMessage> = messages[last..].iter().map(|m| (**m).clone()).collect();
+    let before = tail.len();
+    answer_open_calls(&mut tail, reason);
+    tail.drain(before..).map(Arc::new).collect()
+}
+
 /// What an actor is started with.
 pub(crate) struct Boot {
     pub(crate) agent: Arc<Agent>,
@@ -164,7 +182,7 @@ pub(crate) struct ActorState {
     agent: Arc<Agent>,
     myself: ActorRef<AgentMsg>,
     settings: Arc<AgentSettings>,
-    messages: Vec<AgentMessage>,
+    messages: Vec<Arc<AgentMessage>>,
     steering: VecDeque<(u64, AgentMessage)>,
     follow_up: VecDeque<(u64, AgentMessage)>,
     next_queue_seq: u64,
@@ -337,6 +355,7 @@ impl ActorState {
                     let _ = reply.send(Err(AgentError::Busy));
                     return;
                 }
+                let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![self.write(Change::Truncate { from: 0 })];
                 writes.extend(messages.iter().enumerate().map(|(seq, message)| {
                     self.write(Change::Append {
@@ -437,7 +456,7 @@ impl ActorState {
             thinking_level: settings.thinking_level,
             tools: settings.tools.clone(),
             session_id: self.agent.session.to_string(),
-            messages: self.messages.clone(),
+            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),
             follow_up_queue: queued(&self.follow_up),
             is_streaming: self.run.is_some(),
@@ -532,26 +551,27 @@ impl ActorState {
         };
         // A transcript restored from elsewhere may hold calls without results: they
         // are answered before anything else.
-        let before = self.messages.len();
-        answer_open_calls(
-            &mut self.messages,
+        let answered: Vec<SessionWrite> = answer_open_with(
+            &self.messages,
             "no result was recorded before the next run started.",
-        );
-        let answered: Vec<SessionWrite> = (before..self.messages.len())
-            .map(|seq| {
-                self.write(Change::Append {
-                    seq: seq as u64,
-                    message: self.messages[seq].clone(),
-                    dequeued: None,
-                })
+        )
+        .into_iter()
+        .map(|message| {
+            let seq = self.messages.len() as u64;
+            self.messages.push(message.clone());
+            self.write(Change::Append {
+                seq,
+                message,
+                dequeued: None,
             })
-            .collect();
+        })
+        .collect();
         if !answered.is_empty() {
             self.commit(answered, None);
         }
         let context = AgentContext {
             system_prompt: settings.system_prompt.clone(),
-            messages: self.messages.clone(),
+            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             tools: settings.tools.clone(),
         };
         self.error = None;
@@ -636,10 +656,11 @@ impl ActorState {
                     _ => None,
                 };
                 let seq = self.messages.len() as u64;
-                self.messages.push((**message).clone());
+                let shared = Arc::new((**message).clone());
+                self.messages.push(shared.clone());
                 let write = self.write(Change::Append {
                     seq,
-                    message: (**message).clone(),
+                    message: shared,
                     dequeued,
                 });
                 self.agent.runtime.writer.submit(vec![write], None);
@@ -752,6 +773,10 @@ impl ActorState {
             .hibernate_if_quiet(self.myself.get_id(), self.handled)
         {
             self.myself.stop(None);
+        } else {
+            // Not yet live, or requests on their way: they will count as activity;
+            // if none does (the actor was just being started), ask again later.
+            self.schedule_hibernation();
         }
     }
 }

@@ -30,7 +30,7 @@
 //!     .with_tools(ToolSet::new([Arc::new(clock) as Arc<dyn tiller::AgentTool>])?);
 //!
 //! let supervisor = Supervisor::start().await?;
-//! let agent = supervisor.spawn(AgentSpec::new(settings).with_name("assistant"))?;
+//! let agent = supervisor.spawn(AgentSpec::new(settings).with_name("assistant")).await?;
 //! let mut events = agent.subscribe();
 //! agent.prompt("What time is it?").await?;
 //! while let Some(envelope) = events.next().await {

@@ -355,8 +355,10 @@ impl Supervisor {
                     definition: definition_of(&spec.settings),
                     ..SessionRecord::new(&*session)
                 };
+                let messages: Vec<Arc<AgentMessage>> =
+                    spec.messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![SessionWrite::new(session.clone(), Change::Create(record))];
-                writes.extend(spec.messages.iter().enumerate().map(|(seq, message)| {
+                writes.extend(messages.iter().enumerate().map(|(seq, message)| {
                     SessionWrite::new(
                         session.clone(),
                         Change::Append {
@@ -367,7 +369,7 @@ impl Supervisor {
                     )
                 }));
                 writer.write(writes).await?;
-                Loaded::new(spec.messages)
+                Loaded::new(messages)
             }
         };
         let actor = agent

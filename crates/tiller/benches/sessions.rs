@@ -1,0 +1,139 @@
+//! The session store's figures, on SQLite (a file under the temp directory):
+//!
+//! 1. agents spawned with a 10-message transcript each into SQLite, then
+//!    hibernated: memory per hibernated agent (target <= 512 B), resident set of the
+//!    whole process (target <= 1.5 GiB at 1,000,000 agents), spawn rate (target >=
+//!    20,000 agents/s);
+//! 2. thaw of one hibernated agent (a state request that brings it back from the
+//!    store): p50 (target <= 300 µs) and p99 (target <= 2 ms);
+//!
+//! ```text
+//! cargo bench -p tiller --bench sessions              # 1,000,000 agents
+//! cargo bench -p tiller --bench sessions -- 100000    # fewer
+//! ```
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiller::faux::FauxProvider;
+use tiller::tiller_store::SqlStore;
+use tiller::{
+    AgentMessage, AgentSettings, AgentSpec, AgentStatus, AssistantMessage, Message, Supervisor,
+    SupervisorConfig,
+};
+
+fn main() {
+    let agents: usize = std::env::args()
+        .skip(1)
+        .find_map(|arg| arg.parse().ok())
+        .unwrap_or(1_000_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(hibernated_agents(agents));
+}
+
+fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<usize>()
+        .unwrap()
+        * 4096
+}
+
+/// Five questions and five answers, as a model would have written them.
+fn transcript(model: &tiller::Model) -> Vec<AgentMessage> {
+    (0..5)
+        .flat_map(|n| {
+            let mut answer = AssistantMessage::empty(model);
+            answer
+                .content
+                .push(tiller::tiller_ai::AssistantContent::Text(
+                    tiller::tiller_ai::TextContent::new(format!(
+                        "Answer number {n}, short and to the point."
+                    )),
+                ));
+            [
+                AgentMessage::user(format!("Question number {n}?")),
+                AgentMessage::Llm(Message::from(answer)),
+            ]
+        })
+        .collect()
+}
+
+async fn hibernated_agents(count: usize) {
+    const AT_ONCE: usize = 2_000;
+    let dir = std::env::temp_dir().join(format!("tiller-bench-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("sessions.db").display());
+    let store = Arc::new(SqlStore::open(&url).await.unwrap());
+    let config = SupervisorConfig {
+        hibernate_after: Some(Duration::ZERO),
+        ..SupervisorConfig::default()
+    };
+    let supervisor = Supervisor::with_store(config, store).await.unwrap();
+    let faux = FauxProvider::new();
+    let settings = Arc::new(
+        AgentSettings::new(faux.model()).with_system_prompt("You are a helpful assistant."),
+    );
+    let template = transcript(&faux.model());
+
+    let before = rss();
+    let started = Instant::now();
+    let mut spawned = 0;
+    while spawned < count {
+        let batch = AT_ONCE.min(count - spawned);
+        let spawns = (spawned..spawned + batch).map(|n| {
+            supervisor.spawn(
+                AgentSpec::new(settings.clone())
+                    .with_id(format!("agent-{n}"))
+                    .with_messages(template.clone()),
+            )
+        });
+        for handle in futures::future::join_all(spawns).await {
+            handle.unwrap();
+        }
+        spawned += batch;
+    }
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    // Every agent hibernates as soon as it is idle.
+    while supervisor
+        .list()
+        .iter()
+        .any(|info| info.status != AgentStatus::Hibernated)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = rss();
+    let per_agent = after.saturating_sub(before) / count;
+    println!(
+        "{count} agents with a 10-message transcript spawned into SQLite and hibernated: {rate:.0} agents/s (target >= 20,000); {per_agent} bytes per hibernated agent (target <= 512); process RSS {:.2} GiB (target <= 1.5 GiB at 1,000,000)",
+        after as f64 / (1u64 << 30) as f64
+    );
+
+    let mut latencies = Vec::new();
+    for n in (0..count).step_by((count / 1_000).max(1)).take(1_000) {
+        let agent = supervisor.get(&format!("agent-{n}")).unwrap();
+        let started = Instant::now();
+        let state = agent.state().await.unwrap();
+        latencies.push(started.elapsed());
+        assert_eq!(state.messages.len(), 10);
+    }
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "thaw of a hibernated agent (state() from the store), {} agents: p50 {:.0} µs (target <= 300 µs), p99 {:.0} µs (target <= 2000 µs)",
+        latencies.len(),
+        at(0.5).as_secs_f64() * 1e6,
+        at(0.99).as_secs_f64() * 1e6
+    );
+    supervisor.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
