@@ -2,54 +2,18 @@
 //! counting allocator around the whole process (server included). One test in this
 //! binary, so no other test's allocations are counted.
 
-#![allow(clippy::unwrap_used, unsafe_code)]
+#![allow(clippy::unwrap_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use tiller_ai::{
     ApiKey, AssistantEvent, Context, Message, Model, StreamError, StreamLimits, StreamOptions,
 };
-use tiller_test_support::{MockResponse, MockServer, hostile};
-
-/// Counts live heap bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(by: usize) {
-    let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only counters
-// are updated beside it.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grew(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            grew(new_size - layout.size());
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tiller_test_support::{MockResponse, MockServer, heap, hostile};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 /// The most any one hostile response may add to the heap at its peak.
 const BOUND: usize = 8 * 1024 * 1024;
@@ -74,12 +38,12 @@ async fn peak_of(
     };
     let context = Context::new().with_message(Message::user("Hi"));
     let model = model(&server);
-    let start = LIVE.load(Ordering::Relaxed);
-    PEAK.store(start, Ordering::Relaxed);
+    let start = heap::live();
+    heap::reset_peak();
     let last = tiller_ai::stream(&model, &context, &options)
         .fold(None, |_, event| async move { Some(event) })
         .await;
-    let peak = PEAK.load(Ordering::Relaxed) - start;
+    let peak = heap::peak() - start;
     match last {
         Some(AssistantEvent::Error { error, .. }) => (error, peak),
         other => panic!("not an error: {other:?}"),

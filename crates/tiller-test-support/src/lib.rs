@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cassette;
+pub mod heap;
 pub mod hostile;
 pub mod live;
 pub mod postgres;

@@ -29,6 +29,11 @@ impl AgentId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The id's text, shared.
+    pub(crate) fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
 
 impl From<&str> for AgentId {

@@ -266,7 +266,10 @@ impl Supervisor {
                 }),
         );
         let name: Option<Arc<str>> = spec.name.as_deref().map(Into::into);
-        let session: Arc<str> = spec.session.as_deref().unwrap_or(id.as_str()).into();
+        let session = match &spec.session {
+            Some(session) if session != id.as_str() => Arc::from(session.as_str()),
+            _ => id.shared(),
+        };
         let agent = Arc::new(Agent::new(
             id.clone(),
             name.clone(),
