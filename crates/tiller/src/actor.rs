@@ -31,6 +31,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::AgentMessage;
 use crate::agent::{Agent, lock};
+use crate::compress::compress;
 use crate::error::AgentError;
 use crate::message::{AgentMsg, Prompt, Queues};
 use crate::settings::{AgentSettings, QueueMode};
@@ -96,6 +97,9 @@ impl Loaded {
     /// the store too.
     pub(crate) fn from_store(agent: &Agent, stored: StoredSession) -> Self {
         let mut messages = stored.messages;
+        if let Some(compression) = agent.settings().compression {
+            compress(&mut messages, compression.max_chars);
+        }
         let answered = answer_open(&messages);
         if !answered.is_empty() {
             let writes = answered

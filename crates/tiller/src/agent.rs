@@ -16,6 +16,7 @@ use ractor::{ActorId, ActorRef, MessagingErr};
 use tiller_store::{Change, SessionWrite};
 
 use crate::actor::{AgentActor, Boot, Internal, Loaded};
+use crate::compress::with_lookup;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
 use crate::runtime::Runtime;
@@ -191,9 +192,18 @@ impl Agent {
         self: &Arc<Self>,
         loaded: Loaded,
     ) -> Result<ActorRef<AgentMsg>, String> {
+        let settings = self.settings();
+        let settings = match settings.compression {
+            Some(_) => Arc::new(with_lookup(
+                &settings,
+                self.runtime.writer.store().clone(),
+                self.session.clone(),
+            )),
+            None => settings,
+        };
         let boot = Boot {
             agent: self.clone(),
-            settings: self.settings(),
+            settings,
             loaded,
         };
         AgentActor::spawn(boot, self.runtime.supervisor.clone())

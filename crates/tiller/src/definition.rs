@@ -7,6 +7,7 @@ use tiller_ai::{Model, ThinkingLevel};
 
 use tiller_core::{SteeringDelivery, ToolExecutionMode};
 
+use crate::compress::LOOKUP_TOOL;
 use crate::settings::{AgentSettings, QueueMode};
 
 /// An agent's settings as stored with its session.
@@ -47,10 +48,12 @@ impl AgentDefinition {
             }),
             system_prompt: settings.system_prompt.clone(),
             thinking_level: settings.thinking_level,
+            // The built-in lookup tool comes with the compression setting, not the store.
             tools: settings
                 .tools
                 .definitions()
                 .iter()
+                .filter(|tool| tool.name != LOOKUP_TOOL)
                 .map(|tool| tool.name.clone())
                 .collect(),
             temperature: settings.stream.temperature,

@@ -50,6 +50,7 @@
 
 mod actor;
 mod agent;
+mod compress;
 mod definition;
 mod error;
 mod handle;
@@ -63,6 +64,7 @@ mod supervisor;
 #[doc = include_str!("../../../docs/runtime-semantics.md")]
 pub mod runtime_semantics {}
 
+pub use compress::{Compression, LOOKUP_TOOL};
 pub use definition::AgentDefinition;
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;

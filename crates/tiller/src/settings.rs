@@ -15,6 +15,7 @@ use tiller_core::{
 };
 
 use crate::AgentMessage;
+use crate::compress::Compression;
 use crate::subscription::AgentId;
 
 /// How many queued messages one delivery takes.
@@ -111,6 +112,10 @@ pub struct AgentSettings {
     pub max_turns: u32,
     /// Hooks.
     pub hooks: AgentHooks,
+    /// How a transcript reloaded from the store is compressed (long assistant
+    /// answers cut, the `lookup` tool to read them whole); `None`, the default,
+    /// reloads everything as it is.
+    pub compression: Option<Compression>,
 }
 
 impl Default for AgentSettings {
@@ -129,6 +134,7 @@ impl Default for AgentSettings {
             tool_execution: ToolExecutionMode::Parallel,
             max_turns: 50,
             hooks: AgentHooks::default(),
+            compression: None,
         }
     }
 }

@@ -350,3 +350,73 @@ async fn an_idle_agent_hibernates_and_thaws_on_the_next_request() {
     );
     supervisor.shutdown().await;
 }
+
+/// Resumed with compression, a long answer comes back cut with a marker naming it;
+/// the model reads it whole with `lookup`; the store keeps it whole.
+#[tokio::test]
+async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
+    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let faux = FauxProvider::new();
+    let long = format!(
+        "The plan, step by step: {}",
+        "do the next thing. ".repeat(40)
+    );
+    faux.push(FauxTurn::text(long.clone()));
+    let compressed = || {
+        let mut settings = settings(&faux);
+        settings.compression = Some(tiller::Compression::default());
+        settings
+    };
+    let first = Supervisor::with_store(SupervisorConfig::default(), store.clone())
+        .await
+        .unwrap();
+    let agent = first
+        .spawn(AgentSpec::new(settings(&faux)).with_session("long"))
+        .await
+        .unwrap();
+    agent.run("make a plan").await.unwrap();
+    first.shutdown().await;
+
+    let second = Supervisor::with_store(SupervisorConfig::default(), store.clone())
+        .await
+        .unwrap();
+    let agent = second
+        .spawn(AgentSpec::new(compressed()).with_session("long"))
+        .await
+        .unwrap();
+    let state = agent.state().await.unwrap();
+    let cut = state.messages[1].as_assistant().unwrap().text();
+    let kept: String = long.chars().take(400).collect();
+    assert_eq!(
+        cut,
+        format!(
+            "{kept}\n[… {} more characters cut. The whole message is \"message:1\": call the `lookup` tool with that name to read it.]",
+            long.chars().count() - 400
+        )
+    );
+    assert!(
+        state
+            .tools
+            .definitions()
+            .iter()
+            .any(|tool| tool.name == "lookup")
+    );
+
+    faux.push(FauxTurn::tool_call("lookup", json!({"name": "message:1"})));
+    faux.push(FauxTurn::text("Step one is to do the next thing."));
+    agent.run("what was step one?").await.unwrap();
+    let state = agent.state().await.unwrap();
+    let read = state.messages[4].as_tool_result().unwrap();
+    assert!(!read.is_error);
+    assert_eq!(read.text_content(), long);
+    // The model saw the cut answer, never the whole one, until it asked.
+    let first_request = &faux.requests()[1];
+    let seen = first_request.context.messages[1].clone();
+    let tiller::Message::Assistant(seen) = seen else {
+        panic!("the answer is the second message")
+    };
+    assert_eq!(seen.text(), cut);
+    second.shutdown().await;
+    let stored = store.load("long").await.unwrap().unwrap();
+    assert_eq!(stored.messages[1].as_assistant().unwrap().text(), long);
+}
