@@ -7,7 +7,7 @@
 //! at run time hold only this file's table and column names and `$N` parameters
 //! (which is what `AssertSqlSafe` asserts): values are always bound.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -217,12 +217,9 @@ impl SqlStore {
                 } => {
                     pending.queued.push((session, *seq, *queue, json(message)?));
                 }
-                Change::Create(record) => {
-                    // Sessions go first in a flush, so a message of a session created
-                    // in this batch follows its session.
-                    pending.flush_if_holding_messages(&mut tx).await?;
-                    pending.sessions.push((session, record));
-                }
+                // No foreign keys: a session and its messages may be inserted in
+                // any order within the transaction.
+                Change::Create(record) => pending.sessions.push((session, record)),
                 change => {
                     pending.flush(&mut tx).await?;
                     apply_one(&mut tx, session, change).await?;
@@ -246,15 +243,18 @@ async fn touch(
     batch: &[SessionWrite],
     now: i64,
 ) -> Result<(), StoreError> {
-    let created: HashSet<&str> = batch
-        .iter()
-        .filter(|write| matches!(write.change, Change::Create(_)))
-        .map(|write| &*write.session)
-        .collect();
-    let mut touched: Vec<&str> = batch
-        .iter()
-        .map(|write| &*write.session)
-        .filter(|session| !created.contains(session))
+    // Sessions whose first write in the batch creates them need not exist yet;
+    // every other session written to must.
+    let mut first_write: HashMap<&str, bool> = HashMap::new();
+    for write in batch {
+        first_write
+            .entry(&*write.session)
+            .or_insert(matches!(write.change, Change::Create(_)));
+    }
+    let mut touched: Vec<&str> = first_write
+        .into_iter()
+        .filter(|(_, creates)| !creates)
+        .map(|(session, _)| session)
         .collect();
     touched.sort_unstable();
     touched.dedup();
@@ -402,19 +402,6 @@ impl Pending<'_> {
         self.queued.clear();
         self.dequeued.clear();
         Ok(())
-    }
-}
-
-impl Pending<'_> {
-    /// Flushes when messages or queue changes wait: what comes next must follow them.
-    async fn flush_if_holding_messages(
-        &mut self,
-        tx: &mut Transaction<'_, sqlx::Any>,
-    ) -> Result<(), StoreError> {
-        if self.messages.is_empty() && self.queued.is_empty() && self.dequeued.is_empty() {
-            return Ok(());
-        }
-        self.flush(tx).await
     }
 }
 
