@@ -56,13 +56,13 @@ impl Setup {
         let (model, notice) = choose_model(options, file.as_ref(), var)?;
         let api_key = explicit_key(options, file.as_ref(), &model, var)?;
         let mut settings = AgentSettings::new(model);
-        settings.stream.api_key = api_key;
+        settings.run.stream.api_key = api_key;
         settings.system_prompt = options
             .system
             .clone()
             .or_else(|| file.as_ref().map(|f| f.system_prompt.clone()))
             .filter(|prompt| !prompt.is_empty());
-        settings.thinking_level = options
+        settings.run.stream.thinking = options
             .thinking
             .or(file.as_ref().map(|f| f.thinking))
             .unwrap_or(ThinkingLevel::Off);
@@ -70,15 +70,15 @@ impl Setup {
             .max_turns
             .or(file.as_ref().and_then(|f| f.max_turns))
         {
-            settings.max_turns = max_turns;
+            settings.run.max_turns = max_turns;
         }
-        settings.stream.max_tokens = options.max_tokens;
+        settings.run.stream.max_tokens = options.max_tokens;
         settings.tools = file
             .as_ref()
             .map_or_else(ToolSet::empty, |f| f.tools.clone());
         if let Some(file) = &file {
-            settings.stream.tool_choice = file.tool_choice.clone();
-            settings.tool_choice_after_tools = file.tool_choice_after_tools.clone();
+            settings.run.stream.tool_choice = file.tool_choice.clone();
+            settings.run.tool_choice_after_tools = file.tool_choice_after_tools.clone();
         }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {

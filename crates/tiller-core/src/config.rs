@@ -144,42 +144,61 @@ impl TurnSummary<'_> {
     }
 }
 
-/// Everything a run needs besides its messages. Cheap to clone.
-#[derive(Clone)]
-pub struct LoopConfig {
-    /// The model to call.
-    pub model: Model,
-    /// Request options; the run supplies the cancellation token and, through
-    /// `api_key_resolver`, the key.
-    pub options: StreamOptions,
-    /// The tool choice of a run's model calls after the model has called a tool, in
-    /// place of `options.tool_choice` when that one forces a call (`required` or a
-    /// named tool): forced on every turn, the model could never answer. `None`
-    /// leaves the choice to the provider.
-    pub tool_choice_after_tools: Option<ToolChoice>,
+/// The application's callbacks around a run. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct RunHooks {
     /// What the model sees of the transcript; by default every LLM message,
     /// custom messages dropped.
     pub convert_to_llm: Option<ConvertToLlm>,
     /// Applied to the transcript before `convert_to_llm` on every model call.
     pub transform_context: Option<TransformContext>,
-    /// Asked for the key before every model call; falls back to `options.api_key`.
+    /// Asked for the key before every model call; falls back to `stream.api_key`.
     pub api_key_resolver: Option<ApiKeyResolver>,
-    /// Where steering messages come from.
-    pub steering: Option<MessageSource>,
-    /// Where follow-up messages come from.
-    pub follow_up: Option<MessageSource>,
-    /// When steering reaches the model.
-    pub steering_delivery: SteeringDelivery,
-    /// How a turn's tool calls run.
-    pub tool_execution: ToolExecutionMode,
     /// Runs before each validated tool call.
     pub before_tool_call: Option<BeforeToolCallHook>,
     /// Runs after each tool call.
     pub after_tool_call: Option<AfterToolCallHook>,
-    /// The most turns (model calls) a run makes.
-    pub max_turns: u32,
     /// Stops the run after a turn when it answers `true`.
     pub stop_when: Option<StopWhen>,
+}
+
+impl fmt::Debug for RunHooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set: Vec<&str> = [
+            ("convert_to_llm", self.convert_to_llm.is_some()),
+            ("transform_context", self.transform_context.is_some()),
+            ("api_key_resolver", self.api_key_resolver.is_some()),
+            ("before_tool_call", self.before_tool_call.is_some()),
+            ("after_tool_call", self.after_tool_call.is_some()),
+            ("stop_when", self.stop_when.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, present)| present.then_some(name))
+        .collect();
+        f.debug_tuple("RunHooks").field(&set).finish()
+    }
+}
+
+/// How a run behaves, apart from its model and where its queued messages come
+/// from: the one place these settings live. An agent's settings hold one, and each
+/// of its runs takes it whole. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Request options (thinking level, session id, temperature, token limit, tool
+    /// choice, retries, timeouts, headers, API key); the run supplies the
+    /// cancellation token and, through `api_key_resolver`, the key.
+    pub stream: StreamOptions,
+    /// The tool choice of a run's model calls after the model has called a tool, in
+    /// place of `stream.tool_choice` when that one forces a call (`required` or a
+    /// named tool): forced on every turn, the model could never answer. `None`
+    /// leaves the choice to the provider.
+    pub tool_choice_after_tools: Option<ToolChoice>,
+    /// When steering reaches the model.
+    pub steering_delivery: SteeringDelivery,
+    /// How a turn's tool calls run.
+    pub tool_execution: ToolExecutionMode,
+    /// The most turns (model calls) a run makes.
+    pub max_turns: u32,
     /// How long running tools and callbacks (hooks, the key resolver, the
     /// transform) get to return after an abort or a skip before they are dropped.
     pub cancel_grace: Duration,
@@ -187,6 +206,37 @@ pub struct LoopConfig {
     /// rest is cut, with a last text block saying how much (see
     /// [`ToolOutput::cut_to`]). Default 256 KiB.
     pub max_tool_output_bytes: usize,
+    /// The application's callbacks.
+    pub hooks: RunHooks,
+}
+
+impl Default for RunOptions {
+    /// Interrupting steering, parallel tools, at most 50 turns, 100 ms of grace.
+    fn default() -> Self {
+        RunOptions {
+            stream: StreamOptions::default(),
+            tool_choice_after_tools: None,
+            steering_delivery: SteeringDelivery::Interrupt,
+            tool_execution: ToolExecutionMode::Parallel,
+            max_turns: 50,
+            cancel_grace: Duration::from_millis(100),
+            max_tool_output_bytes: 256 * 1024,
+            hooks: RunHooks::default(),
+        }
+    }
+}
+
+/// Everything a run needs besides its messages. Cheap to clone.
+#[derive(Clone)]
+pub struct LoopConfig {
+    /// The model to call.
+    pub model: Model,
+    /// How the run behaves.
+    pub run: RunOptions,
+    /// Where steering messages come from.
+    pub steering: Option<MessageSource>,
+    /// Where follow-up messages come from.
+    pub follow_up: Option<MessageSource>,
 }
 
 impl LoopConfig {
@@ -195,21 +245,9 @@ impl LoopConfig {
     pub fn new(model: Model) -> Self {
         LoopConfig {
             model,
-            options: StreamOptions::default(),
-            tool_choice_after_tools: None,
-            convert_to_llm: None,
-            transform_context: None,
-            api_key_resolver: None,
+            run: RunOptions::default(),
             steering: None,
             follow_up: None,
-            steering_delivery: SteeringDelivery::Interrupt,
-            tool_execution: ToolExecutionMode::Parallel,
-            before_tool_call: None,
-            after_tool_call: None,
-            max_turns: 50,
-            stop_when: None,
-            cancel_grace: Duration::from_millis(100),
-            max_tool_output_bytes: 256 * 1024,
         }
     }
 
@@ -218,7 +256,7 @@ impl LoopConfig {
         mut self,
         convert: impl for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync + 'static,
     ) -> Self {
-        self.convert_to_llm = Some(hook::convert_to_llm(convert));
+        self.run.hooks.convert_to_llm = Some(hook::convert_to_llm(convert));
         self
     }
 
@@ -228,7 +266,7 @@ impl LoopConfig {
         F: Fn(&[AgentMessage], CancellationToken) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<AgentMessage>, BoxError>> + Send + 'static,
     {
-        self.transform_context = Some(hook::transform_context(transform));
+        self.run.hooks.transform_context = Some(hook::transform_context(transform));
         self
     }
 
@@ -238,7 +276,7 @@ impl LoopConfig {
         F: Fn(&str) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<ApiKey>> + Send + 'static,
     {
-        self.api_key_resolver = Some(hook::api_key_resolver(resolve));
+        self.run.hooks.api_key_resolver = Some(hook::api_key_resolver(resolve));
         self
     }
 
@@ -268,7 +306,7 @@ impl LoopConfig {
         F: Fn(ToolCallInfo) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<BeforeToolCall, BoxError>> + Send + 'static,
     {
-        self.before_tool_call = Some(hook::before_tool_call(before));
+        self.run.hooks.before_tool_call = Some(hook::before_tool_call(before));
         self
     }
 
@@ -278,15 +316,15 @@ impl LoopConfig {
         F: Fn(ToolCallInfo, ToolOutput, bool) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<AfterToolCall, BoxError>> + Send + 'static,
     {
-        self.after_tool_call = Some(hook::after_tool_call(after));
+        self.run.hooks.after_tool_call = Some(hook::after_tool_call(after));
         self
     }
 
     /// Asks the model for `choice` on a run's first call, and for `after` once it
     /// has called a tool when `choice` forces a call (see `tool_choice_after_tools`).
     pub fn with_tool_choice(mut self, choice: ToolChoice, after: Option<ToolChoice>) -> Self {
-        self.options.tool_choice = Some(choice);
-        self.tool_choice_after_tools = after;
+        self.run.stream.tool_choice = Some(choice);
+        self.run.tool_choice_after_tools = after;
         self
     }
 
@@ -295,7 +333,7 @@ impl LoopConfig {
         mut self,
         stop: impl Fn(&TurnSummary<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.stop_when = Some(hook::stop_when(stop));
+        self.run.hooks.stop_when = Some(hook::stop_when(stop));
         self
     }
 }
@@ -308,21 +346,9 @@ impl fmt::Debug for LoopConfig {
                 "model",
                 &format_args!("{}/{}", self.model.provider, self.model.id),
             )
-            .field("options", &self.options)
-            .field("tool_choice_after_tools", &self.tool_choice_after_tools)
-            .field("convert_to_llm", &set(self.convert_to_llm.is_some()))
-            .field("transform_context", &set(self.transform_context.is_some()))
-            .field("api_key_resolver", &set(self.api_key_resolver.is_some()))
+            .field("run", &self.run)
             .field("steering", &set(self.steering.is_some()))
             .field("follow_up", &set(self.follow_up.is_some()))
-            .field("steering_delivery", &self.steering_delivery)
-            .field("tool_execution", &self.tool_execution)
-            .field("before_tool_call", &set(self.before_tool_call.is_some()))
-            .field("after_tool_call", &set(self.after_tool_call.is_some()))
-            .field("max_turns", &self.max_turns)
-            .field("stop_when", &set(self.stop_when.is_some()))
-            .field("cancel_grace", &self.cancel_grace)
-            .field("max_tool_output_bytes", &self.max_tool_output_bytes)
             .finish()
     }
 }

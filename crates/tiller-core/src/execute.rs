@@ -77,7 +77,7 @@ pub(crate) async fn run_batch(
     let outcomes = if let Some(why) = not_run_because(message) {
         (not_run(run, &calls, &why), None)
     } else {
-        let sequential = run.config.tool_execution == ToolExecutionMode::Sequential
+        let sequential = run.config.run.tool_execution == ToolExecutionMode::Sequential
             || calls.iter().any(|call| {
                 run.tools
                     .get(&call.name)
@@ -238,7 +238,7 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
     if !running.is_empty() {
         batch.cancel();
         // `sleep` saturates, so any grace (even `Duration::MAX`) is safe.
-        let grace = tokio::time::sleep(run.config.cancel_grace);
+        let grace = tokio::time::sleep(run.config.run.cancel_grace);
         tokio::pin!(grace);
         while let Some((index, outcome)) = tokio::select! {
             biased;
@@ -272,7 +272,7 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
 }
 
 fn interrupts(run: &Run) -> bool {
-    run.config.steering_delivery == SteeringDelivery::Interrupt
+    run.config.run.steering_delivery == SteeringDelivery::Interrupt
         && run.config.steering.is_some()
         && !run.cancel.is_cancelled()
 }
@@ -319,7 +319,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         Ok(args) => args,
         Err(failure) => return Prepared::Answered(Outcome::error(failure)),
     };
-    let Some(hook) = &run.config.before_tool_call else {
+    let Some(hook) = &run.config.run.hooks.before_tool_call else {
         return Prepared::Ready(registered.tool.clone(), args);
     };
     let info = ToolCallInfo {
@@ -363,7 +363,7 @@ async fn execute_alone(
         biased;
         outcome = &mut running => outcome,
         () = run.cancel.cancelled() => {
-            tokio::time::timeout(run.config.cancel_grace, running).await.unwrap_or_else(|_| aborted(call))
+            tokio::time::timeout(run.config.run.cancel_grace, running).await.unwrap_or_else(|_| aborted(call))
         }
     }
 }
@@ -378,7 +378,7 @@ async fn execute(
 ) -> Outcome {
     let sink = run.sink().clone();
     let (id, name) = (call.id.clone(), call.name.clone());
-    let max_output = run.config.max_tool_output_bytes;
+    let max_output = run.config.run.max_tool_output_bytes;
     let updates = Arc::new(move |mut partial_result: ToolOutput| {
         partial_result.cut_to(max_output);
         sink(AgentEvent::ToolExecutionUpdate {
@@ -392,7 +392,7 @@ async fn execute(
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
     // The after hook sees the arguments too; copy them only for it.
-    let (args, after) = match run.config.after_tool_call.clone() {
+    let (args, after) = match run.config.run.hooks.after_tool_call.clone() {
         Some(hook) => (
             args.clone(),
             Some((

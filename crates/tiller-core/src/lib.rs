@@ -67,8 +67,8 @@ mod validate;
 
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
-    ConvertToLlm, LoopConfig, MessageSource, SteeringDelivery, StopWhen, ToolCallInfo,
-    ToolExecutionMode, TransformContext, TurnSummary,
+    ConvertToLlm, LoopConfig, MessageSource, RunHooks, RunOptions, SteeringDelivery, StopWhen,
+    ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
 };
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};

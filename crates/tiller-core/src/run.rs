@@ -153,7 +153,7 @@ impl Run {
     ) -> Self {
         let options = StreamOptions {
             cancel: cancel.clone(),
-            ..config.options.clone()
+            ..config.run.stream.clone()
         };
         Run {
             config,
@@ -182,7 +182,7 @@ impl Run {
             biased;
             done = &mut callback => done,
             () = self.cancel.cancelled() => {
-                tokio::time::timeout(self.config.cancel_grace, &mut callback)
+                tokio::time::timeout(self.config.run.cancel_grace, &mut callback)
                     .await
                     .map_err(|_| Interrupted::Aborted)?
             }
@@ -248,9 +248,9 @@ impl Run {
                     .as_ref()
                     .is_some_and(ToolChoice::forces_a_call)
             {
-                self.options.tool_choice = self.config.tool_choice_after_tools.clone();
+                self.options.tool_choice = self.config.run.tool_choice_after_tools.clone();
             }
-            let stop = self.config.stop_when.as_ref().map(|stop| {
+            let stop = self.config.run.hooks.stop_when.as_ref().map(|stop| {
                 let summary = TurnSummary {
                     turn,
                     message: &message,
@@ -292,7 +292,7 @@ impl Run {
                     };
                 }
             }
-            if self.turns >= self.config.max_turns {
+            if self.turns >= self.config.run.max_turns {
                 self.deliver_all(Some(pending));
                 return RunEnd::TurnLimit;
             }
@@ -350,7 +350,7 @@ impl Run {
         if self.cancel.is_cancelled() {
             return self.aborted();
         }
-        let transformed = match &self.config.transform_context {
+        let transformed = match &self.config.run.hooks.transform_context {
             None => None,
             Some(transform) => {
                 let pending = transform(&self.messages, self.cancel.child_token());
@@ -366,10 +366,10 @@ impl Run {
                 }
             }
         };
-        if let Some(resolve) = &self.config.api_key_resolver {
+        if let Some(resolve) = &self.config.run.hooks.api_key_resolver {
             match self.call_back(resolve(&self.config.model.provider)).await {
                 Ok(key) => {
-                    self.options.api_key = key.or_else(|| self.config.options.api_key.clone())
+                    self.options.api_key = key.or_else(|| self.config.run.stream.api_key.clone())
                 }
                 Err(Interrupted::Panicked(panic)) => {
                     return self.fail(format!("the API key resolver panicked: {panic}"));
@@ -378,7 +378,7 @@ impl Run {
             }
         }
         let view = transformed.as_deref().unwrap_or(&self.messages);
-        let converted = match &self.config.convert_to_llm {
+        let converted = match &self.config.run.hooks.convert_to_llm {
             None => Ok(default_convert_to_llm(view)),
             Some(convert) => std::panic::catch_unwind(AssertUnwindSafe(|| convert(view))),
         };

@@ -119,7 +119,7 @@ async fn abort_during_a_slow_tool_stops_it_and_starts_nothing_after() {
     };
     let cancel = CancellationToken::new();
     let mut config = config(&faux);
-    config.tool_execution = ToolExecutionMode::Sequential;
+    config.run.tool_execution = ToolExecutionMode::Sequential;
     let run = agent_loop(
         vec![AgentMessage::user("go")],
         context(vec![slow], vec![]),

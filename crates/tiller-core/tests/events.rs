@@ -271,7 +271,7 @@ async fn interrupting_steering_skips_the_calls_left() {
     let ran = executed.clone();
     let mut config =
         config(&faux).with_steering(once("stop that", move || !logged(&ran).is_empty()));
-    config.tool_execution = ToolExecutionMode::Sequential;
+    config.run.tool_execution = ToolExecutionMode::Sequential;
     let (events, messages) = prompt("start", context(vec![echo(&executed)], vec![]), config).await;
     assert_eq!(logged(&executed), ["first"]);
     let described = describe(&events);
@@ -386,8 +386,8 @@ async fn steering_after_the_turn_lets_every_call_run() {
     let ran = executed.clone();
     let mut config =
         config(&faux).with_steering(once("interrupt", move || !logged(&ran).is_empty()));
-    config.steering_delivery = SteeringDelivery::AfterTurn;
-    config.tool_execution = ToolExecutionMode::Sequential;
+    config.run.steering_delivery = SteeringDelivery::AfterTurn;
+    config.run.tool_execution = ToolExecutionMode::Sequential;
     let (events, messages) = prompt("start", context(vec![echo(&executed)], vec![]), config).await;
     assert_eq!(logged(&executed), ["first", "second", "third"]);
     assert!(

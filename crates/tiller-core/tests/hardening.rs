@@ -204,7 +204,7 @@ async fn a_chatty_tools_output_is_cut_with_a_marker() {
         |_args, _ctx| async { Ok(ToolOutput::text("é".repeat(150_000))) },
     ));
     let mut config = config(&faux);
-    config.max_tool_output_bytes = 1001;
+    config.run.max_tool_output_bytes = 1001;
     let (_, messages) = collect(agent_loop(
         vec![AgentMessage::user("go")],
         context(vec![chatty], vec![]),

@@ -28,7 +28,7 @@ async fn the_turn_limit_ends_a_run_that_would_go_on() {
     let faux = FauxProvider::new();
     always_calling_echo(&faux);
     let mut config = config(&faux);
-    config.max_turns = 2;
+    config.run.max_turns = 2;
     let ran = log();
     let (events, messages) = prompt("loop", context(vec![echo(&ran)], vec![]), config).await;
     assert_eq!(faux.requests().len(), 2);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
-use tiller_ai::{PartialMessage, StreamOptions};
+use tiller_ai::PartialMessage;
 use tiller_core::{
     AgentContext, AgentEvent, LoopConfig, MessageSource, answer_open_calls, run_loop,
     run_loop_continue,
@@ -457,7 +457,7 @@ impl ActorState {
         AgentState {
             system_prompt: settings.system_prompt.clone(),
             model: settings.model.clone(),
-            thinking_level: settings.thinking_level,
+            thinking_level: settings.run.stream.thinking,
             tools: settings.tools.clone(),
             session_id: self.agent.session.to_string(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
@@ -668,7 +668,7 @@ impl ActorState {
                     dequeued,
                 });
                 self.agent.runtime.writer.submit(vec![write], None);
-                if let Some(hook) = &self.settings.hooks.on_message {
+                if let Some(hook) = &self.settings.on_message {
                     hook(&self.agent.id, message);
                 }
             }
@@ -785,7 +785,8 @@ impl ActorState {
     }
 }
 
-/// The loop's configuration for one run of this agent.
+/// The loop's configuration for one run of this agent: the agent's run options
+/// whole, and its queues.
 fn loop_config(
     actor: &ActorRef<AgentMsg>,
     run: u64,
@@ -793,31 +794,17 @@ fn loop_config(
     model: tiller_ai::Model,
     skip_first_steering: bool,
 ) -> LoopConfig {
-    let hooks = &settings.hooks;
-    let mut config = LoopConfig::new(model);
-    config.options = StreamOptions {
-        thinking: settings.thinking_level,
-        session_id: settings.session_id.clone(),
-        ..settings.stream.clone()
-    };
-    config.tool_choice_after_tools = settings.tool_choice_after_tools.clone();
-    config.convert_to_llm = hooks.convert_to_llm.clone();
-    config.transform_context = hooks.transform_context.clone();
-    config.api_key_resolver = hooks.api_key_resolver.clone();
-    config.before_tool_call = hooks.before_tool_call.clone();
-    config.after_tool_call = hooks.after_tool_call.clone();
-    config.stop_when = hooks.stop_when.clone();
-    config.steering_delivery = settings.steering_delivery;
-    config.tool_execution = settings.tool_execution;
-    config.max_turns = settings.max_turns;
-    config.steering = Some(queue_source(
-        actor,
-        run,
-        QueueKind::Steering,
-        skip_first_steering,
-    ));
-    config.follow_up = Some(queue_source(actor, run, QueueKind::FollowUp, false));
-    config
+    LoopConfig {
+        model,
+        run: settings.run.clone(),
+        steering: Some(queue_source(
+            actor,
+            run,
+            QueueKind::Steering,
+            skip_first_steering,
+        )),
+        follow_up: Some(queue_source(actor, run, QueueKind::FollowUp, false)),
+    }
 }
 
 /// Reads one of the agent's queues for the loop, by asking the actor; `skip_first`

@@ -47,7 +47,7 @@ impl AgentDefinition {
                 model
             }),
             system_prompt: settings.system_prompt.clone(),
-            thinking_level: settings.thinking_level,
+            thinking_level: settings.run.stream.thinking,
             // The built-in lookup tool comes with the compression setting, not the store.
             tools: settings
                 .tools
@@ -56,13 +56,13 @@ impl AgentDefinition {
                 .filter(|tool| tool.name != LOOKUP_TOOL)
                 .map(|tool| tool.name.clone())
                 .collect(),
-            temperature: settings.stream.temperature,
-            max_tokens: settings.stream.max_tokens,
-            max_turns: settings.max_turns,
+            temperature: settings.run.stream.temperature,
+            max_tokens: settings.run.stream.max_tokens,
+            max_turns: settings.run.max_turns,
             steering_mode: settings.steering_mode,
             follow_up_mode: settings.follow_up_mode,
-            steering_delivery: settings.steering_delivery,
-            tool_execution: settings.tool_execution,
+            steering_delivery: settings.run.steering_delivery,
+            tool_execution: settings.run.tool_execution,
         }
     }
 
@@ -90,14 +90,14 @@ impl AgentDefinition {
             applied.model = self.model.clone();
         }
         applied.system_prompt = self.system_prompt.clone();
-        applied.thinking_level = self.thinking_level;
-        applied.stream.temperature = self.temperature;
-        applied.stream.max_tokens = self.max_tokens;
-        applied.max_turns = self.max_turns;
+        applied.run.stream.thinking = self.thinking_level;
+        applied.run.stream.temperature = self.temperature;
+        applied.run.stream.max_tokens = self.max_tokens;
+        applied.run.max_turns = self.max_turns;
         applied.steering_mode = self.steering_mode;
         applied.follow_up_mode = self.follow_up_mode;
-        applied.steering_delivery = self.steering_delivery;
-        applied.tool_execution = self.tool_execution;
+        applied.run.steering_delivery = self.steering_delivery;
+        applied.run.tool_execution = self.tool_execution;
         Ok(applied)
     }
 }

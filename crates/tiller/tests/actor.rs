@@ -13,7 +13,7 @@ use common::{agent, endless, idle, is_agent_end, is_restart, until};
 use pretty_assertions::assert_eq;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tiller::faux::FauxTurn;
-use tiller::{AgentError, AgentHooks, AgentMessage, AgentMsg, Prompt, RunEnd};
+use tiller::{AgentError, AgentMessage, AgentMsg, Prompt, RunEnd};
 
 /// A host actor that turns its own messages into the agent's.
 struct Host;
@@ -89,16 +89,13 @@ async fn requests_racing_a_restart_are_kept_or_refused_never_lost() {
     let broke = Arc::new(AtomicBool::new(false));
     let hooks = {
         let broke = broke.clone();
-        AgentHooks {
-            on_message: Some(Arc::new(move |_, message| {
-                if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
-                    panic!("the hook broke");
-                }
-            })),
-            ..AgentHooks::default()
-        }
+        Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
+            if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
+                panic!("the hook broke");
+            }
+        })
     };
-    let (_supervisor, agent, faux) = agent(|s| s.with_hooks(hooks)).await;
+    let (_supervisor, agent, faux) = agent(|s| s.with_on_message(hooks)).await;
     faux.push(FauxTurn::text("first"));
     let mut events = agent.subscribe();
     agent.prompt("go").await.unwrap();

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use tiller::faux::FauxTurn;
 use tiller::{
-    AgentError, AgentEvent, AgentHooks, AgentMessage, AgentSettings, AgentSpec, AgentStatus,
-    Content, Delivered, ImageContent, Message, QueueMode, RunEnd, Supervisor, ThinkingLevel,
+    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Content,
+    Delivered, ImageContent, Message, QueueMode, RunEnd, RunHooks, Supervisor, ThinkingLevel,
     catalog, hook,
 };
 
@@ -66,7 +66,7 @@ async fn subscribing_sends_nothing_and_setters_emit_no_events() {
     agent
         .update_settings(|s| {
             s.system_prompt = Some("Test prompt".into());
-            s.thinking_level = ThinkingLevel::High;
+            s.run.stream.thinking = ThinkingLevel::High;
         })
         .await
         .unwrap();
@@ -237,14 +237,14 @@ async fn continue_runs_queued_steering_one_message_at_a_time() {
 #[tokio::test]
 async fn the_session_id_reaches_the_provider_and_can_change() {
     let (_supervisor, agent, faux) = agent(|mut s| {
-        s.session_id = Some("session-abc".into());
+        s.run.stream.session_id = Some("session-abc".into());
         s
     })
     .await;
     faux.push(FauxTurn::text("ok")).push(FauxTurn::text("ok"));
     agent.run("hello").await.unwrap();
     agent
-        .update_settings(|s| s.session_id = Some("session-def".into()))
+        .update_settings(|s| s.run.stream.session_id = Some("session-def".into()))
         .await
         .unwrap();
     agent.run("hello again").await.unwrap();
@@ -336,11 +336,11 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
     agent
         .update_settings(|s| {
-            s.hooks = AgentHooks {
+            s.run.hooks = RunHooks {
                 transform_context: Some(hook::transform_context(|_, _| async {
                     Err("the summariser is down".into())
                 })),
-                ..AgentHooks::default()
+                ..RunHooks::default()
             }
         })
         .await
@@ -353,11 +353,11 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
 
     agent
         .update_settings(|s| {
-            s.hooks = AgentHooks {
+            s.run.hooks = RunHooks {
                 transform_context: Some(hook::transform_context(|_, _| async {
                     panic!("compaction bug")
                 })),
-                ..AgentHooks::default()
+                ..RunHooks::default()
             }
         })
         .await
@@ -379,7 +379,7 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     assert!(faux.requests().is_empty(), "no model call was made");
 
     agent
-        .update_settings(|s| s.hooks = AgentHooks::default())
+        .update_settings(|s| s.run.hooks = RunHooks::default())
         .await
         .unwrap();
     faux.push(FauxTurn::text("fine"));

@@ -15,20 +15,19 @@ use common::{
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::FauxTurn;
-use tiller::{AgentHooks, AgentMessage, AgentTool, FnTool, ToolExecutionMode, ToolOutput};
+use tiller::{AgentMessage, AgentTool, FnTool, ToolExecutionMode, ToolOutput};
 use tokio::sync::Notify;
 
 /// An `on_message` hook that panics, once, on the first message `breaks` matches.
-fn breaking_once(breaks: impl Fn(&AgentMessage) -> bool + Send + Sync + 'static) -> AgentHooks {
+fn breaking_once(
+    breaks: impl Fn(&AgentMessage) -> bool + Send + Sync + 'static,
+) -> tiller::OnMessage {
     let broke = AtomicBool::new(false);
-    AgentHooks {
-        on_message: Some(Arc::new(move |_, message| {
-            if breaks(message) && !broke.swap(true, Ordering::SeqCst) {
-                panic!("the persistence hook broke");
-            }
-        })),
-        ..AgentHooks::default()
-    }
+    Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
+        if breaks(message) && !broke.swap(true, Ordering::SeqCst) {
+            panic!("the persistence hook broke");
+        }
+    })
 }
 
 /// A tool that returns once `gate` is notified.
@@ -62,8 +61,8 @@ async fn a_steering_message_the_loop_took_is_queued_again_when_the_actor_fails()
     let (_supervisor, agent, faux) = agent(|s| {
         let mut settings = s
             .with_tools(tools(vec![gated(&gate), echo()]))
-            .with_hooks(hooks);
-        settings.tool_execution = ToolExecutionMode::Sequential;
+            .with_on_message(hooks);
+        settings.run.tool_execution = ToolExecutionMode::Sequential;
         settings
     })
     .await;
@@ -110,7 +109,7 @@ async fn tool_calls_left_open_by_a_failure_are_answered() {
             .is_some_and(|assistant| assistant.tool_calls().next().is_some())
     });
     let (_supervisor, agent, faux) =
-        agent(|s| s.with_tools(tools(vec![echo()])).with_hooks(hooks)).await;
+        agent(|s| s.with_tools(tools(vec![echo()])).with_on_message(hooks)).await;
     faux.push(FauxTurn::tool_call("echo", json!({"value": "a"})));
     let mut events = agent.subscribe();
     agent.prompt("go").await.unwrap();

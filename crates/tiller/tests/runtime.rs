@@ -18,9 +18,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentError, AgentEvent, AgentHooks, AgentMessage, AgentSettings, AgentSpec, AgentStatus,
-    AgentTool, Delivered, FnTool, Notice, SteeringDelivery, StopReason, Supervisor,
-    SupervisorConfig, ToolExecutionMode, ToolOutput,
+    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, AgentTool,
+    Delivered, FnTool, Notice, SteeringDelivery, StopReason, Supervisor, SupervisorConfig,
+    ToolExecutionMode, ToolOutput,
 };
 use tokio::sync::Notify;
 
@@ -123,8 +123,8 @@ async fn steer_during_a_batch(delivery: SteeringDelivery) -> (Vec<String>, Vec<A
     let gate = gate(&release, &ran);
     let (_supervisor, agent, faux) = agent(|mut s| {
         s.tools = tools(vec![gate]);
-        s.steering_delivery = delivery;
-        s.tool_execution = ToolExecutionMode::Sequential;
+        s.run.steering_delivery = delivery;
+        s.run.tool_execution = ToolExecutionMode::Sequential;
         s
     })
     .await;
@@ -337,22 +337,19 @@ async fn reset_during_a_run_aborts_it_then_clears_everything() {
     assert_eq!(agent.run("again").await.unwrap().text(), "fresh start");
 }
 
-fn panicking_once(panicked: &Arc<AtomicBool>) -> AgentHooks {
+fn panicking_once(panicked: &Arc<AtomicBool>) -> tiller::OnMessage {
     let panicked = panicked.clone();
-    AgentHooks {
-        on_message: Some(Arc::new(move |_, message| {
-            if message.as_assistant().is_some() && !panicked.swap(true, Ordering::SeqCst) {
-                panic!("the persistence hook broke");
-            }
-        })),
-        ..AgentHooks::default()
-    }
+    Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
+        if message.as_assistant().is_some() && !panicked.swap(true, Ordering::SeqCst) {
+            panic!("the persistence hook broke");
+        }
+    })
 }
 
 #[tokio::test]
 async fn a_failing_agent_restarts_with_its_transcript_handles_and_subscriptions() {
     let panicked = Arc::new(AtomicBool::new(false));
-    let (_supervisor, agent, faux) = agent(|s| s.with_hooks(panicking_once(&panicked))).await;
+    let (_supervisor, agent, faux) = agent(|s| s.with_on_message(panicking_once(&panicked))).await;
     faux.push(FauxTurn::text("first answer"));
     faux.push(FauxTurn::text("second answer"));
     let mut events = agent.subscribe();
@@ -399,17 +396,14 @@ async fn an_agent_failing_past_its_budget_stays_down_and_says_why() {
     })
     .await
     .unwrap();
-    let hooks = AgentHooks {
-        on_message: Some(Arc::new(|_, message| {
-            if message.as_assistant().is_some() {
-                panic!("always broken");
-            }
-        })),
-        ..AgentHooks::default()
-    };
+    let hooks: tiller::OnMessage = Arc::new(|_: &tiller::AgentId, message: &AgentMessage| {
+        if message.as_assistant().is_some() {
+            panic!("always broken");
+        }
+    });
     let agent = supervisor
         .spawn(AgentSpec::new(
-            AgentSettings::new(faux.model()).with_hooks(hooks),
+            AgentSettings::new(faux.model()).with_on_message(hooks),
         ))
         .await
         .unwrap();

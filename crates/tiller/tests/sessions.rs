@@ -19,7 +19,7 @@ use tiller::tiller_store::{
     Change, MemoryStore, SessionRecord, SessionWrite, SqlStore, StoreWriter,
 };
 use tiller::{
-    AgentEvent, AgentHooks, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Delivered, Prompt,
+    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Delivered, Prompt,
     SessionStore, Supervisor, SupervisorConfig,
 };
 
@@ -248,17 +248,17 @@ async fn a_failed_agent_restarts_from_sqlite_with_its_subscribers() {
     let broke = Arc::new(AtomicBool::new(false));
     let hooks = {
         let broke = broke.clone();
-        AgentHooks {
-            on_message: Some(Arc::new(move |_, message| {
-                if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
-                    panic!("the hook broke");
-                }
-            })),
-            ..AgentHooks::default()
-        }
+        Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
+            if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
+                panic!("the hook broke");
+            }
+        })
     };
     let agent = supervisor
-        .spawn(AgentSpec::new(settings(&faux).with_hooks(hooks)).with_session(unique("restarted")))
+        .spawn(
+            AgentSpec::new(settings(&faux).with_on_message(hooks))
+                .with_session(unique("restarted")),
+        )
         .await
         .unwrap();
     let mut events = agent.subscribe();
