@@ -72,9 +72,7 @@ pub use config::{
 };
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
-pub use run::{
-    AgentContext, ContinueError, EventSink, check_continue, run_loop, run_loop_continue,
-};
+pub use run::{AgentContext, ContinueError, EventSink, Prompt, check_continue, run_loop};
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 pub use toolset::{ToolSet, ToolSetError};

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 use tiller_ai::{
-    AssistantEvent, AssistantMessage, ContextRef, Message, StopReason, StreamError, StreamOptions,
-    ToolChoice,
+    AssistantEvent, AssistantMessage, Content, ContextRef, ImageContent, Message, StopReason,
+    StreamError, StreamOptions, ToolChoice, UserMessage,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -28,6 +28,56 @@ use crate::toolset::ToolSet;
 
 /// Receives every event of a run, in order. It must not block.
 pub type EventSink = Arc<dyn Fn(AgentEvent) + Send + Sync>;
+
+/// What starts a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// New messages.
+    Messages(Vec<AgentMessage>),
+    /// The transcript as it stands.
+    Continue,
+}
+
+impl Prompt {
+    /// A user message of text and images.
+    pub fn with_images(text: impl Into<String>, images: Vec<ImageContent>) -> Self {
+        let mut message = UserMessage::text(text);
+        message
+            .content
+            .extend(images.into_iter().map(Content::Image));
+        Prompt::Messages(vec![message.into()])
+    }
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Prompt::Messages(vec![AgentMessage::user(text)])
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(text: String) -> Self {
+        Prompt::Messages(vec![AgentMessage::user(text)])
+    }
+}
+
+impl From<AgentMessage> for Prompt {
+    fn from(message: AgentMessage) -> Self {
+        Prompt::Messages(vec![message])
+    }
+}
+
+impl From<UserMessage> for Prompt {
+    fn from(message: UserMessage) -> Self {
+        Prompt::Messages(vec![message.into()])
+    }
+}
+
+impl From<Vec<AgentMessage>> for Prompt {
+    fn from(messages: Vec<AgentMessage>) -> Self {
+        Prompt::Messages(messages)
+    }
+}
 
 /// What a run starts from: the system prompt, the transcript and the tools.
 #[derive(Debug, Clone, Default)]
@@ -60,28 +110,25 @@ pub fn check_continue(context: &AgentContext) -> Result<(), ContinueError> {
     }
 }
 
-/// Runs the loop to its end from new `prompts`, sending every event to `sink`, and
-/// returns only the messages this run added.
+/// Runs the loop to its end from `prompt`, sending every event to `sink`, and
+/// returns only the messages this run added. [`Prompt::Continue`] runs from the
+/// context as it stands (its last message must not be the assistant's), without
+/// events for the messages already there.
 pub async fn run_loop(
-    prompts: Vec<AgentMessage>,
-    context: AgentContext,
-    config: LoopConfig,
-    cancel: CancellationToken,
-    sink: EventSink,
-) -> Vec<AgentMessage> {
-    guarded(Some(prompts), context, config, cancel, sink).await
-}
-
-/// Runs the loop from the context as it stands (its last message must not be the
-/// assistant's); no events are emitted for existing messages.
-pub async fn run_loop_continue(
+    prompt: Prompt,
     context: AgentContext,
     config: LoopConfig,
     cancel: CancellationToken,
     sink: EventSink,
 ) -> Result<Vec<AgentMessage>, ContinueError> {
-    check_continue(&context)?;
-    Ok(guarded(None, context, config, cancel, sink).await)
+    let prompts = match prompt {
+        Prompt::Messages(messages) => Some(messages),
+        Prompt::Continue => {
+            check_continue(&context)?;
+            None
+        }
+    };
+    Ok(guarded(prompts, context, config, cancel, sink).await)
 }
 
 /// A run that, should the loop itself panic, still ends with an error message and

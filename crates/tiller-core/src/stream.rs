@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::LoopConfig;
 use crate::event::AgentEvent;
 use crate::message::AgentMessage;
-use crate::run::{AgentContext, ContinueError, check_continue, run_loop, run_loop_continue};
+use crate::run::{AgentContext, ContinueError, Prompt, check_continue, run_loop};
 
 type RunFuture = Pin<Box<dyn Future<Output = Vec<AgentMessage>> + Send>>;
 
@@ -29,7 +29,13 @@ pub fn agent_loop(
     config: LoopConfig,
     cancel: CancellationToken,
 ) -> AgentLoop {
-    AgentLoop::new(|sink| Box::pin(run_loop(prompts, context, config, cancel, sink)))
+    AgentLoop::new(|sink| {
+        Box::pin(async move {
+            run_loop(Prompt::Messages(prompts), context, config, cancel, sink)
+                .await
+                .unwrap_or_default()
+        })
+    })
 }
 
 /// Continues from `context` as it stands, without events for its messages. Refused
@@ -42,7 +48,7 @@ pub fn agent_loop_continue(
     check_continue(&context)?;
     Ok(AgentLoop::new(|sink| {
         Box::pin(async move {
-            run_loop_continue(context, config, cancel, sink)
+            run_loop(Prompt::Continue, context, config, cancel, sink)
                 .await
                 .unwrap_or_default()
         })

@@ -18,8 +18,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_core::{
-    AgentEvent, AgentMessage, AgentTool, BeforeToolCall, FnTool, LoopConfig, RunEnd, ToolContext,
-    ToolOutput, agent_loop, run_loop,
+    AgentEvent, AgentMessage, AgentTool, BeforeToolCall, FnTool, LoopConfig, Prompt, RunEnd,
+    ToolContext, ToolOutput, agent_loop, run_loop,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -250,7 +250,7 @@ async fn a_dropped_tool_cannot_report_after_its_call_was_answered() {
     tokio::time::timeout(
         Duration::from_secs(60),
         run_loop(
-            vec![AgentMessage::user("go")],
+            Prompt::Messages(vec![AgentMessage::user("go")]),
             context(vec![stubborn], vec![]),
             config,
             cancel,
@@ -258,6 +258,7 @@ async fn a_dropped_tool_cannot_report_after_its_call_was_answered() {
         ),
     )
     .await
+    .unwrap()
     .unwrap();
     let count = events.lock().unwrap().len();
     kept.lock()

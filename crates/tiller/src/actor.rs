@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_ai::PartialMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, LoopConfig, MessageSource, answer_open_calls, run_loop,
-    run_loop_continue,
+    AgentContext, AgentEvent, LoopConfig, MessageSource, Prompt, answer_open_calls, run_loop,
 };
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
@@ -33,7 +32,7 @@ use crate::AgentMessage;
 use crate::agent::{Agent, lock};
 use crate::compress::compress;
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Prompt, Queues};
+use crate::message::{AgentMsg, Queues};
 use crate::settings::{AgentSettings, QueueMode};
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Delivered;
@@ -517,11 +516,11 @@ impl ActorState {
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
-        let (prompts, skip_first_steering) = match prompt {
+        let (prompt, skip_first_steering) = match prompt {
             Prompt::Messages(messages) if messages.is_empty() => {
                 return Err(AgentError::EmptyPrompt);
             }
-            Prompt::Messages(messages) => (Some(messages), false),
+            Prompt::Messages(messages) => (Prompt::Messages(messages), false),
             Prompt::Continue => match self.messages.last() {
                 None => return Err(AgentError::NothingToContinue),
                 Some(last) if last.as_assistant().is_some() => {
@@ -548,9 +547,9 @@ impl ActorState {
                             message
                         })
                         .collect();
-                    (Some(taken), skip)
+                    (Prompt::Messages(taken), skip)
                 }
-                Some(_) => (None, false),
+                Some(_) => (Prompt::Continue, false),
             },
         };
         // A transcript restored from elsewhere may hold calls without results: they
@@ -593,14 +592,9 @@ impl ActorState {
         };
         let run_token = token.clone();
         let task = tokio::spawn(async move {
-            match prompts {
-                Some(prompts) => {
-                    run_loop(prompts, context, config, run_token, sink).await;
-                }
-                None => {
-                    let _ = run_loop_continue(context, config, run_token, sink).await;
-                }
-            }
+            // Refused only for a transcript ending with the model's answer, which
+            // `start` turned into queued messages or an error above.
+            let _ = run_loop(prompt, context, config, run_token, sink).await;
         });
         self.run = Some(ActiveRun {
             id: run_id,

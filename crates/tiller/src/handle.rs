@@ -10,10 +10,11 @@ use tokio::sync::oneshot;
 use crate::AgentMessage;
 use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Prompt, Queues};
+use crate::message::{AgentMsg, Queues};
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, AgentStatus, RunOutcome};
 use crate::subscription::{AgentId, Subscription};
+use tiller_core::Prompt;
 
 /// A handle to one agent: prompt it, steer it, queue follow-ups, watch it, abort and
 /// reset it, change its settings. Cheap to clone, usable from any task or thread;

@@ -68,7 +68,7 @@ pub use compress::{Compression, LOOKUP_TOOL};
 pub use definition::AgentDefinition;
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
-pub use message::{AgentMsg, Prompt, Queues, SettingsChange};
+pub use message::{AgentMsg, Queues, SettingsChange};
 pub use settings::{AgentSettings, OnMessage, QueueMode};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
@@ -80,8 +80,8 @@ pub use tiller_ai::{
     env, faux,
 };
 pub use tiller_core::{
-    self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, RunEnd, RunHooks, RunOptions,
-    SteeringDelivery, ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError,
-    TranscriptError, check_transcript, hook,
+    self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, Prompt, RunEnd, RunHooks,
+    RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet,
+    ToolSetError, TranscriptError, check_transcript, hook,
 };
 pub use tiller_store::{self, SessionStore};

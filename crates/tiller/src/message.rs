@@ -20,7 +20,7 @@
 use std::fmt;
 
 use ractor::RpcReplyPort;
-use tiller_ai::{Content, ImageContent, UserMessage};
+use tiller_core::Prompt;
 use tokio::sync::oneshot;
 
 use crate::AgentMessage;
@@ -29,58 +29,6 @@ use crate::error::AgentError;
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Subscription;
-
-/// What starts a run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Prompt {
-    /// New messages (at least one).
-    Messages(Vec<AgentMessage>),
-    /// The transcript as it stands: a run from a trailing user, tool-result or custom
-    /// message; from a trailing assistant message, a run with the queued steering
-    /// (else the queued follow-ups), else [`AgentError::CannotContinueFromAssistant`].
-    Continue,
-}
-
-impl Prompt {
-    /// A user message of text and images.
-    pub fn with_images(text: impl Into<String>, images: Vec<ImageContent>) -> Self {
-        let mut message = UserMessage::text(text);
-        message
-            .content
-            .extend(images.into_iter().map(Content::Image));
-        Prompt::Messages(vec![message.into()])
-    }
-}
-
-impl From<&str> for Prompt {
-    fn from(text: &str) -> Self {
-        Prompt::Messages(vec![AgentMessage::user(text)])
-    }
-}
-
-impl From<String> for Prompt {
-    fn from(text: String) -> Self {
-        Prompt::Messages(vec![AgentMessage::user(text)])
-    }
-}
-
-impl From<AgentMessage> for Prompt {
-    fn from(message: AgentMessage) -> Self {
-        Prompt::Messages(vec![message])
-    }
-}
-
-impl From<UserMessage> for Prompt {
-    fn from(message: UserMessage) -> Self {
-        Prompt::Messages(vec![message.into()])
-    }
-}
-
-impl From<Vec<AgentMessage>> for Prompt {
-    fn from(messages: Vec<AgentMessage>) -> Self {
-        Prompt::Messages(messages)
-    }
-}
 
 /// One of the agent's two queues, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
