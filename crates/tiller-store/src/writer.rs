@@ -8,6 +8,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,6 +23,8 @@ pub type Ack = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 pub struct StoreWriter {
     store: Arc<dyn SessionStore>,
     requests: mpsc::UnboundedSender<Request>,
+    /// Requests submitted and not yet answered.
+    pending: Arc<AtomicUsize>,
 }
 
 struct Request {
@@ -41,8 +44,13 @@ impl StoreWriter {
     /// A writer for a shared store.
     pub fn for_store(store: Arc<dyn SessionStore>) -> Self {
         let (requests, queue) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(store.clone(), queue));
-        StoreWriter { store, requests }
+        let pending = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write_loop(store.clone(), queue, pending.clone()));
+        StoreWriter {
+            store,
+            requests,
+            pending,
+        }
     }
 
     /// The store written to (for reads).
@@ -52,6 +60,7 @@ impl StoreWriter {
 
     /// Queues `writes` without waiting; `ack` hears once they are committed.
     pub fn submit(&self, writes: Vec<SessionWrite>, ack: Option<Ack>) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
         if let Err(mpsc::error::SendError(Request { ack: Some(ack), .. })) =
             self.requests.send(Request { writes, ack })
         {
@@ -71,8 +80,12 @@ impl StoreWriter {
         committed.await.unwrap_or(Err(StoreError::Closed))
     }
 
-    /// Returns once everything submitted before is committed.
+    /// Returns once everything submitted before is committed (at once when
+    /// nothing waits).
     pub async fn flush(&self) -> Result<(), StoreError> {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         self.write(Vec::new()).await
     }
 }
@@ -83,7 +96,11 @@ impl fmt::Debug for StoreWriter {
     }
 }
 
-async fn write_loop(store: Arc<dyn SessionStore>, mut queue: mpsc::UnboundedReceiver<Request>) {
+async fn write_loop(
+    store: Arc<dyn SessionStore>,
+    mut queue: mpsc::UnboundedReceiver<Request>,
+    pending: Arc<AtomicUsize>,
+) {
     let mut batch: Vec<SessionWrite> = Vec::new();
     let mut acks: Vec<(Range<usize>, Option<Ack>)> = Vec::new();
     while let Some(first) = queue.recv().await {
@@ -96,6 +113,7 @@ async fn write_loop(store: Arc<dyn SessionStore>, mut queue: mpsc::UnboundedRece
                 next = queue.try_recv().ok();
             }
         }
+        let answered = acks.len();
         let result = if batch.is_empty() {
             Ok(())
         } else {
@@ -127,6 +145,7 @@ async fn write_loop(store: Arc<dyn SessionStore>, mut queue: mpsc::UnboundedRece
                 }
             }
         }
+        pending.fetch_sub(answered, Ordering::AcqRel);
         batch.clear();
     }
 }
