@@ -5,10 +5,7 @@
 
 mod common;
 
-use common::{
-    Dialect, Scratch, agent_yaml, event_type, exit_of, finish_with_input, lines, python_tool,
-    read_until,
-};
+use common::{Dialect, Scratch, event_type, exit_of, finish_with_input, lines, read_until};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -19,20 +16,7 @@ use tokio::io::AsyncWriteExt;
 async fn a_line_typed_while_a_tool_runs_steers_the_agent() {
     let scratch = Scratch::new();
     // The tool finishes only once the test says so, after the steering line is in.
-    scratch.write(
-        "tools/wait.py",
-        &python_tool(
-            "go = os.path.join(here, 'go')\n\
-             while not os.path.exists(go):\n    time.sleep(0.01)\n\
-             print('waited')",
-        ),
-    );
-    let agent = scratch.write(
-        "agent.yaml",
-        &agent_yaml(
-            "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n",
-        ),
-    );
+    let agent = common::waiting_agent(&scratch);
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
     server.push(dialect.tool_call("call_1", "wait", json!({})));

@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{Dialect, Scratch, agent_yaml, finish, lines, python_tool, read_until, tiller};
+use common::{Dialect, Scratch, finish, lines, read_until, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_test_support::MockServer;
@@ -36,21 +36,7 @@ fn roles(session: &Value) -> Vec<String> {
 
 async fn killed_while_a_tool_runs_then_resumed(store: &str, name: &str) {
     let scratch = Scratch::new();
-    // A tool that runs until the test lets it go.
-    scratch.write(
-        "tools/wait.py",
-        &python_tool(
-            "go = os.path.join(here, 'go')\n\
-             while not os.path.exists(go):\n    time.sleep(0.01)\n\
-             print('waited')",
-        ),
-    );
-    let agent = scratch.write(
-        "agent.yaml",
-        &agent_yaml(
-            "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n",
-        ),
-    );
+    let agent = common::waiting_agent(&scratch);
     let agent = agent.to_str().unwrap();
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;

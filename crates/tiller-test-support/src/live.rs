@@ -14,7 +14,7 @@
 //! on stderr saying how to run it, so the suite stays quick on a fresh machine.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Once, OnceLock};
 
@@ -131,25 +131,34 @@ impl LocalServer {
     }
 
     fn start(self) -> String {
-        let script = script();
-        let output = Command::new("bash")
-            .arg(&script)
-            .args(["start", self.name(), "--owner"])
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|error| panic!("could not run {}: {error}", script.display()));
-        let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        assert!(
-            output.status.success() && url.starts_with("http://"),
-            "`{} start {}` failed ({}); its messages are above",
-            script.display(),
-            self.name(),
-            output.status
-        );
-        url
+        start_with(&script(), &["start", self.name()], "http://")
     }
+}
+
+/// Runs `script ARGS --owner PID` (this process's id, so the server stops when it
+/// ends) and answers the URL it prints, which must start with `scheme`.
+///
+/// # Panics
+/// When the script fails; its own messages are on stderr.
+pub(crate) fn start_with(script: &Path, args: &[&str], scheme: &str) -> String {
+    let output = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .arg("--owner")
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|error| panic!("could not run {}: {error}", script.display()));
+    let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert!(
+        output.status.success() && url.starts_with(scheme),
+        "`{} {}` failed ({}); its messages are above",
+        script.display(),
+        args.join(" "),
+        output.status
+    );
+    url
 }
 
 /// Whether `TILLER_LIVE=required` makes the live stage mandatory.

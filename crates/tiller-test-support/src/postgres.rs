@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Once, OnceLock};
 
-use crate::live::live_required;
+use crate::live::{live_required, start_with};
 
 /// The URL of a running PostgreSQL server, or `None` when the PostgreSQL tests are
 /// skipped here (said once on stderr).
@@ -51,23 +51,7 @@ fn installed() -> bool {
 }
 
 fn start() -> String {
-    let script = script();
-    let output = Command::new("bash")
-        .arg(&script)
-        .args(["start", "--owner"])
-        .arg(std::process::id().to_string())
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|error| panic!("could not run {}: {error}", script.display()));
-    let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    assert!(
-        output.status.success() && url.starts_with("postgres://"),
-        "`{} start` failed ({}); its messages are above",
-        script.display(),
-        output.status
-    );
-    url
+    start_with(&script(), &["start"], "postgres://")
 }
 
 /// `scripts/postgres.sh` of this workspace.

@@ -1,13 +1,14 @@
 //! The workload Tiller's benchmarks share: a run of three model calls and two tool
-//! rounds on the scripted `faux` model, and the CPU clock it is measured by.
+//! rounds on the scripted `faux` model, a 10-message transcript, and the CPU clock
+//! and resident set they are measured by.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tiller_ai::Message;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
-use tiller_core::{AgentTool, FnTool, ToolOutput, ToolSet};
+use tiller_ai::{AssistantContent, AssistantMessage, Message, Model, TextContent};
+use tiller_core::{AgentMessage, AgentTool, FnTool, ToolOutput, ToolSet};
 
 /// A scripted model that calls `add` twice, one call per turn, then answers.
 pub fn two_tool_rounds() -> FauxProvider {
@@ -53,4 +54,33 @@ pub fn cpu_time() -> Duration {
     };
     let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// The process's resident set, in bytes.
+pub fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|pages| pages.parse::<usize>().ok())
+        .unwrap_or(0)
+        * 4096
+}
+
+/// Five questions and five answers, as a model would have written them.
+pub fn transcript(model: &Model) -> Vec<AgentMessage> {
+    (0..5)
+        .flat_map(|n| {
+            let mut answer = AssistantMessage::empty(model);
+            answer
+                .content
+                .push(AssistantContent::Text(TextContent::new(format!(
+                    "Answer number {n}, short and to the point."
+                ))));
+            [
+                AgentMessage::user(format!("Question number {n}?")),
+                AgentMessage::Llm(Message::from(answer)),
+            ]
+        })
+        .collect()
 }

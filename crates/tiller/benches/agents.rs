@@ -26,10 +26,10 @@ use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::tiller_store::{MemoryStore, SqlStore};
 use tiller::{
-    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, AssistantMessage, Delivered,
-    FnTool, Message, SessionStore, Supervisor, SupervisorConfig, ToolSet,
+    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, SessionStore,
+    Supervisor, SupervisorConfig, ToolSet,
 };
-use tiller_test_support::workload::{add_tool, cpu_time, two_tool_rounds};
+use tiller_test_support::workload::{add_tool, cpu_time, rss, transcript, two_tool_rounds};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -48,37 +48,6 @@ fn main() {
         store_cost().await;
         abort_latency().await;
     });
-}
-
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<usize>()
-        .unwrap()
-        * 4096
-}
-
-/// Five questions and five answers, as a model would have written them.
-fn transcript(model: &tiller::Model) -> Vec<AgentMessage> {
-    (0..5)
-        .flat_map(|n| {
-            let mut answer = AssistantMessage::empty(model);
-            answer
-                .content
-                .push(tiller::tiller_ai::AssistantContent::Text(
-                    tiller::tiller_ai::TextContent::new(format!(
-                        "Answer number {n}, short and to the point."
-                    )),
-                ));
-            [
-                AgentMessage::user(format!("Question number {n}?")),
-                AgentMessage::Llm(Message::from(answer)),
-            ]
-        })
-        .collect()
 }
 
 async fn idle_agents() {

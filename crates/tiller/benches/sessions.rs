@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 
 use tiller::faux::FauxProvider;
 use tiller::tiller_store::SqlStore;
-use tiller::{
-    AgentMessage, AgentSettings, AgentSpec, AgentStatus, AssistantMessage, Message, Supervisor,
-    SupervisorConfig,
-};
+use tiller::{AgentSettings, AgentSpec, AgentStatus, Supervisor, SupervisorConfig};
+use tiller_test_support::workload::{rss, transcript};
 
 fn main() {
     let agents: usize = std::env::args()
@@ -39,37 +37,6 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(hibernated_agents(agents));
-}
-
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<usize>()
-        .unwrap()
-        * 4096
-}
-
-/// Five questions and five answers, as a model would have written them.
-fn transcript(model: &tiller::Model) -> Vec<AgentMessage> {
-    (0..5)
-        .flat_map(|n| {
-            let mut answer = AssistantMessage::empty(model);
-            answer
-                .content
-                .push(tiller::tiller_ai::AssistantContent::Text(
-                    tiller::tiller_ai::TextContent::new(format!(
-                        "Answer number {n}, short and to the point."
-                    )),
-                ));
-            [
-                AgentMessage::user(format!("Question number {n}?")),
-                AgentMessage::Llm(Message::from(answer)),
-            ]
-        })
-        .collect()
 }
 
 async fn hibernated_agents(count: usize) {

@@ -87,14 +87,7 @@ async fn a_host_actor_prompts_and_aborts_an_agent_with_its_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_racing_a_restart_are_kept_or_refused_never_lost() {
     let broke = Arc::new(AtomicBool::new(false));
-    let hooks = {
-        let broke = broke.clone();
-        Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
-            if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
-                panic!("the hook broke");
-            }
-        })
-    };
+    let hooks = common::panicking_once(&broke);
     let (_supervisor, agent, faux) = agent(|s| s.with_on_message(hooks)).await;
     faux.push(FauxTurn::text("first"));
     let mut events = agent.subscribe();

@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::{
@@ -337,19 +337,11 @@ async fn reset_during_a_run_aborts_it_then_clears_everything() {
     assert_eq!(agent.run("again").await.unwrap().text(), "fresh start");
 }
 
-fn panicking_once(panicked: &Arc<AtomicBool>) -> tiller::OnMessage {
-    let panicked = panicked.clone();
-    Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
-        if message.as_assistant().is_some() && !panicked.swap(true, Ordering::SeqCst) {
-            panic!("the persistence hook broke");
-        }
-    })
-}
-
 #[tokio::test]
 async fn a_failing_agent_restarts_with_its_transcript_handles_and_subscriptions() {
     let panicked = Arc::new(AtomicBool::new(false));
-    let (_supervisor, agent, faux) = agent(|s| s.with_on_message(panicking_once(&panicked))).await;
+    let (_supervisor, agent, faux) =
+        agent(|s| s.with_on_message(common::panicking_once(&panicked))).await;
     faux.push(FauxTurn::text("first answer"));
     faux.push(FauxTurn::text("second answer"));
     let mut events = agent.subscribe();

@@ -246,14 +246,7 @@ async fn a_failed_agent_restarts_from_sqlite_with_its_subscribers() {
         .unwrap();
     let faux = FauxProvider::new();
     let broke = Arc::new(AtomicBool::new(false));
-    let hooks = {
-        let broke = broke.clone();
-        Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
-            if message.as_assistant().is_some() && !broke.swap(true, Ordering::SeqCst) {
-                panic!("the hook broke");
-            }
-        })
-    };
+    let hooks = common::panicking_once(&broke);
     let agent = supervisor
         .spawn(
             AgentSpec::new(settings(&faux).with_on_message(hooks))

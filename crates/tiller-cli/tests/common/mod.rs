@@ -301,6 +301,25 @@ pub(crate) fn python_tool(body: &str) -> String {
     )
 }
 
+/// An agent file in `scratch` with one tool, `wait`, that runs until the file
+/// `tools/go` exists (the test writes it to let the tool finish); answers its path.
+pub(crate) fn waiting_agent(scratch: &Scratch) -> PathBuf {
+    scratch.write(
+        "tools/wait.py",
+        &python_tool(
+            "go = os.path.join(here, 'go')\n\
+             while not os.path.exists(go):\n    time.sleep(0.01)\n\
+             print('waited')",
+        ),
+    );
+    scratch.write(
+        "agent.yaml",
+        &agent_yaml(
+            "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n",
+        ),
+    )
+}
+
 /// Waits (at most ten seconds) until process `pid` has ended: it no longer exists,
 /// or is a zombie nobody has reaped yet.
 pub(crate) async fn gone(pid: i32) {

@@ -126,3 +126,16 @@ pub(crate) fn last_user(faux: &FauxProvider, request: usize) -> String {
         .last_user_text()
         .unwrap_or_default()
 }
+
+/// An `on_message` hook that panics (failing the agent), once, at the first
+/// assistant message; `panicked` says whether it has.
+pub(crate) fn panicking_once(panicked: &Arc<std::sync::atomic::AtomicBool>) -> tiller::OnMessage {
+    let panicked = panicked.clone();
+    Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
+        if message.as_assistant().is_some()
+            && !panicked.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("the persistence hook broke");
+        }
+    })
+}
