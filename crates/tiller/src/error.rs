@@ -12,7 +12,7 @@ pub enum AgentError {
     )]
     Busy,
     /// The agent has no model to call.
-    #[error("the agent has no model: set one with set_model() first")]
+    #[error("the agent has no model: set one with update_settings() first")]
     NoModel,
     /// There is no message to continue from.
     #[error("nothing to continue: the transcript is empty")]
