@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -12,19 +11,7 @@ use tiller_store::{
     Change, MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus,
     SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
 };
-
-/// A fresh SQLite file for one test.
-fn sqlite_url() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "tiller-store-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    format!("sqlite://{}", dir.join("sessions.db").display())
-}
+use tiller_test_support::sqlite::TempSqlite;
 
 /// A tenant no other test uses, so tests can share one PostgreSQL database.
 fn tenant(test: &str) -> String {
@@ -386,7 +373,8 @@ async fn memory_store() {
 
 #[tokio::test]
 async fn sqlite_store() {
-    let url = sqlite_url();
+    let db = TempSqlite::new();
+    let url = db.url().to_owned();
     suite(
         Arc::new(SqlStore::open(&url).await.unwrap()),
         &tenant("sqlite"),
@@ -409,7 +397,8 @@ async fn postgres_store() {
 /// What is written survives closing and reopening the file; opening migrates once.
 #[tokio::test]
 async fn sqlite_keeps_sessions_across_opens() {
-    let url = sqlite_url();
+    let db = TempSqlite::new();
+    let url = db.url().to_owned();
     let store = SqlStore::open(&url).await.unwrap();
     let writer = StoreWriter::new(store.clone());
     writer

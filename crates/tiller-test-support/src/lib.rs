@@ -24,6 +24,7 @@ pub mod hostile;
 pub mod live;
 pub mod postgres;
 mod server;
+pub mod sqlite;
 pub mod sse;
 pub mod workload;
 

@@ -29,6 +29,7 @@ use tiller::{
     AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, SessionStore,
     Supervisor, SupervisorConfig, ToolSet,
 };
+use tiller_test_support::sqlite::TempSqlite;
 use tiller_test_support::workload::{add_tool, cpu_time, rss, transcript, two_tool_rounds};
 
 fn main() {
@@ -42,11 +43,11 @@ fn main() {
         fan_out().await;
         // Three rounds of each, alternated; medians (this machine's CPU time is noisy).
         let (mut bare, mut memory, mut sqlite) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..3 {
+        for _ in 0..3 {
             bare.push(bare_cpu_per_run().await);
             memory.push(concurrent_runs(10_000, Arc::new(MemoryStore::new())).await);
-            sqlite
-                .push(concurrent_runs(10_000, sqlite_store(&format!("runs-{round}")).await).await);
+            let (_db, store) = sqlite_store().await;
+            sqlite.push(concurrent_runs(10_000, store).await);
         }
         let median = |mut runs: Vec<Duration>| {
             runs.sort();
@@ -146,13 +147,11 @@ async fn bare_cpu_per_run() -> Duration {
     (cpu_time() - started) / RUNS as u32
 }
 
-/// A fresh SQLite store under the temp directory.
-async fn sqlite_store(name: &str) -> Arc<dyn SessionStore> {
-    let dir = std::env::temp_dir().join(format!("tiller-bench-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite://{}", dir.join("sessions.db").display());
-    Arc::new(SqlStore::open(&url).await.unwrap())
+/// A fresh SQLite store under the temp directory, with the guard that removes it.
+async fn sqlite_store() -> (TempSqlite, Arc<dyn SessionStore>) {
+    let db = TempSqlite::new();
+    let store = Arc::new(SqlStore::open(db.url()).await.unwrap());
+    (db, store)
 }
 
 /// `agents` agents running one prompt each at once (3 model calls, 2 tool rounds),
@@ -209,9 +208,10 @@ async fn store_cost() {
     const AGENTS: usize = 1_000;
     let mut memory = Vec::new();
     let mut sqlite = Vec::new();
-    for round in 0..5 {
+    for _ in 0..5 {
         memory.push(concurrent_runs(AGENTS, Arc::new(MemoryStore::new())).await);
-        sqlite.push(concurrent_runs(AGENTS, sqlite_store(&format!("cost-{round}")).await).await);
+        let (_db, store) = sqlite_store().await;
+        sqlite.push(concurrent_runs(AGENTS, store).await);
     }
     memory.sort();
     sqlite.sort();

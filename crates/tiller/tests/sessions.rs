@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::{assert_valid, echo, is_agent_end, is_restart, roles, tools, until};
@@ -22,19 +22,7 @@ use tiller::{
     AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Delivered, Prompt,
     SessionStore, Supervisor, SupervisorConfig,
 };
-
-/// A fresh SQLite file for one test.
-fn sqlite_url() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "tiller-sessions-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    format!("sqlite://{}", dir.join("sessions.db").display())
-}
+use tiller_test_support::sqlite::TempSqlite;
 
 /// A session id no other test (or earlier run against a shared database) uses.
 fn unique(name: &str) -> String {
@@ -134,7 +122,8 @@ async fn a_session_resumes_from_memory() {
 
 #[tokio::test]
 async fn a_session_resumes_from_sqlite() {
-    let store = SqlStore::open(&sqlite_url()).await.unwrap();
+    let db = TempSqlite::new();
+    let store = SqlStore::open(db.url()).await.unwrap();
     resumes_in_a_new_supervisor(Arc::new(store)).await;
 }
 
@@ -152,7 +141,8 @@ async fn a_session_resumes_from_postgres() {
 /// too), the follow-up still waits, and the next prompt works.
 #[tokio::test]
 async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
-    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let db = TempSqlite::new();
+    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
     let faux = FauxProvider::new();
     let mut call = tiller::AssistantMessage::empty(&faux.model());
     call.stop_reason = tiller::StopReason::ToolUse;
@@ -240,7 +230,8 @@ async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
 /// throughout, and the next run's events reach the same subscription.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_agent_restarts_from_sqlite_with_its_subscribers() {
-    let store = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let db = TempSqlite::new();
+    let store = Arc::new(SqlStore::open(db.url()).await.unwrap());
     let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
         .await
         .unwrap();
@@ -348,7 +339,8 @@ async fn an_idle_agent_hibernates_and_thaws_on_the_next_request() {
 /// the model reads it whole with `lookup`; the store keeps it whole.
 #[tokio::test]
 async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
-    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(&sqlite_url()).await.unwrap());
+    let db = TempSqlite::new();
+    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
     let faux = FauxProvider::new();
     let long = format!(
         "The plan, step by step: {}",
