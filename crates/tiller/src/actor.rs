@@ -99,24 +99,13 @@ impl Loaded {
         if let Some(compression) = agent.settings().compression {
             compress(&mut messages, compression.max_chars);
         }
-        let answered = answer_open(&messages);
+        let answered = answer_open(
+            &agent.session,
+            &mut messages,
+            "the agent stopped before it finished and was brought back from its session.",
+        );
         if !answered.is_empty() {
-            let writes = answered
-                .into_iter()
-                .map(|message| {
-                    let seq = messages.len() as u64;
-                    messages.push(message.clone());
-                    SessionWrite::new(
-                        agent.session.clone(),
-                        Change::Append {
-                            seq,
-                            message,
-                            dequeued: None,
-                        },
-                    )
-                })
-                .collect();
-            agent.runtime.writer.submit(writes, None);
+            agent.runtime.writer.submit(answered, None);
         }
         let next_queue_seq = stored
             .steering
@@ -140,25 +129,66 @@ impl Loaded {
     }
 }
 
-/// Results for the tool calls of the transcript's last response that have none:
-/// "interrupted" errors (the run that made them was lost).
-fn answer_open(messages: &[Arc<AgentMessage>]) -> Vec<Arc<AgentMessage>> {
-    answer_open_with(
-        messages,
-        "the agent stopped before it finished and was brought back from its session.",
-    )
+/// The writes that store `messages` at their places from `from` on.
+pub(crate) fn appends(
+    session: &Arc<str>,
+    from: usize,
+    messages: &[Arc<AgentMessage>],
+) -> Vec<SessionWrite> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(n, message)| {
+            SessionWrite::new(
+                session.clone(),
+                Change::Append {
+                    seq: (from + n) as u64,
+                    message: message.clone(),
+                    dequeued: None,
+                },
+            )
+        })
+        .collect()
 }
 
-/// Results saying `reason` for the calls of the last response that have none. Only
-/// the messages from that response on are looked at.
-fn answer_open_with(messages: &[Arc<AgentMessage>], reason: &str) -> Vec<Arc<AgentMessage>> {
+/// Answers, with error results saying `reason`, the calls of the transcript's last
+/// response that have none (a lost run made them); answers the writes that store
+/// the results. Only the messages from that response on are copied.
+fn answer_open(
+    session: &Arc<str>,
+    messages: &mut Vec<Arc<AgentMessage>>,
+    reason: &str,
+) -> Vec<SessionWrite> {
     let Some(last) = messages.iter().rposition(|m| m.as_assistant().is_some()) else {
         return Vec::new();
     };
     let mut tail: Vec<AgentMessage> = messages[last..].iter().map(|m| (**m).clone()).collect();
     let before = tail.len();
     answer_open_calls(&mut tail, reason);
-    tail.drain(before..).map(Arc::new).collect()
+    let from = messages.len();
+    messages.extend(tail.drain(before..).map(Arc::new));
+    appends(session, from, &messages[from..])
+}
+
+/// What one delivery of `queue` takes from `source` under `mode`, each message
+/// recorded in `in_flight` until it joins the transcript.
+fn deliver_from(
+    source: &mut VecDeque<(u64, AgentMessage)>,
+    queue: QueueKind,
+    mode: QueueMode,
+    in_flight: &mut VecDeque<(QueueKind, u64, AgentMessage)>,
+) -> Vec<AgentMessage> {
+    let count = match mode {
+        QueueMode::OneAtATime => source.len().min(1),
+        QueueMode::All => source.len(),
+    };
+    source
+        .drain(..count)
+        .map(|(seq, message)| {
+            in_flight.push_back((queue, seq, message.clone()));
+            message
+        })
+        .collect()
 }
 
 /// What an actor is started with.
@@ -360,13 +390,7 @@ impl ActorState {
                 }
                 let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![self.write(Change::Truncate { from: 0 })];
-                writes.extend(messages.iter().enumerate().map(|(seq, message)| {
-                    self.write(Change::Append {
-                        seq: seq as u64,
-                        message: message.clone(),
-                        dequeued: None,
-                    })
-                }));
+                writes.extend(appends(&self.agent.session, 0, &messages));
                 self.messages = messages;
                 self.error = None;
                 self.commit(writes, Some(reply));
@@ -480,28 +504,23 @@ impl ActorState {
     /// Takes what one delivery of `queue` takes, under its mode, for the run `run`,
     /// which holds it in flight until it joins the transcript.
     fn take(&mut self, run: u64, queue: QueueKind) -> Vec<AgentMessage> {
+        let mode = self.mode(queue);
         let Some(active) = self.run.as_mut().filter(|active| active.id == run) else {
             return Vec::new();
-        };
-        let mode = match queue {
-            QueueKind::Steering => self.settings.steering_mode,
-            QueueKind::FollowUp => self.settings.follow_up_mode,
         };
         let source = match queue {
             QueueKind::Steering => &mut self.steering,
             QueueKind::FollowUp => &mut self.follow_up,
         };
-        let count = match mode {
-            QueueMode::OneAtATime => source.len().min(1),
-            QueueMode::All => source.len(),
-        };
-        source
-            .drain(..count)
-            .map(|(seq, message)| {
-                active.in_flight.push_back((queue, seq, message.clone()));
-                message
-            })
-            .collect()
+        deliver_from(source, queue, mode, &mut active.in_flight)
+    }
+
+    /// How many messages one delivery of `queue` takes.
+    fn mode(&self, queue: QueueKind) -> QueueMode {
+        match queue {
+            QueueKind::Steering => self.settings.steering_mode,
+            QueueKind::FollowUp => self.settings.follow_up_mode,
+        }
     }
 
     fn start(
@@ -531,22 +550,8 @@ impl ActorState {
                     } else {
                         return Err(AgentError::CannotContinueFromAssistant);
                     };
-                    let mode = match queue {
-                        QueueKind::Steering => settings.steering_mode,
-                        QueueKind::FollowUp => settings.follow_up_mode,
-                    };
-                    let source = self.queue_mut(queue);
-                    let count = match mode {
-                        QueueMode::OneAtATime => 1,
-                        QueueMode::All => source.len(),
-                    };
-                    let taken: Vec<AgentMessage> = source
-                        .drain(..count)
-                        .map(|(seq, message)| {
-                            in_flight.push_back((queue, seq, message.clone()));
-                            message
-                        })
-                        .collect();
+                    let mode = self.mode(queue);
+                    let taken = deliver_from(self.queue_mut(queue), queue, mode, &mut in_flight);
                     (Prompt::Messages(taken), skip)
                 }
                 Some(_) => (Prompt::Continue, false),
@@ -554,21 +559,11 @@ impl ActorState {
         };
         // A transcript restored from elsewhere may hold calls without results: they
         // are answered before anything else.
-        let answered: Vec<SessionWrite> = answer_open_with(
-            &self.messages,
+        let answered = answer_open(
+            &self.agent.session,
+            &mut self.messages,
             "no result was recorded before the next run started.",
-        )
-        .into_iter()
-        .map(|message| {
-            let seq = self.messages.len() as u64;
-            self.messages.push(message.clone());
-            self.write(Change::Append {
-                seq,
-                message,
-                dequeued: None,
-            })
-        })
-        .collect();
+        );
         if !answered.is_empty() {
             self.commit(answered, None);
         }

@@ -22,7 +22,7 @@ use tiller_store::{
 use tokio_util::sync::CancellationToken;
 
 use crate::AgentMessage;
-use crate::actor::Loaded;
+use crate::actor::{Loaded, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
@@ -361,16 +361,7 @@ impl Supervisor {
                 let messages: Vec<Arc<AgentMessage>> =
                     spec.messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![SessionWrite::new(session.clone(), Change::Create(record))];
-                writes.extend(messages.iter().enumerate().map(|(seq, message)| {
-                    SessionWrite::new(
-                        session.clone(),
-                        Change::Append {
-                            seq: seq as u64,
-                            message: message.clone(),
-                            dequeued: None,
-                        },
-                    )
-                }));
+                writes.extend(appends(&session, 0, &messages));
                 writer.write(writes).await?;
                 Loaded::new(messages)
             }
