@@ -126,7 +126,7 @@ impl SqlStore {
             Backend::Postgres => 8,
         });
         let options = if backend == Backend::Sqlite {
-            options.after_connect(|connection, _| {
+            options.test_before_acquire(false).after_connect(|connection, _| {
                 Box::pin(async move {
                     connection
                         .execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384")
@@ -454,6 +454,9 @@ async fn apply_one(
 const RECORD_COLUMNS: &str =
     "id, tenant_id, user_id, name, definition, status, created_at, updated_at";
 
+/// [`RECORD_COLUMNS`]' places in a row that holds no record.
+const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+
 fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     let id: String = row.try_get("id").map_err(database)?;
     let corrupt = |detail: String| StoreError::Corrupt {
@@ -490,29 +493,32 @@ impl SessionStore for SqlStore {
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
         Box::pin(async move {
-            // One connection, two statements: the session's row, then its messages
-            // and queued messages together.
-            let mut connection = self.pool.acquire().await.map_err(database)?;
-            let sql = format!("SELECT {RECORD_COLUMNS} FROM tiller_sessions WHERE id = $1");
-            let Some(row) = sqlx::query(AssertSqlSafe(sql))
+            // One statement (a round trip to the database is most of a load): the
+            // session's row first, then its messages, then its queued messages.
+            let sql = format!(
+                "SELECT 0 AS kind, 0 AS seq, NULL AS queue, NULL AS message, {RECORD_COLUMNS} \
+                 FROM tiller_sessions WHERE id = $1 \
+                 UNION ALL \
+                 SELECT 1, seq, NULL, message, {NO_RECORD} FROM tiller_messages WHERE session_id = $1 \
+                 UNION ALL \
+                 SELECT 2, seq, queue, message, {NO_RECORD} FROM tiller_queued WHERE session_id = $1 \
+                 ORDER BY kind, seq"
+            );
+            let rows = sqlx::query(AssertSqlSafe(sql))
                 .bind(id)
-                .fetch_optional(&mut *connection)
+                .fetch_all(&self.pool)
                 .await
-                .map_err(database)?
-            else {
+                .map_err(database)?;
+            let mut rows = rows.iter();
+            let Some(first) = rows.next() else {
                 return Ok(None);
             };
-            let record = record(&row)?;
-            let rows = sqlx::query(
-                "SELECT 0 AS kind, seq, '' AS queue, message FROM tiller_messages WHERE session_id = $1 \
-                 UNION ALL \
-                 SELECT 1 AS kind, seq, queue, message FROM tiller_queued WHERE session_id = $1 \
-                 ORDER BY kind, seq",
-            )
-            .bind(id)
-            .fetch_all(&mut *connection)
-            .await
-            .map_err(database)?;
+            let kind: i32 = first.try_get(0).map_err(database)?;
+            if kind != 0 {
+                // Messages left of a session that no longer exists.
+                return Ok(None);
+            }
+            let record = record(first)?;
             let mut messages = Vec::new();
             let mut steering = Vec::new();
             let mut follow_up = Vec::new();
@@ -521,7 +527,7 @@ impl SessionStore for SqlStore {
                 let seq: i64 = row.try_get(1).map_err(database)?;
                 let text: String = row.try_get(3).map_err(database)?;
                 let stored = message(id, &text)?;
-                if kind == 0 {
+                if kind == 1 {
                     messages.push(Arc::new(stored));
                     continue;
                 }
