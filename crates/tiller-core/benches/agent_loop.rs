@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_ai::{Context, Message, StreamOptions, ToolCall, ToolResultMessage};
-use tiller_core::{AgentContext, AgentMessage, LoopConfig, ToolSet, agent_loop};
+use tiller_core::{AgentMessage, LoopConfig, LoopContext, ToolSet, agent_loop};
 use tiller_test_support::workload::{add_tool, cpu_time, two_tool_rounds};
 
 const ROUNDS: usize = 15;
@@ -70,7 +70,7 @@ async fn overhead() {
 /// One run through the loop.
 async fn loop_run(tools: &ToolSet) {
     let faux = two_tool_rounds();
-    let context = AgentContext {
+    let context = LoopContext {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
         tools: tools.clone(),
@@ -129,7 +129,7 @@ async fn throughput() {
     const DELTAS: usize = 500_000;
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("x".repeat(DELTAS)).chunk_size(1));
-    let context = AgentContext::default();
+    let context = LoopContext::default();
     let started = Instant::now();
     let mut run = agent_loop(
         vec![AgentMessage::user("go")],

@@ -17,6 +17,7 @@ use tiller_ai::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::context::AgentContext;
 use crate::hook;
 use crate::message::AgentMessage;
 use crate::tool::ToolOutput;
@@ -85,6 +86,8 @@ pub struct ToolCallInfo {
     pub call: ToolCall,
     /// The arguments after coercion and validation.
     pub args: Value,
+    /// Who the agent works for.
+    pub context: AgentContext,
 }
 
 /// What `before_tool_call` decides.
@@ -125,6 +128,8 @@ pub struct TurnSummary<'a> {
     pub message: &'a AssistantMessage,
     /// The results of its tool calls.
     pub tool_results: &'a [ToolResultMessage],
+    /// Who the agent works for.
+    pub context: &'a AgentContext,
 }
 
 impl TurnSummary<'_> {
@@ -237,6 +242,8 @@ pub struct LoopConfig {
     pub steering: Option<MessageSource>,
     /// Where follow-up messages come from.
     pub follow_up: Option<MessageSource>,
+    /// Who the run works for; tools and hooks see it.
+    pub context: AgentContext,
 }
 
 impl LoopConfig {
@@ -248,7 +255,14 @@ impl LoopConfig {
             run: RunOptions::default(),
             steering: None,
             follow_up: None,
+            context: AgentContext::default(),
         }
+    }
+
+    /// Runs for `context`.
+    pub fn with_context(mut self, context: AgentContext) -> Self {
+        self.context = context;
+        self
     }
 
     /// Sets what the model sees of the transcript.
@@ -349,6 +363,7 @@ impl fmt::Debug for LoopConfig {
             .field("run", &self.run)
             .field("steering", &set(self.steering.is_some()))
             .field("follow_up", &set(self.follow_up.is_some()))
+            .field("context", &self.context)
             .finish()
     }
 }

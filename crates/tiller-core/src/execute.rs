@@ -325,6 +325,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
     let info = ToolCallInfo {
         call: call.clone(),
         args: args.clone(),
+        context: run.config.context.clone(),
     };
     let args = match run.call_back(hook(info)).await {
         Ok(Ok(BeforeToolCall::Proceed)) => args,
@@ -387,7 +388,7 @@ async fn execute(
             partial_result,
         });
     });
-    let ctx = ToolContext::new(call.id.clone(), token, updates);
+    let ctx = ToolContext::new(call.id.clone(), run.config.context.clone(), token, updates);
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
@@ -400,6 +401,7 @@ async fn execute(
                 ToolCallInfo {
                     call: call.clone(),
                     args,
+                    context: run.config.context.clone(),
                 },
             )),
         ),

@@ -15,7 +15,7 @@
 //! use serde_json::json;
 //! use std::sync::Arc;
 //! use tiller_ai::faux::{FauxProvider, FauxTurn};
-//! use tiller_core::{AgentContext, AgentEvent, AgentMessage, FnTool, LoopConfig, ToolOutput, ToolSet};
+//! use tiller_core::{LoopContext, AgentEvent, AgentMessage, FnTool, LoopConfig, ToolOutput, ToolSet};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -32,7 +32,7 @@
 //!         Ok(ToolOutput::text((args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)).to_string()))
 //!     },
 //! );
-//! let context = AgentContext {
+//! let context = LoopContext {
 //!     system_prompt: Some("Use the tools.".into()),
 //!     messages: vec![],
 //!     tools: ToolSet::new([Arc::new(add) as Arc<dyn tiller_core::AgentTool>]).unwrap(),
@@ -55,6 +55,7 @@ pub mod event;
 pub mod hook;
 
 mod config;
+mod context;
 mod execute;
 mod message;
 mod repair;
@@ -70,10 +71,14 @@ pub use config::{
     ConvertToLlm, LoopConfig, MessageSource, RunHooks, RunOptions, SteeringDelivery, StopWhen,
     ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
 };
+pub use context::{AgentContext, CONTEXT_HEADERS, ContextIds};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
-pub use run::{AgentContext, ContinueError, EventSink, Prompt, check_continue, run_loop};
+pub use run::{ContinueError, EventSink, LoopContext, Prompt, check_continue, run_loop};
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
-pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolExecution, ToolOutput};
+pub use tool::{
+    AgentTool, FnTool, IntoToolOutput, ToolContext, ToolError, ToolExecution, ToolOutput,
+    decode_arguments, parameters_schema, tool_result,
+};
 pub use toolset::{ToolSet, ToolSetError};
 pub use transcript::{TranscriptError, answer_open_calls, check_transcript};

@@ -81,7 +81,7 @@ impl From<Vec<AgentMessage>> for Prompt {
 
 /// What a run starts from: the system prompt, the transcript and the tools.
 #[derive(Debug, Clone, Default)]
-pub struct AgentContext {
+pub struct LoopContext {
     /// Instructions sent ahead of the conversation.
     pub system_prompt: Option<String>,
     /// The transcript so far.
@@ -102,7 +102,7 @@ pub enum ContinueError {
 }
 
 /// Checks that a run can continue from `context`.
-pub fn check_continue(context: &AgentContext) -> Result<(), ContinueError> {
+pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
     match context.messages.last() {
         None => Err(ContinueError::EmptyContext),
         Some(message) if message.as_assistant().is_some() => Err(ContinueError::EndsWithAssistant),
@@ -116,7 +116,7 @@ pub fn check_continue(context: &AgentContext) -> Result<(), ContinueError> {
 /// events for the messages already there.
 pub async fn run_loop(
     prompt: Prompt,
-    context: AgentContext,
+    context: LoopContext,
     config: LoopConfig,
     cancel: CancellationToken,
     sink: EventSink,
@@ -135,7 +135,7 @@ pub async fn run_loop(
 /// `agent_end`.
 async fn guarded(
     prompts: Option<Vec<AgentMessage>>,
-    context: AgentContext,
+    context: LoopContext,
     config: LoopConfig,
     cancel: CancellationToken,
     sink: EventSink,
@@ -193,7 +193,7 @@ pub(crate) struct Run {
 
 impl Run {
     fn new(
-        context: AgentContext,
+        context: LoopContext,
         config: LoopConfig,
         cancel: CancellationToken,
         sink: EventSink,
@@ -302,6 +302,7 @@ impl Run {
                     turn,
                     message: &message,
                     tool_results: &batch.results,
+                    context: &self.config.context,
                 };
                 std::panic::catch_unwind(AssertUnwindSafe(|| stop(&summary)))
             });

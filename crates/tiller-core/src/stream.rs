@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::LoopConfig;
 use crate::event::AgentEvent;
 use crate::message::AgentMessage;
-use crate::run::{AgentContext, ContinueError, Prompt, check_continue, run_loop};
+use crate::run::{ContinueError, LoopContext, Prompt, check_continue, run_loop};
 
 type RunFuture = Pin<Box<dyn Future<Output = Vec<AgentMessage>> + Send>>;
 
@@ -25,7 +25,7 @@ type RunFuture = Pin<Box<dyn Future<Output = Vec<AgentMessage>> + Send>>;
 /// event and ends after `agent_end`; [`AgentLoop::result`] gives the new messages.
 pub fn agent_loop(
     prompts: Vec<AgentMessage>,
-    context: AgentContext,
+    context: LoopContext,
     config: LoopConfig,
     cancel: CancellationToken,
 ) -> AgentLoop {
@@ -41,7 +41,7 @@ pub fn agent_loop(
 /// Continues from `context` as it stands, without events for its messages. Refused
 /// when the context is empty or ends with an assistant message.
 pub fn agent_loop_continue(
-    context: AgentContext,
+    context: LoopContext,
     config: LoopConfig,
     cancel: CancellationToken,
 ) -> Result<AgentLoop, ContinueError> {

@@ -19,6 +19,8 @@ use serde_json::Value;
 use tiller_ai::Content;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::AgentContext;
+
 /// A tool an agent can call.
 ///
 /// ```
@@ -222,15 +224,22 @@ type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
 #[derive(Clone)]
 pub struct ToolContext {
     call_id: String,
+    agent: AgentContext,
     cancel: CancellationToken,
     update: UpdateFn,
     open: Arc<AtomicBool>,
 }
 
 impl ToolContext {
-    pub(crate) fn new(call_id: String, cancel: CancellationToken, update: UpdateFn) -> Self {
+    pub(crate) fn new(
+        call_id: String,
+        agent: AgentContext,
+        cancel: CancellationToken,
+        update: UpdateFn,
+    ) -> Self {
         ToolContext {
             call_id,
+            agent,
             cancel,
             update,
             open: Arc::new(AtomicBool::new(true)),
@@ -243,12 +252,29 @@ impl ToolContext {
         cancel: CancellationToken,
         on_update: impl Fn(ToolOutput) + Send + Sync + 'static,
     ) -> Self {
-        ToolContext::new(call_id.into(), cancel, Arc::new(on_update))
+        ToolContext::new(
+            call_id.into(),
+            AgentContext::default(),
+            cancel,
+            Arc::new(on_update),
+        )
+    }
+
+    /// The same context, for a tool run on behalf of `agent` (in a test, say).
+    pub fn with_agent(mut self, agent: AgentContext) -> Self {
+        self.agent = agent;
+        self
     }
 
     /// The id of the call being answered.
     pub fn call_id(&self) -> &str {
         &self.call_id
+    }
+
+    /// Who the agent calling the tool works for (user, tenant, session, the host's
+    /// extensions).
+    pub fn agent(&self) -> &AgentContext {
+        &self.agent
     }
 
     /// Fires when the run is aborted or the call is skipped; the tool should stop.
@@ -380,4 +406,88 @@ impl AgentTool for FnTool {
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         (self.run)(args, ctx)
     }
+}
+
+/// The JSON Schema of a tool's arguments, made from the Rust type `T` that
+/// decodes them (subschemas inlined, as providers want them; no `$schema` or
+/// `title`). What [`#[tool]`](https://docs.rs/tiller-macros) uses.
+///
+/// ```
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// /// Where to look.
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Search {
+///     /// Words to find.
+///     query: String,
+///     limit: Option<u32>,
+/// }
+/// let schema = tiller_core::parameters_schema::<Search>();
+/// assert_eq!(schema["type"], "object");
+/// assert_eq!(schema["required"], serde_json::json!(["query"]));
+/// assert_eq!(schema["properties"]["query"]["description"], "Words to find.");
+/// ```
+pub fn parameters_schema<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|settings| settings.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>();
+    let mut schema = schema.to_value();
+    if let Value::Object(fields) = &mut schema {
+        fields.remove("$schema");
+        fields.remove("title");
+        fields.remove("description");
+    }
+    schema
+}
+
+/// Decodes a tool's arguments into `T`; a mismatch is a [`ToolError`] naming the
+/// tool and the field.
+pub fn decode_arguments<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: Value,
+) -> Result<T, ToolError> {
+    serde_json::from_value(args)
+        .map_err(|error| ToolError::new(format!("invalid arguments for `{tool}`: {error}")))
+}
+
+/// What a tool function may return on success: text, a JSON value (sent as its
+/// text and kept as the details), or a whole [`ToolOutput`].
+pub trait IntoToolOutput {
+    /// The output the model reads.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for &str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self.to_string()).with_details(self)
+    }
+}
+
+/// A tool function's result as the loop wants it.
+pub fn tool_result<T: IntoToolOutput, E: Into<ToolError>>(
+    result: Result<T, E>,
+) -> Result<ToolOutput, ToolError> {
+    result
+        .map(IntoToolOutput::into_tool_output)
+        .map_err(Into::into)
 }

@@ -14,7 +14,7 @@ use pretty_assertions::assert_eq;
 use serde_json::Value;
 use tiller_ai::{ApiKey, Model};
 use tiller_core::{
-    AgentContext, AgentMessage, AgentTool, FnTool, LoopConfig, RunEnd, ToolOutput, ToolSet,
+    AgentMessage, AgentTool, FnTool, LoopConfig, LoopContext, RunEnd, ToolOutput, ToolSet,
 };
 use tiller_test_support::{Cassette, MockServer};
 
@@ -48,7 +48,7 @@ async fn run_two_tool_rounds(
     user_prompt: &str,
     tools: ToolSet,
 ) -> Vec<AgentMessage> {
-    let context = AgentContext {
+    let context = LoopContext {
         system_prompt: Some(system.to_owned()),
         messages: vec![],
         tools,

@@ -226,7 +226,7 @@ async fn store_cost() {
 
 async fn bare_run(tools: &ToolSet) {
     let faux = two_tool_rounds();
-    let context = tiller::tiller_core::AgentContext {
+    let context = tiller::tiller_core::LoopContext {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
         tools: tools.clone(),

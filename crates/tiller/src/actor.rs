@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_ai::PartialMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, LoopConfig, MessageSource, Prompt, answer_open_calls, run_loop,
+    AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, answer_open_calls,
+    run_loop,
 };
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
@@ -483,6 +484,7 @@ impl ActorState {
             thinking_level: settings.run.stream.thinking,
             tools: settings.tools.clone(),
             session_id: self.agent.session.to_string(),
+            context: self.agent.run_context().ids().clone(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),
             follow_up_queue: queued(&self.follow_up),
@@ -567,8 +569,12 @@ impl ActorState {
         if !answered.is_empty() {
             self.commit(answered, None);
         }
-        let context = AgentContext {
-            system_prompt: settings.system_prompt.clone(),
+        let agent_context = self.agent.run_context();
+        let context = LoopContext {
+            system_prompt: match &settings.system_prompt_fn {
+                Some(write) => Some(write(&agent_context)),
+                None => settings.system_prompt.clone(),
+            },
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             tools: settings.tools.clone(),
         };
@@ -576,7 +582,14 @@ impl ActorState {
         self.runs = run_id;
 
         let token = self.agent.runtime.root.child_token();
-        let config = loop_config(&self.myself, run_id, &settings, model, skip_first_steering);
+        let config = loop_config(
+            &self.myself,
+            run_id,
+            &settings,
+            model,
+            agent_context,
+            skip_first_steering,
+        );
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: self.myself.clone(),
@@ -781,6 +794,7 @@ fn loop_config(
     run: u64,
     settings: &AgentSettings,
     model: tiller_ai::Model,
+    context: AgentContext,
     skip_first_steering: bool,
 ) -> LoopConfig {
     LoopConfig {
@@ -793,6 +807,7 @@ fn loop_config(
             skip_first_steering,
         )),
         follow_up: Some(queue_source(actor, run, QueueKind::FollowUp, false)),
+        context,
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::Instant;
 use ractor::{ActorId, ActorRef, MessagingErr};
 use tiller_store::{Change, SessionWrite};
 
+use crate::AgentContext;
 use crate::actor::{AgentActor, Boot, Internal, Loaded};
 use crate::compress::with_lookup;
 use crate::error::AgentError;
@@ -50,6 +51,8 @@ pub(crate) struct Agent {
     pub(crate) session: Arc<str>,
     pub(crate) hub: Hub,
     slot: Mutex<Slot>,
+    /// Who it works for (its session id is added for each run).
+    context: AgentContext,
     /// The latest settings, kept for restarts and thaws (tools and hooks are code).
     settings: Mutex<Arc<AgentSettings>>,
     status: AtomicU8,
@@ -76,6 +79,7 @@ impl Agent {
         name: Option<Arc<str>>,
         session: Arc<str>,
         settings: Arc<AgentSettings>,
+        context: AgentContext,
         runtime: Arc<Runtime>,
     ) -> Self {
         Agent {
@@ -84,10 +88,20 @@ impl Agent {
             session,
             hub: Hub::new(),
             slot: Mutex::new(Slot::Starting(Vec::new())),
+            context,
             settings: Mutex::new(settings),
             status: AtomicU8::new(IDLE),
             runtime,
             failures: Mutex::new((Vec::new(), None)),
+        }
+    }
+
+    /// Who a run works for: the agent's context in its session.
+    pub(crate) fn run_context(&self) -> AgentContext {
+        if self.context.session_id() == Some(&*self.session) {
+            self.context.clone()
+        } else {
+            self.context.clone().with_session_id(&*self.session)
         }
     }
 

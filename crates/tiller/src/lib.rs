@@ -69,7 +69,7 @@ pub use definition::AgentDefinition;
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
 pub use message::{AgentMsg, Queues, SettingsChange};
-pub use settings::{AgentSettings, OnMessage, QueueMode};
+pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
@@ -80,8 +80,48 @@ pub use tiller_ai::{
     env, faux,
 };
 pub use tiller_core::{
-    self, AgentEvent, AgentMessage, AgentTool, CustomMessage, FnTool, Prompt, RunEnd, RunHooks,
-    RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecutionMode, ToolOutput, ToolSet,
-    ToolSetError, TranscriptError, check_transcript, hook,
+    self, AgentContext, AgentEvent, AgentMessage, AgentTool, ContextIds, CustomMessage, FnTool,
+    IntoToolOutput, Prompt, RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext, ToolError,
+    ToolExecution, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError,
+    check_transcript, hook,
 };
+/// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
+/// after the function, whose name, description (the doc comment) and parameter
+/// schema (the argument types, through `schemars`) come from the function.
+///
+/// ```
+/// use tiller::{AgentTool, ToolContext, ToolError, tool};
+///
+/// /// Look a word up.
+/// #[tool(params(word = "The word"), sequential)]
+/// async fn define(word: String, ctx: &ToolContext) -> Result<String, ToolError> {
+///     let user = ctx.agent().user_id().unwrap_or("someone");
+///     Ok(format!("{word}: asked by {user}"))
+/// }
+///
+/// assert_eq!(DefineTool.name(), "define");
+/// assert_eq!(DefineTool.description(), "Look a word up.");
+/// assert_eq!(DefineTool.parameters()["required"], serde_json::json!(["word"]));
+/// ```
+///
+/// Options: `name = "..."` (the name the model calls), `params(arg = "...")`
+/// (argument descriptions), `sequential` (the tool runs alone). An argument of
+/// type `ToolContext` or `&ToolContext` receives the call's context; the others
+/// are decoded from the model's arguments. The function returns a `Result` whose
+/// `Ok` is a `String`, a `serde_json::Value` or a [`ToolOutput`], and whose `Err`
+/// converts into a [`ToolError`].
+pub use tiller_macros::tool;
 pub use tiller_store::{self, SessionStore};
+
+// `#[tool]`'s generated code names `::tiller`, also inside this crate.
+extern crate self as tiller;
+
+/// What `#[tool]`'s generated code uses; not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use futures::future::BoxFuture;
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+    pub use tiller_core::{decode_arguments, parameters_schema, tool_result};
+}

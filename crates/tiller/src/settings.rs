@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tiller_ai::{Model, ThinkingLevel, ToolChoice};
-use tiller_core::{RunHooks, RunOptions, ToolSet};
+use tiller_core::{AgentContext, RunHooks, RunOptions, ToolSet};
 
 use crate::AgentMessage;
 use crate::compress::Compression;
@@ -31,6 +31,9 @@ pub enum QueueMode {
 /// which its supervisor restarts from its session.
 pub type OnMessage = Arc<dyn Fn(&AgentId, &AgentMessage) + Send + Sync>;
 
+/// Writes a run's instructions from the agent's context, at the start of each run.
+pub type SystemPromptFn = Arc<dyn Fn(&AgentContext) -> String + Send + Sync>;
+
 /// Everything about an agent except its transcript and queues. How its runs behave
 /// lives in one place, [`AgentSettings::run`], which each run takes whole.
 ///
@@ -49,6 +52,9 @@ pub type OnMessage = Arc<dyn Fn(&AgentId, &AgentMessage) + Send + Sync>;
 pub struct AgentSettings {
     /// Instructions sent ahead of the conversation.
     pub system_prompt: Option<String>,
+    /// Writes the instructions for each run from the agent's context, in place of
+    /// `system_prompt` (which is still what the session stores).
+    pub system_prompt_fn: Option<SystemPromptFn>,
     /// The model; an agent without one refuses to run.
     pub model: Option<Model>,
     /// The tools the model may call.
@@ -75,6 +81,7 @@ impl Default for AgentSettings {
     fn default() -> Self {
         AgentSettings {
             system_prompt: None,
+            system_prompt_fn: None,
             model: None,
             tools: ToolSet::empty(),
             run: RunOptions::default(),
@@ -90,6 +97,10 @@ impl fmt::Debug for AgentSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentSettings")
             .field("system_prompt", &self.system_prompt)
+            .field(
+                "system_prompt_fn",
+                &self.system_prompt_fn.as_ref().map(|_| "set"),
+            )
             .field("model", &self.model)
             .field("tools", &self.tools)
             .field("run", &self.run)
@@ -113,6 +124,16 @@ impl AgentSettings {
     /// The same settings with a system prompt.
     pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// The same settings writing each run's instructions from the agent's context
+    /// (who it works for, the host's extensions).
+    pub fn with_system_prompt_fn(
+        mut self,
+        prompt: impl Fn(&AgentContext) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.system_prompt_fn = Some(Arc::new(prompt));
         self
     }
 

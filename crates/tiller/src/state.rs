@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Usage};
-use tiller_core::{RunEnd, ToolSet};
+use tiller_core::{ContextIds, RunEnd, ToolSet};
 
 use crate::AgentMessage;
 use crate::subscription::AgentId;
@@ -21,6 +21,8 @@ pub struct AgentState {
     pub tools: ToolSet,
     /// The session the store keeps the agent in.
     pub session_id: String,
+    /// Who the agent works for (its extensions are not shown).
+    pub context: ContextIds,
     /// The transcript; grows by one message each `message_end`.
     pub messages: Vec<AgentMessage>,
     /// Queued steering messages, oldest first.

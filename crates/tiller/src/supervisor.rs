@@ -21,6 +21,7 @@ use tiller_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::AgentContext;
 use crate::AgentMessage;
 use crate::actor::{Loaded, appends};
 use crate::agent::Agent;
@@ -73,10 +74,9 @@ pub struct AgentSpec {
     /// The session to resume, or to create under this id when the store has none;
     /// the agent's id when `None`.
     pub session: Option<String>,
-    /// The tenant a new session belongs to.
-    pub tenant_id: Option<String>,
-    /// The user a new session belongs to.
-    pub user_id: Option<String>,
+    /// Who the agent works for; its tenant and user are kept with a new session,
+    /// its session id is always the agent's session.
+    pub context: AgentContext,
     /// When resuming, these settings as they are (and stored as the session's new
     /// definition) rather than the stored definition.
     pub own_settings: bool,
@@ -91,8 +91,7 @@ impl AgentSpec {
             settings: settings.into(),
             messages: Vec::new(),
             session: None,
-            tenant_id: None,
-            user_id: None,
+            context: AgentContext::default(),
             own_settings: false,
         }
     }
@@ -133,8 +132,17 @@ impl AgentSpec {
 
     /// The same spec owned by a tenant and a user (kept with a new session).
     pub fn with_owner(mut self, tenant_id: Option<String>, user_id: Option<String>) -> Self {
-        self.tenant_id = tenant_id;
-        self.user_id = user_id;
+        let mut ids = self.context.ids().clone();
+        ids.tenant_id = tenant_id;
+        ids.user_id = user_id;
+        self.context = self.context.with_ids(ids);
+        self
+    }
+
+    /// The same spec working for `context` (tools, hooks and
+    /// [`AgentSettings::with_system_prompt_fn`] see it).
+    pub fn with_context(mut self, context: AgentContext) -> Self {
+        self.context = context;
         self
     }
 }
@@ -275,6 +283,7 @@ impl Supervisor {
             name.clone(),
             session,
             spec.settings.clone(),
+            spec.context.clone(),
             inner.runtime.clone(),
         ));
         self.reserve(&agent)?;
@@ -352,8 +361,8 @@ impl Supervisor {
             }
             None => {
                 let record = SessionRecord {
-                    tenant_id: spec.tenant_id,
-                    user_id: spec.user_id,
+                    tenant_id: spec.context.tenant_id().map(str::to_owned),
+                    user_id: spec.context.user_id().map(str::to_owned),
                     name: spec.name,
                     definition: definition_of(&spec.settings),
                     ..SessionRecord::new(&*session)
@@ -400,7 +409,9 @@ impl Supervisor {
             let Some(settings) = settings_for(&info) else {
                 continue;
             };
-            let mut spec = AgentSpec::new(settings).with_session(info.record.id.clone());
+            let mut spec = AgentSpec::new(settings)
+                .with_session(info.record.id.clone())
+                .with_owner(info.record.tenant_id.clone(), info.record.user_id.clone());
             spec.name = info.record.name.clone();
             resumed.push(self.spawn(spec).await?);
         }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tiller_ai::Message;
 use tiller_ai::faux::FauxProvider;
 use tiller_core::{
-    AgentContext, AgentEvent, AgentLoop, AgentMessage, AgentTool, FnTool, LoopConfig, RunEnd,
+    AgentEvent, AgentLoop, AgentMessage, AgentTool, FnTool, LoopConfig, LoopContext, RunEnd,
     ToolOutput, ToolSet, agent_loop,
 };
 
@@ -42,7 +42,7 @@ pub(crate) fn assert_valid(messages: &[AgentMessage]) {
 /// Runs the loop on one user prompt to the end: its events and new messages.
 pub(crate) async fn prompt(
     text: &str,
-    context: AgentContext,
+    context: LoopContext,
     config: LoopConfig,
 ) -> (Vec<AgentEvent>, Vec<AgentMessage>) {
     collect(agent_loop(
@@ -171,8 +171,8 @@ pub(crate) fn echo(log: &Arc<Mutex<Vec<String>>>) -> Arc<dyn AgentTool> {
 }
 
 /// A context with these tools and messages.
-pub(crate) fn context(tools: Vec<Arc<dyn AgentTool>>, messages: Vec<AgentMessage>) -> AgentContext {
-    AgentContext {
+pub(crate) fn context(tools: Vec<Arc<dyn AgentTool>>, messages: Vec<AgentMessage>) -> LoopContext {
+    LoopContext {
         system_prompt: Some("You are helpful.".into()),
         messages,
         tools: ToolSet::new(tools).unwrap(),

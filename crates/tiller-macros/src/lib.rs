@@ -1,0 +1,287 @@
+//! Tiller's attribute macros; use them through the `tiller` crate
+//! (`tiller::tool`), whose paths the generated code names.
+//!
+//! `#[tool]` on a Rust function (async or not) that returns a `Result` makes a
+//! tool of it: a unit struct named after the function in `PascalCase` with a
+//! `Tool` suffix (`fn add` → `AddTool`) implementing `tiller::AgentTool`. The
+//! tool's name is the function's, its description the function's doc comment,
+//! its parameter schema comes from the argument types through `schemars`, and
+//! arguments are decoded with `serde` (a mismatch is an error result naming the
+//! field). An argument of type `ToolContext` (or `&ToolContext`) receives the
+//! call's context instead: its cancellation, progress updates and the agent's
+//! `AgentContext`. The function stays as it was, callable as before.
+//!
+//! ```text
+//! /// Add two numbers.
+//! #[tiller::tool(params(a = "The first number", b = "The second number"))]
+//! async fn add(a: f64, b: f64) -> Result<String, tiller::ToolError> {
+//!     Ok((a + b).to_string())
+//! }
+//! let tools = tiller::ToolSet::new([std::sync::Arc::new(AddTool) as _])?;
+//! ```
+//!
+//! Options: `name = "..."` (the name the model calls), `params(arg = "...")`
+//! (argument descriptions), `sequential` (the tool runs alone).
+
+use proc_macro::TokenStream;
+use proc_macro2::Span;
+use quote::{format_ident, quote};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, Expr, ExprLit, FnArg, Ident, ItemFn, Lit, LitStr, Meta, Pat, ReturnType, Token,
+    Type, parse_macro_input,
+};
+
+/// Makes a tool of a function: see the crate documentation.
+#[proc_macro_attribute]
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let options = parse_macro_input!(attr as Options);
+    let function = parse_macro_input!(item as ItemFn);
+    expand(options, function)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// What `#[tool(...)]` was given.
+#[derive(Default)]
+struct Options {
+    name: Option<LitStr>,
+    params: Vec<(Ident, LitStr)>,
+    sequential: bool,
+}
+
+impl Parse for Options {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut options = Options::default();
+        for meta in Punctuated::<Meta, Token![,]>::parse_terminated(input)? {
+            match &meta {
+                Meta::Path(path) if path.is_ident("sequential") => options.sequential = true,
+                Meta::NameValue(pair) if pair.path.is_ident("name") => {
+                    options.name = Some(string(&pair.value)?);
+                }
+                Meta::List(list) if list.path.is_ident("params") => {
+                    let pairs = list.parse_args_with(
+                        Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated,
+                    )?;
+                    for pair in pairs {
+                        let ident = pair.path.require_ident()?.clone();
+                        options.params.push((ident, string(&pair.value)?));
+                    }
+                }
+                _ => {
+                    return Err(syn::Error::new(
+                        meta.span(),
+                        "unknown #[tool] option; expected `name = \"...\"`, `params(arg = \"...\")` or `sequential`",
+                    ));
+                }
+            }
+        }
+        Ok(options)
+    }
+}
+
+fn string(value: &Expr) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(text),
+            ..
+        }) => Ok(text.clone()),
+        _ => Err(syn::Error::new(value.span(), "expected a string literal")),
+    }
+}
+
+/// The doc comment's lines, trimmed and joined.
+fn doc_text(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("doc"))
+        .filter_map(|attr| match &attr.meta {
+            Meta::NameValue(pair) => string(&pair.value).ok().map(|text| text.value()),
+            _ => None,
+        })
+        .map(|line| line.trim().to_owned())
+        .collect();
+    lines.join("\n").trim().to_owned()
+}
+
+/// How an argument reaches the function.
+enum Argument {
+    /// Decoded from the model's arguments.
+    Field(Ident, Box<Type>),
+    /// The call's `ToolContext`, by value or by reference.
+    Context { by_ref: bool },
+}
+
+fn is_tool_context(ty: &Type) -> Option<bool> {
+    let (ty, by_ref) = match ty {
+        Type::Reference(reference) => (&*reference.elem, true),
+        other => (other, false),
+    };
+    match ty {
+        Type::Path(path) if path.path.segments.last()?.ident == "ToolContext" => Some(by_ref),
+        _ => None,
+    }
+}
+
+fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+    let signature = &function.sig;
+    if !signature.generics.params.is_empty() {
+        return Err(syn::Error::new(
+            signature.generics.span(),
+            "a #[tool] function cannot be generic",
+        ));
+    }
+    if matches!(signature.output, ReturnType::Default) {
+        return Err(syn::Error::new(
+            signature.span(),
+            "a #[tool] function returns a Result (Ok: a String, a serde_json::Value or a ToolOutput)",
+        ));
+    }
+    let mut arguments = Vec::new();
+    for input in &signature.inputs {
+        let FnArg::Typed(typed) = input else {
+            return Err(syn::Error::new(
+                input.span(),
+                "#[tool] goes on a free function, not a method",
+            ));
+        };
+        if let Some(by_ref) = is_tool_context(&typed.ty) {
+            arguments.push(Argument::Context { by_ref });
+            continue;
+        }
+        let Pat::Ident(pattern) = &*typed.pat else {
+            return Err(syn::Error::new(
+                typed.pat.span(),
+                "a #[tool] argument needs a plain name: it is the parameter's name",
+            ));
+        };
+        arguments.push(Argument::Field(pattern.ident.clone(), typed.ty.clone()));
+    }
+    for (ident, _) in &options.params {
+        let known = arguments
+            .iter()
+            .any(|argument| matches!(argument, Argument::Field(field, _) if field == ident));
+        if !known {
+            return Err(syn::Error::new(
+                ident.span(),
+                format!("`{ident}` is not an argument of this function"),
+            ));
+        }
+    }
+
+    let function_name = &signature.ident;
+    let tool_name = options
+        .name
+        .map(|name| name.value())
+        .unwrap_or_else(|| function_name.to_string());
+    let description = doc_text(&function.attrs);
+    if description.is_empty() {
+        return Err(syn::Error::new(
+            function_name.span(),
+            "a #[tool] function needs a doc comment: it is the description the model reads",
+        ));
+    }
+    let struct_name = format_ident!("{}Tool", pascal_case(&function_name.to_string()));
+    let visibility = &function.vis;
+    let fields = arguments.iter().filter_map(|argument| match argument {
+        Argument::Field(ident, ty) => {
+            let doc = options
+                .params
+                .iter()
+                .find(|(name, _)| name == ident)
+                .map(|(_, text)| quote!(#[doc = #text]));
+            Some(quote!(#doc #ident: #ty))
+        }
+        Argument::Context { .. } => None,
+    });
+    let names: Vec<&Ident> = arguments
+        .iter()
+        .filter_map(|argument| match argument {
+            Argument::Field(ident, _) => Some(ident),
+            Argument::Context { .. } => None,
+        })
+        .collect();
+    let call_arguments = arguments.iter().map(|argument| match argument {
+        Argument::Field(ident, _) => quote!(#ident),
+        Argument::Context { by_ref: true } => quote!(&__tiller_ctx),
+        Argument::Context { by_ref: false } => quote!(__tiller_ctx.clone()),
+    });
+    let call = if signature.asyncness.is_some() {
+        quote!(#function_name(#(#call_arguments),*).await)
+    } else {
+        quote!(#function_name(#(#call_arguments),*))
+    };
+    let execution = if options.sequential {
+        quote!(::tiller::ToolExecution::Sequential)
+    } else {
+        quote!(::tiller::ToolExecution::Parallel)
+    };
+    let struct_doc = format!("The `{tool_name}` tool, made by `#[tool]` from `{function_name}`.");
+    let args_name = Ident::new("Arguments", Span::call_site());
+
+    Ok(quote! {
+        #function
+
+        #[doc = #struct_doc]
+        #[derive(Debug, Clone, Copy, Default)]
+        #visibility struct #struct_name;
+
+        const _: () = {
+            #[derive(::tiller::__private::serde::Deserialize, ::tiller::__private::schemars::JsonSchema)]
+            #[serde(crate = "::tiller::__private::serde")]
+            #[schemars(crate = "::tiller::__private::schemars")]
+            struct #args_name {
+                #(#fields,)*
+            }
+
+            impl ::tiller::AgentTool for #struct_name {
+                fn name(&self) -> &str {
+                    #tool_name
+                }
+
+                fn description(&self) -> &str {
+                    #description
+                }
+
+                fn parameters(&self) -> &::tiller::__private::serde_json::Value {
+                    static SCHEMA: ::std::sync::OnceLock<::tiller::__private::serde_json::Value> =
+                        ::std::sync::OnceLock::new();
+                    SCHEMA.get_or_init(::tiller::__private::parameters_schema::<#args_name>)
+                }
+
+                fn execution(&self) -> ::tiller::ToolExecution {
+                    #execution
+                }
+
+                fn execute<'a>(
+                    &'a self,
+                    __tiller_args: ::tiller::__private::serde_json::Value,
+                    __tiller_ctx: ::tiller::ToolContext,
+                ) -> ::tiller::__private::BoxFuture<'a, ::std::result::Result<::tiller::ToolOutput, ::tiller::ToolError>> {
+                    ::std::boxed::Box::pin(async move {
+                        let #args_name { #(#names),* } =
+                            ::tiller::__private::decode_arguments(#tool_name, __tiller_args)?;
+                        let _ = &__tiller_ctx;
+                        ::tiller::__private::tool_result(#call)
+                    })
+                }
+            }
+        };
+    })
+}
+
+fn pascal_case(snake: &str) -> String {
+    snake
+        .split('_')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! Tools made with `#[tool]`, and the agent's context as tools, hooks and the
+//! system-prompt function see it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::{
+    AgentContext, AgentMessage, AgentSettings, AgentSpec, AgentTool, ContextIds, Message, RunHooks,
+    Supervisor, ToolContext, ToolError, ToolExecution, ToolOutput, ToolSet, hook, tool,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Add two numbers.
+///
+/// Both may be fractions.
+#[tool(params(a = "The first number", b = "The second number"))]
+async fn add(a: f64, b: f64) -> Result<String, ToolError> {
+    Ok((a + b).to_string())
+}
+
+/// The host's own data, carried by the agent's context.
+#[derive(Debug, PartialEq)]
+struct Plan(&'static str);
+
+/// Say who is asking.
+#[tool(name = "whoami", sequential)]
+fn who_am_i(ctx: &ToolContext, greeting: Option<String>) -> Result<serde_json::Value, ToolError> {
+    let agent = ctx.agent();
+    Ok(json!({
+        "greeting": greeting.unwrap_or_else(|| "hello".into()),
+        "user": agent.user_id(),
+        "session": agent.session_id(),
+        "plan": agent.extension::<Plan>().map(|plan| plan.0),
+    }))
+}
+
+/// Fail on purpose.
+#[tool]
+async fn refuse(reason: String) -> Result<ToolOutput, ToolError> {
+    Err(ToolError::new(format!("refused: {reason}")))
+}
+
+#[test]
+fn a_tool_takes_its_name_description_and_schema_from_the_function() {
+    assert_eq!(AddTool.name(), "add");
+    assert_eq!(
+        AddTool.description(),
+        "Add two numbers.\n\nBoth may be fractions."
+    );
+    assert_eq!(AddTool.execution(), ToolExecution::Parallel);
+    assert_eq!(
+        AddTool.parameters(),
+        &json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "number", "format": "double", "description": "The first number"},
+                "b": {"type": "number", "format": "double", "description": "The second number"},
+            },
+            "required": ["a", "b"],
+        })
+    );
+    assert_eq!(WhoAmITool.name(), "whoami");
+    assert_eq!(WhoAmITool.execution(), ToolExecution::Sequential);
+    assert_eq!(
+        WhoAmITool.parameters(),
+        &json!({
+            "type": "object",
+            "properties": {"greeting": {"type": ["string", "null"]}},
+        })
+    );
+    // The function itself is untouched.
+    assert!(
+        futures::executor::block_on(add(1.0, 2.0)).is_ok_and(|sum| sum == "3"),
+        "add is still a function"
+    );
+}
+
+#[tokio::test]
+async fn arguments_are_decoded_and_errors_name_the_field() {
+    let ctx = ToolContext::detached("call_1", CancellationToken::new(), |_| {});
+    let sum = AddTool
+        .execute(json!({"a": 1.5, "b": 2}), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(sum, ToolOutput::text("3.5"));
+    let error = AddTool
+        .execute(json!({"a": "one", "b": 2}), ctx.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.message(),
+        "invalid arguments for `add`: invalid type: string \"one\", expected f64"
+    );
+    let error = RefuseTool
+        .execute(json!({"reason": "no"}), ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(error.message(), "refused: no");
+}
+
+#[tokio::test]
+async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("whoami", json!({"greeting": "hi"})));
+    faux.push(FauxTurn::tool_call("add", json!({"a": 2, "b": 3})));
+    faux.push(FauxTurn::text("done"));
+    let seen_by_hooks = Arc::new(Mutex::new(Vec::new()));
+    let seen = seen_by_hooks.clone();
+    let settings = AgentSettings::new(faux.model())
+        .with_system_prompt("stored instructions")
+        .with_system_prompt_fn(|context: &AgentContext| {
+            format!(
+                "You help {} of {}.",
+                context.user_id().unwrap_or("nobody"),
+                context.tenant_id().unwrap_or("no tenant")
+            )
+        })
+        .with_tools(
+            ToolSet::new([
+                Arc::new(AddTool) as Arc<dyn AgentTool>,
+                Arc::new(WhoAmITool),
+            ])
+            .unwrap(),
+        )
+        .with_hooks(RunHooks {
+            before_tool_call: Some(hook::before_tool_call(move |info| {
+                seen.lock().unwrap().push((
+                    info.call.name.clone(),
+                    info.context.user_id().map(str::to_owned),
+                ));
+                async { Ok(tiller::tiller_core::BeforeToolCall::Proceed) }
+            })),
+            ..RunHooks::default()
+        });
+    let context = AgentContext::new()
+        .with_user_id("u-1")
+        .with_tenant_id("acme")
+        .with_extension(Plan("pro"));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(
+            AgentSpec::new(settings)
+                .with_id("helper")
+                .with_context(context),
+        )
+        .await
+        .unwrap();
+    let outcome = agent.run("who am I?").await.unwrap();
+    assert_eq!(outcome.text(), "done");
+
+    let results: Vec<String> = outcome
+        .messages
+        .iter()
+        .filter_map(|message| match message {
+            AgentMessage::Llm(Message::ToolResult(result)) => Some(result.text_content()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            json!({"greeting": "hi", "user": "u-1", "session": "helper", "plan": "pro"})
+                .to_string(),
+            "5".to_owned(),
+        ]
+    );
+    assert_eq!(
+        *seen_by_hooks.lock().unwrap(),
+        [
+            ("whoami".to_owned(), Some("u-1".to_owned())),
+            ("add".to_owned(), Some("u-1".to_owned())),
+        ]
+    );
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(
+            request.context.system_prompt.as_deref(),
+            Some("You help u-1 of acme.")
+        );
+    }
+    let state = agent.state().await.unwrap();
+    assert_eq!(state.system_prompt.as_deref(), Some("stored instructions"));
+    assert_eq!(
+        state.context,
+        ContextIds {
+            user_id: Some("u-1".into()),
+            tenant_id: Some("acme".into()),
+            session_id: Some("helper".into()),
+            client_id: None,
+            evaluation: false,
+        }
+    );
+    // The session keeps the owner.
+    let stored = supervisor.store().load("helper").await.unwrap().unwrap();
+    assert_eq!(stored.record.tenant_id.as_deref(), Some("acme"));
+    assert_eq!(stored.record.user_id.as_deref(), Some("u-1"));
+    supervisor.shutdown().await;
+}
