@@ -74,7 +74,8 @@ pub use message::{
 };
 pub use model::{Api, Headers, InputKind, Model, ModelCost};
 pub use options::{
-    ApiKey, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice, UnknownThinkingLevel,
+    ApiKey, OutputSchema, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice,
+    UnknownThinkingLevel,
 };
 pub use partial::PartialMessage;
 pub use retry::RetryPolicy;

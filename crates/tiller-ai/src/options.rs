@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::StreamLimits;
@@ -47,6 +48,51 @@ pub struct StreamOptions {
     pub limits: StreamLimits,
     /// The HTTP client to use; a shared default client when `None`.
     pub http_client: Option<reqwest::Client>,
+    /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
+    /// it as `response_format` (llama.cpp turns it into a grammar); other APIs get
+    /// [`OutputSchema::instructions`] after the system prompt. Tool calls stay
+    /// possible; the schema applies to the text of an answer.
+    pub output_schema: Option<OutputSchema>,
+}
+
+/// A JSON Schema for the model's answer (structured output).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSchema {
+    /// A name for it (OpenAI wants letters, digits, `_` and `-`).
+    pub name: String,
+    /// The JSON Schema.
+    pub schema: Value,
+    /// Whether OpenAI should enforce it strictly (`strict`: every property
+    /// required, no additional properties); off by default, as arbitrary schemas
+    /// fail OpenAI's strict subset.
+    #[serde(default)]
+    pub strict: bool,
+}
+
+impl OutputSchema {
+    /// A schema named `name`, not strict.
+    pub fn new(name: impl Into<String>, schema: Value) -> Self {
+        OutputSchema {
+            name: name.into(),
+            schema,
+            strict: false,
+        }
+    }
+
+    /// The same schema, enforced strictly where the provider can.
+    pub fn strict(mut self) -> Self {
+        self.strict = true;
+        self
+    }
+
+    /// What a model without a native structured-output mechanism is told after the
+    /// system prompt.
+    pub fn instructions(&self) -> String {
+        format!(
+            "Your final answer must be a single JSON value, and nothing else (no prose, no code fence), that matches this JSON Schema:\n{}",
+            self.schema
+        )
+    }
 }
 
 impl Default for StreamOptions {
@@ -66,6 +112,7 @@ impl Default for StreamOptions {
             response_deadline: Some(Duration::from_secs(30 * 60)),
             limits: StreamLimits::default(),
             http_client: None,
+            output_schema: None,
         }
     }
 }

@@ -48,6 +48,24 @@ pub fn stream_ref(
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
     let mut builder = MessageBuilder::new(model, &options.limits);
+    // Where the API has no native structured output, the schema goes in the
+    // instructions.
+    let instructed;
+    let context = match (&options.output_schema, model.api) {
+        (Some(schema), Api::AnthropicMessages | Api::Faux) => {
+            instructed = match context.system_prompt {
+                Some(prompt) if !prompt.is_empty() => {
+                    format!("{prompt}\n\n{}", schema.instructions())
+                }
+                _ => schema.instructions(),
+            };
+            ContextRef {
+                system_prompt: Some(&instructed),
+                ..context
+            }
+        }
+        _ => context,
+    };
     let source = match model.api {
         Api::OpenAiCompletions => {
             http_source(openai::request(model, context, options), model, options)

@@ -75,10 +75,10 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     crate::say!("tiller: cannot write to stdout: {error}");
                     break;
                 }
-                let Delivered::Event(AgentEvent::AgentEnd { messages, reason }) = &envelope.event else {
+                let Delivered::Event(AgentEvent::AgentEnd { messages, reason, output }) = &envelope.event else {
                     continue;
                 };
-                last_run = verdict(*reason, messages);
+                last_run = verdict(*reason, messages, output.as_ref());
                 if let Err(message) = &last_run {
                     crate::say!("[{message}]");
                 }

@@ -1,6 +1,6 @@
 //! How a run ended, as the exit status and message a script acts on.
 
-use tiller::{AgentMessage, RunEnd, StopReason};
+use tiller::{AgentMessage, Output, RunEnd, StopReason};
 
 /// The exit status of the `tiller` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,9 +21,13 @@ impl From<Exit> for std::process::ExitCode {
     }
 }
 
-/// Whether a run that ended for `reason`, having added `messages`, answered
-/// normally; if not, why.
-pub fn verdict(reason: RunEnd, messages: &[AgentMessage]) -> Result<(), String> {
+/// Whether a run that ended for `reason`, having added `messages` (and, with an
+/// output schema, `output`), answered normally; if not, why.
+pub fn verdict(
+    reason: RunEnd,
+    messages: &[AgentMessage],
+    output: Option<&Output>,
+) -> Result<(), String> {
     let last = messages.iter().rev().find_map(AgentMessage::as_assistant);
     let error = || {
         last.and_then(|message| message.error_message.clone())
@@ -41,5 +45,9 @@ pub fn verdict(reason: RunEnd, messages: &[AgentMessage]) -> Result<(), String> 
         RunEnd::TurnLimit => Err("the run reached its turn limit with work left".to_owned()),
         RunEnd::Aborted => Err("the run was aborted".to_owned()),
         RunEnd::Error => Err(error()),
+        RunEnd::InvalidOutput => Err(match output {
+            Some(Output::Invalid(error)) => error.to_string(),
+            _ => "the answer did not match the output schema".to_owned(),
+        }),
     }
 }

@@ -24,6 +24,9 @@ pub struct Output {
     line_open: bool,
     /// The arguments of running tool calls, by call id, for their closing line.
     tool_args: HashMap<String, Value>,
+    /// Whether answers must match an output schema: their text is not streamed,
+    /// and the validated JSON is written once the run ends.
+    structured: bool,
 }
 
 impl Output {
@@ -33,7 +36,14 @@ impl Output {
             format,
             line_open: false,
             tool_args: HashMap::new(),
+            structured: false,
         }
+    }
+
+    /// The same output for an agent whose answers must match an output schema.
+    pub fn structured(mut self, structured: bool) -> Self {
+        self.structured = structured;
+        self
     }
 
     /// Whether stdout carries JSON lines (and nothing else may be written there).
@@ -76,6 +86,7 @@ impl Output {
             AgentEvent::MessageUpdate {
                 assistant_message_event,
             } => match assistant_message_event {
+                AssistantEvent::TextDelta { .. } if self.structured => {}
                 AssistantEvent::TextDelta { delta, .. } => {
                     let mut stdout = io::stdout().lock();
                     stdout.write_all(delta.as_bytes())?;
@@ -105,6 +116,16 @@ impl Output {
                 } else {
                     crate::say!("[{tool_name} {args}] -> {outcome}");
                 }
+            }
+            AgentEvent::AgentEnd {
+                output: Some(tiller::Output::Valid { value }),
+                ..
+            } => {
+                self.end_line()?;
+                let mut stdout = io::stdout().lock();
+                serde_json::to_writer_pretty(&mut stdout, value)?;
+                stdout.write_all(b"\n")?;
+                stdout.flush()?;
             }
             AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,
             _ => {}

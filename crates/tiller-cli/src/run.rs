@@ -46,8 +46,8 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
                     session.agent.abort();
                     break Err(format!("cannot write to stdout: {error}"));
                 }
-                if let Delivered::Event(AgentEvent::AgentEnd { messages, reason }) = &envelope.event {
-                    break verdict(*reason, messages);
+                if let Delivered::Event(AgentEvent::AgentEnd { messages, reason, output }) = &envelope.event {
+                    break verdict(*reason, messages, output.as_ref());
                 }
             }
             () = interrupts.next() => {

@@ -43,6 +43,7 @@ impl Session {
             crate::say!("tiller: {error}");
             Exit::Failed
         };
+        let structured = setup.settings.run.stream.output_schema.is_some();
         let mut spec = AgentSpec::new(setup.settings).with_name(setup.name);
         let supervisor = match &options.session {
             Some(session) => {
@@ -60,7 +61,7 @@ impl Session {
             supervisor,
             agent,
             events,
-            output: Output::new(options.events),
+            output: Output::new(options.events).structured(structured),
         })
     }
 }

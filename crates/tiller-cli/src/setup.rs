@@ -12,7 +12,7 @@
 //! file's `base_url` is not, so its key must be named with `api_key_env`.
 
 use tiller::env::{EnvError, model_from};
-use tiller::{AgentSettings, ApiKey, Model, ThinkingLevel, ToolSet};
+use tiller::{AgentSettings, ApiKey, Model, OutputSchema, ThinkingLevel, ToolSet};
 
 use crate::agent_file::{AgentFile, AgentFileError, ModelSpec};
 use crate::cli::AgentOptions;
@@ -79,6 +79,12 @@ impl Setup {
         if let Some(file) = &file {
             settings.run.stream.tool_choice = file.tool_choice.clone();
             settings.run.tool_choice_after_tools = file.tool_choice_after_tools.clone();
+            if file.structured_output {
+                settings.run.stream.output_schema = Some(OutputSchema::new(
+                    schema_name(&file.name),
+                    file.output_schema.clone(),
+                ));
+            }
         }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
@@ -86,6 +92,27 @@ impl Setup {
             settings,
             notice,
         })
+    }
+}
+
+/// A name for an output schema that OpenAI accepts (letters, digits, `_` and `-`,
+/// at most 64) made from the agent's name.
+fn schema_name(agent: &str) -> String {
+    let name: String = agent
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "answer".to_owned()
+    } else {
+        name
     }
 }
 

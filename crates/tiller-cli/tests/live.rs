@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{envelopes, event_kind, finish, tiller};
+use common::{Scratch, envelopes, event_kind, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 use tiller_test_support::live::{LocalServer, MODEL_ID};
@@ -90,4 +90,57 @@ async fn run_with_jsonl_events(server: LocalServer) {
     // Only llama-server reports usage.
     let counted = reply["usage"]["output"].as_u64().unwrap() > 0;
     assert_eq!(counted, server == LocalServer::LlamaServer, "{reply}");
+}
+
+/// llama-server turns `response_format` into a grammar: the small model's answer is
+/// schema-valid JSON, which `tiller run` prints validated.
+#[tokio::test]
+async fn structured_output_from_llama_server_is_schema_valid_json() {
+    let server = LocalServer::LlamaServer;
+    if !server.is_available() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let agent = scratch.write(
+        "city.yaml",
+        "type: object\n\
+         description: You answer questions about cities.\n\
+         properties:\n  name: {type: string, maxLength: 24}\n  country: {type: string, enum: [Norway, Sweden, Denmark]}\n\
+         required: [name, country]\n\
+         additionalProperties: false\n\
+         json_schema_extra:\n  kind: agent\n  name: city\n  structured_output: true\n",
+    );
+    let url = server.base_url();
+    let run = finish(tiller(&[
+        "run",
+        "--agent",
+        agent.to_str().unwrap(),
+        "--base-url",
+        &url,
+        "--model",
+        MODEL_ID,
+        "--max-tokens",
+        "60",
+        "Which city is the capital of Norway?",
+    ]))
+    .await;
+    assert_eq!(
+        (run.code(), run.stderr.as_str()),
+        (Some(0), ""),
+        "{}",
+        run.stdout
+    );
+    let answer: Value = serde_json::from_str(&run.stdout).unwrap();
+    let fields = answer.as_object().unwrap();
+    assert_eq!(
+        fields.keys().collect::<Vec<_>>(),
+        ["country", "name"],
+        "{answer}"
+    );
+    assert!(
+        answer["name"]
+            .as_str()
+            .is_some_and(|name| name.chars().count() <= 24)
+    );
+    assert!(["Norway", "Sweden", "Denmark"].contains(&answer["country"].as_str().unwrap()));
 }

@@ -416,3 +416,107 @@ fn interrupt(pid: u32) {
         libc::kill(pid as libc::pid_t, libc::SIGINT);
     }
 }
+
+/// An agent file whose answer must match its schema.
+fn structured_agent(scratch: &Scratch) -> std::path::PathBuf {
+    scratch.write(
+        "city.yaml",
+        "type: object\n\
+         description: You name cities.\n\
+         properties:\n  name: {type: string}\n  population: {type: integer}\n\
+         required: [name, population]\n\
+         json_schema_extra:\n  kind: agent\n  name: city finder\n  structured_output: true\n",
+    )
+}
+
+#[tokio::test]
+async fn structured_output_prints_the_validated_json_after_a_correction() {
+    for dialect in Dialect::BOTH {
+        let scratch = Scratch::new();
+        let agent = structured_agent(&scratch);
+        let server = MockServer::start().await;
+        server.push(dialect.text(&["{\"name\": ", "\"Oslo\"}"]));
+        server.push(dialect.text(&["{\"name\": \"Oslo\", ", "\"population\": 709000}"]));
+        let run = finish(dialect.tiller(
+            &server,
+            "run",
+            &[
+                "--agent",
+                agent.to_str().unwrap(),
+                "Largest city of Norway?",
+            ],
+        ))
+        .await;
+        assert_eq!(
+            (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+            (
+                Some(0),
+                "{\n  \"name\": \"Oslo\",\n  \"population\": 709000\n}\n",
+                ""
+            ),
+            "{dialect:?}"
+        );
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "{dialect:?}");
+        let schema = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+            "required": ["name", "population"],
+        });
+        match dialect {
+            // OpenAI-compatible servers get the schema as `response_format`.
+            Dialect::OpenAi => assert_eq!(
+                requests[0].body["response_format"],
+                json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": "city_finder", "schema": schema, "strict": false},
+                })
+            ),
+            // Anthropic gets it in the instructions.
+            Dialect::Anthropic => {
+                let system = requests[0].body["system"][0]["text"].as_str().unwrap();
+                assert!(
+                    system.starts_with(
+                        "You name cities.\n\nYour final answer must be a single JSON value"
+                    ),
+                    "{system}"
+                );
+                assert!(requests[0].body.get("response_format").is_none());
+            }
+        }
+        assert_eq!(
+            dialect.last_user_text(&requests[1]),
+            "Your answer does not match the required JSON Schema:\n  - root: \"population\" is a required property\n\nAnswer again with only a JSON value that matches the schema.",
+            "{dialect:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn structured_output_that_never_matches_fails_with_the_errors() {
+    let dialect = Dialect::OpenAi;
+    let scratch = Scratch::new();
+    let agent = structured_agent(&scratch);
+    let server = MockServer::start().await;
+    for _ in 0..3 {
+        server.push(dialect.text(&["Oslo."]));
+    }
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "Largest city of Norway?",
+        ],
+    ))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (
+            Some(1),
+            "",
+            "tiller: the answer did not match the output schema after 3 attempts: root: the answer is not JSON: expected value at line 1 column 1\n"
+        )
+    );
+}

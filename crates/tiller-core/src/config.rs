@@ -211,6 +211,11 @@ pub struct RunOptions {
     /// rest is cut, with a last text block saying how much (see
     /// [`ToolOutput::cut_to`]). Default 256 KiB.
     pub max_tool_output_bytes: usize,
+    /// How many times an answer that fails the output schema
+    /// (`stream.output_schema`) is sent back to the model with the errors before
+    /// the run ends with [`RunEnd::InvalidOutput`](crate::RunEnd::InvalidOutput).
+    /// Default 2.
+    pub output_retries: u32,
     /// The application's callbacks.
     pub hooks: RunHooks,
 }
@@ -226,6 +231,7 @@ impl Default for RunOptions {
             max_turns: 50,
             cancel_grace: Duration::from_millis(100),
             max_tool_output_bytes: 256 * 1024,
+            output_retries: 2,
             hooks: RunHooks::default(),
         }
     }

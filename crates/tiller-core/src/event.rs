@@ -21,6 +21,7 @@ use serde_json::Value;
 use tiller_ai::{AssistantEvent, AssistantMessage, ToolResultMessage};
 
 use crate::message::AgentMessage;
+use crate::output::Output;
 use crate::tool::ToolOutput;
 
 /// One step of an agent run; serialized as `{"type": "<snake_case>", ...}`.
@@ -89,6 +90,10 @@ pub enum AgentEvent {
         messages: Vec<AgentMessage>,
         /// Why it ended.
         reason: RunEnd,
+        /// What came of the structured output, when the run had an output schema
+        /// (`None` also when it ended before a final answer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Output>,
     },
 }
 
@@ -109,4 +114,6 @@ pub enum RunEnd {
     StopCondition,
     /// Every tool result of the last turn asked to stop.
     ToolsTerminated,
+    /// The final answer did not match the output schema after the retries.
+    InvalidOutput,
 }

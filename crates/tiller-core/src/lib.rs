@@ -58,6 +58,7 @@ mod config;
 mod context;
 mod execute;
 mod message;
+mod output;
 mod repair;
 mod run;
 mod stream;
@@ -74,6 +75,7 @@ pub use config::{
 pub use context::{AgentContext, CONTEXT_HEADERS, ContextIds};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
+pub use output::{Output, OutputError};
 pub use run::{ContinueError, EventSink, LoopContext, Prompt, check_continue, run_loop};
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{

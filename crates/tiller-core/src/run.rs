@@ -23,6 +23,7 @@ use crate::config::{LoopConfig, MessageSource, TurnSummary};
 use crate::event::{AgentEvent, RunEnd};
 use crate::execute::{self, Batch};
 use crate::message::{AgentMessage, default_convert_to_llm};
+use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
 use crate::toolset::ToolSet;
 
@@ -163,6 +164,7 @@ async fn guarded(
             sink(AgentEvent::AgentEnd {
                 messages: vec![message.clone()],
                 reason: RunEnd::Error,
+                output: None,
             });
             vec![message]
         }
@@ -189,6 +191,8 @@ pub(crate) struct Run {
     pub(crate) tools: ToolSet,
     first_new: usize,
     turns: u32,
+    /// What came of the structured output, when the run has a schema.
+    output: Option<Output>,
 }
 
 impl Run {
@@ -212,6 +216,7 @@ impl Run {
             messages: context.messages,
             tools: context.tools,
             turns: 0,
+            output: None,
         }
     }
 
@@ -257,16 +262,35 @@ impl Run {
             self.deliver(prompt);
         }
         let pending = self.take(&self.config.steering).await;
-        let reason = self.turns(pending).await;
+        let reason = match self
+            .options
+            .output_schema
+            .as_ref()
+            .map(|output| OutputCheck::new(&output.schema))
+        {
+            Some(Err(failure)) => {
+                self.deliver_all(Some(pending));
+                self.fail(failure);
+                RunEnd::Error
+            }
+            Some(Ok(check)) => self.turns(pending, Some(check)).await,
+            None => self.turns(pending, None).await,
+        };
         let messages = self.messages.split_off(self.first_new);
+        let output = self.output.take();
         self.emit(AgentEvent::AgentEnd {
             messages: messages.clone(),
             reason,
+            output,
         });
         messages
     }
 
-    async fn turns(&mut self, mut pending: Vec<AgentMessage>) -> RunEnd {
+    async fn turns(
+        &mut self,
+        mut pending: Vec<AgentMessage>,
+        mut check: Option<OutputCheck>,
+    ) -> RunEnd {
         loop {
             for message in pending.drain(..) {
                 self.deliver(message);
@@ -288,6 +312,8 @@ impl Run {
                 return reason;
             }
             let called_tools = message.tool_calls().next().is_some();
+            // A final answer of a run with an output schema, to check.
+            let answer = (!called_tools && check.is_some()).then(|| message.text());
             if called_tools
                 && self
                     .options
@@ -325,11 +351,31 @@ impl Run {
                 }
                 _ => {}
             }
-            let wants_model = called_tools && !batch.terminate;
+            let mut correction = None;
+            if let (Some(answer), Some(check)) = (answer, check.as_mut()) {
+                match check.check(&answer) {
+                    Ok(value) => self.output = Some(Output::Valid { value }),
+                    Err(errors) if check.attempts <= self.config.run.output_retries => {
+                        self.output = None;
+                        correction = Some(AgentMessage::user(output::correction(&errors)));
+                    }
+                    Err(errors) => {
+                        self.output = Some(Output::Invalid(OutputError {
+                            answer,
+                            errors,
+                            attempts: check.attempts,
+                        }));
+                        self.deliver_all(batch.steering);
+                        return RunEnd::InvalidOutput;
+                    }
+                }
+            }
+            let wants_model = (called_tools && !batch.terminate) || correction.is_some();
             pending = match batch.steering {
                 Some(steering) => steering,
                 None => self.take(&self.config.steering).await,
             };
+            pending.extend(correction);
             if !wants_model && pending.is_empty() {
                 pending = self.take(&self.config.follow_up).await;
                 if pending.is_empty() {

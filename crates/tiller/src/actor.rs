@@ -730,11 +730,19 @@ impl ActorState {
             return;
         };
         let outcome = match (&event, run.finished) {
-            (AgentEvent::AgentEnd { messages, reason }, Some(finished)) => Some((
+            (
+                AgentEvent::AgentEnd {
+                    messages,
+                    reason,
+                    output,
+                },
+                Some(finished),
+            ) => Some((
                 finished,
                 RunOutcome {
                     messages: messages.clone(),
                     end: *reason,
+                    output: output.clone(),
                 },
             )),
             _ => None,

@@ -70,20 +70,20 @@ pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
 pub use message::{AgentMsg, Queues, SettingsChange};
 pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
-pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
+pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
-    StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice, Usage, catalog,
-    env, faux,
+    OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
+    Usage, catalog, env, faux,
 };
 pub use tiller_core::{
     self, AgentContext, AgentEvent, AgentMessage, AgentTool, ContextIds, CustomMessage, FnTool,
-    IntoToolOutput, Prompt, RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext, ToolError,
-    ToolExecution, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError,
-    check_transcript, hook,
+    IntoToolOutput, Output, OutputError, Prompt, RunEnd, RunHooks, RunOptions, SteeringDelivery,
+    ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError,
+    TranscriptError, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -1,9 +1,10 @@
 //! What an agent looks like from outside: a snapshot of its state, its status, and
 //! the outcome of a run.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Usage};
-use tiller_core::{ContextIds, RunEnd, ToolSet};
+use tiller_core::{ContextIds, Output, OutputError, RunEnd, ToolSet};
 
 use crate::AgentMessage;
 use crate::subscription::AgentId;
@@ -77,12 +78,42 @@ pub struct AgentInfo {
 }
 
 /// What one run did.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunOutcome {
     /// The messages the run added, in order.
     pub messages: Vec<AgentMessage>,
     /// Why the run ended.
     pub end: RunEnd,
+    /// What came of the structured output, when the agent has an output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Output>,
+}
+
+/// A run's result in brief, for a caller that wants no transcript: what
+/// [`RunOutcome::summary`] gives, serialisable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Why the run ended.
+    pub end: RunEnd,
+    /// The text of the last answer.
+    pub text: String,
+    /// The validated structured answer, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why the structured answer was refused, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<OutputError>,
+    /// The tool calls of the final turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tokens and cost of every response of the run.
+    pub usage: Usage,
+    /// Why the last response ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// The last response's error, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RunOutcome {
@@ -122,6 +153,34 @@ impl RunOutcome {
     pub fn error(&self) -> Option<&str> {
         self.final_message()
             .and_then(|m| m.error_message.as_deref())
+    }
+
+    /// The validated structured answer, when the agent has an output schema and
+    /// the answer matched it.
+    pub fn structured(&self) -> Option<&Value> {
+        self.output.as_ref().and_then(Output::value)
+    }
+
+    /// Why the structured answer was refused after the retries.
+    pub fn output_error(&self) -> Option<&OutputError> {
+        match &self.output {
+            Some(Output::Invalid(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The result in brief.
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            end: self.end,
+            text: self.text(),
+            output: self.structured().cloned(),
+            output_error: self.output_error().cloned(),
+            tool_calls: self.tool_calls().into_iter().cloned().collect(),
+            usage: self.usage(),
+            stop_reason: self.stop_reason(),
+            error: self.error().map(str::to_owned),
+        }
     }
 }
 

@@ -510,6 +510,9 @@ pub(crate) fn import_request(
         api_key: Some(ApiKey::new("test-key")),
         max_tokens: body["max_tokens"].as_u64().map(|n| n as u32),
         tool_choice: body.get("tool_choice").map(tool_choice),
+        output_schema: body
+            .get("response_format")
+            .map(|format| serde_json::from_value(format["json_schema"].clone()).unwrap()),
         ..StreamOptions::default()
     };
     (context, options)
@@ -631,6 +634,7 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
                 "parameters": t["function"]["parameters"],
             })).collect::<Vec<_>>(),
             "tool_choice": body["tool_choice"],
+            "response_format": body["response_format"],
             "stream": body["stream"],
         })
     }

@@ -103,9 +103,20 @@ pub(crate) fn describe(events: &[AgentEvent]) -> Vec<String> {
                     .map(|r| r.tool_call_id.as_str())
                     .collect::<Vec<_>>()
             ),
-            AgentEvent::AgentEnd { messages, reason } => {
-                format!("agent_end {reason:?} {}", messages.len())
-            }
+            AgentEvent::AgentEnd {
+                messages,
+                reason,
+                output: None,
+            } => format!("agent_end {reason:?} {}", messages.len()),
+            AgentEvent::AgentEnd {
+                messages,
+                reason,
+                output: Some(output),
+            } => format!(
+                "agent_end {reason:?} {} {}",
+                messages.len(),
+                serde_json::to_string(output).unwrap()
+            ),
         })
         .collect()
 }

@@ -17,7 +17,7 @@ use crate::error::StreamError;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, ImageContent, Message, ToolResultMessage};
 use crate::model::Model;
-use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
+use crate::options::{OutputSchema, StreamOptions, ThinkingLevel, ToolChoice};
 
 /// Said in place of images a model cannot take.
 const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
@@ -125,6 +125,10 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
         } else {
             None
         },
+        response_format: options.output_schema.as_ref().map(|schema| ResponseFormat {
+            kind: "json_schema",
+            json_schema: schema,
+        }),
     }
 }
 
@@ -223,6 +227,16 @@ struct Body<'a> {
     reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+}
+
+/// `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`.
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: &'a OutputSchema,
 }
 
 /// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": ...}}`.
