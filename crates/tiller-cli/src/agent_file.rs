@@ -33,6 +33,7 @@
 //! command's program exists. Each error names the file, the field and what was
 //! expected.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
-use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolSet, ToolSetError};
+use tiller::{ActionTool, AgentTool, ThinkingLevel, ToolChoice, ToolSet, ToolSetError};
 
 use crate::command_tool::CommandTool;
 
@@ -224,19 +225,25 @@ enum Kind {
     Agent,
 }
 
+/// A tool entry: a command tool (with `description` and `command`), or a built-in
+/// named alone (`- name: action`, with `types` for the action tool).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTool {
     name: String,
-    description: String,
-    #[serde(default = "empty_object_schema")]
-    parameters: Value,
-    command: Vec<String>,
+    description: Option<String>,
+    parameters: Option<Value>,
+    command: Option<Vec<String>>,
     #[serde(default, deserialize_with = "at_least_one")]
     timeout_ms: Option<u64>,
     #[serde(default)]
     env: Vec<String>,
+    /// The action tool's types and their payload schemas.
+    types: Option<BTreeMap<String, Value>>,
 }
+
+/// The tools an entry may name without a command.
+const BUILT_IN_TOOLS: [&str; 1] = [ActionTool::NAME];
 
 fn empty_object_schema() -> Value {
     json!({"type": "object", "properties": {}})
@@ -328,9 +335,24 @@ fn check_tool_choices(
 }
 
 impl RawTool {
-    fn check(self, index: usize, folder: &Path) -> Result<CommandTool, (String, String)> {
+    fn check(self, index: usize, folder: &Path) -> Result<Arc<dyn AgentTool>, (String, String)> {
         let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
-        let mut command = self.command.into_iter();
+        let Some(command) = self.command else {
+            return self.built_in(index);
+        };
+        if self.types.is_some() {
+            return Err((
+                field("types"),
+                "only the built-in `action` tool takes `types`".into(),
+            ));
+        }
+        let Some(description) = self.description else {
+            return Err((
+                field("description"),
+                "a command tool needs a description: it is what the model reads".into(),
+            ));
+        };
+        let mut command = command.into_iter();
         let Some(program) = command.next() else {
             return Err((
                 field("command"),
@@ -360,15 +382,48 @@ impl RawTool {
         for (at, name) in self.env.iter().enumerate() {
             check_variable_name(name, format!("json_schema_extra.tools[{index}].env[{at}]"))?;
         }
-        Ok(CommandTool::new(
-            self.name,
-            self.description,
-            self.parameters,
-            program,
-            args,
-            timeout,
-        )
-        .with_env(self.env))
+        Ok(Arc::new(
+            CommandTool::new(
+                self.name,
+                description,
+                self.parameters.unwrap_or_else(empty_object_schema),
+                program,
+                args,
+                timeout,
+            )
+            .with_env(self.env),
+        ))
+    }
+
+    /// A built-in named alone; it takes no command-tool fields.
+    fn built_in(self, index: usize) -> Result<Arc<dyn AgentTool>, (String, String)> {
+        let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
+        if !BUILT_IN_TOOLS.contains(&self.name.as_str()) {
+            return Err((
+                field("command"),
+                format!(
+                    "`{}` is not a built-in tool (those are: {}): a command tool needs a description and a command",
+                    self.name,
+                    BUILT_IN_TOOLS.join(", ")
+                ),
+            ));
+        }
+        for (name, given) in [
+            ("description", self.description.is_some()),
+            ("parameters", self.parameters.is_some()),
+            ("timeout_ms", self.timeout_ms.is_some()),
+            ("env", !self.env.is_empty()),
+        ] {
+            if given {
+                return Err((
+                    field(name),
+                    format!("the built-in `{}` tool takes no `{name}`", self.name),
+                ));
+            }
+        }
+        let tool = ActionTool::with_types(self.types.unwrap_or_default())
+            .map_err(|error| (field("types"), error))?;
+        Ok(Arc::new(tool))
     }
 }
 
@@ -400,13 +455,9 @@ fn resolve(element: &str, folder: &Path) -> PathBuf {
 
 /// The tools as a set, their names and schemas checked as the runtime will; a fault
 /// is reported by the tool's position.
-fn tool_set(tools: Vec<CommandTool>) -> Result<ToolSet, (String, String)> {
+fn tool_set(tools: Vec<Arc<dyn AgentTool>>) -> Result<ToolSet, (String, String)> {
     let names: Vec<String> = tools.iter().map(|tool| tool.name().to_owned()).collect();
-    let set = ToolSet::new(
-        tools
-            .into_iter()
-            .map(|tool| Arc::new(tool) as Arc<dyn AgentTool>),
-    );
+    let set = ToolSet::new(tools);
     let error = match set {
         Ok(set) => return Ok(set),
         Err(error) => error,

@@ -102,6 +102,14 @@ impl Output {
             } => {
                 self.tool_args.insert(tool_call_id.clone(), args.clone());
             }
+            AgentEvent::Action {
+                action_type,
+                payload,
+                ..
+            } => {
+                self.end_line()?;
+                crate::say!("[action {action_type} {payload}]");
+            }
             AgentEvent::ToolExecutionEnd {
                 tool_call_id,
                 tool_name,

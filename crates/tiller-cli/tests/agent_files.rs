@@ -141,7 +141,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown tool key",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: add\n      description: Add\n      command: [python3]\n      shell: true\n",
-        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms, env at line 10, column 7",
+        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms, env, types at line 10, column 7",
     ),
     (
         "wrong type",
@@ -177,6 +177,31 @@ const MISTAKES: &[(&str, &str, &str)] = &[
         "a choice after tools that follows no forced call",
         "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, tool_choice: auto, tool_choice_after_tools: none, tools: [{name: add, description: Add, command: [python3]}]}\n",
         "json_schema_extra.tool_choice_after_tools: applies only when tool_choice is `required` or {tool: name}",
+    ),
+    (
+        "a tool named alone that is not a built-in",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: search\n",
+        "json_schema_extra.tools[0].command: `search` is not a built-in tool (those are: action): a command tool needs a description and a command",
+    ),
+    (
+        "a built-in with a command tool's field",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: action, description: Do things}\n",
+        "json_schema_extra.tools[0].description: the built-in `action` tool takes no `description`",
+    ),
+    (
+        "a command tool without a description",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, command: [python3]}\n",
+        "json_schema_extra.tools[0].description: a command tool needs a description: it is what the model reads",
+    ),
+    (
+        "action types on a command tool",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, description: Add, command: [python3], types: {}}\n",
+        "json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+    ),
+    (
+        "an action type with an unusable schema",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: action, types: {chart: {type: 12}}}\n",
+        "json_schema_extra.tools[0].types: action type `chart`: 12 is not valid under any of the schemas listed in the 'anyOf' keyword",
     ),
     (
         "not an agent",

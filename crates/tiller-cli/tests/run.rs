@@ -520,3 +520,89 @@ async fn structured_output_that_never_matches_fails_with_the_errors() {
         )
     );
 }
+
+#[tokio::test]
+async fn the_action_tool_emits_a_typed_event_beside_the_text() {
+    let scratch = Scratch::new();
+    let agent = scratch.write(
+        "guide.yaml",
+        "type: object\n\
+         description: You guide users around the site.\n\
+         json_schema_extra:\n  kind: agent\n  name: guide\n  tools:\n    - name: action\n      types:\n        open_page: {type: object, properties: {url: {type: string}}, required: [url]}\n",
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call(
+        "call_1",
+        "action",
+        json!({"type": "open_page", "payload": {"url": "/pricing"}}),
+    ));
+    server.push(dialect.text(&["I opened the pricing page."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--events",
+            "jsonl",
+            "Show me the prices",
+        ],
+    ))
+    .await;
+    assert_eq!((run.code(), run.stderr.as_str()), (Some(0), ""));
+    let lines = envelopes(&run.stdout);
+    let kinds: Vec<String> = lines.iter().map(event_kind).collect();
+    let start = kinds
+        .iter()
+        .position(|kind| kind == "tool_execution_start")
+        .unwrap();
+    assert_eq!(
+        kinds[start..start + 3],
+        ["tool_execution_start", "action", "tool_execution_end"]
+    );
+    assert_eq!(
+        lines[start + 1]["event"],
+        json!({
+            "type": "action",
+            "tool_call_id": "call_1",
+            "action_type": "open_page",
+            "payload": {"url": "/pricing"},
+        })
+    );
+    // The offered tool lists the declared types; the call and its result stay in
+    // the conversation.
+    let requests = server.requests();
+    let offered = &requests[0].body["tools"][0]["function"];
+    assert_eq!(offered["name"], "action");
+    assert_eq!(
+        offered["parameters"]["properties"]["type"]["enum"],
+        json!(["open_page"])
+    );
+    assert_eq!(
+        dialect.tool_results(&requests[1]),
+        [json!({"id": "call_1", "text": "Action `open_page` sent."})]
+    );
+
+    // In text mode the action is a line on stderr.
+    server.push(dialect.tool_call(
+        "call_2",
+        "action",
+        json!({"type": "open_page", "payload": {"url": "/docs"}}),
+    ));
+    server.push(dialect.text(&["Opened."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &["--agent", agent.to_str().unwrap(), "Docs?"],
+    ))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (
+            Some(0),
+            "Opened.\n",
+            "[action open_page {\"url\":\"/docs\"}]\n[action {\"payload\":{\"url\":\"/docs\"},\"type\":\"open_page\"}] -> Action `open_page` sent.\n"
+        )
+    );
+}

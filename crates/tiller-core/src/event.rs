@@ -66,6 +66,18 @@ pub enum AgentEvent {
         /// The partial result.
         partial_result: ToolOutput,
     },
+    /// A tool declared an action for the application (the built-in `action`
+    /// tool, or any tool through [`ToolContext::act`](crate::ToolContext::act)):
+    /// a typed request beside the text, such as "show this chart" or "open this
+    /// page".
+    Action {
+        /// The call that declared it.
+        tool_call_id: String,
+        /// The action's type.
+        action_type: String,
+        /// Its data.
+        payload: Value,
+    },
     /// A tool call finished.
     ToolExecutionEnd {
         /// The call's id.

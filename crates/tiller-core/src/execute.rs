@@ -388,7 +388,24 @@ async fn execute(
             partial_result,
         });
     });
-    let ctx = ToolContext::new(call.id.clone(), run.config.context.clone(), token, updates);
+    let actions = {
+        let sink = run.sink().clone();
+        let id = call.id.clone();
+        Arc::new(move |action_type: String, payload: Value| {
+            sink(AgentEvent::Action {
+                tool_call_id: id.clone(),
+                action_type,
+                payload,
+            });
+        })
+    };
+    let ctx = ToolContext::new(
+        call.id.clone(),
+        run.config.context.clone(),
+        token,
+        updates,
+        actions,
+    );
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();

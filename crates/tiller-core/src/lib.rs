@@ -54,6 +54,7 @@
 pub mod event;
 pub mod hook;
 
+mod action;
 mod config;
 mod context;
 mod execute;
@@ -67,6 +68,7 @@ mod toolset;
 mod transcript;
 mod validate;
 
+pub use action::ActionTool;
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
     ConvertToLlm, LoopConfig, MessageSource, RunHooks, RunOptions, SteeringDelivery, StopWhen,

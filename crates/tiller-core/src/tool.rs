@@ -219,6 +219,7 @@ impl fmt::Display for ToolError {
 }
 
 type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
+type ActFn = Arc<dyn Fn(String, Value) + Send + Sync>;
 
 /// What a running tool gets from the loop.
 #[derive(Clone)]
@@ -227,6 +228,7 @@ pub struct ToolContext {
     agent: AgentContext,
     cancel: CancellationToken,
     update: UpdateFn,
+    act: ActFn,
     open: Arc<AtomicBool>,
 }
 
@@ -236,12 +238,14 @@ impl ToolContext {
         agent: AgentContext,
         cancel: CancellationToken,
         update: UpdateFn,
+        act: ActFn,
     ) -> Self {
         ToolContext {
             call_id,
             agent,
             cancel,
             update,
+            act,
             open: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -257,7 +261,17 @@ impl ToolContext {
             AgentContext::default(),
             cancel,
             Arc::new(on_update),
+            Arc::new(|_, _| {}),
         )
+    }
+
+    /// The same context, with actions going to `on_action` (in a test, say).
+    pub fn with_actions(
+        mut self,
+        on_action: impl Fn(String, Value) + Send + Sync + 'static,
+    ) -> Self {
+        self.act = Arc::new(on_action);
+        self
     }
 
     /// The same context, for a tool run on behalf of `agent` (in a test, say).
@@ -287,6 +301,14 @@ impl ToolContext {
     pub fn update(&self, partial: ToolOutput) {
         if self.open.load(Ordering::Acquire) {
             (self.update)(partial);
+        }
+    }
+
+    /// Declares an action for the application: an `action` event with this type
+    /// and payload. Ignored once the tool has finished.
+    pub fn act(&self, action_type: impl Into<String>, payload: Value) {
+        if self.open.load(Ordering::Acquire) {
+            (self.act)(action_type.into(), payload);
         }
     }
 

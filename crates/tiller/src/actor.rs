@@ -710,7 +710,8 @@ impl ActorState {
             }
             AgentEvent::AgentStart
             | AgentEvent::TurnStart
-            | AgentEvent::ToolExecutionUpdate { .. } => {}
+            | AgentEvent::ToolExecutionUpdate { .. }
+            | AgentEvent::Action { .. } => {}
         }
         self.agent
             .hub

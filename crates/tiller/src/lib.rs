@@ -80,10 +80,10 @@ pub use tiller_ai::{
     Usage, catalog, env, faux,
 };
 pub use tiller_core::{
-    self, AgentContext, AgentEvent, AgentMessage, AgentTool, ContextIds, CustomMessage, FnTool,
-    IntoToolOutput, Output, OutputError, Prompt, RunEnd, RunHooks, RunOptions, SteeringDelivery,
-    ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolOutput, ToolSet, ToolSetError,
-    TranscriptError, check_transcript, hook,
+    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, ContextIds, CustomMessage,
+    FnTool, IntoToolOutput, Output, OutputError, Prompt, RunEnd, RunHooks, RunOptions,
+    SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolOutput,
+    ToolSet, ToolSetError, TranscriptError, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

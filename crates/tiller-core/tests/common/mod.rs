@@ -82,6 +82,11 @@ pub(crate) fn describe(events: &[AgentEvent]) -> Vec<String> {
                     partial_result.text_content()
                 )
             }
+            AgentEvent::Action {
+                tool_call_id,
+                action_type,
+                payload,
+            } => format!("action {tool_call_id} {action_type} {payload}"),
             AgentEvent::ToolExecutionEnd {
                 tool_call_id,
                 is_error,

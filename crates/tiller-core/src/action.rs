@@ -1,0 +1,175 @@
+//! [`ActionTool`]: the built-in `action` tool. The model calls
+//! `action(type, payload)` to ask the application for something beside its text
+//! (show a chart, open a page, file a ticket); each call becomes an
+//! [`AgentEvent::Action`](crate::AgentEvent::Action) for subscribers and stays in
+//! the transcript as a tool call and its result. With per-type schemas, only those
+//! types are offered and each payload is validated against its type's schema.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
+use crate::validate;
+
+/// The built-in `action` tool.
+pub struct ActionTool {
+    description: String,
+    parameters: Value,
+    /// The declared types and their payload validators; empty: any type.
+    types: BTreeMap<String, jsonschema::Validator>,
+}
+
+impl ActionTool {
+    /// The name the model calls it by.
+    pub const NAME: &'static str = "action";
+
+    /// An `action` tool taking any type and any object payload.
+    pub fn new() -> Self {
+        ActionTool {
+            description: DESCRIPTION.to_owned(),
+            parameters: parameters(&[]),
+            types: BTreeMap::new(),
+        }
+    }
+
+    /// An `action` tool offering only these types, each payload checked against
+    /// its type's JSON Schema. An unusable schema is an error naming the type.
+    pub fn with_types(types: BTreeMap<String, Value>) -> Result<Self, String> {
+        if types.is_empty() {
+            return Ok(ActionTool::new());
+        }
+        let mut validators = BTreeMap::new();
+        let mut description = format!("{DESCRIPTION} The types and their payloads:");
+        for (name, schema) in &types {
+            let validator = jsonschema::validator_for(schema)
+                .map_err(|error| format!("action type `{name}`: {error}"))?;
+            validators.insert(name.clone(), validator);
+            description.push_str(&format!("\n- {name}: {schema}"));
+        }
+        Ok(ActionTool {
+            description,
+            parameters: parameters(&types.keys().cloned().collect::<Vec<_>>()),
+            types: validators,
+        })
+    }
+}
+
+impl Default for ActionTool {
+    fn default() -> Self {
+        ActionTool::new()
+    }
+}
+
+const DESCRIPTION: &str = "Ask the application to carry out an action beside your answer (show something to the user, open a page, record a decision). `type` names the action; `payload` holds its data.";
+
+/// The arguments' schema; `types`, when not empty, are the only types offered.
+fn parameters(types: &[String]) -> Value {
+    let mut kind = json!({"type": "string", "description": "The action's type."});
+    if !types.is_empty() {
+        kind["enum"] = json!(types);
+    }
+    json!({
+        "type": "object",
+        "properties": {
+            "type": kind,
+            "payload": {"type": "object", "description": "The action's data."}
+        },
+        "required": ["type", "payload"]
+    })
+}
+
+impl AgentTool for ActionTool {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let action_type = args["type"].as_str().unwrap_or_default().to_owned();
+            let payload = args["payload"].clone();
+            if let Some(validator) = self.types.get(&action_type) {
+                let errors = validate::errors(validator, &payload);
+                if !errors.is_empty() {
+                    return Err(ToolError::new(format!(
+                        "the payload of action `{action_type}` does not match its schema:\n  - {}",
+                        errors.join("\n  - ")
+                    )));
+                }
+            }
+            ctx.act(action_type.clone(), payload.clone());
+            Ok(ToolOutput::text(format!("Action `{action_type}` sent."))
+                .with_details(json!({"type": action_type, "payload": payload})))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use pretty_assertions::assert_eq;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    fn context(seen: &Arc<Mutex<Vec<(String, Value)>>>) -> ToolContext {
+        let seen = seen.clone();
+        ToolContext::detached("call_1", CancellationToken::new(), |_| {})
+            .with_actions(move |kind, payload| seen.lock().unwrap().push((kind, payload)))
+    }
+
+    #[tokio::test]
+    async fn typed_payloads_are_checked_and_emitted() {
+        let tool = ActionTool::with_types(BTreeMap::from([(
+            "open_page".to_owned(),
+            json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+        )]))
+        .unwrap();
+        assert_eq!(
+            tool.parameters()["properties"]["type"]["enum"],
+            json!(["open_page"])
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let output = tool
+            .execute(
+                json!({"type": "open_page", "payload": {"url": "https://example.com"}}),
+                context(&seen),
+            )
+            .await
+            .unwrap();
+        assert_eq!(output.text_content(), "Action `open_page` sent.");
+        let error = tool
+            .execute(json!({"type": "open_page", "payload": {}}), context(&seen))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.message(),
+            "the payload of action `open_page` does not match its schema:\n  - root: \"url\" is a required property"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(
+                "open_page".to_owned(),
+                json!({"url": "https://example.com"})
+            )]
+        );
+        assert!(
+            ActionTool::with_types(BTreeMap::from([("bad".to_owned(), json!({"type": 3}))]))
+                .is_err_and(|error| error.starts_with("action type `bad`: "))
+        );
+    }
+}
