@@ -9,8 +9,8 @@
 //! ```
 //!
 //! This library holds what the binary is made of, so the pieces can be used and
-//! tested on their own: [`agent_file`] reads agents declared in YAML or JSON,
-//! [`command_tool`] makes a program a tool, [`setup`] chooses the model from options,
+//! tested on their own ([`tiller::agent_file`] reads the agents declared in YAML or
+//! JSON, [`tiller::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
 //! a store keeps.
@@ -36,10 +36,8 @@ macro_rules! say_part {
     }};
 }
 
-pub mod agent_file;
 pub mod chat;
 pub mod cli;
-pub mod command_tool;
 pub mod interrupt;
 pub mod outcome;
 pub mod render;

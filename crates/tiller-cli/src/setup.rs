@@ -12,10 +12,10 @@
 //! file's `base_url` is not, so its key must be named with `api_key_env`.
 
 use tiller::env::{EnvError, model_from};
-use tiller::{AgentSettings, ApiKey, Model, OutputSchema, ThinkingLevel, ToolSet};
+use tiller::{AgentSettings, ApiKey, Model, ToolRegistry};
 
-use crate::agent_file::{AgentFile, AgentFileError, ModelSpec};
 use crate::cli::AgentOptions;
+use tiller::agent_file::{AgentFile, AgentFileError, ModelSpec};
 
 /// An agent ready to spawn.
 #[derive(Debug)]
@@ -55,64 +55,28 @@ impl Setup {
         };
         let (model, notice) = choose_model(options, file.as_ref(), var)?;
         let api_key = explicit_key(options, file.as_ref(), &model, var)?;
+        // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
+        if let Some(file) = &file {
+            file.apply(&mut settings, &ToolRegistry::new())?;
+        }
         settings.run.stream.api_key = api_key;
-        settings.system_prompt = options
-            .system
-            .clone()
-            .or_else(|| file.as_ref().map(|f| f.system_prompt.clone()))
-            .filter(|prompt| !prompt.is_empty());
-        settings.run.stream.thinking = options
-            .thinking
-            .or(file.as_ref().map(|f| f.thinking))
-            .unwrap_or(ThinkingLevel::Off);
-        if let Some(max_turns) = options
-            .max_turns
-            .or(file.as_ref().and_then(|f| f.max_turns))
-        {
+        if let Some(system) = &options.system {
+            settings.system_prompt = Some(system.clone()).filter(|prompt| !prompt.is_empty());
+        }
+        if let Some(thinking) = options.thinking {
+            settings.run.stream.thinking = thinking;
+        }
+        if let Some(max_turns) = options.max_turns {
             settings.run.max_turns = max_turns;
         }
         settings.run.stream.max_tokens = options.max_tokens;
-        settings.tools = file
-            .as_ref()
-            .map_or_else(ToolSet::empty, |f| f.tools.clone());
-        if let Some(file) = &file {
-            settings.run.stream.tool_choice = file.tool_choice.clone();
-            settings.run.tool_choice_after_tools = file.tool_choice_after_tools.clone();
-            if file.structured_output {
-                settings.run.stream.output_schema = Some(OutputSchema::new(
-                    schema_name(&file.name),
-                    file.output_schema.clone(),
-                ));
-            }
-        }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
             name,
             settings,
             notice,
         })
-    }
-}
-
-/// A name for an output schema that OpenAI accepts (letters, digits, `_` and `-`,
-/// at most 64) made from the agent's name.
-fn schema_name(agent: &str) -> String {
-    let name: String = agent
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if name.is_empty() {
-        "answer".to_owned()
-    } else {
-        name
     }
 }
 

@@ -9,8 +9,8 @@ mod common;
 use common::{Scratch, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::{AgentTool, ThinkingLevel, ToolChoice};
-use tiller_cli::agent_file::{AgentFile, ModelSpec};
+use tiller::agent_file::{AgentFile, ModelSpec};
+use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolRegistry};
 
 const GOOD: &str = r#"type: object
 description: |
@@ -55,8 +55,8 @@ fn a_good_file_loads_as_written() {
             file.thinking,
             file.structured_output,
             file.max_turns,
-            file.tool_choice,
-            file.tool_choice_after_tools,
+            file.tool_choice.clone(),
+            file.tool_choice_after_tools.clone(),
         ),
         (
             "helper",
@@ -85,7 +85,8 @@ fn a_good_file_loads_as_written() {
             "required": ["answer"]
         })
     );
-    let tools: Vec<&dyn AgentTool> = file.tools.tools().map(|t| t.as_ref()).collect();
+    let tools = file.tool_set(&ToolRegistry::new()).unwrap();
+    let tools: Vec<&dyn AgentTool> = tools.tools().map(|t| t.as_ref()).collect();
     assert_eq!(
         tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
         ["add", "stamp"]
@@ -136,7 +137,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown agent setting",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  temperature: 0.2\n",
-        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools at line 6, column 3",
+        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 6, column 3",
     ),
     (
         "unknown tool key",
@@ -181,12 +182,12 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "a tool named alone that is not a built-in",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: search\n",
-        "json_schema_extra.tools[0].command: `search` is not a built-in tool (those are: action): a command tool needs a description and a command",
+        "json_schema_extra.tools[0]: `search` is neither a built-in (action) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command",
     ),
     (
         "a built-in with a command tool's field",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: action, description: Do things}\n",
-        "json_schema_extra.tools[0].description: the built-in `action` tool takes no `description`",
+        "json_schema_extra.tools[0].description: a tool named alone is a built-in or a tool of the host's registry and takes no `description`; a command tool needs a `command`",
     ),
     (
         "a command tool without a description",

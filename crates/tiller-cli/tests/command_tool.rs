@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::{Scratch, gone, python_tool};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tiller::agent_file::AgentFile;
 use tiller::{AgentTool, ToolContext};
-use tiller_cli::agent_file::AgentFile;
-use tiller_cli::command_tool::CommandTool;
+use tiller::{CommandTool, ToolRegistry};
 use tokio_util::sync::CancellationToken;
 
 async fn call(tool: &dyn AgentTool, args: Value) -> Result<String, String> {
@@ -41,7 +41,8 @@ async fn programs_and_path_arguments_are_found_from_the_agent_folder() {
     // From another working directory, so nothing resolves by accident.
     std::env::set_current_dir(std::env::temp_dir()).unwrap();
     let file = AgentFile::load(&agent).unwrap();
-    let tools: Vec<_> = file.tools.tools().collect();
+    let tools = file.tool_set(&ToolRegistry::new()).unwrap();
+    let tools: Vec<_> = tools.tools().collect();
     let folder = scratch.path().display();
     assert_eq!(
         call(tools[0].as_ref(), json!({"a": 2, "b": 3})).await,
@@ -138,7 +139,8 @@ async fn the_example_agent_file_of_the_readme_works() {
         (file.name.as_str(), file.max_turns),
         ("calculator", Some(8))
     );
-    let add = file.tools.tools().next().unwrap();
+    let tools = file.tool_set(&ToolRegistry::new()).unwrap();
+    let add = tools.tools().next().unwrap();
     assert_eq!(
         call(add.as_ref(), json!({"a": 1234, "b": 5678})).await,
         Ok("6912".to_owned())

@@ -109,7 +109,7 @@ pub fn agent_file(text: &[u8]) {
     } else {
         "/nonexistent-tiller-fuzz/agent.yaml"
     };
-    if let Err(error) = tiller_cli::agent_file::AgentFile::parse(Path::new(name), &text) {
+    if let Err(error) = tiller::agent_file::AgentFile::parse(Path::new(name), &text) {
         assert!(!error.message.is_empty(), "an error says what is wrong");
     }
 }

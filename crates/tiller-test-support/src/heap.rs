@@ -1,7 +1,7 @@
 //! A global allocator that counts live heap bytes and their peak, for tests and
 //! benches that bound memory:
 //!
-//! ```ignore
+//! ```text
 //! #[global_allocator]
 //! static HEAP: tiller_test_support::heap::Counting = tiller_test_support::heap::Counting;
 //! let before = tiller_test_support::heap::live();

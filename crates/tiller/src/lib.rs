@@ -50,8 +50,11 @@
 
 mod actor;
 mod agent;
+pub mod agent_file;
+pub mod command_tool;
 mod compress;
 mod definition;
+mod definitions;
 mod error;
 mod handle;
 mod message;
@@ -60,12 +63,15 @@ mod settings;
 mod state;
 mod subscription;
 mod supervisor;
+mod tool_registry;
 
 #[doc = include_str!("../../../docs/runtime-semantics.md")]
 pub mod runtime_semantics {}
 
+pub use command_tool::CommandTool;
 pub use compress::{Compression, LOOKUP_TOOL};
 pub use definition::AgentDefinition;
+pub use definitions::{Definitions, DefinitionsError};
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
 pub use message::{AgentMsg, Queues, SettingsChange};
@@ -73,6 +79,7 @@ pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
+pub use tool_registry::{ToolFilter, ToolRegistry};
 
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,

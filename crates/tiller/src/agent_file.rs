@@ -26,6 +26,10 @@
 //!       command: [python3, tools/add.py]
 //!       timeout_ms: 10000
 //!       env: [ADD_PRECISION]          # passed on besides PATH, HOME and LANG
+//!     - name: action                  # a built-in, named alone
+//!     - name: search                  # named alone: taken from the host's ToolRegistry
+//!   include_tools: []                 # names or prefixes (`fs_*`) to keep; all when empty
+//!   exclude_tools: []                 # names or prefixes to drop
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -39,12 +43,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::command_tool::CommandTool;
+use crate::tool_registry::{ToolFilter, ToolRegistry};
+use crate::{
+    ActionTool, AgentSettings, AgentTool, ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice,
+    ToolSet, ToolSetError,
+};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
-use tiller::{ActionTool, AgentTool, ThinkingLevel, ToolChoice, ToolSet, ToolSetError};
-
-use crate::command_tool::CommandTool;
 
 /// How long a command tool may run when its file does not say.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -77,8 +84,39 @@ pub struct AgentFile {
     pub tool_choice_after_tools: Option<ToolChoice>,
     /// The answer's shape: an object schema of the file's `properties` and `required`.
     pub output_schema: Value,
-    /// The command tools, checked, with their programs resolved.
-    pub tools: ToolSet,
+    /// The tools it lists, in order: command tools and built-ins made at load,
+    /// the others named for [`AgentFile::tool_set`] to take from a registry.
+    pub tools: Vec<FileTool>,
+    /// Which of its tools the agent keeps (`include_tools`, `exclude_tools`).
+    pub tool_filter: ToolFilter,
+}
+
+/// A tool an agent file lists.
+#[derive(Clone)]
+pub enum FileTool {
+    /// Made at load: a command tool, or a built-in (`action`).
+    Ready(Arc<dyn AgentTool>),
+    /// Named alone, to be taken from the host's [`ToolRegistry`].
+    Named(String),
+}
+
+impl FileTool {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        match self {
+            FileTool::Ready(tool) => tool.name(),
+            FileTool::Named(name) => name,
+        }
+    }
+}
+
+impl fmt::Debug for FileTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileTool::Ready(tool) => f.debug_tuple("Ready").field(&tool.name()).finish(),
+            FileTool::Named(name) => f.debug_tuple("Named").field(name).finish(),
+        }
+    }
 }
 
 /// A model as an agent file names it.
@@ -122,6 +160,161 @@ impl AgentFile {
         let text = std::fs::read_to_string(path)
             .map_err(|e| error(None, format!("cannot read the file: {e}")))?;
         Self::parse(path, &text)
+    }
+
+    /// The model the file names, if any (`faux` names the scripted demo model).
+    pub fn model(&self) -> Result<Option<Model>, AgentFileError> {
+        let Some(spec) = &self.model else {
+            return Ok(None);
+        };
+        let (provider, id, base_url) = match spec {
+            ModelSpec::Name(name) => (None, name.as_str(), None),
+            ModelSpec::Parts {
+                provider,
+                id,
+                base_url,
+            } => (Some(provider.as_str()), id.as_str(), base_url.as_deref()),
+        };
+        if provider == Some("faux")
+            || (provider.is_none() && (id == "faux" || id.starts_with("faux/")))
+        {
+            return Ok(Some(crate::faux::demo_model()));
+        }
+        crate::env::model_from(|variable| match variable {
+            "TILLER_PROVIDER" => provider.map(str::to_owned),
+            "TILLER_MODEL" => Some(id.to_owned()),
+            "TILLER_BASE_URL" => base_url.map(str::to_owned),
+            _ => None,
+        })
+        .map_err(|error| AgentFileError {
+            file: self.path.clone(),
+            field: Some("json_schema_extra.model".into()),
+            message: error.reason,
+        })
+    }
+
+    /// The agent's settings: the file's model (else `model`), instructions,
+    /// thinking level, turn limit, tool choices, output schema (with
+    /// `structured_output`), the key its `api_key_env` names, and its tools from
+    /// [`AgentFile::tool_set`].
+    pub fn settings(
+        &self,
+        registry: &ToolRegistry,
+        model: Model,
+    ) -> Result<AgentSettings, AgentFileError> {
+        let mut settings = AgentSettings::new(self.model()?.unwrap_or(model));
+        self.apply(&mut settings, registry)?;
+        if let Some(variable) = &self.api_key_env {
+            let key = std::env::var(variable)
+                .ok()
+                .filter(|key| !key.trim().is_empty());
+            let key = key.ok_or_else(|| AgentFileError {
+                file: self.path.clone(),
+                field: Some("json_schema_extra.api_key_env".into()),
+                message: format!("{variable} is not set"),
+            })?;
+            settings.run.stream.api_key = Some(ApiKey::new(key.trim()));
+        }
+        Ok(settings)
+    }
+
+    /// Sets what the file says in `settings`, the model and key aside: its
+    /// instructions, thinking level, turn limit, tool choices, output schema (with
+    /// `structured_output`) and tools (see [`AgentFile::tool_set`]).
+    pub fn apply(
+        &self,
+        settings: &mut AgentSettings,
+        registry: &ToolRegistry,
+    ) -> Result<(), AgentFileError> {
+        settings.system_prompt =
+            Some(self.system_prompt.clone()).filter(|prompt| !prompt.is_empty());
+        settings.run.stream.thinking = self.thinking;
+        if let Some(max_turns) = self.max_turns {
+            settings.run.max_turns = max_turns;
+        }
+        settings.run.stream.tool_choice = self.tool_choice.clone();
+        settings.run.tool_choice_after_tools = self.tool_choice_after_tools.clone();
+        if self.structured_output {
+            settings.run.stream.output_schema = Some(self.output());
+        }
+        settings.tools = self.tool_set(registry)?;
+        Ok(())
+    }
+
+    /// The file's answer schema as an output schema named after the agent (in the
+    /// characters OpenAI accepts).
+    pub fn output(&self) -> OutputSchema {
+        let name: String = self
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect();
+        let name = if name.is_empty() {
+            "answer".to_owned()
+        } else {
+            name
+        };
+        OutputSchema::new(name, self.output_schema.clone())
+    }
+
+    /// The agent's tools: those made at load, and each one named alone taken from
+    /// `registry` (a registry tool named `action` replaces the built-in), less
+    /// what the filters drop. A name the registry lacks is an error naming the
+    /// entry, as is a tool choice naming a tool the filters dropped.
+    pub fn tool_set(&self, registry: &ToolRegistry) -> Result<ToolSet, AgentFileError> {
+        let error = |field: String, message: String| AgentFileError {
+            file: self.path.clone(),
+            field: Some(field),
+            message,
+        };
+        let mut tools = Vec::with_capacity(self.tools.len());
+        for (index, entry) in self.tools.iter().enumerate() {
+            let tool = match (entry, registry.get(entry.name())) {
+                (_, Some(tool)) => tool,
+                (FileTool::Ready(tool), None) => tool.clone(),
+                (FileTool::Named(name), None) => {
+                    let known: Vec<&str> = registry.names().collect();
+                    let known = if known.is_empty() {
+                        "the registry is empty".to_owned()
+                    } else {
+                        format!("the registry has {}", known.join(", "))
+                    };
+                    return Err(error(
+                        format!("json_schema_extra.tools[{index}]"),
+                        format!(
+                            "`{name}` is neither a built-in ({}) nor a tool of the host's registry ({known}); a command tool needs a description and a command",
+                            BUILT_IN_TOOLS.join(", ")
+                        ),
+                    ));
+                }
+            };
+            if self.tool_filter.keeps(tool.name()) {
+                tools.push(tool);
+            }
+        }
+        let set = ToolSet::new(tools)
+            .map_err(|e| error("json_schema_extra.tools".into(), e.to_string()))?;
+        for (field, choice) in [
+            ("tool_choice", &self.tool_choice),
+            ("tool_choice_after_tools", &self.tool_choice_after_tools),
+        ] {
+            if let Some(ToolChoice::Tool(name)) = choice
+                && !set.definitions().iter().any(|tool| &tool.name == name)
+            {
+                return Err(error(
+                    format!("json_schema_extra.{field}"),
+                    format!("`{name}` is not among the tools the filters keep"),
+                ));
+            }
+        }
+        Ok(set)
     }
 
     /// Checks `text` as the agent file at `path` (whose extension says JSON or YAML
@@ -217,6 +410,10 @@ struct Extra {
     tool_choice_after_tools: Option<ToolChoice>,
     #[serde(default)]
     tools: Vec<RawTool>,
+    #[serde(default)]
+    include_tools: Vec<String>,
+    #[serde(default)]
+    exclude_tools: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -272,7 +469,7 @@ impl RawAgentFile {
             .enumerate()
             .map(|(index, tool)| tool.check(index, folder))
             .collect::<Result<Vec<_>, _>>()?;
-        let tools = tool_set(tools)?;
+        check_tools(&tools)?;
         check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
 
         let mut output_schema = json!({
@@ -300,6 +497,10 @@ impl RawAgentFile {
             tool_choice_after_tools: extra.tool_choice_after_tools,
             output_schema,
             tools,
+            tool_filter: ToolFilter {
+                include: extra.include_tools,
+                exclude: extra.exclude_tools,
+            },
         })
     }
 }
@@ -309,7 +510,7 @@ impl RawAgentFile {
 fn check_tool_choices(
     choice: &Option<ToolChoice>,
     after: &Option<ToolChoice>,
-    tools: &ToolSet,
+    tools: &[FileTool],
 ) -> Result<(), (String, String)> {
     for (field, choice) in [("tool_choice", choice), ("tool_choice_after_tools", after)] {
         let field = format!("json_schema_extra.{field}");
@@ -317,9 +518,7 @@ fn check_tool_choices(
             Some(_) if tools.is_empty() => {
                 return Err((field, "the agent has no tools to choose from".into()));
             }
-            Some(ToolChoice::Tool(name))
-                if !tools.definitions().iter().any(|tool| &tool.name == name) =>
-            {
+            Some(ToolChoice::Tool(name)) if !tools.iter().any(|tool| tool.name() == name) => {
                 return Err((field, format!("`{name}` is not one of the agent's tools")));
             }
             _ => {}
@@ -335,10 +534,10 @@ fn check_tool_choices(
 }
 
 impl RawTool {
-    fn check(self, index: usize, folder: &Path) -> Result<Arc<dyn AgentTool>, (String, String)> {
+    fn check(self, index: usize, folder: &Path) -> Result<FileTool, (String, String)> {
         let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
         let Some(command) = self.command else {
-            return self.built_in(index);
+            return self.named(index);
         };
         if self.types.is_some() {
             return Err((
@@ -382,7 +581,7 @@ impl RawTool {
         for (at, name) in self.env.iter().enumerate() {
             check_variable_name(name, format!("json_schema_extra.tools[{index}].env[{at}]"))?;
         }
-        Ok(Arc::new(
+        Ok(FileTool::Ready(Arc::new(
             CommandTool::new(
                 self.name,
                 description,
@@ -392,22 +591,13 @@ impl RawTool {
                 timeout,
             )
             .with_env(self.env),
-        ))
+        )))
     }
 
-    /// A built-in named alone; it takes no command-tool fields.
-    fn built_in(self, index: usize) -> Result<Arc<dyn AgentTool>, (String, String)> {
+    /// A tool named alone: a built-in, or one of the host's registry. It takes
+    /// none of a command tool's fields.
+    fn named(self, index: usize) -> Result<FileTool, (String, String)> {
         let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
-        if !BUILT_IN_TOOLS.contains(&self.name.as_str()) {
-            return Err((
-                field("command"),
-                format!(
-                    "`{}` is not a built-in tool (those are: {}): a command tool needs a description and a command",
-                    self.name,
-                    BUILT_IN_TOOLS.join(", ")
-                ),
-            ));
-        }
         for (name, given) in [
             ("description", self.description.is_some()),
             ("parameters", self.parameters.is_some()),
@@ -417,13 +607,24 @@ impl RawTool {
             if given {
                 return Err((
                     field(name),
-                    format!("the built-in `{}` tool takes no `{name}`", self.name),
+                    format!(
+                        "a tool named alone is a built-in or a tool of the host's registry and takes no `{name}`; a command tool needs a `command`"
+                    ),
                 ));
             }
         }
+        if self.name != ActionTool::NAME {
+            if self.types.is_some() {
+                return Err((
+                    field("types"),
+                    "only the built-in `action` tool takes `types`".into(),
+                ));
+            }
+            return Ok(FileTool::Named(self.name));
+        }
         let tool = ActionTool::with_types(self.types.unwrap_or_default())
             .map_err(|error| (field("types"), error))?;
-        Ok(Arc::new(tool))
+        Ok(FileTool::Ready(Arc::new(tool)))
     }
 }
 
@@ -453,13 +654,24 @@ fn resolve(element: &str, folder: &Path) -> PathBuf {
     }
 }
 
-/// The tools as a set, their names and schemas checked as the runtime will; a fault
-/// is reported by the tool's position.
-fn tool_set(tools: Vec<Arc<dyn AgentTool>>) -> Result<ToolSet, (String, String)> {
+/// The tools' names and schemas checked as the runtime will (the named ones by
+/// name only); a fault is reported by the tool's position.
+fn check_tools(tools: &[FileTool]) -> Result<(), (String, String)> {
     let names: Vec<String> = tools.iter().map(|tool| tool.name().to_owned()).collect();
-    let set = ToolSet::new(tools);
+    let placeholder = |name: &str| -> Arc<dyn AgentTool> {
+        Arc::new(crate::FnTool::new(
+            name,
+            "",
+            empty_object_schema(),
+            |_, _| async { Ok(crate::ToolOutput::default()) },
+        ))
+    };
+    let set = ToolSet::new(tools.iter().map(|tool| match tool {
+        FileTool::Ready(tool) => tool.clone(),
+        FileTool::Named(name) => placeholder(name),
+    }));
     let error = match set {
-        Ok(set) => return Ok(set),
+        Ok(_) => return Ok(()),
         Err(error) => error,
     };
     // The first tool of a name, or for a duplicate the second.

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use crate::{AgentTool, ToolContext, ToolError, ToolOutput};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tiller::{AgentTool, ToolContext, ToolError, ToolOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 

@@ -1,0 +1,216 @@
+//! [`Definitions`]: agent files by name and version, read from a folder, and
+//! turned into agents with the host's tools.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tiller::{Definitions, Supervisor, ToolRegistry};
+//!
+//! # async fn run(search: Arc<dyn tiller::AgentTool>) -> Result<(), Box<dyn std::error::Error>> {
+//! let definitions = Definitions::load_dir("agents")?;
+//! let registry = ToolRegistry::new().with(search);
+//! let model = tiller::faux::demo_model(); // for files that name no model
+//! let supervisor = Supervisor::start().await?;
+//! let agent = supervisor
+//!     .spawn(definitions.spec("researcher", None, &registry, model)?)
+//!     .await?;
+//! # let _ = agent;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::agent_file::{AgentFile, AgentFileError};
+use crate::{AgentSpec, Model, ToolRegistry};
+
+/// Agent definitions by name, each in one or more versions.
+#[derive(Debug, Clone, Default)]
+pub struct Definitions {
+    /// Each name's files, oldest version first.
+    by_name: BTreeMap<String, Vec<AgentFile>>,
+}
+
+/// Why definitions could not be read or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionsError {
+    /// The folder could not be read.
+    #[error("cannot read the folder {}: {reason}", folder.display())]
+    Folder {
+        /// The folder.
+        folder: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Files that are not valid agent definitions, each error naming its file,
+    /// field and line.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<AgentFileError>),
+    /// Two files define the same name and version.
+    #[error("agent `{name}` version {} is defined twice: {} and {}", version.as_deref().unwrap_or("(none)"), first.display(), second.display())]
+    Duplicate {
+        /// The agent's name.
+        name: String,
+        /// The version both give.
+        version: Option<String>,
+        /// The file read first.
+        first: PathBuf,
+        /// The other file.
+        second: PathBuf,
+    },
+    /// No definition has that name (and version).
+    #[error("no agent definition `{name}`{}", version.as_deref().map(|v| format!(" version {v}")).unwrap_or_default())]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The version asked for.
+        version: Option<String>,
+    },
+    /// The definition cannot be made into an agent (a model or tool it names).
+    #[error(transparent)]
+    Unusable(AgentFileError),
+}
+
+impl Definitions {
+    /// No definitions.
+    pub fn new() -> Self {
+        Definitions::default()
+    }
+
+    /// Reads every `.yaml`, `.yml` and `.json` file of `folder` (not its
+    /// subfolders). Every file is checked; the errors of all bad files come back
+    /// together.
+    pub fn load_dir(folder: impl AsRef<Path>) -> Result<Self, DefinitionsError> {
+        let folder = folder.as_ref();
+        let unreadable = |error: std::io::Error| DefinitionsError::Folder {
+            folder: folder.to_owned(),
+            reason: error.to_string(),
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(folder)
+            .map_err(unreadable)?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| {
+                path.is_file()
+                    && path
+                        .extension()
+                        .is_some_and(|ext| ext == "yaml" || ext == "yml" || ext == "json")
+            })
+            .collect();
+        paths.sort();
+        let mut definitions = Definitions::new();
+        let mut invalid = Vec::new();
+        for path in paths {
+            match AgentFile::load(&path) {
+                Ok(file) => definitions.insert(file)?,
+                Err(error) => invalid.push(error),
+            }
+        }
+        if invalid.is_empty() {
+            Ok(definitions)
+        } else {
+            Err(DefinitionsError::Invalid(invalid))
+        }
+    }
+
+    /// Adds a definition; the same name and version twice is an error.
+    pub fn insert(&mut self, file: AgentFile) -> Result<(), DefinitionsError> {
+        let versions = self.by_name.entry(file.name.clone()).or_default();
+        match versions.binary_search_by(|known| compare_versions(&known.version, &file.version)) {
+            Ok(at) => Err(DefinitionsError::Duplicate {
+                name: file.name,
+                version: file.version,
+                first: versions[at].path.clone(),
+                second: file.path,
+            }),
+            Err(at) => {
+                versions.insert(at, file);
+                Ok(())
+            }
+        }
+    }
+
+    /// The latest version of `name`, or the given one.
+    pub fn get(&self, name: &str, version: Option<&str>) -> Option<&AgentFile> {
+        let versions = self.by_name.get(name)?;
+        match version {
+            None => versions.last(),
+            Some(version) => versions
+                .iter()
+                .find(|file| file.version.as_deref() == Some(version)),
+        }
+    }
+
+    /// Every definition, by name, oldest version first.
+    pub fn iter(&self) -> impl Iterator<Item = &AgentFile> {
+        self.by_name.values().flatten()
+    }
+
+    /// An agent of the definition `name` (its latest version, or `version`): its
+    /// settings from the file, its tools from the file and `registry`, its model
+    /// the file's or else `model`; spawned under the definition's name.
+    pub fn spec(
+        &self,
+        name: &str,
+        version: Option<&str>,
+        registry: &ToolRegistry,
+        model: Model,
+    ) -> Result<AgentSpec, DefinitionsError> {
+        let file = self
+            .get(name, version)
+            .ok_or_else(|| DefinitionsError::Unknown {
+                name: name.to_owned(),
+                version: version.map(str::to_owned),
+            })?;
+        let settings = file
+            .settings(registry, model)
+            .map_err(DefinitionsError::Unusable)?;
+        Ok(AgentSpec::new(settings))
+    }
+}
+
+/// Versions compared by their dot-separated parts, numbers as numbers; no version
+/// comes first.
+fn compare_versions(a: &Option<String>, b: &Option<String>) -> Ordering {
+    let (a, b) = match (a, b) {
+        (None, None) => return Ordering::Equal,
+        (None, Some(_)) => return Ordering::Less,
+        (Some(_), None) => return Ordering::Greater,
+        (Some(a), Some(b)) => (a, b),
+    };
+    let mut left = a.split('.');
+    let mut right = b.split('.');
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+                    (Ok(x), Ok(y)) => x.cmp(&y),
+                    _ => x.cmp(y),
+                };
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_by_their_numbers() {
+        let v = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            compare_versions(&v("1.10.0"), &v("1.9.3")),
+            Ordering::Greater
+        );
+        assert_eq!(compare_versions(&v("2"), &v("2.0")), Ordering::Less);
+        assert_eq!(compare_versions(&None, &v("0.1")), Ordering::Less);
+        assert_eq!(compare_versions(&v("1.0.0"), &v("1.0.0")), Ordering::Equal);
+    }
+}

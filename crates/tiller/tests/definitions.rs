@@ -1,0 +1,241 @@
+//! Agent definitions in the library: a folder of agent files, tools by name from the
+//! host's registry with include and exclude lists, versions, and errors that name
+//! the file and the field.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller::agent_file::AgentFileError;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::{Definitions, DefinitionsError, Supervisor, ToolError, ToolRegistry, ToolSet, tool};
+
+/// The sample agent of the design the format follows: its tools named only.
+const SAMPLE: &str = r#"type: object
+description: |
+  You answer questions from the knowledge base.
+properties:
+  answer:
+    type: string
+required:
+  - answer
+json_schema_extra:
+  kind: agent
+  name: my-agent
+  version: "1.0.0"
+  tools:
+    - name: search
+    - name: action
+  structured_output: false
+"#;
+
+/// Search the knowledge base.
+#[tool]
+async fn search(query: String) -> Result<String, ToolError> {
+    Ok(format!("3 documents about {query}"))
+}
+
+/// Read a file.
+#[tool]
+async fn fs_read(path: String) -> Result<String, ToolError> {
+    Ok(format!("the text of {path}"))
+}
+
+/// Write a file.
+#[tool]
+async fn fs_write(path: String, text: String) -> Result<String, ToolError> {
+    Ok(format!("{} bytes to {path}", text.len()))
+}
+
+/// A folder of its own under the temp directory, removed afterwards.
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("tiller-definitions-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Folder(path)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn names(tools: &ToolSet) -> Vec<String> {
+    tools
+        .definitions()
+        .iter()
+        .map(|tool| tool.name.clone())
+        .collect()
+}
+
+fn registry() -> ToolRegistry {
+    ToolRegistry::new()
+        .with(Arc::new(SearchTool))
+        .with(Arc::new(FsReadTool))
+        .with(Arc::new(FsWriteTool))
+}
+
+#[tokio::test]
+async fn the_sample_loads_and_runs_with_the_hosts_search_tool() {
+    let folder = Folder::new("sample");
+    folder.write("my-agent.yaml", SAMPLE);
+    let definitions = Definitions::load_dir(folder.path()).unwrap();
+    let file = definitions.get("my-agent", None).unwrap();
+    assert_eq!(file.version.as_deref(), Some("1.0.0"));
+
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("search", json!({"query": "agents"})));
+    faux.push(FauxTurn::text("Three documents."));
+    let spec = definitions
+        .spec("my-agent", None, &registry(), faux.model())
+        .unwrap();
+    assert_eq!(names(&spec.settings.tools), ["search", "action"]);
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor.spawn(spec).await.unwrap();
+    let outcome = agent.run("What do we know about agents?").await.unwrap();
+    assert_eq!(outcome.text(), "Three documents.");
+    let request = &faux.requests()[1];
+    assert_eq!(
+        request.context.system_prompt.as_deref(),
+        Some("You answer questions from the knowledge base.")
+    );
+    let offered: Vec<&str> = request
+        .context
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(offered, ["search", "action"]);
+    supervisor.shutdown().await;
+
+    // Without the host's tool the entry is named in the error.
+    let error = definitions
+        .spec("my-agent", None, &ToolRegistry::new(), faux.model())
+        .unwrap_err();
+    assert_eq!(
+        error,
+        DefinitionsError::Unusable(AgentFileError {
+            file: folder.path().join("my-agent.yaml"),
+            field: Some("json_schema_extra.tools[0]".into()),
+            message: "`search` is neither a built-in (action) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command".into(),
+        })
+    );
+}
+
+#[tokio::test]
+async fn include_and_exclude_narrow_the_tools() {
+    let folder = Folder::new("filters");
+    folder.write(
+        "files.yaml",
+        "type: object\ndescription: You manage files.\njson_schema_extra:\n  kind: agent\n  name: files\n  tools:\n    - name: search\n    - name: fs_read\n    - name: fs_write\n    - name: action\n  include_tools: [\"fs_*\", search]\n  exclude_tools: [fs_write]\n",
+    );
+    let definitions = Definitions::load_dir(folder.path()).unwrap();
+    let spec = definitions
+        .spec("files", None, &registry(), FauxProvider::new().model())
+        .unwrap();
+    assert_eq!(names(&spec.settings.tools), ["search", "fs_read"]);
+}
+
+#[test]
+fn versions_are_kept_apart_and_the_latest_is_the_default() {
+    let folder = Folder::new("versions");
+    let agent = |version: &str, prompt: &str| {
+        format!(
+            "type: object\ndescription: {prompt}\njson_schema_extra: {{kind: agent, name: helper, version: \"{version}\"}}\n"
+        )
+    };
+    folder.write("a.yaml", &agent("1.9.0", "Old."));
+    folder.write(
+        "b.json",
+        &json!({
+            "type": "object",
+            "description": "New.",
+            "json_schema_extra": {"kind": "agent", "name": "helper", "version": "1.10.0"},
+        })
+        .to_string(),
+    );
+    folder.write("notes.txt", "not an agent");
+    let definitions = Definitions::load_dir(folder.path()).unwrap();
+    assert_eq!(
+        definitions.get("helper", None).unwrap().system_prompt,
+        "New."
+    );
+    assert_eq!(
+        definitions
+            .get("helper", Some("1.9.0"))
+            .unwrap()
+            .system_prompt,
+        "Old."
+    );
+    assert!(definitions.get("helper", Some("2.0.0")).is_none());
+    assert_eq!(definitions.iter().count(), 2);
+
+    folder.write("c.yaml", &agent("1.9.0", "Again."));
+    assert_eq!(
+        Definitions::load_dir(folder.path()).unwrap_err(),
+        DefinitionsError::Duplicate {
+            name: "helper".into(),
+            version: Some("1.9.0".into()),
+            first: folder.path().join("a.yaml"),
+            second: folder.path().join("c.yaml"),
+        }
+    );
+    assert_eq!(
+        Definitions::new()
+            .spec(
+                "helper",
+                None,
+                &ToolRegistry::new(),
+                FauxProvider::new().model()
+            )
+            .unwrap_err()
+            .to_string(),
+        "no agent definition `helper`"
+    );
+}
+
+#[test]
+fn every_bad_file_is_reported_with_its_field() {
+    let folder = Folder::new("bad");
+    folder.write("good.yaml", SAMPLE);
+    folder.write(
+        "one.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: one, temperature: 0.2}\n",
+    );
+    folder.write(
+        "two.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: two, tools: [{name: search, types: {}}]}\n",
+    );
+    let error = Definitions::load_dir(folder.path()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{one}: json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            one = folder.path().join("one.yaml").display(),
+            two = folder.path().join("two.yaml").display(),
+        )
+    );
+    assert!(matches!(
+        Definitions::load_dir(folder.path().join("absent")),
+        Err(DefinitionsError::Folder { .. })
+    ));
+}
