@@ -96,6 +96,11 @@ pub struct AgentOptions {
     /// Default: $TILLER_MODEL, else the agent file's, else the provider's default.
     #[arg(long, value_name = "ID")]
     pub model: Option<String>,
+    /// Named LLM configurations, for an agent file that names one with `llm:` (YAML,
+    /// or JSON: names to provider, model, base_url, api_key_env, temperature,
+    /// max_tokens and thinking). Default: $TILLER_LLMS.
+    #[arg(long, value_name = "FILE")]
+    pub llms: Option<PathBuf>,
     /// The system prompt (replaces the agent file's).
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,

@@ -11,11 +11,12 @@
 //! or `TILLER_BASE_URL` is the user's own choice, so the key goes there too; an agent
 //! file's `base_url` is not, so its key must be named with `api_key_env`.
 
+use std::path::Path;
 use tiller::env::{EnvError, model_from};
-use tiller::{AgentSettings, ApiKey, Model, ToolRegistry};
+use tiller::{AgentSettings, ApiKey, LlmConfig, LlmConfigs, Model, ToolRegistry};
 
 use crate::cli::AgentOptions;
-use tiller::agent_file::{AgentFile, AgentFileError, ModelSpec};
+use tiller::agent_file::{AgentFile, AgentFileError};
 
 /// An agent ready to spawn.
 #[derive(Debug)]
@@ -53,11 +54,31 @@ impl Setup {
                 .ok()
                 .filter(|value| !value.trim().is_empty())
         };
-        let (model, notice) = choose_model(options, file.as_ref(), var)?;
-        let api_key = explicit_key(options, file.as_ref(), &model, var)?;
+        // The file's model settings: its named LLM configuration with its own
+        // fields over it.
+        let llm = match &file {
+            Some(file) => Some((file, file_llm(options, file, var)?)),
+            None => None,
+        };
+        let (model, notice) = choose_model(options, llm.as_ref(), var)?;
+        let api_key = explicit_key(options, llm.as_ref(), &model, var)?;
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
-        if let Some(file) = &file {
+        if let Some((file, llm)) = &llm {
+            // Its request options; the model and key are chosen above.
+            let options = LlmConfig {
+                provider: None,
+                model: None,
+                base_url: None,
+                api_key_env: None,
+                ..llm.clone()
+            };
+            options
+                .apply(&mut settings)
+                .map_err(|error| SetupError::Model {
+                    origin: format!("{}: json_schema_extra.llm", file.path.display()),
+                    reason: error.to_string(),
+                })?;
             file.apply(&mut settings, &ToolRegistry::new())?;
         }
         settings.run.stream.api_key = api_key;
@@ -70,7 +91,9 @@ impl Setup {
         if let Some(max_turns) = options.max_turns {
             settings.run.max_turns = max_turns;
         }
-        settings.run.stream.max_tokens = options.max_tokens;
+        if let Some(max_tokens) = options.max_tokens {
+            settings.run.stream.max_tokens = Some(max_tokens);
+        }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
             name,
@@ -88,9 +111,34 @@ struct Named {
 
 /// The model the options, the agent file and the environment (`var`) choose, and a
 /// notice when it is the faux model by default.
+/// The agent file's model configuration: the one its `llm` names in `--llms` (or
+/// $TILLER_LLMS), with the file's own fields over it.
+fn file_llm(
+    options: &AgentOptions,
+    file: &AgentFile,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<LlmConfig, SetupError> {
+    let llms = match (&file.llm, &options.llms) {
+        (None, _) => LlmConfigs::new(),
+        (Some(_), Some(path)) => load_llms(path, "--llms")?,
+        (Some(_), None) => match var("TILLER_LLMS") {
+            Some(path) => load_llms(Path::new(&path), "TILLER_LLMS")?,
+            None => LlmConfigs::new(),
+        },
+    };
+    Ok(file.llm_config(&llms)?)
+}
+
+fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
+    LlmConfigs::load(path).map_err(|error| SetupError::Model {
+        origin: format!("{origin} {}", path.display()),
+        reason: error.to_string(),
+    })
+}
+
 fn choose_model(
     options: &AgentOptions,
-    file: Option<&AgentFile>,
+    file: Option<&(&AgentFile, LlmConfig)>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<(Model, Option<String>), SetupError> {
     let pick = |option: &Option<String>, flag: &str, variable: &str| {
@@ -111,28 +159,19 @@ fn choose_model(
     if provider.is_none()
         && model.is_none()
         && base_url.is_none()
-        && let Some(file) = file
-        && let Some(spec) = &file.model
+        && let Some((file, llm)) = file
     {
-        let source = format!("{}: json_schema_extra.model", file.path.display());
-        let named = |value: &str| {
-            Some(Named {
-                value: value.to_owned(),
+        let field = if file.model.is_some() { "model" } else { "llm" };
+        let source = format!("{}: json_schema_extra.{field}", file.path.display());
+        let named = |value: &Option<String>| {
+            value.clone().map(|value| Named {
+                value,
                 source: source.clone(),
             })
         };
-        match spec {
-            ModelSpec::Name(name) => model = named(name),
-            ModelSpec::Parts {
-                provider: p,
-                id,
-                base_url: url,
-            } => {
-                provider = named(p);
-                model = named(id);
-                base_url = url.as_deref().and_then(named);
-            }
-        }
+        provider = named(&llm.provider);
+        model = named(&llm.model);
+        base_url = named(&llm.base_url);
     }
     let faux = |named: &Option<Named>| {
         named
@@ -183,15 +222,20 @@ fn choose_model(
 /// (`--base-url`, `TILLER_BASE_URL`), the provider's own key.
 fn explicit_key(
     options: &AgentOptions,
-    file: Option<&AgentFile>,
+    file: Option<&(&AgentFile, LlmConfig)>,
     model: &Model,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ApiKey>, SetupError> {
-    if let Some((file, name)) = file.and_then(|f| Some((f, f.api_key_env.as_deref()?))) {
+    if let Some((file, name)) = file.and_then(|(f, llm)| Some((f, llm.api_key_env.as_deref()?))) {
+        let field = if file.api_key_env.is_some() {
+            "api_key_env"
+        } else {
+            "llm"
+        };
         return var(name)
             .map(|key| Some(ApiKey::new(key.trim())))
             .ok_or_else(|| SetupError::Model {
-                origin: format!("{}: json_schema_extra.api_key_env", file.path.display()),
+                origin: format!("{}: json_schema_extra.{field}", file.path.display()),
                 reason: format!("{name} is not set"),
             });
     }

@@ -52,7 +52,7 @@ fn a_good_file_loads_as_written() {
             file.name.as_str(),
             file.version.as_deref(),
             file.system_prompt.as_str(),
-            file.thinking,
+            file.thinking.unwrap_or_default(),
             file.structured_output,
             file.max_turns,
             file.tool_choice.clone(),
@@ -116,7 +116,7 @@ fn a_good_file_loads_as_written() {
             file.name.as_str(),
             file.system_prompt.as_str(),
             file.model,
-            file.thinking
+            file.thinking.unwrap_or_default()
         ),
         (
             "terse",
@@ -136,8 +136,8 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     ),
     (
         "unknown agent setting",
-        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  temperature: 0.2\n",
-        "json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 6, column 3",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  top_p: 0.2\n",
+        "json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 6, column 3",
     ),
     (
         "unknown tool key",

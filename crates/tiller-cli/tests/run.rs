@@ -606,3 +606,59 @@ async fn the_action_tool_emits_a_typed_event_beside_the_text() {
         )
     );
 }
+
+#[tokio::test]
+async fn an_agent_file_names_an_llm_configuration_from_llms() {
+    let scratch = Scratch::new();
+    let server = MockServer::start().await;
+    let llms = scratch.write(
+        "llms.yaml",
+        &format!(
+            "local:\n  base_url: \"{}\"\n  model: local-llm\n  temperature: 0.5\n  max_tokens: 77\n",
+            server.base_url()
+        ),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: You are brief.\njson_schema_extra: {kind: agent, name: brief, llm: local, temperature: 0.25}\n",
+    );
+    server.push(Dialect::OpenAi.text(&["Hi."]));
+    let run = finish(tiller(&[
+        "run",
+        "--agent",
+        agent.to_str().unwrap(),
+        "--llms",
+        llms.to_str().unwrap(),
+        "Hello",
+    ]))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (Some(0), "Hi.\n", "")
+    );
+    let body = &server.requests()[0].body;
+    assert_eq!(
+        (&body["model"], &body["temperature"], &body["max_tokens"]),
+        (&json!("local-llm"), &json!(0.25), &json!(77))
+    );
+
+    // Without the configurations, the name is an error that says so.
+    let run = finish(tiller(&[
+        "run",
+        "--agent",
+        agent.to_str().unwrap(),
+        "Hello",
+    ]))
+    .await;
+    assert_eq!(
+        (run.code(), run.stderr.as_str()),
+        (
+            Some(2),
+            format!(
+                "tiller: {}: json_schema_extra.llm: no LLM configuration `local` (there are none)\n",
+                agent.display()
+            )
+            .as_str()
+        )
+    );
+}

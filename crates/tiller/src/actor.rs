@@ -485,6 +485,7 @@ impl ActorState {
             tools: settings.tools.clone(),
             session_id: self.agent.session.to_string(),
             context: self.agent.run_context().ids().clone(),
+            llm: crate::LlmConfig::of(settings),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),
             follow_up_queue: queued(&self.follow_up),

@@ -15,7 +15,10 @@
 //!   version: "1.0.0"
 //!   model: openai/gpt-4o-mini
 //!   api_key_env: OPENAI_API_KEY       # only with a base_url of its own: the key to send there
+//!   llm: local                        # a named LLM configuration (the library's LlmConfigs)
 //!   thinking: off
+//!   temperature: 0.2
+//!   max_tokens: 1024
 //!   max_turns: 20
 //!   tool_choice: {tool: add}          # auto (the default), none, required or {tool: name}
 //!   tool_choice_after_tools: none     # once a forced call was made; the provider's default if absent
@@ -44,10 +47,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::command_tool::CommandTool;
+use crate::llm::{LlmConfig, LlmConfigs, LlmError};
 use crate::tool_registry::{ToolFilter, ToolRegistry};
 use crate::{
-    ActionTool, AgentSettings, AgentTool, ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice,
-    ToolSet, ToolSetError,
+    ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
+    ToolSetError,
 };
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -72,8 +76,14 @@ pub struct AgentFile {
     /// The variable holding the key to send to the model's server, if the file
     /// names one (needed for a provider's key to reach a `base_url` of the file's).
     pub api_key_env: Option<String>,
-    /// How hard the model should think.
-    pub thinking: ThinkingLevel,
+    /// A named LLM configuration the file's model settings override.
+    pub llm: Option<String>,
+    /// How hard the model should think, if the file says.
+    pub thinking: Option<ThinkingLevel>,
+    /// The sampling temperature, if the file sets one.
+    pub temperature: Option<f32>,
+    /// The most tokens an answer may hold, if the file limits it.
+    pub max_tokens: Option<u32>,
     /// Whether the final answer must match [`AgentFile::output_schema`].
     pub structured_output: bool,
     /// The most turns a run makes, if limited.
@@ -162,60 +172,71 @@ impl AgentFile {
         Self::parse(path, &text)
     }
 
-    /// The model the file names, if any (`faux` names the scripted demo model).
-    pub fn model(&self) -> Result<Option<Model>, AgentFileError> {
-        let Some(spec) = &self.model else {
-            return Ok(None);
+    /// The model configuration the file gives: the one its `llm` names in `llms`,
+    /// with its own `model`, `api_key_env`, `thinking`, `temperature` and
+    /// `max_tokens` over it.
+    pub fn llm_config(&self, llms: &LlmConfigs) -> Result<LlmConfig, AgentFileError> {
+        let base = match &self.llm {
+            Some(name) => llms
+                .get(name)
+                .map_err(|error| self.error("json_schema_extra.llm", error.to_string()))?
+                .clone(),
+            None => LlmConfig::default(),
         };
-        let (provider, id, base_url) = match spec {
-            ModelSpec::Name(name) => (None, name.as_str(), None),
-            ModelSpec::Parts {
+        let (provider, model, base_url) = match &self.model {
+            None => (None, None, None),
+            Some(ModelSpec::Name(name)) => (None, Some(name.clone()), None),
+            Some(ModelSpec::Parts {
                 provider,
                 id,
                 base_url,
-            } => (Some(provider.as_str()), id.as_str(), base_url.as_deref()),
+            }) => (Some(provider.clone()), Some(id.clone()), base_url.clone()),
         };
-        if provider == Some("faux")
-            || (provider.is_none() && (id == "faux" || id.starts_with("faux/")))
-        {
-            return Ok(Some(crate::faux::demo_model()));
-        }
-        crate::env::model_from(|variable| match variable {
-            "TILLER_PROVIDER" => provider.map(str::to_owned),
-            "TILLER_MODEL" => Some(id.to_owned()),
-            "TILLER_BASE_URL" => base_url.map(str::to_owned),
-            _ => None,
-        })
-        .map_err(|error| AgentFileError {
-            file: self.path.clone(),
-            field: Some("json_schema_extra.model".into()),
-            message: error.reason,
-        })
+        Ok(base.merged(&LlmConfig {
+            provider,
+            model,
+            base_url,
+            api_key_env: self.api_key_env.clone(),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            thinking: self.thinking,
+        }))
     }
 
-    /// The agent's settings: the file's model (else `model`), instructions,
-    /// thinking level, turn limit, tool choices, output schema (with
-    /// `structured_output`), the key its `api_key_env` names, and its tools from
-    /// [`AgentFile::tool_set`].
+    /// The agent's settings: the model configuration of
+    /// [`AgentFile::llm_config`] (its model, else `default_model`), then what
+    /// [`AgentFile::apply`] sets, tools from `tools`.
     pub fn settings(
         &self,
-        registry: &ToolRegistry,
-        model: Model,
+        tools: &ToolRegistry,
+        llms: &LlmConfigs,
+        default_model: Option<Model>,
     ) -> Result<AgentSettings, AgentFileError> {
-        let mut settings = AgentSettings::new(self.model()?.unwrap_or(model));
-        self.apply(&mut settings, registry)?;
-        if let Some(variable) = &self.api_key_env {
-            let key = std::env::var(variable)
-                .ok()
-                .filter(|key| !key.trim().is_empty());
-            let key = key.ok_or_else(|| AgentFileError {
-                file: self.path.clone(),
-                field: Some("json_schema_extra.api_key_env".into()),
-                message: format!("{variable} is not set"),
-            })?;
-            settings.run.stream.api_key = Some(ApiKey::new(key.trim()));
-        }
+        let config = self.llm_config(llms)?;
+        let mut settings = AgentSettings {
+            model: default_model,
+            ..AgentSettings::default()
+        };
+        config.apply(&mut settings).map_err(|error| {
+            let field = match &error {
+                LlmError::MissingKey(_) if self.api_key_env.is_some() => {
+                    "json_schema_extra.api_key_env"
+                }
+                LlmError::Model(_) if self.model.is_some() => "json_schema_extra.model",
+                _ => "json_schema_extra.llm",
+            };
+            self.error(field, error.to_string())
+        })?;
+        self.apply(&mut settings, tools)?;
         Ok(settings)
+    }
+
+    fn error(&self, field: &str, message: String) -> AgentFileError {
+        AgentFileError {
+            file: self.path.clone(),
+            field: Some(field.to_owned()),
+            message,
+        }
     }
 
     /// Sets what the file says in `settings`, the model and key aside: its
@@ -228,7 +249,15 @@ impl AgentFile {
     ) -> Result<(), AgentFileError> {
         settings.system_prompt =
             Some(self.system_prompt.clone()).filter(|prompt| !prompt.is_empty());
-        settings.run.stream.thinking = self.thinking;
+        if let Some(thinking) = self.thinking {
+            settings.run.stream.thinking = thinking;
+        }
+        if let Some(temperature) = self.temperature {
+            settings.run.stream.temperature = Some(temperature);
+        }
+        if let Some(max_tokens) = self.max_tokens {
+            settings.run.stream.max_tokens = Some(max_tokens);
+        }
         if let Some(max_turns) = self.max_turns {
             settings.run.max_turns = max_turns;
         }
@@ -400,8 +429,11 @@ struct Extra {
     version: Option<String>,
     model: Option<ModelSpec>,
     api_key_env: Option<String>,
-    #[serde(default)]
-    thinking: ThinkingLevel,
+    llm: Option<String>,
+    thinking: Option<ThinkingLevel>,
+    temperature: Option<f32>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    max_tokens: Option<u32>,
     #[serde(default)]
     structured_output: bool,
     #[serde(default, deserialize_with = "at_least_one")]
@@ -490,7 +522,10 @@ impl RawAgentFile {
             system_prompt: self.description.trim_end().to_owned(),
             model: extra.model,
             api_key_env: extra.api_key_env,
+            llm: extra.llm,
             thinking: extra.thinking,
+            temperature: extra.temperature,
+            max_tokens: extra.max_tokens,
             structured_output: extra.structured_output,
             max_turns: extra.max_turns,
             tool_choice: extra.tool_choice,

@@ -1,18 +1,17 @@
 //! [`Definitions`]: agent files by name and version, read from a folder, and
-//! turned into agents with the host's tools.
+//! turned into agents with the host's tools and named LLM configurations.
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use tiller::{Definitions, Supervisor, ToolRegistry};
+//! use tiller::{Definitions, LlmConfigs, Supervisor, ToolRegistry};
 //!
 //! # async fn run(search: Arc<dyn tiller::AgentTool>) -> Result<(), Box<dyn std::error::Error>> {
-//! let definitions = Definitions::load_dir("agents")?;
-//! let registry = ToolRegistry::new().with(search);
-//! let model = tiller::faux::demo_model(); // for files that name no model
+//! let definitions = Definitions::load_dir("agents")?
+//!     .with_tools(ToolRegistry::new().with(search))
+//!     .with_llms(LlmConfigs::load("llms.yaml")?)
+//!     .with_default_model(tiller::faux::demo_model()); // for files that name no model
 //! let supervisor = Supervisor::start().await?;
-//! let agent = supervisor
-//!     .spawn(definitions.spec("researcher", None, &registry, model)?)
-//!     .await?;
+//! let agent = supervisor.spawn(definitions.spec("researcher", None)?).await?;
 //! # let _ = agent;
 //! # Ok(())
 //! # }
@@ -23,13 +22,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::agent_file::{AgentFile, AgentFileError};
-use crate::{AgentSpec, Model, ToolRegistry};
+use crate::{AgentSpec, LlmConfigs, Model, ToolRegistry};
 
-/// Agent definitions by name, each in one or more versions.
+/// Agent definitions by name, each in one or more versions, with what their
+/// agents are made with: the host's tools, named LLM configurations and a model
+/// for files that name none.
 #[derive(Debug, Clone, Default)]
 pub struct Definitions {
     /// Each name's files, oldest version first.
     by_name: BTreeMap<String, Vec<AgentFile>>,
+    tools: ToolRegistry,
+    llms: LlmConfigs,
+    default_model: Option<Model>,
 }
 
 /// Why definitions could not be read or used.
@@ -113,6 +117,25 @@ impl Definitions {
         }
     }
 
+    /// The same definitions taking the tools their files name alone from
+    /// `tools`.
+    pub fn with_tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// The same definitions resolving the `llm` their files name in `llms`.
+    pub fn with_llms(mut self, llms: LlmConfigs) -> Self {
+        self.llms = llms;
+        self
+    }
+
+    /// The same definitions giving `model` to agents whose file names none.
+    pub fn with_default_model(mut self, model: Model) -> Self {
+        self.default_model = Some(model);
+        self
+    }
+
     /// Adds a definition; the same name and version twice is an error.
     pub fn insert(&mut self, file: AgentFile) -> Result<(), DefinitionsError> {
         let versions = self.by_name.entry(file.name.clone()).or_default();
@@ -147,15 +170,9 @@ impl Definitions {
     }
 
     /// An agent of the definition `name` (its latest version, or `version`): its
-    /// settings from the file, its tools from the file and `registry`, its model
-    /// the file's or else `model`; spawned under the definition's name.
-    pub fn spec(
-        &self,
-        name: &str,
-        version: Option<&str>,
-        registry: &ToolRegistry,
-        model: Model,
-    ) -> Result<AgentSpec, DefinitionsError> {
+    /// settings from the file ([`AgentFile::settings`]), with these definitions'
+    /// tools, LLM configurations and default model.
+    pub fn spec(&self, name: &str, version: Option<&str>) -> Result<AgentSpec, DefinitionsError> {
         let file = self
             .get(name, version)
             .ok_or_else(|| DefinitionsError::Unknown {
@@ -163,7 +180,7 @@ impl Definitions {
                 version: version.map(str::to_owned),
             })?;
         let settings = file
-            .settings(registry, model)
+            .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;
         Ok(AgentSpec::new(settings))
     }

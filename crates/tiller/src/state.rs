@@ -7,6 +7,7 @@ use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Us
 use tiller_core::{ContextIds, Output, OutputError, RunEnd, ToolSet};
 
 use crate::AgentMessage;
+use crate::llm::LlmConfig;
 use crate::subscription::AgentId;
 
 /// A snapshot of an agent's state.
@@ -24,6 +25,8 @@ pub struct AgentState {
     pub session_id: String,
     /// Who the agent works for (its extensions are not shown).
     pub context: ContextIds,
+    /// The model configuration its runs use (never a key).
+    pub llm: LlmConfig,
     /// The transcript; grows by one message each `message_end`.
     pub messages: Vec<AgentMessage>,
     /// Queued steering messages, oldest first.

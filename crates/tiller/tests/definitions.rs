@@ -11,7 +11,10 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::agent_file::AgentFileError;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::{Definitions, DefinitionsError, Supervisor, ToolError, ToolRegistry, ToolSet, tool};
+use tiller::{
+    Definitions, DefinitionsError, LlmConfig, LlmConfigs, Supervisor, ThinkingLevel, ToolError,
+    ToolRegistry, ToolSet, tool,
+};
 
 /// The sample agent of the design the format follows: its tools named only.
 const SAMPLE: &str = r#"type: object
@@ -98,15 +101,18 @@ fn registry() -> ToolRegistry {
 async fn the_sample_loads_and_runs_with_the_hosts_search_tool() {
     let folder = Folder::new("sample");
     folder.write("my-agent.yaml", SAMPLE);
-    let definitions = Definitions::load_dir(folder.path()).unwrap();
-    let file = definitions.get("my-agent", None).unwrap();
-    assert_eq!(file.version.as_deref(), Some("1.0.0"));
-
     let faux = FauxProvider::new();
     faux.push(FauxTurn::tool_call("search", json!({"query": "agents"})));
     faux.push(FauxTurn::text("Three documents."));
+    let definitions = Definitions::load_dir(folder.path())
+        .unwrap()
+        .with_default_model(faux.model());
+    let file = definitions.get("my-agent", None).unwrap();
+    assert_eq!(file.version.as_deref(), Some("1.0.0"));
     let spec = definitions
-        .spec("my-agent", None, &registry(), faux.model())
+        .clone()
+        .with_tools(registry())
+        .spec("my-agent", None)
         .unwrap();
     assert_eq!(names(&spec.settings.tools), ["search", "action"]);
     let supervisor = Supervisor::start().await.unwrap();
@@ -128,9 +134,7 @@ async fn the_sample_loads_and_runs_with_the_hosts_search_tool() {
     supervisor.shutdown().await;
 
     // Without the host's tool the entry is named in the error.
-    let error = definitions
-        .spec("my-agent", None, &ToolRegistry::new(), faux.model())
-        .unwrap_err();
+    let error = definitions.spec("my-agent", None).unwrap_err();
     assert_eq!(
         error,
         DefinitionsError::Unusable(AgentFileError {
@@ -148,9 +152,10 @@ async fn include_and_exclude_narrow_the_tools() {
         "files.yaml",
         "type: object\ndescription: You manage files.\njson_schema_extra:\n  kind: agent\n  name: files\n  tools:\n    - name: search\n    - name: fs_read\n    - name: fs_write\n    - name: action\n  include_tools: [\"fs_*\", search]\n  exclude_tools: [fs_write]\n",
     );
-    let definitions = Definitions::load_dir(folder.path()).unwrap();
-    let spec = definitions
-        .spec("files", None, &registry(), FauxProvider::new().model())
+    let spec = Definitions::load_dir(folder.path())
+        .unwrap()
+        .with_tools(registry())
+        .spec("files", None)
         .unwrap();
     assert_eq!(names(&spec.settings.tools), ["search", "fs_read"]);
 }
@@ -201,12 +206,7 @@ fn versions_are_kept_apart_and_the_latest_is_the_default() {
     );
     assert_eq!(
         Definitions::new()
-            .spec(
-                "helper",
-                None,
-                &ToolRegistry::new(),
-                FauxProvider::new().model()
-            )
+            .spec("helper", None)
             .unwrap_err()
             .to_string(),
         "no agent definition `helper`"
@@ -219,7 +219,7 @@ fn every_bad_file_is_reported_with_its_field() {
     folder.write("good.yaml", SAMPLE);
     folder.write(
         "one.yaml",
-        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: one, temperature: 0.2}\n",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: one, top_p: 0.2}\n",
     );
     folder.write(
         "two.yaml",
@@ -229,7 +229,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.temperature: unknown field `temperature`, expected one of kind, name, version, model, api_key_env, thinking, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )
@@ -238,4 +238,71 @@ fn every_bad_file_is_reported_with_its_field() {
         Definitions::load_dir(folder.path().join("absent")),
         Err(DefinitionsError::Folder { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_file_names_an_llm_configuration_and_overrides_its_fields() {
+    let folder = Folder::new("llms");
+    folder.write(
+        "llms.yaml",
+        "local:\n  base_url: \"http://127.0.0.1:9/v1\"\n  model: smollm2\n  temperature: 0.7\n  max_tokens: 512\nscripted:\n  provider: faux\n  thinking: low\n",
+    );
+    let llms = LlmConfigs::load(folder.path().join("llms.yaml")).unwrap();
+    let agents = Folder::new("llm-agents");
+    agents.write(
+        "careful.yaml",
+        "type: object\ndescription: You are careful.\njson_schema_extra: {kind: agent, name: careful, llm: local, temperature: 0.1}\n",
+    );
+    agents.write(
+        "scripted.yaml",
+        "type: object\ndescription: You are scripted.\njson_schema_extra: {kind: agent, name: scripted, llm: scripted, max_tokens: 64}\n",
+    );
+    agents.write(
+        "lost.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: lost, llm: remote}\n",
+    );
+    let definitions = Definitions::load_dir(agents.path())
+        .unwrap()
+        .with_llms(llms);
+
+    let careful = definitions.spec("careful", None).unwrap().settings;
+    assert_eq!(
+        LlmConfig::of(&careful),
+        LlmConfig {
+            provider: Some("openai-compatible".into()),
+            model: Some("smollm2".into()),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            api_key_env: None,
+            temperature: Some(0.1),
+            max_tokens: Some(512),
+            thinking: Some(ThinkingLevel::Off),
+        }
+    );
+
+    // The resolved configuration is in the agent's state.
+    let scripted = definitions.spec("scripted", None).unwrap();
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor.spawn(scripted).await.unwrap();
+    let state = agent.state().await.unwrap();
+    assert_eq!(
+        state.llm,
+        LlmConfig {
+            provider: Some("faux".into()),
+            model: Some("faux".into()),
+            base_url: Some("faux://local".into()),
+            api_key_env: None,
+            temperature: None,
+            max_tokens: Some(64),
+            thinking: Some(ThinkingLevel::Low),
+        }
+    );
+    supervisor.shutdown().await;
+
+    assert_eq!(
+        definitions.spec("lost", None).unwrap_err().to_string(),
+        format!(
+            "{}: json_schema_extra.llm: no LLM configuration `remote` (known: local, scripted)",
+            agents.path().join("lost.yaml").display()
+        )
+    );
 }
