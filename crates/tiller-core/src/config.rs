@@ -165,7 +165,14 @@ pub struct RunHooks {
     pub after_tool_call: Option<AfterToolCallHook>,
     /// Stops the run after a turn when it answers `true`.
     pub stop_when: Option<StopWhen>,
+    /// Keeps the run going until it answers `true`: an answer without tool calls
+    /// that it does not accept gets [`RUN_UNTIL_NUDGE`] as the next user message,
+    /// within the turn limit.
+    pub run_until: Option<StopWhen>,
 }
+
+/// The user message a run gets when `run_until` does not accept its answer.
+pub const RUN_UNTIL_NUDGE: &str = "The task is not finished yet: keep going.";
 
 impl fmt::Debug for RunHooks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,6 +183,7 @@ impl fmt::Debug for RunHooks {
             ("before_tool_call", self.before_tool_call.is_some()),
             ("after_tool_call", self.after_tool_call.is_some()),
             ("stop_when", self.stop_when.is_some()),
+            ("run_until", self.run_until.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, present)| present.then_some(name))

@@ -71,8 +71,8 @@ mod validate;
 pub use action::ActionTool;
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
-    ConvertToLlm, LoopConfig, MessageSource, RunHooks, RunOptions, SteeringDelivery, StopWhen,
-    ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
+    ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
+    SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
 };
 pub use context::{AgentContext, CONTEXT_HEADERS, ContextIds};
 pub use event::{AgentEvent, RunEnd};

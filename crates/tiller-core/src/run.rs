@@ -19,7 +19,7 @@ use tiller_ai::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{LoopConfig, MessageSource, TurnSummary};
+use crate::config::{LoopConfig, MessageSource, RUN_UNTIL_NUDGE, StopWhen, TurnSummary};
 use crate::event::{AgentEvent, RunEnd};
 use crate::execute::{self, Batch};
 use crate::message::{AgentMessage, default_convert_to_llm};
@@ -323,21 +323,25 @@ impl Run {
             {
                 self.options.tool_choice = self.config.run.tool_choice_after_tools.clone();
             }
-            let stop = self.config.run.hooks.stop_when.as_ref().map(|stop| {
-                let summary = TurnSummary {
-                    turn,
-                    message: &message,
-                    tool_results: &batch.results,
-                    context: &self.config.context,
-                };
-                std::panic::catch_unwind(AssertUnwindSafe(|| stop(&summary)))
-            });
+            let summary = TurnSummary {
+                turn,
+                message: &message,
+                tool_results: &batch.results,
+                context: &self.config.context,
+            };
+            let hooks = &self.config.run.hooks;
+            let ask =
+                |hook: &StopWhen| std::panic::catch_unwind(AssertUnwindSafe(|| hook(&summary)));
+            let stop = hooks.stop_when.as_ref().map(ask);
+            // Asked of a plain answer only: a run with work left goes on anyway.
+            let until = hooks.run_until.as_ref().filter(|_| !called_tools).map(ask);
             self.emit(AgentEvent::TurnEnd {
                 message: Box::new(message),
                 tool_results: batch.results,
             });
-            match stop {
-                Some(Err(panic)) => {
+            let keep_going = matches!(until, Some(Ok(false)));
+            match (stop, until) {
+                (Some(Err(panic)), _) | (_, Some(Err(panic))) => {
                     self.deliver_all(batch.steering);
                     self.fail(format!(
                         "the stop condition panicked: {}",
@@ -345,7 +349,7 @@ impl Run {
                     ));
                     return RunEnd::Error;
                 }
-                Some(Ok(true)) => {
+                (Some(Ok(true)), _) => {
                     self.deliver_all(batch.steering);
                     return RunEnd::StopCondition;
                 }
@@ -379,11 +383,14 @@ impl Run {
             if !wants_model && pending.is_empty() {
                 pending = self.take(&self.config.follow_up).await;
                 if pending.is_empty() {
-                    return if called_tools {
-                        RunEnd::ToolsTerminated
-                    } else {
-                        RunEnd::Completed
-                    };
+                    if !keep_going {
+                        return if called_tools {
+                            RunEnd::ToolsTerminated
+                        } else {
+                            RunEnd::Completed
+                        };
+                    }
+                    pending.push(AgentMessage::user(RUN_UNTIL_NUDGE));
                 }
             }
             if self.turns >= self.config.run.max_turns {

@@ -34,6 +34,7 @@ use crate::agent::{Agent, lock};
 use crate::compress::compress;
 use crate::error::AgentError;
 use crate::message::{AgentMsg, Queues};
+use crate::overrides::RunOverrides;
 use crate::settings::{AgentSettings, QueueMode};
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Delivered;
@@ -352,8 +353,9 @@ impl ActorState {
                 prompt,
                 reply,
                 finished,
+                overrides,
             } => {
-                let _ = reply.send(self.start(prompt, finished));
+                let _ = reply.send(self.start(prompt, finished, overrides));
             }
             AgentMsg::Steer(message, reply) => self.enqueue(QueueKind::Steering, message, reply),
             AgentMsg::FollowUp(message, reply) => self.enqueue(QueueKind::FollowUp, message, reply),
@@ -530,11 +532,19 @@ impl ActorState {
         &mut self,
         prompt: Prompt,
         finished: Option<oneshot::Sender<RunOutcome>>,
+        overrides: Option<Box<RunOverrides>>,
     ) -> Result<(), AgentError> {
         if self.run.is_some() {
             return Err(AgentError::Busy);
         }
-        let settings = self.settings.clone();
+        let settings = match overrides {
+            Some(overrides) => Arc::new(
+                overrides
+                    .applied_to(&self.settings)
+                    .map_err(|error| AgentError::InvalidOverrides(error.to_string()))?,
+            ),
+            None => self.settings.clone(),
+        };
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();

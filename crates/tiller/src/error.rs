@@ -32,6 +32,9 @@ pub enum AgentError {
     /// be ahead of the store until the next successful write.
     #[error(transparent)]
     Store(#[from] tiller_store::StoreError),
+    /// A run's overrides cannot be used (an unknown model, a key variable not set).
+    #[error("the run's overrides cannot be used: {0}")]
+    InvalidOverrides(String),
     /// The agent failed while carrying out this request and has been restarted; the
     /// request may be retried.
     #[error("the agent failed while handling the request and was restarted: {reason}")]

@@ -11,6 +11,7 @@ use crate::AgentMessage;
 use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::message::{AgentMsg, Queues};
+use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, AgentStatus, RunOutcome};
 use crate::subscription::{AgentId, Subscription};
@@ -69,13 +70,41 @@ impl AgentHandle {
     /// Starts a run and returns once it is accepted: from text, a message, messages,
     /// or [`Prompt::Continue`] (the transcript as it stands).
     pub async fn prompt(&self, prompt: impl Into<Prompt>) -> Result<(), AgentError> {
-        self.start(prompt.into(), None).await
+        self.start(prompt.into(), None, None).await
+    }
+
+    /// Starts a run with settings for it alone (see [`RunOverrides`]).
+    pub async fn prompt_with(
+        &self,
+        prompt: impl Into<Prompt>,
+        overrides: RunOverrides,
+    ) -> Result<(), AgentError> {
+        self.start(prompt.into(), None, Some(Box::new(overrides)))
+            .await
     }
 
     /// Starts a run and waits for it to end (and its messages to be stored).
     pub async fn run(&self, prompt: impl Into<Prompt>) -> Result<RunOutcome, AgentError> {
+        self.run_inner(prompt.into(), None).await
+    }
+
+    /// [`AgentHandle::run`] with settings for this run alone.
+    pub async fn run_with(
+        &self,
+        prompt: impl Into<Prompt>,
+        overrides: RunOverrides,
+    ) -> Result<RunOutcome, AgentError> {
+        self.run_inner(prompt.into(), Some(Box::new(overrides)))
+            .await
+    }
+
+    async fn run_inner(
+        &self,
+        prompt: Prompt,
+        overrides: Option<Box<RunOverrides>>,
+    ) -> Result<RunOutcome, AgentError> {
         let (finished, outcome) = oneshot::channel();
-        self.start(prompt.into(), Some(finished)).await?;
+        self.start(prompt, Some(finished), overrides).await?;
         outcome.await.map_err(|_| self.lost())
     }
 
@@ -83,6 +112,7 @@ impl AgentHandle {
         &self,
         prompt: Prompt,
         finished: Option<oneshot::Sender<RunOutcome>>,
+        overrides: Option<Box<RunOverrides>>,
     ) -> Result<(), AgentError> {
         if matches!(&prompt, Prompt::Messages(messages) if messages.is_empty()) {
             return Err(AgentError::EmptyPrompt);
@@ -91,6 +121,7 @@ impl AgentHandle {
             prompt,
             reply,
             finished,
+            overrides,
         })
         .await?
     }

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use crate::AgentMessage;
 use crate::actor::Internal;
 use crate::error::AgentError;
+use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Subscription;
@@ -58,6 +59,8 @@ pub enum AgentMsg {
         reply: RpcReplyPort<Result<(), AgentError>>,
         /// The outcome, once the run ended and its messages are stored.
         finished: Option<oneshot::Sender<RunOutcome>>,
+        /// Settings for this run only.
+        overrides: Option<Box<RunOverrides>>,
     },
     /// Queue a steering message.
     Steer(AgentMessage, Option<RpcReplyPort<Result<(), AgentError>>>),

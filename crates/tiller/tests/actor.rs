@@ -50,6 +50,7 @@ impl Actor for Host {
                         prompt: Prompt::from(text),
                         reply,
                         finished: None,
+                        overrides: None,
                     },
                     1000
                 )?;

@@ -8,9 +8,11 @@ use std::sync::{Arc, Mutex};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::tiller_core::RUN_UNTIL_NUDGE;
 use tiller::{
-    AgentContext, AgentMessage, AgentSettings, AgentSpec, AgentTool, ContextIds, Message, RunHooks,
-    Supervisor, ToolContext, ToolError, ToolExecution, ToolOutput, ToolSet, hook, tool,
+    AgentContext, AgentError, AgentMessage, AgentSettings, AgentSpec, AgentTool, ContextIds,
+    LlmConfig, Message, OutputSchema, RunEnd, RunHooks, RunOverrides, Supervisor, ToolContext,
+    ToolError, ToolExecution, ToolOutput, ToolSet, hook, tool,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -199,5 +201,148 @@ async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
     let stored = supervisor.store().load("helper").await.unwrap().unwrap();
     assert_eq!(stored.record.tenant_id.as_deref(), Some("acme"));
     assert_eq!(stored.record.user_id.as_deref(), Some("u-1"));
+    supervisor.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_run_takes_overrides_for_itself_alone() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text(r#"{"city": "Oslo"}"#));
+    faux.push(FauxTurn::text("Plain again."));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(
+            AgentSettings::new(faux.model()).with_system_prompt("Be helpful."),
+        ))
+        .await
+        .unwrap();
+    let schema = OutputSchema::new(
+        "city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    );
+    let outcome = agent
+        .run_with(
+            "Capital of Norway?",
+            RunOverrides {
+                system_prompt: Some("Answer in JSON.".into()),
+                output_schema: Some(schema.clone()),
+                llm: Some(LlmConfig {
+                    temperature: Some(0.0),
+                    ..LlmConfig::default()
+                }),
+                ..RunOverrides::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.structured(), Some(&json!({"city": "Oslo"})));
+    assert_eq!(
+        serde_json::to_value(outcome.summary()).unwrap(),
+        json!({
+            "end": "completed",
+            "text": "{\"city\": \"Oslo\"}",
+            "output": {"city": "Oslo"},
+            "usage": serde_json::to_value(outcome.usage()).unwrap(),
+            "stop_reason": "stop",
+        })
+    );
+    // The next run has the agent's own settings again.
+    let plain = agent.run("And now?").await.unwrap();
+    assert_eq!(plain.output, None);
+    let requests = faux.requests();
+    assert_eq!(
+        (
+            requests[0].context.system_prompt.clone(),
+            requests[0].temperature
+        ),
+        (
+            Some(format!("Answer in JSON.\n\n{}", schema.instructions())),
+            Some(0.0)
+        )
+    );
+    assert_eq!(
+        (
+            requests[1].context.system_prompt.as_deref(),
+            requests[1].temperature
+        ),
+        (Some("Be helpful."), None)
+    );
+    let state = agent.state().await.unwrap();
+    assert_eq!(state.system_prompt.as_deref(), Some("Be helpful."));
+
+    let error = agent
+        .run_with(
+            "hi",
+            RunOverrides {
+                llm: Some(LlmConfig {
+                    api_key_env: Some("TILLER_TEST_NO_SUCH_KEY".into()),
+                    ..LlmConfig::default()
+                }),
+                ..RunOverrides::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        AgentError::InvalidOverrides("TILLER_TEST_NO_SUCH_KEY is not set".into())
+    );
+    supervisor.shutdown().await;
+}
+
+#[tokio::test]
+async fn run_until_keeps_the_run_going_within_the_turn_limit() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Step one."));
+    faux.push(FauxTurn::text("Step two."));
+    faux.push(FauxTurn::text("DONE."));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .await
+        .unwrap();
+    let until_done = || RunOverrides {
+        run_until: Some(hook::stop_when(|turn| turn.text().contains("DONE"))),
+        ..RunOverrides::default()
+    };
+    let outcome = agent.run_with("Do the task.", until_done()).await.unwrap();
+    assert_eq!(outcome.end, RunEnd::Completed);
+    let texts: Vec<String> = outcome
+        .messages
+        .iter()
+        .map(|message| match message {
+            AgentMessage::Llm(Message::User(user)) => format!("user: {}", user.text_content()),
+            AgentMessage::Llm(Message::Assistant(answer)) => {
+                format!("assistant: {}", answer.text())
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "user: Do the task.".to_owned(),
+            "assistant: Step one.".to_owned(),
+            format!("user: {RUN_UNTIL_NUDGE}"),
+            "assistant: Step two.".to_owned(),
+            format!("user: {RUN_UNTIL_NUDGE}"),
+            "assistant: DONE.".to_owned(),
+        ]
+    );
+
+    faux.push(FauxTurn::text("Still going."));
+    faux.push(FauxTurn::text("Still going."));
+    let limited = agent
+        .run_with(
+            "Again.",
+            RunOverrides {
+                max_turns: Some(2),
+                ..until_done()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(limited.end, RunEnd::TurnLimit);
+    assert_eq!(faux.remaining(), 0);
     supervisor.shutdown().await;
 }
