@@ -30,6 +30,17 @@ impl WireDecoder {
         }
     }
 
+    /// The same decoder, for a request whose structured answer comes as a call of
+    /// the tool `name` (Anthropic's way; OpenAI's answer is plain text).
+    pub(crate) fn with_output_tool(self, name: Option<&str>) -> Self {
+        match (self, name) {
+            (WireDecoder::Anthropic(decoder), Some(name)) => {
+                WireDecoder::Anthropic(decoder.with_output_tool(name))
+            }
+            (decoder, _) => decoder,
+        }
+    }
+
     /// Handles one event; `Ok(true)` once the response is complete.
     fn on_event(&mut self, event: SseEvent<'_>, out: &mut MessageBuilder) -> Flow {
         match self {

@@ -49,9 +49,12 @@ pub struct StreamOptions {
     /// The HTTP client to use; a shared default client when `None`.
     pub http_client: Option<reqwest::Client>,
     /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
-    /// it as `response_format` (llama.cpp turns it into a grammar); other APIs get
-    /// [`OutputSchema::instructions`] after the system prompt. Tool calls stay
-    /// possible; the schema applies to the text of an answer.
+    /// it as `response_format` (llama.cpp turns it into a grammar); Anthropic gets a
+    /// tool whose input schema it is, the call forced (`any` beside other tools,
+    /// that tool alone otherwise; not with thinking on), and the call comes back as
+    /// the answer's text; the faux model reads [`OutputSchema::instructions`] after
+    /// the system prompt. Tool calls stay possible; the schema applies to the
+    /// answer.
     pub output_schema: Option<OutputSchema>,
 }
 

@@ -49,10 +49,10 @@ pub fn stream_ref(
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
     let mut builder = MessageBuilder::new(model, &options.limits);
     // Where the API has no native structured output, the schema goes in the
-    // instructions.
+    // instructions (Anthropic's answer comes as a forced tool call).
     let instructed;
     let context = match (&options.output_schema, model.api) {
-        (Some(schema), Api::AnthropicMessages | Api::Faux) => {
+        (Some(schema), Api::Faux) => {
             instructed = match context.system_prompt {
                 Some(prompt) if !prompt.is_empty() => {
                     format!("{prompt}\n\n{}", schema.instructions())
@@ -92,9 +92,11 @@ fn http_source(
     model: &Model,
     options: &StreamOptions,
 ) -> Result<Source, StreamError> {
-    let wire = WireDecoder::for_model(model).ok_or_else(|| StreamError::InvalidRequest {
-        message: format!("the {} API has no wire format", model.api),
-    })?;
+    let wire = WireDecoder::for_model(model)
+        .ok_or_else(|| StreamError::InvalidRequest {
+            message: format!("the {} API has no wire format", model.api),
+        })?
+        .with_output_tool(options.output_schema.as_ref().map(|o| o.name.as_str()));
     let source = HttpSource::start(request?, wire, options)?;
     Ok(Source::Http(Box::new(source)))
 }

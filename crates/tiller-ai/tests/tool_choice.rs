@@ -125,3 +125,45 @@ async fn a_turn_of_tool_calls_alone_says_empty_content() {
     );
     assert_eq!(sent["tool_choice"], json!("none"));
 }
+
+/// Anthropic's structured output: the schema as a tool whose call is forced (`any`
+/// beside other tools), and that call decoded as the answer's text.
+#[tokio::test]
+async fn anthropic_structured_output_is_a_forced_tool_read_back_as_text() {
+    let schema =
+        json!({"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]});
+    let server = MockServer::start().await;
+    let model = anthropic(server.base_url());
+    server.push(MockResponse::sse(sse::anthropic_tool_call(
+        "toolu_1",
+        "answer",
+        &json!({"sum": 5}),
+    )));
+    let context = Context::new()
+        .with_message(Message::user("What is 2 plus 3?"))
+        .with_tool(add_tool());
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        output_schema: Some(tiller_ai::OutputSchema::new("answer", schema.clone())),
+        ..StreamOptions::default()
+    };
+    let message = tiller_ai::stream(&model, &context, &options).result().await;
+    let body = server.requests().remove(0).body;
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["add", "answer"]);
+    assert_eq!(body["tools"][1]["input_schema"], schema);
+    assert_eq!(body["tool_choice"], json!({"type": "any"}));
+    assert_eq!(
+        (
+            message.text(),
+            message.tool_calls().count(),
+            message.stop_reason
+        ),
+        (r#"{"sum":5}"#.to_owned(), 0, tiller_ai::StopReason::Stop)
+    );
+}

@@ -472,14 +472,20 @@ async fn structured_output_prints_the_validated_json_after_a_correction() {
                     "json_schema": {"name": "city_finder", "schema": schema, "strict": false},
                 })
             ),
-            // Anthropic gets it in the instructions.
+            // Anthropic gets it as a tool whose call is forced.
             Dialect::Anthropic => {
-                let system = requests[0].body["system"][0]["text"].as_str().unwrap();
-                assert!(
-                    system.starts_with(
-                        "You name cities.\n\nYour final answer must be a single JSON value"
-                    ),
-                    "{system}"
+                assert_eq!(requests[0].body["system"][0]["text"], "You name cities.");
+                assert_eq!(
+                    requests[0].body["tools"],
+                    json!([{
+                        "name": "city_finder",
+                        "description": "Give your final answer by calling this tool: its input is the answer.",
+                        "input_schema": schema,
+                    }])
+                );
+                assert_eq!(
+                    requests[0].body["tool_choice"],
+                    json!({"type": "tool", "name": "city_finder"})
                 );
                 assert!(requests[0].body.get("response_format").is_none());
             }

@@ -31,6 +31,11 @@ pub(crate) struct Decoder {
     /// the stop reason says whether the token limit cut them off.
     unparsed_tool_calls: Vec<usize>,
     stop_reason: Option<String>,
+    /// The tool whose input is a structured answer (see the request): its call is
+    /// decoded as the answer's text.
+    output_tool: Option<String>,
+    /// Whether the response called a tool other than the output tool.
+    called_tools: bool,
 }
 
 struct Block {
@@ -40,8 +45,16 @@ struct Block {
 
 enum BlockKind {
     Text,
-    Thinking { signature: Option<String> },
-    ToolUse { initial_input: Option<String> },
+    Thinking {
+        signature: Option<String>,
+    },
+    ToolUse {
+        initial_input: Option<String>,
+    },
+    /// A call of the output tool, as text.
+    Answer {
+        initial_input: Option<String>,
+    },
     Closed,
 }
 
@@ -52,7 +65,15 @@ impl Decoder {
             blocks: Vec::new(),
             unparsed_tool_calls: Vec::new(),
             stop_reason: None,
+            output_tool: None,
+            called_tools: false,
         }
+    }
+
+    /// The same decoder reading calls of `tool` as the answer's text.
+    pub(crate) fn with_output_tool(mut self, tool: &str) -> Self {
+        self.output_tool = Some(tool.to_owned());
+        self
     }
 
     pub(crate) fn on_event(&mut self, event: SseEvent<'_>, out: &mut MessageBuilder) -> Flow {
@@ -171,12 +192,18 @@ impl Decoder {
             "tool_use" => {
                 let id = block.id.unwrap_or_default();
                 let name = block.name.unwrap_or_default();
-                let content_index = out.tool_call_start(&id, &name);
                 let initial_input = block
                     .input
                     .filter(|input| input.as_object().is_some_and(|o| !o.is_empty()))
                     .map(|input| input.to_string());
-                Some((content_index, BlockKind::ToolUse { initial_input }))
+                if self.output_tool.as_deref() == Some(name.as_ref()) {
+                    let content_index = out.text_start();
+                    Some((content_index, BlockKind::Answer { initial_input }))
+                } else {
+                    self.called_tools = true;
+                    let content_index = out.tool_call_start(&id, &name);
+                    Some((content_index, BlockKind::ToolUse { initial_input }))
+                }
             }
             _ => None,
         };
@@ -219,6 +246,12 @@ impl Decoder {
                     out.tool_call_delta(block.content_index, &json);
                 }
             }
+            (BlockKind::Answer { initial_input }, "input_json_delta") => {
+                if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
+                    *initial_input = None;
+                    out.text_delta(block.content_index, &json);
+                }
+            }
             _ => {}
         }
     }
@@ -238,6 +271,12 @@ impl Decoder {
                 if !out.tool_call_end_if_complete(content_index) {
                     self.unparsed_tool_calls.push(content_index);
                 }
+            }
+            BlockKind::Answer { initial_input } => {
+                if let Some(input) = initial_input {
+                    out.text_delta(content_index, &input);
+                }
+                out.text_end(content_index, None);
             }
             BlockKind::Closed => {}
         }
@@ -273,6 +312,8 @@ impl Decoder {
         let stop = match reason.as_str() {
             "end_turn" | "pause_turn" | "stop_sequence" => StopReason::Stop,
             _ if cut_off => StopReason::Length,
+            // Only the output tool called: the answer is complete.
+            "tool_use" if !self.called_tools && self.output_tool.is_some() => StopReason::Stop,
             "tool_use" => StopReason::ToolUse,
             "refusal" => {
                 return Err(StreamError::Refused {

@@ -21,6 +21,9 @@ use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
 
 const API_VERSION: &str = "2023-06-01";
+/// What the model reads of the tool that carries a structured answer.
+const OUTPUT_TOOL_DESCRIPTION: &str =
+    "Give your final answer by calling this tool: its input is the answer.";
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u32 = 1_024;
 
@@ -88,17 +91,41 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
     }
 
     let (max_tokens, thinking) = token_limits(model, options);
+    let mut tools: Vec<ToolDefinition<'a>> =
+        context.tools.iter().map(ToolDefinition::from).collect();
+    let mut tool_choice = options
+        .tool_choice
+        .as_ref()
+        .filter(|_| !context.tools.is_empty())
+        .map(Cow::Borrowed);
+    // Structured output: the answer is a call of a tool whose input schema is the
+    // output schema, forced unless the caller forces a tool of its own (or thinking
+    // is on, which Anthropic does not allow with a forced tool).
+    if let Some(output) = &options.output_schema {
+        tools.push(ToolDefinition {
+            name: &output.name,
+            description: OUTPUT_TOOL_DESCRIPTION,
+            input_schema: &output.schema,
+        });
+        let forced_by_caller = options
+            .tool_choice
+            .as_ref()
+            .is_some_and(ToolChoice::forces_a_call);
+        if !forced_by_caller && thinking.is_none() {
+            tool_choice = Some(Cow::Owned(if context.tools.is_empty() {
+                ToolChoice::Tool(output.name.clone())
+            } else {
+                ToolChoice::Required
+            }));
+        }
+    }
     Body {
         model: &model.id,
         max_tokens,
         system,
         messages: turns,
-        tools: context.tools.iter().map(ToolDefinition::from).collect(),
-        tool_choice: options
-            .tool_choice
-            .as_ref()
-            .filter(|_| !context.tools.is_empty())
-            .map(WireToolChoice),
+        tools,
+        tool_choice: tool_choice.map(WireToolChoice),
         stream: true,
         temperature: if thinking.is_some() {
             None
@@ -220,7 +247,7 @@ struct Body<'a> {
 }
 
 /// `{"type": "auto" | "none" | "any"}` or `{"type": "tool", "name": ...}`.
-struct WireToolChoice<'a>(&'a ToolChoice);
+struct WireToolChoice<'a>(Cow<'a, ToolChoice>);
 
 impl Serialize for WireToolChoice<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -231,7 +258,7 @@ impl Serialize for WireToolChoice<'_> {
             #[serde(skip_serializing_if = "Option::is_none")]
             name: Option<&'a str>,
         }
-        let (kind, name) = match self.0 {
+        let (kind, name) = match &*self.0 {
             ToolChoice::Auto => ("auto", None),
             ToolChoice::None => ("none", None),
             ToolChoice::Required => ("any", None),
