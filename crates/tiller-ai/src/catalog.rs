@@ -198,7 +198,7 @@ fn to_model(entry: &Listed) -> Option<Model> {
         context_window: entry.context_window,
         max_tokens: entry.max_tokens,
         headers: Headers::default(),
-        faux: None,
+        custom: None,
     })
 }
 

@@ -153,12 +153,6 @@ pub enum StreamError {
         /// The provider's stop reason.
         reason: String,
     },
-    /// A faux model was scripted to fail, or has no script left.
-    #[error("faux provider: {message}")]
-    Faux {
-        /// The scripted message.
-        message: String,
-    },
     /// The caller cancelled the request.
     #[error("the request was aborted")]
     Aborted,

@@ -42,6 +42,8 @@ use crate::error::StreamError;
 use crate::message::{AssistantContent, Content, Message, StopReason};
 use crate::model::{Api, Headers, InputKind, Model, ModelCost};
 use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
+use crate::provider::{CustomProvider, Provider};
+use crate::stream::AssistantStream;
 use crate::usage::Usage;
 
 type Responder = Box<dyn FnMut(&FauxRequest) -> FauxTurn + Send>;
@@ -80,7 +82,7 @@ impl FauxProvider {
             context_window: 128_000,
             max_tokens: 16_384,
             headers: Headers::default(),
-            faux: Some(FauxHandle(self.state.clone())),
+            custom: Some(CustomProvider(Arc::new(Script(self.state.clone())))),
         }
     }
 
@@ -132,19 +134,17 @@ impl fmt::Debug for FauxProvider {
     }
 }
 
-/// The link from a faux [`Model`] to its provider's script.
-#[derive(Clone)]
-pub(crate) struct FauxHandle(Arc<FauxState>);
+/// The [`Provider`] of a faux [`Model`]: its provider's script.
+struct Script(Arc<FauxState>);
 
-impl PartialEq for FauxHandle {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl fmt::Debug for FauxHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("FauxHandle")
+impl Provider for Script {
+    fn stream(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        options: &StreamOptions,
+    ) -> AssistantStream {
+        AssistantStream::scripted(model, options, FauxSource::start(&self.0, context, options))
     }
 }
 
@@ -315,16 +315,21 @@ enum Ending {
     Fail(StreamError),
 }
 
+/// A failure of the faux provider.
+fn failure(message: &str) -> StreamError {
+    StreamError::Provider {
+        provider: "faux".to_owned(),
+        code: None,
+        message: message.to_owned(),
+    }
+}
+
 impl FauxSource {
-    pub(crate) fn start(
-        model: &Model,
+    fn start(
+        state: &FauxState,
         context: ContextRef<'_>,
         options: &StreamOptions,
     ) -> Result<Self, StreamError> {
-        let FauxHandle(state) = model.faux.as_ref().ok_or_else(|| StreamError::Faux {
-            message: "this model has no script; make faux models with FauxProvider::model()"
-                .to_owned(),
-        })?;
         let request = FauxRequest {
             context: context.to_context(),
             session_id: options.session_id.clone(),
@@ -342,9 +347,8 @@ impl FauxSource {
         };
         let input_chars = context_chars(&request.context);
         lock(&state.requests).push(request);
-        let turn = turn.ok_or_else(|| StreamError::Faux {
-            message: "no scripted turn left: push a FauxTurn or set a responder".to_owned(),
-        })?;
+        let turn = turn
+            .ok_or_else(|| failure("no scripted turn left: push a FauxTurn or set a responder"))?;
         Ok(FauxSource::play(turn, state, input_chars))
     }
 
@@ -375,11 +379,9 @@ impl FauxSource {
             steps.push_back(Step::Close);
         }
         let ending = match (turn.failure, turn.stop_reason) {
-            (Some(message), _) => Ending::Fail(StreamError::Faux { message }),
+            (Some(message), _) => Ending::Fail(failure(&message)),
             (None, Some(StopReason::Aborted)) => Ending::Fail(StreamError::Aborted),
-            (None, Some(StopReason::Error)) => Ending::Fail(StreamError::Faux {
-                message: "scripted error".to_owned(),
-            }),
+            (None, Some(StopReason::Error)) => Ending::Fail(failure("scripted error")),
             (None, Some(reason)) => Ending::Finish(reason),
             (None, None) if calls => Ending::Finish(StopReason::ToolUse),
             (None, None) => Ending::Finish(StopReason::Stop),

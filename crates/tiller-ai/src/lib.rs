@@ -56,6 +56,7 @@ mod message;
 mod model;
 mod options;
 mod partial;
+mod provider;
 mod providers;
 mod retry;
 mod sse;
@@ -78,6 +79,7 @@ pub use options::{
     UnknownThinkingLevel,
 };
 pub use partial::PartialMessage;
+pub use provider::{AnthropicMessages, CustomProvider, OpenAiCompletions, Provider, ProviderEvent};
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};
 pub use tokio_util::sync::CancellationToken;

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::faux::FauxHandle;
+use crate::provider::{CustomProvider, Provider};
 
 /// The wire protocol a model is reached through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,9 +100,11 @@ pub struct Model {
     /// Extra HTTP headers sent with every request to this model.
     #[serde(default, skip_serializing_if = "Headers::is_empty")]
     pub headers: Headers,
-    /// The script behind a faux model; not part of the model's data.
+    /// A provider of the host's that answers for this model in place of its
+    /// API's built-in one (the faux model's script is one); not part of the
+    /// model's data.
     #[serde(skip)]
-    pub(crate) faux: Option<FauxHandle>,
+    pub(crate) custom: Option<CustomProvider>,
 }
 
 impl Model {
@@ -134,8 +137,21 @@ impl Model {
             context_window: 128_000,
             max_tokens: 8_192,
             headers: Headers::default(),
-            faux: None,
+            custom: None,
         }
+    }
+
+    /// The same model answered by `provider` (another API, a proxy or gateway in
+    /// front of a built-in dialect, a test stub) instead of its API's built-in
+    /// provider.
+    pub fn with_custom_provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.custom = Some(CustomProvider(provider));
+        self
+    }
+
+    /// The provider of the host's that answers for this model, if any.
+    pub fn custom_provider(&self) -> Option<&Arc<dyn Provider>> {
+        self.custom.as_ref().map(|custom| &custom.0)
     }
 
     /// The same model under another provider name.

@@ -16,7 +16,7 @@ use crate::http::{HttpRequest, HttpSource};
 use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
-use crate::providers::{anthropic, openai};
+use crate::provider::{AnthropicMessages, OpenAiCompletions, Provider, ProviderEvent};
 
 /// Streams one response of `model` to `context`.
 ///
@@ -40,19 +40,19 @@ pub fn stream(model: &Model, context: &Context, options: &StreamOptions) -> Assi
 }
 
 /// [`stream`] for a borrowed context; the request is written before this returns,
-/// so nothing stays borrowed.
+/// so nothing stays borrowed. A model with a [custom provider](Model::with_custom_provider)
+/// goes to it; the others to their API's built-in [`Provider`].
 pub fn stream_ref(
     model: &Model,
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
-    let mut builder = MessageBuilder::new(model, &options.limits);
-    // Where the API has no native structured output, the schema goes in the
-    // instructions (Anthropic's answer comes as a forced tool call).
+    // A provider of the host's (faux among them) has no native structured output:
+    // the schema goes in the instructions.
     let instructed;
-    let context = match (&options.output_schema, model.api) {
-        (Some(schema), Api::Faux) => {
+    let context = match (&options.output_schema, model.custom_provider()) {
+        (Some(schema), Some(_)) => {
             instructed = match context.system_prompt {
                 Some(prompt) if !prompt.is_empty() => {
                     format!("{prompt}\n\n{}", schema.instructions())
@@ -66,24 +66,22 @@ pub fn stream_ref(
         }
         _ => context,
     };
-    let source = match model.api {
-        Api::OpenAiCompletions => {
-            http_source(openai::request(model, context, options), model, options)
-        }
-        Api::AnthropicMessages => {
-            http_source(anthropic::request(model, context, options), model, options)
-        }
-        Api::Faux => FauxSource::start(model, context, options).map(|s| Source::Faux(Box::new(s))),
-    };
-    let source = source.unwrap_or_else(|error| {
-        builder.fail(error);
-        Source::Finished
-    });
-    AssistantStream {
-        builder,
-        source,
-        cancel: options.cancel.clone(),
-        cancelled: Box::pin(options.cancel.clone().cancelled_owned()),
+    if let Some(provider) = model.custom_provider() {
+        return provider.stream(model, context, options);
+    }
+    match model.api {
+        Api::OpenAiCompletions => OpenAiCompletions.stream(model, context, options),
+        Api::AnthropicMessages => AnthropicMessages.stream(model, context, options),
+        Api::Faux => AssistantStream::failed(
+            model,
+            options,
+            StreamError::Provider {
+                provider: model.provider.clone(),
+                code: None,
+                message: "this model has no script; make faux models with FauxProvider::model()"
+                    .to_owned(),
+            },
+        ),
     }
 }
 
@@ -114,10 +112,69 @@ pub struct AssistantStream {
 enum Source {
     Http(Box<HttpSource>),
     Faux(Box<FauxSource>),
+    Events(Box<EventSource>),
     Finished,
 }
 
 impl AssistantStream {
+    fn with_source(
+        model: &Model,
+        options: &StreamOptions,
+        source: impl FnOnce() -> Result<Source, StreamError>,
+    ) -> Self {
+        let mut builder = MessageBuilder::new(model, &options.limits);
+        let source = source().unwrap_or_else(|error| {
+            builder.fail(error);
+            Source::Finished
+        });
+        AssistantStream {
+            builder,
+            source,
+            cancel: options.cancel.clone(),
+            cancelled: Box::pin(options.cancel.clone().cancelled_owned()),
+        }
+    }
+
+    /// A stream that ends at once with `error`.
+    fn failed(model: &Model, options: &StreamOptions, error: StreamError) -> Self {
+        Self::with_source(model, options, || Err(error))
+    }
+
+    /// The answer to an HTTP request of a built-in dialect.
+    pub(crate) fn over_http(
+        request: Result<HttpRequest, StreamError>,
+        model: &Model,
+        options: &StreamOptions,
+    ) -> Self {
+        Self::with_source(model, options, || http_source(request, model, options))
+    }
+
+    /// A faux model's scripted answer.
+    pub(crate) fn scripted(
+        model: &Model,
+        options: &StreamOptions,
+        source: Result<FauxSource, StreamError>,
+    ) -> Self {
+        Self::with_source(model, options, || {
+            source.map(|source| Source::Faux(Box::new(source)))
+        })
+    }
+
+    /// The answer a [`Provider`] of the host's reports as [`ProviderEvent`]s;
+    /// the same limits, cancellation and event order apply as to the built-ins.
+    pub fn from_events(
+        model: &Model,
+        options: &StreamOptions,
+        events: impl Stream<Item = ProviderEvent> + Send + 'static,
+    ) -> Self {
+        let source = EventSource {
+            events: Box::pin(events),
+            open: None,
+            provider: model.provider.clone(),
+        };
+        Self::with_source(model, options, || Ok(Source::Events(Box::new(source))))
+    }
+
     /// The message as it stands: everything received so far, or the final message
     /// once the terminal event has been produced.
     pub fn partial(&self) -> &AssistantMessage {
@@ -157,6 +214,7 @@ impl Stream for AssistantStream {
             let progress = match &mut this.source {
                 Source::Http(source) => source.poll(cx, &mut this.builder),
                 Source::Faux(source) => source.poll(cx, &mut this.builder),
+                Source::Events(source) => source.poll(cx, &mut this.builder),
                 Source::Finished => {
                     this.builder.fail(StreamError::Incomplete {
                         message: "the response source ended without a result".to_owned(),
@@ -171,6 +229,108 @@ impl Stream for AssistantStream {
                 }
                 return Poll::Pending;
             }
+        }
+    }
+}
+
+/// A provider's [`ProviderEvent`]s, written into a message.
+struct EventSource {
+    events: Pin<Box<dyn Stream<Item = ProviderEvent> + Send>>,
+    /// The text or thinking block being written, and its index.
+    open: Option<(OpenBlock, usize)>,
+    provider: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpenBlock {
+    Text,
+    Thinking,
+}
+
+impl EventSource {
+    fn poll(&mut self, cx: &mut TaskContext<'_>, out: &mut MessageBuilder) -> Poll<()> {
+        let Poll::Ready(event) = self.events.poll_next_unpin(cx) else {
+            return Poll::Pending;
+        };
+        let Some(event) = event else {
+            self.close(out);
+            out.fail(StreamError::Incomplete {
+                message: format!("the {} provider ended without a result", self.provider),
+            });
+            return Poll::Ready(());
+        };
+        match event {
+            ProviderEvent::Text(text) => self.write(OpenBlock::Text, &text, out),
+            ProviderEvent::Thinking(text) => self.write(OpenBlock::Thinking, &text, out),
+            ProviderEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                self.close(out);
+                if self.room(out) {
+                    let index = out.tool_call_start(&id, &name);
+                    out.tool_call_delta(index, &arguments);
+                    out.tool_call_end(index, false);
+                }
+            }
+            ProviderEvent::Usage(usage) => *out.usage_mut() = usage,
+            ProviderEvent::Done(reason) => {
+                self.close(out);
+                out.finish(reason);
+            }
+            ProviderEvent::Failed(message) => {
+                self.close(out);
+                out.fail(StreamError::Provider {
+                    provider: self.provider.clone(),
+                    code: None,
+                    message,
+                });
+            }
+            // Kinds added later are for providers of later versions.
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        Poll::Ready(())
+    }
+
+    /// Whether one more block fits; if not, the answer fails.
+    fn room(&mut self, out: &mut MessageBuilder) -> bool {
+        let max = out.max_content_blocks();
+        if out.message().content.len() < max {
+            return true;
+        }
+        out.fail(crate::Limit::ContentBlocks.exceeded(max));
+        false
+    }
+
+    fn write(&mut self, kind: OpenBlock, text: &str, out: &mut MessageBuilder) {
+        let index = match self.open {
+            Some((open, index)) if open == kind => index,
+            _ => {
+                self.close(out);
+                if !self.room(out) {
+                    return;
+                }
+                let index = match kind {
+                    OpenBlock::Text => out.text_start(),
+                    OpenBlock::Thinking => out.thinking_start(false),
+                };
+                self.open = Some((kind, index));
+                index
+            }
+        };
+        match kind {
+            OpenBlock::Text => out.text_delta(index, text),
+            OpenBlock::Thinking => out.thinking_delta(index, text),
+        }
+    }
+
+    fn close(&mut self, out: &mut MessageBuilder) {
+        match self.open.take() {
+            Some((OpenBlock::Text, index)) => out.text_end(index, None),
+            Some((OpenBlock::Thinking, index)) => out.thinking_end(index, None),
+            None => {}
         }
     }
 }

@@ -162,14 +162,16 @@ async fn an_injected_failure_keeps_the_content() {
     assert_eq!(*reason, StopReason::Error);
     assert_eq!(
         error,
-        &StreamError::Faux {
+        &StreamError::Provider {
+            provider: "faux".into(),
+            code: None,
             message: "the model fell over".into()
         }
     );
     assert_eq!(message.text(), "partial answer");
     assert_eq!(
         message.error_message.as_deref(),
-        Some("faux provider: the model fell over")
+        Some("faux reported an error: the model fell over")
     );
 }
 
@@ -263,7 +265,7 @@ async fn an_empty_script_and_a_detached_model_are_errors() {
     let faux = FauxProvider::new();
     let events = collect_events(&faux.model(), &ask("x"), &StreamOptions::default()).await;
     assert!(
-        matches!(events.last(), Some(AssistantEvent::Error { error: StreamError::Faux { message }, .. }) if message.starts_with("no scripted turn left"))
+        matches!(events.last(), Some(AssistantEvent::Error { error: StreamError::Provider { message, .. }, .. }) if message.starts_with("no scripted turn left"))
     );
     assert_eq!(
         faux.requests().len(),
@@ -275,6 +277,6 @@ async fn an_empty_script_and_a_detached_model_are_errors() {
         serde_json::from_value(serde_json::to_value(faux.model()).unwrap()).unwrap();
     let events = collect_events(&detached, &ask("x"), &StreamOptions::default()).await;
     assert!(
-        matches!(events.last(), Some(AssistantEvent::Error { error: StreamError::Faux { message }, .. }) if message.contains("FauxProvider::model()"))
+        matches!(events.last(), Some(AssistantEvent::Error { error: StreamError::Provider { message, .. }, .. }) if message.contains("FauxProvider::model()"))
     );
 }

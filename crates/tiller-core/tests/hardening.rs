@@ -123,7 +123,7 @@ async fn a_failed_response_still_answers_its_tool_calls() {
     );
     assert_eq!(
         result_text(&messages[2]),
-        "Tool call \"noop\" was not executed: the response failed (faux provider: connection reset)."
+        "Tool call \"noop\" was not executed: the response failed (faux reported an error: connection reset)."
     );
     let tail: Vec<String> = describe(&events).into_iter().rev().take(10).rev().collect();
     assert_eq!(

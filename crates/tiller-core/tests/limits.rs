@@ -295,7 +295,7 @@ async fn a_failed_model_response_ends_the_run() {
     let reply = messages[1].as_assistant().unwrap();
     assert_eq!(
         (reply.text().as_str(), reply.error_message.as_deref()),
-        ("partial", Some("faux provider: overloaded"))
+        ("partial", Some("faux reported an error: overloaded"))
     );
     assert!(
         matches!(events[events.len() - 2], tiller_core::AgentEvent::TurnEnd { ref tool_results, .. } if tool_results.is_empty())

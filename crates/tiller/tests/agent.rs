@@ -306,7 +306,7 @@ async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
         ),
         (
             Some(tiller::StopReason::Error),
-            Some("faux provider: upstream exploded"),
+            Some("faux reported an error: upstream exploded"),
             "half an ans"
         )
     );
@@ -314,7 +314,7 @@ async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
     assert_eq!(roles(&state.messages), ["user", "assistant"]);
     assert_eq!(
         state.error.as_deref(),
-        Some("faux provider: upstream exploded")
+        Some("faux reported an error: upstream exploded")
     );
     assert_eq!(
         (state.is_streaming, agent.status()),
