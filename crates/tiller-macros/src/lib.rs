@@ -20,6 +20,10 @@
 //! let tools = tiller::ToolSet::new([std::sync::Arc::new(AddTool) as _])?;
 //! ```
 //!
+//! On an impl block, each method taking `&self` becomes a tool (`Notes::add` →
+//! `NotesAddTool`, holding the value in an `Arc`), a method's own `#[tool(...)]`
+//! sets its options, and `Notes::tools(&Arc<Notes>)` gives every one of them.
+//!
 //! Options: `name = "..."` (the name the model calls), `params(arg = "...")`
 //! (argument descriptions), `sequential` (the tool runs alone).
 
@@ -30,26 +34,43 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, ExprLit, FnArg, Ident, ItemFn, Lit, LitStr, Meta, Pat, ReturnType, Token,
-    Type, parse_macro_input,
+    Attribute, Expr, ExprLit, FnArg, Ident, ImplItem, Item, ItemFn, ItemImpl, Lit, LitStr, Meta,
+    Pat, ReturnType, Signature, Token, Type, Visibility, parse_macro_input,
 };
 
 /// Makes a tool of a function: see the crate documentation.
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     let options = parse_macro_input!(attr as Options);
-    let function = parse_macro_input!(item as ItemFn);
-    expand(options, function)
+    let expanded = match parse_macro_input!(item as Item) {
+        Item::Fn(function) => expand(options, function),
+        Item::Impl(block) if options.is_empty() => expand_impl(block),
+        Item::Impl(block) => Err(syn::Error::new(
+            block.span(),
+            "on an impl block, #[tool(...)] options go on each method",
+        )),
+        other => Err(syn::Error::new(
+            other.span(),
+            "#[tool] goes on a function or an impl block",
+        )),
+    };
+    expanded
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }
 
 /// What `#[tool(...)]` was given.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Options {
     name: Option<LitStr>,
     params: Vec<(Ident, LitStr)>,
     sequential: bool,
+}
+
+impl Options {
+    fn is_empty(&self) -> bool {
+        self.name.is_none() && self.params.is_empty() && !self.sequential
+    }
 }
 
 impl Parse for Options {
@@ -125,8 +146,127 @@ fn is_tool_context(ty: &Type) -> Option<bool> {
     }
 }
 
+/// What a tool is made of: the function's signature and docs, and where it is.
+struct ToolSource<'a> {
+    signature: &'a Signature,
+    attrs: &'a [Attribute],
+    /// The struct's name and the fields it holds (none for a free function; the
+    /// shared value for a method).
+    struct_name: Ident,
+    holder: Option<&'a Type>,
+    visibility: &'a Visibility,
+}
+
 fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
-    let signature = &function.sig;
+    let struct_name = format_ident!("{}Tool", pascal_case(&function.sig.ident.to_string()));
+    let tool = tool_tokens(
+        options,
+        ToolSource {
+            signature: &function.sig,
+            attrs: &function.attrs,
+            struct_name,
+            holder: None,
+            visibility: &function.vis,
+        },
+    )?;
+    Ok(quote! {
+        #function
+        #tool
+    })
+}
+
+/// `#[tool]` on an impl block: each method taking `&self` becomes a tool holding
+/// the value in an `Arc`, and `tools(&Arc<Self>)` gives them all. A method's own
+/// `#[tool(...)]` sets its options.
+fn expand_impl(mut block: ItemImpl) -> syn::Result<proc_macro2::TokenStream> {
+    if !block.generics.params.is_empty() || block.trait_.is_some() {
+        return Err(syn::Error::new(
+            block.span(),
+            "#[tool] goes on an inherent impl block without generics",
+        ));
+    }
+    let Type::Path(self_path) = &*block.self_ty else {
+        return Err(syn::Error::new(
+            block.self_ty.span(),
+            "#[tool] needs a named type",
+        ));
+    };
+    let self_name = self_path
+        .path
+        .segments
+        .last()
+        .map(|segment| segment.ident.to_string())
+        .unwrap_or_default();
+    let mut methods = Vec::new();
+    for item in &mut block.items {
+        let ImplItem::Fn(method) = item else {
+            continue;
+        };
+        if !matches!(method.sig.inputs.first(), Some(FnArg::Receiver(receiver)) if receiver.reference.is_some() && receiver.mutability.is_none())
+        {
+            continue;
+        }
+        let mut options = Options::default();
+        let mut kept = Vec::new();
+        for attr in method.attrs.drain(..) {
+            if attr.path().is_ident("tool") {
+                options = match &attr.meta {
+                    Meta::Path(_) => Options::default(),
+                    _ => attr.parse_args()?,
+                };
+            } else {
+                kept.push(attr);
+            }
+        }
+        method.attrs = kept;
+        methods.push((options, method.clone()));
+    }
+    if methods.is_empty() {
+        return Err(syn::Error::new(
+            block.span(),
+            "#[tool] on an impl block makes tools of its methods that take &self; it has none",
+        ));
+    }
+    let self_ty = &*block.self_ty;
+    let public: Visibility = syn::parse_quote!(pub);
+    let mut tools = Vec::new();
+    let mut names = Vec::new();
+    for (options, method) in &methods {
+        let struct_name = format_ident!(
+            "{}{}Tool",
+            self_name,
+            pascal_case(&method.sig.ident.to_string())
+        );
+        names.push(struct_name.clone());
+        tools.push(tool_tokens(
+            options.clone(),
+            ToolSource {
+                signature: &method.sig,
+                attrs: &method.attrs,
+                struct_name,
+                holder: Some(self_ty),
+                visibility: &public,
+            },
+        )?);
+    }
+    Ok(quote! {
+        #block
+        #(#tools)*
+
+        impl #self_ty {
+            /// Every tool `#[tool]` made of this type's methods, sharing `self`.
+            pub fn tools(self: &::std::sync::Arc<Self>) -> ::std::vec::Vec<::std::sync::Arc<dyn ::tiller::AgentTool>> {
+                ::std::vec![#(
+                    ::std::sync::Arc::new(#names(::std::sync::Arc::clone(self))) as ::std::sync::Arc<dyn ::tiller::AgentTool>
+                ),*]
+            }
+        }
+    })
+}
+
+/// The tool struct, its arguments type and its `AgentTool` implementation.
+fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_macro2::TokenStream> {
+    let signature = source.signature;
     if !signature.generics.params.is_empty() {
         return Err(syn::Error::new(
             signature.generics.span(),
@@ -141,11 +281,15 @@ fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenS
     }
     let mut arguments = Vec::new();
     for input in &signature.inputs {
-        let FnArg::Typed(typed) = input else {
-            return Err(syn::Error::new(
-                input.span(),
-                "#[tool] goes on a free function, not a method",
-            ));
+        let typed = match input {
+            FnArg::Typed(typed) => typed,
+            FnArg::Receiver(_) if source.holder.is_some() => continue,
+            FnArg::Receiver(_) => {
+                return Err(syn::Error::new(
+                    input.span(),
+                    "#[tool] goes on a free function, or on the impl block of methods",
+                ));
+            }
         };
         if let Some(by_ref) = is_tool_context(&typed.ty) {
             arguments.push(Argument::Context { by_ref });
@@ -176,15 +320,15 @@ fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenS
         .name
         .map(|name| name.value())
         .unwrap_or_else(|| function_name.to_string());
-    let description = doc_text(&function.attrs);
+    let description = doc_text(source.attrs);
     if description.is_empty() {
         return Err(syn::Error::new(
             function_name.span(),
             "a #[tool] function needs a doc comment: it is the description the model reads",
         ));
     }
-    let struct_name = format_ident!("{}Tool", pascal_case(&function_name.to_string()));
-    let visibility = &function.vis;
+    let struct_name = &source.struct_name;
+    let visibility = source.visibility;
     let fields = arguments.iter().filter_map(|argument| match argument {
         Argument::Field(ident, ty) => {
             let doc = options
@@ -208,10 +352,14 @@ fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenS
         Argument::Context { by_ref: true } => quote!(&__tiller_ctx),
         Argument::Context { by_ref: false } => quote!(__tiller_ctx.clone()),
     });
+    let callee = match source.holder {
+        Some(_) => quote!(self.0.#function_name),
+        None => quote!(#function_name),
+    };
     let call = if signature.asyncness.is_some() {
-        quote!(#function_name(#(#call_arguments),*).await)
+        quote!(#callee(#(#call_arguments),*).await)
     } else {
-        quote!(#function_name(#(#call_arguments),*))
+        quote!(#callee(#(#call_arguments),*))
     };
     let execution = if options.sequential {
         quote!(::tiller::ToolExecution::Sequential)
@@ -219,14 +367,22 @@ fn expand(options: Options, function: ItemFn) -> syn::Result<proc_macro2::TokenS
         quote!(::tiller::ToolExecution::Parallel)
     };
     let struct_doc = format!("The `{tool_name}` tool, made by `#[tool]` from `{function_name}`.");
+    let definition = match source.holder {
+        Some(holder) => quote! {
+            #[doc = #struct_doc]
+            #[derive(Clone)]
+            #visibility struct #struct_name(#visibility ::std::sync::Arc<#holder>);
+        },
+        None => quote! {
+            #[doc = #struct_doc]
+            #[derive(Debug, Clone, Copy, Default)]
+            #visibility struct #struct_name;
+        },
+    };
     let args_name = Ident::new("Arguments", Span::call_site());
 
     Ok(quote! {
-        #function
-
-        #[doc = #struct_doc]
-        #[derive(Debug, Clone, Copy, Default)]
-        #visibility struct #struct_name;
+        #definition
 
         const _: () = {
             #[derive(::tiller::__private::serde::Deserialize, ::tiller::__private::schemars::JsonSchema)]

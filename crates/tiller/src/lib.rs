@@ -115,6 +115,11 @@ pub use tiller_core::{
 /// assert_eq!(DefineTool.parameters()["required"], serde_json::json!(["word"]));
 /// ```
 ///
+/// On an impl block, each method taking `&self` becomes a tool holding the value
+/// in an `Arc` (`Notes::add` → `NotesAddTool`), a method's own `#[tool(...)]` sets
+/// its options, and `Notes::tools(&Arc<Notes>)` gives them all; keep other methods
+/// in another impl block.
+///
 /// Options: `name = "..."` (the name the model calls), `params(arg = "...")`
 /// (argument descriptions), `sequential` (the tool runs alone). An argument of
 /// type `ToolContext` or `&ToolContext` receives the call's context; the others

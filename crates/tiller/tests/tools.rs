@@ -346,3 +346,63 @@ async fn run_until_keeps_the_run_going_within_the_turn_limit() {
     assert_eq!(faux.remaining(), 0);
     supervisor.shutdown().await;
 }
+
+/// Notes an agent keeps.
+#[derive(Default)]
+struct Notes {
+    items: Mutex<Vec<String>>,
+}
+
+#[tool]
+impl Notes {
+    /// Add a note.
+    async fn add(&self, text: String) -> Result<String, ToolError> {
+        let mut items = self.items.lock().unwrap();
+        items.push(text);
+        Ok(format!("{} notes", items.len()))
+    }
+
+    /// List the notes.
+    #[tool(name = "list_notes", sequential)]
+    fn list(&self) -> Result<serde_json::Value, ToolError> {
+        Ok(json!(*self.items.lock().unwrap()))
+    }
+}
+
+#[tokio::test]
+async fn an_impl_block_makes_a_tool_of_each_method_sharing_the_value() {
+    let notes = Arc::new(Notes::default());
+    let tools = notes.tools();
+    let described: Vec<(&str, &str, ToolExecution)> = tools
+        .iter()
+        .map(|tool| (tool.name(), tool.description(), tool.execution()))
+        .collect();
+    assert_eq!(
+        described,
+        [
+            ("add", "Add a note.", ToolExecution::Parallel),
+            ("list_notes", "List the notes.", ToolExecution::Sequential),
+        ]
+    );
+    assert_eq!(
+        tools[0].parameters(),
+        &json!({
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        })
+    );
+    let ctx = || ToolContext::detached("call_1", CancellationToken::new(), |_| {});
+    assert_eq!(
+        tools[0]
+            .execute(json!({"text": "milk"}), ctx())
+            .await
+            .unwrap(),
+        ToolOutput::text("1 notes")
+    );
+    assert_eq!(
+        tools[1].execute(json!({}), ctx()).await.unwrap().details,
+        json!(["milk"])
+    );
+    assert_eq!(notes.items.lock().unwrap().len(), 1);
+}
