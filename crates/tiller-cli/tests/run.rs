@@ -435,8 +435,22 @@ async fn structured_output_prints_the_validated_json_after_a_correction() {
         let scratch = Scratch::new();
         let agent = structured_agent(&scratch);
         let server = MockServer::start().await;
-        server.push(dialect.text(&["{\"name\": ", "\"Oslo\"}"]));
-        server.push(dialect.text(&["{\"name\": \"Oslo\", ", "\"population\": 709000}"]));
+        match dialect {
+            // OpenAI's answer is text that follows the schema.
+            Dialect::OpenAi => {
+                server.push(dialect.text(&["{\"name\": ", "\"Oslo\"}"]));
+                server.push(dialect.text(&["{\"name\": \"Oslo\", ", "\"population\": 709000}"]));
+            }
+            // Anthropic's is a call of the output tool, read back as text.
+            Dialect::Anthropic => {
+                server.push(dialect.tool_call("toolu_1", "city_finder", json!({"name": "Oslo"})));
+                server.push(dialect.tool_call(
+                    "toolu_2",
+                    "city_finder",
+                    json!({"name": "Oslo", "population": 709000}),
+                ));
+            }
+        }
         let run = finish(dialect.tiller(
             &server,
             "run",

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tiller_ai::{Model, ThinkingLevel, ToolChoice};
+use tiller_ai::{Model, OutputSchema, ThinkingLevel, ToolChoice};
 use tiller_core::{AgentContext, RunHooks, RunOptions, ToolSet};
 
 use crate::AgentMessage;
@@ -134,6 +134,14 @@ impl AgentSettings {
         prompt: impl Fn(&AgentContext) -> String + Send + Sync + 'static,
     ) -> Self {
         self.system_prompt_fn = Some(Arc::new(prompt));
+        self
+    }
+
+    /// The same settings requiring each run's final answer to match `schema`
+    /// (see [`tiller_ai::StreamOptions::output_schema`]); `run.output_retries`
+    /// failing answers go back to the model with their errors.
+    pub fn with_output_schema(mut self, schema: OutputSchema) -> Self {
+        self.run.stream.output_schema = Some(schema);
         self
     }
 
