@@ -26,15 +26,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-/// The headers [`AgentContext::from_headers`] reads (matched without regard to case).
-pub const CONTEXT_HEADERS: [&str; 5] = [
-    "x-user-id",
-    "x-tenant-id",
-    "x-session-id",
-    "x-client-id",
-    "x-evaluation",
-];
-
 /// Who an agent works for, and the host's own data. Cheap to clone (one shared
 /// allocation, none for an empty context); changed copy-on-write.
 #[derive(Clone, Default)]

@@ -74,7 +74,7 @@ pub use config::{
     ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
 };
-pub use context::{AgentContext, CONTEXT_HEADERS, ContextIds};
+pub use context::{AgentContext, ContextIds};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};
