@@ -144,8 +144,32 @@ impl Provider for Script {
         context: ContextRef<'_>,
         options: &StreamOptions,
     ) -> AssistantStream {
+        // No native structured output here: the schema goes in the instructions.
+        let instructed;
+        let context = match &options.output_schema {
+            Some(schema) => {
+                instructed = match context.system_prompt {
+                    Some(prompt) if !prompt.is_empty() => {
+                        format!("{prompt}\n\n{}", schema.instructions())
+                    }
+                    _ => schema.instructions(),
+                };
+                ContextRef {
+                    system_prompt: Some(&instructed),
+                    ..context
+                }
+            }
+            None => context,
+        };
         AssistantStream::scripted(model, options, FauxSource::start(&self.0, context, options))
     }
+}
+
+/// Whether a provider and a model name pick the faux model: provider `faux`, or
+/// no provider and a model `faux` or `faux/…`.
+pub fn is_named(provider: Option<&str>, model: Option<&str>) -> bool {
+    let faux = |name: Option<&str>| name.is_some_and(|n| n == "faux" || n.starts_with("faux/"));
+    faux(provider) || (provider.is_none() && faux(model))
 }
 
 /// What a faux model was sent.

@@ -53,8 +53,8 @@ pub struct StreamOptions {
     /// tool whose input schema it is, the call forced (`any` beside other tools,
     /// that tool alone otherwise; not with thinking on), and the call comes back as
     /// the answer's text; the faux model reads [`OutputSchema::instructions`] after
-    /// the system prompt. Tool calls stay possible; the schema applies to the
-    /// answer.
+    /// the system prompt (a provider of the host's gets this field and does as it
+    /// sees fit). Tool calls stay possible; the schema applies to the answer.
     pub output_schema: Option<OutputSchema>,
 }
 

@@ -48,24 +48,6 @@ pub fn stream_ref(
     options: &StreamOptions,
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
-    // A provider of the host's (faux among them) has no native structured output:
-    // the schema goes in the instructions.
-    let instructed;
-    let context = match (&options.output_schema, model.custom_provider()) {
-        (Some(schema), Some(_)) => {
-            instructed = match context.system_prompt {
-                Some(prompt) if !prompt.is_empty() => {
-                    format!("{prompt}\n\n{}", schema.instructions())
-                }
-                _ => schema.instructions(),
-            };
-            ContextRef {
-                system_prompt: Some(&instructed),
-                ..context
-            }
-        }
-        _ => context,
-    };
     if let Some(provider) = model.custom_provider() {
         return provider.stream(model, context, options);
     }
@@ -120,10 +102,10 @@ impl AssistantStream {
     fn with_source(
         model: &Model,
         options: &StreamOptions,
-        source: impl FnOnce() -> Result<Source, StreamError>,
+        source: Result<Source, StreamError>,
     ) -> Self {
         let mut builder = MessageBuilder::new(model, &options.limits);
-        let source = source().unwrap_or_else(|error| {
+        let source = source.unwrap_or_else(|error| {
             builder.fail(error);
             Source::Finished
         });
@@ -137,7 +119,7 @@ impl AssistantStream {
 
     /// A stream that ends at once with `error`.
     fn failed(model: &Model, options: &StreamOptions, error: StreamError) -> Self {
-        Self::with_source(model, options, || Err(error))
+        Self::with_source(model, options, Err(error))
     }
 
     /// The answer to an HTTP request of a built-in dialect.
@@ -146,7 +128,7 @@ impl AssistantStream {
         model: &Model,
         options: &StreamOptions,
     ) -> Self {
-        Self::with_source(model, options, || http_source(request, model, options))
+        Self::with_source(model, options, http_source(request, model, options))
     }
 
     /// A faux model's scripted answer.
@@ -155,9 +137,8 @@ impl AssistantStream {
         options: &StreamOptions,
         source: Result<FauxSource, StreamError>,
     ) -> Self {
-        Self::with_source(model, options, || {
-            source.map(|source| Source::Faux(Box::new(source)))
-        })
+        let source = source.map(|source| Source::Faux(Box::new(source)));
+        Self::with_source(model, options, source)
     }
 
     /// The answer a [`Provider`] of the host's reports as [`ProviderEvent`]s;
@@ -172,7 +153,7 @@ impl AssistantStream {
             open: None,
             provider: model.provider.clone(),
         };
-        Self::with_source(model, options, || Ok(Source::Events(Box::new(source))))
+        Self::with_source(model, options, Ok(Source::Events(Box::new(source))))
     }
 
     /// The message as it stands: everything received so far, or the final message

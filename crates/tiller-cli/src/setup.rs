@@ -173,12 +173,10 @@ fn choose_model(
         model = named(&llm.model);
         base_url = named(&llm.base_url);
     }
-    let faux = |named: &Option<Named>| {
-        named
-            .as_ref()
-            .is_some_and(|n| n.value == "faux" || n.value.starts_with("faux/"))
-    };
-    if faux(&provider) || (provider.is_none() && faux(&model)) {
+    if tiller::faux::is_named(
+        provider.as_ref().map(|n| n.value.as_str()),
+        model.as_ref().map(|n| n.value.as_str()),
+    ) {
         return Ok((tiller::faux::demo_model(), None));
     }
     let chosen = model_from(|name| match name {

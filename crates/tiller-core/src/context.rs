@@ -69,12 +69,7 @@ impl AgentContext {
 
     /// A context with these ids and no extensions.
     pub fn from_ids(ids: ContextIds) -> Self {
-        AgentContext {
-            data: Some(Arc::new(ContextData {
-                ids,
-                extensions: HashMap::new(),
-            })),
-        }
+        AgentContext::new().with_ids(ids)
     }
 
     fn data_mut(&mut self) -> &mut ContextData {

@@ -123,12 +123,7 @@ impl LlmConfig {
         if self.provider.is_none() && self.model.is_none() && self.base_url.is_none() {
             return Ok(None);
         }
-        let faux = |value: &Option<String>| {
-            value
-                .as_deref()
-                .is_some_and(|v| v == "faux" || v.starts_with("faux/"))
-        };
-        if faux(&self.provider) || (self.provider.is_none() && faux(&self.model)) {
+        if crate::faux::is_named(self.provider.as_deref(), self.model.as_deref()) {
             return Ok(Some(crate::faux::demo_model()));
         }
         crate::env::model_from(|variable| match variable {
