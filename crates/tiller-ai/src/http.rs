@@ -213,8 +213,11 @@ impl HttpSource {
                             self.watchdog.restart();
                         }
                         if out.is_finished() {
-                            drain(body, cx);
-                            self.phase = Phase::Done;
+                            if let Phase::Streaming { body, .. } =
+                                std::mem::replace(&mut self.phase, Phase::Done)
+                            {
+                                drain(body, cx);
+                            }
                         } else if out.has_events() {
                             return Poll::Ready(());
                         }
@@ -259,14 +262,40 @@ impl HttpSource {
     }
 }
 
-/// Reads what is already buffered after the end of the response, so the connection
-/// can go back to the pool; never waits.
-fn drain(body: &mut BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskContext<'_>) {
-    for _ in 0..8 {
-        if !matches!(body.poll_next_unpin(cx), Poll::Ready(Some(Ok(_)))) {
-            return;
+/// The most of a finished response [`drain`] reads, and how long it waits for it.
+const DRAIN_BYTES: usize = 64 * 1024;
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Reads the rest of a response whose stream has ended (servers usually write the
+/// body's last chunk after the last event, often in a write of its own), so the
+/// connection goes back to the pool instead of being closed: what is already
+/// buffered at once, the rest in a task of its own, up to [`DRAIN_BYTES`] within
+/// [`DRAIN_WAIT`].
+fn drain(mut body: BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskContext<'_>) {
+    let mut read = 0;
+    loop {
+        match body.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(bytes))) if read + bytes.len() <= DRAIN_BYTES => {
+                read += bytes.len();
+            }
+            Poll::Pending => break,
+            _ => return,
         }
     }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let rest = async {
+            while let Some(Ok(bytes)) = body.next().await {
+                read += bytes.len();
+                if read > DRAIN_BYTES {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_WAIT, rest).await;
+    });
 }
 
 /// Sends `request`, retrying what is worth retrying, until a successful response

@@ -3,7 +3,7 @@
 //! throw), captures every request it receives, and loads the recorded provider
 //! exchanges under `fixtures/cassettes`. [`live`] finds or starts the real local
 //! LLM servers of the end-to-end tests; [`workload`] is the run the benchmarks
-//! measure.
+//! measure; [`paced`] streams as a model does, for the event-path benchmark.
 //!
 //! ```no_run
 //! use tiller_test_support::{MockResponse, MockServer, sse};
@@ -22,6 +22,7 @@ mod cassette;
 pub mod heap;
 pub mod hostile;
 pub mod live;
+pub mod paced;
 pub mod postgres;
 mod server;
 pub mod sqlite;

@@ -1,0 +1,195 @@
+//! A loopback HTTP/1.1 server that streams as a model does: each SSE event is one
+//! chunk written on its own, spaced in time, and the body's end in a write of its
+//! own after the last event, on keep-alive connections. Blocking I/O, one thread
+//! per connection, so it can run in a process of its own and leave the measured
+//! process's CPU clock alone; it counts the connections it accepts.
+//!
+//! What it answers depends on the request's `model`:
+//! - `spaced-N`: the reply, one event per write, `N` µs apart;
+//! - `whole`: the reply in one write;
+//! - `late-end-N`: the reply in one write, the body's end `N` ms later — unless
+//!   the client has closed the connection by then, which is counted;
+//! - `tools`: [`tool_script`]'s answer to the request, in one write.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::sse::{openai_text, openai_tool_call};
+
+/// What a server has seen, shared with its threads.
+#[derive(Default)]
+pub struct Counts {
+    connections: AtomicUsize,
+    responses: Mutex<usize>,
+    response_ended: Condvar,
+    closed_before_end: AtomicUsize,
+}
+
+impl Counts {
+    fn response_ended(&self) {
+        *self.responses.lock().unwrap() += 1;
+        self.response_ended.notify_all();
+    }
+}
+
+/// A paced server on a thread of its own, serving until the process ends.
+pub struct PacedServer {
+    port: u16,
+    counts: Arc<Counts>,
+}
+
+impl PacedServer {
+    /// Starts serving `reply` (the events of one streamed answer) on a free port.
+    pub fn start(reply: Vec<String>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = Arc::new(Counts::default());
+        let counted = counts.clone();
+        std::thread::spawn(move || serve(listener, reply, counted));
+        PacedServer { port, counts }
+    }
+
+    /// The base URL of its OpenAI-style API.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// How many connections it has accepted.
+    pub fn connections(&self) -> usize {
+        self.counts.connections.load(Ordering::SeqCst)
+    }
+
+    /// Blocks until `count` responses have been written to the end (or found
+    /// their client gone).
+    pub fn wait_for_responses(&self, count: usize) {
+        let mut responses = self.counts.responses.lock().unwrap();
+        while *responses < count {
+            responses = self.counts.response_ended.wait(responses).unwrap();
+        }
+    }
+
+    /// How many `late-end` responses the client closed before their end came.
+    pub fn closed_before_end(&self) -> usize {
+        self.counts.closed_before_end.load(Ordering::SeqCst)
+    }
+}
+
+/// Serves `reply` (the events of one streamed answer) on `listener` until the
+/// process ends, counting what it sees in `counts`.
+pub fn serve(listener: TcpListener, reply: Vec<String>, counts: Arc<Counts>) {
+    let reply = Arc::new(reply);
+    for connection in listener.incoming() {
+        let Ok(connection) = connection else { continue };
+        counts.connections.fetch_add(1, Ordering::SeqCst);
+        let reply = reply.clone();
+        let counts = counts.clone();
+        std::thread::spawn(move || {
+            let _ = serve_connection(connection, &reply, &counts);
+        });
+    }
+}
+
+fn serve_connection(
+    connection: TcpStream,
+    reply: &[String],
+    counts: &Counts,
+) -> std::io::Result<()> {
+    connection.set_nodelay(true)?;
+    let mut writer = connection.try_clone()?;
+    let mut reader = BufReader::new(connection);
+    while let Some(body) = read_request(&mut reader)? {
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let model = request["model"].as_str().unwrap_or_default();
+        writer.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        )?;
+        if let Some(spacing) = model.strip_prefix("spaced-") {
+            let spacing = Duration::from_micros(spacing.parse().unwrap_or(300));
+            for event in reply {
+                std::thread::sleep(spacing);
+                writer.write_all(&chunk(event))?;
+            }
+        } else if let Some(wait) = model.strip_prefix("late-end-") {
+            writer.write_all(&chunk(&reply.concat()))?;
+            std::thread::sleep(Duration::from_millis(wait.parse().unwrap_or(20)));
+            if closed(&writer)? {
+                counts.closed_before_end.fetch_add(1, Ordering::SeqCst);
+                counts.response_ended();
+                return Ok(());
+            }
+        } else if model == "tools" {
+            writer.write_all(&chunk(&tool_script(&request)))?;
+        } else {
+            writer.write_all(&chunk(&reply.concat()))?;
+        }
+        writer.write_all(b"0\r\n\r\n")?;
+        counts.response_ended();
+    }
+    Ok(())
+}
+
+/// Whether the client has closed `connection` (without waiting).
+fn closed(connection: &TcpStream) -> std::io::Result<bool> {
+    connection.set_nonblocking(true)?;
+    let peeked = connection.peek(&mut [0; 1]);
+    connection.set_nonblocking(false)?;
+    match peeked {
+        Ok(0) => Ok(true),
+        Ok(_) => Ok(false),
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => Ok(true),
+        Err(error) => Err(error),
+    }
+}
+
+/// One chunk of a chunked body.
+fn chunk(data: &str) -> Vec<u8> {
+    let mut chunk = format!("{:x}\r\n", data.len()).into_bytes();
+    chunk.extend_from_slice(data.as_bytes());
+    chunk.extend_from_slice(b"\r\n");
+    chunk
+}
+
+/// The next request's body, or `None` once the client closed the connection.
+fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
+    let mut length = 0;
+    let mut line = String::new();
+    let mut first = true;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if line == "\r\n" && !first {
+            break;
+        }
+        first = false;
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
+/// A model that calls `add` twice, one call per turn, then answers: which turn
+/// this is comes from the tool results the request carries.
+pub fn tool_script(request: &Value) -> String {
+    let results = request["messages"]
+        .as_array()
+        .map(|messages| messages.iter().filter(|m| m["role"] == "tool").count())
+        .unwrap_or(0);
+    match results {
+        0 => openai_tool_call("call_1", "add", &json!({"a": 2, "b": 3})),
+        1 => openai_tool_call("call_2", "add", &json!({"a": 5, "b": 8})),
+        _ => openai_text(&["The answer ", "is 13, after ", "two additions."]),
+    }
+}
