@@ -47,6 +47,41 @@ pub enum CliCommand {
         #[command(flatten)]
         agent: AgentOptions,
     },
+    /// Serve agents over HTTP: a JSON API to create, prompt, steer, abort, reset
+    /// and delete agents, and their events as server-sent events.
+    ///
+    /// Agents are made from the agent files in --agents (by name) or from one sent
+    /// inline. A file that names no model gets the one the environment names
+    /// (TILLER_PROVIDER, TILLER_MODEL, TILLER_BASE_URL, a provider's API key), else
+    /// the scripted faux model. With --tokens each request needs a bearer token and
+    /// each tenant sees only its own agents. Ctrl-C (or SIGTERM) stops accepting,
+    /// ends the event streams and shuts the agents down. Exit status: 0 after a clean shutdown, 1
+    /// when the address cannot be used, 2 for bad usage or bad agent files.
+    Serve {
+        /// The address to listen on (port 0 picks a free one; the address is said
+        /// on stderr).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+        listen: String,
+        /// A folder of agent files (YAML or JSON) the API makes agents from.
+        #[arg(long, value_name = "DIR")]
+        agents: Option<PathBuf>,
+        /// Named LLM configurations the agent files may use (default: $TILLER_LLMS).
+        #[arg(long, value_name = "FILE")]
+        llms: Option<PathBuf>,
+        /// The session store (`memory:`, `sqlite://PATH`, `postgres://…`). Default:
+        /// in memory.
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
+        /// Bearer tokens and their tenants (`tokens: [{token, tenant, user}]`, YAML
+        /// or JSON): every request then needs a token, and each tenant sees only its
+        /// own agents. Without it the server is open to anyone who can reach it.
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// Take X-User-Id, X-Session-Id, X-Client-Id and X-Evaluation from requests
+        /// into the agents' context (only behind a gateway that sets them).
+        #[arg(long)]
+        trust_context_headers: bool,
+    },
     /// List, show or remove the sessions a store keeps.
     Sessions {
         /// What to do with them.

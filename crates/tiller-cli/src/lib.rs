@@ -6,6 +6,7 @@
 //! tiller chat --base-url http://127.0.0.1:8080/v1           # talk to a local llama.cpp server
 //! tiller chat --session notes                               # a conversation kept across invocations
 //! tiller sessions list                                      # the kept conversations
+//! tiller serve --agents examples/agents                     # agents over HTTP
 //! ```
 //!
 //! This library holds what the binary is made of, so the pieces can be used and
@@ -13,7 +14,7 @@
 //! JSON, [`tiller::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
-//! a store keeps.
+//! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]).
 
 /// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
 /// stderr loses the line, not the run.
@@ -42,6 +43,7 @@ pub mod interrupt;
 pub mod outcome;
 pub mod render;
 pub mod run;
+pub mod serve;
 pub mod session;
 pub mod sessions;
 pub mod setup;

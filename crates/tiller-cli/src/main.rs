@@ -20,6 +20,24 @@ fn main() -> ExitCode {
         match &cli.command {
             CliCommand::Run { agent, prompt } => tiller_cli::run::run(agent, prompt).await,
             CliCommand::Chat { agent } => tiller_cli::chat::chat(agent).await,
+            CliCommand::Serve {
+                listen,
+                agents,
+                llms,
+                store,
+                tokens,
+                trust_context_headers,
+            } => {
+                let options = tiller_cli::serve::ServeOptions {
+                    listen,
+                    agents: agents.as_deref(),
+                    llms: llms.as_deref(),
+                    store: store.as_deref(),
+                    tokens: tokens.as_deref(),
+                    trust_context_headers: *trust_context_headers,
+                };
+                tiller_cli::serve::serve(options).await
+            }
             CliCommand::Sessions { action, store } => {
                 tiller_cli::sessions::sessions(action, store.as_deref()).await
             }

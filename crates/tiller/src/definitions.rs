@@ -179,6 +179,13 @@ impl Definitions {
                 name: name.to_owned(),
                 version: version.map(str::to_owned),
             })?;
+        self.spec_of(file)
+    }
+
+    /// A spec for an agent of `file` (one not necessarily in this set, such as a
+    /// definition sent inline), with this set's tools, LLM configurations and
+    /// default model.
+    pub fn spec_of(&self, file: &AgentFile) -> Result<AgentSpec, DefinitionsError> {
         let settings = file
             .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;

@@ -184,13 +184,19 @@ impl Hub {
             capacity: capacity.max(1),
             state: Mutex::new(MailboxState::default()),
         });
-        self.subscribers
+        let mut subscribers = self
+            .subscribers
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(mailbox.clone());
+            .unwrap_or_else(PoisonError::into_inner);
+        subscribers.push(mailbox.clone());
+        // Numbers are taken under the same lock: nothing numbered below this
+        // reaches the new subscriber, everything from it on does.
+        let starts_at = self.next_seq.load(Ordering::Relaxed);
+        drop(subscribers);
         Subscription {
             agent_id: agent_id.clone(),
             mailbox,
+            starts_at,
             done: false,
         }
     }
@@ -243,6 +249,7 @@ impl Drop for Hub {
 pub struct Subscription {
     agent_id: AgentId,
     mailbox: Arc<Mailbox>,
+    starts_at: u64,
     done: bool,
 }
 
@@ -250,6 +257,12 @@ impl Subscription {
     /// The agent this subscription follows.
     pub fn agent_id(&self) -> &AgentId {
         &self.agent_id
+    }
+
+    /// The sequence number of the first delivery this subscription can see:
+    /// everything numbered below it was published before it subscribed.
+    pub fn starts_at(&self) -> u64 {
+        self.starts_at
     }
 }
 

@@ -1,0 +1,151 @@
+//! `tiller serve`: the agents of a folder of agent files, over HTTP
+//! ([`tiller_server`]), until Ctrl-C or SIGTERM.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tiller::tiller_store::MemoryStore;
+use tiller::{Definitions, LlmConfigs, SessionStore, Supervisor, SupervisorConfig};
+use tiller_server::{Server, ServerConfig, Tokens};
+
+use crate::outcome::Exit;
+use crate::sessions::open_store;
+
+/// What `tiller serve` was given.
+#[derive(Debug)]
+pub struct ServeOptions<'a> {
+    /// The address to listen on.
+    pub listen: &'a str,
+    /// The folder of agent files.
+    pub agents: Option<&'a Path>,
+    /// The named LLM configurations.
+    pub llms: Option<&'a Path>,
+    /// The session store's URL.
+    pub store: Option<&'a str>,
+    /// The token file.
+    pub tokens: Option<&'a Path>,
+    /// Whether to take context headers from requests.
+    pub trust_context_headers: bool,
+}
+
+/// Runs `tiller serve`.
+pub async fn serve(options: ServeOptions<'_>) -> Exit {
+    let ServeOptions {
+        listen,
+        agents,
+        llms,
+        store,
+        tokens,
+        trust_context_headers,
+    } = options;
+    let definitions = match definitions(agents, llms) {
+        Ok(definitions) => definitions,
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Usage;
+        }
+    };
+    let tokens = match tokens.map(Tokens::load).transpose() {
+        Ok(tokens) => tokens.unwrap_or_default(),
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Usage;
+        }
+    };
+    let store: Arc<dyn SessionStore> = match store {
+        None => Arc::new(MemoryStore::new()),
+        Some(url) => match open_store(Some(url)).await {
+            Ok(store) => store,
+            Err(exit) => return exit,
+        },
+    };
+    let supervisor = match Supervisor::with_store(SupervisorConfig::default(), store).await {
+        Ok(supervisor) => supervisor,
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Failed;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            say!("tiller: cannot listen on {listen}: {error}");
+            return Exit::Failed;
+        }
+    };
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| listen.to_owned(), |address| address.to_string());
+    let names: Vec<&str> = definitions.iter().map(|file| file.name.as_str()).collect();
+    say!(
+        "tiller: serving {} agent definition(s) on http://{address} ({})",
+        names.len(),
+        if names.is_empty() {
+            "none: create agents with an inline definition".to_owned()
+        } else {
+            names.join(", ")
+        }
+    );
+    if tokens.is_empty()
+        && listener
+            .local_addr()
+            .is_ok_and(|address| !address.ip().is_loopback())
+    {
+        say!("tiller: warning: no --tokens, so anyone who can reach {address} can use every agent");
+    }
+    let config = ServerConfig {
+        tokens,
+        trust_context_headers,
+        ..ServerConfig::default()
+    };
+    let server = Server::new(supervisor, definitions, config);
+    match server.serve(listener, stop_signal()).await {
+        Ok(()) => {
+            say!("tiller: stopped");
+            Exit::Success
+        }
+        Err(error) => {
+            say!("tiller: the server failed: {error}");
+            Exit::Failed
+        }
+    }
+}
+
+/// The agent files of `agents`, with the LLM configurations of `llms` (or
+/// `$TILLER_LLMS`) and the model the environment names (else the faux model) for
+/// files that name none.
+fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions, String> {
+    let definitions = match agents {
+        Some(folder) => Definitions::load_dir(folder).map_err(|error| error.to_string())?,
+        None => Definitions::new(),
+    };
+    let llms_path = llms
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("TILLER_LLMS").map(Into::into));
+    let llms = match llms_path {
+        Some(path) => {
+            LlmConfigs::load(&path).map_err(|error| format!("{}: {error}", path.display()))?
+        }
+        None => LlmConfigs::new(),
+    };
+    let model = tiller::env::model_from_env()
+        .map_err(|error| error.to_string())?
+        .unwrap_or_else(tiller::faux::demo_model);
+    Ok(definitions.with_llms(llms).with_default_model(model))
+}
+
+/// Completes at Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,96 @@
+"""A user of `tiller serve` in Python, with `httpx` and the `httpx-sse` client: it
+creates an agent, follows its events while prompting it, resumes the stream with
+Last-Event-ID, reads problem+json errors, waits for a run's outcome, and deletes the
+agent. Run by crates/tiller-cli/tests/serve.rs as `python serve_client.py BASE_URL`;
+any mismatch fails with a message and exit status 1."""
+
+import json
+import sys
+
+import httpx
+from httpx_sse import connect_sse
+
+
+def expect(condition, message):
+    if not condition:
+        print(f"serve_client.py: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
+def follow(http, headers=None):
+    """The events of the agent `py` up to the next agent_end."""
+    events = []
+    with connect_sse(http, "GET", "/agents/py/events", headers=headers or {}) as source:
+        expect(source.response.status_code == 200, f"events: {source.response.status_code}")
+        for sse in source.iter_sse():
+            events.append(sse)
+            if sse.event == "agent_end":
+                return events
+    expect(False, "the event stream ended before agent_end")
+
+
+def main(base):
+    with httpx.Client(base_url=base, timeout=30) as http:
+        created = http.post("/agents", json={"definition": "helper", "id": "py"})
+        expect(created.status_code == 201, f"create: {created.status_code} {created.text}")
+        expect(created.json() == {"id": "py", "name": None, "status": "idle"}, created.text)
+
+        # The stream is open before the prompt, so it sees the whole run.
+        with connect_sse(http, "GET", "/agents/py/events") as source:
+            prompted = http.post("/agents/py/prompt", json={"text": "hello from Python"})
+            expect(prompted.status_code == 202, f"prompt: {prompted.status_code} {prompted.text}")
+            events = []
+            for sse in source.iter_sse():
+                events.append(sse)
+                if sse.event == "agent_end":
+                    break
+        kinds = [event.event for event in events]
+        expect(
+            kinds[:5] == ["agent_start", "turn_start", "message_start", "message_end", "message_start"]
+            and kinds[-3:] == ["message_end", "turn_end", "agent_end"]
+            and set(kinds[5:-3]) == {"message_update"},
+            f"event order: {kinds}",
+        )
+        ids = [int(event.id) for event in events]
+        expect(ids == list(range(ids[0], ids[0] + len(ids))), f"ids: {ids}")
+        envelopes = [json.loads(event.data) for event in events]
+        expect(all(e["seq"] == i and e["agent_id"] == "py" for e, i in zip(envelopes, ids)), "envelopes")
+        text = "".join(
+            e["event"]["assistant_message_event"].get("delta", "")
+            for e in envelopes
+            if e["event"]["type"] == "message_update"
+            and e["event"]["assistant_message_event"]["type"] == "text_delta"
+        )
+        expect(text.startswith('You said: "hello from Python".'), f"streamed text: {text!r}")
+
+        # Back after the assistant's message_start: the rest, each event once.
+        resumed = follow(http, {"Last-Event-ID": events[4].id})
+        expect(
+            [(e.id, e.event, e.data) for e in resumed] == [(e.id, e.event, e.data) for e in events[5:]],
+            "the resumed stream differs from what was missed",
+        )
+
+        # Errors are problem+json and name what is wrong.
+        missing = http.post("/agents/ghost/prompt", json={"text": "hi"})
+        expect(missing.status_code == 404, f"unknown agent: {missing.status_code}")
+        expect(missing.headers["content-type"] == "application/problem+json", missing.headers["content-type"])
+        expect(missing.json()["type"] == "urn:tiller:problem:unknown-agent", missing.text)
+        bad = http.post("/agents/py/prompt", json={"txt": "hi"})
+        expect(bad.status_code == 422 and bad.json()["field"] == "txt", f"bad field: {bad.text}")
+
+        # ?wait=true answers with the run's outcome.
+        waited = http.post("/agents/py/prompt", params={"wait": "true"}, json={"text": "again"})
+        expect(waited.status_code == 200, f"wait: {waited.status_code} {waited.text}")
+        outcome = waited.json()
+        expect(outcome["end"] == "completed" and len(outcome["messages"]) == 2, waited.text)
+
+        state = http.get("/agents/py").json()
+        expect(len(state["messages"]) == 4 and state["status"] == "idle", json.dumps(state)[:300])
+
+        expect(http.delete("/agents/py").status_code == 204, "delete")
+        expect(http.get("/agents/py").status_code == 404, "deleted agent still there")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,234 @@
+//! `tiller serve`: the real binary on a free port, agents made from a folder of
+//! agent files and answered by the faux model over HTTP; a clean stop at SIGTERM
+//! with an event stream open; bad agent files refused before listening; and a
+//! Python client (`httpx` and `httpx-sse` from PyPI, installed by
+//! `scripts/http-clients.sh`) using the API as a user would.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{Scratch, exit_of, finish, lines, read_until, tiller};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio::process::Child;
+use tokio::sync::mpsc;
+
+const HELPER: &str = "type: object\n\
+                      description: You help.\n\
+                      json_schema_extra: {kind: agent, name: helper}\n";
+
+#[allow(unsafe_code)]
+fn terminate(pid: u32) {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}
+
+/// A running `tiller serve` of a folder holding the `helper` agent file.
+struct Serving {
+    child: Child,
+    base: String,
+    stderr: mpsc::UnboundedReceiver<String>,
+    _scratch: Scratch,
+}
+
+impl Serving {
+    async fn start() -> Serving {
+        Serving::start_with(Scratch::new(), &[]).await
+    }
+
+    /// Serves the folder `agents` of `scratch`, written here, with `more` options.
+    async fn start_with(scratch: Scratch, more: &[&str]) -> Serving {
+        std::fs::create_dir(scratch.path().join("agents")).unwrap();
+        scratch.write("agents/helper.yaml", HELPER);
+        let agents = scratch.path().join("agents");
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--agents",
+            agents.to_str().unwrap(),
+        ];
+        args.extend(more);
+        let mut child = tiller(&args).spawn().unwrap();
+        let mut stderr = lines(child.stderr.take().unwrap());
+        let said = read_until(&mut stderr, |line| line.contains("http://")).await;
+        let line = said.last().unwrap();
+        assert!(
+            line.contains("1 agent definition(s)") && line.contains("(helper)"),
+            "{line}"
+        );
+        let address = line
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        Serving {
+            child,
+            base: format!("http://{address}"),
+            stderr,
+            _scratch: scratch,
+        }
+    }
+
+    /// Stops it with SIGTERM; it must exit 0 saying so.
+    async fn stop(mut self) {
+        terminate(self.child.id().unwrap());
+        let status = exit_of(&mut self.child).await;
+        assert_eq!(status.code(), Some(0));
+        read_until(&mut self.stderr, |line| line == "tiller: stopped").await;
+    }
+}
+
+#[tokio::test]
+async fn serves_agents_from_a_folder_and_stops_cleanly() {
+    let serving = Serving::start().await;
+    let base = serving.base.clone();
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+
+    let created = post("/agents", json!({"definition": "helper", "id": "h"}))
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let events = http
+        .get(format!("{base}/agents/h/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let outcome = post("/agents/h/prompt?wait=true", json!({"text": "hello"}))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let outcome: Value = serde_json::from_str(&outcome).unwrap();
+    let answer = outcome["messages"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(answer.starts_with("You said: \"hello\"."), "{answer}");
+
+    // SIGTERM with the event stream still open: the stream ends, the process exits 0.
+    serving.stop().await;
+    let rest = events.text().await.unwrap();
+    assert!(rest.contains("event: agent_end"), "{rest}");
+}
+
+#[tokio::test]
+async fn with_a_token_file_every_request_needs_a_known_token() {
+    let scratch = Scratch::new();
+    let tokens = scratch.write(
+        "tokens.yaml",
+        "tokens:\n  - {token: s3cret, tenant: acme, user: alice}\n",
+    );
+    let serving = Serving::start_with(scratch, &["--tokens", tokens.to_str().unwrap()]).await;
+    let http = reqwest::Client::new();
+    let create = |token: Option<&str>| {
+        let request = http
+            .post(format!("{}/agents", serving.base))
+            .header("content-type", "application/json")
+            .body(json!({"definition": "helper"}).to_string());
+        match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+        .send()
+    };
+    assert_eq!(create(None).await.unwrap().status(), 401);
+    assert_eq!(create(Some("guess")).await.unwrap().status(), 401);
+    assert_eq!(create(Some("s3cret")).await.unwrap().status(), 201);
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_agent_file_is_refused_before_listening() {
+    let scratch = Scratch::new();
+    std::fs::create_dir(scratch.path().join("agents")).unwrap();
+    scratch.write(
+        "agents/broken.yaml",
+        "type: object\njson_schema_extra: {kind: agent}\n",
+    );
+    let agents = scratch.path().join("agents");
+    let done = finish(tiller(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--agents",
+        agents.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(done.code(), Some(2), "{}", done.stderr);
+    assert!(done.stderr.contains("broken.yaml"), "{}", done.stderr);
+    assert!(!done.stderr.contains("serving"), "{}", done.stderr);
+
+    scratch.write("agents/broken.yaml", HELPER);
+    let tokens = scratch.write(
+        "tokens.yaml",
+        "tokens:\n  - {token: t, tenant: a, colour: red}\n",
+    );
+    let done = finish(tiller(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--agents",
+        agents.to_str().unwrap(),
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(done.code(), Some(2), "{}", done.stderr);
+    assert!(done.stderr.contains("tokens.yaml"), "{}", done.stderr);
+    assert!(!done.stderr.contains("serving"), "{}", done.stderr);
+}
+
+/// The Python of `scripts/http-clients.sh`, if installed.
+fn client_python() -> Option<PathBuf> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/http-clients.sh");
+    let output = std::process::Command::new(script)
+        .arg("python")
+        .output()
+        .ok()?;
+    let path = String::from_utf8(output.stdout).ok()?;
+    output.status.success().then(|| PathBuf::from(path.trim()))
+}
+
+#[tokio::test]
+async fn a_python_client_uses_the_api_as_a_user_would() {
+    let Some(python) = client_python() else {
+        assert!(
+            !tiller_test_support::live::live_required(),
+            "TILLER_LIVE=required and the Python HTTP clients are missing: run scripts/http-clients.sh install"
+        );
+        eprintln!(
+            "skipping the Python client test (httpx and httpx-sse not installed): `scripts/http-clients.sh install` installs them"
+        );
+        return;
+    };
+    let serving = Serving::start().await;
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/serve_client.py");
+    let output = tokio::process::Command::new(python)
+        .arg(client)
+        .arg(&serving.base)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim() == "ok",
+        "the Python client failed: {stdout}{stderr}"
+    );
+    serving.stop().await;
+}

@@ -1,0 +1,378 @@
+//! The agents API: create, list, read, prompt, steer, follow up, abort, reset,
+//! delete, and the event stream. Every handler is a message to the agent's actor
+//! through its handle; nothing about an agent is kept here but its replay buffer
+//! and the tenant it belongs to.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller::agent_file::AgentFile;
+use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentState, AgentStatus, ContextIds};
+
+use crate::Shared;
+use crate::error::Problem;
+use crate::events::{Replay, stream};
+use crate::tenants::{Caller, caller};
+
+/// `POST /agents`: an agent from a definition the server knows, by name, or from
+/// one sent inline (an agent file as JSON).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateAgent {
+    definition: Option<String>,
+    version: Option<String>,
+    inline: Option<Value>,
+    id: Option<String>,
+    name: Option<String>,
+}
+
+/// `POST /agents/{id}/prompt`, `/steer`, `/follow_up`: a text from the user.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Text {
+    text: String,
+}
+
+/// `?wait=true`: answer once the run has ended, with its outcome.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Wait {
+    #[serde(default)]
+    wait: bool,
+}
+
+/// An agent's state as the API shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct StateView {
+    id: String,
+    name: Option<String>,
+    #[serde(flatten)]
+    status: AgentStatus,
+    session_id: String,
+    context: ContextIds,
+    system_prompt: Option<String>,
+    model: Option<String>,
+    tools: Vec<String>,
+    messages: Vec<AgentMessage>,
+    steering_queue: Vec<AgentMessage>,
+    follow_up_queue: Vec<AgentMessage>,
+    is_streaming: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streaming_message: Option<tiller::AssistantMessage>,
+    pending_tool_calls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl StateView {
+    fn new(agent: &AgentHandle, state: AgentState) -> Self {
+        StateView {
+            id: agent.id().to_string(),
+            name: agent.name().map(str::to_owned),
+            status: agent.status(),
+            session_id: state.session_id,
+            context: state.context,
+            system_prompt: state.system_prompt,
+            model: state
+                .model
+                .map(|model| format!("{}/{}", model.provider, model.id)),
+            tools: state
+                .tools
+                .definitions()
+                .iter()
+                .map(|tool| tool.name.clone())
+                .collect(),
+            messages: state.messages,
+            steering_queue: state.steering_queue,
+            follow_up_queue: state.follow_up_queue,
+            is_streaming: state.is_streaming,
+            streaming_message: state.streaming_message,
+            pending_tool_calls: state.pending_tool_calls,
+            error: state.error,
+        }
+    }
+}
+
+/// A JSON body decoded with the path of the field at fault in its error.
+fn decode<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
+    let body =
+        body.map_err(|rejection| Problem::new(rejection.status(), "body", rejection.body_text()))?;
+    let mut json = serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(&mut json).map_err(|error| {
+        let message = error.inner().to_string();
+        let path = error.path().to_string();
+        // A missing field is reported at its parent.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => Some(name.to_owned()),
+            (".", None) => None,
+            (parent, Some(name)) => Some(format!("{parent}.{name}")),
+            (path, None) => Some(path.to_owned()),
+        };
+        Problem::invalid(field, format!("invalid request body: {message}"))
+    })
+}
+
+impl Shared {
+    /// Who sent `headers`.
+    fn caller(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
+        caller(
+            &self.config.tokens,
+            self.config.trust_context_headers,
+            headers,
+        )
+    }
+
+    /// Whether `caller` may see the agent `id`: on an open server any agent not
+    /// created by a tenant, else only its own tenant's.
+    fn owns(&self, caller: &Caller, id: &str) -> bool {
+        match self.owners.get(id) {
+            Some(owner) => *owner == caller.tenant,
+            None => caller.tenant.is_none(),
+        }
+    }
+
+    /// The agent `id`, if `caller` may see it.
+    fn agent(&self, caller: &Caller, id: &str) -> Result<AgentHandle, Problem> {
+        self.supervisor
+            .get(id)
+            .filter(|_| self.owns(caller, id))
+            .ok_or_else(|| Problem::unknown_agent(id))
+    }
+
+    /// The agent `id` for the caller of `headers`.
+    fn agent_for(&self, headers: &HeaderMap, id: &str) -> Result<AgentHandle, Problem> {
+        let caller = self.caller(headers)?;
+        self.agent(&caller, id)
+    }
+}
+
+pub(crate) async fn create(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = shared.caller(&headers)?;
+    let request: CreateAgent = decode(body)?;
+    let spec = match (&request.definition, &request.inline) {
+        (Some(name), None) => shared.definitions.spec(name, request.version.as_deref())?,
+        (None, Some(inline)) => {
+            let text = inline.to_string();
+            let file = AgentFile::parse("inline.json", &text).map_err(|error| {
+                Problem::invalid(
+                    error.field.as_ref().map(|field| format!("inline.{field}")),
+                    error.message,
+                )
+            })?;
+            shared.definitions.spec_of(&file)?
+        }
+        _ => {
+            return Err(Problem::invalid(
+                Some("definition".to_owned()),
+                "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
+            ));
+        }
+    };
+    if caller.tenant.is_some()
+        && let Some(field) = [("id", &request.id), ("name", &request.name)]
+            .into_iter()
+            .find_map(|(field, value)| value.as_ref().map(|_| field))
+    {
+        // Ids and names are one namespace for every tenant: one chosen by a client
+        // could tell it another tenant's agent exists.
+        return Err(Problem::invalid(
+            Some(field.to_owned()),
+            format!("`{field}` is chosen by the server when it serves several tenants"),
+        ));
+    }
+    let spec = spec.with_context(caller.context);
+    let spec = match request.id {
+        Some(id) => spec.with_id(id),
+        None => spec,
+    };
+    let spec = match request.name {
+        Some(name) => spec.with_name(name),
+        None => spec,
+    };
+    let agent = shared.supervisor.spawn(spec).await?;
+    shared.owners.insert(agent.id().clone(), caller.tenant);
+    shared.replays.insert(
+        agent.id().clone(),
+        Replay::record(&agent, shared.config.replay_events),
+    );
+    let info = AgentInfo {
+        id: agent.id().clone(),
+        name: agent.name().map(str::to_owned),
+        status: agent.status(),
+    };
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+/// A definition as `GET /definitions` lists it.
+#[derive(Debug, Serialize)]
+pub(crate) struct DefinitionView {
+    name: String,
+    version: Option<String>,
+}
+
+pub(crate) async fn definitions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<DefinitionView>>, Problem> {
+    shared.caller(&headers)?;
+    Ok(Json(
+        shared
+            .definitions
+            .iter()
+            .map(|file| DefinitionView {
+                name: file.name.clone(),
+                version: file.version.clone(),
+            })
+            .collect(),
+    ))
+}
+
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<AgentInfo>>, Problem> {
+    let caller = shared.caller(&headers)?;
+    let mut agents = shared.supervisor.list();
+    agents.retain(|agent| shared.owns(&caller, agent.id.as_str()));
+    Ok(Json(agents))
+}
+
+pub(crate) async fn get(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<StateView>, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let state = agent.state().await?;
+    Ok(Json(StateView::new(&agent, state)))
+}
+
+pub(crate) async fn prompt(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    wait: Result<Query<Wait>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let Query(wait) =
+        wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
+    let Text { text } = decode(body)?;
+    if wait.wait {
+        let outcome = agent.run(text).await?;
+        return Ok(Json(outcome).into_response());
+    }
+    agent.prompt(text).await?;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+pub(crate) async fn steer(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let Text { text } = decode(body)?;
+    agent.steer(text).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn follow_up(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let Text { text } = decode(body)?;
+    agent.follow_up(text).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn abort(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    agent.abort();
+    agent.wait_for_idle().await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn reset(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, Problem> {
+    shared.agent_for(&headers, &id)?.reset().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, Problem> {
+    shared.agent_for(&headers, &id)?;
+    if !shared.supervisor.stop(&id).await {
+        return Err(Problem::unknown_agent(&id));
+    }
+    shared.replays.remove(id.as_str());
+    shared.owners.remove(id.as_str());
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn events(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let last_seen = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Problem::invalid(
+                        Some("Last-Event-ID".to_owned()),
+                        "Last-Event-ID must be the id of an event of this stream (a number)",
+                    )
+                })?,
+        ),
+    };
+    let live = agent.subscribe_with_buffer(shared.config.client_buffer);
+    // An agent spawned by the host rather than through the API is recorded from
+    // its first stream on.
+    let replay = shared
+        .replays
+        .entry(agent.id().clone())
+        .or_insert_with(|| Replay::record(&agent, shared.config.replay_events))
+        .clone();
+    let events = stream(agent.id().clone(), live, &replay, last_seen)
+        .await
+        .take_until(shared.closing.clone().cancelled_owned());
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
+        .into_response())
+}

@@ -1,0 +1,118 @@
+//! Errors as `application/problem+json` (RFC 9457): a `type` naming the kind, a
+//! `title`, the `status`, a `detail` in words and, for bad input, the `field` at
+//! fault. The kinds follow the library's errors: `busy` is 409, an unknown agent
+//! 404, bad input 422.
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tiller::{AgentError, DefinitionsError, SpawnError};
+
+/// A request that could not be carried out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    /// `urn:tiller:problem:{kind}`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The kind in a few words.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong, in words.
+    pub detail: String,
+    /// The request field at fault, as a path such as `text`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl Problem {
+    /// A problem of `kind` (a short slug) with `status`.
+    pub fn new(status: StatusCode, kind: &str, detail: impl Into<String>) -> Self {
+        Problem {
+            kind: format!("urn:tiller:problem:{kind}"),
+            title: status.canonical_reason().unwrap_or("error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            field: None,
+        }
+    }
+
+    /// Bad input in `field`.
+    pub fn invalid(field: Option<String>, detail: impl Into<String>) -> Self {
+        Problem {
+            field,
+            ..Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", detail)
+        }
+    }
+
+    /// No agent with this id.
+    pub fn unknown_agent(id: &str) -> Self {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-agent",
+            format!("no agent has the id `{id}`"),
+        )
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+impl From<AgentError> for Problem {
+    fn from(error: AgentError) -> Self {
+        let detail = error.to_string();
+        match error {
+            AgentError::Busy => Problem::new(StatusCode::CONFLICT, "busy", detail),
+            AgentError::Stopped { .. } => Problem::new(StatusCode::CONFLICT, "stopped", detail),
+            AgentError::Store(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", detail),
+            AgentError::Failed { .. } => {
+                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail)
+            }
+            _ => Problem::invalid(None, detail),
+        }
+    }
+}
+
+impl From<SpawnError> for Problem {
+    fn from(error: SpawnError) -> Self {
+        let detail = error.to_string();
+        match error {
+            SpawnError::IdTaken(_) => Problem {
+                field: Some("id".to_owned()),
+                ..Problem::new(StatusCode::CONFLICT, "id-taken", detail)
+            },
+            SpawnError::NameTaken(_) => Problem {
+                field: Some("name".to_owned()),
+                ..Problem::new(StatusCode::CONFLICT, "name-taken", detail)
+            },
+            SpawnError::MissingTools { .. } => Problem::invalid(None, detail),
+            SpawnError::Store(_) | SpawnError::ShutDown => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
+            }
+            _ => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail),
+        }
+    }
+}
+
+impl From<DefinitionsError> for Problem {
+    fn from(error: DefinitionsError) -> Self {
+        let field = match &error {
+            DefinitionsError::Unknown { .. } => Some("definition".to_owned()),
+            DefinitionsError::Unusable(error) => {
+                error.field.as_ref().map(|field| format!("inline.{field}"))
+            }
+            _ => None,
+        };
+        Problem::invalid(field, error.to_string())
+    }
+}

@@ -1,0 +1,149 @@
+//! Each agent's events as server-sent events: `id:` is the agent's sequence
+//! number, `event:` the event's type, `data:` the envelope as JSON.
+//!
+//! A client that reconnects with `Last-Event-ID` resumes after that event with
+//! nothing lost or repeated, from a bounded replay buffer the server keeps per
+//! agent. Past the buffer (a client away too long), the stream starts with a
+//! `lagged` notice counting what it missed. A slow client gets the same notice
+//! from its own bounded queue rather than slowing the agent.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::response::sse::Event;
+use futures::{Stream, StreamExt};
+use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Subscription};
+use tokio::sync::watch;
+
+/// The last events of one agent, for clients that come back.
+pub(crate) struct Replay {
+    events: Mutex<VecDeque<Arc<Envelope>>>,
+    capacity: usize,
+    /// The number of the next event to record: everything below it is recorded.
+    recorded: watch::Sender<u64>,
+}
+
+impl Replay {
+    /// Starts recording `agent`'s events, keeping the last `capacity`.
+    pub(crate) fn record(agent: &AgentHandle, capacity: usize) -> Arc<Replay> {
+        let mut events = agent.subscribe_with_buffer(capacity.max(1));
+        let replay = Arc::new(Replay {
+            events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
+            capacity: capacity.max(1),
+            recorded: watch::Sender::new(events.starts_at()),
+        });
+        let recording = replay.clone();
+        tokio::spawn(async move {
+            while let Some(envelope) = events.next().await {
+                recording.push(envelope);
+            }
+        });
+        replay
+    }
+
+    fn push(&self, envelope: Arc<Envelope>) {
+        // A `lagged` notice (the recording fell behind) stands for the events it
+        // counts: they are gone, not still to come.
+        let next = match envelope.event {
+            Delivered::Notice(Notice::Lagged { missed }) => envelope.seq + missed,
+            _ => envelope.seq + 1,
+        };
+        {
+            let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+            if events.len() == self.capacity {
+                events.pop_front();
+            }
+            events.push_back(envelope);
+        }
+        self.recorded.send_if_modified(|recorded| {
+            let moved = next > *recorded;
+            *recorded = (*recorded).max(next);
+            moved
+        });
+    }
+
+    /// The recorded events numbered after `seq` and below `until`, once every
+    /// event below `until` is recorded; and how many of them are gone from the
+    /// buffer.
+    async fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
+        // Err only once the recording ended (the agent is gone): take what it has.
+        let _ = self
+            .recorded
+            .subscribe()
+            .wait_for(|recorded| *recorded >= until)
+            .await;
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept: Vec<_> = events
+            .iter()
+            .filter(|envelope| envelope.seq > seq && envelope.seq < until)
+            .cloned()
+            .collect();
+        let missed = match kept.first() {
+            Some(first) => first.seq - (seq + 1),
+            None => until.saturating_sub(seq + 1),
+        };
+        (kept, missed)
+    }
+}
+
+/// The stream a client reads: when it came back after `last_seen`, the recorded
+/// events it has not seen (or a `lagged` notice for those gone from the buffer),
+/// then the live ones from `live`; each event once, in order.
+pub(crate) async fn stream(
+    agent_id: AgentId,
+    live: Subscription,
+    replay: &Replay,
+    last_seen: Option<u64>,
+) -> impl Stream<Item = Result<Event, std::convert::Infallible>> + use<> {
+    let mut head = Vec::new();
+    if let Some(seq) = last_seen {
+        let (replayed, missed) = replay.between(seq, live.starts_at()).await;
+        if missed > 0 {
+            head.push(Arc::new(Envelope {
+                agent_id,
+                seq: seq + 1,
+                event: Delivered::Notice(Notice::Lagged { missed }),
+            }));
+        }
+        head.extend(replayed);
+    }
+    futures::stream::iter(head)
+        .chain(live)
+        .map(|envelope| Ok(to_sse(&envelope)))
+}
+
+/// One envelope as a server-sent event, its `event:` the type the JSON names.
+fn to_sse(envelope: &Envelope) -> Event {
+    let data = serde_json::to_string(envelope).unwrap_or_default();
+    Event::default()
+        .id(envelope.seq.to_string())
+        .event(event_type(&data))
+        .data(data)
+}
+
+/// The type of the event in an envelope's JSON: the envelope's fields come in
+/// order (`agent_id`, `seq`, `event`) and an event's `type` first, and inside a
+/// JSON string a quote is escaped, so the first `"event":{"type":"` is the one.
+fn event_type(data: &str) -> &str {
+    const EVENT: &str = "\"event\":{\"type\":\"";
+    data.find(EVENT)
+        .map(|at| &data[at + EVENT.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("event")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_type_is_found_whatever_the_agent_is_called() {
+        let envelope = Envelope {
+            agent_id: AgentId::from(r#"x","event":{"type":"fake"#),
+            seq: 7,
+            event: Delivered::Notice(Notice::Lagged { missed: 2 }),
+        };
+        let data = serde_json::to_string(&envelope).unwrap_or_default();
+        assert_eq!(event_type(&data), "lagged");
+    }
+}

@@ -1,0 +1,173 @@
+//! Tiller's agents over HTTP.
+//!
+//! A JSON API to create agents from definitions (by name, or an agent file sent
+//! inline), list them, read their state, prompt (at once, or `?wait=true` for the
+//! run's outcome), steer, queue follow-ups, abort, reset and delete them; and each
+//! agent's events as server-sent events that a client can resume with
+//! `Last-Event-ID`. Errors are `application/problem+json`. With bearer tokens
+//! configured ([`Tokens`]), each agent belongs to the tenant that created it and no
+//! other tenant sees it. `tiller serve` runs it.
+//!
+//! | method and path | does | answers |
+//! |---|---|---|
+//! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
+//! | `GET /healthz` | liveness | 200 `ok` |
+//! | `GET /definitions` | the agent definitions it makes agents from | 200 |
+//! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` | 201 the agent |
+//! | `GET /agents` | every agent and its status | 200 |
+//! | `GET /agents/{id}` | its state: transcript, queues, what is streaming | 200 |
+//! | `POST /agents/{id}/prompt[?wait=true]` | `{"text": …}` | 202, or 200 the run's outcome |
+//! | `POST /agents/{id}/steer`, `/follow_up` | `{"text": …}` | 204 |
+//! | `POST /agents/{id}/abort` | aborts the run, answers once idle | 204 |
+//! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
+//! | `DELETE /agents/{id}` | stops the agent | 204 |
+//! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
+//!
+//! ```no_run
+//! use tiller::{Definitions, Supervisor};
+//! use tiller_server::{Server, ServerConfig};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let definitions = Definitions::load_dir("agents")?.with_default_model(tiller::faux::demo_model());
+//! let server = Server::new(Supervisor::start().await?, definitions, ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+//! server.serve(listener, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod agents;
+mod error;
+mod events;
+mod tenants;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::response::Html;
+use axum::routing::{get, post};
+use dashmap::DashMap;
+use tiller::{AgentId, Definitions, Supervisor};
+use tokio_util::sync::CancellationToken;
+
+pub use error::Problem;
+pub use tenants::{Owner, Tokens};
+
+use events::Replay;
+
+/// The dashboard: plain HTML, CSS and a little JavaScript, no build step.
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The server's bounds.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The largest request body accepted (413 past it).
+    pub max_body_bytes: usize,
+    /// Events kept per agent for clients resuming with `Last-Event-ID`.
+    pub replay_events: usize,
+    /// Unread events per streaming client before it gets a `lagged` notice.
+    pub client_buffer: usize,
+    /// How often an idle event stream gets a keep-alive comment.
+    pub keep_alive: Duration,
+    /// Bearer tokens and their tenants; none leaves the server open (see
+    /// [`Tokens`]).
+    pub tokens: Tokens,
+    /// Whether `X-User-Id`, `X-Session-Id`, `X-Client-Id` and `X-Evaluation` add to
+    /// a caller's context (only behind a gateway that sets them: anyone can send
+    /// headers).
+    pub trust_context_headers: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_body_bytes: 1 << 20,
+            replay_events: 1_024,
+            client_buffer: 1_024,
+            keep_alive: Duration::from_secs(15),
+            tokens: Tokens::new(),
+            trust_context_headers: false,
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct Shared {
+    supervisor: Supervisor,
+    definitions: Definitions,
+    config: ServerConfig,
+    replays: DashMap<AgentId, Arc<Replay>>,
+    /// The tenant of each agent created through the API (`None` on an open server).
+    owners: DashMap<AgentId, Option<String>>,
+    /// Cancelled when the server shuts down: event streams end.
+    closing: CancellationToken,
+}
+
+/// Tiller's agents over HTTP: the supervisor's agents, the definitions they are
+/// made from, and the routes.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// A server for `supervisor`'s agents, creating new ones from `definitions`.
+    pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
+        Server {
+            shared: Arc::new(Shared {
+                supervisor,
+                definitions,
+                config,
+                replays: DashMap::new(),
+                owners: DashMap::new(),
+                closing: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// The supervisor whose agents it serves.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.shared.supervisor
+    }
+
+    /// The routes, for a host to serve or nest in its own router.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/", get(|| async { Html(DASHBOARD) }))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/definitions", get(agents::definitions))
+            .route("/agents", post(agents::create).get(agents::list))
+            .route("/agents/{id}", get(agents::get).delete(agents::delete))
+            .route("/agents/{id}/prompt", post(agents::prompt))
+            .route("/agents/{id}/steer", post(agents::steer))
+            .route("/agents/{id}/follow_up", post(agents::follow_up))
+            .route("/agents/{id}/abort", post(agents::abort))
+            .route("/agents/{id}/reset", post(agents::reset))
+            .route("/agents/{id}/events", get(agents::events))
+            .layer(DefaultBodyLimit::max(self.shared.config.max_body_bytes))
+            .with_state(self.shared.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops accepting,
+    /// ends the event streams, lets other requests in flight finish, and shuts
+    /// the supervisor down (aborting runs and flushing the store).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let router = self.router();
+        let closing = self.shared.closing.clone();
+        let result = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                closing.cancel();
+            })
+            .await;
+        self.shared.supervisor.shutdown().await;
+        result
+    }
+}

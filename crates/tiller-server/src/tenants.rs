@@ -1,0 +1,149 @@
+//! Who is calling: bearer tokens mapped to tenants.
+//!
+//! With tokens configured, every route but `/healthz` needs `Authorization: Bearer
+//! TOKEN` (401 otherwise). An agent created with a token belongs to the token's
+//! tenant (and user), which its `AgentContext` says; every other tenant's requests
+//! find no such agent (404, so nothing is learnt of its existence) and their lists
+//! leave it out. `X-User-Id`-style headers add to the caller's context only when the
+//! server is told to trust them (behind a gateway that sets them): the tenant is
+//! always the token's. Without tokens the server is open: one tenant, no
+//! authentication, for loopback use.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use tiller::AgentContext;
+
+use crate::error::Problem;
+
+/// Bearer tokens and the tenants they stand for.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    by_token: HashMap<String, Owner>,
+}
+
+/// A tenant and, optionally, a user of it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    /// The tenant.
+    pub tenant: String,
+    /// The user, when the token is a user's.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    token: String,
+    #[serde(flatten)]
+    owner: Owner,
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the tokens themselves.
+        f.debug_struct("Tokens")
+            .field("count", &self.by_token.len())
+            .finish()
+    }
+}
+
+impl Tokens {
+    /// No tokens.
+    pub fn new() -> Self {
+        Tokens::default()
+    }
+
+    /// These tokens and `token` for `owner`.
+    pub fn with(mut self, token: impl Into<String>, owner: Owner) -> Self {
+        self.by_token.insert(token.into(), owner);
+        self
+    }
+
+    /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …}]`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Tokens, String> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let file: TokenFile = serde_saphyr::from_str(&text)
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        let mut tokens = Tokens::new();
+        for entry in file.tokens {
+            if entry.token.trim().is_empty() {
+                return Err(format!("{}: a token is empty", path.display()));
+            }
+            tokens = tokens.with(entry.token, entry.owner);
+        }
+        Ok(tokens)
+    }
+
+    /// Whether any token is configured (the server is closed).
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty()
+    }
+}
+
+/// The caller of a request.
+pub(crate) struct Caller {
+    /// The tenant, `None` on an open server.
+    pub(crate) tenant: Option<String>,
+    /// Who agents it creates work for.
+    pub(crate) context: AgentContext,
+}
+
+/// The caller `headers` say: by its bearer token when tokens are configured; with
+/// the context headers added when `trust_headers`.
+pub(crate) fn caller(
+    tokens: &Tokens,
+    trust_headers: bool,
+    headers: &HeaderMap,
+) -> Result<Caller, Problem> {
+    let mut context = if trust_headers {
+        AgentContext::from_headers(
+            headers
+                .iter()
+                .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?))),
+        )
+    } else {
+        AgentContext::new()
+    };
+    if tokens.is_empty() {
+        return Ok(Caller {
+            tenant: None,
+            context,
+        });
+    }
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim);
+    let owner = token
+        .and_then(|token| tokens.by_token.get(token))
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this server needs `Authorization: Bearer TOKEN` with a token it knows",
+            )
+        })?;
+    context = context.with_tenant_id(owner.tenant.clone());
+    if let Some(user) = &owner.user {
+        context = context.with_user_id(user.clone());
+    }
+    Ok(Caller {
+        tenant: Some(owner.tenant.clone()),
+        context,
+    })
+}

@@ -1,0 +1,643 @@
+//! The agents API over real HTTP: a server on loopback, agents on the scripted
+//! faux model, requests and event streams through reqwest.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller::agent_file::AgentFile;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::{Definitions, Supervisor};
+use tiller_server::{Owner, Server, ServerConfig, Tokens};
+
+const HELPER: &str = "
+type: object
+description: You help.
+json_schema_extra: {kind: agent, name: helper}
+";
+
+/// A server on loopback whose definitions (`helper`) answer with `faux`.
+struct Running {
+    base: String,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    async fn start(faux: &FauxProvider, config: ServerConfig) -> Self {
+        let mut definitions = Definitions::new().with_default_model(faux.model());
+        definitions
+            .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
+            .unwrap();
+        let server = Server::new(Supervisor::start().await.unwrap(), definitions, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(server.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        Running {
+            base,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            served,
+        }
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+
+    async fn create_helper(&self) -> String {
+        let (status, agent) = self.post("/agents", json!({"definition": "helper"})).await;
+        assert_eq!(status, 201, "{agent}");
+        agent["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Opens an agent's event stream, resuming after `last` when given.
+    async fn events(&self, id: &str, last: Option<u64>) -> SseReader {
+        let mut request = self.http.get(format!("{}/agents/{id}/events", self.base));
+        if let Some(last) = last {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        SseReader {
+            body: response.bytes_stream().boxed(),
+            buffer: String::new(),
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.served.await.unwrap().unwrap();
+    }
+}
+
+/// One server-sent event: its id, its type and its data as JSON.
+#[derive(Debug, Clone, PartialEq)]
+struct Sse {
+    id: u64,
+    kind: String,
+    data: Value,
+}
+
+struct SseReader {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+}
+
+impl SseReader {
+    /// The next event (keep-alive comments skipped).
+    async fn next(&mut self) -> Sse {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|line| line.strip_prefix(name))
+                        .map(|value| value.trim_start().to_owned())
+                };
+                if let (Some(id), Some(kind), Some(data)) =
+                    (field("id:"), field("event:"), field("data:"))
+                {
+                    return Sse {
+                        id: id.parse().unwrap(),
+                        kind,
+                        data: serde_json::from_str(&data).unwrap(),
+                    };
+                }
+                continue;
+            }
+            let chunk = self.body.next().await.expect("the stream went on").unwrap();
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// Events up to and including the next `agent_end`.
+    async fn until_end(&mut self) -> Vec<Sse> {
+        let mut events = Vec::new();
+        loop {
+            let event = self.next().await;
+            let end = event.kind == "agent_end";
+            events.push(event);
+            if end {
+                return events;
+            }
+        }
+    }
+}
+
+fn kinds(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(|event| event.kind.as_str()).collect()
+}
+
+#[tokio::test]
+async fn an_agent_is_created_prompted_read_and_deleted_over_http() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello there."));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+
+    let (status, agent) = server
+        .post(
+            "/agents",
+            json!({"definition": "helper", "id": "a1", "name": "first"}),
+        )
+        .await;
+    assert_eq!(
+        (status, agent),
+        (201, json!({"id": "a1", "name": "first", "status": "idle"}))
+    );
+
+    let (status, outcome) = server
+        .post("/agents/a1/prompt?wait=true", json!({"text": "Hi"}))
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["end"], "completed");
+    assert_eq!(outcome["messages"][1]["content"][0]["text"], "Hello there.");
+
+    let (status, state) = server.get("/agents/a1").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            &state["status"],
+            &state["system_prompt"],
+            &state["model"],
+            state["messages"].as_array().unwrap().len(),
+            &state["is_streaming"]
+        ),
+        (
+            &json!("idle"),
+            &json!("You help."),
+            &json!("faux/faux"),
+            2,
+            &json!(false)
+        )
+    );
+
+    let (status, list) = server.get("/agents").await;
+    assert_eq!(
+        (status, list),
+        (
+            200,
+            json!([{"id": "a1", "name": "first", "status": "idle"}])
+        )
+    );
+
+    let (status, _) = server
+        .send(reqwest::Method::DELETE, "/agents/a1", None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, problem) = server.get("/agents/a1").await;
+    assert_eq!(
+        (status, problem),
+        (
+            404,
+            json!({"type": "urn:tiller:problem:unknown-agent", "title": "Not Found", "status": 404, "detail": "no agent has the id `a1`"})
+        )
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_inline_definition_makes_an_agent_and_a_bad_one_names_its_field() {
+    let faux = FauxProvider::new();
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let (status, agent) = server
+        .post(
+            "/agents",
+            json!({"inline": {"type": "object", "description": "You rhyme.", "json_schema_extra": {"kind": "agent", "name": "poet"}}, "id": "p"}),
+        )
+        .await;
+    assert_eq!((status, &agent["id"]), (201, &json!("p")));
+    let (_, state) = server.get("/agents/p").await;
+    assert_eq!(state["system_prompt"], "You rhyme.");
+
+    let (status, problem) = server
+        .post(
+            "/agents",
+            json!({"inline": {"type": "object", "json_schema_extra": {"kind": "agent", "name": "poet", "max_turns": "many"}}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &problem["type"], &problem["field"]),
+        (
+            422,
+            &json!("urn:tiller:problem:invalid"),
+            &json!("inline.json_schema_extra.max_turns")
+        ),
+        "{problem}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_typed_problems_and_change_nothing() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("slow").delay(Duration::from_secs(3_600)));
+    let config = ServerConfig {
+        max_body_bytes: 1_024,
+        ..ServerConfig::default()
+    };
+    let server = Running::start(&faux, config).await;
+    let id = server.create_helper().await;
+
+    // Unknown definition, missing and unknown fields, wrong types.
+    let cases = [
+        (
+            "/agents",
+            json!({"definition": "nobody"}),
+            Some("definition"),
+        ),
+        ("/agents", json!({}), Some("definition")),
+        (
+            "/agents",
+            json!({"definition": "helper", "colour": "red"}),
+            Some("colour"),
+        ),
+        (&format!("/agents/{id}/prompt"), json!({}), Some("text")),
+        (
+            &format!("/agents/{id}/steer"),
+            json!({"text": 7}),
+            Some("text"),
+        ),
+    ];
+    for (path, body, field) in cases {
+        let (status, problem) = server.post(path, body.clone()).await;
+        assert_eq!(status, 422, "{path} {body}: {problem}");
+        assert_eq!(problem["type"], "urn:tiller:problem:invalid");
+        assert_eq!(problem["field"].as_str(), field, "{path} {body}: {problem}");
+    }
+
+    // A query that is not a boolean.
+    let (status, problem) = server
+        .post(
+            &format!("/agents/{id}/prompt?wait=maybe"),
+            json!({"text": "x"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &problem["field"]),
+        (422, &json!("wait")),
+        "{problem}"
+    );
+
+    // A body past the limit.
+    let (status, problem) = server
+        .post(
+            &format!("/agents/{id}/prompt"),
+            json!({"text": "x".repeat(2_000)}),
+        )
+        .await;
+    assert_eq!(
+        (status, &problem["status"]),
+        (413, &json!(413)),
+        "{problem}"
+    );
+
+    // A second prompt while the first runs: 409 busy.
+    let (status, _) = server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "one"}))
+        .await;
+    assert_eq!(status, 202);
+    let (status, problem) = server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "two"}))
+        .await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (409, &json!("urn:tiller:problem:busy"))
+    );
+
+    // Abort answers once the agent is idle; nothing of "two" was kept.
+    let (status, _) = server.post(&format!("/agents/{id}/abort"), json!({})).await;
+    assert_eq!(status, 204);
+    let (_, state) = server.get(&format!("/agents/{id}")).await;
+    assert_eq!(state["status"], "idle");
+    let texts: Vec<&Value> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| &m["content"][0]["text"])
+        .collect();
+    assert_eq!(texts, [&json!("one")]);
+
+    // Unknown agents: 404 for every route.
+    for path in [
+        "/agents/ghost/prompt",
+        "/agents/ghost/steer",
+        "/agents/ghost/reset",
+    ] {
+        let (status, problem) = server.post(path, json!({"text": "hi"})).await;
+        assert_eq!(
+            (status, &problem["type"]),
+            (404, &json!("urn:tiller:problem:unknown-agent")),
+            "{path}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn events_stream_in_order_and_resume_after_the_last_one_seen() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("one two three").chunk_size(4));
+    faux.push(FauxTurn::text("again").chunk_size(5));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let id = server.create_helper().await;
+
+    let mut events = server.events(&id, None).await;
+    let (status, _) = server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "count"}))
+        .await;
+    assert_eq!(status, 202);
+    let first = events.until_end().await;
+    assert_eq!(
+        kinds(&first),
+        [
+            "agent_start",
+            "turn_start",
+            "message_start",
+            "message_end",
+            "message_start",
+            "message_update",
+            "message_update",
+            "message_update",
+            "message_update",
+            "message_update",
+            "message_update",
+            "message_end",
+            "turn_end",
+            "agent_end"
+        ]
+    );
+    // Numbered without a gap; the data is the envelope.
+    let ids: Vec<u64> = first.iter().map(|event| event.id).collect();
+    assert_eq!(ids, (ids[0]..ids[0] + ids.len() as u64).collect::<Vec<_>>());
+    assert_eq!(first[0].data["agent_id"], json!(id));
+    assert_eq!(first[0].data["seq"], json!(first[0].id));
+    assert_eq!(first[0].data["event"]["type"], "agent_start");
+
+    // A client that saw up to the assistant's message_start comes back: the rest
+    // of the run, then the next run, each event once.
+    let seen = first[4].id;
+    let mut resumed = server.events(&id, Some(seen)).await;
+    let replayed = resumed.until_end().await;
+    assert_eq!(replayed, first[5..]);
+    let (status, _) = server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "again"}))
+        .await;
+    assert_eq!(status, 202);
+    let second = resumed.until_end().await;
+    assert_eq!(second[0].id, first.last().unwrap().id + 1);
+    assert_eq!(second, events.until_end().await);
+
+    // A bad Last-Event-ID is bad input.
+    let response = server
+        .http
+        .get(format!("{}/agents/{id}/events", server.base))
+        .header("Last-Event-ID", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+
+    // Shutting down ends the open streams rather than waiting on them.
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_back_after_the_replay_buffer_moved_on_is_told_what_it_missed() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("a long answer streamed in many pieces").chunk_size(2));
+    let config = ServerConfig {
+        replay_events: 4,
+        ..ServerConfig::default()
+    };
+    let server = Running::start(&faux, config).await;
+    let id = server.create_helper().await;
+    let mut events = server.events(&id, None).await;
+    server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
+        .await;
+    let all = events.until_end().await;
+    let last = all.last().unwrap().id;
+
+    let mut resumed = server.events(&id, Some(all[0].id)).await;
+    let lagged = resumed.next().await;
+    assert_eq!(
+        (
+            lagged.kind.as_str(),
+            lagged.id,
+            &lagged.data["event"]["missed"]
+        ),
+        ("lagged", all[1].id, &json!(last - 3 - all[1].id))
+    );
+    let rest = resumed.until_end().await;
+    assert_eq!(rest, all[all.len() - 4..]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_agents() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello, Acme."));
+    let tokens = Tokens::new()
+        .with(
+            "token-acme",
+            Owner {
+                tenant: "acme".to_owned(),
+                user: Some("alice".to_owned()),
+            },
+        )
+        .with(
+            "token-globex",
+            Owner {
+                tenant: "globex".to_owned(),
+                user: None,
+            },
+        );
+    let config = ServerConfig {
+        tokens,
+        ..ServerConfig::default()
+    };
+    let server = Running::start(&faux, config).await;
+    let call = |method: reqwest::Method, path: &str, token: Option<&str>, body: Option<Value>| {
+        let mut request = server
+            .http
+            .request(method, format!("{}{path}", server.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            )
+        }
+    };
+    use reqwest::Method;
+
+    // No token, or one the server does not know: 401, whatever the route.
+    for token in [None, Some("token-nobody")] {
+        let (status, problem) = call(Method::GET, "/agents", token, None).await;
+        assert_eq!(
+            (status, &problem["type"]),
+            (401, &json!("urn:tiller:problem:unauthorized"))
+        );
+    }
+    let (status, _) = call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(status, 200);
+
+    // Acme's agent works for Acme's user; an id of the client's own is refused.
+    let (status, problem) = call(
+        Method::POST,
+        "/agents",
+        Some("token-acme"),
+        Some(json!({"definition": "helper", "id": "mine"})),
+    )
+    .await;
+    assert_eq!((status, &problem["field"]), (422, &json!("id")));
+    let (status, agent) = call(
+        Method::POST,
+        "/agents",
+        Some("token-acme"),
+        Some(json!({"definition": "helper"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let id = agent["id"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        Method::POST,
+        &format!("/agents/{id}/prompt?wait=true"),
+        Some("token-acme"),
+        Some(json!({"text": "hi"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, state) = call(
+        Method::GET,
+        &format!("/agents/{id}"),
+        Some("token-acme"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        state["context"],
+        json!({"tenant_id": "acme", "user_id": "alice", "session_id": id})
+    );
+    let (_, list) = call(Method::GET, "/agents", Some("token-acme"), None).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    // Globex finds nothing of it, by any route.
+    let (_, list) = call(Method::GET, "/agents", Some("token-globex"), None).await;
+    assert_eq!(list, json!([]));
+    let attempts = [
+        (Method::GET, format!("/agents/{id}"), None),
+        (Method::GET, format!("/agents/{id}/events"), None),
+        (
+            Method::POST,
+            format!("/agents/{id}/prompt"),
+            Some(json!({"text": "x"})),
+        ),
+        (
+            Method::POST,
+            format!("/agents/{id}/steer"),
+            Some(json!({"text": "x"})),
+        ),
+        (
+            Method::POST,
+            format!("/agents/{id}/follow_up"),
+            Some(json!({"text": "x"})),
+        ),
+        (Method::POST, format!("/agents/{id}/abort"), None),
+        (Method::POST, format!("/agents/{id}/reset"), None),
+        (Method::DELETE, format!("/agents/{id}"), None),
+    ];
+    for (method, path, body) in attempts {
+        let (status, problem) = call(method.clone(), &path, Some("token-globex"), body).await;
+        assert_eq!(
+            (status, &problem["type"]),
+            (404, &json!("urn:tiller:problem:unknown-agent")),
+            "{method} {path}"
+        );
+    }
+    // And Acme's agent is as it was.
+    let (_, state) = call(
+        Method::GET,
+        &format!("/agents/{id}"),
+        Some("token-acme"),
+        None,
+    )
+    .await;
+    assert_eq!(state["messages"].as_array().unwrap().len(), 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn context_headers_count_only_when_the_server_trusts_them() {
+    let faux = FauxProvider::new();
+    for trust in [false, true] {
+        let config = ServerConfig {
+            trust_context_headers: trust,
+            ..ServerConfig::default()
+        };
+        let server = Running::start(&faux, config).await;
+        let created = server
+            .http
+            .post(format!("{}/agents", server.base))
+            .header("content-type", "application/json")
+            .header("X-User-Id", "mallory")
+            .header("X-Client-Id", "web")
+            .body(json!({"definition": "helper", "id": "c"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+        let (_, state) = server.get("/agents/c").await;
+        let expected = if trust {
+            json!({"user_id": "mallory", "client_id": "web", "session_id": "c"})
+        } else {
+            json!({"session_id": "c"})
+        };
+        assert_eq!(state["context"], expected, "trusted: {trust}");
+        server.stop().await;
+    }
+}

@@ -1,0 +1,221 @@
+//! The dashboard in a real headless Chromium (Debian's `chromium`, driven over
+//! WebDriver by `chromedriver`; `scripts/browser.sh install` installs both): open
+//! the page, make an agent on the faux model, prompt it and see the answer stream
+//! in, steer it while it works, abort a run, reset. Skipped with one line when the
+//! browser is missing, unless `TILLER_LIVE=required`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use tiller::agent_file::AgentFile;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::{Definitions, Supervisor};
+use tiller_server::{Server, ServerConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const HELPER: &str = "
+type: object
+description: You help.
+json_schema_extra: {kind: agent, name: helper}
+";
+
+/// How long a step may take to show in the page.
+const STEP: Duration = Duration::from_secs(30);
+
+/// A chromedriver and a headless Chromium session through it.
+struct Browser {
+    client: Client,
+    _driver: Child,
+}
+
+impl Browser {
+    /// Starts one, or says why not (None: skip).
+    async fn start() -> Option<Browser> {
+        let installed = ["chromium", "chromedriver"].iter().all(|program| {
+            std::process::Command::new("which")
+                .arg(program)
+                .output()
+                .is_ok_and(|output| output.status.success())
+        });
+        if !installed {
+            assert!(
+                !tiller_test_support::live::live_required(),
+                "TILLER_LIVE=required and chromium or chromedriver is missing: run scripts/browser.sh install"
+            );
+            eprintln!(
+                "skipping the dashboard test (no chromium and chromedriver): `scripts/browser.sh install` installs them"
+            );
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // It says when it listens.
+        let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+        tokio::time::timeout(STEP, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("started successfully") {
+                    return;
+                }
+            }
+            panic!("chromedriver ended without starting");
+        })
+        .await
+        .expect("chromedriver did not start");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
+        );
+        let client = ClientBuilder::native()
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        Some(Browser {
+            client,
+            _driver: driver,
+        })
+    }
+
+    /// Waits for the element at `xpath` to be in the page.
+    async fn shows(&self, xpath: &str) {
+        self.client
+            .wait()
+            .at_most(STEP)
+            .for_element(Locator::XPath(xpath))
+            .await
+            .unwrap_or_else(|error| panic!("the page never showed {xpath}: {error}"));
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Types `text` in the message box and sends it.
+    async fn send(&self, text: &str) {
+        let input = self.client.find(Locator::Css("#text")).await.unwrap();
+        input.send_keys(text).await.unwrap();
+        self.click("#send-button").await;
+    }
+}
+
+/// A model whose answer depends on the last thing the user said.
+fn scripted() -> FauxProvider {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        let said = request.last_user_text().unwrap_or_default();
+        if said.contains("wait forever") {
+            FauxTurn::text("never finished").delay(Duration::from_secs(3_600))
+        } else if said.contains("slowly") {
+            FauxTurn::text("a slow answer, ".repeat(10))
+                .chunk_size(5)
+                .delay(Duration::from_millis(100))
+        } else if said.contains("say bye") {
+            FauxTurn::text("Bye.")
+        } else {
+            FauxTurn::text("Hello from the dashboard.").chunk_size(4)
+        }
+    });
+    faux
+}
+
+#[tokio::test]
+async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let faux = scripted();
+    let mut definitions = Definitions::new().with_default_model(faux.model());
+    definitions
+        .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
+        .unwrap();
+    let server = Server::new(
+        Supervisor::start().await.unwrap(),
+        definitions,
+        ServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    browser.client.goto(&base).await.unwrap();
+    browser
+        .shows("//select[@id='definition']/option[@value='helper']")
+        .await;
+    browser.click("#create-button").await;
+    browser.shows("//ul[@id='agents']/li").await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='idle']")
+        .await;
+
+    // A prompt: the user's line, then the answer streamed in.
+    browser.send("hello").await;
+    browser
+        .shows("//div[@class='user' and normalize-space()='hello']")
+        .await;
+    browser
+        .shows("//div[@class='assistant' and normalize-space()='Hello from the dashboard.']")
+        .await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='idle']")
+        .await;
+
+    // While it works, the same box steers it: its next turn answers the steering.
+    browser.send("answer slowly").await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='running']")
+        .await;
+    browser.send("now say bye").await;
+    browser
+        .shows("//div[@class='user' and normalize-space()='now say bye']")
+        .await;
+    browser
+        .shows("//div[@class='assistant' and normalize-space()='Bye.']")
+        .await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='idle']")
+        .await;
+
+    // A run that would never end: Abort ends it.
+    browser.send("wait forever").await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='running']")
+        .await;
+    browser.click("#abort").await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='idle']")
+        .await;
+
+    // Reset empties the conversation, in the page and in the agent.
+    browser.click("#reset").await;
+    browser.shows("//div[@id='messages' and not(*)]").await;
+
+    browser.client.close().await.unwrap();
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
