@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# HTTP clients no one here wrote, for the tests that talk to `tiller serve` as its
-# users would: Python's `httpx` and `httpx-sse` from PyPI, in a virtualenv cached
+# Clients no one here wrote, for the tests that talk to `tiller serve` as its users
+# would: Python's `httpx` and `httpx-sse` from PyPI, in a virtualenv, and
+# pi-agent-core from the npm registry (its `Agent` and `streamProxy`), both cached
 # under ~/.cache/tiller/http-clients.
 #
-#   scripts/http-clients.sh install   create the virtualenv unless present
-#   scripts/http-clients.sh python    print its python's path (exit 1 when not installed)
+#   scripts/http-clients.sh install        install both unless present
+#   scripts/http-clients.sh python         print the virtualenv's python (exit 1 when not installed)
+#   scripts/http-clients.sh node-modules   print pi-agent-core's node_modules folder (exit 1 when not installed)
 set -euo pipefail
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/http-clients"
 VENV="$CACHE/venv"
 PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3)
+NODE="$CACHE/node"
+NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1)
 
 say() { printf 'http-clients: %s\n' "$*" >&2; }
 
-installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse' 2>/dev/null; }
+python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse' 2>/dev/null; }
+
+node_installed() { [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ]; }
 
 install() {
-  if installed; then return; fi
-  say "installing ${PACKAGES[*]} into $VENV"
-  rm -rf "$VENV"
-  mkdir -p "$CACHE"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet "${PACKAGES[@]}"
-  installed || { say "the install left no importable httpx_sse"; exit 1; }
+  if ! python_installed; then
+    say "installing ${PACKAGES[*]} into $VENV"
+    rm -rf "$VENV"
+    mkdir -p "$CACHE"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet "${PACKAGES[@]}"
+    python_installed || { say "the install left no importable httpx_sse"; exit 1; }
+  fi
+  if ! node_installed; then
+    command -v npm >/dev/null || { say "npm is needed to install ${NPM_PACKAGES[*]}"; exit 1; }
+    say "installing ${NPM_PACKAGES[*]} into $NODE"
+    rm -rf "$NODE"
+    mkdir -p "$NODE"
+    npm install --prefix "$NODE" --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" >&2
+    node_installed || { say "the install left no pi-agent-core"; exit 1; }
+  fi
 }
 
 case "${1:-}" in
   install) install ;;
-  python) installed && echo "$VENV/bin/python" ;;
-  *) echo "usage: $0 install|python" >&2; exit 2 ;;
+  python) python_installed && echo "$VENV/bin/python" ;;
+  node-modules) node_installed && echo "$NODE/node_modules" ;;
+  *) echo "usage: $0 install|python|node-modules" >&2; exit 2 ;;
 esac

@@ -43,6 +43,7 @@
 pub mod catalog;
 pub mod env;
 pub mod faux;
+pub mod pi;
 
 mod builder;
 mod context;

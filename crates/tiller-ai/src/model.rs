@@ -32,6 +32,13 @@ impl Api {
             Api::Faux => "faux",
         }
     }
+
+    /// The API named `name` (as in JSON), if Tiller speaks it.
+    pub fn named(name: &str) -> Option<Api> {
+        [Api::OpenAiCompletions, Api::AnthropicMessages, Api::Faux]
+            .into_iter()
+            .find(|api| api.as_str() == name)
+    }
 }
 
 impl fmt::Display for Api {

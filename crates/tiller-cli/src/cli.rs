@@ -54,9 +54,11 @@ pub enum CliCommand {
     /// inline. A file that names no model gets the one the environment names
     /// (TILLER_PROVIDER, TILLER_MODEL, TILLER_BASE_URL, a provider's API key), else
     /// the scripted faux model. With --tokens each request needs a bearer token and
-    /// each tenant sees only its own agents. Ctrl-C (or SIGTERM) stops accepting,
-    /// ends the event streams and shuts the agents down. Exit status: 0 after a clean shutdown, 1
-    /// when the address cannot be used, 2 for bad usage or bad agent files.
+    /// each tenant sees only its own agents. POST /api/stream is pi's proxy endpoint
+    /// (pi-agent-core's streamProxy), answered by the models the server knows.
+    /// Ctrl-C (or SIGTERM) stops accepting, ends the event streams and shuts the
+    /// agents down. Exit status: 0 after a clean shutdown, 1 when the address cannot
+    /// be used, 2 for bad usage or bad agent files.
     Serve {
         /// The address to listen on (port 0 picks a free one; the address is said
         /// on stderr).

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use common::{Scratch, exit_of, finish, lines, read_until, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tiller_test_support::{MockResponse, MockServer, sse};
 use tokio::process::Child;
 use tokio::sync::mpsc;
 
@@ -38,11 +39,12 @@ struct Serving {
 
 impl Serving {
     async fn start() -> Serving {
-        Serving::start_with(Scratch::new(), &[]).await
+        Serving::start_with(Scratch::new(), &[], &[]).await
     }
 
-    /// Serves the folder `agents` of `scratch`, written here, with `more` options.
-    async fn start_with(scratch: Scratch, more: &[&str]) -> Serving {
+    /// Serves the folder `agents` of `scratch`, written here, with `more` options
+    /// and the environment variables `vars`.
+    async fn start_with(scratch: Scratch, more: &[&str], vars: &[(&str, &str)]) -> Serving {
         std::fs::create_dir(scratch.path().join("agents")).unwrap();
         scratch.write("agents/helper.yaml", HELPER);
         let agents = scratch.path().join("agents");
@@ -54,7 +56,7 @@ impl Serving {
             agents.to_str().unwrap(),
         ];
         args.extend(more);
-        let mut child = tiller(&args).spawn().unwrap();
+        let mut child = tiller(&args).envs(vars.iter().copied()).spawn().unwrap();
         let mut stderr = lines(child.stderr.take().unwrap());
         let said = read_until(&mut stderr, |line| line.contains("http://")).await;
         let line = said.last().unwrap();
@@ -133,7 +135,7 @@ async fn with_a_token_file_every_request_needs_a_known_token() {
         "tokens.yaml",
         "tokens:\n  - {token: s3cret, tenant: acme, user: alice}\n",
     );
-    let serving = Serving::start_with(scratch, &["--tokens", tokens.to_str().unwrap()]).await;
+    let serving = Serving::start_with(scratch, &["--tokens", tokens.to_str().unwrap()], &[]).await;
     let http = reqwest::Client::new();
     let create = |token: Option<&str>| {
         let request = http
@@ -193,27 +195,30 @@ async fn a_bad_agent_file_is_refused_before_listening() {
     assert!(!done.stderr.contains("serving"), "{}", done.stderr);
 }
 
-/// The Python of `scripts/http-clients.sh`, if installed.
-fn client_python() -> Option<PathBuf> {
+/// What `scripts/http-clients.sh WHAT` prints (a path), if that client is
+/// installed; else `None`, after saying the test is skipped, or failing when
+/// `TILLER_LIVE=required`.
+fn installed_client(what: &str, test: &str) -> Option<PathBuf> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/http-clients.sh");
-    let output = std::process::Command::new(script)
-        .arg("python")
-        .output()
-        .ok()?;
-    let path = String::from_utf8(output.stdout).ok()?;
-    output.status.success().then(|| PathBuf::from(path.trim()))
+    let output = std::process::Command::new(script).arg(what).output().ok();
+    let path = output
+        .filter(|output| output.status.success())
+        .and_then(|output| String::from_utf8(output.stdout).ok());
+    if path.is_none() {
+        assert!(
+            !tiller_test_support::live::live_required(),
+            "TILLER_LIVE=required and the {test} client is missing: run scripts/http-clients.sh install"
+        );
+        eprintln!(
+            "skipping the {test} client test (not installed): `scripts/http-clients.sh install` installs it"
+        );
+    }
+    path.map(|path| PathBuf::from(path.trim()))
 }
 
 #[tokio::test]
 async fn a_python_client_uses_the_api_as_a_user_would() {
-    let Some(python) = client_python() else {
-        assert!(
-            !tiller_test_support::live::live_required(),
-            "TILLER_LIVE=required and the Python HTTP clients are missing: run scripts/http-clients.sh install"
-        );
-        eprintln!(
-            "skipping the Python client test (httpx and httpx-sse not installed): `scripts/http-clients.sh install` installs them"
-        );
+    let Some(python) = installed_client("python", "Python") else {
         return;
     };
     let serving = Serving::start().await;
@@ -229,6 +234,141 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
     assert!(
         output.status.success() && stdout.trim() == "ok",
         "the Python client failed: {stdout}{stderr}"
+    );
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn pi_agent_cores_stream_proxy_drives_a_turn_through_the_server() {
+    let Some(modules) = installed_client("node-modules", "pi-agent-core") else {
+        return;
+    };
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_tool_call(
+        "call_1",
+        "clock",
+        &json!({"zone": "UTC"}),
+    )));
+    upstream.push(MockResponse::sse(sse::openai_text(&[
+        "It is noon ",
+        "in UTC.",
+    ])));
+    let scratch = Scratch::new();
+    let tokens = scratch.write(
+        "tokens.yaml",
+        "tokens: [{token: pi-secret, tenant: acme}]\n",
+    );
+    let base_url = upstream.base_url();
+    let serving = Serving::start_with(
+        scratch,
+        &["--tokens", tokens.to_str().unwrap()],
+        &[
+            ("TILLER_BASE_URL", base_url.as_str()),
+            ("TILLER_MODEL", "local-model"),
+        ],
+    )
+    .await;
+
+    let client =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pi_proxy_client.mjs");
+    let output = tokio::process::Command::new("node")
+        .arg(client)
+        .arg(modules)
+        .arg(&serving.base)
+        .arg("pi-secret")
+        .arg("openai-compatible")
+        .arg("local-model")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the pi client failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    // pi's own agent loop saw a streamed tool call, ran its tool, and streamed the
+    // answer, every model call through the proxy.
+    let updates = |kinds: &[&str]| {
+        kinds
+            .iter()
+            .map(|kind| format!("message_update:{kind}"))
+            .collect::<Vec<_>>()
+    };
+    let mut expected: Vec<String> = [
+        "agent_start",
+        "turn_start",
+        "message_start",
+        "message_end",
+        "message_start",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    expected.extend(updates(&[
+        "toolcall_start",
+        "toolcall_delta",
+        "toolcall_delta",
+        "toolcall_end",
+    ]));
+    expected.extend(
+        [
+            "message_end",
+            "tool_execution_start",
+            "tool_execution_end",
+            "message_start",
+            "message_end",
+            "turn_end",
+            "turn_start",
+            "message_start",
+        ]
+        .map(str::to_owned),
+    );
+    expected.extend(updates(&[
+        "text_start",
+        "text_delta",
+        "text_delta",
+        "text_end",
+    ]));
+    expected.extend(["message_end", "turn_end", "agent_end"].map(str::to_owned));
+    assert_eq!(run["events"], json!(expected));
+
+    let messages = run["messages"].as_array().unwrap();
+    let summary: Vec<Value> = messages
+        .iter()
+        .map(|message| {
+            json!([
+                message["role"],
+                message["content"],
+                message.get("stopReason")
+            ])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!(["user", [{"type": "text", "text": "What time is it in UTC?"}], null]),
+            json!(["assistant", [{"type": "toolCall", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}], "toolUse"]),
+            json!(["toolResult", [{"type": "text", "text": "noon in UTC"}], null]),
+            json!(["assistant", [{"type": "text", "text": "It is noon in UTC."}], "stop"]),
+        ]
+    );
+
+    // The request boundary: the second call carries pi's tool round, in OpenAI's
+    // form, to the server's model.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].body["messages"],
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What time is it in UTC?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "clock", "arguments": "{\"zone\":\"UTC\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "noon in UTC"}
+        ])
     );
     serving.stop().await;
 }

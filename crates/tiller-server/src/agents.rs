@@ -13,14 +13,13 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::agent_file::AgentFile;
 use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentState, AgentStatus, ContextIds};
 
 use crate::Shared;
-use crate::error::Problem;
+use crate::error::{Problem, decode};
 use crate::events::{Replay, stream};
 use crate::tenants::{Caller, caller};
 
@@ -102,31 +101,9 @@ impl StateView {
     }
 }
 
-/// A JSON body decoded with the path of the field at fault in its error.
-fn decode<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
-    let body =
-        body.map_err(|rejection| Problem::new(rejection.status(), "body", rejection.body_text()))?;
-    let mut json = serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(&mut json).map_err(|error| {
-        let message = error.inner().to_string();
-        let path = error.path().to_string();
-        // A missing field is reported at its parent.
-        let missing = message
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next());
-        let field = match (path.as_str(), missing) {
-            (".", Some(name)) => Some(name.to_owned()),
-            (".", None) => None,
-            (parent, Some(name)) => Some(format!("{parent}.{name}")),
-            (path, None) => Some(path.to_owned()),
-        };
-        Problem::invalid(field, format!("invalid request body: {message}"))
-    })
-}
-
 impl Shared {
     /// Who sent `headers`.
-    fn caller(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
+    pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
         caller(
             &self.config.tokens,
             self.config.trust_context_headers,

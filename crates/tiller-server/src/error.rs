@@ -3,9 +3,12 @@
 //! fault. The kinds follow the library's errors: `busy` is 409, an unknown agent
 //! 404, bad input 422.
 
+use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tiller::{AgentError, DefinitionsError, SpawnError};
 
 /// A request that could not be carried out.
@@ -115,4 +118,28 @@ impl From<DefinitionsError> for Problem {
         };
         Problem::invalid(field, error.to_string())
     }
+}
+
+/// A JSON body decoded with the path of the field at fault in its error.
+pub(crate) fn decode<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Problem> {
+    let body =
+        body.map_err(|rejection| Problem::new(rejection.status(), "body", rejection.body_text()))?;
+    let mut json = serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(&mut json).map_err(|error| {
+        let message = error.inner().to_string();
+        let path = error.path().to_string();
+        // A missing field is reported at its parent.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => Some(name.to_owned()),
+            (".", None) => None,
+            (parent, Some(name)) => Some(format!("{parent}.{name}")),
+            (path, None) => Some(path.to_owned()),
+        };
+        Problem::invalid(field, format!("invalid request body: {message}"))
+    })
 }

@@ -6,7 +6,9 @@
 //! agent's events as server-sent events that a client can resume with
 //! `Last-Event-ID`. Errors are `application/problem+json`. With bearer tokens
 //! configured ([`Tokens`]), each agent belongs to the tenant that created it and no
-//! other tenant sees it. `tiller serve` runs it.
+//! other tenant sees it. `POST /api/stream` is pi's proxy endpoint: pi-agent-core's
+//! `streamProxy` makes its model calls through it, with the server's keys. `tiller
+//! serve` runs it.
 //!
 //! | method and path | does | answers |
 //! |---|---|---|
@@ -22,6 +24,7 @@
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
 //! | `DELETE /agents/{id}` | stops the agent | 204 |
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
+//! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //!
 //! ```no_run
 //! use tiller::{Definitions, Supervisor};
@@ -39,6 +42,7 @@
 mod agents;
 mod error;
 mod events;
+mod proxy;
 mod tenants;
 
 use std::future::Future;
@@ -57,6 +61,7 @@ pub use error::Problem;
 pub use tenants::{Owner, Tokens};
 
 use events::Replay;
+use proxy::ProxyModels;
 
 /// The dashboard: plain HTML, CSS and a little JavaScript, no build step.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -102,6 +107,8 @@ pub(crate) struct Shared {
     replays: DashMap<AgentId, Arc<Replay>>,
     /// The tenant of each agent created through the API (`None` on an open server).
     owners: DashMap<AgentId, Option<String>>,
+    /// The models `POST /api/stream` calls.
+    proxy_models: ProxyModels,
     /// Cancelled when the server shuts down: event streams end.
     closing: CancellationToken,
 }
@@ -116,11 +123,13 @@ pub struct Server {
 impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
+        let proxy_models = ProxyModels::of(&definitions);
         Server {
             shared: Arc::new(Shared {
                 supervisor,
                 definitions,
                 config,
+                proxy_models,
                 replays: DashMap::new(),
                 owners: DashMap::new(),
                 closing: CancellationToken::new(),
@@ -147,6 +156,7 @@ impl Server {
             .route("/agents/{id}/abort", post(agents::abort))
             .route("/agents/{id}/reset", post(agents::reset))
             .route("/agents/{id}/events", get(agents::events))
+            .route("/api/stream", post(proxy::stream))
             .layer(DefaultBodyLimit::max(self.shared.config.max_body_bytes))
             .with_state(self.shared.clone())
     }

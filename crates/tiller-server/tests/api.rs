@@ -12,6 +12,7 @@ use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{Definitions, Supervisor};
 use tiller_server::{Owner, Server, ServerConfig, Tokens};
+use tiller_test_support::{MockResponse, MockServer, sse};
 
 const HELPER: &str = "
 type: object
@@ -29,7 +30,11 @@ struct Running {
 
 impl Running {
     async fn start(faux: &FauxProvider, config: ServerConfig) -> Self {
-        let mut definitions = Definitions::new().with_default_model(faux.model());
+        Running::serve(Definitions::new().with_default_model(faux.model()), config).await
+    }
+
+    /// Serves `definitions`, with `helper` added.
+    async fn serve(mut definitions: Definitions, config: ServerConfig) -> Self {
         definitions
             .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
             .unwrap();
@@ -62,6 +67,20 @@ impl Running {
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+
+    /// POSTs `body` with `headers`, returning the status and the raw body.
+    async fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> (u16, String) {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -640,4 +659,166 @@ async fn context_headers_count_only_when_the_server_trusts_them() {
         assert_eq!(state["context"], expected, "trusted: {trust}");
         server.stop().await;
     }
+}
+
+/// A request body as pi-agent-core's `streamProxy` sends it: the whole model
+/// (pointing elsewhere, which the server ignores), a context after one tool
+/// round, and options.
+fn pi_request(provider: &str, id: &str) -> Value {
+    json!({
+        "model": {"id": id, "name": id, "api": "openai-completions", "provider": provider,
+                  "baseUrl": "https://elsewhere.invalid/v1", "reasoning": false, "input": ["text"],
+                  "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                  "contextWindow": 8192, "maxTokens": 1024, "headers": {"x-steal": "keys"}},
+        "context": {
+            "systemPrompt": "Be brief.",
+            "messages": [
+                {"role": "user", "content": "What time is it?", "timestamp": 1},
+                {"role": "assistant", "api": "openai-completions", "provider": provider, "model": id,
+                 "content": [{"type": "toolCall", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}],
+                 "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+                           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+                 "stopReason": "toolUse", "timestamp": 2},
+                {"role": "toolResult", "toolCallId": "call_1", "toolName": "clock",
+                 "content": [{"type": "text", "text": "noon"}], "isError": false, "timestamp": 3}
+            ],
+            "tools": [{"name": "clock", "description": "Tells the time",
+                       "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}]
+        },
+        "options": {"temperature": 0.25, "maxTokens": 64, "sessionId": "s-1", "transport": "sse"}
+    })
+}
+
+/// The `data:` of each server-sent event of `body`, as JSON.
+fn sse_data(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn pi_proxy_calls_the_servers_model_and_streams_pis_events() {
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_text(&["It is ", "noon."])));
+    let model = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
+    let provider = model.provider.clone();
+    let server = Running::serve(
+        Definitions::new().with_default_model(model),
+        ServerConfig::default(),
+    )
+    .await;
+
+    let (status, body) = server
+        .post_raw("/api/stream", &[], &pi_request(&provider, "local-model"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let usage = json!({"input": 10, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
+                       "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0, "total": 0.0}});
+    assert_eq!(
+        sse_data(&body),
+        [
+            json!({"type": "start"}),
+            json!({"type": "text_start", "contentIndex": 0}),
+            json!({"type": "text_delta", "contentIndex": 0, "delta": "It is "}),
+            json!({"type": "text_delta", "contentIndex": 0, "delta": "noon."}),
+            json!({"type": "text_end", "contentIndex": 0}),
+            json!({"type": "done", "reason": "stop", "usage": usage}),
+        ]
+    );
+
+    // The request boundary: the server's model and address, the client's
+    // conversation and options, none of the client's headers.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(requests[0].header("x-steal"), None);
+    let body = &requests[0].body;
+    assert_eq!(
+        (
+            &body["model"],
+            &body["temperature"],
+            &body["max_tokens"],
+            &body["messages"]
+        ),
+        (
+            &json!("local-model"),
+            &json!(0.25),
+            &json!(64),
+            &json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What time is it?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "clock", "arguments": "{\"zone\":\"UTC\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "noon"}
+            ])
+        )
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn pi_proxy_refuses_unknown_models_bad_bodies_and_unknown_tokens() {
+    let faux = FauxProvider::new();
+    let tokens = Tokens::new().with(
+        "secret-a",
+        Owner {
+            tenant: "acme".to_owned(),
+            user: None,
+        },
+    );
+    let server = Running::start(
+        &faux,
+        ServerConfig {
+            tokens,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let model = faux.model();
+    let bearer = [("authorization", "Bearer secret-a")];
+
+    let (status, body) = server
+        .post_raw("/api/stream", &[], &pi_request(&model.provider, &model.id))
+        .await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            status,
+            &problem["type"],
+            problem["error"] == problem["detail"]
+        ),
+        (401, &json!("urn:tiller:problem:unauthorized"), true),
+        "{problem}"
+    );
+
+    let (status, body) = server
+        .post_raw("/api/stream", &bearer, &pi_request("openai", "gpt-4o"))
+        .await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, &problem["field"], &problem["error"]),
+        (
+            422,
+            &json!("model"),
+            &json!(format!(
+                "this server does not serve the model openai/gpt-4o; it serves {}/{}",
+                model.provider, model.id
+            ))
+        ),
+        "{problem}"
+    );
+
+    let mut bad = pi_request(&model.provider, &model.id);
+    bad["context"]["messages"][0]["role"] = json!("robot");
+    let (status, body) = server.post_raw("/api/stream", &bearer, &bad).await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, &problem["field"]),
+        (422, &json!("context.messages[0].role")),
+        "{problem}"
+    );
+    assert_eq!(faux.remaining(), 0);
+    server.stop().await;
 }

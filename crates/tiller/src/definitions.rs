@@ -136,6 +136,16 @@ impl Definitions {
         self
     }
 
+    /// The model agents whose file names none get.
+    pub fn default_model(&self) -> Option<&Model> {
+        self.default_model.as_ref()
+    }
+
+    /// The named LLM configurations the files may use.
+    pub fn llms(&self) -> &LlmConfigs {
+        &self.llms
+    }
+
     /// Adds a definition; the same name and version twice is an error.
     pub fn insert(&mut self, file: AgentFile) -> Result<(), DefinitionsError> {
         let versions = self.by_name.entry(file.name.clone()).or_default();

@@ -209,6 +209,13 @@ impl LlmConfigs {
         }
     }
 
+    /// Every configuration with its name, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &LlmConfig)> {
+        self.by_name
+            .iter()
+            .map(|(name, config)| (name.as_str(), config))
+    }
+
     /// The configuration named `name`.
     pub fn get(&self, name: &str) -> Result<&LlmConfig, LlmError> {
         self.by_name.get(name).ok_or_else(|| LlmError::Unknown {

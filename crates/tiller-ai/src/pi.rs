@@ -1,0 +1,730 @@
+//! pi's JSON for model calls through a proxy: the body of `POST /api/stream` that
+//! pi-agent-core's `streamProxy` sends (pi-ai's model, context and options, all
+//! camelCase) and the events it reads back (pi's assistant events without their
+//! `partial` message, which the client rebuilds).
+//!
+//! Tiller's own wire types are snake_case and richer; these are the forms pi
+//! speaks, with conversions to and from them, so that a Tiller server can answer
+//! pi's clients. Fields pi sends that a proxy has no use for (the model's prices,
+//! the client's transport preferences) are accepted and ignored.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::{Context, Tool};
+use crate::event::AssistantEvent;
+use crate::message::{
+    AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason, TextContent,
+    ThinkingContent, ToolCall, ToolResultMessage, UserMessage,
+};
+use crate::model::Api;
+use crate::options::ThinkingLevel;
+use crate::usage::{Cost, Usage};
+
+/// The body of `POST /api/stream`: which model, what conversation, which options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxyRequest {
+    /// The model the client wants.
+    pub model: ProxyModel,
+    /// The conversation and tools.
+    pub context: PiContext,
+    /// Sampling and session options.
+    #[serde(default)]
+    pub options: ProxyOptions,
+}
+
+/// The model a proxy request names. pi sends its whole model description; a proxy
+/// goes by `provider` and `id` and decides itself where the call goes and with
+/// which key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyModel {
+    /// The model id, such as `gpt-4o-mini`.
+    pub id: String,
+    /// The provider, such as `openai`.
+    pub provider: String,
+    /// pi's name of the wire API, such as `openai-completions`.
+    #[serde(default)]
+    pub api: String,
+}
+
+/// The options a proxy request carries that a proxy applies.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyOptions {
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// The most tokens the answer may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// How hard a reasoning model should think (`minimal` to `xhigh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ThinkingLevel>,
+    /// The conversation's id, for providers' prompt caching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// pi's context: system prompt, messages, tools.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PiContext {
+    /// Instructions ahead of the conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The conversation.
+    #[serde(default)]
+    pub messages: Vec<PiMessage>,
+    /// The tools the model may call (the same fields as Tiller's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+}
+
+/// One of pi's messages, tagged by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum PiMessage {
+    /// What the user said.
+    User(PiUserMessage),
+    /// What the model answered.
+    Assistant(PiAssistantMessage),
+    /// The answer to one tool call.
+    ToolResult(PiToolResultMessage),
+}
+
+/// pi's user message: a string or blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PiUserMessage {
+    /// The text, or text and image blocks.
+    pub content: PiUserContent,
+    /// Milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub timestamp: u64,
+}
+
+/// A user message's content: pi allows a plain string.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PiUserContent {
+    /// Plain text.
+    Text(String),
+    /// Text and image blocks.
+    Blocks(Vec<PiContent>),
+}
+
+/// A block of user or tool-result content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum PiContent {
+    /// Text.
+    #[serde(rename_all = "camelCase")]
+    Text {
+        /// The text.
+        text: String,
+        /// The provider's signature, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text_signature: Option<String>,
+    },
+    /// A base64-encoded image.
+    #[serde(rename_all = "camelCase")]
+    Image {
+        /// The bytes, base64-encoded.
+        data: String,
+        /// Such as `image/png`.
+        mime_type: String,
+    },
+}
+
+/// pi's assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PiAssistantMessage {
+    /// The blocks.
+    pub content: Vec<PiAssistantContent>,
+    /// pi's name of the API that answered.
+    #[serde(default)]
+    pub api: String,
+    /// The provider that answered.
+    #[serde(default)]
+    pub provider: String,
+    /// The model that answered.
+    #[serde(default)]
+    pub model: String,
+    /// Tokens and cost.
+    #[serde(default)]
+    pub usage: PiUsage,
+    /// Why it ended.
+    pub stop_reason: PiStopReason,
+    /// What went wrong, for `error` and `aborted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub timestamp: u64,
+}
+
+/// A block of pi's assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum PiAssistantContent {
+    /// Text.
+    #[serde(rename_all = "camelCase")]
+    Text {
+        /// The text.
+        text: String,
+        /// The provider's signature, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text_signature: Option<String>,
+    },
+    /// Reasoning.
+    #[serde(rename_all = "camelCase")]
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The provider's signature over it, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thinking_signature: Option<String>,
+        /// Whether the provider redacted it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
+    },
+    /// A tool call.
+    ToolCall {
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments.
+        #[serde(default)]
+        arguments: Value,
+    },
+}
+
+/// pi's tool result message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PiToolResultMessage {
+    /// The call it answers.
+    pub tool_call_id: String,
+    /// The tool that ran.
+    pub tool_name: String,
+    /// What the model sees.
+    pub content: Vec<PiContent>,
+    /// Details for the application, never sent to a model.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+    /// Whether the tool failed.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub timestamp: u64,
+}
+
+/// pi's stop reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PiStopReason {
+    /// The answer is complete.
+    Stop,
+    /// The token limit cut it off.
+    Length,
+    /// Tools are to run.
+    ToolUse,
+    /// It failed.
+    Error,
+    /// It was aborted.
+    Aborted,
+}
+
+/// pi's token counts and cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PiUsage {
+    /// Uncached prompt tokens.
+    pub input: u64,
+    /// Generated tokens.
+    pub output: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: u64,
+    /// All of them.
+    pub total_tokens: u64,
+    /// What they cost.
+    pub cost: PiCost,
+}
+
+/// pi's cost per token class, in US dollars.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PiCost {
+    /// Uncached prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Cache reads.
+    pub cache_read: f64,
+    /// Cache writes.
+    pub cache_write: f64,
+    /// The sum.
+    pub total: f64,
+}
+
+/// One event of a proxied answer, as pi's `streamProxy` reads it: a server-sent
+/// event's `data`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ProxyEvent {
+    /// The answer began.
+    Start,
+    /// A text block opened.
+    #[serde(rename_all = "camelCase")]
+    TextStart {
+        /// The block's index.
+        content_index: usize,
+    },
+    /// Text arrived.
+    #[serde(rename_all = "camelCase")]
+    TextDelta {
+        /// The block's index.
+        content_index: usize,
+        /// The new text.
+        delta: String,
+    },
+    /// A text block closed.
+    #[serde(rename_all = "camelCase")]
+    TextEnd {
+        /// The block's index.
+        content_index: usize,
+        /// The provider's signature, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_signature: Option<String>,
+    },
+    /// A thinking block opened.
+    #[serde(rename_all = "camelCase")]
+    ThinkingStart {
+        /// The block's index.
+        content_index: usize,
+    },
+    /// Reasoning arrived.
+    #[serde(rename_all = "camelCase")]
+    ThinkingDelta {
+        /// The block's index.
+        content_index: usize,
+        /// The new reasoning.
+        delta: String,
+    },
+    /// A thinking block closed.
+    #[serde(rename_all = "camelCase")]
+    ThinkingEnd {
+        /// The block's index.
+        content_index: usize,
+        /// The provider's signature, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_signature: Option<String>,
+    },
+    /// A tool call opened.
+    #[serde(rename_all = "camelCase")]
+    ToolcallStart {
+        /// The block's index.
+        content_index: usize,
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        tool_name: String,
+    },
+    /// A piece of the call's JSON arguments.
+    #[serde(rename_all = "camelCase")]
+    ToolcallDelta {
+        /// The block's index.
+        content_index: usize,
+        /// The piece.
+        delta: String,
+    },
+    /// A tool call closed.
+    #[serde(rename_all = "camelCase")]
+    ToolcallEnd {
+        /// The block's index.
+        content_index: usize,
+    },
+    /// The answer ended: `stop`, `length` or `toolUse`.
+    Done {
+        /// Why.
+        reason: PiStopReason,
+        /// Tokens and cost.
+        usage: PiUsage,
+    },
+    /// The answer failed (`error`) or was aborted.
+    #[serde(rename_all = "camelCase")]
+    Error {
+        /// `error` or `aborted`.
+        reason: PiStopReason,
+        /// What went wrong.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_message: Option<String>,
+        /// Tokens and cost so far.
+        usage: PiUsage,
+    },
+}
+
+impl From<&AssistantEvent> for ProxyEvent {
+    fn from(event: &AssistantEvent) -> Self {
+        match event {
+            AssistantEvent::Start { .. } => ProxyEvent::Start,
+            AssistantEvent::TextStart { content_index } => ProxyEvent::TextStart {
+                content_index: *content_index,
+            },
+            AssistantEvent::TextDelta {
+                content_index,
+                delta,
+            } => ProxyEvent::TextDelta {
+                content_index: *content_index,
+                delta: delta.clone(),
+            },
+            AssistantEvent::TextEnd {
+                content_index,
+                signature,
+            } => ProxyEvent::TextEnd {
+                content_index: *content_index,
+                content_signature: signature.clone(),
+            },
+            AssistantEvent::ThinkingStart { content_index, .. } => ProxyEvent::ThinkingStart {
+                content_index: *content_index,
+            },
+            AssistantEvent::ThinkingDelta {
+                content_index,
+                delta,
+            } => ProxyEvent::ThinkingDelta {
+                content_index: *content_index,
+                delta: delta.clone(),
+            },
+            AssistantEvent::ThinkingEnd {
+                content_index,
+                signature,
+            } => ProxyEvent::ThinkingEnd {
+                content_index: *content_index,
+                content_signature: signature.clone(),
+            },
+            AssistantEvent::ToolCallStart {
+                content_index,
+                id,
+                name,
+            } => ProxyEvent::ToolcallStart {
+                content_index: *content_index,
+                id: id.clone(),
+                tool_name: name.clone(),
+            },
+            AssistantEvent::ToolCallDelta {
+                content_index,
+                delta,
+            } => ProxyEvent::ToolcallDelta {
+                content_index: *content_index,
+                delta: delta.clone(),
+            },
+            AssistantEvent::ToolCallEnd { content_index, .. } => ProxyEvent::ToolcallEnd {
+                content_index: *content_index,
+            },
+            AssistantEvent::Done { reason, message } => ProxyEvent::Done {
+                reason: (*reason).into(),
+                usage: message.usage.into(),
+            },
+            AssistantEvent::Error {
+                reason,
+                error,
+                message,
+            } => ProxyEvent::Error {
+                reason: (*reason).into(),
+                error_message: Some(
+                    message
+                        .error_message
+                        .clone()
+                        .unwrap_or_else(|| error.to_string()),
+                ),
+                usage: message.usage.into(),
+            },
+        }
+    }
+}
+
+impl PiContext {
+    /// The context in Tiller's types. An assistant message from an API Tiller does
+    /// not speak is taken as `api`'s (the one the call goes to).
+    pub fn into_context(self, api: Api) -> Context {
+        Context {
+            system_prompt: self.system_prompt,
+            messages: self
+                .messages
+                .into_iter()
+                .map(|message| message.into_message(api))
+                .collect(),
+            tools: self.tools,
+        }
+    }
+}
+
+impl PiMessage {
+    /// The message in Tiller's types (see [`PiContext::into_context`]).
+    pub fn into_message(self, api: Api) -> Message {
+        match self {
+            PiMessage::User(user) => Message::User(UserMessage {
+                content: match user.content {
+                    PiUserContent::Text(text) => vec![Content::text(text)],
+                    PiUserContent::Blocks(blocks) => {
+                        blocks.into_iter().map(Content::from).collect()
+                    }
+                },
+                timestamp: user.timestamp,
+            }),
+            PiMessage::Assistant(assistant) => Message::from(AssistantMessage {
+                content: assistant
+                    .content
+                    .into_iter()
+                    .map(AssistantContent::from)
+                    .collect(),
+                api: Api::named(&assistant.api).unwrap_or(api),
+                provider: assistant.provider,
+                model: assistant.model,
+                usage: assistant.usage.into(),
+                stop_reason: assistant.stop_reason.into(),
+                error_message: assistant.error_message,
+                timestamp: assistant.timestamp,
+            }),
+            PiMessage::ToolResult(result) => Message::from(ToolResultMessage {
+                tool_call_id: result.tool_call_id,
+                tool_name: result.tool_name,
+                content: result.content.into_iter().map(Content::from).collect(),
+                details: result.details,
+                is_error: result.is_error,
+                timestamp: result.timestamp,
+            }),
+        }
+    }
+}
+
+impl From<PiContent> for Content {
+    fn from(content: PiContent) -> Self {
+        match content {
+            PiContent::Text {
+                text,
+                text_signature,
+            } => Content::Text(TextContent {
+                text,
+                signature: text_signature,
+            }),
+            PiContent::Image { data, mime_type } => {
+                Content::Image(ImageContent { data, mime_type })
+            }
+        }
+    }
+}
+
+impl From<PiAssistantContent> for AssistantContent {
+    fn from(content: PiAssistantContent) -> Self {
+        match content {
+            PiAssistantContent::Text {
+                text,
+                text_signature,
+            } => AssistantContent::Text(TextContent {
+                text,
+                signature: text_signature,
+            }),
+            PiAssistantContent::Thinking {
+                thinking,
+                thinking_signature,
+                redacted,
+            } => AssistantContent::Thinking(ThinkingContent {
+                thinking,
+                signature: thinking_signature,
+                redacted,
+            }),
+            PiAssistantContent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => AssistantContent::ToolCall(Box::new(ToolCall {
+                id,
+                name,
+                arguments,
+                arguments_error: None,
+            })),
+        }
+    }
+}
+
+impl From<StopReason> for PiStopReason {
+    fn from(reason: StopReason) -> Self {
+        match reason {
+            StopReason::Stop => PiStopReason::Stop,
+            StopReason::Length => PiStopReason::Length,
+            StopReason::ToolUse => PiStopReason::ToolUse,
+            StopReason::Error => PiStopReason::Error,
+            StopReason::Aborted => PiStopReason::Aborted,
+        }
+    }
+}
+
+impl From<PiStopReason> for StopReason {
+    fn from(reason: PiStopReason) -> Self {
+        match reason {
+            PiStopReason::Stop => StopReason::Stop,
+            PiStopReason::Length => StopReason::Length,
+            PiStopReason::ToolUse => StopReason::ToolUse,
+            PiStopReason::Error => StopReason::Error,
+            PiStopReason::Aborted => StopReason::Aborted,
+        }
+    }
+}
+
+impl From<Usage> for PiUsage {
+    fn from(usage: Usage) -> Self {
+        PiUsage {
+            input: usage.input,
+            output: usage.output,
+            cache_read: usage.cache_read,
+            cache_write: usage.cache_write,
+            total_tokens: usage.total_tokens,
+            cost: PiCost {
+                input: usage.cost.input,
+                output: usage.cost.output,
+                cache_read: usage.cost.cache_read,
+                cache_write: usage.cost.cache_write,
+                total: usage.cost.total,
+            },
+        }
+    }
+}
+
+impl From<PiUsage> for Usage {
+    fn from(usage: PiUsage) -> Self {
+        Usage {
+            input: usage.input,
+            output: usage.output,
+            cache_read: usage.cache_read,
+            cache_write: usage.cache_write,
+            reasoning: 0,
+            total_tokens: usage.total_tokens,
+            cost: Cost {
+                input: usage.cost.input,
+                output: usage.cost.output,
+                cache_read: usage.cost.cache_read,
+                cache_write: usage.cost.cache_write,
+                total: usage.cost.total,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A request as pi-agent-core 0.73's `streamProxy` sends it, after a tool round.
+    #[test]
+    fn a_request_from_pi_becomes_tillers_context() {
+        let request: ProxyRequest = serde_json::from_value(json!({
+            "model": {"id": "m", "name": "M", "api": "openai-completions", "provider": "openai",
+                      "baseUrl": "https://example.invalid/v1", "reasoning": false, "input": ["text"],
+                      "cost": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0},
+                      "contextWindow": 8192, "maxTokens": 1024},
+            "context": {
+                "systemPrompt": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": "What time is it?", "timestamp": 1},
+                    {"role": "assistant", "api": "openai-responses", "provider": "openai", "model": "m",
+                     "content": [{"type": "thinking", "thinking": "hm", "thinkingSignature": "sig"},
+                                 {"type": "toolCall", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}],
+                     "usage": {"input": 3, "output": 4, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 7,
+                               "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+                     "stopReason": "toolUse", "timestamp": 2},
+                    {"role": "toolResult", "toolCallId": "call_1", "toolName": "clock",
+                     "content": [{"type": "text", "text": "noon"}], "isError": false, "timestamp": 3},
+                    {"role": "user", "content": [{"type": "text", "text": "Thanks"},
+                                                 {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+                     "timestamp": 4}
+                ],
+                "tools": [{"name": "clock", "description": "Tells the time", "parameters": {"type": "object"}}]
+            },
+            "options": {"temperature": 0.5, "maxTokens": 100, "reasoning": "low", "sessionId": "s1",
+                        "transport": "sse", "headers": {"x": "y"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            (&request.model.provider, &request.model.id),
+            (&"openai".to_owned(), &"m".to_owned())
+        );
+        assert_eq!(
+            request.options,
+            ProxyOptions {
+                temperature: Some(0.5),
+                max_tokens: Some(100),
+                reasoning: Some(ThinkingLevel::Low),
+                session_id: Some("s1".to_owned()),
+            }
+        );
+        let context = request.context.into_context(Api::OpenAiCompletions);
+        assert_eq!(
+            serde_json::to_value(&context).unwrap(),
+            json!({
+                "system_prompt": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "What time is it?"}], "timestamp": 1},
+                    {"role": "assistant", "api": "openai-completions", "provider": "openai", "model": "m",
+                     "content": [{"type": "thinking", "thinking": "hm", "signature": "sig"},
+                                 {"type": "tool_call", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}],
+                     "usage": {"input": 3, "output": 4, "cache_read": 0, "cache_write": 0, "reasoning": 0,
+                               "total_tokens": 7,
+                               "cost": {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0, "total": 0.0}},
+                     "stop_reason": "tool_use", "timestamp": 2},
+                    {"role": "tool_result", "tool_call_id": "call_1", "tool_name": "clock",
+                     "content": [{"type": "text", "text": "noon"}], "is_error": false, "timestamp": 3},
+                    {"role": "user", "content": [{"type": "text", "text": "Thanks"},
+                                                 {"type": "image", "data": "AAAA", "mime_type": "image/png"}],
+                     "timestamp": 4}
+                ],
+                "tools": [{"name": "clock", "description": "Tells the time", "parameters": {"type": "object"}}]
+            })
+        );
+    }
+
+    #[test]
+    fn proxy_events_are_written_as_pi_reads_them() {
+        let events = [
+            ProxyEvent::Start,
+            ProxyEvent::ToolcallStart {
+                content_index: 1,
+                id: "c".to_owned(),
+                tool_name: "t".to_owned(),
+            },
+            ProxyEvent::TextEnd {
+                content_index: 0,
+                content_signature: None,
+            },
+            ProxyEvent::Done {
+                reason: PiStopReason::ToolUse,
+                usage: PiUsage::default(),
+            },
+            ProxyEvent::Error {
+                reason: PiStopReason::Aborted,
+                error_message: Some("stop".to_owned()),
+                usage: PiUsage::default(),
+            },
+        ];
+        let usage = json!({"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0,
+                           "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0, "total": 0.0}});
+        assert_eq!(
+            serde_json::to_value(events).unwrap(),
+            json!([
+                {"type": "start"},
+                {"type": "toolcall_start", "contentIndex": 1, "id": "c", "toolName": "t"},
+                {"type": "text_end", "contentIndex": 0},
+                {"type": "done", "reason": "toolUse", "usage": usage},
+                {"type": "error", "reason": "aborted", "errorMessage": "stop", "usage": usage}
+            ])
+        );
+    }
+}

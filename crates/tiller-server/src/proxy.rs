@@ -1,0 +1,143 @@
+//! `POST /api/stream`: pi's proxy endpoint. pi-agent-core's `streamProxy` sends a
+//! model, a context and options ([`tiller::tiller_ai::pi::ProxyRequest`]); the
+//! server makes the model call with its own keys and streams the answer back as
+//! server-sent events in pi's proxy form ([`ProxyEvent`]), so that clients hold no
+//! provider keys.
+//!
+//! The server decides where a call goes: the request's `provider` and `id` pick
+//! one of the models it serves (the definitions' default model and each named LLM
+//! configuration's); the request's base URL, headers and prices are never used, so
+//! a client cannot send the server's keys elsewhere. A client that goes away ends
+//! the model call.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use tiller::tiller_ai::pi::{ProxyEvent, ProxyRequest};
+use tiller::{AgentSettings, Definitions, Model, StreamOptions};
+
+use crate::Shared;
+use crate::error::{Problem, decode};
+
+/// The models `/api/stream` calls, each with the request options it is called
+/// with (its configuration's temperature, token limit, thinking and key).
+#[derive(Debug, Default)]
+pub(crate) struct ProxyModels {
+    models: Vec<(Model, StreamOptions)>,
+}
+
+impl ProxyModels {
+    /// The default model of `definitions`, then each usable named configuration's
+    /// model; the first of a provider and id wins.
+    pub(crate) fn of(definitions: &Definitions) -> Self {
+        let mut models: Vec<(Model, StreamOptions)> = Vec::new();
+        let default = definitions
+            .default_model()
+            .map(|model| (model.clone(), StreamOptions::default()));
+        let configured = definitions.llms().iter().filter_map(|(_, config)| {
+            let settings = AgentSettings::default().with_llm(config).ok()?;
+            Some((settings.model?, settings.run.stream))
+        });
+        for (model, options) in default.into_iter().chain(configured) {
+            if !models
+                .iter()
+                .any(|(known, _)| known.provider == model.provider && known.id == model.id)
+            {
+                models.push((model, options));
+            }
+        }
+        ProxyModels { models }
+    }
+
+    /// The model `provider`/`id`, with its options.
+    fn find(&self, provider: &str, id: &str) -> Option<&(Model, StreamOptions)> {
+        self.models
+            .iter()
+            .find(|(model, _)| model.provider == provider && model.id == id)
+    }
+
+    /// `provider/id` of each, for error messages.
+    fn names(&self) -> String {
+        let names: Vec<String> = self
+            .models
+            .iter()
+            .map(|(model, _)| format!("{}/{}", model.provider, model.id))
+            .collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+/// `POST /api/stream`.
+pub(crate) async fn stream(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, PiProblem> {
+    shared.caller(&headers)?;
+    let request: ProxyRequest = decode(body)?;
+    let (model, served) = shared
+        .proxy_models
+        .find(&request.model.provider, &request.model.id)
+        .ok_or_else(|| {
+            Problem::invalid(
+                Some("model".to_owned()),
+                format!(
+                    "this server does not serve the model {}/{}; it serves {}",
+                    request.model.provider,
+                    request.model.id,
+                    shared.proxy_models.names()
+                ),
+            )
+        })?;
+    let options = request.options;
+    let mut call = served.clone();
+    call.temperature = options.temperature.or(call.temperature);
+    call.max_tokens = options.max_tokens.or(call.max_tokens);
+    call.thinking = options.reasoning.unwrap_or(call.thinking);
+    call.session_id = options.session_id.or(call.session_id);
+    let context = request.context.into_context(model.api);
+    let events = tiller::tiller_ai::stream(model, &context, &call)
+        .map(|event| Event::default().json_data(ProxyEvent::from(&event)))
+        .take_until(shared.closing.clone().cancelled_owned())
+        .filter_map(|event| async move { event.ok().map(Ok::<_, Infallible>) });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
+        .into_response())
+}
+
+/// A [`Problem`] that also carries its detail as `error`, where pi's proxy client
+/// reads the message of a failed request.
+pub(crate) struct PiProblem(Problem);
+
+impl From<Problem> for PiProblem {
+    fn from(problem: Problem) -> Self {
+        PiProblem(problem)
+    }
+}
+
+impl IntoResponse for PiProblem {
+    fn into_response(self) -> Response {
+        let problem = self.0;
+        let status =
+            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = serde_json::to_value(&problem).unwrap_or_default();
+        body["error"] = problem.detail.clone().into();
+        (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}
