@@ -346,8 +346,10 @@ pub(crate) async fn events(
         .entry(agent.id().clone())
         .or_insert_with(|| Replay::record(&agent, shared.config.replay_events))
         .clone();
+    let counted = shared.clone();
     let events = stream(agent.id().clone(), live, &replay, last_seen)
         .await
+        .inspect(move |_| counted.metrics.event_streamed())
         .take_until(shared.closing.clone().cancelled_owned());
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))

@@ -3,6 +3,7 @@
 //! fault. The kinds follow the library's errors: `busy` is 409, an unknown agent
 //! 404, bad input 422.
 
+use axum::Extension;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -10,6 +11,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tiller::{AgentError, DefinitionsError, SpawnError};
+
+use crate::metrics::ProblemKind;
 
 /// A request that could not be carried out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,6 +51,11 @@ impl Problem {
         }
     }
 
+    /// The kind without its `urn:tiller:problem:` prefix.
+    pub(crate) fn slug(&self) -> &str {
+        self.kind.rsplit(':').next().unwrap_or(&self.kind)
+    }
+
     /// No agent with this id.
     pub fn unknown_agent(id: &str) -> Self {
         Problem::new(
@@ -62,9 +70,11 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_default();
+        let kind = ProblemKind(self.slug().to_owned());
         (
             status,
             [(header::CONTENT_TYPE, "application/problem+json")],
+            Extension(kind),
             body,
         )
             .into_response()

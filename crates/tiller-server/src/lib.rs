@@ -14,6 +14,7 @@
 //! |---|---|---|
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
 //! | `GET /healthz` | liveness | 200 `ok` |
+//! | `GET /metrics` | Prometheus text: agents by status, responses by route and status, problems by kind, events streamed, proxied calls and their time to the first event | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` | 201 the agent |
 //! | `GET /agents` | every agent and its status | 200 |
@@ -42,6 +43,7 @@
 mod agents;
 mod error;
 mod events;
+mod metrics;
 mod proxy;
 mod tenants;
 
@@ -61,6 +63,7 @@ pub use error::Problem;
 pub use tenants::{Owner, Tokens};
 
 use events::Replay;
+use metrics::Metrics;
 use proxy::ProxyModels;
 
 /// The dashboard: plain HTML, CSS and a little JavaScript, no build step.
@@ -109,6 +112,8 @@ pub(crate) struct Shared {
     owners: DashMap<AgentId, Option<String>>,
     /// The models `POST /api/stream` calls.
     proxy_models: ProxyModels,
+    /// What `/metrics` reports.
+    metrics: Metrics,
     /// Cancelled when the server shuts down: event streams end.
     closing: CancellationToken,
 }
@@ -130,6 +135,7 @@ impl Server {
                 definitions,
                 config,
                 proxy_models,
+                metrics: Metrics::default(),
                 replays: DashMap::new(),
                 owners: DashMap::new(),
                 closing: CancellationToken::new(),
@@ -157,6 +163,11 @@ impl Server {
             .route("/agents/{id}/reset", post(agents::reset))
             .route("/agents/{id}/events", get(agents::events))
             .route("/api/stream", post(proxy::stream))
+            .route("/metrics", get(metrics::render))
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                metrics::count,
+            ))
             .layer(DefaultBodyLimit::max(self.shared.config.max_body_bytes))
             .with_state(self.shared.clone())
     }

@@ -12,7 +12,9 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
@@ -25,6 +27,7 @@ use tiller::{AgentSettings, Definitions, Model, StreamOptions};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::metrics::ProblemKind;
 
 /// The models `/api/stream` calls, each with the request options it is called
 /// with (its configuration's temperature, token limit, thinking and key).
@@ -107,8 +110,17 @@ pub(crate) async fn stream(
     call.thinking = options.reasoning.unwrap_or(call.thinking);
     call.session_id = options.session_id.or(call.session_id);
     let context = request.context.into_context(model.api);
+    shared.metrics.proxy_call();
+    let started = Instant::now();
+    let counted = shared.clone();
     let events = tiller::tiller_ai::stream(model, &context, &call)
-        .map(|event| Event::default().json_data(ProxyEvent::from(&event)))
+        .enumerate()
+        .map(move |(index, event)| {
+            if index == 0 {
+                counted.metrics.proxy_first_event(started.elapsed());
+            }
+            Event::default().json_data(ProxyEvent::from(&event))
+        })
         .take_until(shared.closing.clone().cancelled_owned())
         .filter_map(|event| async move { event.ok().map(Ok::<_, Infallible>) });
     Ok(Sse::new(events)
@@ -136,6 +148,7 @@ impl IntoResponse for PiProblem {
         (
             status,
             [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+            Extension(ProblemKind(problem.slug().to_owned())),
             body.to_string(),
         )
             .into_response()

@@ -755,6 +755,15 @@ async fn pi_proxy_calls_the_servers_model_and_streams_pis_events() {
             ])
         )
     );
+    let (_, metrics) = server.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap();
+    for line in [
+        "tiller_proxy_calls_total 1",
+        "tiller_proxy_first_event_seconds_count 1",
+        "tiller_http_responses_total{route=\"/api/stream\",status=\"200\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
     server.stop().await;
 }
 
@@ -820,5 +829,68 @@ async fn pi_proxy_refuses_unknown_models_bad_bodies_and_unknown_tokens() {
         "{problem}"
     );
     assert_eq!(faux.remaining(), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_agents_responses_problems_and_streamed_events() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello there."));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let id = server.create_helper().await;
+    let mut events = server.events(&id, None).await;
+    let (status, _) = server
+        .post(
+            &format!("/agents/{id}/prompt?wait=true"),
+            json!({"text": "Hi"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let streamed = events.until_end().await.len();
+    let (status, _) = server.get("/agents/nobody").await;
+    assert_eq!(status, 404);
+
+    let response = server
+        .http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; version=0.0.4"
+    );
+    let text = response.text().await.unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "# HELP tiller_agents Agents by status.
+# TYPE tiller_agents gauge
+tiller_agents{{status=\"idle\"}} 1
+tiller_agents{{status=\"running\"}} 0
+tiller_agents{{status=\"hibernated\"}} 0
+tiller_agents{{status=\"stopped\"}} 0
+# HELP tiller_http_responses_total HTTP responses by route and status.
+# TYPE tiller_http_responses_total counter
+tiller_http_responses_total{{route=\"/agents\",status=\"201\"}} 1
+tiller_http_responses_total{{route=\"/agents/{{id}}\",status=\"404\"}} 1
+tiller_http_responses_total{{route=\"/agents/{{id}}/events\",status=\"200\"}} 1
+tiller_http_responses_total{{route=\"/agents/{{id}}/prompt\",status=\"200\"}} 1
+# HELP tiller_problems_total Problem responses by kind.
+# TYPE tiller_problems_total counter
+tiller_problems_total{{kind=\"unknown-agent\"}} 1
+# HELP tiller_events_streamed_total Events written to event-stream clients.
+# TYPE tiller_events_streamed_total counter
+tiller_events_streamed_total {streamed}
+# HELP tiller_proxy_calls_total Model calls through /api/stream.
+# TYPE tiller_proxy_calls_total counter
+tiller_proxy_calls_total 0
+# HELP tiller_proxy_first_event_seconds Time from a proxied call to the model's first event.
+# TYPE tiller_proxy_first_event_seconds summary
+tiller_proxy_first_event_seconds_sum 0
+tiller_proxy_first_event_seconds_count 0
+"
+        )
+    );
     server.stop().await;
 }
