@@ -79,6 +79,72 @@ impl PacedServer {
     }
 }
 
+/// The events of a recorded OpenAI reply (115 SSE events), each with its blank
+/// line: what the benches' paced servers stream.
+pub fn recorded_reply() -> Vec<String> {
+    let cassette = crate::Cassette::load(
+        "openai",
+        "refusal_matrix__chat_control_non_refusing_stream_is_unchanged",
+    );
+    let body = &cassette.exchanges[0].response.body;
+    body.split_inclusive("\n\n").map(str::to_owned).collect()
+}
+
+/// Set in the environment of a bench binary started again to be the server.
+const SERVE_VAR: &str = "TILLER_BENCH_PACED_SERVER";
+
+/// For a bench's `main`, first thing: when this process was started by
+/// [`PacedProcess::start`], serves `reply` until killed and returns `true`.
+pub fn serve_if_asked(reply: &[String]) -> bool {
+    if std::env::var_os(SERVE_VAR).is_none() {
+        return false;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("{}", listener.local_addr().unwrap().port());
+    serve(listener, reply.to_vec(), Default::default());
+    true
+}
+
+/// A paced server in a process of its own — the running executable started
+/// again, which calls [`serve_if_asked`] — so that the measuring process's CPU
+/// clock counts the client alone. Killed when dropped.
+pub struct PacedProcess {
+    child: std::process::Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl PacedProcess {
+    /// Starts it and waits for its port.
+    pub fn start() -> Self {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(SERVE_VAR, "1")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut port = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut port)
+            .unwrap();
+        PacedProcess {
+            child,
+            port: port.trim().parse().unwrap(),
+        }
+    }
+
+    /// An OpenAI-compatible model on it; `id` picks what it answers.
+    pub fn model(&self, id: &str) -> tiller_ai::Model {
+        tiller_ai::Model::openai_compatible(format!("http://127.0.0.1:{}/v1", self.port), id)
+    }
+}
+
+impl Drop for PacedProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Serves `reply` (the events of one streamed answer) on `listener` until the
 /// process ends, counting what it sees in `counts`.
 pub fn serve(listener: TcpListener, reply: Vec<String>, counts: Arc<Counts>) {

@@ -29,9 +29,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -39,18 +36,12 @@ use tiller::{
     AgentEvent, AgentHandle, AgentSettings, AgentSpec, AssistantEvent, Delivered, Model, Notice,
     Supervisor,
 };
-use tiller_test_support::Cassette;
+use tiller_test_support::paced::{self, PacedProcess};
 use tiller_test_support::workload::{add_tool, cpu_time};
 
-/// Set in the environment of the server process.
-const SERVE: &str = "TILLER_BENCH_PACED_SERVER";
-
 fn main() {
-    let reply = recorded_reply();
-    if std::env::var_os(SERVE).is_some() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        println!("{}", listener.local_addr().unwrap().port());
-        tiller_test_support::paced::serve(listener, reply, Default::default());
+    let reply = paced::recorded_reply();
+    if paced::serve_if_asked(&reply) {
         return;
     }
     let words: Vec<String> = std::env::args()
@@ -62,7 +53,7 @@ fn main() {
     let chosen = |name: &str, all: &[&str]| {
         !words.iter().any(|word| all.contains(&word.as_str())) || words.iter().any(|w| w == name)
     };
-    let server = Server::start();
+    let server = PacedProcess::start();
     let text = reply_text(&reply);
     for (flavour, mut builder) in [
         ("multi-thread", {
@@ -133,16 +124,6 @@ fn main() {
     }
 }
 
-/// The events of the recorded reply, each with its blank line.
-fn recorded_reply() -> Vec<String> {
-    let cassette = Cassette::load(
-        "openai",
-        "refusal_matrix__chat_control_non_refusing_stream_is_unchanged",
-    );
-    let body = &cassette.exchanges[0].response.body;
-    body.split_inclusive("\n\n").map(str::to_owned).collect()
-}
-
 /// The text the reply streams.
 fn reply_text(reply: &[String]) -> String {
     reply
@@ -155,42 +136,6 @@ fn reply_text(reply: &[String]) -> String {
                 .map(str::to_owned)
         })
         .collect()
-}
-
-/// The paced server, in a process of its own; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(SERVE, "1")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut port = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut port)
-            .unwrap();
-        Server {
-            child,
-            port: port.trim().parse().unwrap(),
-        }
-    }
-
-    /// An OpenAI-compatible model on this server; `id` picks what it answers.
-    fn model(&self, id: &str) -> Model {
-        Model::openai_compatible(format!("http://127.0.0.1:{}/v1", self.port), id)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Spawns an agent on `model` with one subscriber that checks every run's stream:
