@@ -50,6 +50,25 @@ write("agent_file", "minimal.json", json.dumps({
     "type": "object", "description": "x",
     "json_schema_extra": {"kind": "agent", "name": "a", "max_turns": 3,
                           "tools": [{"name": "t", "description": "d", "command": ["echo"], "env": ["A"]}]}}))
+# pi's proxy events (what `tiller serve`'s /api/stream writes), for the proxy provider.
+usage = {"input": 3, "output": 4, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 7,
+         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+proxy_replies = {
+    "text": [{"type": "start"}, {"type": "text_start", "contentIndex": 0},
+             {"type": "text_delta", "contentIndex": 0, "delta": "It is "},
+             {"type": "text_delta", "contentIndex": 0, "delta": "noon."},
+             {"type": "text_end", "contentIndex": 0}, {"type": "done", "reason": "stop", "usage": usage}],
+    "thinking_and_tool": [{"type": "start"}, {"type": "thinking_start", "contentIndex": 0},
+             {"type": "thinking_delta", "contentIndex": 0, "delta": "hm"},
+             {"type": "thinking_end", "contentIndex": 0, "contentSignature": "sig"},
+             {"type": "toolcall_start", "contentIndex": 1, "id": "c1", "toolName": "clock"},
+             {"type": "toolcall_delta", "contentIndex": 1, "delta": "{\"zone\":"},
+             {"type": "toolcall_delta", "contentIndex": 1, "delta": "\"UTC\"}"},
+             {"type": "toolcall_end", "contentIndex": 1}, {"type": "done", "reason": "toolUse", "usage": usage}],
+    "error": [{"type": "start"}, {"type": "error", "reason": "error", "errorMessage": "no", "usage": usage}],
+}
+for name, events in proxy_replies.items():
+    write("pi_proxy_sse", name, "".join(f"data: {json.dumps(e)}\n\n" for e in events))
 # Inputs the fuzzer once failed on, kept so they stay fixed.
 for path in sorted(glob.glob(os.path.join(here, "regressions", "*", "*"))):
     write(os.path.basename(os.path.dirname(path)), "regression-" + os.path.basename(path), open(path, "rb").read())

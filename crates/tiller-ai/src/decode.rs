@@ -11,13 +11,14 @@ use crate::event::AssistantEvent;
 use crate::limits::StreamLimits;
 use crate::message::AssistantMessage;
 use crate::model::{Api, Model};
-use crate::providers::{anthropic, openai};
+use crate::providers::{anthropic, openai, pi_proxy};
 use crate::sse::{Flow, SseDecoder, SseEvent};
 
 /// A provider's reading of its event stream.
 pub(crate) enum WireDecoder {
     OpenAi(openai::Decoder),
     Anthropic(anthropic::Decoder),
+    PiProxy(pi_proxy::Decoder),
 }
 
 impl WireDecoder {
@@ -26,6 +27,7 @@ impl WireDecoder {
         match model.api {
             Api::OpenAiCompletions => Some(WireDecoder::OpenAi(openai::Decoder::new(model))),
             Api::AnthropicMessages => Some(WireDecoder::Anthropic(anthropic::Decoder::new(model))),
+            Api::PiProxy => Some(WireDecoder::PiProxy(pi_proxy::Decoder::new(model))),
             Api::Faux => None,
         }
     }
@@ -46,6 +48,7 @@ impl WireDecoder {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_event(event, out),
             WireDecoder::Anthropic(decoder) => decoder.on_event(event, out),
+            WireDecoder::PiProxy(decoder) => decoder.on_event(event, out),
         }
     }
 
@@ -54,6 +57,7 @@ impl WireDecoder {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_end(out),
             WireDecoder::Anthropic(decoder) => decoder.on_end(out),
+            WireDecoder::PiProxy(decoder) => decoder.on_end(out),
         }
     }
 }

@@ -80,7 +80,9 @@ pub use options::{
     UnknownThinkingLevel,
 };
 pub use partial::PartialMessage;
-pub use provider::{AnthropicMessages, CustomProvider, OpenAiCompletions, Provider, ProviderEvent};
+pub use provider::{
+    AnthropicMessages, CustomProvider, OpenAiCompletions, PiProxy, Provider, ProviderEvent,
+};
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};
 pub use tokio_util::sync::CancellationToken;

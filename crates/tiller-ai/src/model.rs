@@ -21,6 +21,10 @@ pub enum Api {
     /// The scripted in-process provider of [`crate::faux`], for tests and demos.
     #[serde(rename = "faux")]
     Faux,
+    /// pi's proxy endpoint (`POST /api/stream`, as `tiller serve` answers it): the
+    /// proxy holds the provider's key and makes the call ([`crate::pi`]).
+    #[serde(rename = "pi-proxy")]
+    PiProxy,
 }
 
 impl Api {
@@ -30,14 +34,20 @@ impl Api {
             Api::OpenAiCompletions => "openai-completions",
             Api::AnthropicMessages => "anthropic-messages",
             Api::Faux => "faux",
+            Api::PiProxy => "pi-proxy",
         }
     }
 
     /// The API named `name` (as in JSON), if Tiller speaks it.
     pub fn named(name: &str) -> Option<Api> {
-        [Api::OpenAiCompletions, Api::AnthropicMessages, Api::Faux]
-            .into_iter()
-            .find(|api| api.as_str() == name)
+        [
+            Api::OpenAiCompletions,
+            Api::AnthropicMessages,
+            Api::Faux,
+            Api::PiProxy,
+        ]
+        .into_iter()
+        .find(|api| api.as_str() == name)
     }
 }
 
@@ -123,6 +133,24 @@ impl Model {
     /// A model on any server speaking Anthropic messages, with no known prices.
     pub fn anthropic_compatible(base_url: impl Into<String>, id: impl Into<String>) -> Self {
         Self::hand_described(Api::AnthropicMessages, "anthropic-compatible", base_url, id)
+    }
+
+    /// The model `provider`/`id` reached through a pi proxy at `proxy_url` (such
+    /// as `tiller serve`'s address): the proxy decides where the call goes and
+    /// with which key. The proxy's token is the request's
+    /// [`api_key`](crate::StreamOptions::api_key), else `$TILLER_PROXY_TOKEN`.
+    ///
+    /// ```
+    /// use tiller_ai::{Api, Model};
+    /// let model = Model::pi_proxy("http://127.0.0.1:8787", "openai", "gpt-4o-mini");
+    /// assert_eq!((model.api, model.provider.as_str()), (Api::PiProxy, "openai"));
+    /// ```
+    pub fn pi_proxy(
+        proxy_url: impl Into<String>,
+        provider: impl Into<String>,
+        id: impl Into<String>,
+    ) -> Self {
+        Self::hand_described(Api::PiProxy, "", proxy_url, id).with_provider(provider)
     }
 
     fn hand_described(

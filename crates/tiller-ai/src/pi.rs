@@ -8,10 +8,12 @@
 //! pi's clients. Fields pi sends that a proxy has no use for (the model's prices,
 //! the client's transport preferences) are accepted and ignored.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::context::{Context, Tool};
+use crate::context::{Context, ContextRef, Tool};
 use crate::event::AssistantEvent;
 use crate::message::{
     AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason, TextContent,
@@ -23,11 +25,11 @@ use crate::usage::{Cost, Usage};
 
 /// The body of `POST /api/stream`: which model, what conversation, which options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProxyRequest {
+pub struct ProxyRequest<'a> {
     /// The model the client wants.
-    pub model: ProxyModel,
+    pub model: ProxyModel<'a>,
     /// The conversation and tools.
-    pub context: PiContext,
+    pub context: PiContext<'a>,
     /// Sampling and session options.
     #[serde(default)]
     pub options: ProxyOptions,
@@ -38,14 +40,15 @@ pub struct ProxyRequest {
 /// which key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ProxyModel {
+pub struct ProxyModel<'a> {
     /// The model id, such as `gpt-4o-mini`.
-    pub id: String,
+    pub id: Cow<'a, str>,
     /// The provider, such as `openai`.
-    pub provider: String,
-    /// pi's name of the wire API, such as `openai-completions`.
-    #[serde(default)]
-    pub api: String,
+    pub provider: Cow<'a, str>,
+    /// pi's name of the wire API, such as `openai-completions` (Tiller's server
+    /// does not need it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<Cow<'a, str>>,
 }
 
 /// The options a proxy request carries that a proxy applies.
@@ -69,35 +72,35 @@ pub struct ProxyOptions {
 /// pi's context: system prompt, messages, tools.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PiContext {
+pub struct PiContext<'a> {
     /// Instructions ahead of the conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
+    pub system_prompt: Option<Cow<'a, str>>,
     /// The conversation.
     #[serde(default)]
-    pub messages: Vec<PiMessage>,
+    pub messages: Vec<PiMessage<'a>>,
     /// The tools the model may call (the same fields as Tiller's).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Tool>,
+    #[serde(default, skip_serializing_if = "<[Tool]>::is_empty")]
+    pub tools: Cow<'a, [Tool]>,
 }
 
 /// One of pi's messages, tagged by `role`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "camelCase")]
-pub enum PiMessage {
+pub enum PiMessage<'a> {
     /// What the user said.
-    User(PiUserMessage),
+    User(PiUserMessage<'a>),
     /// What the model answered.
-    Assistant(PiAssistantMessage),
+    Assistant(PiAssistantMessage<'a>),
     /// The answer to one tool call.
-    ToolResult(PiToolResultMessage),
+    ToolResult(PiToolResultMessage<'a>),
 }
 
 /// pi's user message: a string or blocks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PiUserMessage {
+pub struct PiUserMessage<'a> {
     /// The text, or text and image blocks.
-    pub content: PiUserContent,
+    pub content: PiUserContent<'a>,
     /// Milliseconds since the Unix epoch.
     #[serde(default)]
     pub timestamp: u64,
@@ -106,51 +109,51 @@ pub struct PiUserMessage {
 /// A user message's content: pi allows a plain string.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum PiUserContent {
+pub enum PiUserContent<'a> {
     /// Plain text.
-    Text(String),
+    Text(Cow<'a, str>),
     /// Text and image blocks.
-    Blocks(Vec<PiContent>),
+    Blocks(Vec<PiContent<'a>>),
 }
 
 /// A block of user or tool-result content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum PiContent {
+pub enum PiContent<'a> {
     /// Text.
     #[serde(rename_all = "camelCase")]
     Text {
         /// The text.
-        text: String,
+        text: Cow<'a, str>,
         /// The provider's signature, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        text_signature: Option<String>,
+        text_signature: Option<Cow<'a, str>>,
     },
     /// A base64-encoded image.
     #[serde(rename_all = "camelCase")]
     Image {
         /// The bytes, base64-encoded.
-        data: String,
+        data: Cow<'a, str>,
         /// Such as `image/png`.
-        mime_type: String,
+        mime_type: Cow<'a, str>,
     },
 }
 
 /// pi's assistant message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PiAssistantMessage {
+pub struct PiAssistantMessage<'a> {
     /// The blocks.
-    pub content: Vec<PiAssistantContent>,
+    pub content: Vec<PiAssistantContent<'a>>,
     /// pi's name of the API that answered.
     #[serde(default)]
-    pub api: String,
+    pub api: Cow<'a, str>,
     /// The provider that answered.
     #[serde(default)]
-    pub provider: String,
+    pub provider: Cow<'a, str>,
     /// The model that answered.
     #[serde(default)]
-    pub model: String,
+    pub model: Cow<'a, str>,
     /// Tokens and cost.
     #[serde(default)]
     pub usage: PiUsage,
@@ -158,7 +161,7 @@ pub struct PiAssistantMessage {
     pub stop_reason: PiStopReason,
     /// What went wrong, for `error` and `aborted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
+    pub error_message: Option<Cow<'a, str>>,
     /// Milliseconds since the Unix epoch.
     #[serde(default)]
     pub timestamp: u64,
@@ -167,24 +170,24 @@ pub struct PiAssistantMessage {
 /// A block of pi's assistant message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum PiAssistantContent {
+pub enum PiAssistantContent<'a> {
     /// Text.
     #[serde(rename_all = "camelCase")]
     Text {
         /// The text.
-        text: String,
+        text: Cow<'a, str>,
         /// The provider's signature, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        text_signature: Option<String>,
+        text_signature: Option<Cow<'a, str>>,
     },
     /// Reasoning.
     #[serde(rename_all = "camelCase")]
     Thinking {
         /// The reasoning text.
-        thinking: String,
+        thinking: Cow<'a, str>,
         /// The provider's signature over it, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        thinking_signature: Option<String>,
+        thinking_signature: Option<Cow<'a, str>>,
         /// Whether the provider redacted it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         redacted: bool,
@@ -192,28 +195,28 @@ pub enum PiAssistantContent {
     /// A tool call.
     ToolCall {
         /// The call's id.
-        id: String,
+        id: Cow<'a, str>,
         /// The tool's name.
-        name: String,
+        name: Cow<'a, str>,
         /// The arguments.
         #[serde(default)]
-        arguments: Value,
+        arguments: Cow<'a, Value>,
     },
 }
 
 /// pi's tool result message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PiToolResultMessage {
+pub struct PiToolResultMessage<'a> {
     /// The call it answers.
-    pub tool_call_id: String,
+    pub tool_call_id: Cow<'a, str>,
     /// The tool that ran.
-    pub tool_name: String,
+    pub tool_name: Cow<'a, str>,
     /// What the model sees.
-    pub content: Vec<PiContent>,
+    pub content: Vec<PiContent<'a>>,
     /// Details for the application, never sent to a model.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub details: Value,
+    #[serde(default, skip_serializing_if = "is_null")]
+    pub details: Cow<'a, Value>,
     /// Whether the tool failed.
     #[serde(default)]
     pub is_error: bool,
@@ -276,7 +279,7 @@ pub struct PiCost {
 /// event's `data`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ProxyEvent {
+pub enum ProxyEvent<'a> {
     /// The answer began.
     Start,
     /// A text block opened.
@@ -291,7 +294,8 @@ pub enum ProxyEvent {
         /// The block's index.
         content_index: usize,
         /// The new text.
-        delta: String,
+        #[serde(borrow)]
+        delta: Cow<'a, str>,
     },
     /// A text block closed.
     #[serde(rename_all = "camelCase")]
@@ -300,7 +304,7 @@ pub enum ProxyEvent {
         content_index: usize,
         /// The provider's signature, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        content_signature: Option<String>,
+        content_signature: Option<Cow<'a, str>>,
     },
     /// A thinking block opened.
     #[serde(rename_all = "camelCase")]
@@ -314,7 +318,8 @@ pub enum ProxyEvent {
         /// The block's index.
         content_index: usize,
         /// The new reasoning.
-        delta: String,
+        #[serde(borrow)]
+        delta: Cow<'a, str>,
     },
     /// A thinking block closed.
     #[serde(rename_all = "camelCase")]
@@ -323,7 +328,7 @@ pub enum ProxyEvent {
         content_index: usize,
         /// The provider's signature, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        content_signature: Option<String>,
+        content_signature: Option<Cow<'a, str>>,
     },
     /// A tool call opened.
     #[serde(rename_all = "camelCase")]
@@ -331,9 +336,9 @@ pub enum ProxyEvent {
         /// The block's index.
         content_index: usize,
         /// The call's id.
-        id: String,
+        id: Cow<'a, str>,
         /// The tool's name.
-        tool_name: String,
+        tool_name: Cow<'a, str>,
     },
     /// A piece of the call's JSON arguments.
     #[serde(rename_all = "camelCase")]
@@ -341,7 +346,8 @@ pub enum ProxyEvent {
         /// The block's index.
         content_index: usize,
         /// The piece.
-        delta: String,
+        #[serde(borrow)]
+        delta: Cow<'a, str>,
     },
     /// A tool call closed.
     #[serde(rename_all = "camelCase")]
@@ -363,14 +369,15 @@ pub enum ProxyEvent {
         reason: PiStopReason,
         /// What went wrong.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error_message: Option<String>,
+        error_message: Option<Cow<'a, str>>,
         /// Tokens and cost so far.
         usage: PiUsage,
     },
 }
 
-impl From<&AssistantEvent> for ProxyEvent {
-    fn from(event: &AssistantEvent) -> Self {
+impl<'a> From<&'a AssistantEvent> for ProxyEvent<'a> {
+    fn from(event: &'a AssistantEvent) -> Self {
+        let signature = |signature: &'a Option<String>| signature.as_deref().map(Cow::Borrowed);
         match event {
             AssistantEvent::Start { .. } => ProxyEvent::Start,
             AssistantEvent::TextStart { content_index } => ProxyEvent::TextStart {
@@ -381,14 +388,14 @@ impl From<&AssistantEvent> for ProxyEvent {
                 delta,
             } => ProxyEvent::TextDelta {
                 content_index: *content_index,
-                delta: delta.clone(),
+                delta: Cow::Borrowed(delta),
             },
             AssistantEvent::TextEnd {
                 content_index,
-                signature,
+                signature: given,
             } => ProxyEvent::TextEnd {
                 content_index: *content_index,
-                content_signature: signature.clone(),
+                content_signature: signature(given),
             },
             AssistantEvent::ThinkingStart { content_index, .. } => ProxyEvent::ThinkingStart {
                 content_index: *content_index,
@@ -398,14 +405,14 @@ impl From<&AssistantEvent> for ProxyEvent {
                 delta,
             } => ProxyEvent::ThinkingDelta {
                 content_index: *content_index,
-                delta: delta.clone(),
+                delta: Cow::Borrowed(delta),
             },
             AssistantEvent::ThinkingEnd {
                 content_index,
-                signature,
+                signature: given,
             } => ProxyEvent::ThinkingEnd {
                 content_index: *content_index,
-                content_signature: signature.clone(),
+                content_signature: signature(given),
             },
             AssistantEvent::ToolCallStart {
                 content_index,
@@ -413,15 +420,15 @@ impl From<&AssistantEvent> for ProxyEvent {
                 name,
             } => ProxyEvent::ToolcallStart {
                 content_index: *content_index,
-                id: id.clone(),
-                tool_name: name.clone(),
+                id: Cow::Borrowed(id),
+                tool_name: Cow::Borrowed(name),
             },
             AssistantEvent::ToolCallDelta {
                 content_index,
                 delta,
             } => ProxyEvent::ToolcallDelta {
                 content_index: *content_index,
-                delta: delta.clone(),
+                delta: Cow::Borrowed(delta),
             },
             AssistantEvent::ToolCallEnd { content_index, .. } => ProxyEvent::ToolcallEnd {
                 content_index: *content_index,
@@ -436,35 +443,48 @@ impl From<&AssistantEvent> for ProxyEvent {
                 message,
             } => ProxyEvent::Error {
                 reason: (*reason).into(),
-                error_message: Some(
-                    message
-                        .error_message
-                        .clone()
-                        .unwrap_or_else(|| error.to_string()),
-                ),
+                error_message: Some(match &message.error_message {
+                    Some(text) => Cow::Borrowed(text),
+                    None => Cow::Owned(error.to_string()),
+                }),
                 usage: message.usage.into(),
             },
         }
     }
 }
 
-impl PiContext {
+impl PiContext<'_> {
     /// The context in Tiller's types. An assistant message from an API Tiller does
     /// not speak is taken as `api`'s (the one the call goes to).
     pub fn into_context(self, api: Api) -> Context {
         Context {
-            system_prompt: self.system_prompt,
+            system_prompt: self.system_prompt.map(Cow::into_owned),
             messages: self
                 .messages
                 .into_iter()
                 .map(|message| message.into_message(api))
                 .collect(),
-            tools: self.tools,
+            tools: self.tools.into_owned(),
         }
     }
 }
 
-impl PiMessage {
+impl<'a> PiContext<'a> {
+    /// `context` in pi's form, borrowing from it.
+    pub fn from_ref(context: ContextRef<'a>) -> Self {
+        PiContext {
+            system_prompt: context.system_prompt.map(Cow::Borrowed),
+            messages: context
+                .messages
+                .iter()
+                .map(|m| PiMessage::from(*m))
+                .collect(),
+            tools: Cow::Borrowed(context.tools),
+        }
+    }
+}
+
+impl PiMessage<'_> {
     /// The message in Tiller's types (see [`PiContext::into_context`]).
     pub fn into_message(self, api: Api) -> Message {
         match self {
@@ -484,18 +504,18 @@ impl PiMessage {
                     .map(AssistantContent::from)
                     .collect(),
                 api: Api::named(&assistant.api).unwrap_or(api),
-                provider: assistant.provider,
-                model: assistant.model,
+                provider: assistant.provider.into_owned(),
+                model: assistant.model.into_owned(),
                 usage: assistant.usage.into(),
                 stop_reason: assistant.stop_reason.into(),
-                error_message: assistant.error_message,
+                error_message: assistant.error_message.map(Cow::into_owned),
                 timestamp: assistant.timestamp,
             }),
             PiMessage::ToolResult(result) => Message::from(ToolResultMessage {
-                tool_call_id: result.tool_call_id,
-                tool_name: result.tool_name,
+                tool_call_id: result.tool_call_id.into_owned(),
+                tool_name: result.tool_name.into_owned(),
                 content: result.content.into_iter().map(Content::from).collect(),
-                details: result.details,
+                details: result.details.into_owned(),
                 is_error: result.is_error,
                 timestamp: result.timestamp,
             }),
@@ -503,40 +523,89 @@ impl PiMessage {
     }
 }
 
-impl From<PiContent> for Content {
-    fn from(content: PiContent) -> Self {
+impl<'a> From<&'a Message> for PiMessage<'a> {
+    fn from(message: &'a Message) -> Self {
+        match message {
+            Message::User(user) => PiMessage::User(PiUserMessage {
+                content: PiUserContent::Blocks(user.content.iter().map(PiContent::from).collect()),
+                timestamp: user.timestamp,
+            }),
+            Message::Assistant(assistant) => PiMessage::Assistant(PiAssistantMessage {
+                content: assistant
+                    .content
+                    .iter()
+                    .map(PiAssistantContent::from)
+                    .collect(),
+                api: Cow::Borrowed(assistant.api.as_str()),
+                provider: Cow::Borrowed(&assistant.provider),
+                model: Cow::Borrowed(&assistant.model),
+                usage: assistant.usage.into(),
+                stop_reason: assistant.stop_reason.into(),
+                error_message: assistant.error_message.as_deref().map(Cow::Borrowed),
+                timestamp: assistant.timestamp,
+            }),
+            Message::ToolResult(result) => PiMessage::ToolResult(PiToolResultMessage {
+                tool_call_id: Cow::Borrowed(&result.tool_call_id),
+                tool_name: Cow::Borrowed(&result.tool_name),
+                content: result.content.iter().map(PiContent::from).collect(),
+                details: Cow::Borrowed(&result.details),
+                is_error: result.is_error,
+                timestamp: result.timestamp,
+            }),
+        }
+    }
+}
+
+impl From<PiContent<'_>> for Content {
+    fn from(content: PiContent<'_>) -> Self {
         match content {
             PiContent::Text {
                 text,
                 text_signature,
             } => Content::Text(TextContent {
-                text,
-                signature: text_signature,
+                text: text.into_owned(),
+                signature: text_signature.map(Cow::into_owned),
             }),
-            PiContent::Image { data, mime_type } => {
-                Content::Image(ImageContent { data, mime_type })
-            }
+            PiContent::Image { data, mime_type } => Content::Image(ImageContent {
+                data: data.into_owned(),
+                mime_type: mime_type.into_owned(),
+            }),
         }
     }
 }
 
-impl From<PiAssistantContent> for AssistantContent {
-    fn from(content: PiAssistantContent) -> Self {
+impl<'a> From<&'a Content> for PiContent<'a> {
+    fn from(content: &'a Content) -> Self {
+        match content {
+            Content::Text(text) => PiContent::Text {
+                text: Cow::Borrowed(&text.text),
+                text_signature: text.signature.as_deref().map(Cow::Borrowed),
+            },
+            Content::Image(image) => PiContent::Image {
+                data: Cow::Borrowed(&image.data),
+                mime_type: Cow::Borrowed(&image.mime_type),
+            },
+        }
+    }
+}
+
+impl From<PiAssistantContent<'_>> for AssistantContent {
+    fn from(content: PiAssistantContent<'_>) -> Self {
         match content {
             PiAssistantContent::Text {
                 text,
                 text_signature,
             } => AssistantContent::Text(TextContent {
-                text,
-                signature: text_signature,
+                text: text.into_owned(),
+                signature: text_signature.map(Cow::into_owned),
             }),
             PiAssistantContent::Thinking {
                 thinking,
                 thinking_signature,
                 redacted,
             } => AssistantContent::Thinking(ThinkingContent {
-                thinking,
-                signature: thinking_signature,
+                thinking: thinking.into_owned(),
+                signature: thinking_signature.map(Cow::into_owned),
                 redacted,
             }),
             PiAssistantContent::ToolCall {
@@ -544,11 +613,32 @@ impl From<PiAssistantContent> for AssistantContent {
                 name,
                 arguments,
             } => AssistantContent::ToolCall(Box::new(ToolCall {
-                id,
-                name,
-                arguments,
+                id: id.into_owned(),
+                name: name.into_owned(),
+                arguments: arguments.into_owned(),
                 arguments_error: None,
             })),
+        }
+    }
+}
+
+impl<'a> From<&'a AssistantContent> for PiAssistantContent<'a> {
+    fn from(content: &'a AssistantContent) -> Self {
+        match content {
+            AssistantContent::Text(text) => PiAssistantContent::Text {
+                text: Cow::Borrowed(&text.text),
+                text_signature: text.signature.as_deref().map(Cow::Borrowed),
+            },
+            AssistantContent::Thinking(thinking) => PiAssistantContent::Thinking {
+                thinking: Cow::Borrowed(&thinking.thinking),
+                thinking_signature: thinking.signature.as_deref().map(Cow::Borrowed),
+                redacted: thinking.redacted,
+            },
+            AssistantContent::ToolCall(call) => PiAssistantContent::ToolCall {
+                id: Cow::Borrowed(&call.id),
+                name: Cow::Borrowed(&call.name),
+                arguments: Cow::Borrowed(&call.arguments),
+            },
         }
     }
 }
@@ -616,6 +706,12 @@ impl From<PiUsage> for Usage {
     }
 }
 
+/// For `skip_serializing_if`, which hands over the field as it is.
+#[allow(clippy::ptr_arg)]
+fn is_null(value: &Cow<'_, Value>) -> bool {
+    value.is_null()
+}
+
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
@@ -654,8 +750,8 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            (&request.model.provider, &request.model.id),
-            (&"openai".to_owned(), &"m".to_owned())
+            (request.model.provider.as_ref(), request.model.id.as_ref()),
+            ("openai", "m")
         );
         assert_eq!(
             request.options,
@@ -697,8 +793,8 @@ mod tests {
             ProxyEvent::Start,
             ProxyEvent::ToolcallStart {
                 content_index: 1,
-                id: "c".to_owned(),
-                tool_name: "t".to_owned(),
+                id: "c".into(),
+                tool_name: "t".into(),
             },
             ProxyEvent::TextEnd {
                 content_index: 0,
@@ -710,7 +806,7 @@ mod tests {
             },
             ProxyEvent::Error {
                 reason: PiStopReason::Aborted,
-                error_message: Some("stop".to_owned()),
+                error_message: Some("stop".into()),
                 usage: PiUsage::default(),
             },
         ];

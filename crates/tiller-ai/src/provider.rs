@@ -65,6 +65,25 @@ pub struct OpenAiCompletions;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AnthropicMessages;
 
+/// pi's proxy endpoint over HTTP ([`Model::pi_proxy`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PiProxy;
+
+impl Provider for PiProxy {
+    fn stream(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        options: &StreamOptions,
+    ) -> AssistantStream {
+        AssistantStream::over_http(
+            crate::providers::pi_proxy::request(model, context, options),
+            model,
+            options,
+        )
+    }
+}
+
 impl Provider for OpenAiCompletions {
     fn stream(
         &self,

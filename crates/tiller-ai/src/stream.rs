@@ -16,7 +16,7 @@ use crate::http::{HttpRequest, HttpSource};
 use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
-use crate::provider::{AnthropicMessages, OpenAiCompletions, Provider, ProviderEvent};
+use crate::provider::{AnthropicMessages, OpenAiCompletions, PiProxy, Provider, ProviderEvent};
 
 /// Streams one response of `model` to `context`.
 ///
@@ -54,6 +54,7 @@ pub fn stream_ref(
     match model.api {
         Api::OpenAiCompletions => OpenAiCompletions.stream(model, context, options),
         Api::AnthropicMessages => AnthropicMessages.stream(model, context, options),
+        Api::PiProxy => PiProxy.stream(model, context, options),
         Api::Faux => AssistantStream::failed(
             model,
             options,

@@ -72,6 +72,11 @@ pub fn anthropic_sse(body: &[u8]) {
     );
 }
 
+/// pi's proxy events, as `tiller serve`'s `/api/stream` writes them.
+pub fn pi_proxy_sse(body: &[u8]) {
+    decode(&Model::pi_proxy("http://127.0.0.1", "openai", "m"), body);
+}
+
 /// Tool-call arguments streamed as pieces of JSON (split where the input says), as
 /// the partial message applies them, then closed.
 pub fn partial_json(text: &[u8]) {
@@ -139,9 +144,10 @@ pub fn tool_args(input: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the driver runs them.
-pub const ALL: [(&str, Target); 5] = [
+pub const ALL: [(&str, Target); 6] = [
     ("openai_sse", openai_sse),
     ("anthropic_sse", anthropic_sse),
+    ("pi_proxy_sse", pi_proxy_sse),
     ("partial_json", partial_json),
     ("agent_file", agent_file),
     ("tool_args", tool_args),

@@ -894,3 +894,101 @@ tiller_proxy_first_event_seconds_count 0
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_tool_call(
+        "call_1",
+        "clock",
+        &json!({"zone": "UTC"}),
+    )));
+    upstream.push(MockResponse::sse(sse::openai_text(&["It is ", "noon."])));
+    let served = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
+    let tokens = Tokens::new().with(
+        "proxy-token",
+        Owner {
+            tenant: "acme".to_owned(),
+            user: None,
+        },
+    );
+    let server = Running::serve(
+        Definitions::new().with_default_model(served.clone()),
+        ServerConfig {
+            tokens,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+
+    // An agent elsewhere, holding no provider key: its model is the proxy's.
+    let clock = tiller::FnTool::new(
+        "clock",
+        "Tells the time",
+        json!({"type": "object", "properties": {"zone": {"type": "string"}}}),
+        |args, _| async move {
+            Ok(tiller::ToolOutput::text(format!(
+                "noon in {}",
+                args["zone"].as_str().unwrap()
+            )))
+        },
+    );
+    let mut settings = tiller::AgentSettings::new(tiller::Model::pi_proxy(
+        &server.base,
+        &served.provider,
+        "local-model",
+    ))
+    .with_system_prompt("Be brief.")
+    .with_tools(
+        tiller::ToolSet::new([std::sync::Arc::new(clock) as std::sync::Arc<dyn tiller::AgentTool>])
+            .unwrap(),
+    );
+    settings.run.stream.api_key = Some(tiller::ApiKey::new("proxy-token"));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(tiller::AgentSpec::new(settings))
+        .await
+        .unwrap();
+    let outcome = agent.run("What time is it?").await.unwrap();
+    assert_eq!(outcome.summary().text, "It is noon.");
+    let messages: Vec<Value> = outcome
+        .messages
+        .iter()
+        .map(|message| {
+            let json = serde_json::to_value(message).unwrap();
+            json!([json["role"], json["content"], json.get("stop_reason")])
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            json!(["user", [{"type": "text", "text": "What time is it?"}], null]),
+            json!(["assistant", [{"type": "tool_call", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}], "tool_use"]),
+            json!(["tool_result", [{"type": "text", "text": "noon in UTC"}], null]),
+            json!(["assistant", [{"type": "text", "text": "It is noon."}], "stop"]),
+        ]
+    );
+
+    // The request boundary: the proxy's model call carries the agent's tool round.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        (
+            &requests[1].body["tools"][0]["function"]["name"],
+            &requests[1].body["messages"]
+        ),
+        (
+            &json!("clock"),
+            &json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What time is it?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "clock", "arguments": "{\"zone\":\"UTC\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "noon in UTC"}
+            ])
+        )
+    );
+    supervisor.shutdown().await;
+    server.stop().await;
+}

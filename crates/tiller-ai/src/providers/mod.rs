@@ -7,6 +7,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod openai;
+pub(crate) mod pi_proxy;
 
 use serde::Deserialize;
 
