@@ -15,15 +15,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Extension;
+use axum::body::Body;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use tiller::tiller_ai::pi::{ProxyEvent, ProxyRequest};
-use tiller::{AgentSettings, Definitions, Model, StreamOptions};
+use tiller::{AgentSettings, AssistantEvent, Definitions, Model, StreamOptions};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -113,19 +113,51 @@ pub(crate) async fn stream(
     shared.metrics.proxy_call();
     let started = Instant::now();
     let counted = shared.clone();
-    let events = tiller::tiller_ai::stream(model, &context, &call)
+    // Events ready together go out as one chunk (a reply often arrives in a few
+    // large reads): one write for many, not one per event.
+    let frames = tiller::tiller_ai::stream(model, &context, &call)
         .enumerate()
         .map(move |(index, event)| {
             if index == 0 {
                 counted.metrics.proxy_first_event(started.elapsed());
             }
-            Event::default().json_data(ProxyEvent::from(&event))
+            event
         })
-        .take_until(shared.closing.clone().cancelled_owned())
-        .filter_map(|event| async move { event.ok().map(Ok::<_, Infallible>) });
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
+        .ready_chunks(MAX_BATCH)
+        .map(|events| Some(sse_frames(&events)))
+        .chain(futures::stream::once(async { None }));
+    let keep_alive = shared.config.keep_alive;
+    let ticks = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(keep_alive).await;
+        Some((Some(Bytes::from_static(b": keep-alive\n\n")), ()))
+    });
+    let body = futures::stream::select(frames, ticks)
+        .take_while(|frame| std::future::ready(frame.is_some()))
+        .filter_map(|frame| std::future::ready(frame.map(Ok::<_, Infallible>)))
+        .take_until(shared.closing.clone().cancelled_owned());
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
         .into_response())
+}
+
+/// The most events written in one chunk.
+const MAX_BATCH: usize = 64;
+
+/// `events` as server-sent events in pi's proxy form, one `data:` line each.
+fn sse_frames(events: &[AssistantEvent]) -> Bytes {
+    let mut frames = Vec::with_capacity(events.len() * 96);
+    for event in events {
+        frames.extend_from_slice(b"data: ");
+        // Writing to a Vec cannot fail, and the events serialize.
+        let _ = serde_json::to_writer(&mut frames, &ProxyEvent::from(event));
+        frames.extend_from_slice(b"\n\n");
+    }
+    Bytes::from(frames)
 }
 
 /// A [`Problem`] that also carries its detail as `error`, where pi's proxy client
@@ -147,7 +179,7 @@ impl IntoResponse for PiProblem {
         body["error"] = problem.detail.clone().into();
         (
             status,
-            [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+            [(header::CONTENT_TYPE, "application/problem+json")],
             Extension(ProblemKind(problem.slug().to_owned())),
             body.to_string(),
         )
