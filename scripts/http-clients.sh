@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # Clients no one here wrote, for the tests that talk to `tiller serve` as its users
-# would: Python's `httpx` and `httpx-sse` from PyPI, in a virtualenv, and
-# pi-agent-core from the npm registry (its `Agent` and `streamProxy`), both cached
-# under ~/.cache/tiller/http-clients.
+# would: Python's `httpx` and `httpx-sse` and the API fuzzer `schemathesis` from
+# PyPI, in a virtualenv, and pi-agent-core from the npm registry (its `Agent` and
+# `streamProxy`), both cached under ~/.cache/tiller/http-clients.
 #
 #   scripts/http-clients.sh install        install both unless present
-#   scripts/http-clients.sh python         print the virtualenv's python (exit 1 when not installed)
+#   scripts/http-clients.sh python         print the virtualenv's python (exit 1 when not installed);
+#                                          its bin/ also holds `schemathesis`
 #   scripts/http-clients.sh node-modules   print pi-agent-core's node_modules folder (exit 1 when not installed)
 set -euo pipefail
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/http-clients"
 VENV="$CACHE/venv"
-PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3)
+PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3 schemathesis==4.32.5)
 NODE="$CACHE/node"
 NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1)
 
 say() { printf 'http-clients: %s\n' "$*" >&2; }
 
-python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse' 2>/dev/null; }
+python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse, schemathesis' 2>/dev/null; }
 
 node_installed() { [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ]; }
 
@@ -28,7 +29,7 @@ install() {
     mkdir -p "$CACHE"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet "${PACKAGES[@]}"
-    python_installed || { say "the install left no importable httpx_sse"; exit 1; }
+    python_installed || { say "the install left httpx_sse or schemathesis unimportable"; exit 1; }
   fi
   if ! node_installed; then
     command -v npm >/dev/null || { say "npm is needed to install ${NPM_PACKAGES[*]}"; exit 1; }

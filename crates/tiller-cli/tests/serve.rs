@@ -1,8 +1,10 @@
 //! `tiller serve`: the real binary on a free port, agents made from a folder of
 //! agent files and answered by the faux model over HTTP; a clean stop at SIGTERM
-//! with an event stream open; bad agent files refused before listening; and a
-//! Python client (`httpx` and `httpx-sse` from PyPI, installed by
-//! `scripts/http-clients.sh`) using the API as a user would.
+//! with an event stream open; bad agent files refused before listening; and
+//! clients no one here wrote (installed by `scripts/http-clients.sh`): Python's
+//! `httpx` and `httpx-sse` using the API as a user would, schemathesis fuzzing the
+//! OpenAPI document, and pi-agent-core's `Agent` and `streamProxy` through
+//! `/api/stream`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -234,6 +236,41 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
     assert!(
         output.status.success() && stdout.trim() == "ok",
         "the Python client failed: {stdout}{stderr}"
+    );
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn schemathesis_finds_no_server_error_in_the_documented_api() {
+    let Some(python) = installed_client("python", "schemathesis") else {
+        return;
+    };
+    let serving = Serving::start().await;
+    // The event stream of an agent it created would never end: left out.
+    let output = tokio::process::Command::new(python.with_file_name("schemathesis"))
+        .args([
+            "run",
+            &format!("{}/openapi.json", serving.base),
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--exclude-operation-id",
+            "agentEvents",
+            "--request-timeout",
+            "10",
+        ])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("Tested: 14"),
+        "schemathesis found problems: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
     );
     serving.stop().await;
 }

@@ -14,6 +14,7 @@
 //! |---|---|---|
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
 //! | `GET /healthz` | liveness | 200 `ok` |
+//! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
 //! | `GET /metrics` | Prometheus text: agents by status, responses by route and status, problems by kind, events streamed, proxied calls and their time to the first event | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` | 201 the agent |
@@ -68,6 +69,20 @@ use proxy::ProxyModels;
 
 /// The dashboard: plain HTML, CSS and a little JavaScript, no build step.
 const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The API's OpenAPI 3.1 description, kept as YAML beside the crate's sources.
+pub const OPENAPI_YAML: &str = include_str!("../openapi.yaml");
+
+/// [`OPENAPI_YAML`] as JSON, as `GET /openapi.json` serves it.
+fn openapi_json() -> &'static str {
+    static JSON: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        serde_saphyr::from_str::<serde_json::Value>(OPENAPI_YAML).map_or_else(
+            |error| serde_json::json!({"error": error.to_string()}).to_string(),
+            |spec| spec.to_string(),
+        )
+    });
+    &JSON
+}
 
 /// The server's bounds.
 #[derive(Debug, Clone)]
@@ -153,6 +168,15 @@ impl Server {
         Router::new()
             .route("/", get(|| async { Html(DASHBOARD) }))
             .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/openapi.json",
+                get(|| async {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        openapi_json(),
+                    )
+                }),
+            )
             .route("/definitions", get(agents::definitions))
             .route("/agents", post(agents::create).get(agents::list))
             .route("/agents/{id}", get(agents::get).delete(agents::delete))

@@ -992,3 +992,53 @@ async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
     supervisor.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn every_operation_the_openapi_document_lists_is_served() {
+    let faux = FauxProvider::new();
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let (status, spec) = server.get("/openapi.json").await;
+    assert_eq!((status, &spec["openapi"]), (200, &json!("3.1.0")));
+    let (status, _) = server
+        .post("/agents", json!({"definition": "helper", "id": "a1"}))
+        .await;
+    assert_eq!(status, 201);
+
+    let mut operations: Vec<(String, String)> = spec["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|key| *key != "parameters")
+                .map(|method| (method.to_uppercase(), path.replace("{id}", "a1")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // Stopping the agent goes last.
+    operations.sort_by_key(|(method, _)| method == "DELETE");
+    assert_eq!(operations.len(), 16, "{operations:?}");
+    for (method, path) in operations {
+        let response = server
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", server.base))
+            .header("content-type", "application/json")
+            .body(r#"{"text": "hi"}"#)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let problem = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|kind| kind == "application/problem+json");
+        // A route that is not there is a bare 404 or a 405.
+        assert!(
+            status != 405 && (status != 404 || problem),
+            "{method} {path}: {status}"
+        );
+    }
+    server.stop().await;
+}
