@@ -111,12 +111,17 @@ impl Shared {
         )
     }
 
-    /// Whether `caller` may see the agent `id`: on an open server any agent not
-    /// created by a tenant, else only its own tenant's.
+    /// Whether `caller` may see the agent `id` (see [`Shared::visible`]).
     fn owns(&self, caller: &Caller, id: &str) -> bool {
+        self.visible(&caller.tenant, id)
+    }
+
+    /// Whether `tenant` may see the agent `id`: on an open server (`None`) any
+    /// agent not created by a tenant, else only its own tenant's.
+    pub(crate) fn visible(&self, tenant: &Option<String>, id: &str) -> bool {
         match self.owners.get(id) {
-            Some(owner) => *owner == caller.tenant,
-            None => caller.tenant.is_none(),
+            Some(owner) => *owner == *tenant,
+            None => tenant.is_none(),
         }
     }
 
@@ -184,6 +189,8 @@ pub(crate) async fn create(
     };
     let agent = shared.supervisor.spawn(spec).await?;
     shared.owners.insert(agent.id().clone(), caller.tenant);
+    // No one following every agent is no error.
+    let _ = shared.created.send(agent.id().clone());
     shared.replays.insert(
         agent.id().clone(),
         Replay::record(&agent, shared.config.replay_events),
@@ -350,6 +357,30 @@ pub(crate) async fn events(
     let events = stream(agent.id().clone(), live, &replay, last_seen)
         .await
         .inspect(move |_| counted.metrics.event_streamed())
+        .take_until(shared.closing.clone().cancelled_owned());
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
+        .into_response())
+}
+
+/// `GET /events`: every event of every agent the caller may see, agents created
+/// later joining; for dashboards. No `id:` and no resume: sequence numbers are
+/// each agent's own (the envelope carries agent and number).
+pub(crate) async fn all_events(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let tenant = shared.caller(&headers)?.tenant;
+    let visible = {
+        let shared = shared.clone();
+        move |id: &str| shared.visible(&tenant, id)
+    };
+    let counted = shared.clone();
+    let events = crate::events::following(shared.clone(), visible)
+        .map(move |envelope| {
+            counted.metrics.event_streamed();
+            Ok::<_, std::convert::Infallible>(crate::events::unnumbered(&envelope))
+        })
         .take_until(shared.closing.clone().cancelled_owned());
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))

@@ -7,13 +7,16 @@
 //! `lagged` notice counting what it missed. A slow client gets the same notice
 //! from its own bounded queue rather than slowing the agent.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::response::sse::Event;
+use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Subscription};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
+
+use crate::Shared;
 
 /// The last events of one agent, for clients that come back.
 pub(crate) struct Replay {
@@ -112,13 +115,74 @@ pub(crate) async fn stream(
         .map(|envelope| Ok(to_sse(&envelope)))
 }
 
-/// One envelope as a server-sent event, its `event:` the type the JSON names.
+/// One envelope as a server-sent event, its `id:` the sequence number and its
+/// `event:` the type the JSON names.
 fn to_sse(envelope: &Envelope) -> Event {
+    unnumbered(envelope).id(envelope.seq.to_string())
+}
+
+/// One envelope as a server-sent event without an `id:` (for a stream of several
+/// agents, whose numbers are each agent's own).
+pub(crate) fn unnumbered(envelope: &Envelope) -> Event {
     let data = serde_json::to_string(envelope).unwrap_or_default();
-    Event::default()
-        .id(envelope.seq.to_string())
-        .event(event_type(&data))
-        .data(data)
+    Event::default().event(event_type(&data)).data(data)
+}
+
+/// Every event of the agents `visible` allows, as they come, agents created
+/// later (announced on `created`) joining: the stream of `GET /events`. Each
+/// agent's events stay in order, lossless or with a `lagged` notice.
+pub(crate) fn following(
+    shared: Arc<Shared>,
+    visible: impl Fn(&str) -> bool + Send + 'static,
+) -> impl Stream<Item = Arc<Envelope>> + Send + 'static {
+    struct Following<V> {
+        shared: Arc<Shared>,
+        visible: V,
+        created: broadcast::Receiver<AgentId>,
+        streams: SelectAll<Subscription>,
+        followed: HashSet<AgentId>,
+    }
+    impl<V: Fn(&str) -> bool> Following<V> {
+        fn follow(&mut self, id: &AgentId) {
+            if (self.visible)(id.as_str())
+                && !self.followed.contains(id)
+                && let Some(agent) = self.shared.supervisor.get(id.as_str())
+            {
+                self.followed.insert(id.clone());
+                self.streams
+                    .push(agent.subscribe_with_buffer(self.shared.config.client_buffer));
+            }
+        }
+
+        fn follow_all(&mut self) {
+            for agent in self.shared.supervisor.list() {
+                self.follow(&agent.id);
+            }
+        }
+    }
+    let created = shared.created.subscribe();
+    let mut state = Following {
+        shared,
+        visible,
+        created,
+        streams: SelectAll::new(),
+        followed: HashSet::new(),
+    };
+    state.follow_all();
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            tokio::select! {
+                joined = state.created.recv() => match joined {
+                    Ok(id) => state.follow(&id),
+                    Err(broadcast::error::RecvError::Lagged(_)) => state.follow_all(),
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                Some(envelope) = state.streams.next(), if !state.streams.is_empty() => {
+                    return Some((envelope, state));
+                }
+            }
+        }
+    })
 }
 
 /// The type of the event in an envelope's JSON: the envelope's fields come in

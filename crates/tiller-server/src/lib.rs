@@ -26,6 +26,7 @@
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
 //! | `DELETE /agents/{id}` | stops the agent | 204 |
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
+//! | `GET /events` | every event of every agent the caller may see, agents created later joining (no resume) | 200 |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //!
 //! ```no_run
@@ -127,6 +128,8 @@ pub(crate) struct Shared {
     owners: DashMap<AgentId, Option<String>>,
     /// The models `POST /api/stream` calls.
     proxy_models: ProxyModels,
+    /// Announces each agent created through the API, for `GET /events`.
+    created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
     metrics: Metrics,
     /// Cancelled when the server shuts down: event streams end.
@@ -151,6 +154,7 @@ impl Server {
                 config,
                 proxy_models,
                 metrics: Metrics::default(),
+                created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),
                 closing: CancellationToken::new(),
@@ -186,6 +190,7 @@ impl Server {
             .route("/agents/{id}/abort", post(agents::abort))
             .route("/agents/{id}/reset", post(agents::reset))
             .route("/agents/{id}/events", get(agents::events))
+            .route("/events", get(agents::all_events))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))
             .route_layer(axum::middleware::from_fn_with_state(

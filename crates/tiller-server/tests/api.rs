@@ -99,9 +99,19 @@ impl Running {
 
     /// Opens an agent's event stream, resuming after `last` when given.
     async fn events(&self, id: &str, last: Option<u64>) -> SseReader {
-        let mut request = self.http.get(format!("{}/agents/{id}/events", self.base));
-        if let Some(last) = last {
-            request = request.header("Last-Event-ID", last.to_string());
+        let last = last.map(|last| last.to_string());
+        let headers: Vec<(&str, &str)> = last
+            .iter()
+            .map(|last| ("Last-Event-ID", last.as_str()))
+            .collect();
+        self.stream(&format!("/agents/{id}/events"), &headers).await
+    }
+
+    /// Opens the event stream at `path` with `headers`.
+    async fn stream(&self, path: &str, headers: &[(&str, &str)]) -> SseReader {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), 200);
@@ -121,10 +131,12 @@ impl Running {
     }
 }
 
-/// One server-sent event: its id, its type and its data as JSON.
+/// One server-sent event: its id (the data's `seq` when it has no `id:`), its
+/// type and its data as JSON.
 #[derive(Debug, Clone, PartialEq)]
 struct Sse {
     id: u64,
+    numbered: bool,
     kind: String,
     data: Value,
 }
@@ -146,13 +158,17 @@ impl SseReader {
                         .find_map(|line| line.strip_prefix(name))
                         .map(|value| value.trim_start().to_owned())
                 };
-                if let (Some(id), Some(kind), Some(data)) =
-                    (field("id:"), field("event:"), field("data:"))
-                {
+                if let (Some(kind), Some(data)) = (field("event:"), field("data:")) {
+                    let data: Value = serde_json::from_str(&data).unwrap();
+                    let id = field("id:");
                     return Sse {
-                        id: id.parse().unwrap(),
+                        numbered: id.is_some(),
+                        id: id.map_or_else(
+                            || data["seq"].as_u64().unwrap(),
+                            |id| id.parse().unwrap(),
+                        ),
                         kind,
-                        data: serde_json::from_str(&data).unwrap(),
+                        data,
                     };
                 }
                 continue;
@@ -1019,7 +1035,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent goes last.
     operations.sort_by_key(|(method, _)| method == "DELETE");
-    assert_eq!(operations.len(), 16, "{operations:?}");
+    assert_eq!(operations.len(), 17, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1038,6 +1054,90 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         assert!(
             status != 405 && (status != 404 || problem),
             "{method} {path}: {status}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_stream_of_every_agent_follows_the_tenants_agents_and_no_others() {
+    let faux = FauxProvider::new();
+    let owner = |tenant: &str| Owner {
+        tenant: tenant.to_owned(),
+        user: None,
+    };
+    let tokens = Tokens::new()
+        .with("acme-token", owner("acme"))
+        .with("globex-token", owner("globex"));
+    let server = Running::start(
+        &faux,
+        ServerConfig {
+            tokens,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    const ACME: &[(&str, &str)] = &[("authorization", "Bearer acme-token")];
+    const GLOBEX: &[(&str, &str)] = &[("authorization", "Bearer globex-token")];
+    let create = |headers: &'static [(&'static str, &'static str)]| {
+        let server = &server;
+        async move {
+            let (status, body) = server
+                .post_raw("/agents", headers, &json!({"definition": "helper"}))
+                .await;
+            assert_eq!(status, 201, "{body}");
+            serde_json::from_str::<Value>(&body).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let before = create(ACME).await;
+    let mut all = server.stream("/events", ACME).await;
+    let after = create(ACME).await;
+    let other = create(GLOBEX).await;
+    for (id, headers) in [(&other, GLOBEX), (&before, ACME), (&after, ACME)] {
+        faux.push(FauxTurn::text("Hello."));
+        let (status, body) = server
+            .post_raw(
+                &format!("/agents/{id}/prompt?wait=true"),
+                headers,
+                &json!({"text": "Hi"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    let mut by_agent: std::collections::BTreeMap<String, Vec<(u64, String)>> = Default::default();
+    let mut ended = 0;
+    while ended < 2 {
+        let event = all.next().await;
+        assert!(!event.numbered, "{event:?}");
+        ended += usize::from(event.kind == "agent_end");
+        by_agent
+            .entry(event.data["agent_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((event.id, event.kind));
+    }
+    assert_eq!(
+        by_agent.keys().collect::<Vec<_>>(),
+        {
+            let mut ids = vec![&before, &after];
+            ids.sort();
+            ids
+        },
+        "only the tenant's agents, the one created after the stream opened included"
+    );
+    for (id, events) in &by_agent {
+        let kinds: Vec<&str> = events.iter().map(|(_, kind)| kind.as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"agent_start"), "{id}: {kinds:?}");
+        assert_eq!(kinds.last(), Some(&"agent_end"), "{id}: {kinds:?}");
+        let seqs: Vec<u64> = events.iter().map(|(seq, _)| *seq).collect();
+        let first = seqs[0];
+        assert_eq!(
+            seqs,
+            (first..first + seqs.len() as u64).collect::<Vec<_>>(),
+            "{id}: in order, none missing"
         );
     }
     server.stop().await;
