@@ -12,15 +12,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::agent_file::AgentFile;
-use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentState, AgentStatus, ContextIds};
+use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentState, AgentStatus, ContextIds, Envelope};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::events::{Replay, stream};
+use crate::events::{Replay, envelopes, to_sse};
 use crate::tenants::{Caller, caller};
 
 /// `POST /agents`: an agent from a definition the server knows, by name, or from
@@ -133,8 +133,26 @@ impl Shared {
             .ok_or_else(|| Problem::unknown_agent(id))
     }
 
+    /// `agent`'s events for a client that last saw `last_seen` (see
+    /// [`envelopes`]).
+    pub(crate) async fn follow(
+        &self,
+        agent: &AgentHandle,
+        last_seen: Option<u64>,
+    ) -> impl Stream<Item = Arc<Envelope>> + use<> {
+        let live = agent.subscribe_with_buffer(self.config.client_buffer);
+        // An agent spawned by the host rather than through the API is recorded
+        // from its first stream on.
+        let replay = self
+            .replays
+            .entry(agent.id().clone())
+            .or_insert_with(|| Replay::record(agent, self.config.replay_events))
+            .clone();
+        envelopes(agent.id().clone(), live, &replay, last_seen).await
+    }
+
     /// The agent `id` for the caller of `headers`.
-    fn agent_for(&self, headers: &HeaderMap, id: &str) -> Result<AgentHandle, Problem> {
+    pub(crate) fn agent_for(&self, headers: &HeaderMap, id: &str) -> Result<AgentHandle, Problem> {
         let caller = self.caller(headers)?;
         self.agent(&caller, id)
     }
@@ -345,18 +363,14 @@ pub(crate) async fn events(
                 })?,
         ),
     };
-    let live = agent.subscribe_with_buffer(shared.config.client_buffer);
-    // An agent spawned by the host rather than through the API is recorded from
-    // its first stream on.
-    let replay = shared
-        .replays
-        .entry(agent.id().clone())
-        .or_insert_with(|| Replay::record(&agent, shared.config.replay_events))
-        .clone();
     let counted = shared.clone();
-    let events = stream(agent.id().clone(), live, &replay, last_seen)
+    let events = shared
+        .follow(&agent, last_seen)
         .await
-        .inspect(move |_| counted.metrics.event_streamed())
+        .map(move |envelope| {
+            counted.metrics.event_streamed();
+            Ok::<_, std::convert::Infallible>(to_sse(&envelope))
+        })
         .take_until(shared.closing.clone().cancelled_owned());
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))

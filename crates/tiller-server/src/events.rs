@@ -89,15 +89,15 @@ impl Replay {
     }
 }
 
-/// The stream a client reads: when it came back after `last_seen`, the recorded
+/// The events a client reads: when it came back after `last_seen`, the recorded
 /// events it has not seen (or a `lagged` notice for those gone from the buffer),
 /// then the live ones from `live`; each event once, in order.
-pub(crate) async fn stream(
+pub(crate) async fn envelopes(
     agent_id: AgentId,
     live: Subscription,
     replay: &Replay,
     last_seen: Option<u64>,
-) -> impl Stream<Item = Result<Event, std::convert::Infallible>> + use<> {
+) -> impl Stream<Item = Arc<Envelope>> + use<> {
     let mut head = Vec::new();
     if let Some(seq) = last_seen {
         let (replayed, missed) = replay.between(seq, live.starts_at()).await;
@@ -110,14 +110,12 @@ pub(crate) async fn stream(
         }
         head.extend(replayed);
     }
-    futures::stream::iter(head)
-        .chain(live)
-        .map(|envelope| Ok(to_sse(&envelope)))
+    futures::stream::iter(head).chain(live)
 }
 
 /// One envelope as a server-sent event, its `id:` the sequence number and its
 /// `event:` the type the JSON names.
-fn to_sse(envelope: &Envelope) -> Event {
+pub(crate) fn to_sse(envelope: &Envelope) -> Event {
     unnumbered(envelope).id(envelope.seq.to_string())
 }
 

@@ -26,6 +26,7 @@
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
 //! | `DELETE /agents/{id}` | stops the agent | 204 |
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
+//! | `GET /agents/{id}/ws[?after=N]` | WebSocket: the events as text frames; prompt, steer, follow-up, abort and reset frames the other way | 101 |
 //! | `GET /events` | every event of every agent the caller may see, agents created later joining (no resume) | 200 |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //!
@@ -47,6 +48,7 @@ mod error;
 mod events;
 mod metrics;
 mod proxy;
+mod socket;
 mod tenants;
 
 use std::future::Future;
@@ -190,6 +192,7 @@ impl Server {
             .route("/agents/{id}/abort", post(agents::abort))
             .route("/agents/{id}/reset", post(agents::reset))
             .route("/agents/{id}/events", get(agents::events))
+            .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))

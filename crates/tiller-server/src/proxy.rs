@@ -8,7 +8,8 @@
 //! one of the models it serves (the definitions' default model and each named LLM
 //! configuration's); the request's base URL, headers and prices are never used, so
 //! a client cannot send the server's keys elsewhere. A client that goes away ends
-//! the model call.
+//! the model call; a server shutting down aborts it, and the client reads pi's
+//! `error` event with reason `aborted`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -109,6 +110,9 @@ pub(crate) async fn stream(
     call.max_tokens = options.max_tokens.or(call.max_tokens);
     call.thinking = options.reasoning.unwrap_or(call.thinking);
     call.session_id = options.session_id.or(call.session_id);
+    // Its own token: a shutdown aborts the call (pi's client gets `error`, reason
+    // `aborted`); a client that goes away drops it.
+    call.cancel = shared.closing.child_token();
     let context = request.context.into_context(model.api);
     shared.metrics.proxy_call();
     let started = Instant::now();
@@ -133,8 +137,7 @@ pub(crate) async fn stream(
     });
     let body = futures::stream::select(frames, ticks)
         .take_while(|frame| std::future::ready(frame.is_some()))
-        .filter_map(|frame| std::future::ready(frame.map(Ok::<_, Infallible>)))
-        .take_until(shared.closing.clone().cancelled_owned());
+        .filter_map(|frame| std::future::ready(frame.map(Ok::<_, Infallible>)));
     Ok((
         [
             (header::CONTENT_TYPE, "text/event-stream"),

@@ -1035,7 +1035,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent goes last.
     operations.sort_by_key(|(method, _)| method == "DELETE");
-    assert_eq!(operations.len(), 17, "{operations:?}");
+    assert_eq!(operations.len(), 18, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1140,5 +1140,165 @@ async fn the_stream_of_every_agent_follows_the_tenants_agents_and_no_others() {
             "{id}: in order, none missing"
         );
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_proxied_call_in_flight_ends_with_pis_aborted_event_at_shutdown() {
+    let upstream = MockServer::start().await;
+    upstream.push(
+        MockResponse::sse("")
+            .chunks([sse::openai_delta(json!({"content": "It is"}))])
+            .stall(),
+    );
+    let model = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
+    let provider = model.provider.clone();
+    let server = Running::serve(
+        Definitions::new().with_default_model(model),
+        ServerConfig::default(),
+    )
+    .await;
+    let response = server
+        .http
+        .post(format!("{}/api/stream", server.base))
+        .header("content-type", "application/json")
+        .body(pi_request(&provider, "local-model").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    // The answer has begun.
+    while !text.contains("text_delta") {
+        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
+    }
+    let stopping = tokio::spawn(server.stop());
+    while let Some(chunk) = body.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    stopping.await.unwrap();
+    let events = sse_data(&text);
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["reason"]),
+        (&json!("error"), &json!("aborted")),
+        "{text}"
+    );
+}
+
+/// A WebSocket to `path` of `server`.
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn socket(server: &Running, path: &str) -> Socket {
+    let url = format!("{}{path}", server.base.replace("http://", "ws://"));
+    tokio_tungstenite::connect_async(url).await.unwrap().0
+}
+
+/// The next text frame, as JSON.
+async fn frame(socket: &mut Socket) -> Value {
+    loop {
+        match socket.next().await.unwrap().unwrap() {
+            tokio_tungstenite::tungstenite::Message::Text(text) => {
+                return serde_json::from_str(text.as_str()).unwrap();
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// The next problem frame, events before it skipped.
+async fn problem(socket: &mut Socket) -> Value {
+    loop {
+        let frame = frame(socket).await;
+        if frame["type"] == "problem" {
+            return frame;
+        }
+    }
+}
+
+async fn send(socket: &mut Socket, command: Value) {
+    use futures::SinkExt;
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            command.to_string().into(),
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_websocket_streams_events_and_takes_prompt_steer_and_abort() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("never finished").delay(Duration::from_secs(3_600)));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let id = server.create_helper().await;
+    let mut ws = socket(&server, &format!("/agents/{id}/ws")).await;
+
+    send(&mut ws, json!({"type": "prompt", "text": "Hi"})).await;
+    let mut kinds = Vec::new();
+    while kinds.last() != Some(&"message_start".to_owned()) || kinds.len() < 5 {
+        kinds.push(
+            frame(&mut ws).await["event"]["type"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        kinds,
+        [
+            "agent_start",
+            "turn_start",
+            "message_start",
+            "message_end",
+            "message_start"
+        ]
+    );
+
+    // While it runs: a second prompt is refused, a steer is taken, a bad frame
+    // is named.
+    send(&mut ws, json!({"type": "prompt", "text": "Again"})).await;
+    let busy = problem(&mut ws).await;
+    assert_eq!(
+        (&busy["type"], &busy["kind"], &busy["status"]),
+        (
+            &json!("problem"),
+            &json!("urn:tiller:problem:busy"),
+            &json!(409)
+        ),
+        "{busy}"
+    );
+    send(&mut ws, json!({"type": "steer", "text": "Be quick"})).await;
+    send(&mut ws, json!({"type": "dance"})).await;
+    let bad = problem(&mut ws).await;
+    assert_eq!(
+        (&bad["type"], &bad["status"]),
+        (&json!("problem"), &json!(422)),
+        "{bad}"
+    );
+    let (_, state) = server.get(&format!("/agents/{id}")).await;
+    assert_eq!(
+        state["steering_queue"][0]["content"][0]["text"],
+        json!("Be quick")
+    );
+
+    send(&mut ws, json!({"type": "abort"})).await;
+    let mut last = Value::Null;
+    while last["event"]["type"] != "agent_end" {
+        last = frame(&mut ws).await;
+    }
+    let end_seq = last["seq"].as_u64().unwrap();
+    let (_, state) = server.get(&format!("/agents/{id}")).await;
+    assert_eq!(state["status"], "idle");
+
+    // A second socket resumes after an event it saw.
+    let mut again = socket(&server, &format!("/agents/{id}/ws?after={}", end_seq - 1)).await;
+    let resumed = frame(&mut again).await;
+    assert_eq!(
+        (&resumed["seq"], &resumed["event"]["type"]),
+        (&json!(end_seq), &json!("agent_end"))
+    );
     server.stop().await;
 }

@@ -1,0 +1,116 @@
+//! `GET /agents/{id}/ws`: an agent's events over a WebSocket, and its controls the
+//! other way.
+//!
+//! Each event is a text frame holding the envelope, as the event stream's
+//! `data:`; `?after=N` resumes after event `N` as `Last-Event-ID` does. The client
+//! sends text frames `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
+//! `{"type": "abort"}` or `{"type": "reset"}`. A command that fails is answered
+//! with the REST API's problem details, its `type` moved to `kind`:
+//! `{"type": "problem", "kind": "urn:tiller:problem:busy", "status": 409, …}`; one
+//! that succeeds is answered by the events it causes. The socket closes when the
+//! client closes it or the server shuts down.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tiller::AgentHandle;
+
+use crate::Shared;
+use crate::error::Problem;
+
+/// `?after=N`: resume after event `N`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct After {
+    after: Option<u64>,
+}
+
+/// A frame from the client.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum Command {
+    Prompt { text: String },
+    Steer { text: String },
+    FollowUp { text: String },
+    Abort,
+    Reset,
+}
+
+/// `GET /agents/{id}/ws`.
+pub(crate) async fn socket(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    after: Result<Query<After>, QueryRejection>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let Query(After { after }) = after
+        .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
+    Ok(upgrade
+        .max_message_size(shared.config.max_body_bytes)
+        .on_upgrade(move |socket| serve(shared, agent, after, socket)))
+}
+
+async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, socket: WebSocket) {
+    let (mut outgoing, mut incoming) = socket.split();
+    let mut events = std::pin::pin!(shared.follow(&agent, after).await);
+    let closing = shared.closing.clone();
+    loop {
+        let frame = tokio::select! {
+            () = closing.cancelled() => break,
+            envelope = events.next() => match envelope {
+                Some(envelope) => {
+                    shared.metrics.event_streamed();
+                    serde_json::to_string(&*envelope).unwrap_or_default()
+                }
+                None => break,
+            },
+            received = incoming.next() => match received {
+                Some(Ok(Message::Text(text))) => match command(&agent, text.as_str()).await {
+                    Ok(()) => continue,
+                    Err(problem) => {
+                        let mut frame = serde_json::to_value(&problem).unwrap_or_default();
+                        frame["type"] = "problem".into();
+                        frame["kind"] = problem.kind.into();
+                        frame.to_string()
+                    }
+                },
+                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                Some(Ok(_)) => continue,
+            },
+        };
+        if outgoing.send(Message::Text(frame.into())).await.is_err() {
+            break;
+        }
+    }
+    let _ = outgoing.send(Message::Close(None)).await;
+}
+
+/// Carries out one frame from the client.
+async fn command(agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
+    let mut json = serde_json::Deserializer::from_str(frame);
+    let command: Command = serde_path_to_error::deserialize(&mut json).map_err(|error| {
+        let path = error.path().to_string();
+        Problem::invalid(
+            (path != ".").then_some(path),
+            format!("invalid command: {}", error.inner()),
+        )
+    })?;
+    match command {
+        Command::Prompt { text } => agent.prompt(text).await?,
+        Command::Steer { text } => agent.steer(text).await?,
+        Command::FollowUp { text } => agent.follow_up(text).await?,
+        Command::Abort => {
+            agent.abort();
+            agent.wait_for_idle().await;
+        }
+        Command::Reset => agent.reset().await?,
+    }
+    Ok(())
+}
