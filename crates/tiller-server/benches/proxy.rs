@@ -20,7 +20,7 @@ use tiller::tiller_ai::Context;
 use tiller::{Definitions, Message, StreamOptions, Supervisor};
 use tiller_server::{Server, ServerConfig};
 use tiller_test_support::paced::{self, PacedProcess};
-use tiller_test_support::workload::cpu_time;
+use tiller_test_support::workload::{cpu_time, runtimes};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Set in the environment of the client process: the server's base URL.
@@ -41,18 +41,8 @@ fn main() {
     }
     let upstream = PacedProcess::start();
     let model = upstream.model("whole");
-    for (flavour, mut builder) in [
-        ("multi-thread", {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(2);
-            builder
-        }),
-        (
-            "current-thread",
-            tokio::runtime::Builder::new_current_thread(),
-        ),
-    ] {
-        let runtime = builder.enable_all().build().unwrap();
+    for (flavour, mut builder) in runtimes() {
+        let runtime = builder.build().unwrap();
         runtime.block_on(measure(flavour, &model));
     }
 }

@@ -192,6 +192,25 @@ impl SseReader {
     }
 }
 
+/// A server config whose bearer tokens map to tenants: `(token, tenant)`.
+fn closed(tokens: &[(&str, &str)]) -> ServerConfig {
+    let tokens = tokens
+        .iter()
+        .fold(Tokens::new(), |tokens, (token, tenant)| {
+            tokens.with(
+                *token,
+                Owner {
+                    tenant: (*tenant).to_owned(),
+                    user: None,
+                },
+            )
+        });
+    ServerConfig {
+        tokens,
+        ..ServerConfig::default()
+    }
+}
+
 fn kinds(events: &[Sse]) -> Vec<&str> {
     events.iter().map(|event| event.kind.as_str()).collect()
 }
@@ -786,21 +805,7 @@ async fn pi_proxy_calls_the_servers_model_and_streams_pis_events() {
 #[tokio::test]
 async fn pi_proxy_refuses_unknown_models_bad_bodies_and_unknown_tokens() {
     let faux = FauxProvider::new();
-    let tokens = Tokens::new().with(
-        "secret-a",
-        Owner {
-            tenant: "acme".to_owned(),
-            user: None,
-        },
-    );
-    let server = Running::start(
-        &faux,
-        ServerConfig {
-            tokens,
-            ..ServerConfig::default()
-        },
-    )
-    .await;
+    let server = Running::start(&faux, closed(&[("secret-a", "acme")])).await;
     let model = faux.model();
     let bearer = [("authorization", "Bearer secret-a")];
 
@@ -921,19 +926,9 @@ async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
     )));
     upstream.push(MockResponse::sse(sse::openai_text(&["It is ", "noon."])));
     let served = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
-    let tokens = Tokens::new().with(
-        "proxy-token",
-        Owner {
-            tenant: "acme".to_owned(),
-            user: None,
-        },
-    );
     let server = Running::serve(
         Definitions::new().with_default_model(served.clone()),
-        ServerConfig {
-            tokens,
-            ..ServerConfig::default()
-        },
+        closed(&[("proxy-token", "acme")]),
     )
     .await;
 
@@ -1062,19 +1057,9 @@ async fn every_operation_the_openapi_document_lists_is_served() {
 #[tokio::test]
 async fn the_stream_of_every_agent_follows_the_tenants_agents_and_no_others() {
     let faux = FauxProvider::new();
-    let owner = |tenant: &str| Owner {
-        tenant: tenant.to_owned(),
-        user: None,
-    };
-    let tokens = Tokens::new()
-        .with("acme-token", owner("acme"))
-        .with("globex-token", owner("globex"));
     let server = Running::start(
         &faux,
-        ServerConfig {
-            tokens,
-            ..ServerConfig::default()
-        },
+        closed(&[("acme-token", "acme"), ("globex-token", "globex")]),
     )
     .await;
     const ACME: &[(&str, &str)] = &[("authorization", "Bearer acme-token")];

@@ -56,6 +56,17 @@ pub fn cpu_time() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// The runtimes the benches print each figure for, by name: tokio's
+/// multi-thread runtime with two workers (this machine's cores) and its
+/// current-thread runtime, I/O and time enabled.
+pub fn runtimes() -> [(&'static str, tokio::runtime::Builder); 2] {
+    let mut multi = tokio::runtime::Builder::new_multi_thread();
+    multi.worker_threads(2).enable_all();
+    let mut current = tokio::runtime::Builder::new_current_thread();
+    current.enable_all();
+    [("multi-thread", multi), ("current-thread", current)]
+}
+
 /// The process's resident set, in bytes.
 pub fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

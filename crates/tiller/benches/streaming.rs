@@ -37,7 +37,7 @@ use tiller::{
     Supervisor,
 };
 use tiller_test_support::paced::{self, PacedProcess};
-use tiller_test_support::workload::{add_tool, cpu_time};
+use tiller_test_support::workload::{add_tool, cpu_time, runtimes};
 
 fn main() {
     let reply = paced::recorded_reply();
@@ -55,21 +55,11 @@ fn main() {
     };
     let server = PacedProcess::start();
     let text = reply_text(&reply);
-    for (flavour, mut builder) in [
-        ("multi-thread", {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(2);
-            builder
-        }),
-        (
-            "current-thread",
-            tokio::runtime::Builder::new_current_thread(),
-        ),
-    ] {
+    for (flavour, mut builder) in runtimes() {
         if !chosen(flavour, &flavours) {
             continue;
         }
-        let runtime = builder.enable_all().build().unwrap();
+        let runtime = builder.build().unwrap();
         let (spaced_target, many_target) = match flavour {
             "multi-thread" => (8.0, 10.0),
             _ => (5.0, 10.0),
