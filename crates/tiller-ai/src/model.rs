@@ -150,12 +150,12 @@ impl Model {
         provider: impl Into<String>,
         id: impl Into<String>,
     ) -> Self {
-        Self::hand_described(Api::PiProxy, "", proxy_url, id).with_provider(provider)
+        Self::hand_described(Api::PiProxy, provider, proxy_url, id)
     }
 
     fn hand_described(
         api: Api,
-        provider: &str,
+        provider: impl Into<String>,
         base_url: impl Into<String>,
         id: impl Into<String>,
     ) -> Self {
@@ -164,7 +164,7 @@ impl Model {
             name: id.clone(),
             id,
             api,
-            provider: provider.to_owned(),
+            provider: provider.into(),
             base_url: base_url.into(),
             reasoning: false,
             input: vec![InputKind::Text],

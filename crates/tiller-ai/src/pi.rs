@@ -116,19 +116,41 @@ pub enum PiUserContent<'a> {
     Blocks(Vec<PiContent<'a>>),
 }
 
+/// A text block, in user, tool-result and assistant content alike.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PiText<'a> {
+    /// The text.
+    pub text: Cow<'a, str>,
+    /// The provider's signature, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_signature: Option<Cow<'a, str>>,
+}
+
+impl From<PiText<'_>> for TextContent {
+    fn from(text: PiText<'_>) -> Self {
+        TextContent {
+            text: text.text.into_owned(),
+            signature: text.text_signature.map(Cow::into_owned),
+        }
+    }
+}
+
+impl<'a> From<&'a TextContent> for PiText<'a> {
+    fn from(text: &'a TextContent) -> Self {
+        PiText {
+            text: Cow::Borrowed(&text.text),
+            text_signature: text.signature.as_deref().map(Cow::Borrowed),
+        }
+    }
+}
+
 /// A block of user or tool-result content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum PiContent<'a> {
     /// Text.
-    #[serde(rename_all = "camelCase")]
-    Text {
-        /// The text.
-        text: Cow<'a, str>,
-        /// The provider's signature, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        text_signature: Option<Cow<'a, str>>,
-    },
+    Text(PiText<'a>),
     /// A base64-encoded image.
     #[serde(rename_all = "camelCase")]
     Image {
@@ -172,14 +194,7 @@ pub struct PiAssistantMessage<'a> {
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum PiAssistantContent<'a> {
     /// Text.
-    #[serde(rename_all = "camelCase")]
-    Text {
-        /// The text.
-        text: Cow<'a, str>,
-        /// The provider's signature, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        text_signature: Option<Cow<'a, str>>,
-    },
+    Text(PiText<'a>),
     /// Reasoning.
     #[serde(rename_all = "camelCase")]
     Thinking {
@@ -559,13 +574,7 @@ impl<'a> From<&'a Message> for PiMessage<'a> {
 impl From<PiContent<'_>> for Content {
     fn from(content: PiContent<'_>) -> Self {
         match content {
-            PiContent::Text {
-                text,
-                text_signature,
-            } => Content::Text(TextContent {
-                text: text.into_owned(),
-                signature: text_signature.map(Cow::into_owned),
-            }),
+            PiContent::Text(text) => Content::Text(text.into()),
             PiContent::Image { data, mime_type } => Content::Image(ImageContent {
                 data: data.into_owned(),
                 mime_type: mime_type.into_owned(),
@@ -577,10 +586,7 @@ impl From<PiContent<'_>> for Content {
 impl<'a> From<&'a Content> for PiContent<'a> {
     fn from(content: &'a Content) -> Self {
         match content {
-            Content::Text(text) => PiContent::Text {
-                text: Cow::Borrowed(&text.text),
-                text_signature: text.signature.as_deref().map(Cow::Borrowed),
-            },
+            Content::Text(text) => PiContent::Text(text.into()),
             Content::Image(image) => PiContent::Image {
                 data: Cow::Borrowed(&image.data),
                 mime_type: Cow::Borrowed(&image.mime_type),
@@ -592,13 +598,7 @@ impl<'a> From<&'a Content> for PiContent<'a> {
 impl From<PiAssistantContent<'_>> for AssistantContent {
     fn from(content: PiAssistantContent<'_>) -> Self {
         match content {
-            PiAssistantContent::Text {
-                text,
-                text_signature,
-            } => AssistantContent::Text(TextContent {
-                text: text.into_owned(),
-                signature: text_signature.map(Cow::into_owned),
-            }),
+            PiAssistantContent::Text(text) => AssistantContent::Text(text.into()),
             PiAssistantContent::Thinking {
                 thinking,
                 thinking_signature,
@@ -625,10 +625,7 @@ impl From<PiAssistantContent<'_>> for AssistantContent {
 impl<'a> From<&'a AssistantContent> for PiAssistantContent<'a> {
     fn from(content: &'a AssistantContent) -> Self {
         match content {
-            AssistantContent::Text(text) => PiAssistantContent::Text {
-                text: Cow::Borrowed(&text.text),
-                text_signature: text.signature.as_deref().map(Cow::Borrowed),
-            },
+            AssistantContent::Text(text) => PiAssistantContent::Text(text.into()),
             AssistantContent::Thinking(thinking) => PiAssistantContent::Thinking {
                 thinking: Cow::Borrowed(&thinking.thinking),
                 thinking_signature: thinking.signature.as_deref().map(Cow::Borrowed),

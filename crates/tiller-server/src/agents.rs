@@ -284,16 +284,65 @@ pub(crate) async fn prompt(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
+/// What a client asks of an agent, through its REST route or a WebSocket frame
+/// (where it is tagged by `type`).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum Command {
+    /// Start a run.
+    Prompt { text: String },
+    /// Steer the run.
+    Steer { text: String },
+    /// Queue a follow-up.
+    FollowUp { text: String },
+    /// Abort the run; done once the agent is idle.
+    Abort,
+    /// Forget the transcript and the queues.
+    Reset,
+}
+
+impl Command {
+    /// Carries it out on `agent`.
+    pub(crate) async fn apply(self, agent: &AgentHandle) -> Result<(), Problem> {
+        match self {
+            Command::Prompt { text } => agent.prompt(text).await?,
+            Command::Steer { text } => agent.steer(text).await?,
+            Command::FollowUp { text } => agent.follow_up(text).await?,
+            Command::Abort => {
+                agent.abort();
+                agent.wait_for_idle().await;
+            }
+            Command::Reset => agent.reset().await?,
+        }
+        Ok(())
+    }
+}
+
+/// A route that carries out the [`Command`] `command` makes of the request on the
+/// agent `{id}` (found first, so an unknown agent is a 404 whatever the body):
+/// 204 once done.
+async fn command_route(
+    shared: Arc<Shared>,
+    id: &str,
+    headers: &HeaderMap,
+    command: impl FnOnce() -> Result<Command, Problem>,
+) -> Result<StatusCode, Problem> {
+    let agent = shared.agent_for(headers, id)?;
+    command()?.apply(&agent).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 pub(crate) async fn steer(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
-    let Text { text } = decode(body)?;
-    agent.steer(text).await?;
-    Ok(StatusCode::NO_CONTENT)
+    command_route(shared, &id, &headers, || {
+        let Text { text } = decode(body)?;
+        Ok(Command::Steer { text })
+    })
+    .await
 }
 
 pub(crate) async fn follow_up(
@@ -302,10 +351,11 @@ pub(crate) async fn follow_up(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
-    let Text { text } = decode(body)?;
-    agent.follow_up(text).await?;
-    Ok(StatusCode::NO_CONTENT)
+    command_route(shared, &id, &headers, || {
+        let Text { text } = decode(body)?;
+        Ok(Command::FollowUp { text })
+    })
+    .await
 }
 
 pub(crate) async fn abort(
@@ -313,10 +363,7 @@ pub(crate) async fn abort(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
-    agent.abort();
-    agent.wait_for_idle().await;
-    Ok(StatusCode::NO_CONTENT)
+    command_route(shared, &id, &headers, || Ok(Command::Abort)).await
 }
 
 pub(crate) async fn reset(
@@ -324,8 +371,7 @@ pub(crate) async fn reset(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    shared.agent_for(&headers, &id)?.reset().await?;
-    Ok(StatusCode::NO_CONTENT)
+    command_route(shared, &id, &headers, || Ok(Command::Reset)).await
 }
 
 pub(crate) async fn delete(

@@ -66,18 +66,24 @@ impl Problem {
     }
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
+impl Problem {
+    /// The response for this problem with `body` (its JSON, maybe with more
+    /// members): its status, the problem+json type, and its kind for the metrics.
+    pub(crate) fn respond(&self, body: String) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_default();
-        let kind = ProblemKind(self.slug().to_owned());
         (
             status,
             [(header::CONTENT_TYPE, "application/problem+json")],
-            Extension(kind),
+            Extension(ProblemKind(self.slug().to_owned())),
             body,
         )
             .into_response()
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        self.respond(serde_json::to_string(&self).unwrap_or_default())
     }
 }
 

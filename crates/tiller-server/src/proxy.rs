@@ -15,11 +15,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -28,7 +27,6 @@ use tiller::{AgentSettings, AssistantEvent, Definitions, Model, StreamOptions};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::metrics::ProblemKind;
 
 /// The models `/api/stream` calls, each with the request options it is called
 /// with (its configuration's temperature, token limit, thinking and key).
@@ -176,16 +174,8 @@ impl From<Problem> for PiProblem {
 impl IntoResponse for PiProblem {
     fn into_response(self) -> Response {
         let problem = self.0;
-        let status =
-            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = serde_json::to_value(&problem).unwrap_or_default();
         body["error"] = problem.detail.clone().into();
-        (
-            status,
-            [(header::CONTENT_TYPE, "application/problem+json")],
-            Extension(ProblemKind(problem.slug().to_owned())),
-            body.to_string(),
-        )
-            .into_response()
+        problem.respond(body.to_string())
     }
 }

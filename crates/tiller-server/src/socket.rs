@@ -22,23 +22,13 @@ use serde::Deserialize;
 use tiller::AgentHandle;
 
 use crate::Shared;
+use crate::agents::Command;
 use crate::error::Problem;
 
 /// `?after=N`: resume after event `N`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct After {
     after: Option<u64>,
-}
-
-/// A frame from the client.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum Command {
-    Prompt { text: String },
-    Steer { text: String },
-    FollowUp { text: String },
-    Abort,
-    Reset,
 }
 
 /// `GET /agents/{id}/ws`.
@@ -102,15 +92,5 @@ async fn command(agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
             format!("invalid command: {}", error.inner()),
         )
     })?;
-    match command {
-        Command::Prompt { text } => agent.prompt(text).await?,
-        Command::Steer { text } => agent.steer(text).await?,
-        Command::FollowUp { text } => agent.follow_up(text).await?,
-        Command::Abort => {
-            agent.abort();
-            agent.wait_for_idle().await;
-        }
-        Command::Reset => agent.reset().await?,
-    }
-    Ok(())
+    command.apply(agent).await
 }
