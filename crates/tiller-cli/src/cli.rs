@@ -56,8 +56,11 @@ pub enum CliCommand {
     /// the scripted faux model. With --tokens each request needs a bearer token and
     /// each tenant sees only its own agents. POST /api/stream is pi's proxy endpoint
     /// (pi-agent-core's streamProxy), answered by the models the server knows.
-    /// Ctrl-C (or SIGTERM) stops accepting, ends the event streams and shuts the
-    /// agents down. Exit status: 0 after a clean shutdown, 1 when the address cannot
+    /// Ctrl-C (or SIGTERM) refuses new work, lets runs finish for --finish-runs
+    /// seconds, then stops accepting, ends the event streams and shuts the agents
+    /// down. TILLER_LOG (tracing's filter syntax, such as `info`) logs each request
+    /// and the runs it starts, linked by their spans. GET /sessions lists the conversations --store keeps, which
+    /// POST /sessions/{id}/resume brings back. Exit status: 0 after a clean shutdown, 1 when the address cannot
     /// be used, 2 for bad usage or bad agent files.
     Serve {
         /// The address to listen on (port 0 picks a free one; the address is said
@@ -83,6 +86,10 @@ pub enum CliCommand {
         /// into the agents' context (only behind a gateway that sets them).
         #[arg(long)]
         trust_context_headers: bool,
+        /// On Ctrl-C or SIGTERM, give runs in flight this many seconds to finish
+        /// (new work is refused with 503 meanwhile) before aborting them.
+        #[arg(long, value_name = "SECS", default_value_t = 0)]
+        finish_runs: u64,
     },
     /// List, show or remove the sessions a store keeps.
     Sessions {

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
                 store,
                 tokens,
                 trust_context_headers,
+                finish_runs,
             } => {
                 let options = tiller_cli::serve::ServeOptions {
                     listen,
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
                     store: store.as_deref(),
                     tokens: tokens.as_deref(),
                     trust_context_headers: *trust_context_headers,
+                    finish_runs: std::time::Duration::from_secs(*finish_runs),
                 };
                 tiller_cli::serve::serve(options).await
             }

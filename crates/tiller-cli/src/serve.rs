@@ -26,6 +26,8 @@ pub struct ServeOptions<'a> {
     pub tokens: Option<&'a Path>,
     /// Whether to take context headers from requests.
     pub trust_context_headers: bool,
+    /// How long runs in flight may finish at shutdown before they are aborted.
+    pub finish_runs: std::time::Duration,
 }
 
 /// Runs `tiller serve`.
@@ -37,7 +39,16 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         store,
         tokens,
         trust_context_headers,
+        finish_runs,
     } = options;
+    // `TILLER_LOG=info` logs each request and each run it starts, in their spans.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TILLER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Err only when the host installed one already.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let definitions = match definitions(agents, llms) {
         Ok(definitions) => definitions,
         Err(error) => {
@@ -96,6 +107,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
     let config = ServerConfig {
         tokens,
         trust_context_headers,
+        finish_runs,
         ..ServerConfig::default()
     };
     let server = Server::new(supervisor, definitions, config);

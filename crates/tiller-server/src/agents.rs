@@ -16,7 +16,9 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::agent_file::AgentFile;
-use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentState, AgentStatus, ContextIds, Envelope};
+use tiller::{
+    AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, AgentStatus, ContextIds, Envelope,
+};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -151,6 +153,60 @@ impl Shared {
         envelopes(agent.id().clone(), live, &replay, last_seen).await
     }
 
+    /// An agent spec from a definition the server knows (`definition`, `version`)
+    /// or one sent `inline` (an agent file as JSON): one of the two.
+    pub(crate) fn spec(
+        &self,
+        definition: Option<&str>,
+        version: Option<&str>,
+        inline: Option<&Value>,
+    ) -> Result<AgentSpec, Problem> {
+        match (definition, inline) {
+            (Some(name), None) => Ok(self.definitions.spec(name, version)?),
+            (None, Some(inline)) => {
+                let text = inline.to_string();
+                let file = AgentFile::parse("inline.json", &text).map_err(|error| {
+                    Problem::invalid(
+                        error.field.as_ref().map(|field| format!("inline.{field}")),
+                        error.message,
+                    )
+                })?;
+                Ok(self.definitions.spec_of(&file)?)
+            }
+            _ => Err(Problem::invalid(
+                Some("definition".to_owned()),
+                "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
+            )),
+        }
+    }
+
+    /// Spawns the agent `spec` says for `tenant`, and starts recording its events
+    /// and announcing it to those following every agent.
+    pub(crate) async fn spawn(
+        &self,
+        spec: AgentSpec,
+        tenant: Option<String>,
+    ) -> Result<AgentInfo, Problem> {
+        let agent = self.supervisor.spawn(spec).await?;
+        self.owners.insert(agent.id().clone(), tenant);
+        // No one following every agent is no error.
+        let _ = self.created.send(agent.id().clone());
+        self.replays.insert(
+            agent.id().clone(),
+            Replay::record(&agent, self.config.replay_events),
+        );
+        Ok(agent.info())
+    }
+
+    /// Stops the agent `id` and forgets what the server kept of it; whether there
+    /// was one.
+    pub(crate) async fn stop(&self, id: &str) -> bool {
+        let stopped = self.supervisor.stop(id).await;
+        self.replays.remove(id);
+        self.owners.remove(id);
+        stopped
+    }
+
     /// The agent `id` for the caller of `headers`.
     pub(crate) fn agent_for(&self, headers: &HeaderMap, id: &str) -> Result<AgentHandle, Problem> {
         let caller = self.caller(headers)?;
@@ -165,25 +221,11 @@ pub(crate) async fn create(
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
     let request: CreateAgent = decode(body)?;
-    let spec = match (&request.definition, &request.inline) {
-        (Some(name), None) => shared.definitions.spec(name, request.version.as_deref())?,
-        (None, Some(inline)) => {
-            let text = inline.to_string();
-            let file = AgentFile::parse("inline.json", &text).map_err(|error| {
-                Problem::invalid(
-                    error.field.as_ref().map(|field| format!("inline.{field}")),
-                    error.message,
-                )
-            })?;
-            shared.definitions.spec_of(&file)?
-        }
-        _ => {
-            return Err(Problem::invalid(
-                Some("definition".to_owned()),
-                "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
-            ));
-        }
-    };
+    let spec = shared.spec(
+        request.definition.as_deref(),
+        request.version.as_deref(),
+        request.inline.as_ref(),
+    )?;
     if caller.tenant.is_some()
         && let Some(field) = [("id", &request.id), ("name", &request.name)]
             .into_iter()
@@ -205,20 +247,8 @@ pub(crate) async fn create(
         Some(name) => spec.with_name(name),
         None => spec,
     };
-    let agent = shared.supervisor.spawn(spec).await?;
-    shared.owners.insert(agent.id().clone(), caller.tenant);
-    // No one following every agent is no error.
-    let _ = shared.created.send(agent.id().clone());
-    shared.replays.insert(
-        agent.id().clone(),
-        Replay::record(&agent, shared.config.replay_events),
-    );
-    let info = AgentInfo {
-        id: agent.id().clone(),
-        name: agent.name().map(str::to_owned),
-        status: agent.status(),
-    };
-    Ok((StatusCode::CREATED, Json(info)).into_response())
+    let agent = shared.spawn(spec, caller.tenant).await?;
+    Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 
 /// A definition as `GET /definitions` lists it.
@@ -380,11 +410,9 @@ pub(crate) async fn delete(
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
     shared.agent_for(&headers, &id)?;
-    if !shared.supervisor.stop(&id).await {
+    if !shared.stop(&id).await {
         return Err(Problem::unknown_agent(&id));
     }
-    shared.replays.remove(id.as_str());
-    shared.owners.remove(id.as_str());
     Ok(StatusCode::NO_CONTENT)
 }
 

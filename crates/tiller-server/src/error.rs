@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tiller::tiller_store::StoreError;
 use tiller::{AgentError, DefinitionsError, SpawnError};
 
 use crate::metrics::ProblemKind;
@@ -62,6 +63,15 @@ impl Problem {
             StatusCode::NOT_FOUND,
             "unknown-agent",
             format!("no agent has the id `{id}`"),
+        )
+    }
+
+    /// No session with this id.
+    pub fn unknown_session(id: &str) -> Self {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-session",
+            format!("no session has the id `{id}`"),
         )
     }
 }
@@ -120,6 +130,12 @@ impl From<SpawnError> for Problem {
             }
             _ => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail),
         }
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Self {
+        Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", error.to_string())
     }
 }
 

@@ -28,6 +28,11 @@
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
 //! | `GET /agents/{id}/ws[?after=N]` | WebSocket: the events as text frames; prompt, steer, follow-up, abort and reset frames the other way | 101 |
 //! | `GET /events` | every event of every agent the caller may see, agents created later joining (no resume) | 200 |
+//! | `GET /sessions[?user_id=&status=&limit=]` | the caller's sessions (conversations) the store keeps, most recent first | 200 |
+//! | `GET /sessions/{id}` | one session: owner, definition, message count, the agent holding it | 200 |
+//! | `GET /sessions/{id}/messages[?from=&limit=]` | a page of its transcript, from the store | 200 |
+//! | `POST /sessions/{id}/resume` | `{"definition": NAME}` or `{"inline": …}` (for its tools): an agent holding the session again | 201 the agent, 200 if one holds it |
+//! | `DELETE /sessions/{id}` | stops the agent holding it, forgets the session | 204 |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //!
 //! ```no_run
@@ -48,8 +53,11 @@ mod error;
 mod events;
 mod metrics;
 mod proxy;
+mod sessions;
+mod shutdown;
 mod socket;
 mod tenants;
+mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -64,6 +72,7 @@ use tiller::{AgentId, Definitions, Supervisor};
 use tokio_util::sync::CancellationToken;
 
 pub use error::Problem;
+pub use sessions::MAX_PAGE;
 pub use tenants::{Owner, Tokens};
 
 use events::Replay;
@@ -105,6 +114,10 @@ pub struct ServerConfig {
     /// a caller's context (only behind a gateway that sets them: anyone can send
     /// headers).
     pub trust_context_headers: bool,
+    /// How long runs in flight may go on finishing once shutdown begins (new work
+    /// is refused with 503 meanwhile) before they are aborted; zero aborts them at
+    /// once.
+    pub finish_runs: Duration,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +129,7 @@ impl Default for ServerConfig {
             keep_alive: Duration::from_secs(15),
             tokens: Tokens::new(),
             trust_context_headers: false,
+            finish_runs: Duration::ZERO,
         }
     }
 }
@@ -134,7 +148,9 @@ pub(crate) struct Shared {
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
     metrics: Metrics,
-    /// Cancelled when the server shuts down: event streams end.
+    /// Cancelled when shutdown begins: new runs, agents and proxied calls are refused.
+    stopping: CancellationToken,
+    /// Cancelled once runs are done or aborted: event streams end.
     closing: CancellationToken,
 }
 
@@ -159,6 +175,7 @@ impl Server {
                 created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),
+                stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),
         }
@@ -194,30 +211,44 @@ impl Server {
             .route("/agents/{id}/events", get(agents::events))
             .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))
+            .route("/sessions", get(sessions::list))
+            .route(
+                "/sessions/{id}",
+                get(sessions::get).delete(sessions::delete),
+            )
+            .route("/sessions/{id}/messages", get(sessions::messages))
+            .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
+                shutdown::refuse_new_work,
+            ))
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
                 metrics::count,
             ))
+            .route_layer(axum::middleware::from_fn(trace::span))
             .layer(DefaultBodyLimit::max(self.shared.config.max_body_bytes))
             .with_state(self.shared.clone())
     }
 
-    /// Serves on `listener` until `shutdown` completes, then stops accepting,
-    /// ends the event streams, lets other requests in flight finish, and shuts
-    /// the supervisor down (aborting runs and flushing the store).
+    /// Serves on `listener` until `shutdown` completes. Then it refuses new work
+    /// (503), gives runs in flight [`ServerConfig::finish_runs`] to end, stops
+    /// accepting, ends the event streams, lets other requests in flight finish,
+    /// and shuts the supervisor down (aborting what still runs and flushing the
+    /// store).
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let router = self.router();
-        let closing = self.shared.closing.clone();
+        let shared = self.shared.clone();
         let result = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
-                closing.cancel();
+                shared.drain().await;
             })
             .await;
         self.shared.supervisor.shutdown().await;

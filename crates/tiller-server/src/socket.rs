@@ -62,7 +62,7 @@ async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, sock
                 None => break,
             },
             received = incoming.next() => match received {
-                Some(Ok(Message::Text(text))) => match command(&agent, text.as_str()).await {
+                Some(Ok(Message::Text(text))) => match command(&shared, &agent, text.as_str()).await {
                     Ok(()) => continue,
                     Err(problem) => {
                         let mut frame = serde_json::to_value(&problem).unwrap_or_default();
@@ -82,8 +82,9 @@ async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, sock
     let _ = outgoing.send(Message::Close(None)).await;
 }
 
-/// Carries out one frame from the client.
-async fn command(agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
+/// Carries out one frame from the client (a prompt only while the server is
+/// not shutting down).
+async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
     let mut json = serde_json::Deserializer::from_str(frame);
     let command: Command = serde_path_to_error::deserialize(&mut json).map_err(|error| {
         let path = error.path().to_string();
@@ -92,5 +93,8 @@ async fn command(agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
             format!("invalid command: {}", error.inner()),
         )
     })?;
+    if matches!(command, Command::Prompt { .. }) {
+        shared.accepting()?;
+    }
     command.apply(agent).await
 }

@@ -10,7 +10,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::{Definitions, Supervisor};
+use tiller::tiller_store::MemoryStore;
+use tiller::{Definitions, Supervisor, SupervisorConfig};
 use tiller_server::{Owner, Server, ServerConfig, Tokens};
 use tiller_test_support::{MockResponse, MockServer, sse};
 
@@ -34,11 +35,20 @@ impl Running {
     }
 
     /// Serves `definitions`, with `helper` added.
-    async fn serve(mut definitions: Definitions, config: ServerConfig) -> Self {
+    async fn serve(definitions: Definitions, config: ServerConfig) -> Self {
+        Running::on(Supervisor::start().await.unwrap(), definitions, config).await
+    }
+
+    /// Serves `supervisor`'s agents and `definitions`, with `helper` added.
+    async fn on(
+        supervisor: Supervisor,
+        mut definitions: Definitions,
+        config: ServerConfig,
+    ) -> Self {
         definitions
             .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
             .unwrap();
-        let server = Server::new(Supervisor::start().await.unwrap(), definitions, config);
+        let server = Server::new(supervisor, definitions, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -1028,9 +1038,9 @@ async fn every_operation_the_openapi_document_lists_is_served() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    // Stopping the agent goes last.
-    operations.sort_by_key(|(method, _)| method == "DELETE");
-    assert_eq!(operations.len(), 18, "{operations:?}");
+    // Stopping the agent and deleting its session go last.
+    operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
+    assert_eq!(operations.len(), 23, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1286,4 +1296,489 @@ async fn a_websocket_streams_events_and_takes_prompt_steer_and_abort() {
         (&json!(end_seq), &json!("agent_end"))
     );
     server.stop().await;
+}
+
+/// A server on `store`, answering with `faux`.
+async fn on_store(faux: &FauxProvider, store: &MemoryStore, config: ServerConfig) -> Running {
+    let supervisor = Supervisor::with_store(
+        SupervisorConfig::default(),
+        std::sync::Arc::new(store.clone()),
+    )
+    .await
+    .unwrap();
+    let definitions = Definitions::new().with_default_model(faux.model());
+    Running::on(supervisor, definitions, config).await
+}
+
+#[tokio::test]
+async fn a_conversation_is_listed_paged_resumed_after_a_restart_and_deleted() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello there."));
+    faux.push(FauxTurn::text("Welcome back."));
+    let store = MemoryStore::new();
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    let (status, _) = server
+        .post(
+            "/agents",
+            json!({"definition": "helper", "id": "c1", "name": "chat"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, _) = server
+        .post("/agents/c1/prompt?wait=true", json!({"text": "Hi"}))
+        .await;
+    assert_eq!(status, 200);
+
+    let (status, sessions) = server.get("/sessions").await;
+    assert_eq!(status, 200);
+    let session = &sessions[0];
+    assert_eq!(
+        (
+            sessions.as_array().unwrap().len(),
+            &session["id"],
+            &session["name"],
+            &session["status"],
+            &session["messages"],
+            &session["definition"]["system_prompt"],
+            &session["agent"],
+        ),
+        (
+            1,
+            &json!("c1"),
+            &json!("chat"),
+            &json!("active"),
+            &json!(2),
+            &json!("You help."),
+            &json!({"id": "c1", "name": "chat", "status": "idle"}),
+        )
+    );
+    let (status, page) = server.get("/sessions/c1/messages?limit=1").await;
+    assert_eq!(
+        (status, &page["from"], &page["total"], &page["next"]),
+        (200, &json!(0), &json!(2), &json!(1))
+    );
+    assert_eq!(page["messages"][0]["role"], "user");
+    assert_eq!(page["messages"][0]["content"][0]["text"], "Hi");
+    let (status, page) = server.get("/sessions/c1/messages?from=1&limit=1").await;
+    assert_eq!(
+        (status, &page["from"], &page["next"]),
+        (200, &json!(1), &Value::Null)
+    );
+    assert_eq!(page["messages"][0]["content"][0]["text"], "Hello there.");
+
+    // Bad pages and unknown sessions: typed problems.
+    let (status, problem) = server.get("/sessions/c1/messages?limit=0").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("limit")));
+    let (status, problem) = server.get("/sessions?status=sleeping").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("query")));
+    let (status, problem) = server.get("/sessions/nobody/messages").await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (404, &json!("urn:tiller:problem:unknown-session"))
+    );
+    server.stop().await;
+
+    // Another server on the same store: no agent holds the session until it is
+    // resumed, with its transcript and name, and it goes on from there.
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    assert_eq!(server.get("/agents").await, (200, json!([])));
+    let (_, session) = server.get("/sessions/c1").await;
+    assert_eq!(
+        (&session["messages"], &session["agent"]),
+        (&json!(2), &Value::Null)
+    );
+    let (status, problem) = server.post("/sessions/c1/resume", json!({})).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("definition")));
+    let (status, agent) = server
+        .post("/sessions/c1/resume", json!({"definition": "helper"}))
+        .await;
+    assert_eq!(
+        (status, agent),
+        (201, json!({"id": "c1", "name": "chat", "status": "idle"}))
+    );
+    let (status, again) = server
+        .post("/sessions/c1/resume", json!({"definition": "helper"}))
+        .await;
+    assert_eq!((status, &again["id"]), (200, &json!("c1")));
+    let (status, outcome) = server
+        .post(
+            "/agents/c1/prompt?wait=true",
+            json!({"text": "Still there?"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    let (_, state) = server.get("/agents/c1").await;
+    let texts: Vec<&Value> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| &message["content"][0]["text"])
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            &json!("Hi"),
+            &json!("Hello there."),
+            &json!("Still there?"),
+            &json!("Welcome back.")
+        ]
+    );
+    // The model saw the whole conversation.
+    assert_eq!(faux.requests().last().unwrap().context.messages.len(), 3);
+
+    let (status, _) = server
+        .send(reqwest::Method::DELETE, "/sessions/c1", None)
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(server.get("/agents/c1").await.0, 404);
+    assert_eq!(server.get("/sessions/c1").await.0, 404);
+    assert_eq!(server.get("/sessions").await, (200, json!([])));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() {
+    let faux = FauxProvider::new();
+    let tokens = Tokens::new()
+        .with(
+            "token-alice",
+            Owner {
+                tenant: "acme".to_owned(),
+                user: Some("alice".to_owned()),
+            },
+        )
+        .with(
+            "token-acme",
+            Owner {
+                tenant: "acme".to_owned(),
+                user: None,
+            },
+        )
+        .with(
+            "token-globex",
+            Owner {
+                tenant: "globex".to_owned(),
+                user: None,
+            },
+        );
+    let config = ServerConfig {
+        tokens,
+        ..ServerConfig::default()
+    };
+    let store = MemoryStore::new();
+    let server = on_store(&faux, &store, config).await;
+    let call = |method: reqwest::Method, path: &str, token: &str| {
+        let request = server
+            .http
+            .request(method, format!("{}{path}", server.base))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(json!({"definition": "helper"}).to_string());
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            )
+        }
+    };
+    use reqwest::Method;
+    let (_, alices) = call(Method::POST, "/agents", "token-alice").await;
+    let alices = alices["id"].as_str().unwrap().to_owned();
+    let (_, acmes) = call(Method::POST, "/agents", "token-acme").await;
+    let acmes = acmes["id"].as_str().unwrap().to_owned();
+    let (_, globexs) = call(Method::POST, "/agents", "token-globex").await;
+    let globexs = globexs["id"].as_str().unwrap().to_owned();
+
+    let ids = |sessions: &Value| {
+        let mut ids: Vec<String> = sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|session| session["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut acme_both = vec![alices.clone(), acmes.clone()];
+    acme_both.sort();
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions", "token-acme").await.1),
+        acme_both
+    );
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions?user_id=alice", "token-acme")
+            .await
+            .1),
+        std::slice::from_ref(&alices)
+    );
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions", "token-alice").await.1),
+        std::slice::from_ref(&alices)
+    );
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions?user_id=bob", "token-alice")
+            .await
+            .1),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions", "token-globex").await.1),
+        [globexs]
+    );
+    // Another tenant's session, or another user's, does not exist for the caller.
+    for (token, id) in [("token-globex", &alices), ("token-alice", &acmes)] {
+        for (method, path) in [
+            (Method::GET, format!("/sessions/{id}")),
+            (Method::GET, format!("/sessions/{id}/messages")),
+            (Method::POST, format!("/sessions/{id}/resume")),
+            (Method::DELETE, format!("/sessions/{id}")),
+        ] {
+            let (status, problem) = call(method, &path, token).await;
+            assert_eq!(
+                (status, &problem["type"]),
+                (404, &json!("urn:tiller:problem:unknown-session")),
+                "{token} {path}"
+            );
+        }
+    }
+    assert_eq!(
+        ids(&call(Method::GET, "/sessions", "token-acme").await.1),
+        acme_both
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_shutdown_lets_runs_in_flight_finish_and_refuses_new_work_meanwhile() {
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let waits = {
+        let gate = gate.clone();
+        tiller::FnTool::new("wait", "Waits", json!({"type": "object"}), move |_, _| {
+            let gate = gate.clone();
+            async move {
+                gate.notified().await;
+                Ok(tiller::ToolOutput::text("waited"))
+            }
+        })
+    };
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("wait", json!({})));
+    faux.push(FauxTurn::text("Done."));
+    let mut definitions = Definitions::new()
+        .with_default_model(faux.model())
+        .with_tools(tiller::ToolRegistry::new().with(std::sync::Arc::new(waits)));
+    definitions
+        .insert(
+            AgentFile::parse(
+                "waiter.yaml",
+                "type: object\ndescription: You wait.\njson_schema_extra: {kind: agent, name: waiter, tools: [{name: wait}]}\n",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let config = ServerConfig {
+        finish_runs: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    let server = Running::serve(definitions, config).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "waiter", "id": "w1"}))
+        .await;
+    assert_eq!(status, 201);
+    let mut events = server.events("w1", None).await;
+    assert_eq!(
+        server
+            .post("/agents/w1/prompt", json!({"text": "Go"}))
+            .await
+            .0,
+        202
+    );
+    while events.next().await.kind != "tool_execution_start" {}
+
+    let (base, http) = (server.base.clone(), server.http.clone());
+    let stopping = tokio::spawn(server.stop());
+    // Once shutdown has begun, a prompt is refused for it, not for being busy.
+    let refused = loop {
+        let response = http
+            .post(format!("{base}/agents/w1/prompt"))
+            .header("content-type", "application/json")
+            .body(r#"{"text": "More"}"#)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let problem: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        if status != 409 {
+            break (status, problem["type"].clone());
+        }
+    };
+    assert_eq!(refused, (503, json!("urn:tiller:problem:shutting-down")));
+    let response = http
+        .post(format!("{base}/agents"))
+        .header("content-type", "application/json")
+        .body(r#"{"definition": "waiter"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    // The run itself may still be steered, and goes on to its end.
+    let response = http
+        .post(format!("{base}/agents/w1/steer"))
+        .header("content-type", "application/json")
+        .body(r#"{"text": "Take your time"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    gate.notify_one();
+    let tail = events.until_end().await;
+    assert_eq!(
+        kinds(&tail),
+        [
+            "tool_execution_end",
+            "message_start",
+            "message_end",
+            "turn_end",
+            "turn_start",
+            "message_start",
+            "message_end",
+            "message_start",
+            "message_update",
+            "message_update",
+            "message_update",
+            "message_end",
+            "turn_end",
+            "agent_end"
+        ]
+    );
+    stopping.await.unwrap();
+    let last = faux.requests().last().unwrap().context.messages.len();
+    assert_eq!(
+        last, 4,
+        "the answer came after the tool result and the steering"
+    );
+}
+
+/// A span as a test sees it: its name, fields and parent.
+#[derive(Debug, Clone)]
+struct SpanSeen {
+    name: &'static str,
+    fields: std::collections::BTreeMap<String, String>,
+    parent: Option<tracing::span::Id>,
+}
+
+/// Keeps every span created, with the fields recorded on it.
+#[derive(Clone, Default)]
+struct Spans(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<tracing::span::Id, SpanSeen>>>,
+);
+
+struct Fields<'a>(&'a mut std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = std::collections::BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let parent = ctx
+            .span(id)
+            .and_then(|span| span.parent())
+            .map(|parent| parent.id());
+        self.0.lock().unwrap().insert(
+            id.clone(),
+            SpanSeen {
+                name: attrs.metadata().name(),
+                fields,
+                parent,
+            },
+        );
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if let Some(span) = self.0.lock().unwrap().get_mut(id) {
+            values.record(&mut Fields(&mut span.fields));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_requests_span_names_the_agent_and_is_the_parent_of_the_run_it_starts() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Spans::default();
+    // This test's runtime has one thread: every task it runs reports here.
+    let _traced =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Traced."));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "helper", "id": "t1"}))
+        .await;
+    assert_eq!(status, 201);
+    let (status, _) = server
+        .post("/agents/t1/prompt?wait=true", json!({"text": "Hi"}))
+        .await;
+    assert_eq!(status, 200);
+    server.stop().await;
+
+    let seen = spans.0.lock().unwrap().clone();
+    let named = |name: &str| -> Vec<(&tracing::span::Id, &SpanSeen)> {
+        seen.iter().filter(|(_, span)| span.name == name).collect()
+    };
+    let field = |span: &SpanSeen, name: &str| span.fields.get(name).cloned().unwrap_or_default();
+    let requests = named("request");
+    let (prompt_id, prompt) = requests
+        .iter()
+        .find(|(_, span)| field(span, "route") == "/agents/{id}/prompt")
+        .unwrap();
+    assert_eq!(
+        (field(prompt, "method"), field(prompt, "agent")),
+        ("POST".to_owned(), "t1".to_owned())
+    );
+    let runs = named("run");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let (run_id, run) = runs[0];
+    assert_eq!(
+        (
+            field(run, "agent"),
+            field(run, "session"),
+            field(run, "run"),
+            run.parent.as_ref()
+        ),
+        (
+            "t1".to_owned(),
+            "t1".to_owned(),
+            "1".to_owned(),
+            Some(*prompt_id)
+        )
+    );
+    // The loop's own span is inside the run's.
+    let loops = named("agent_run");
+    assert_eq!(loops.len(), 1);
+    assert_eq!(loops[0].1.parent.as_ref(), Some(run_id));
 }

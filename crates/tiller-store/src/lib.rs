@@ -74,12 +74,15 @@ pub trait SessionStore: Send + Sync + 'static {
         filter: &'a SessionFilter,
     ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>>;
 
-    /// The stored message `seq` of session `id` (its place in the transcript, from 0).
-    fn message<'a>(
+    /// At most `limit` stored messages of session `id`, in order, from its
+    /// message `from` (a place in the transcript, from 0): a page of a long
+    /// transcript without loading the rest. Empty past the end or for no session.
+    fn messages<'a>(
         &'a self,
         id: &'a str,
-        seq: u64,
-    ) -> BoxFuture<'a, Result<Option<tiller_core::AgentMessage>, StoreError>>;
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Arc<tiller_core::AgentMessage>>, StoreError>>;
 
     /// Deletes session `id` with its messages and queue; whether it existed.
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;

@@ -177,10 +177,11 @@ impl SessionStore for MemoryStore {
             .values()
             .filter(|session| {
                 let record = &session.record;
-                filter
-                    .tenant_id
-                    .as_ref()
-                    .is_none_or(|tenant| record.tenant_id.as_ref() == Some(tenant))
+                filter.id.as_ref().is_none_or(|id| record.id == *id)
+                    && filter
+                        .tenant_id
+                        .as_ref()
+                        .is_none_or(|tenant| record.tenant_id.as_ref() == Some(tenant))
                     && filter
                         .user_id
                         .as_ref()
@@ -204,18 +205,23 @@ impl SessionStore for MemoryStore {
         Box::pin(ready(Ok(found)))
     }
 
-    fn message<'a>(
+    fn messages<'a>(
         &'a self,
         id: &'a str,
-        seq: u64,
-    ) -> BoxFuture<'a, Result<Option<AgentMessage>, StoreError>> {
-        let message = self.lock().get(id).and_then(|session| {
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Arc<AgentMessage>>, StoreError>> {
+        let page = self.lock().get(id).map_or_else(Vec::new, |session| {
+            let from = usize::try_from(from).unwrap_or(usize::MAX);
             session
                 .messages
-                .get(usize::try_from(seq).ok()?)
-                .map(|message| (**message).clone())
+                .iter()
+                .skip(from)
+                .take(limit as usize)
+                .cloned()
+                .collect()
         });
-        Box::pin(ready(Ok(message)))
+        Box::pin(ready(Ok(page)))
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

@@ -564,6 +564,7 @@ impl SessionStore for SqlStore {
             let mut conditions = Vec::new();
             let mut values: Vec<&str> = Vec::new();
             for (column, value) in [
+                ("id", filter.id.as_deref()),
                 ("tenant_id", filter.tenant_id.as_deref()),
                 ("user_id", filter.user_id.as_deref()),
                 ("status", filter.status.map(SessionStatus::as_str)),
@@ -605,22 +606,31 @@ impl SessionStore for SqlStore {
         })
     }
 
-    fn message<'a>(
+    fn messages<'a>(
         &'a self,
         id: &'a str,
-        seq: u64,
-    ) -> BoxFuture<'a, Result<Option<AgentMessage>, StoreError>> {
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Arc<AgentMessage>>, StoreError>> {
         Box::pin(async move {
-            let row = sqlx::query(
-                "SELECT message FROM tiller_messages WHERE session_id = $1 AND seq = $2",
+            sqlx::query(
+                "SELECT message FROM tiller_messages WHERE session_id = $1 AND seq >= $2 \
+                 ORDER BY seq LIMIT $3",
             )
             .bind(id)
-            .bind(to_i64(seq))
-            .fetch_optional(&self.pool)
+            .bind(to_i64(from))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
             .await
-            .map_err(database)?;
-            row.map(|row| message(id, &row.try_get::<String, _>(0).map_err(database)?))
-                .transpose()
+            .map_err(database)?
+            .iter()
+            .map(|row| {
+                Ok(Arc::new(message(
+                    id,
+                    &row.try_get::<String, _>(0).map_err(database)?,
+                )?))
+            })
+            .collect()
         })
     }
 

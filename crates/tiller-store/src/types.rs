@@ -137,6 +137,8 @@ pub struct SessionInfo {
 /// Which sessions to list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionFilter {
+    /// Only the session with this id.
+    pub id: Option<String>,
     /// Only this tenant's.
     pub tenant_id: Option<String>,
     /// Only this user's.

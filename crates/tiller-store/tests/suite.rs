@@ -133,8 +133,11 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
     expected.record.status = SessionStatus::Closed;
     let loaded = store.load(&id).await.unwrap().unwrap();
     assert_eq!(same_time(loaded, &expected), expected);
-    assert_eq!(store.message(&id, 0).await.unwrap(), Some(user("hello")));
-    assert_eq!(store.message(&id, 1).await.unwrap(), None);
+    assert_eq!(
+        store.messages(&id, 0, 10).await.unwrap(),
+        vec![user("hello").into()]
+    );
+    assert_eq!(store.messages(&id, 1, 10).await.unwrap(), vec![]);
     assert_eq!(store.load("no-such-session").await.unwrap(), None);
 
     // Reset: everything emptied, the session kept.
@@ -289,6 +292,25 @@ async fn lists_by_owner_and_status(store: Arc<dyn SessionStore>, tenant: &str) {
         .map(|info| info.record.updated_at)
         .collect();
     assert!(times.windows(2).all(|pair| pair[0] >= pair[1]), "{times:?}");
+    assert_eq!(
+        listed(SessionFilter {
+            id: Some(format!("{tenant}-list-2")),
+            ..of_tenant.clone()
+        })
+        .await,
+        ids(&[(2, 2)])
+    );
+    // A transcript read a page at a time.
+    let paged = format!("{tenant}-list-2");
+    assert_eq!(
+        store.messages(&paged, 0, 1).await.unwrap(),
+        vec![user("m0").into()]
+    );
+    assert_eq!(
+        store.messages(&paged, 1, 5).await.unwrap(),
+        vec![user("m1").into()]
+    );
+    assert_eq!(store.messages(&paged, 2, 5).await.unwrap(), vec![]);
     assert_eq!(
         listed(SessionFilter {
             limit: Some(2),

@@ -28,6 +28,7 @@ use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
 
 use crate::AgentMessage;
 use crate::agent::{Agent, lock};
@@ -235,6 +236,8 @@ pub(crate) struct ActorState {
 
 struct ActiveRun {
     id: u64,
+    /// The run's span: its task runs in it, and its end is told in it.
+    span: tracing::Span,
     events: Arc<RunEvents>,
     token: CancellationToken,
     _task: AbortOnDropHandle<()>,
@@ -354,8 +357,9 @@ impl ActorState {
                 reply,
                 finished,
                 overrides,
+                span,
             } => {
-                let _ = reply.send(self.start(prompt, finished, overrides));
+                let _ = reply.send(self.start(prompt, finished, overrides, &span));
             }
             AgentMsg::Steer(message, reply) => self.enqueue(QueueKind::Steering, message, reply),
             AgentMsg::FollowUp(message, reply) => self.enqueue(QueueKind::FollowUp, message, reply),
@@ -533,6 +537,7 @@ impl ActorState {
         prompt: Prompt,
         finished: Option<oneshot::Sender<RunOutcome>>,
         overrides: Option<Box<RunOverrides>>,
+        caller: &tracing::Span,
     ) -> Result<(), AgentError> {
         if self.run.is_some() {
             return Err(AgentError::Busy);
@@ -610,13 +615,24 @@ impl ActorState {
             Arc::new(move |event| events.push(event))
         };
         let run_token = token.clone();
-        let task = tokio::spawn(async move {
-            // Refused only for a transcript ending with the model's answer, which
-            // `start` turned into queued messages or an error above.
-            let _ = run_loop(prompt, context, config, run_token, sink).await;
-        });
+        let span = tracing::info_span!(
+            parent: caller,
+            "run",
+            agent = %self.agent.id,
+            session = %self.agent.session,
+            run = run_id
+        );
+        let task = tokio::spawn(
+            async move {
+                // Refused only for a transcript ending with the model's answer, which
+                // `start` turned into queued messages or an error above.
+                let _ = run_loop(prompt, context, config, run_token, sink).await;
+            }
+            .instrument(span.clone()),
+        );
         self.run = Some(ActiveRun {
             id: run_id,
+            span,
             events,
             token,
             _task: AbortOnDropHandle::new(task),
@@ -738,9 +754,13 @@ impl ActorState {
         let Some(run) = self.run.take() else {
             return;
         };
+        let span = run.span;
         let Some(event) = run.ending else {
             return;
         };
+        if let AgentEvent::AgentEnd { reason, .. } = &event {
+            tracing::info!(parent: &span, end = ?reason, "run ended");
+        }
         let outcome = match (&event, run.finished) {
             (
                 AgentEvent::AgentEnd {

@@ -104,9 +104,10 @@ pub(crate) fn with_lookup(
                         ToolError::new(format!("`{name}` names no message: expected \"message:N\""))
                     })?;
                 let message = store
-                    .message(&session, seq)
+                    .messages(&session, seq, 1)
                     .await
                     .map_err(|error| ToolError::new(error.to_string()))?
+                    .pop()
                     .ok_or_else(|| ToolError::new(format!("there is no message `{name}`")))?;
                 Ok(ToolOutput::text(match message.as_assistant() {
                     Some(assistant) => assistant.text(),

@@ -13,7 +13,7 @@ use crate::error::AgentError;
 use crate::message::{AgentMsg, Queues};
 use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
-use crate::state::{AgentState, AgentStatus, RunOutcome};
+use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 use crate::subscription::{AgentId, Subscription};
 use tiller_core::Prompt;
 
@@ -122,6 +122,7 @@ impl AgentHandle {
             reply,
             finished,
             overrides,
+            span: tracing::Span::current(),
         })
         .await?
     }
@@ -200,6 +201,15 @@ impl AgentHandle {
     /// Whether a run is active, the agent hibernates, or it is stopped.
     pub fn status(&self) -> AgentStatus {
         self.agent.status()
+    }
+
+    /// Its id, name and status, as [`crate::Supervisor::list`] shows them.
+    pub fn info(&self) -> AgentInfo {
+        AgentInfo {
+            id: self.agent.id.clone(),
+            name: self.agent.name.as_deref().map(str::to_owned),
+            status: self.agent.status(),
+        }
     }
 
     /// Every event from now on, in order, with the supervisor's default buffer. No

@@ -61,6 +61,9 @@ pub enum AgentMsg {
         finished: Option<oneshot::Sender<RunOutcome>>,
         /// Settings for this run only.
         overrides: Option<Box<RunOverrides>>,
+        /// The span the run's own `run` span (agent, session, run number) goes
+        /// under: the caller's, such as an HTTP request's.
+        span: tracing::Span,
     },
     /// Queue a steering message.
     Steer(AgentMessage, Option<RpcReplyPort<Result<(), AgentError>>>),

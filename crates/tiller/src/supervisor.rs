@@ -438,14 +438,7 @@ impl Supervisor {
             .inner
             .agents
             .iter()
-            .map(|entry| {
-                let agent = entry.value();
-                AgentInfo {
-                    id: agent.id.clone(),
-                    name: agent.name.as_deref().map(str::to_owned),
-                    status: agent.status(),
-                }
-            })
+            .map(|entry| AgentHandle::new(entry.value().clone()).info())
             .collect();
         agents.sort_by(|a, b| a.id.cmp(&b.id));
         agents

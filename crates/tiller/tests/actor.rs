@@ -51,6 +51,7 @@ impl Actor for Host {
                         reply,
                         finished: None,
                         overrides: None,
+                        span: tracing::Span::current(),
                     },
                     1000
                 )?;

@@ -87,8 +87,22 @@ def main(base):
         state = http.get("/agents/py").json()
         expect(len(state["messages"]) == 4 and state["status"] == "idle", json.dumps(state)[:300])
 
+        # The conversation, from the store, a page at a time.
+        sessions = http.get("/sessions").json()
+        expect([(s["id"], s["messages"]) for s in sessions] == [("py", 4)], json.dumps(sessions)[:300])
+        first = http.get("/sessions/py/messages", params={"limit": 3}).json()
+        rest = http.get("/sessions/py/messages", params={"from": first["next"], "limit": 3}).json()
+        expect((first["next"], rest["next"]) == (3, None), f"pages: {first['next']}, {rest['next']}")
+        expect(first["messages"] + rest["messages"] == state["messages"], "the pages differ from the transcript")
+
         expect(http.delete("/agents/py").status_code == 204, "delete")
         expect(http.get("/agents/py").status_code == 404, "deleted agent still there")
+        # The session outlives its agent, and is resumed with its transcript.
+        resumed = http.post("/sessions/py/resume", json={"definition": "helper"})
+        expect(resumed.status_code == 201 and resumed.json()["id"] == "py", f"resume: {resumed.text}")
+        expect(len(http.get("/agents/py").json()["messages"]) == 4, "the resumed transcript")
+        expect(http.delete("/sessions/py").status_code == 204, "delete the session")
+        expect(http.get("/sessions").json() == [], "the session is still listed")
     print("ok")
 
 

@@ -1,0 +1,240 @@
+//! Conversations: the sessions the store keeps, as a resource. List a user's
+//! sessions, read one's messages a page at a time, resume one into an agent, and
+//! delete one. Everything here is read from the store, so it works for sessions
+//! no agent holds (an agent stopped, or a server restarted).
+//!
+//! A caller sees the sessions of its tenant (every session on an open server), and
+//! only its own when its token (or a trusted `X-User-Id`) names a user. A session it
+//! may not see is answered as one that does not exist.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus};
+use tiller::{AgentHandle, AgentInfo, AgentMessage};
+
+use crate::Shared;
+use crate::error::{Problem, decode};
+use crate::tenants::Caller;
+
+/// The most sessions, or messages, one page holds.
+pub const MAX_PAGE: u32 = 1_000;
+
+/// A page's size when the request names none.
+const DEFAULT_PAGE: u32 = 100;
+
+/// `GET /sessions`: which sessions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListSessions {
+    user_id: Option<String>,
+    status: Option<SessionStatus>,
+    limit: Option<u32>,
+}
+
+/// `GET /sessions/{id}/messages`: which page.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PageQuery {
+    #[serde(default)]
+    from: u64,
+    limit: Option<u32>,
+}
+
+/// `POST /sessions/{id}/resume`: the definition whose tools the agent gets (its
+/// model, instructions and transcript are the session's).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResumeSession {
+    definition: Option<String>,
+    version: Option<String>,
+    inline: Option<Value>,
+}
+
+/// A session as the API shows it: its row, how many messages it holds, and the
+/// agent holding it, if one is.
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionView {
+    #[serde(flatten)]
+    info: SessionInfo,
+    agent: Option<AgentInfo>,
+}
+
+/// A page of a session's messages.
+#[derive(Debug, Serialize)]
+pub(crate) struct MessagePage {
+    session_id: String,
+    /// The place of the page's first message in the transcript.
+    from: u64,
+    /// How many messages the transcript holds.
+    total: u64,
+    messages: Vec<Arc<AgentMessage>>,
+    /// Where the next page starts, or `null` after the last.
+    next: Option<u64>,
+}
+
+/// A page size the request asked for, within [`MAX_PAGE`].
+fn page_size(limit: Option<u32>) -> Result<u32, Problem> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
+        Some(_) => Err(Problem::invalid(
+            Some("limit".to_owned()),
+            format!("`limit` must be from 1 to {MAX_PAGE}"),
+        )),
+    }
+}
+
+/// A query string as `T`, or a 422 naming the query.
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| Problem::invalid(Some("query".to_owned()), rejection.body_text()))
+}
+
+impl Shared {
+    /// The sessions `caller` may see, narrowed to `user_id` when asked.
+    fn sessions_of(&self, caller: &Caller, user_id: Option<String>) -> Option<SessionFilter> {
+        let own = caller.context.ids().user_id.clone();
+        let user_id = match (own, user_id) {
+            (Some(own), Some(asked)) if own != asked => return None,
+            (own, asked) => own.or(asked),
+        };
+        Some(SessionFilter {
+            tenant_id: caller.tenant.clone(),
+            user_id,
+            ..SessionFilter::default()
+        })
+    }
+
+    /// The session `id`, if `caller` may see it.
+    async fn session(&self, caller: &Caller, id: &str) -> Result<SessionInfo, Problem> {
+        let filter = SessionFilter {
+            id: Some(id.to_owned()),
+            limit: Some(1),
+            ..self
+                .sessions_of(caller, None)
+                .ok_or_else(|| Problem::unknown_session(id))?
+        };
+        let mut found = self.supervisor.store().list(&filter).await?;
+        found.pop().ok_or_else(|| Problem::unknown_session(id))
+    }
+
+    /// The agent holding session `id`, if one does.
+    fn holder(&self, id: &str) -> Option<AgentHandle> {
+        self.supervisor
+            .get(id)
+            .filter(|agent| agent.session_id() == id)
+    }
+
+    fn view(&self, info: SessionInfo) -> SessionView {
+        let agent = self.holder(&info.record.id).map(|agent| agent.info());
+        SessionView { info, agent }
+    }
+}
+
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    asked: Result<Query<ListSessions>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<SessionView>>, Problem> {
+    let caller = shared.caller(&headers)?;
+    let asked = query(asked)?;
+    let Some(filter) = shared.sessions_of(&caller, asked.user_id) else {
+        return Ok(Json(Vec::new()));
+    };
+    let filter = SessionFilter {
+        status: asked.status,
+        limit: Some(page_size(asked.limit)?),
+        ..filter
+    };
+    let found = shared.supervisor.store().list(&filter).await?;
+    Ok(Json(
+        found.into_iter().map(|info| shared.view(info)).collect(),
+    ))
+}
+
+pub(crate) async fn get(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<SessionView>, Problem> {
+    let caller = shared.caller(&headers)?;
+    let info = shared.session(&caller, &id).await?;
+    Ok(Json(shared.view(info)))
+}
+
+pub(crate) async fn messages(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    page: Result<Query<PageQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<MessagePage>, Problem> {
+    let caller = shared.caller(&headers)?;
+    let page = query(page)?;
+    let limit = page_size(page.limit)?;
+    let info = shared.session(&caller, &id).await?;
+    let messages = shared
+        .supervisor
+        .store()
+        .messages(&id, page.from, limit)
+        .await?;
+    let end = page.from.saturating_add(messages.len() as u64);
+    Ok(Json(MessagePage {
+        session_id: id,
+        from: page.from,
+        total: info.messages,
+        next: (end < info.messages && !messages.is_empty()).then_some(end),
+        messages,
+    }))
+}
+
+pub(crate) async fn resume(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = shared.caller(&headers)?;
+    let info = shared.session(&caller, &id).await?;
+    let request: ResumeSession = decode(body)?;
+    if let Some(agent) = shared.holder(&id) {
+        return Ok(Json(agent.info()).into_response());
+    }
+    let mut spec = shared
+        .spec(
+            request.definition.as_deref(),
+            request.version.as_deref(),
+            request.inline.as_ref(),
+        )?
+        .with_context(caller.context)
+        .with_owner(info.record.tenant_id.clone(), info.record.user_id.clone())
+        .with_id(id.clone())
+        .with_session(id);
+    spec.name = info.record.name;
+    let agent = shared.spawn(spec, caller.tenant).await?;
+    Ok((StatusCode::CREATED, Json(agent)).into_response())
+}
+
+pub(crate) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, Problem> {
+    let caller = shared.caller(&headers)?;
+    shared.session(&caller, &id).await?;
+    if shared.holder(&id).is_some() {
+        shared.stop(&id).await;
+    }
+    if !shared.supervisor.store().delete(&id).await? {
+        return Err(Problem::unknown_session(&id));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
