@@ -67,6 +67,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Html;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use dashmap::DashMap;
 use tiller::{AgentId, Definitions, Supervisor};
 use tokio_util::sync::CancellationToken;
@@ -245,6 +246,13 @@ impl Server {
     ) -> std::io::Result<()> {
         let router = self.router();
         let shared = self.shared.clone();
+        // Events are small writes that must leave at once: without TCP_NODELAY,
+        // Nagle's algorithm holds each until the last is acknowledged, which a
+        // client's delayed ACK stretches to tens of milliseconds.
+        let listener = listener.tap_io(|connection| {
+            // Err only for a connection already closed.
+            let _ = connection.set_nodelay(true);
+        });
         let result = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;

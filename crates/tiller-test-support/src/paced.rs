@@ -9,7 +9,10 @@
 //! - `whole`: the reply in one write;
 //! - `late-end-N`: the reply in one write, the body's end `N` ms later — unless
 //!   the client has closed the connection by then, which is counted;
-//! - `tools`: [`tool_script`]'s answer to the request, in one write.
+//! - `tools`: [`tool_script`]'s answer to the request, in one write;
+//! - `stamped-N`: [`STAMPED_TOKENS`] text deltas `N` µs apart, each the
+//!   [`monotonic_ns`] it was written at followed by a space, so that a reader in
+//!   another process can tell how long each token took to reach it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,7 +22,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::sse::{openai_text, openai_tool_call};
+use crate::sse::{
+    OPENAI_DONE, openai_delta, openai_finish, openai_text, openai_tool_call, openai_usage,
+};
+use crate::workload::monotonic_ns;
+
+/// The text deltas of a `stamped-N` reply.
+pub const STAMPED_TOKENS: usize = 32;
 
 /// What a server has seen, shared with its threads.
 #[derive(Default)]
@@ -188,6 +197,22 @@ fn serve_connection(
                 counts.response_ended();
                 return Ok(());
             }
+        } else if let Some(spacing) = model.strip_prefix("stamped-") {
+            let spacing = Duration::from_micros(spacing.parse().unwrap_or(30_000));
+            writer.write_all(&chunk(&openai_delta(
+                json!({"role": "assistant", "content": ""}),
+            )))?;
+            for _ in 0..STAMPED_TOKENS {
+                std::thread::sleep(spacing);
+                let token = format!("{} ", monotonic_ns());
+                writer.write_all(&chunk(&openai_delta(json!({"content": token}))))?;
+            }
+            let end = [
+                openai_finish("stop"),
+                openai_usage(10, STAMPED_TOKENS as u64),
+                OPENAI_DONE.to_owned(),
+            ];
+            writer.write_all(&chunk(&end.concat()))?;
         } else if model == "tools" {
             writer.write_all(&chunk(&tool_script(&request)))?;
         } else {

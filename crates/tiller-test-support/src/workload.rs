@@ -56,6 +56,21 @@ pub fn cpu_time() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// The system's monotonic clock (`CLOCK_MONOTONIC`) in nanoseconds: the same
+/// clock in every process of the machine, so a time taken in one can be compared
+/// with one taken in another.
+#[allow(unsafe_code)]
+pub fn monotonic_ns() -> u64 {
+    let mut now = std::mem::MaybeUninit::<libc::timespec>::zeroed();
+    // SAFETY: clock_gettime fills the struct it is given; CLOCK_MONOTONIC is
+    // always available on Linux.
+    let now = unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, now.as_mut_ptr());
+        now.assume_init()
+    };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// The runtimes the benches print each figure for, by name: tokio's
 /// multi-thread runtime with two workers (this machine's cores) and its
 /// current-thread runtime, I/O and time enabled.

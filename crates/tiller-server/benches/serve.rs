@@ -1,0 +1,308 @@
+//! `tiller serve` at scale: 10,000 agents created over HTTP, 1,000 SSE clients
+//! attached (one to every tenth agent), and every agent answering one prompt from
+//! a loopback model server in a process of its own that streams 32 tokens 30 ms
+//! apart, as a model does, each token the time it was written. The prompts go out
+//! at a steady rate (500 a second), so about 500 replies stream at once.
+//!
+//! Three processes: the model server, the server measured here (a multi-thread
+//! runtime with two workers, this machine's cores), and the clients (this
+//! executable started again). The CPU clock read here is the server's alone, from
+//! the moment the SSE clients are attached until every run has ended. It prints the
+//! server's CPU per event delivered to an SSE client (target <= 5 µs), per event of
+//! every agent, and the time from a token leaving the model server to an SSE
+//! client reading it (target p99 <= 2 ms), with every stream checked complete and
+//! in order.
+//!
+//! ```text
+//! cargo bench -p tiller-server --bench serve [-- --agents N --clients M --rate R]
+//! ```
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tiller::agent_file::AgentFile;
+use tiller::{Definitions, Supervisor};
+use tiller_server::{Server, ServerConfig};
+use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
+use tiller_test_support::workload::{cpu_time, monotonic_ns, runtimes};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Set in the environment of the clients' process: the server's base URL.
+const CLIENT: &str = "TILLER_BENCH_SERVE_CLIENT";
+/// The time between two tokens of a reply, in µs.
+const SPACING_US: u64 = 30_000;
+
+const AGENT: &str = "
+type: object
+description: You answer.
+json_schema_extra: {kind: agent, name: bench}
+";
+
+/// How many agents, SSE clients and prompts per second.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    agents: usize,
+    clients: usize,
+    rate: u32,
+}
+
+impl Scale {
+    /// From `--agents N --clients M --rate R` among the arguments.
+    fn from_args() -> Self {
+        let args: Vec<String> = std::env::args().collect();
+        let value = |name: &str, default: usize| {
+            args.iter()
+                .position(|arg| arg == name)
+                .and_then(|at| args.get(at + 1))
+                .map_or(default, |value| value.parse().unwrap())
+        };
+        let scale = Scale {
+            agents: value("--agents", 10_000),
+            clients: value("--clients", 1_000),
+            rate: value("--rate", 500) as u32,
+        };
+        assert!(
+            scale.clients >= 1 && scale.clients <= scale.agents,
+            "{scale:?}"
+        );
+        scale
+    }
+}
+
+/// What the clients saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Events delivered to the SSE clients.
+    delivered: u64,
+    /// Events of one run, as one client saw them.
+    per_run: u64,
+    /// Streams with an event missing, repeated or out of order, or a `lagged` notice.
+    broken: u64,
+    /// Token latencies, in ns.
+    latencies: Vec<u64>,
+}
+
+fn main() {
+    let reply = paced::recorded_reply();
+    if paced::serve_if_asked(&reply) {
+        return;
+    }
+    let scale = Scale::from_args();
+    if let Ok(base) = std::env::var(CLIENT) {
+        clients(&base, scale);
+        return;
+    }
+    let upstream = PacedProcess::start();
+    let model = upstream.model(&format!("stamped-{SPACING_US}"));
+    let [(flavour, mut builder), _] = runtimes();
+    let runtime = builder.build().unwrap();
+    runtime.block_on(async {
+        let mut definitions = Definitions::new().with_default_model(model);
+        definitions
+            .insert(AgentFile::parse("bench.yaml", AGENT).unwrap())
+            .unwrap();
+        let server = Server::new(
+            Supervisor::start().await.unwrap(),
+            definitions,
+            ServerConfig::default(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(server.serve(listener, std::future::pending()));
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args(std::env::args().skip(1))
+            .env(CLIENT, &base)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(said.next_line().await.unwrap().as_deref(), Some("attached"));
+        let (before, started) = (cpu_time(), std::time::Instant::now());
+        let done = said.next_line().await.unwrap().unwrap();
+        let (cpu, wall) = (cpu_time() - before, started.elapsed());
+        child.wait().await.unwrap();
+        let seen: Value = serde_json::from_str(done.strip_prefix("done ").unwrap()).unwrap();
+        let delivered = seen["delivered"].as_u64().unwrap();
+        let all_events = seen["per_run"].as_u64().unwrap() * scale.agents as u64;
+        println!(
+            "{flavour}: {} agents created over HTTP, {} SSE clients, {} prompts/s, {} tokens {} ms apart per reply: {:.1} s, server CPU {:.2} s",
+            scale.agents,
+            scale.clients,
+            scale.rate,
+            STAMPED_TOKENS,
+            SPACING_US / 1_000,
+            wall.as_secs_f64(),
+            cpu.as_secs_f64()
+        );
+        println!(
+            "{flavour}: server CPU per event delivered to an SSE client: {:.1} µs (target <= 5 µs; {delivered} delivered, {} streams broken)",
+            micros(cpu) / delivered as f64,
+            seen["broken"]
+        );
+        println!(
+            "{flavour}: server CPU per event of every agent (model bytes to actor, hub, replay buffer and SSE): {:.1} µs ({all_events} events)",
+            micros(cpu) / all_events as f64
+        );
+        println!(
+            "{flavour}: a token from the model server to an SSE client: p50 {:.2} ms, p99 {:.2} ms (target <= 2 ms), max {:.2} ms",
+            seen["p50_ms"].as_f64().unwrap(),
+            seen["p99_ms"].as_f64().unwrap(),
+            seen["max_ms"].as_f64().unwrap()
+        );
+    });
+}
+
+/// The clients' process: creates the agents, attaches the SSE clients, says
+/// `attached`, prompts every agent at the rate asked, reads every stream to its
+/// `agent_end`, waits for every agent to be idle, and says `done` with what it saw.
+fn clients(base: &str, scale: Scale) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let post = |path: String, body: Value| {
+            http.post(format!("{base}{path}"))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+        };
+        futures::stream::iter(0..scale.agents)
+            .map(|n| {
+                post(
+                    "/agents".to_owned(),
+                    json!({"definition": "bench", "id": format!("a{n}")}),
+                )
+            })
+            .buffer_unordered(64)
+            .for_each(|response| async move {
+                assert_eq!(response.unwrap().status(), 201);
+            })
+            .await;
+
+        let every = scale.agents / scale.clients;
+        let mut readers = Vec::new();
+        for n in 0..scale.clients {
+            let response = http
+                .get(format!("{base}/agents/a{}/events", n * every))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            readers.push(tokio::spawn(read(response)));
+        }
+        println!("attached");
+
+        let mut ticks = tokio::time::interval(Duration::from_secs(1) / scale.rate);
+        let mut prompts = Vec::with_capacity(scale.agents);
+        for n in 0..scale.agents {
+            ticks.tick().await;
+            let prompt = post(format!("/agents/a{n}/prompt"), json!({"text": "Hi"}));
+            prompts.push(tokio::spawn(async move {
+                assert_eq!(prompt.await.unwrap().status(), 202);
+            }));
+        }
+        for prompt in prompts {
+            prompt.await.unwrap();
+        }
+        let mut seen = Seen::default();
+        for reader in readers {
+            let (events, broken, latencies) = reader.await.unwrap();
+            seen.delivered += events;
+            seen.per_run = seen.per_run.max(events);
+            seen.broken += u64::from(broken);
+            seen.latencies.extend(latencies);
+        }
+        // The agents no client follows may still be answering.
+        loop {
+            let agents = http
+                .get(format!("{base}/agents"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let agents: Value = serde_json::from_str(&agents).unwrap();
+            let running = agents
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|agent| agent["status"] != "idle");
+            if !running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen.latencies.sort_unstable();
+        let at = |q: f64| {
+            let index = ((seen.latencies.len() as f64 * q) as usize).min(seen.latencies.len() - 1);
+            seen.latencies[index] as f64 / 1e6
+        };
+        println!(
+            "done {}",
+            json!({
+                "delivered": seen.delivered,
+                "per_run": seen.per_run,
+                "broken": seen.broken,
+                "p50_ms": at(0.5),
+                "p99_ms": at(0.99),
+                "max_ms": at(1.0),
+            })
+        );
+    });
+}
+
+/// Reads one agent's event stream to its `agent_end`: how many events came,
+/// whether any was missing, repeated or out of order, and each token's latency
+/// (from its stamp to the moment the chunk holding it was read).
+async fn read(response: reqwest::Response) -> (u64, bool, Vec<u64>) {
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let (mut events, mut broken, mut latencies) = (0u64, false, Vec::new());
+    let mut expected: Option<u64> = None;
+    while let Some(chunk) = body.next().await {
+        let read_at = monotonic_ns();
+        buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(str::trim_start)
+            };
+            let (Some(id), Some(data)) = (field("id:"), field("data:")) else {
+                continue;
+            };
+            let seq: u64 = id.parse().unwrap();
+            broken |= expected.is_some_and(|expected| expected != seq);
+            expected = Some(seq + 1);
+            events += 1;
+            let data: Value = serde_json::from_str(data).unwrap();
+            let event = &data["event"];
+            match event["type"].as_str().unwrap() {
+                "lagged" => broken = true,
+                "agent_end" => return (events, broken, latencies),
+                "message_update" => {
+                    let update = &event["assistant_message_event"];
+                    if update["type"] == "text_delta"
+                        && let Ok(stamp) = update["delta"].as_str().unwrap().trim().parse::<u64>()
+                    {
+                        latencies.push(read_at.saturating_sub(stamp));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    (events, true, latencies)
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
