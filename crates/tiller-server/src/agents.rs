@@ -148,7 +148,7 @@ impl Shared {
         let replay = self
             .replays
             .entry(agent.id().clone())
-            .or_insert_with(|| Replay::record(agent, self.config.replay_events))
+            .or_insert_with(|| Replay::record(agent, self.config.replay_events, &self.metrics))
             .clone();
         envelopes(agent.id().clone(), live, &replay, last_seen).await
     }
@@ -193,7 +193,7 @@ impl Shared {
         let _ = self.created.send(agent.id().clone());
         self.replays.insert(
             agent.id().clone(),
-            Replay::record(&agent, self.config.replay_events),
+            Replay::record(&agent, self.config.replay_events, &self.metrics),
         );
         Ok(agent.info())
     }

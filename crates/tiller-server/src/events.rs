@@ -17,6 +17,7 @@ use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Subscription};
 use tokio::sync::{broadcast, watch};
 
 use crate::Shared;
+use crate::metrics::{AgentClock, Metrics};
 
 /// The last events of one agent, for clients that come back.
 pub(crate) struct Replay {
@@ -27,8 +28,13 @@ pub(crate) struct Replay {
 }
 
 impl Replay {
-    /// Starts recording `agent`'s events, keeping the last `capacity`.
-    pub(crate) fn record(agent: &AgentHandle, capacity: usize) -> Arc<Replay> {
+    /// Starts recording `agent`'s events, keeping the last `capacity`, and
+    /// counting its runs and model calls in `metrics`.
+    pub(crate) fn record(
+        agent: &AgentHandle,
+        capacity: usize,
+        metrics: &Arc<Metrics>,
+    ) -> Arc<Replay> {
         let mut events = agent.subscribe_with_buffer(capacity.max(1));
         let replay = Arc::new(Replay {
             events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
@@ -36,8 +42,11 @@ impl Replay {
             recorded: watch::Sender::new(events.starts_at()),
         });
         let recording = replay.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
+            let mut clock = AgentClock::default();
             while let Some(envelope) = events.next().await {
+                metrics.observe(&envelope.event, &mut clock);
                 recording.push(envelope);
             }
         });

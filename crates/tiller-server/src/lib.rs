@@ -15,7 +15,7 @@
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
 //! | `GET /healthz` | liveness | 200 `ok` |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
-//! | `GET /metrics` | Prometheus text: agents by status, responses by route and status, problems by kind, events streamed, proxied calls and their time to the first event | 200 |
+//! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, events streamed, proxied calls | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` | 201 the agent |
 //! | `GET /agents` | every agent and its status | 200 |
@@ -148,7 +148,7 @@ pub(crate) struct Shared {
     /// Announces each agent created through the API, for `GET /events`.
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// Cancelled when shutdown begins: new runs, agents and proxied calls are refused.
     stopping: CancellationToken,
     /// Cancelled once runs are done or aborted: event streams end.
@@ -172,7 +172,7 @@ impl Server {
                 definitions,
                 config,
                 proxy_models,
-                metrics: Metrics::default(),
+                metrics: Arc::default(),
                 created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),

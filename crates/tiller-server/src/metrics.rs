@@ -1,19 +1,22 @@
-//! `GET /metrics`: the server in Prometheus' text format. Agents by status, HTTP
-//! responses by route and status, problems by kind, events written to
+//! `GET /metrics`: the server in Prometheus' text format. Agents by status, runs
+//! started and ended (by how), the agents' model calls with their time to the first
+//! event, HTTP responses by route and status, problems by kind, events written to
 //! event-stream clients, and the pi proxy's model calls with their time to the
-//! first event.
+//! first event. Runs and model calls are counted for the agents whose events the
+//! server records: those made through the API, and any other once a client follows
+//! it.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
-use tiller::AgentStatus;
+use tiller::{AgentEvent, AgentStatus, Delivered};
 
 use crate::Shared;
 
@@ -37,6 +40,21 @@ pub(crate) struct Metrics {
     proxy_first_event_micros: AtomicU64,
     /// How many of them produced a first event.
     proxy_first_events: AtomicU64,
+    /// Runs started.
+    runs_started: AtomicU64,
+    /// Runs ended, by how (`completed`, `aborted`, …).
+    runs_ended: DashMap<String, u64>,
+    /// The agents' model calls that produced a first event.
+    model_first_events: AtomicU64,
+    /// Their summed time from the turn's start to that event, in microseconds.
+    model_first_event_micros: AtomicU64,
+}
+
+/// What [`Metrics::observe`] remembers of one agent between its events.
+#[derive(Debug, Default)]
+pub(crate) struct AgentClock {
+    /// When its current turn started, until the model's first event.
+    turn_started: Option<Instant>,
 }
 
 impl Metrics {
@@ -52,11 +70,44 @@ impl Metrics {
 
     /// A proxied call's first event came after `wait`.
     pub(crate) fn proxy_first_event(&self, wait: Duration) {
-        let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-        self.proxy_first_event_micros
-            .fetch_add(micros, Ordering::Relaxed);
+        add_micros(&self.proxy_first_event_micros, wait);
         self.proxy_first_events.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Counts what one of an agent's events says: a run started or ended, or the
+    /// model's first event of a turn.
+    pub(crate) fn observe(&self, event: &Delivered, clock: &mut AgentClock) {
+        let Delivered::Event(event) = event else {
+            return;
+        };
+        match event {
+            AgentEvent::AgentStart => {
+                self.runs_started.fetch_add(1, Ordering::Relaxed);
+            }
+            AgentEvent::TurnStart => clock.turn_started = Some(Instant::now()),
+            AgentEvent::MessageStart { message } if message.as_assistant().is_some() => {
+                if let Some(started) = clock.turn_started.take() {
+                    add_micros(&self.model_first_event_micros, started.elapsed());
+                    self.model_first_events.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            AgentEvent::AgentEnd { reason, .. } => {
+                let how = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|how| how.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                *self.runs_ended.entry(how).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn add_micros(sum: &AtomicU64, wait: Duration) {
+    sum.fetch_add(
+        u64::try_from(wait.as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
 }
 
 /// Counts every response of a routed request.
@@ -100,6 +151,39 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
     {
         let _ = writeln!(text, "tiller_agents{{status=\"{status}\"}} {count}");
     }
+    header_of(
+        &mut text,
+        "tiller_runs_started_total",
+        "counter",
+        "Runs started.",
+    );
+    let _ = writeln!(
+        text,
+        "tiller_runs_started_total {}",
+        metrics.runs_started.load(Ordering::Relaxed)
+    );
+    header_of(
+        &mut text,
+        "tiller_runs_ended_total",
+        "counter",
+        "Runs ended, by how.",
+    );
+    let mut ended: Vec<_> = metrics
+        .runs_ended
+        .iter()
+        .map(|entry| (entry.key().clone(), *entry.value()))
+        .collect();
+    ended.sort();
+    for (how, count) in ended {
+        let _ = writeln!(text, "tiller_runs_ended_total{{end=\"{how}\"}} {count}");
+    }
+    summary(
+        &mut text,
+        "tiller_model_first_event_seconds",
+        "Time from a turn's start to the model's first event.",
+        &metrics.model_first_event_micros,
+        &metrics.model_first_events,
+    );
     header_of(
         &mut text,
         "tiller_http_responses_total",
@@ -149,20 +233,25 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         header_of(&mut text, name, "counter", help);
         let _ = writeln!(text, "{name} {}", value.load(Ordering::Relaxed));
     }
-    header_of(
+    summary(
         &mut text,
         "tiller_proxy_first_event_seconds",
-        "summary",
         "Time from a proxied call to the model's first event.",
-    );
-    let micros = metrics.proxy_first_event_micros.load(Ordering::Relaxed);
-    let _ = writeln!(
-        text,
-        "tiller_proxy_first_event_seconds_sum {}\ntiller_proxy_first_event_seconds_count {}",
-        micros as f64 / 1e6,
-        metrics.proxy_first_events.load(Ordering::Relaxed)
+        &metrics.proxy_first_event_micros,
+        &metrics.proxy_first_events,
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// A summary of times: their sum in seconds (kept in microseconds) and count.
+fn summary(text: &mut String, name: &str, help: &str, micros: &AtomicU64, count: &AtomicU64) {
+    header_of(text, name, "summary", help);
+    let _ = writeln!(
+        text,
+        "{name}_sum {}\n{name}_count {}",
+        micros.load(Ordering::Relaxed) as f64 / 1e6,
+        count.load(Ordering::Relaxed)
+    );
 }
 
 fn header_of(text: &mut String, name: &str, kind: &str, help: &str) {

@@ -877,7 +877,11 @@ async fn metrics_count_agents_responses_problems_and_streamed_events() {
         )
         .await;
     assert_eq!(status, 200);
-    let streamed = events.until_end().await.len();
+    let seen = events.until_end().await;
+    let streamed = seen.len();
+    // A client resuming after the last event is answered once the server has
+    // recorded (and counted) every event so far.
+    let _resumed = server.events(&id, Some(seen.last().unwrap().id)).await;
     let (status, _) = server.get("/agents/nobody").await;
     assert_eq!(status, 404);
 
@@ -892,6 +896,24 @@ async fn metrics_count_agents_responses_problems_and_streamed_events() {
         "text/plain; version=0.0.4"
     );
     let text = response.text().await.unwrap();
+    // The model's time to its first event varies; the count of such events does not.
+    let (text, waited) = {
+        let mut waited = None;
+        let lines: Vec<&str> = text
+            .lines()
+            .map(
+                |line| match line.strip_prefix("tiller_model_first_event_seconds_sum ") {
+                    Some(seconds) => {
+                        waited = seconds.parse::<f64>().ok();
+                        "tiller_model_first_event_seconds_sum T"
+                    }
+                    None => line,
+                },
+            )
+            .collect();
+        (lines.join("\n") + "\n", waited)
+    };
+    assert!(waited.is_some_and(f64::is_finite), "{text}");
     assert_eq!(
         text,
         format!(
@@ -901,11 +923,21 @@ tiller_agents{{status=\"idle\"}} 1
 tiller_agents{{status=\"running\"}} 0
 tiller_agents{{status=\"hibernated\"}} 0
 tiller_agents{{status=\"stopped\"}} 0
+# HELP tiller_runs_started_total Runs started.
+# TYPE tiller_runs_started_total counter
+tiller_runs_started_total 1
+# HELP tiller_runs_ended_total Runs ended, by how.
+# TYPE tiller_runs_ended_total counter
+tiller_runs_ended_total{{end=\"completed\"}} 1
+# HELP tiller_model_first_event_seconds Time from a turn's start to the model's first event.
+# TYPE tiller_model_first_event_seconds summary
+tiller_model_first_event_seconds_sum T
+tiller_model_first_event_seconds_count 1
 # HELP tiller_http_responses_total HTTP responses by route and status.
 # TYPE tiller_http_responses_total counter
 tiller_http_responses_total{{route=\"/agents\",status=\"201\"}} 1
 tiller_http_responses_total{{route=\"/agents/{{id}}\",status=\"404\"}} 1
-tiller_http_responses_total{{route=\"/agents/{{id}}/events\",status=\"200\"}} 1
+tiller_http_responses_total{{route=\"/agents/{{id}}/events\",status=\"200\"}} 2
 tiller_http_responses_total{{route=\"/agents/{{id}}/prompt\",status=\"200\"}} 1
 # HELP tiller_problems_total Problem responses by kind.
 # TYPE tiller_problems_total counter
