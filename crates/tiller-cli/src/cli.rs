@@ -90,6 +90,10 @@ pub enum CliCommand {
         /// (new work is refused with 503 meanwhile) before aborting them.
         #[arg(long, value_name = "SECS", default_value_t = 0)]
         finish_runs: u64,
+        /// Let an agent idle this many seconds leave memory (its session stays in
+        /// the store; its next request brings it back). Default: never.
+        #[arg(long, value_name = "SECS")]
+        hibernate_after: Option<u64>,
     },
     /// List, show or remove the sessions a store keeps.
     Sessions {

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
                 tokens,
                 trust_context_headers,
                 finish_runs,
+                hibernate_after,
             } => {
                 let options = tiller_cli::serve::ServeOptions {
                     listen,
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
                     tokens: tokens.as_deref(),
                     trust_context_headers: *trust_context_headers,
                     finish_runs: std::time::Duration::from_secs(*finish_runs),
+                    hibernate_after: hibernate_after.map(std::time::Duration::from_secs),
                 };
                 tiller_cli::serve::serve(options).await
             }

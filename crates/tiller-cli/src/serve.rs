@@ -28,6 +28,8 @@ pub struct ServeOptions<'a> {
     pub trust_context_headers: bool,
     /// How long runs in flight may finish at shutdown before they are aborted.
     pub finish_runs: std::time::Duration,
+    /// How long an agent may idle in memory before it hibernates (never: `None`).
+    pub hibernate_after: Option<std::time::Duration>,
 }
 
 /// Runs `tiller serve`.
@@ -40,6 +42,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         tokens,
         trust_context_headers,
         finish_runs,
+        hibernate_after,
     } = options;
     // `TILLER_LOG=info` logs each request and each run it starts, in their spans.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TILLER_LOG")
@@ -70,7 +73,11 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             Err(exit) => return exit,
         },
     };
-    let supervisor = match Supervisor::with_store(SupervisorConfig::default(), store).await {
+    let config = SupervisorConfig {
+        hibernate_after,
+        ..SupervisorConfig::default()
+    };
+    let supervisor = match Supervisor::with_store(config, store).await {
         Ok(supervisor) => supervisor,
         Err(error) => {
             say!("tiller: {error}");

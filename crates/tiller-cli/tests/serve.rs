@@ -422,3 +422,100 @@ async fn pi_agent_cores_stream_proxy_drives_a_turn_through_the_server() {
     );
     serving.stop().await;
 }
+
+#[tokio::test]
+async fn a_conversation_outlives_the_server_in_its_sqlite_store_and_idle_agents_hibernate() {
+    let kept = Scratch::new();
+    let store = format!("sqlite://{}", kept.path().join("chats.db").display());
+    let options = ["--store", store.as_str(), "--hibernate-after", "0"];
+    let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, base: &str, path: &str, body: Option<Value>| {
+        let request = http.request(method, format!("{base}{path}"));
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+            None => request,
+        };
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            )
+        }
+    };
+    use reqwest::Method;
+    let base = serving.base.clone();
+    let created = call(
+        Method::POST,
+        &base,
+        "/agents",
+        Some(json!({"definition": "helper", "id": "c"})),
+    )
+    .await;
+    assert_eq!(created.0, 201);
+    let prompted = call(
+        Method::POST,
+        &base,
+        "/agents/c/prompt?wait=true",
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(prompted.0, 200);
+    // Idle, it leaves memory; a request brings it back.
+    let mut status = Value::Null;
+    for _ in 0..10_000 {
+        status = call(Method::GET, &base, "/agents", None).await.1[0]["status"].clone();
+        if status == "hibernated" {
+            break;
+        }
+    }
+    assert_eq!(status, "hibernated");
+    let state = call(Method::GET, &base, "/agents/c", None).await.1;
+    assert_eq!(state["messages"].as_array().unwrap().len(), 2);
+    serving.stop().await;
+
+    // A new server on the same file: the conversation is there to read and resume.
+    let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let base = serving.base.clone();
+    let (status, sessions) = call(Method::GET, &base, "/sessions", None).await;
+    assert_eq!(
+        (
+            status,
+            &sessions[0]["id"],
+            &sessions[0]["messages"],
+            &sessions[0]["agent"]
+        ),
+        (200, &json!("c"), &json!(2), &Value::Null)
+    );
+    let (status, page) = call(Method::GET, &base, "/sessions/c/messages?from=1", None).await;
+    assert_eq!(
+        (status, &page["total"], &page["next"]),
+        (200, &json!(2), &Value::Null)
+    );
+    let answer = page["messages"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(answer.starts_with("You said: \"hello\"."), "{answer}");
+    let resumed = call(
+        Method::POST,
+        &base,
+        "/sessions/c/resume",
+        Some(json!({"definition": "helper"})),
+    )
+    .await;
+    assert_eq!(resumed.0, 201);
+    let again = call(
+        Method::POST,
+        &base,
+        "/agents/c/prompt?wait=true",
+        Some(json!({"text": "again"})),
+    )
+    .await;
+    assert_eq!(again.0, 200);
+    let state = call(Method::GET, &base, "/agents/c", None).await.1;
+    assert_eq!(state["messages"].as_array().unwrap().len(), 4);
+    serving.stop().await;
+}
