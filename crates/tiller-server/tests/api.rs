@@ -528,6 +528,22 @@ async fn a_client_back_after_the_replay_buffer_moved_on_is_told_what_it_missed()
     );
     let rest = resumed.until_end().await;
     assert_eq!(rest, all[all.len() - 4..]);
+    // What it missed of the conversation, the store has.
+    let finished: Vec<&Value> = all
+        .iter()
+        .filter(|event| event.kind == "message_end")
+        .map(|event| &event.data["event"]["message"])
+        .collect();
+    let (status, page) = server.get(&format!("/sessions/{id}/messages")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>(),
+        finished
+    );
     server.stop().await;
 }
 

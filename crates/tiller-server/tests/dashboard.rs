@@ -1,7 +1,8 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`, driven over
 //! WebDriver by `chromedriver`; `scripts/browser.sh install` installs both): open
 //! the page, make an agent on the faux model, prompt it and see the answer stream
-//! in, steer it while it works, abort a run, reset. Skipped with one line when the
+//! in, steer it while it works, abort a run, reset; and see an agent another
+//! client made and prompted join the list, its status live. Skipped with one line when the
 //! browser is missing, unless `TILLER_LIVE=required`.
 
 #![allow(clippy::unwrap_used)]
@@ -214,6 +215,36 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
     // Reset empties the conversation, in the page and in the agent.
     browser.click("#reset").await;
     browser.shows("//div[@id='messages' and not(*)]").await;
+
+    // An agent made and prompted by another client joins the list, its status
+    // following its run as it goes (from the stream of every agent).
+    let http = reqwest::Client::new();
+    for (path, body) in [
+        (
+            "/agents",
+            json!({"definition": "helper", "id": "elsewhere"}),
+        ),
+        ("/agents/elsewhere/prompt", json!({"text": "answer slowly"})),
+    ] {
+        let response = http
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+    }
+    browser
+        .shows("//li[@data-id='elsewhere']/span[@class='status running']")
+        .await;
+    browser
+        .shows("//li[@data-id='elsewhere']/span[@class='status idle']")
+        .await;
 
     browser.client.close().await.unwrap();
     let _ = stop.send(());
