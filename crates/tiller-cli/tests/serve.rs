@@ -198,24 +198,13 @@ async fn a_bad_agent_file_is_refused_before_listening() {
 }
 
 /// What `scripts/http-clients.sh WHAT` prints (a path), if that client is
-/// installed; else `None`, after saying the test is skipped, or failing when
-/// `TILLER_LIVE=required`.
+/// installed (see [`tiller_test_support::live::installed`]).
 fn installed_client(what: &str, test: &str) -> Option<PathBuf> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/http-clients.sh");
-    let output = std::process::Command::new(script).arg(what).output().ok();
-    let path = output
-        .filter(|output| output.status.success())
-        .and_then(|output| String::from_utf8(output.stdout).ok());
-    if path.is_none() {
-        assert!(
-            !tiller_test_support::live::live_required(),
-            "TILLER_LIVE=required and the {test} client is missing: run scripts/http-clients.sh install"
-        );
-        eprintln!(
-            "skipping the {test} client test (not installed): `scripts/http-clients.sh install` installs it"
-        );
-    }
-    path.map(|path| PathBuf::from(path.trim()))
+    tiller_test_support::live::installed(
+        "http-clients.sh",
+        what,
+        &format!("the {test} client test"),
+    )
 }
 
 #[tokio::test]

@@ -84,5 +84,5 @@ pub use tool::{
     AgentTool, FnTool, IntoToolOutput, ToolContext, ToolError, ToolExecution, ToolOutput,
     decode_arguments, parameters_schema, tool_result,
 };
-pub use toolset::{ToolSet, ToolSetError};
+pub use toolset::{ToolFilter, ToolSet, ToolSetError};
 pub use transcript::{TranscriptError, answer_open_calls, check_transcript};

@@ -170,3 +170,24 @@ pub fn live_required() -> bool {
 pub fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/local-llm.sh")
 }
+
+/// What `scripts/SCRIPT WHAT` prints (a path), if the component it names is
+/// installed; else `None`, after saying on stderr that `test` is skipped and how to
+/// install it, or failing when `TILLER_LIVE=required`.
+pub fn installed(script: &str, what: &str, test: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
+    let output = Command::new(&path).arg(what).output().ok();
+    let printed = output
+        .filter(|output| output.status.success())
+        .and_then(|output| String::from_utf8(output.stdout).ok());
+    if printed.is_none() {
+        assert!(
+            !live_required(),
+            "TILLER_LIVE=required and {test} needs what `scripts/{script} install` installs"
+        );
+        eprintln!("skipping {test} (not installed): `scripts/{script} install` installs it");
+    }
+    printed.map(|printed| PathBuf::from(printed.trim()))
+}

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use crate::command_tool::CommandTool;
 use crate::llm::{LlmConfig, LlmConfigs, LlmError};
-use crate::tool_registry::{ToolFilter, ToolRegistry};
+use crate::tool_registry::ToolRegistry;
 use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
     ToolSetError,
@@ -56,6 +56,7 @@ use crate::{
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
+use tiller_core::ToolFilter;
 
 /// How long a command tool may run when its file does not say.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);

@@ -83,7 +83,8 @@ pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
-pub use tool_registry::{ToolFilter, ToolRegistry};
+pub use tiller_core::ToolFilter;
+pub use tool_registry::ToolRegistry;
 
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,

@@ -1,5 +1,5 @@
-//! [`ToolRegistry`]: the tools a host offers agent definitions by name, and
-//! [`ToolFilter`], the include and exclude lists an agent narrows them with.
+//! [`ToolRegistry`]: the tools a host offers agent definitions by name (which an
+//! agent narrows with a [`tiller_core::ToolFilter`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -19,8 +19,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
 
 use crate::AgentTool;
 
@@ -64,49 +62,5 @@ impl fmt::Debug for ToolRegistry {
         f.debug_tuple("ToolRegistry")
             .field(&self.tools.keys().collect::<Vec<_>>())
             .finish()
-    }
-}
-
-/// Which of an agent's tools it keeps: those `include` matches (all when it is
-/// empty), less those `exclude` matches. A pattern is a tool's name, or a prefix
-/// ending in `*` (`fs_*`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolFilter {
-    /// The tools to keep; every tool when empty.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub include: Vec<String>,
-    /// The tools to drop.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude: Vec<String>,
-}
-
-impl ToolFilter {
-    /// Whether the tool `name` is kept.
-    pub fn keeps(&self, name: &str) -> bool {
-        let matches = |pattern: &String| match pattern.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => pattern == name,
-        };
-        (self.include.is_empty() || self.include.iter().any(matches))
-            && !self.exclude.iter().any(matches)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn include_then_exclude_with_prefixes() {
-        let filter = ToolFilter {
-            include: vec!["fs_*".into(), "search".into()],
-            exclude: vec!["fs_write".into()],
-        };
-        let kept: Vec<&str> = ["fs_read", "fs_write", "search", "action"]
-            .into_iter()
-            .filter(|name| filter.keeps(name))
-            .collect();
-        assert_eq!(kept, ["fs_read", "search"]);
-        assert!(ToolFilter::default().keeps("anything"));
     }
 }

@@ -1,0 +1,305 @@
+//! Tiller's MCP client against MCP servers no one here wrote, from the npm registry
+//! (`scripts/mcp.sh install`): the reference filesystem server over stdio, and the
+//! reference "everything" server over stdio and over streamable HTTP. Skipped with
+//! one line when they are missing, unless `TILLER_LIVE=required`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller_core::{AgentTool, ToolContext, ToolOutput};
+use tiller_mcp::{McpClient, McpServer};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// The folder holding the servers' commands, if installed.
+fn servers(test: &str) -> Option<PathBuf> {
+    tiller_test_support::live::installed("mcp.sh", "bin", test)
+}
+
+/// A fresh folder under the system's temporary one, removed when dropped.
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new(name: &str) -> Folder {
+        let path = std::env::temp_dir().join(format!("tiller-mcp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        // The server resolves links: compare with the folder as it sees it.
+        Folder(path.canonicalize().unwrap())
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tool(client: &McpClient, name: &str) -> Arc<dyn AgentTool> {
+    client
+        .tools()
+        .into_iter()
+        .find(|tool| tool.name() == name)
+        .unwrap_or_else(|| panic!("no tool {name}"))
+}
+
+/// Calls `tool` with `args` outside a loop; its progress updates are collected.
+async fn call(
+    tool: &Arc<dyn AgentTool>,
+    args: Value,
+) -> (Result<ToolOutput, String>, Vec<ToolOutput>) {
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let seen = updates.clone();
+    let ctx = ToolContext::detached("call-1", CancellationToken::new(), move |update| {
+        seen.lock().unwrap().push(update);
+    });
+    let result = tool
+        .execute(args, ctx)
+        .await
+        .map_err(|error| error.message().to_owned());
+    let updates = updates.lock().unwrap().clone();
+    (result, updates)
+}
+
+#[tokio::test]
+async fn the_filesystem_servers_tools_read_files_and_excluded_ones_are_not_offered() {
+    let Some(bin) = servers("the MCP filesystem server test") else {
+        return;
+    };
+    let folder = Folder::new("fs");
+    std::fs::write(folder.path().join("notes.txt"), "The meeting is at 10.").unwrap();
+    let server = McpServer::stdio(
+        "fs",
+        bin.join("mcp-server-filesystem").to_str().unwrap(),
+        [folder.path().to_str().unwrap()],
+    )
+    .excluding(["write_*", "edit_file", "move_file", "create_directory"]);
+    let client = McpClient::connect(server).await.unwrap();
+
+    let mut names: Vec<String> = client
+        .tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    names.sort();
+    assert!(names.contains(&"fs_read_text_file".to_owned()), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.contains("write") || name == "fs_edit_file" || name == "fs_move_file"),
+        "{names:?}"
+    );
+    let read = tool(&client, "fs_read_text_file");
+    assert_eq!(read.parameters()["type"], "object");
+
+    let path = folder.path().join("notes.txt");
+    let (output, _) = call(&read, json!({"path": path})).await;
+    assert_eq!(output.unwrap().text_content(), "The meeting is at 10.");
+    // Outside its folder: the server's error result is the tool's error.
+    let (refused, _) = call(&read, json!({"path": "/etc/hostname"})).await;
+    let refused = refused.unwrap_err();
+    assert!(
+        refused.contains("denied") || refused.contains("outside"),
+        "{refused}"
+    );
+    client.close();
+}
+
+#[tokio::test]
+async fn a_killed_server_is_reported_then_reconnected_to() {
+    let Some(bin) = servers("the MCP reconnection test") else {
+        return;
+    };
+    let server = McpServer::stdio(
+        "every",
+        bin.join("mcp-server-everything").to_str().unwrap(),
+        ["stdio"],
+    )
+    .with_prefix("")
+    .including(["echo"])
+    .with_reconnect_delays(Duration::from_millis(300), Duration::from_millis(600));
+    let client = McpClient::connect(server).await.unwrap();
+    let echo = tool(&client, "echo");
+    let (said, _) = call(&echo, json!({"message": "first"})).await;
+    assert_eq!(said.unwrap().text_content(), "Echo: first");
+
+    let first = client.process_id().unwrap();
+    let changed = client.changed();
+    std::process::Command::new("kill")
+        .args(["-9", &first.to_string()])
+        .status()
+        .unwrap();
+    changed.await;
+    // Gone (the first reconnection waits 300 ms): a call says so.
+    assert!(!client.is_connected());
+    let (refused, _) = call(&echo, json!({"message": "meanwhile"})).await;
+    let refused = refused.unwrap_err();
+    assert!(refused.contains("not connected"), "{refused}");
+    while !client.is_connected() {
+        client.changed().await;
+    }
+    assert_ne!(client.process_id(), Some(first));
+    let (said, _) = call(&echo, json!({"message": "again"})).await;
+    assert_eq!(said.unwrap().text_content(), "Echo: again");
+    client.close();
+}
+
+/// `mcp-server-everything streamableHttp` on a free port, until dropped.
+struct HttpServer {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    async fn start(bin: &Path) -> HttpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = tokio::process::Command::new(bin.join("mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("listening on port") {
+                    return;
+                }
+            }
+            panic!("the server ended before listening");
+        })
+        .await
+        .expect("the server did not start listening");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        HttpServer {
+            _child: child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn over_streamable_http_calls_report_progress_and_return_images() {
+    let Some(bin) = servers("the MCP streamable HTTP test") else {
+        return;
+    };
+    let server = HttpServer::start(&bin).await;
+    let client = McpClient::connect(
+        McpServer::http("every", &server.url)
+            .with_header("x-tiller-test", "1")
+            .including([
+                "get-sum",
+                "get-tiny-image",
+                "trigger-long-running-operation",
+            ]),
+    )
+    .await
+    .unwrap();
+    let mut names: Vec<String> = client
+        .tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "every_get-sum",
+            "every_get-tiny-image",
+            "every_trigger-long-running-operation"
+        ]
+    );
+
+    let (sum, _) = call(&tool(&client, "every_get-sum"), json!({"a": 2, "b": 3})).await;
+    assert!(sum.unwrap().text_content().contains('5'));
+
+    let (image, _) = call(&tool(&client, "every_get-tiny-image"), json!({})).await;
+    let image = image.unwrap();
+    let png = image.content.iter().find_map(|content| match content {
+        tiller_ai::Content::Image(image) => Some(image.mime_type.clone()),
+        tiller_ai::Content::Text(_) => None,
+    });
+    assert_eq!(png.as_deref(), Some("image/png"));
+
+    let (done, updates) = call(
+        &tool(&client, "every_trigger-long-running-operation"),
+        json!({"duration": 0.3, "steps": 3}),
+    )
+    .await;
+    assert!(done.unwrap().text_content().contains("completed"));
+    let progress: Vec<(Value, Value)> = updates
+        .iter()
+        .map(|update| {
+            (
+                update.details["progress"].clone(),
+                update.details["total"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        progress,
+        [
+            (json!(1.0), json!(3.0)),
+            (json!(2.0), json!(3.0)),
+            (json!(3.0), json!(3.0))
+        ]
+    );
+
+    // An aborted run's call ends at once (the server is sent MCP's cancellation).
+    let long = tool(&client, "every_trigger-long-running-operation");
+    let cancel = CancellationToken::new();
+    let abort = cancel.clone();
+    let ctx = ToolContext::detached("call-2", cancel, move |_| abort.cancel());
+    let cancelled = long
+        .execute(json!({"duration": 60, "steps": 600}), ctx)
+        .await
+        .map_err(|error| error.message().to_owned());
+    assert_eq!(cancelled.unwrap_err(), "cancelled");
+    client.close();
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_or_answer_is_a_typed_error() {
+    let missing = McpClient::connect(McpServer::stdio(
+        "ghost",
+        "/nonexistent/tiller-mcp-server",
+        Vec::<String>::new(),
+    ))
+    .await
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&missing, tiller_mcp::McpError::Spawn { server, .. } if server == "ghost"),
+        "{missing:?}"
+    );
+    // A program that never speaks MCP: the handshake's bound.
+    let silent = McpClient::connect(
+        McpServer::stdio("silent", "sleep", ["30"])
+            .with_connect_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(
+        silent,
+        tiller_mcp::McpError::Timeout {
+            server: "silent".to_owned(),
+            after: Duration::from_millis(200)
+        }
+    );
+}
