@@ -52,13 +52,17 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-    let definitions = match definitions(agents, llms) {
+    let mut definitions = match definitions(agents, llms) {
         Ok(definitions) => definitions,
         Err(error) => {
             say!("tiller: {error}");
             return Exit::Usage;
         }
     };
+    if let Err(error) = definitions.connect_mcp().await {
+        say!("tiller: {error}");
+        return Exit::Failed;
+    }
     let tokens = match tokens.map(Tokens::load).transpose() {
         Ok(tokens) => tokens.unwrap_or_default(),
         Err(error) => {

@@ -7,7 +7,7 @@ use crate::cli::AgentOptions;
 use crate::outcome::Exit;
 use crate::render::Output;
 use crate::sessions::open_store;
-use crate::setup::Setup;
+use crate::setup::{Setup, SetupError};
 
 /// The most unread events a command holds for its output: far more than a run
 /// produces between two writes, and a bound on memory when stdout is stuck.
@@ -32,9 +32,12 @@ impl Session {
     /// Sets up the agent the options describe; on failure says why on stderr and
     /// answers the exit status.
     pub async fn start(options: &AgentOptions) -> Result<Session, Exit> {
-        let setup = Setup::new(options).map_err(|error| {
+        let setup = Setup::new(options).await.map_err(|error| {
             crate::say!("tiller: {error}");
-            Exit::Usage
+            match error {
+                SetupError::Mcp(_) => Exit::Failed,
+                _ => Exit::Usage,
+            }
         })?;
         if let Some(notice) = &setup.notice {
             crate::say!("tiller: {notice}");

@@ -35,6 +35,9 @@ pub enum SetupError {
     /// The agent file is unusable.
     #[error(transparent)]
     AgentFile(#[from] AgentFileError),
+    /// An MCP server the agent file lists could not be connected to.
+    #[error(transparent)]
+    Mcp(#[from] tiller::tiller_mcp::McpError),
     /// The model named cannot be used.
     #[error("{origin}: {reason}")]
     Model {
@@ -46,8 +49,9 @@ pub enum SetupError {
 }
 
 impl Setup {
-    /// The agent the options describe.
-    pub fn new(options: &AgentOptions) -> Result<Setup, SetupError> {
+    /// The agent the options describe (connected to the MCP servers its file
+    /// lists, which stay connected while its tools live).
+    pub async fn new(options: &AgentOptions) -> Result<Setup, SetupError> {
         let file = options.agent.as_deref().map(AgentFile::load).transpose()?;
         let var = |name: &str| {
             std::env::var(name)
@@ -79,7 +83,9 @@ impl Setup {
                     origin: format!("{}: json_schema_extra.llm", file.path.display()),
                     reason: error.to_string(),
                 })?;
-            file.apply(&mut settings, &ToolRegistry::new())?;
+            let mut registry = ToolRegistry::new();
+            registry.connect_mcp(&file.mcp_servers).await?;
+            file.apply(&mut settings, &registry)?;
         }
         settings.run.stream.api_key = api_key;
         if let Some(system) = &options.system {

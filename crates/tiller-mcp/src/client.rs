@@ -26,8 +26,9 @@ use crate::tool::McpTool;
 type Service = RunningService<RoleClient, Handler>;
 type Update = Box<dyn Fn(ToolOutput) + Send + Sync>;
 
-/// A connection to an MCP server, kept up until dropped (or [`McpClient::close`]).
-/// Cheap to clone; clones share the connection.
+/// A connection to an MCP server, kept up until it and every tool it handed out
+/// are dropped (or [`McpClient::close`]). Cheap to clone; clones share the
+/// connection.
 #[derive(Clone)]
 pub struct McpClient {
     shared: Arc<Shared>,
@@ -95,6 +96,10 @@ impl McpClient {
         self.shared.name()
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Its tools as agent tools, named for the model (`{prefix}{tool}`), as last
     /// listed. A tool the server stops offering answers an error.
     pub fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
@@ -103,7 +108,7 @@ impl McpClient {
             .iter()
             .map(|tool| {
                 Arc::new(McpTool {
-                    client: self.shared.clone(),
+                    client: self.clone(),
                     remote: tool.remote.clone(),
                     name: self.shared.config.tool_name(&tool.remote),
                     description: tool.description.clone(),
@@ -202,7 +207,7 @@ impl Shared {
                 }
                 (None, Some((program, args))) => {
                     let mut command = tokio::process::Command::new(program);
-                    command.args(args).envs(config.env.iter().cloned());
+                    command.args(args).envs(&config.env);
                     if let Some(cwd) = &config.cwd {
                         command.current_dir(cwd);
                     }
@@ -224,7 +229,7 @@ impl Shared {
                 _ => {
                     return Err(McpError::Config {
                         server: config.name.clone(),
-                        detail: "give either `command` (a command line) or `url` (a streamable HTTP endpoint)".to_owned(),
+                        detail: config.check().err().unwrap_or_default(),
                     });
                 }
             }

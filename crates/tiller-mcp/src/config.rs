@@ -2,6 +2,7 @@
 //! stdio, or a URL over streamable HTTP), the prefix and filters its tools take,
 //! and the bounds of the connection. Deserializable, as agent files declare it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,7 +21,7 @@ pub struct McpServer {
     pub command: Vec<String>,
     /// Variables set for the command.
     #[serde(default)]
-    pub env: Vec<(String, String)>,
+    pub env: BTreeMap<String, String>,
     /// The folder the command runs in (the caller's when `None`).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
@@ -29,7 +30,7 @@ pub struct McpServer {
     pub url: Option<String>,
     /// Headers sent with every HTTP request.
     #[serde(default)]
-    pub headers: Vec<(String, String)>,
+    pub headers: BTreeMap<String, String>,
     /// The variable holding the bearer token for HTTP (never the token itself).
     #[serde(default)]
     pub bearer_token_env: Option<String>,
@@ -96,10 +97,10 @@ impl McpServer {
         McpServer {
             name: name.into(),
             command: Vec::new(),
-            env: Vec::new(),
+            env: BTreeMap::new(),
             cwd: None,
             url: None,
-            headers: Vec::new(),
+            headers: BTreeMap::new(),
             bearer_token_env: None,
             prefix: None,
             include_tools: Vec::new(),
@@ -139,13 +140,13 @@ impl McpServer {
 
     /// The same server with a header on every HTTP request.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
+        self.headers.insert(name.into(), value.into());
         self
     }
 
     /// The same server with a variable set for its command.
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.push((name.into(), value.into()));
+        self.env.insert(name.into(), value.into());
         self
     }
 
@@ -196,6 +197,21 @@ impl McpServer {
         }
     }
 
+    /// What is wrong with it, if anything: it needs a name, and a command or a
+    /// URL (not both).
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("`name` must not be empty".to_owned());
+        }
+        match (self.command.is_empty(), &self.url) {
+            (false, None) | (true, Some(_)) => Ok(()),
+            _ => Err(
+                "give either `command` (a command line) or `url` (a streamable HTTP endpoint)"
+                    .to_owned(),
+            ),
+        }
+    }
+
     /// The bearer token: the one given, else the variable's.
     pub(crate) fn bearer(&self) -> Option<String> {
         self.bearer_token.clone().or_else(|| {
@@ -209,12 +225,7 @@ impl McpServer {
 impl fmt::Debug for McpServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the token, nor header or variable values (they may hold secrets).
-        let names = |pairs: &[(String, String)]| {
-            pairs
-                .iter()
-                .map(|(name, _)| name.clone())
-                .collect::<Vec<_>>()
-        };
+        let names = |pairs: &BTreeMap<String, String>| pairs.keys().cloned().collect::<Vec<_>>();
         f.debug_struct("McpServer")
             .field("name", &self.name)
             .field("command", &self.command)

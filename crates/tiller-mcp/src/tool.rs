@@ -17,11 +17,11 @@ use serde_json::Value;
 use tiller_ai::{Content, ImageContent};
 use tiller_core::{AgentTool, ToolContext, ToolError, ToolOutput};
 
-use crate::client::Shared;
+use crate::client::McpClient;
 
-/// A tool of an MCP server.
+/// A tool of an MCP server. It keeps the connection up while it exists.
 pub struct McpTool {
-    pub(crate) client: Arc<Shared>,
+    pub(crate) client: McpClient,
     /// The server's name for it.
     pub(crate) remote: Arc<str>,
     /// The model's name for it (prefixed).
@@ -49,7 +49,7 @@ impl AgentTool for McpTool {
         ctx: ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let peer = self.client.peer_for(&self.remote)?;
+            let peer = self.client.shared().peer_for(&self.remote)?;
             let mut params = CallToolRequestParams::new(self.remote.to_string());
             params.arguments = match args {
                 Value::Object(arguments) => Some(arguments),
@@ -72,7 +72,10 @@ impl AgentTool for McpTool {
                 .await
                 .map_err(|error| failed(&error))?;
             // The request's own progress token: its notifications are this call's.
-            let _progress = self.client.track_progress(&handle.progress_token, &ctx);
+            let _progress = self
+                .client
+                .shared()
+                .track_progress(&handle.progress_token, &ctx);
             let id = handle.id.clone();
             let response = tokio::select! {
                 response = handle.await_response() => response.map_err(|error| failed(&error))?,

@@ -57,6 +57,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
 use tiller_core::ToolFilter;
+use tiller_mcp::McpServer;
 
 /// How long a command tool may run when its file does not say.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -100,6 +101,9 @@ pub struct AgentFile {
     pub tools: Vec<FileTool>,
     /// Which of its tools the agent keeps (`include_tools`, `exclude_tools`).
     pub tool_filter: ToolFilter,
+    /// The MCP servers whose tools it uses (`mcp_servers`), connected by
+    /// [`crate::Definitions::connect_mcp`] or [`ToolRegistry::connect_mcp`].
+    pub mcp_servers: Vec<McpServer>,
 }
 
 /// A tool an agent file lists.
@@ -329,6 +333,23 @@ impl AgentFile {
                 tools.push(tool);
             }
         }
+        for (index, server) in self.mcp_servers.iter().enumerate() {
+            let client = registry.mcp(&server.name).ok_or_else(|| {
+                error(
+                    format!("json_schema_extra.mcp_servers[{index}]"),
+                    format!(
+                        "the MCP server `{}` is not connected: connect the file's servers first (Definitions::connect_mcp)",
+                        server.name
+                    ),
+                )
+            })?;
+            tools.extend(
+                client
+                    .tools()
+                    .into_iter()
+                    .filter(|tool| self.tool_filter.keeps(tool.name())),
+            );
+        }
         let set = ToolSet::new(tools)
             .map_err(|e| error("json_schema_extra.tools".into(), e.to_string()))?;
         for (field, choice) in [
@@ -447,6 +468,8 @@ struct Extra {
     include_tools: Vec<String>,
     #[serde(default)]
     exclude_tools: Vec<String>,
+    #[serde(default)]
+    mcp_servers: Vec<McpServer>,
 }
 
 #[derive(Deserialize)]
@@ -504,6 +527,19 @@ impl RawAgentFile {
             .collect::<Result<Vec<_>, _>>()?;
         check_tools(&tools)?;
         check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
+        for (index, server) in extra.mcp_servers.iter().enumerate() {
+            let field = format!("json_schema_extra.mcp_servers[{index}]");
+            server.check().map_err(|message| (field.clone(), message))?;
+            if extra.mcp_servers[..index]
+                .iter()
+                .any(|other| other.name == server.name)
+            {
+                return Err((
+                    format!("{field}.name"),
+                    format!("another MCP server is named `{}`", server.name),
+                ));
+            }
+        }
 
         let mut output_schema = json!({
             "type": "object",
@@ -537,6 +573,7 @@ impl RawAgentFile {
                 include: extra.include_tools,
                 exclude: extra.exclude_tools,
             },
+            mcp_servers: extra.mcp_servers,
         })
     }
 }

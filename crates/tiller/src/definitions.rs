@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::{AgentSpec, LlmConfigs, Model, ToolRegistry};
+use tiller_mcp::{McpError, McpServer};
 
 /// Agent definitions by name, each in one or more versions, with what their
 /// agents are made with: the host's tools, named LLM configurations and a model
@@ -74,6 +75,9 @@ pub enum DefinitionsError {
     /// The definition cannot be made into an agent (a model or tool it names).
     #[error(transparent)]
     Unusable(AgentFileError),
+    /// An MCP server a definition lists could not be connected to.
+    #[error(transparent)]
+    Mcp(#[from] McpError),
 }
 
 impl Definitions {
@@ -128,6 +132,18 @@ impl Definitions {
     pub fn with_llms(mut self, llms: LlmConfigs) -> Self {
         self.llms = llms;
         self
+    }
+
+    /// Connects to every MCP server the definitions list (once per name), so that
+    /// their agents get its tools; the connections stay up while the definitions
+    /// (or a clone of them) live.
+    pub async fn connect_mcp(&mut self) -> Result<(), DefinitionsError> {
+        let servers: Vec<McpServer> = self
+            .iter()
+            .flat_map(|file| file.mcp_servers.iter().cloned())
+            .collect();
+        self.tools.connect_mcp(&servers).await?;
+        Ok(())
     }
 
     /// The same definitions giving `model` to agents whose file names none.

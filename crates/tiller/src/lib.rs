@@ -128,6 +128,7 @@ pub use tiller_core::{
 /// `Ok` is a `String`, a `serde_json::Value` or a [`ToolOutput`], and whose `Err`
 /// converts into a [`ToolError`].
 pub use tiller_macros::tool;
+pub use tiller_mcp::{self, McpClient, McpServer};
 pub use tiller_store::{self, SessionStore};
 
 // `#[tool]`'s generated code names `::tiller`, also inside this crate.

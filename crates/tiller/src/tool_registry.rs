@@ -20,13 +20,17 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use tiller_mcp::{McpClient, McpError, McpServer};
+
 use crate::AgentTool;
 
 /// Tools by name, for definitions that name them (`- name: search` in an agent
-/// file). The built-in `action` tool needs no entry. Cheap to clone.
+/// file), and connections to MCP servers, for definitions that list them (in
+/// `mcp_servers`). The built-in `action` tool needs no entry. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn AgentTool>>,
+    mcp: BTreeMap<String, McpClient>,
 }
 
 impl ToolRegistry {
@@ -55,12 +59,37 @@ impl ToolRegistry {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
+
+    /// The same registry with an MCP server's connection: agent files listing
+    /// the server (by name, in `mcp_servers`) take its tools from it, as listed
+    /// when each agent is made.
+    pub fn with_mcp(mut self, client: McpClient) -> Self {
+        self.mcp.insert(client.name().to_owned(), client);
+        self
+    }
+
+    /// The connection to the MCP server `name`.
+    pub fn mcp(&self, name: &str) -> Option<&McpClient> {
+        self.mcp.get(name)
+    }
+
+    /// Connects to those of `servers` it has no connection to (by name).
+    pub async fn connect_mcp(&mut self, servers: &[McpServer]) -> Result<(), McpError> {
+        for server in servers {
+            if !self.mcp.contains_key(&server.name) {
+                let client = McpClient::connect(server.clone()).await?;
+                self.mcp.insert(server.name.clone(), client);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ToolRegistry")
-            .field(&self.tools.keys().collect::<Vec<_>>())
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("mcp", &self.mcp.keys().collect::<Vec<_>>())
             .finish()
     }
 }

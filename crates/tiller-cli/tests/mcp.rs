@@ -1,0 +1,109 @@
+//! Agent files listing MCP servers, end to end: `tiller run` with an agent file
+//! that takes its tools from the reference filesystem MCP server (from the npm
+//! registry, `scripts/mcp.sh install`), a scripted model calling one of them. The
+//! model is offered the server's tools under the server's prefix, less those the
+//! file excludes, and gets the file's text back. Skipped with one line when the
+//! server is missing, unless `TILLER_LIVE=required`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Dialect, Scratch, finish};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tiller_test_support::MockServer;
+
+#[tokio::test]
+async fn an_agent_file_listing_an_mcp_server_uses_its_tools_and_never_offers_the_excluded() {
+    let Some(bin) =
+        tiller_test_support::live::installed("mcp.sh", "bin", "the agent file MCP test")
+    else {
+        return;
+    };
+    let scratch = Scratch::new();
+    std::fs::create_dir(scratch.path().join("docs")).unwrap();
+    scratch.write("docs/notes.txt", "The meeting is at 10.");
+    let docs = scratch.path().join("docs").canonicalize().unwrap();
+    let notes = docs.join("notes.txt");
+    let agent = scratch.write(
+        "agent.yaml",
+        &format!(
+            "type: object\n\
+             description: You answer from the documents.\n\
+             json_schema_extra:\n  kind: agent\n  name: reader\n\
+             \x20 mcp_servers:\n\
+             \x20   - name: docs\n\
+             \x20     command: [\"{}\", \"{}\"]\n\
+             \x20     exclude_tools: [\"write_*\", edit_file, move_file, create_directory]\n\
+             \x20 exclude_tools: [docs_read_media_file]\n",
+            bin.join("mcp-server-filesystem").display(),
+            docs.display()
+        ),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "docs_read_text_file", json!({"path": notes})));
+    server.push(dialect.text(&["It is at 10."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &["--agent", agent.to_str().unwrap(), "When is the meeting?"],
+    ))
+    .await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str()),
+        (Some(0), "It is at 10.\n"),
+        "{}",
+        run.stderr
+    );
+
+    let requests = server.requests();
+    let offered: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"docs_read_text_file"), "{offered:?}");
+    assert!(offered.contains(&"docs_list_directory"), "{offered:?}");
+    for excluded in [
+        "docs_write_file",
+        "docs_edit_file",
+        "docs_move_file",
+        "docs_read_media_file",
+    ] {
+        assert!(
+            !offered.contains(&excluded),
+            "{excluded} offered: {offered:?}"
+        );
+    }
+    assert_eq!(
+        dialect.tool_results(&requests[1]),
+        [json!({"id": "call_1", "text": "The meeting is at 10."})]
+    );
+}
+
+#[tokio::test]
+async fn an_mcp_server_that_cannot_start_fails_the_run_before_the_model_is_called() {
+    let scratch = Scratch::new();
+    let agent = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: broken\n  mcp_servers:\n    - {name: ghost, command: [/nonexistent/mcp-server]}\n",
+    );
+    let server = MockServer::start().await;
+    let run = finish(Dialect::OpenAi.tiller(
+        &server,
+        "run",
+        &["--agent", agent.to_str().unwrap(), "Hello"],
+    ))
+    .await;
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("tiller: MCP server `ghost`: cannot run `/nonexistent/mcp-server`"),
+        "{}",
+        run.stderr
+    );
+    assert!(server.requests().is_empty());
+}
