@@ -95,6 +95,22 @@ pub enum CliCommand {
         #[arg(long, value_name = "SECS")]
         hibernate_after: Option<u64>,
     },
+    /// Offer agents to MCP hosts (an editor, a desktop assistant) over stdio: each
+    /// agent definition of --agents is a tool that runs the agent on the call's
+    /// `text` and answers with its final answer, its text streamed as progress.
+    ///
+    /// Files that name no model get the one the environment names, else the faux
+    /// model. Stdout carries the protocol alone; messages go to stderr. Exit status:
+    /// 0 once the host disconnects, 1 when an MCP server the files list cannot be
+    /// reached, 2 for bad agent files.
+    Mcp {
+        /// A folder of agent files (YAML or JSON), each offered as a tool.
+        #[arg(long, value_name = "DIR")]
+        agents: Option<PathBuf>,
+        /// Named LLM configurations the agent files may use (default: $TILLER_LLMS).
+        #[arg(long, value_name = "FILE")]
+        llms: Option<PathBuf>,
+    },
     /// List, show or remove the sessions a store keeps.
     Sessions {
         /// What to do with them.

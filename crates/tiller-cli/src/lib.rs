@@ -7,6 +7,7 @@
 //! tiller chat --session notes                               # a conversation kept across invocations
 //! tiller sessions list                                      # the kept conversations
 //! tiller serve --agents examples/agents                     # agents over HTTP
+//! tiller mcp --agents examples/agents                       # agents as MCP tools, over stdio
 //! ```
 //!
 //! This library holds what the binary is made of, so the pieces can be used and
@@ -14,7 +15,8 @@
 //! JSON, [`tiller::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
-//! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]).
+//! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]), [`mcp`] offers
+//! them to MCP hosts ([`tiller::McpToolServer`]).
 
 /// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
 /// stderr loses the line, not the run.
@@ -40,6 +42,7 @@ macro_rules! say_part {
 pub mod chat;
 pub mod cli;
 pub mod interrupt;
+pub mod mcp;
 pub mod outcome;
 pub mod render;
 pub mod run;

@@ -42,6 +42,9 @@ fn main() -> ExitCode {
                 };
                 tiller_cli::serve::serve(options).await
             }
+            CliCommand::Mcp { agents, llms } => {
+                tiller_cli::mcp::mcp(agents.as_deref(), llms.as_deref()).await
+            }
             CliCommand::Sessions { action, store } => {
                 tiller_cli::sessions::sessions(action, store.as_deref()).await
             }

@@ -137,7 +137,10 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
 /// The agent files of `agents`, with the LLM configurations of `llms` (or
 /// `$TILLER_LLMS`) and the model the environment names (else the faux model) for
 /// files that name none.
-fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions, String> {
+pub(crate) fn definitions(
+    agents: Option<&Path>,
+    llms: Option<&Path>,
+) -> Result<Definitions, String> {
     let definitions = match agents {
         Some(folder) => Definitions::load_dir(folder).map_err(|error| error.to_string())?,
         None => Definitions::new(),

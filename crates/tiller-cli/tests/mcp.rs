@@ -107,3 +107,69 @@ async fn an_mcp_server_that_cannot_start_fails_the_run_before_the_model_is_calle
     );
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn the_python_sdk_lists_and_calls_tillers_agents_over_tiller_mcp() {
+    let Some(python) =
+        tiller_test_support::live::installed("mcp.sh", "python", "the MCP Python SDK test")
+    else {
+        return;
+    };
+    let scratch = Scratch::new();
+    std::fs::create_dir(scratch.path().join("agents")).unwrap();
+    scratch.write(
+        "agents/helper.yaml",
+        "type: object\ntitle: Answers politely.\ndescription: You help.\njson_schema_extra: {kind: agent, name: helper}\n",
+    );
+    let client =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+    let output = tokio::process::Command::new(python)
+        .arg(client)
+        .arg(env!("CARGO_BIN_EXE_tiller"))
+        .arg(scratch.path().join("agents"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("TILLER_PROVIDER")
+        .env_remove("TILLER_MODEL")
+        .env_remove("TILLER_BASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["server"], "tiller");
+    assert_eq!(
+        seen["tools"],
+        json!([{
+            "name": "helper",
+            "description": "Asks the agent `helper` (it answers with its final answer). Answers politely.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "What to ask the agent."}},
+                "required": ["text"],
+                "additionalProperties": false
+            }
+        }])
+    );
+    let answer = seen["answered"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        answer.starts_with("You said: \"hello from MCP\"."),
+        "{answer}"
+    );
+    // Not an error result (the flag is false or left out).
+    assert_ne!(seen["answered"]["isError"], true);
+    // The answer's text came as progress too, piece by piece.
+    let streamed: String = seen["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|piece| piece.as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, answer);
+    assert_eq!(seen["refused"]["isError"], true);
+    assert_eq!(
+        seen["refused"]["content"][0]["text"],
+        "`text` must be a string: what to ask the agent"
+    );
+}

@@ -10,6 +10,9 @@
 //! server. Text, images and resources in results become the tool's output; a result
 //! marked as an error is the tool's error.
 //!
+//! [`McpToolServer`] goes the other way: it offers agent tools to MCP hosts over
+//! stdio, as `tiller mcp` offers agent definitions, each a tool that runs the agent.
+//!
 //! ```no_run
 //! use tiller_mcp::{McpClient, McpServer};
 //!
@@ -28,9 +31,11 @@
 mod client;
 mod config;
 mod error;
+mod server;
 mod tool;
 
 pub use client::McpClient;
 pub use config::McpServer;
 pub use error::McpError;
+pub use server::McpToolServer;
 pub use tool::McpTool;

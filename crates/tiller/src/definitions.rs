@@ -20,9 +20,11 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::agent_file::{AgentFile, AgentFileError};
-use crate::{AgentSpec, LlmConfigs, Model, ToolRegistry};
+use crate::agent_tool::AgentAsTool;
+use crate::{AgentSpec, AgentTool, LlmConfigs, Model, Supervisor, ToolRegistry};
 use tiller_mcp::{McpError, McpServer};
 
 /// Agent definitions by name, each in one or more versions, with what their
@@ -144,6 +146,44 @@ impl Definitions {
             .collect();
         self.tools.connect_mcp(&servers).await?;
         Ok(())
+    }
+
+    /// Every definition (its latest version) as a tool that runs an agent of it
+    /// under `supervisor` ([`AgentAsTool`]), named after the definition.
+    pub fn agent_tools(
+        &self,
+        supervisor: &Supervisor,
+    ) -> Result<Vec<Arc<dyn AgentTool>>, DefinitionsError> {
+        let mut latest: BTreeMap<&str, &AgentFile> = BTreeMap::new();
+        for file in self.iter() {
+            latest.insert(&file.name, file);
+        }
+        latest
+            .into_values()
+            .map(|file| {
+                let spec = self.spec(&file.name, file.version.as_deref())?;
+                let about = file.output_schema["title"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| {
+                        file.system_prompt
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned()
+                    });
+                let description = format!(
+                    "Asks the agent `{}` (it answers with its final answer). {about}",
+                    file.name
+                );
+                Ok(Arc::new(AgentAsTool::new(
+                    supervisor.clone(),
+                    spec,
+                    &file.name,
+                    description.trim_end(),
+                )) as Arc<dyn AgentTool>)
+            })
+            .collect()
     }
 
     /// The same definitions giving `model` to agents whose file names none.

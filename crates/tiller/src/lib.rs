@@ -51,6 +51,7 @@
 mod actor;
 mod agent;
 pub mod agent_file;
+mod agent_tool;
 pub mod command_tool;
 mod compress;
 mod definition;
@@ -86,6 +87,7 @@ pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 pub use tiller_core::ToolFilter;
 pub use tool_registry::ToolRegistry;
 
+pub use agent_tool::AgentAsTool;
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
     OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
@@ -128,7 +130,7 @@ pub use tiller_core::{
 /// `Ok` is a `String`, a `serde_json::Value` or a [`ToolOutput`], and whose `Err`
 /// converts into a [`ToolError`].
 pub use tiller_macros::tool;
-pub use tiller_mcp::{self, McpClient, McpServer};
+pub use tiller_mcp::{self, McpClient, McpServer, McpToolServer};
 pub use tiller_store::{self, SessionStore};
 
 // `#[tool]`'s generated code names `::tiller`, also inside this crate.

@@ -1,0 +1,51 @@
+//! `tiller mcp`: the agent definitions of a folder offered to an MCP host over
+//! stdio, each a tool that runs the agent ([`tiller::AgentAsTool`] served by
+//! [`tiller::McpToolServer`]), until the host disconnects.
+
+use std::path::Path;
+
+use tiller::{McpToolServer, Supervisor};
+
+use crate::outcome::Exit;
+use crate::serve::definitions;
+
+/// Runs `tiller mcp`.
+pub async fn mcp(agents: Option<&Path>, llms: Option<&Path>) -> Exit {
+    let mut definitions = match definitions(agents, llms) {
+        Ok(definitions) => definitions,
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Usage;
+        }
+    };
+    if let Err(error) = definitions.connect_mcp().await {
+        say!("tiller: {error}");
+        return Exit::Failed;
+    }
+    let supervisor = match Supervisor::start().await {
+        Ok(supervisor) => supervisor,
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Failed;
+        }
+    };
+    let tools = match definitions.agent_tools(&supervisor) {
+        Ok(tools) => tools,
+        Err(error) => {
+            say!("tiller: {error}");
+            return Exit::Usage;
+        }
+    };
+    let served = McpToolServer::new("tiller", tools)
+        .with_instructions("Each tool is an agent: call it with `text`, what to ask it.")
+        .serve_stdio()
+        .await;
+    supervisor.shutdown().await;
+    match served {
+        Ok(()) => Exit::Success,
+        Err(error) => {
+            say!("tiller: the MCP connection failed: {error}");
+            Exit::Failed
+        }
+    }
+}

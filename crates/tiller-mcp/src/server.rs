@@ -1,0 +1,161 @@
+//! [`McpToolServer`]: agent tools offered to MCP hosts (an editor, a desktop
+//! assistant, another agent runtime). Each tool is listed with its name,
+//! description and argument schema; a call runs it, its updates going back as
+//! progress notifications when the host asked for them, and a host's cancellation
+//! cancelling it. Text and images come back as content, details as structured
+//! content, a tool's error as an error result. `tiller mcp` serves agent
+//! definitions this way, each a tool that runs the agent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+use tiller_ai::Content;
+use tiller_core::{AgentTool, ToolContext, ToolOutput};
+
+/// Agent tools, served over MCP.
+#[derive(Clone)]
+pub struct McpToolServer {
+    tools: Arc<BTreeMap<String, Arc<dyn AgentTool>>>,
+    name: String,
+    instructions: Option<String>,
+}
+
+impl McpToolServer {
+    /// A server named `name` (as hosts see it) offering `tools`.
+    pub fn new(
+        name: impl Into<String>,
+        tools: impl IntoIterator<Item = Arc<dyn AgentTool>>,
+    ) -> Self {
+        McpToolServer {
+            tools: Arc::new(
+                tools
+                    .into_iter()
+                    .map(|tool| (tool.name().to_owned(), tool))
+                    .collect(),
+            ),
+            name: name.into(),
+            instructions: None,
+        }
+    }
+
+    /// The same server telling hosts how to use it.
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// Serves one host over this process's stdin and stdout until it disconnects.
+    pub async fn serve_stdio(self) -> Result<(), String> {
+        let running: RunningService<RoleServer, McpToolServer> = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|error| error.to_string())?;
+        running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|error| error.to_string())
+    }
+}
+
+impl ServerHandler for McpToolServer {
+    fn get_info(&self) -> ServerConfig {
+        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                self.name.clone(),
+                env!("CARGO_PKG_VERSION"),
+            ));
+        match &self.instructions {
+            Some(instructions) => config.with_instructions(instructions.clone()),
+            None => config,
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.tools
+                .values()
+                .map(|tool| listed(tool.as_ref()))
+                .collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.tools.get(&*request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("there is no tool `{}`", request.name),
+                None,
+            ));
+        };
+        let progress = context.meta.get_progress_token();
+        let peer = context.peer.clone();
+        let updates = std::sync::atomic::AtomicU64::new(0);
+        let ctx =
+            ToolContext::detached(context.id.to_string(), context.ct.clone(), move |update| {
+                let Some(token) = progress.clone() else {
+                    return;
+                };
+                let step = updates.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let notification = ProgressNotificationParam::new(token, step as f64)
+                    .with_message(update.text_content());
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    // A host that went away needs no progress.
+                    let _ = peer.notify_progress(notification).await;
+                });
+            });
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match tool.execute(args, ctx).await {
+            Ok(output) => result_of(output),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(error.message())]),
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// A tool as MCP lists it.
+fn listed(tool: &dyn AgentTool) -> Tool {
+    let schema = match tool.parameters() {
+        Value::Object(schema) => schema.clone(),
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(
+        tool.name().to_owned(),
+        tool.description().to_owned(),
+        Arc::new(schema),
+    )
+}
+
+/// A tool's output as MCP's result: text and images as content, details as
+/// structured content.
+fn result_of(output: ToolOutput) -> CallToolResult {
+    let content = output
+        .content
+        .into_iter()
+        .map(|content| match content {
+            Content::Text(text) => ContentBlock::text(text.text),
+            Content::Image(image) => ContentBlock::image(image.data, image.mime_type),
+        })
+        .collect();
+    let mut result = CallToolResult::success(content);
+    if !output.details.is_null() {
+        result.structured_content = Some(output.details);
+    }
+    result
+}
