@@ -15,10 +15,16 @@ use rmcp::model::{
     ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tiller_ai::Content;
-use tiller_core::{AgentTool, ToolContext, ToolOutput};
+use tiller_core::{AgentContext, AgentTool, ToolContext, ToolOutput};
+use tokio_util::sync::CancellationToken;
+
+/// Who a call over HTTP works for, from its request's head.
+type ContextFrom = Arc<dyn Fn(&http::request::Parts) -> AgentContext + Send + Sync>;
 
 /// Agent tools, served over MCP.
 #[derive(Clone)]
@@ -26,6 +32,33 @@ pub struct McpToolServer {
     tools: Arc<BTreeMap<String, Arc<dyn AgentTool>>>,
     name: String,
     instructions: Option<String>,
+    context_from: Option<ContextFrom>,
+}
+
+/// [`McpToolServer`] as a streamable HTTP endpoint: a tower service to mount in
+/// a router (`tiller serve` mounts it at `/mcp`).
+pub type McpHttpService = StreamableHttpService<McpToolServer, LocalSessionManager>;
+
+/// The bounds of [`McpToolServer::http_service`].
+#[derive(Debug, Clone)]
+pub struct McpHttpConfig {
+    /// The `Host` names (or `host:port`) requests may carry: loopback by default,
+    /// against DNS rebinding; empty accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// The largest request body.
+    pub max_body_bytes: usize,
+    /// Cancelled to end every session (at shutdown).
+    pub stop: CancellationToken,
+}
+
+impl Default for McpHttpConfig {
+    fn default() -> Self {
+        McpHttpConfig {
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            max_body_bytes: 1 << 20,
+            stop: CancellationToken::new(),
+        }
+    }
 }
 
 impl McpToolServer {
@@ -43,7 +76,31 @@ impl McpToolServer {
             ),
             name: name.into(),
             instructions: None,
+            context_from: None,
         }
+    }
+
+    /// The same server making each HTTP call's tools work for the context
+    /// `context_from` reads from its request's head (its bearer token, say).
+    pub fn with_context_from(
+        mut self,
+        context_from: impl Fn(&http::request::Parts) -> AgentContext + Send + Sync + 'static,
+    ) -> Self {
+        self.context_from = Some(Arc::new(context_from));
+        self
+    }
+
+    /// This server as a streamable HTTP endpoint, one session per host.
+    pub fn http_service(self, config: McpHttpConfig) -> McpHttpService {
+        let mut http = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(config.allowed_hosts)
+            .with_cancellation_token(config.stop);
+        http.max_request_body_bytes = config.max_body_bytes;
+        StreamableHttpService::new(
+            move || Ok(self.clone()),
+            Arc::new(LocalSessionManager::default()),
+            http,
+        )
     }
 
     /// The same server telling hosts how to use it.
@@ -120,6 +177,13 @@ impl ServerHandler for McpToolServer {
                     let _ = peer.notify_progress(notification).await;
                 });
             });
+        let ctx = match (
+            &self.context_from,
+            context.extensions.get::<http::request::Parts>(),
+        ) {
+            (Some(context_from), Some(parts)) => ctx.with_agent(context_from(parts)),
+            _ => ctx,
+        };
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = match tool.execute(args, ctx).await {
             Ok(output) => result_of(output),

@@ -33,6 +33,7 @@
 //! | `GET /sessions/{id}/messages[?from=&limit=]` | a page of its transcript, from the store | 200 |
 //! | `POST /sessions/{id}/resume` | `{"definition": NAME}` or `{"inline": …}` (for its tools): an agent holding the session again | 201 the agent, 200 if one holds it |
 //! | `DELETE /sessions/{id}` | stops the agent holding it, forgets the session | 204 |
+//! | `/mcp` | MCP over streamable HTTP: each definition a tool that runs the agent, working for the caller's token | MCP |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //!
 //! ```no_run
@@ -51,6 +52,7 @@
 mod agents;
 mod error;
 mod events;
+mod mcp;
 mod metrics;
 mod proxy;
 mod sessions;
@@ -69,6 +71,7 @@ use axum::response::Html;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use dashmap::DashMap;
+use tiller::tiller_mcp::McpHttpConfig;
 use tiller::{AgentId, Definitions, Supervisor};
 use tokio_util::sync::CancellationToken;
 
@@ -119,6 +122,10 @@ pub struct ServerConfig {
     /// is refused with 503 meanwhile) before they are aborted; zero aborts them at
     /// once.
     pub finish_runs: Duration,
+    /// The `Host` names `/mcp` accepts (against DNS rebinding): loopback by
+    /// default; add the names the server is reached by, or leave it empty to
+    /// accept any.
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -131,6 +138,7 @@ impl Default for ServerConfig {
             tokens: Tokens::new(),
             trust_context_headers: false,
             finish_runs: Duration::ZERO,
+            mcp_allowed_hosts: McpHttpConfig::default().allowed_hosts,
         }
     }
 }
@@ -149,6 +157,8 @@ pub(crate) struct Shared {
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
     metrics: Arc<Metrics>,
+    /// The definitions as MCP tools, for `/mcp`.
+    mcp_tools: Vec<Arc<dyn tiller::AgentTool>>,
     /// Cancelled when shutdown begins: new runs, agents and proxied calls are refused.
     stopping: CancellationToken,
     /// Cancelled once runs are done or aborted: event streams end.
@@ -166,6 +176,12 @@ impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
+        let mcp_tools = definitions
+            .agent_tools(&supervisor)
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "the definitions cannot be offered over /mcp");
+                Vec::new()
+            });
         Server {
             shared: Arc::new(Shared {
                 supervisor,
@@ -173,6 +189,7 @@ impl Server {
                 config,
                 proxy_models,
                 metrics: Arc::default(),
+                mcp_tools,
                 created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),
@@ -221,6 +238,7 @@ impl Server {
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))
+            .nest("/mcp", mcp::router(&self.shared))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
                 shutdown::refuse_new_work,

@@ -1830,3 +1830,47 @@ async fn a_requests_span_names_the_agent_and_is_the_parent_of_the_run_it_starts(
     assert_eq!(loops.len(), 1);
     assert_eq!(loops[0].1.parent.as_ref(), Some(run_id));
 }
+
+#[tokio::test]
+async fn mcp_hosts_list_and_call_the_definitions_over_streamable_http_with_a_token() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello over MCP."));
+    let server = Running::start(&faux, closed(&[("token-acme", "acme")])).await;
+    let endpoint = format!("{}/mcp", server.base);
+
+    // Without the token: refused.
+    let refused = tiller::McpClient::connect(
+        tiller::McpServer::http("tiller", &endpoint).with_connect_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&refused, tiller::tiller_mcp::McpError::Connect { detail, .. } if detail.contains("401")),
+        "{refused:?}"
+    );
+
+    let client = tiller::McpClient::connect(
+        tiller::McpServer::http("tiller", &endpoint)
+            .with_prefix("")
+            .with_bearer_token("token-acme"),
+    )
+    .await
+    .unwrap();
+    let tools = client.tools();
+    assert_eq!(
+        tools.iter().map(|tool| tool.name()).collect::<Vec<_>>(),
+        ["helper"]
+    );
+    let ctx =
+        tiller::ToolContext::detached("call-1", tokio_util::sync::CancellationToken::new(), |_| {});
+    let answer = tools[0]
+        .execute(json!({"text": "Hi"}), ctx)
+        .await
+        .map_err(|error| error.message().to_owned())
+        .unwrap();
+    assert_eq!(answer.text_content(), "Hello over MCP.");
+    assert_eq!(faux.requests().len(), 1);
+    client.close();
+    server.stop().await;
+}
