@@ -55,7 +55,8 @@ pub enum CliCommand {
     /// (TILLER_PROVIDER, TILLER_MODEL, TILLER_BASE_URL, a provider's API key), else
     /// the scripted faux model. With --tokens each request needs a bearer token and
     /// each tenant sees only its own agents. POST /api/stream is pi's proxy endpoint
-    /// (pi-agent-core's streamProxy), answered by the models the server knows.
+    /// (pi-agent-core's streamProxy), answered by the models the server knows;
+    /// /mcp offers the definitions to MCP hosts over streamable HTTP.
     /// Ctrl-C (or SIGTERM) refuses new work, lets runs finish for --finish-runs
     /// seconds, then stops accepting, ends the event streams and shuts the agents
     /// down. TILLER_LOG (tracing's filter syntax, such as `info`) logs each request

@@ -1872,5 +1872,19 @@ async fn mcp_hosts_list_and_call_the_definitions_over_streamable_http_with_a_tok
     assert_eq!(answer.text_content(), "Hello over MCP.");
     assert_eq!(faux.requests().len(), 1);
     client.close();
+
+    // A page elsewhere that rebinds its name to this loopback server is refused.
+    let rebound = server
+        .http
+        .post(&endpoint)
+        .bearer_auth("token-acme")
+        .header("host", "evil.example")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 403);
     server.stop().await;
 }
