@@ -128,12 +128,14 @@ impl McpClient {
         read(&self.shared.peer).is_ok()
     }
 
-    /// Resolves at the next change: the tool list read again, the connection lost
-    /// or made again.
-    pub async fn changed(&self) {
+    /// Resolves at the next change after this call: the tool list read again, the
+    /// connection lost or made again.
+    pub fn changed(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut changes = self.shared.changes.subscribe();
-        // Err only once the client is gone, which `self` prevents.
-        let _ = changes.changed().await;
+        async move {
+            // Err only once the client is gone.
+            let _ = changes.changed().await;
+        }
     }
 
     /// Closes the connection (a command's process is ended).

@@ -1,6 +1,7 @@
 //! Tiller's MCP client against MCP servers no one here wrote, from the npm registry
 //! (`scripts/mcp.sh install`): the reference filesystem server over stdio, and the
-//! reference "everything" server over stdio and over streamable HTTP. Skipped with
+//! reference "everything" server over stdio and over streamable HTTP; and a server
+//! built with the official Python SDK (PyPI `mcp`) whose tools change. Skipped with
 //! one line when they are missing, unless `TILLER_LIVE=required`.
 
 #![allow(clippy::unwrap_used)]
@@ -302,4 +303,41 @@ async fn a_server_that_cannot_start_or_answer_is_a_typed_error() {
             after: Duration::from_millis(200)
         }
     );
+}
+
+#[tokio::test]
+async fn a_server_that_says_its_tools_changed_is_listed_again() {
+    let Some(python) =
+        tiller_test_support::live::installed("mcp.sh", "python", "the MCP tool list test")
+    else {
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/growing.py");
+    let client = McpClient::connect(
+        McpServer::stdio("grow", python.to_str().unwrap(), [script.to_str().unwrap()])
+            .with_prefix(""),
+    )
+    .await
+    .unwrap();
+    let names = |client: &McpClient| {
+        let mut names: Vec<String> = client
+            .tools()
+            .iter()
+            .map(|tool| tool.name().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&client), ["unlock"]);
+    let changed = client.changed();
+    let (unlocked, _) = call(&tool(&client, "unlock"), json!({})).await;
+    assert!(unlocked.unwrap().text_content().contains("unlocked"));
+    // Bounded so that a notification never seen fails the test rather than hanging it.
+    tokio::time::timeout(Duration::from_secs(60), changed)
+        .await
+        .expect("the tool list was never read again");
+    assert_eq!(names(&client), ["secret", "unlock"]);
+    let (secret, _) = call(&tool(&client, "secret"), json!({})).await;
+    assert!(secret.unwrap().text_content().contains("42"));
+    client.close();
 }
