@@ -7,21 +7,14 @@ use std::path::Path;
 use tiller::{McpToolServer, Supervisor};
 
 use crate::outcome::Exit;
-use crate::serve::definitions;
+use crate::serve::connected_definitions;
 
 /// Runs `tiller mcp`.
 pub async fn mcp(agents: Option<&Path>, llms: Option<&Path>) -> Exit {
-    let mut definitions = match definitions(agents, llms) {
+    let definitions = match connected_definitions(agents, llms).await {
         Ok(definitions) => definitions,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Usage;
-        }
+        Err(exit) => return exit,
     };
-    if let Err(error) = definitions.connect_mcp().await {
-        say!("tiller: {error}");
-        return Exit::Failed;
-    }
     let supervisor = match Supervisor::start().await {
         Ok(supervisor) => supervisor,
         Err(error) => {

@@ -52,17 +52,10 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-    let mut definitions = match definitions(agents, llms) {
+    let definitions = match connected_definitions(agents, llms).await {
         Ok(definitions) => definitions,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Usage;
-        }
+        Err(exit) => return exit,
     };
-    if let Err(error) = definitions.connect_mcp().await {
-        say!("tiller: {error}");
-        return Exit::Failed;
-    }
     let tokens = match tokens.map(Tokens::load).transpose() {
         Ok(tokens) => tokens.unwrap_or_default(),
         Err(error) => {
@@ -134,13 +127,28 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
     }
 }
 
+/// [`definitions`] connected to the MCP servers they list; on failure, says why
+/// on stderr and answers the exit status (2 for bad files, 1 for a server that
+/// cannot be reached).
+pub(crate) async fn connected_definitions(
+    agents: Option<&Path>,
+    llms: Option<&Path>,
+) -> Result<Definitions, Exit> {
+    let mut definitions = definitions(agents, llms).map_err(|error| {
+        say!("tiller: {error}");
+        Exit::Usage
+    })?;
+    definitions.connect_mcp().await.map_err(|error| {
+        say!("tiller: {error}");
+        Exit::Failed
+    })?;
+    Ok(definitions)
+}
+
 /// The agent files of `agents`, with the LLM configurations of `llms` (or
 /// `$TILLER_LLMS`) and the model the environment names (else the faux model) for
 /// files that name none.
-pub(crate) fn definitions(
-    agents: Option<&Path>,
-    llms: Option<&Path>,
-) -> Result<Definitions, String> {
+fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions, String> {
     let definitions = match agents {
         Some(folder) => Definitions::load_dir(folder).map_err(|error| error.to_string())?,
         None => Definitions::new(),

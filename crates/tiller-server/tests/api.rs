@@ -64,7 +64,21 @@ impl Running {
     }
 
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.send_as(method, path, None, body).await
+    }
+
+    /// Sends a request with `token` as its bearer token, when given.
+    async fn send_as(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -571,83 +585,69 @@ async fn tenants_see_only_their_own_agents() {
         ..ServerConfig::default()
     };
     let server = Running::start(&faux, config).await;
-    let call = |method: reqwest::Method, path: &str, token: Option<&str>, body: Option<Value>| {
-        let mut request = server
-            .http
-            .request(method, format!("{}{path}", server.base));
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        async move {
-            let response = request.send().await.unwrap();
-            let status = response.status().as_u16();
-            let text = response.text().await.unwrap();
-            (
-                status,
-                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
-            )
-        }
-    };
     use reqwest::Method;
 
     // No token, or one the server does not know: 401, whatever the route.
     for token in [None, Some("token-nobody")] {
-        let (status, problem) = call(Method::GET, "/agents", token, None).await;
+        let (status, problem) = server.send_as(Method::GET, "/agents", token, None).await;
         assert_eq!(
             (status, &problem["type"]),
             (401, &json!("urn:tiller:problem:unauthorized"))
         );
     }
-    let (status, _) = call(Method::GET, "/healthz", None, None).await;
+    let (status, _) = server.send_as(Method::GET, "/healthz", None, None).await;
     assert_eq!(status, 200);
 
     // Acme's agent works for Acme's user; an id of the client's own is refused.
-    let (status, problem) = call(
-        Method::POST,
-        "/agents",
-        Some("token-acme"),
-        Some(json!({"definition": "helper", "id": "mine"})),
-    )
-    .await;
+    let (status, problem) = server
+        .send_as(
+            Method::POST,
+            "/agents",
+            Some("token-acme"),
+            Some(json!({"definition": "helper", "id": "mine"})),
+        )
+        .await;
     assert_eq!((status, &problem["field"]), (422, &json!("id")));
-    let (status, agent) = call(
-        Method::POST,
-        "/agents",
-        Some("token-acme"),
-        Some(json!({"definition": "helper"})),
-    )
-    .await;
+    let (status, agent) = server
+        .send_as(
+            Method::POST,
+            "/agents",
+            Some("token-acme"),
+            Some(json!({"definition": "helper"})),
+        )
+        .await;
     assert_eq!(status, 201);
     let id = agent["id"].as_str().unwrap().to_owned();
-    let (status, _) = call(
-        Method::POST,
-        &format!("/agents/{id}/prompt?wait=true"),
-        Some("token-acme"),
-        Some(json!({"text": "hi"})),
-    )
-    .await;
+    let (status, _) = server
+        .send_as(
+            Method::POST,
+            &format!("/agents/{id}/prompt?wait=true"),
+            Some("token-acme"),
+            Some(json!({"text": "hi"})),
+        )
+        .await;
     assert_eq!(status, 200);
-    let (_, state) = call(
-        Method::GET,
-        &format!("/agents/{id}"),
-        Some("token-acme"),
-        None,
-    )
-    .await;
+    let (_, state) = server
+        .send_as(
+            Method::GET,
+            &format!("/agents/{id}"),
+            Some("token-acme"),
+            None,
+        )
+        .await;
     assert_eq!(
         state["context"],
         json!({"tenant_id": "acme", "user_id": "alice", "session_id": id})
     );
-    let (_, list) = call(Method::GET, "/agents", Some("token-acme"), None).await;
+    let (_, list) = server
+        .send_as(Method::GET, "/agents", Some("token-acme"), None)
+        .await;
     assert_eq!(list.as_array().unwrap().len(), 1);
 
     // Globex finds nothing of it, by any route.
-    let (_, list) = call(Method::GET, "/agents", Some("token-globex"), None).await;
+    let (_, list) = server
+        .send_as(Method::GET, "/agents", Some("token-globex"), None)
+        .await;
     assert_eq!(list, json!([]));
     let attempts = [
         (Method::GET, format!("/agents/{id}"), None),
@@ -672,7 +672,9 @@ async fn tenants_see_only_their_own_agents() {
         (Method::DELETE, format!("/agents/{id}"), None),
     ];
     for (method, path, body) in attempts {
-        let (status, problem) = call(method.clone(), &path, Some("token-globex"), body).await;
+        let (status, problem) = server
+            .send_as(method.clone(), &path, Some("token-globex"), body)
+            .await;
         assert_eq!(
             (status, &problem["type"]),
             (404, &json!("urn:tiller:problem:unknown-agent")),
@@ -680,13 +682,14 @@ async fn tenants_see_only_their_own_agents() {
         );
     }
     // And Acme's agent is as it was.
-    let (_, state) = call(
-        Method::GET,
-        &format!("/agents/{id}"),
-        Some("token-acme"),
-        None,
-    )
-    .await;
+    let (_, state) = server
+        .send_as(
+            Method::GET,
+            &format!("/agents/{id}"),
+            Some("token-acme"),
+            None,
+        )
+        .await;
     assert_eq!(state["messages"].as_array().unwrap().len(), 2);
     server.stop().await;
 }
@@ -1515,21 +1518,13 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
     };
     let store = MemoryStore::new();
     let server = on_store(&faux, &store, config).await;
-    let call = |method: reqwest::Method, path: &str, token: &str| {
-        let request = server
-            .http
-            .request(method, format!("{}{path}", server.base))
-            .bearer_auth(token)
-            .header("content-type", "application/json")
-            .body(json!({"definition": "helper"}).to_string());
+    let running = &server;
+    let call = |method: reqwest::Method, path: &str, token: &'static str| {
+        let (path, body) = (path.to_owned(), json!({"definition": "helper"}));
         async move {
-            let response = request.send().await.unwrap();
-            let status = response.status().as_u16();
-            let text = response.text().await.unwrap();
-            (
-                status,
-                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
-            )
+            running
+                .send_as(method, &path, Some(token), Some(body))
+                .await
         }
     };
     use reqwest::Method;

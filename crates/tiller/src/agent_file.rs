@@ -278,18 +278,7 @@ impl AgentFile {
     /// The file's answer schema as an output schema named after the agent (in the
     /// characters OpenAI accepts).
     pub fn output(&self) -> OutputSchema {
-        let name: String = self
-            .name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(64)
-            .collect();
+        let name = model_safe_name(&self.name);
         let name = if name.is_empty() {
             "answer".to_owned()
         } else {
@@ -415,6 +404,21 @@ fn field_path(path: &serde_path_to_error::Path) -> Option<String> {
     let path = path.to_string();
     let path = path.strip_suffix(".?").unwrap_or(&path);
     (path != "." && path != "?").then(|| path.to_owned())
+}
+
+/// `name` in the characters providers accept in a tool's or schema's name
+/// (letters, digits, `-`; others become `_`), at most 64 of them.
+pub(crate) fn model_safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
 }
 
 /// The file as written; [`RawAgentFile::check`] makes an [`AgentFile`] of it.

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tiller_ai::AssistantEvent;
 use tiller_core::{AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError, ToolOutput};
 
+use crate::agent_file::model_safe_name;
 use crate::subscription::Delivered;
 use crate::{AgentSpec, Supervisor};
 
@@ -32,21 +33,10 @@ impl AgentAsTool {
         name: &str,
         description: impl Into<String>,
     ) -> Self {
-        let name: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(64)
-            .collect();
         AgentAsTool {
             supervisor,
             spec,
-            name,
+            name: model_safe_name(name),
             description: description.into(),
             parameters: json!({
                 "type": "object",
