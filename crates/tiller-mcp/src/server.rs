@@ -160,22 +160,27 @@ impl ServerHandler for McpToolServer {
                 None,
             ));
         };
-        let progress = context.meta.get_progress_token();
-        let peer = context.peer.clone();
-        let updates = std::sync::atomic::AtomicU64::new(0);
+        // Progress goes out in order, from one task, while the host asked for it.
+        let (updates, mut pending) = tokio::sync::mpsc::unbounded_channel::<ToolOutput>();
+        if let Some(token) = context.meta.get_progress_token() {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let mut step = 0u64;
+                while let Some(update) = pending.recv().await {
+                    step += 1;
+                    let notification = ProgressNotificationParam::new(token.clone(), step as f64)
+                        .with_message(update.text_content());
+                    if peer.notify_progress(notification).await.is_err() {
+                        // A host that went away needs no progress.
+                        return;
+                    }
+                }
+            });
+        }
         let ctx =
             ToolContext::detached(context.id.to_string(), context.ct.clone(), move |update| {
-                let Some(token) = progress.clone() else {
-                    return;
-                };
-                let step = updates.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let notification = ProgressNotificationParam::new(token, step as f64)
-                    .with_message(update.text_content());
-                let peer = peer.clone();
-                tokio::spawn(async move {
-                    // A host that went away needs no progress.
-                    let _ = peer.notify_progress(notification).await;
-                });
+                // Err once no one forwards progress: it is dropped.
+                let _ = updates.send(update);
             });
         let ctx = match (
             &self.context_from,

@@ -5,8 +5,9 @@
 //! nothing lost or repeated, from a bounded replay buffer the server keeps per
 //! agent. Past the buffer (a client away too long), the stream starts with a
 //! `lagged` notice counting what it missed; the finished messages among them are
-//! in the store, for the client to read from `GET /sessions/{id}/messages`. A slow client gets the same notice
-//! from its own bounded queue rather than slowing the agent.
+//! in the store, for the client to read from `GET /sessions/{id}/messages`. A
+//! slow client gets the same notice from its own bounded queue rather than
+//! slowing the agent.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};

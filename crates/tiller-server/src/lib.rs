@@ -157,8 +157,6 @@ pub(crate) struct Shared {
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
     metrics: Arc<Metrics>,
-    /// The definitions as MCP tools, for `/mcp`.
-    mcp_tools: Vec<Arc<dyn tiller::AgentTool>>,
     /// Cancelled when shutdown begins: new runs, agents and proxied calls are refused.
     stopping: CancellationToken,
     /// Cancelled once runs are done or aborted: event streams end.
@@ -176,12 +174,6 @@ impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
-        let mcp_tools = definitions
-            .agent_tools(&supervisor)
-            .unwrap_or_else(|error| {
-                tracing::warn!(%error, "the definitions cannot be offered over /mcp");
-                Vec::new()
-            });
         Server {
             shared: Arc::new(Shared {
                 supervisor,
@@ -189,7 +181,6 @@ impl Server {
                 config,
                 proxy_models,
                 metrics: Arc::default(),
-                mcp_tools,
                 created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),

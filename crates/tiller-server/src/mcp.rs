@@ -19,7 +19,14 @@ use crate::tenants::caller;
 pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
     let config = &shared.config;
     let (tokens, trust) = (config.tokens.clone(), config.trust_context_headers);
-    let service = McpToolServer::new("tiller", shared.mcp_tools.clone())
+    let tools = shared
+        .definitions
+        .agent_tools(&shared.supervisor)
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "the definitions cannot be offered over /mcp");
+            Vec::new()
+        });
+    let service = McpToolServer::new("tiller", tools)
         .with_instructions("Each tool is an agent: call it with `text`, what to ask it.")
         .with_context_from(move |parts| {
             caller(&tokens, trust, &parts.headers)

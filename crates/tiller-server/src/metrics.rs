@@ -151,16 +151,11 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
     {
         let _ = writeln!(text, "tiller_agents{{status=\"{status}\"}} {count}");
     }
-    header_of(
+    counter(
         &mut text,
         "tiller_runs_started_total",
-        "counter",
         "Runs started.",
-    );
-    let _ = writeln!(
-        text,
-        "tiller_runs_started_total {}",
-        metrics.runs_started.load(Ordering::Relaxed)
+        &metrics.runs_started,
     );
     header_of(
         &mut text,
@@ -168,13 +163,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         "counter",
         "Runs ended, by how.",
     );
-    let mut ended: Vec<_> = metrics
-        .runs_ended
-        .iter()
-        .map(|entry| (entry.key().clone(), *entry.value()))
-        .collect();
-    ended.sort();
-    for (how, count) in ended {
+    for (how, count) in sorted(&metrics.runs_ended) {
         let _ = writeln!(text, "tiller_runs_ended_total{{end=\"{how}\"}} {count}");
     }
     summary(
@@ -190,13 +179,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         "counter",
         "HTTP responses by route and status.",
     );
-    let mut responses: Vec<_> = metrics
-        .responses
-        .iter()
-        .map(|entry| (entry.key().clone(), *entry.value()))
-        .collect();
-    responses.sort();
-    for ((route, status), count) in responses {
+    for ((route, status), count) in sorted(&metrics.responses) {
         let _ = writeln!(
             text,
             "tiller_http_responses_total{{route=\"{route}\",status=\"{status}\"}} {count}"
@@ -208,13 +191,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         "counter",
         "Problem responses by kind.",
     );
-    let mut problems: Vec<_> = metrics
-        .problems
-        .iter()
-        .map(|entry| (entry.key().clone(), *entry.value()))
-        .collect();
-    problems.sort();
-    for (kind, count) in problems {
+    for (kind, count) in sorted(&metrics.problems) {
         let _ = writeln!(text, "tiller_problems_total{{kind=\"{kind}\"}} {count}");
     }
     let counters = [
@@ -230,8 +207,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         ),
     ];
     for (name, help, value) in counters {
-        header_of(&mut text, name, "counter", help);
-        let _ = writeln!(text, "{name} {}", value.load(Ordering::Relaxed));
+        counter(&mut text, name, help, value);
     }
     summary(
         &mut text,
@@ -241,6 +217,22 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
         &metrics.proxy_first_events,
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// A labelled counter's values, sorted by their labels.
+fn sorted<K: Clone + Ord + std::hash::Hash + Eq>(values: &DashMap<K, u64>) -> Vec<(K, u64)> {
+    let mut sorted: Vec<_> = values
+        .iter()
+        .map(|entry| (entry.key().clone(), *entry.value()))
+        .collect();
+    sorted.sort();
+    sorted
+}
+
+/// A counter without labels.
+fn counter(text: &mut String, name: &str, help: &str, value: &AtomicU64) {
+    header_of(text, name, "counter", help);
+    let _ = writeln!(text, "{name} {}", value.load(Ordering::Relaxed));
 }
 
 /// A summary of times: their sum in seconds (kept in microseconds) and count.

@@ -218,14 +218,23 @@ impl SseReader {
 
 /// A server config whose bearer tokens map to tenants: `(token, tenant)`.
 fn closed(tokens: &[(&str, &str)]) -> ServerConfig {
+    let users: Vec<_> = tokens
+        .iter()
+        .map(|(token, tenant)| (*token, *tenant, None))
+        .collect();
+    closed_for(&users)
+}
+
+/// A server config whose tokens are each a tenant's, and a user's when one is named.
+fn closed_for(tokens: &[(&str, &str, Option<&str>)]) -> ServerConfig {
     let tokens = tokens
         .iter()
-        .fold(Tokens::new(), |tokens, (token, tenant)| {
+        .fold(Tokens::new(), |tokens, (token, tenant, user)| {
             tokens.with(
                 *token,
                 Owner {
                     tenant: (*tenant).to_owned(),
-                    user: None,
+                    user: user.map(str::to_owned),
                 },
             )
         });
@@ -565,25 +574,10 @@ async fn a_client_back_after_the_replay_buffer_moved_on_is_told_what_it_missed()
 async fn tenants_see_only_their_own_agents() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Hello, Acme."));
-    let tokens = Tokens::new()
-        .with(
-            "token-acme",
-            Owner {
-                tenant: "acme".to_owned(),
-                user: Some("alice".to_owned()),
-            },
-        )
-        .with(
-            "token-globex",
-            Owner {
-                tenant: "globex".to_owned(),
-                user: None,
-            },
-        );
-    let config = ServerConfig {
-        tokens,
-        ..ServerConfig::default()
-    };
+    let config = closed_for(&[
+        ("token-acme", "acme", Some("alice")),
+        ("token-globex", "globex", None),
+    ]);
     let server = Running::start(&faux, config).await;
     use reqwest::Method;
 
@@ -1490,32 +1484,11 @@ async fn a_conversation_is_listed_paged_resumed_after_a_restart_and_deleted() {
 #[tokio::test]
 async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() {
     let faux = FauxProvider::new();
-    let tokens = Tokens::new()
-        .with(
-            "token-alice",
-            Owner {
-                tenant: "acme".to_owned(),
-                user: Some("alice".to_owned()),
-            },
-        )
-        .with(
-            "token-acme",
-            Owner {
-                tenant: "acme".to_owned(),
-                user: None,
-            },
-        )
-        .with(
-            "token-globex",
-            Owner {
-                tenant: "globex".to_owned(),
-                user: None,
-            },
-        );
-    let config = ServerConfig {
-        tokens,
-        ..ServerConfig::default()
-    };
+    let config = closed_for(&[
+        ("token-alice", "acme", Some("alice")),
+        ("token-acme", "acme", None),
+        ("token-globex", "globex", None),
+    ]);
     let store = MemoryStore::new();
     let server = on_store(&faux, &store, config).await;
     let running = &server;
