@@ -3,7 +3,9 @@
 use std::io::IsTerminal;
 
 use futures::StreamExt;
-use tiller::{AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Prompt};
+use tiller::{
+    AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Prompt, RunEnd, UserRequest,
+};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
@@ -13,7 +15,8 @@ use crate::outcome::{Exit, verdict};
 use crate::session::Session;
 use crate::setup::describe;
 
-const HELP: &str = "a line is a prompt when the agent is idle and steers it while it works; \
+const HELP: &str = "a line is a prompt when the agent is idle, steers it while it works, and \
+answers when a tool asks (y or n to approve a call); \
 /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, \
 /state summarises it, /quit leaves";
 
@@ -51,7 +54,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     Line::Prompt(text) => prompt_or_steer(&agent, text).await,
                     Line::Follow(text) => follow(&agent, text).await,
                     Line::Abort => {
-                        if agent.status() == AgentStatus::Running {
+                        if matches!(agent.status(), AgentStatus::Running | AgentStatus::WaitingForInput) {
                             agent.abort();
                         } else {
                             crate::say!("[nothing to abort]");
@@ -79,10 +82,12 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     continue;
                 };
                 last_run = verdict(*reason, messages, output.as_ref());
-                if let Err(message) = &last_run {
+                if *reason == RunEnd::Parked {
+                    ask_user(&agent).await;
+                } else if let Err(message) = &last_run {
                     crate::say!("[{message}]");
                 }
-                if queued(&agent).await {
+                if *reason != RunEnd::Parked && queued(&agent).await {
                     // Queued as the run ended: they run now rather than wait.
                     if let Err(error) = agent.prompt(Prompt::Continue).await {
                         crate::say!("[{error}]");
@@ -171,8 +176,54 @@ fn read_lines() -> mpsc::Receiver<String> {
     receiver
 }
 
-/// A prompt when the agent is idle, a steering message while it works.
+/// Shows what the parked run waits for.
+async fn ask_user(agent: &AgentHandle) {
+    let waiting = agent
+        .state()
+        .await
+        .ok()
+        .and_then(|state| state.waiting.into_iter().next());
+    match waiting {
+        Some(UserRequest::Input {
+            tool_name,
+            question,
+            ..
+        }) => crate::say!("[{tool_name} asks] {question}"),
+        Some(UserRequest::Approval {
+            tool_name, args, ..
+        }) => crate::say!("[run {tool_name} {args}? y/n]"),
+        None => {}
+    }
+}
+
+/// The user's reply to what the parked run waits for: an answer, or y/n for an
+/// approval.
+async fn reply(agent: &AgentHandle, text: &str) {
+    let waiting = agent
+        .state()
+        .await
+        .ok()
+        .and_then(|state| state.waiting.into_iter().next());
+    let replied = match (waiting, text.to_ascii_lowercase().as_str()) {
+        (Some(UserRequest::Approval { .. }), "y" | "yes") => agent.approve().await,
+        (Some(UserRequest::Approval { .. }), "n" | "no") => agent.deny(None).await,
+        (Some(UserRequest::Approval { .. }), _) => {
+            crate::say!("[y runs the call, n refuses it, /abort gives it up]");
+            return;
+        }
+        _ => agent.answer(text).await,
+    };
+    if let Err(error) = replied {
+        crate::say!("[{error}]");
+    }
+}
+
+/// A prompt when the agent is idle, a steering message while it works, the reply
+/// when a tool call waits for the user.
 async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
+    if agent.status() == AgentStatus::WaitingForInput {
+        return reply(agent, text).await;
+    }
     if agent.status() != AgentStatus::Running {
         match agent.prompt(text).await {
             Err(AgentError::Busy) => {}
@@ -191,7 +242,10 @@ async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
 
 /// A follow-up while the agent works; a prompt when it is idle.
 async fn follow(agent: &AgentHandle, text: &str) {
-    if agent.status() == AgentStatus::Running {
+    if matches!(
+        agent.status(),
+        AgentStatus::Running | AgentStatus::WaitingForInput
+    ) {
         match agent.follow_up(text).await {
             Ok(()) => crate::say!("[follow-up queued]"),
             Err(error) => crate::say!("[{error}]"),
@@ -213,6 +267,8 @@ async fn state(agent: &AgentHandle, session: Option<&str>) {
     let usage = state.usage();
     let status = if state.is_streaming {
         "working"
+    } else if !state.waiting.is_empty() {
+        "waiting for your reply"
     } else {
         "idle"
     };

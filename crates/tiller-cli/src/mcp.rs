@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use tiller::{McpToolServer, Supervisor};
+use tiller::{AskAgentConfig, McpToolServer, Supervisor};
 
 use crate::outcome::Exit;
 use crate::serve::connected_definitions;
@@ -22,6 +22,7 @@ pub async fn mcp(agents: Option<&Path>, llms: Option<&Path>) -> Exit {
             return Exit::Failed;
         }
     };
+    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
     let tools = match definitions.agent_tools(&supervisor) {
         Ok(tools) => tools,
         Err(error) => {

@@ -44,6 +44,10 @@ pub fn verdict(
         },
         RunEnd::TurnLimit => Err("the run reached its turn limit with work left".to_owned()),
         RunEnd::Aborted => Err("the run was aborted".to_owned()),
+        RunEnd::Parked => Err(
+            "a tool call waits for the user's answer or approval, which `tiller run` cannot give: use `tiller chat`"
+                .to_owned(),
+        ),
         RunEnd::Error => Err(error()),
         RunEnd::InvalidOutput => Err(match output {
             Some(Output::Invalid(error)) => error.to_string(),

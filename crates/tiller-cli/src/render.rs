@@ -2,7 +2,7 @@
 //!
 //! In `text`, the answer streams to stdout as it arrives; each tool call becomes one
 //! line on stderr when it ends, with its arguments and outcome; thinking goes to
-//! stderr too. In `jsonl`, each envelope (`agent_id`, `seq`, `event`) is one line of
+//! stderr too, as does what sub-agents (`ask_agent`) write. In `jsonl`, each envelope (`agent_id`, `seq`, `event`) is one line of
 //! stdout, exactly as the library serializes it, flushed as it is written.
 
 use std::collections::HashMap;
@@ -118,7 +118,11 @@ impl Output {
             } => {
                 self.end_line()?;
                 let args = self.tool_args.remove(tool_call_id).unwrap_or_default();
-                let outcome = preview(&result.text_content());
+                let outcome = if result.streamed {
+                    "(the answer streamed above)".to_owned()
+                } else {
+                    preview(&result.text_content())
+                };
                 if *is_error {
                     crate::say!("[{tool_name} {args}] failed: {outcome}");
                 } else {
@@ -135,6 +139,19 @@ impl Output {
                 stdout.write_all(b"\n")?;
                 stdout.flush()?;
             }
+            AgentEvent::ChildEvent { path, event, .. } => match &**event {
+                AgentEvent::MessageStart { message } if message.as_assistant().is_some() => {
+                    self.end_line()?;
+                    crate::say_part!("[{}] ", path.join(" → "));
+                }
+                AgentEvent::MessageUpdate {
+                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                } => crate::say_part!("{delta}"),
+                AgentEvent::MessageEnd { message } if message.as_assistant().is_some() => {
+                    crate::say!()
+                }
+                _ => {}
+            },
             AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,
             _ => {}
         }

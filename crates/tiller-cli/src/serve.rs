@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tiller::tiller_store::MemoryStore;
-use tiller::{Definitions, LlmConfigs, SessionStore, Supervisor, SupervisorConfig};
+use tiller::{AskAgentConfig, Definitions, LlmConfigs, SessionStore, Supervisor, SupervisorConfig};
 use tiller_server::{Server, ServerConfig, Tokens};
 
 use crate::outcome::Exit;
@@ -81,6 +81,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     };
+    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => listener,
         Err(error) => {

@@ -32,7 +32,19 @@ impl Session {
     /// Sets up the agent the options describe; on failure says why on stderr and
     /// answers the exit status.
     pub async fn start(options: &AgentOptions) -> Result<Session, Exit> {
-        let setup = Setup::new(options).await.map_err(|error| {
+        let failed = |error: &dyn std::fmt::Display| {
+            crate::say!("tiller: {error}");
+            Exit::Failed
+        };
+        let supervisor = match &options.session {
+            Some(_) => {
+                let store = open_store(options.store.as_deref()).await?;
+                Supervisor::with_store(SupervisorConfig::default(), store).await
+            }
+            None => Supervisor::start().await,
+        }
+        .map_err(|e| failed(&e))?;
+        let setup = Setup::new(options, &supervisor).await.map_err(|error| {
             crate::say!("tiller: {error}");
             match error {
                 SetupError::Mcp(_) => Exit::Failed,
@@ -42,22 +54,12 @@ impl Session {
         if let Some(notice) = &setup.notice {
             crate::say!("tiller: {notice}");
         }
-        let failed = |error: &dyn std::fmt::Display| {
-            crate::say!("tiller: {error}");
-            Exit::Failed
-        };
         let structured = setup.settings.run.stream.output_schema.is_some();
         let mut spec = AgentSpec::new(setup.settings).with_name(setup.name);
-        let supervisor = match &options.session {
-            Some(session) => {
-                let store = open_store(options.store.as_deref()).await?;
-                // This invocation's agent and model, the session's conversation.
-                spec = spec.with_session(session.clone()).with_own_settings();
-                Supervisor::with_store(SupervisorConfig::default(), store).await
-            }
-            None => Supervisor::start().await,
+        if let Some(session) = &options.session {
+            // This invocation's agent and model, the session's conversation.
+            spec = spec.with_session(session.clone()).with_own_settings();
         }
-        .map_err(|e| failed(&e))?;
         let agent = supervisor.spawn(spec).await.map_err(|e| failed(&e))?;
         let events = agent.subscribe_with_buffer(EVENT_BUFFER);
         Ok(Session {

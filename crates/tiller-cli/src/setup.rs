@@ -12,8 +12,13 @@
 //! file's `base_url` is not, so its key must be named with `api_key_env`.
 
 use std::path::Path;
+use std::sync::Arc;
+
 use tiller::env::{EnvError, model_from};
-use tiller::{AgentSettings, ApiKey, LlmConfig, LlmConfigs, Model, ToolRegistry};
+use tiller::{
+    ASK_AGENT_TOOL, AgentSettings, AgentTool, ApiKey, AskAgentConfig, Definitions, LlmConfig,
+    LlmConfigs, Model, Supervisor, ToolRegistry,
+};
 
 use crate::cli::AgentOptions;
 use tiller::agent_file::{AgentFile, AgentFileError};
@@ -50,8 +55,9 @@ pub enum SetupError {
 
 impl Setup {
     /// The agent the options describe (connected to the MCP servers its file
-    /// lists, which stay connected while its tools live).
-    pub async fn new(options: &AgentOptions) -> Result<Setup, SetupError> {
+    /// lists, which stay connected while its tools live). A file listing
+    /// `ask_agent` asks the agent files of its own folder, run under `supervisor`.
+    pub async fn new(options: &AgentOptions, supervisor: &Supervisor) -> Result<Setup, SetupError> {
         let file = options.agent.as_deref().map(AgentFile::load).transpose()?;
         let var = |name: &str| {
             std::env::var(name)
@@ -85,6 +91,9 @@ impl Setup {
                 })?;
             let mut registry = ToolRegistry::new();
             registry.connect_mcp(&file.mcp_servers).await?;
+            if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
+                registry.register(ask_agent(file, &settings, supervisor).await?);
+            }
             file.apply(&mut settings, &registry)?;
         }
         settings.run.stream.api_key = api_key;
@@ -107,6 +116,32 @@ impl Setup {
             notice,
         })
     }
+}
+
+/// `ask_agent` over the agent files beside `file` (their MCP servers connected),
+/// which get `settings`' model when they name none.
+async fn ask_agent(
+    file: &AgentFile,
+    settings: &AgentSettings,
+    supervisor: &Supervisor,
+) -> Result<Arc<dyn AgentTool>, SetupError> {
+    let folder = file.path.parent().unwrap_or(Path::new("."));
+    let unusable = |reason: String| SetupError::Model {
+        origin: format!("{}: ask_agent", file.path.display()),
+        reason,
+    };
+    let mut definitions = Definitions::load_dir(folder).map_err(|e| unusable(e.to_string()))?;
+    if let Some(model) = &settings.model {
+        definitions = definitions.with_default_model(model.clone());
+    }
+    definitions
+        .connect_mcp()
+        .await
+        .map_err(|e| unusable(e.to_string()))?;
+    definitions
+        .with_ask_agent(supervisor, AskAgentConfig::default())
+        .tool(ASK_AGENT_TOOL)
+        .ok_or_else(|| unusable("ask_agent could not be made".to_owned()))
 }
 
 /// Where a model setting came from, for error messages.

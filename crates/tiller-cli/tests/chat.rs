@@ -97,7 +97,7 @@ async fn commands_and_prompts_from_a_pipe() {
         said,
         [
             "[2 messages · 10 tokens in, 1 out · $0.0000 · idle]",
-            "[unknown command /frobnicate: a line is a prompt when the agent is idle and steers it while it works; /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, /state summarises it, /quit leaves]",
+            "[unknown command /frobnicate: a line is a prompt when the agent is idle, steers it while it works, and answers when a tool asks (y or n to approve a call); /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, /state summarises it, /quit leaves]",
             "[nothing to abort]",
             "[reset: the conversation is empty]",
         ]
@@ -129,5 +129,66 @@ async fn a_chat_on_the_faux_model_ends_with_its_input() {
         run.stderr.contains("using the scripted faux model"),
         "{}",
         run.stderr
+    );
+}
+
+/// A tool that needs approval and asks for what it lacks, in a conversation: the
+/// chat shows the approval and the question, and the next lines answer them.
+#[tokio::test]
+async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
+    let scratch = Scratch::new();
+    std::fs::create_dir_all(scratch.path().join("tools")).unwrap();
+    scratch.write(
+        "tools/remind.py",
+        &common::python_tool(
+            "if 'due' not in args:\n    print(json.dumps({'field': 'due', 'question': 'When?'}))\n    sys.exit(75)\nprint('set for ' + args['due'])",
+        ),
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: You set reminders.\njson_schema_extra:\n  kind: agent\n  name: reminder\n  approvals: {remind: ask}\n  tools:\n    - name: remind\n      description: Set a reminder\n      parameters: {type: object, properties: {what: {type: string}, due: {type: string}}, required: [what]}\n      command: [python3, tools/remind.py]\n",
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "remind", json!({"what": "call Juan"})));
+    server.push(dialect.tool_call(
+        "call_2",
+        "remind",
+        json!({"what": "call Juan", "due": "Friday"}),
+    ));
+    server.push(dialect.text(&["Done: Friday."]));
+
+    let mut command = dialect.tiller(&server, "chat", &["--agent", agent.to_str().unwrap()]);
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    let mut stderr = lines(child.stderr.take().unwrap());
+
+    stdin.write_all(b"remind me to call Juan\n").await.unwrap();
+    read_until(&mut stderr, |line| {
+        line == r#"[run remind {"what":"call Juan"}? y/n]"#
+    })
+    .await;
+    stdin.write_all(b"y\n").await.unwrap();
+    read_until(&mut stderr, |line| line == "[remind asks] When?").await;
+    stdin.write_all(b"Friday\n").await.unwrap();
+    read_until(&mut stderr, |line| {
+        line == r#"[run remind {"due":"Friday","what":"call Juan"}? y/n]"#
+    })
+    .await;
+    stdin.write_all(b"yes\n").await.unwrap();
+    read_until(&mut stdout, |line| line == "Done: Friday.").await;
+    drop(stdin);
+    let status = exit_of(&mut child).await;
+    assert_eq!(status.code(), Some(0));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        dialect.tool_results(&requests[2]),
+        [
+            json!({"id": "call_1", "text": "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this."}),
+            json!({"id": "call_2", "text": "set for Friday"})
+        ]
     );
 }

@@ -146,3 +146,37 @@ async fn the_example_agent_file_of_the_readme_works() {
         Ok("6912".to_owned())
     );
 }
+
+#[tokio::test]
+async fn a_program_asks_the_user_with_exit_status_75_and_json() {
+    let asking = CommandTool::new(
+        "remind",
+        "Remind",
+        json!({"type": "object"}),
+        "sh",
+        vec![
+            "-c".into(),
+            r#"echo '{"field": "due", "question": "When?"}'; exit 75"#.into(),
+        ],
+        Duration::from_secs(5),
+    );
+    let ctx = ToolContext::detached("call_1", CancellationToken::new(), |_| {});
+    let error = asking.execute(json!({}), ctx).await.unwrap_err();
+    assert!(
+        matches!(&error, tiller::ToolError::NeedsInput { field, question } if field == "due" && question == "When?"),
+        "{error:?}"
+    );
+    // Exit status 75 without the JSON is an ordinary failure.
+    let failing = CommandTool::new(
+        "remind",
+        "Remind",
+        json!({"type": "object"}),
+        "sh",
+        vec!["-c".into(), "echo oops; exit 75".into()],
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        call(&failing, json!({})).await,
+        Err("`remind` exited with status 75 and wrote nothing to stderr".to_owned())
+    );
+}

@@ -47,7 +47,7 @@ impl Serving {
     /// Serves the folder `agents` of `scratch`, written here, with `more` options
     /// and the environment variables `vars`.
     async fn start_with(scratch: Scratch, more: &[&str], vars: &[(&str, &str)]) -> Serving {
-        std::fs::create_dir(scratch.path().join("agents")).unwrap();
+        std::fs::create_dir_all(scratch.path().join("agents")).unwrap();
         scratch.write("agents/helper.yaml", HELPER);
         let agents = scratch.path().join("agents");
         let mut args = vec![
@@ -63,7 +63,7 @@ impl Serving {
         let said = read_until(&mut stderr, |line| line.contains("http://")).await;
         let line = said.last().unwrap();
         assert!(
-            line.contains("1 agent definition(s)") && line.contains("(helper)"),
+            line.contains("agent definition(s)") && line.contains("(helper"),
             "{line}"
         );
         let address = line
@@ -506,5 +506,157 @@ async fn a_conversation_outlives_the_server_in_its_sqlite_store_and_idle_agents_
     assert_eq!(again.0, 200);
     let state = call(Method::GET, &base, "/agents/c", None).await.1;
     assert_eq!(state["messages"].as_array().unwrap().len(), 4);
+    serving.stop().await;
+}
+
+#[allow(unsafe_code)]
+fn kill_hard(pid: u32) {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+/// The seeds' flow over HTTP, with the server killed while the question waits: the
+/// tool (a program) asks "When?", `tiller serve` dies with SIGKILL, a new one on
+/// the same SQLite file still waits, and the answer resumes the same call.
+#[tokio::test]
+async fn a_question_waiting_over_http_survives_a_killed_server() {
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_tool_call(
+        "call_1",
+        "remind",
+        &json!({"what": "call Juan"}),
+    )));
+    upstream.push(MockResponse::sse(sse::openai_tool_call(
+        "call_2",
+        "remind",
+        &json!({"what": "call Juan", "due": "Friday"}),
+    )));
+    upstream.push(MockResponse::sse(sse::openai_text(&["Done: Friday."])));
+    let base_url = upstream.base_url();
+    let vars = [
+        ("TILLER_BASE_URL", base_url.as_str()),
+        ("TILLER_MODEL", "local-model"),
+    ];
+    let kept = Scratch::new();
+    let store = format!("sqlite://{}", kept.path().join("chats.db").display());
+    let options = ["--store", store.as_str()];
+    let agents = |scratch: &Scratch| {
+        std::fs::create_dir_all(scratch.path().join("agents/tools")).unwrap();
+        scratch.write(
+            "agents/tools/remind.py",
+            &common::python_tool(
+                "if 'due' not in args:\n    print(json.dumps({'field': 'due', 'question': 'When?'}))\n    sys.exit(75)\nprint('set for ' + args['due'])",
+            ),
+        );
+        scratch.write(
+            "agents/remind.yaml",
+            "type: object\ndescription: You set reminders.\njson_schema_extra:\n  kind: agent\n  name: reminder\n  tools:\n    - name: remind\n      description: Set a reminder\n      parameters: {type: object, properties: {what: {type: string}, due: {type: string}}, required: [what]}\n      command: [python3, tools/remind.py]\n",
+        );
+    };
+    let scratch = Scratch::new();
+    agents(&scratch);
+    let mut serving = Serving::start_with(scratch, &options, &vars).await;
+    let http = reqwest::Client::new();
+    let post = |base: &str, path: &str, body: Value| {
+        let request = http
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let base = serving.base.clone();
+    let created = post(
+        &base,
+        "/agents",
+        json!({"definition": "reminder", "id": "r"}),
+    )
+    .await;
+    assert_eq!(created.0, 201);
+    let (status, outcome) = post(
+        &base,
+        "/agents/r/prompt?wait=true",
+        json!({"text": "remind me to call Juan"}),
+    )
+    .await;
+    assert_eq!((status, &outcome["end"]), (200, &json!("parked")));
+    let state: Value = http
+        .get(format!("{base}/agents/r"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(state["status"], "waiting_for_input");
+    let question = json!([{"type": "input", "tool_call_id": "call_1", "tool_name": "remind", "field": "due", "question": "When?"}]);
+    assert_eq!(state["waiting"], question);
+    // A prompt now is refused with what waits.
+    let (status, problem) = post(&base, "/agents/r/prompt", json!({"text": "hi"})).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (409, Some("urn:tiller:problem:waiting-for-reply"))
+    );
+
+    kill_hard(serving.child.id().unwrap());
+    exit_of(&mut serving.child).await;
+
+    let scratch = Scratch::new();
+    agents(&scratch);
+    let serving = Serving::start_with(scratch, &options, &vars).await;
+    let base = serving.base.clone();
+    let resumed = post(
+        &base,
+        "/sessions/r/resume",
+        json!({"definition": "reminder"}),
+    )
+    .await;
+    assert_eq!(resumed.0, 201);
+    let state: Value = http
+        .get(format!("{base}/agents/r"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&state["status"], &state["waiting"]),
+        (&json!("waiting_for_input"), &question)
+    );
+    let (status, outcome) = post(
+        &base,
+        "/agents/r/reply?wait=true",
+        json!({"type": "answer", "text": "Friday"}),
+    )
+    .await;
+    assert_eq!((status, &outcome["end"]), (200, &json!("completed")));
+    let results: Vec<&str> = outcome["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool_result")
+        .map(|m| m["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this.",
+            "set for Friday"
+        ]
+    );
+    let (status, problem) = post(&base, "/agents/r/reply", json!({"type": "approve"})).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (409, Some("urn:tiller:problem:nothing-to-reply"))
+    );
     serving.stop().await;
 }

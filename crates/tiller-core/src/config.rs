@@ -3,6 +3,7 @@
 //! when to stop.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::AgentContext;
 use crate::hook;
 use crate::message::AgentMessage;
+use crate::request::Approval;
 use crate::tool::ToolOutput;
 
 /// Any error a callback reports.
@@ -224,6 +226,13 @@ pub struct RunOptions {
     /// the run ends with [`RunEnd::InvalidOutput`](crate::RunEnd::InvalidOutput).
     /// Default 2.
     pub output_retries: u32,
+    /// Which tools' calls wait for the user's approval, by tool name; a tool not
+    /// named runs without asking (see [`crate::request`]).
+    pub approvals: BTreeMap<String, Approval>,
+    /// How many times in a row a tool may ask the user for input
+    /// ([`ToolError::NeedsInput`](crate::ToolError::NeedsInput)) before its ask is
+    /// an ordinary error result. Default 3.
+    pub max_asks_per_tool: u32,
     /// The application's callbacks.
     pub hooks: RunHooks,
 }
@@ -240,6 +249,8 @@ impl Default for RunOptions {
             cancel_grace: Duration::from_millis(100),
             max_tool_output_bytes: 256 * 1024,
             output_retries: 2,
+            approvals: BTreeMap::new(),
+            max_asks_per_tool: 3,
             hooks: RunHooks::default(),
         }
     }

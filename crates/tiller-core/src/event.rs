@@ -22,6 +22,7 @@ use tiller_ai::{AssistantEvent, AssistantMessage, ToolResultMessage};
 
 use crate::message::AgentMessage;
 use crate::output::Output;
+use crate::request::UserRequest;
 use crate::tool::ToolOutput;
 
 /// One step of an agent run; serialized as `{"type": "<snake_case>", ...}`.
@@ -89,6 +90,39 @@ pub enum AgentEvent {
         /// Whether the call failed (or was refused, skipped or aborted).
         is_error: bool,
     },
+    /// A tool asked the user for something it needs; the run parks once the
+    /// turn's other calls are done (see [`crate::request`]).
+    InputRequested {
+        /// The call waiting.
+        tool_call_id: String,
+        /// Its tool.
+        tool_name: String,
+        /// The argument that is missing or unclear.
+        field: String,
+        /// What to ask the user.
+        question: String,
+    },
+    /// A call waits for the user's approval before it runs; the run parks once
+    /// the turn's other calls are done.
+    ApprovalRequested {
+        /// The call waiting.
+        tool_call_id: String,
+        /// Its tool.
+        tool_name: String,
+        /// The arguments it would run with.
+        args: Value,
+    },
+    /// An event of a sub-agent this run's tool started (`ask_agent`), in the order
+    /// the sub-agent emitted it.
+    ChildEvent {
+        /// The agents it came through, from this agent to the one that emitted
+        /// it, such as `["planner", "researcher"]`.
+        path: Vec<String>,
+        /// The call of this run that started the sub-agent.
+        tool_call_id: String,
+        /// The sub-agent's event.
+        event: Box<AgentEvent>,
+    },
     /// A turn ended.
     TurnEnd {
         /// The assistant's response.
@@ -128,4 +162,35 @@ pub enum RunEnd {
     ToolsTerminated,
     /// The final answer did not match the output schema after the retries.
     InvalidOutput,
+    /// A tool call waits for the user: an answer or an approval (see
+    /// [`crate::request`]); a [`Prompt::Reply`](crate::Prompt::Reply) goes on.
+    Parked,
+}
+
+impl AgentEvent {
+    /// The event announcing `request`.
+    pub fn requested(request: &UserRequest) -> Self {
+        match request.clone() {
+            UserRequest::Input {
+                tool_call_id,
+                tool_name,
+                field,
+                question,
+            } => AgentEvent::InputRequested {
+                tool_call_id,
+                tool_name,
+                field,
+                question,
+            },
+            UserRequest::Approval {
+                tool_call_id,
+                tool_name,
+                args,
+            } => AgentEvent::ApprovalRequested {
+                tool_call_id,
+                tool_name,
+                args,
+            },
+        }
+    }
 }

@@ -28,6 +28,7 @@ use crate::config::{
 };
 use crate::event::AgentEvent;
 use crate::message::AgentMessage;
+use crate::request::{Approval, UserRequest, asks_in_a_row};
 use crate::run::{Interrupted, Run, panic_text};
 use crate::tool::{AgentTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 
@@ -43,6 +44,9 @@ pub(crate) struct Batch {
     pub(crate) steering: Option<Vec<AgentMessage>>,
     /// Whether every result asked the run to stop.
     pub(crate) terminate: bool,
+    /// Requests of calls parked on the user, in call order; these calls have no
+    /// result yet.
+    pub(crate) parked: Vec<UserRequest>,
 }
 
 /// How one call ended.
@@ -50,6 +54,8 @@ pub(crate) struct Batch {
 struct Outcome {
     output: ToolOutput,
     is_error: bool,
+    /// Set when the call waits for the user instead of ending.
+    parked: Option<UserRequest>,
 }
 
 impl Outcome {
@@ -57,6 +63,15 @@ impl Outcome {
         Outcome {
             output: ToolOutput::text(text),
             is_error: true,
+            parked: None,
+        }
+    }
+
+    fn parked(request: UserRequest) -> Self {
+        Outcome {
+            output: ToolOutput::default(),
+            is_error: false,
+            parked: Some(request),
         }
     }
 }
@@ -67,6 +82,8 @@ enum Prepared {
     Answered(Outcome),
     /// Ready to run with these arguments.
     Ready(Arc<dyn AgentTool>, Value),
+    /// Waiting for the user's approval.
+    Parked(UserRequest),
 }
 
 pub(crate) async fn run_batch(
@@ -89,17 +106,50 @@ pub(crate) async fn run_batch(
             in_parallel(run, &calls).await
         }
     };
-    let (outcomes, steering) = outcomes;
+    let (mut outcomes, steering) = outcomes;
+    if run.cancel.is_cancelled() {
+        // An aborted run does not park: its waiting calls are answered as aborted.
+        for (call, outcome) in calls.iter().zip(&mut outcomes) {
+            if outcome.parked.is_some() {
+                *outcome = aborted(call);
+                end(run, call, outcome);
+                announce(run, call, outcome);
+            }
+        }
+    }
     let terminate = !outcomes.is_empty() && outcomes.iter().all(|o| o.output.terminate);
-    let results = calls
-        .iter()
-        .zip(outcomes)
-        .map(|(call, outcome)| result_message(call, outcome))
-        .collect();
-    Batch {
-        results,
+    let mut batch = Batch {
         steering,
         terminate,
+        ..Batch::default()
+    };
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        match outcome.parked {
+            Some(request) => batch.parked.push(request),
+            None => batch.results.push(result_message(call, outcome)),
+        }
+    }
+    batch
+}
+
+/// Answers `call` with `result` without running it (the reply to its request):
+/// its start, end and result events, as for a call that ran.
+pub(crate) fn answer(run: &Run, call: &ToolCall, result: ToolResultMessage) -> Batch {
+    let outcome = Outcome {
+        output: ToolOutput {
+            content: result.content,
+            details: result.details,
+            ..ToolOutput::default()
+        },
+        is_error: result.is_error,
+        parked: None,
+    };
+    start(run, call);
+    end(run, call, &outcome);
+    announce(run, call, &outcome);
+    Batch {
+        results: vec![result_message(call, outcome)],
+        ..Batch::default()
     }
 }
 
@@ -122,22 +172,49 @@ fn start(run: &Run, call: &ToolCall) {
     });
 }
 
+/// The call's `tool_execution_end`; none for a call that waits for the user.
 fn end(run: &Run, call: &ToolCall, outcome: &Outcome) {
+    if outcome.parked.is_some() {
+        return;
+    }
+    let result = if outcome.output.streamed {
+        // Subscribers have had the content already.
+        ToolOutput {
+            content: Vec::new(),
+            ..outcome.output.clone()
+        }
+    } else {
+        outcome.output.clone()
+    };
     run.emit(AgentEvent::ToolExecutionEnd {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
-        result: outcome.output.clone(),
+        result,
         is_error: outcome.is_error,
     });
 }
 
-/// The result's `message_start` and `message_end`.
+/// The result's `message_start` and `message_end` (the start without the content
+/// of a streamed result).
 fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
-    let message = Box::new(AgentMessage::from(result_message(call, outcome.clone())));
+    if outcome.parked.is_some() {
+        return;
+    }
+    let result = result_message(call, outcome.clone());
+    let start = if outcome.output.streamed {
+        ToolResultMessage {
+            content: Vec::new(),
+            ..result.clone()
+        }
+    } else {
+        result.clone()
+    };
     run.emit(AgentEvent::MessageStart {
-        message: message.clone(),
+        message: Box::new(start.into()),
     });
-    run.emit(AgentEvent::MessageEnd { message });
+    run.emit(AgentEvent::MessageEnd {
+        message: Box::new(result.into()),
+    });
 }
 
 /// Why none of a response's calls may run: it was cut off by the token limit (any
@@ -181,6 +258,7 @@ async fn sequentially(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Ve
         } else {
             match prepare(run, call).await {
                 Prepared::Answered(outcome) => outcome,
+                Prepared::Parked(request) => Outcome::parked(request),
                 Prepared::Ready(tool, args) => execute_alone(run, tool, call, args).await,
             }
         };
@@ -188,7 +266,9 @@ async fn sequentially(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Ve
         announce(run, call, &outcome);
         outcomes.push(outcome);
         let more = index + 1 < calls.len();
-        if more && steering.is_none() && interrupts(run) {
+        // Once a call waits for the user, steering waits for the reply too.
+        let parked = outcomes.iter().any(|o| o.parked.is_some());
+        if more && steering.is_none() && !parked && interrupts(run) {
             let arrived = run.take(&run.config.steering).await;
             if !arrived.is_empty() {
                 steering = Some(arrived);
@@ -210,6 +290,7 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
                 end(run, call, &outcome);
                 outcomes[index] = Some(outcome);
             }
+            Prepared::Parked(request) => outcomes[index] = Some(Outcome::parked(request)),
             Prepared::Ready(tool, args) => {
                 let running_call = execute(run, tool, call, args, batch.clone());
                 running.push(running_call.map(move |outcome| (index, outcome)));
@@ -224,7 +305,8 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
                 let Some((index, outcome)) = finished else { break };
                 end(run, &calls[index], &outcome);
                 outcomes[index] = Some(outcome);
-                if !running.is_empty() && interrupts(run) {
+                let parked = outcomes.iter().flatten().any(|o| o.parked.is_some());
+                if !running.is_empty() && !parked && interrupts(run) {
                     let arrived = run.take(&run.config.steering).await;
                     if !arrived.is_empty() {
                         steering = Some(arrived);
@@ -245,8 +327,9 @@ async fn in_parallel(run: &Run, calls: &[ToolCall]) -> (Vec<Outcome>, Option<Vec
             finished = running.next() => finished,
             () = &mut grace => None,
         } {
-            let outcome = match (&steering, outcome.is_error) {
+            let outcome = match (&steering, outcome.is_error || outcome.parked.is_some()) {
                 (Some(_), true) => Outcome::error(SKIPPED),
+                (None, _) if outcome.parked.is_some() => aborted(&calls[index]),
                 _ => outcome,
             };
             end(run, &calls[index], &outcome);
@@ -320,7 +403,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         Err(failure) => return Prepared::Answered(Outcome::error(failure)),
     };
     let Some(hook) = &run.config.run.hooks.before_tool_call else {
-        return Prepared::Ready(registered.tool.clone(), args);
+        return approved(run, call, registered.tool.clone(), args);
     };
     let info = ToolCallInfo {
         call: call.clone(),
@@ -348,7 +431,42 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
     if run.cancel.is_cancelled() {
         return Prepared::Answered(aborted(call));
     }
-    Prepared::Ready(registered.tool.clone(), args)
+    approved(run, call, registered.tool.clone(), args)
+}
+
+/// The call as its tool's [`Approval`] policy has it: ready, refused, or waiting
+/// for the user (unless the user approved it already, in a reply).
+fn approved(run: &Run, call: &ToolCall, tool: Arc<dyn AgentTool>, args: Value) -> Prepared {
+    let ask = match run.config.run.approvals.get(&call.name) {
+        None | Some(Approval::Always) => false,
+        Some(Approval::Never) => {
+            return Prepared::Answered(Outcome::error(format!(
+                "Tool \"{}\" was not executed: it is not allowed to run.",
+                call.name
+            )));
+        }
+        Some(Approval::Ask) => true,
+        Some(Approval::AskIf(predicate)) => {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| predicate(&args))) {
+                Ok(ask) => ask,
+                Err(panic) => {
+                    return Prepared::Answered(Outcome::error(format!(
+                        "the approval policy of \"{}\" panicked: {}",
+                        call.name,
+                        panic_text(panic)
+                    )));
+                }
+            }
+        }
+    };
+    if ask && !run.is_approved(&call.id) {
+        return Prepared::Parked(UserRequest::Approval {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            args,
+        });
+    }
+    Prepared::Ready(tool, args)
 }
 
 /// Runs one tool while nothing else runs, honouring an abort.
@@ -399,12 +517,24 @@ async fn execute(
             });
         })
     };
+    let children = {
+        let sink = run.sink().clone();
+        let id = call.id.clone();
+        Arc::new(move |path: Vec<String>, event: AgentEvent| {
+            sink(AgentEvent::ChildEvent {
+                path,
+                tool_call_id: id.clone(),
+                event: Box::new(event),
+            });
+        })
+    };
     let ctx = ToolContext::new(
         call.id.clone(),
         run.config.context.clone(),
         token,
         updates,
         actions,
+        children,
     );
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
@@ -430,7 +560,7 @@ async fn execute(
         .instrument(span)
         .await;
     ctx.close();
-    let mut outcome = finish_hooks(run, after, ran, tool.name()).await;
+    let mut outcome = finish_hooks(run, after, ran, call).await;
     outcome.output.cut_to(max_output);
     outcome
 }
@@ -440,13 +570,32 @@ async fn finish_hooks(
     run: &Run,
     after: Option<(AfterToolCallHook, ToolCallInfo)>,
     ran: std::thread::Result<Result<ToolOutput, ToolError>>,
-    tool_name: &str,
+    call: &ToolCall,
 ) -> Outcome {
+    let tool_name = call.name.as_str();
     let mut outcome = match ran {
         Ok(Ok(output)) => Outcome {
             output,
             is_error: false,
+            parked: None,
         },
+        Ok(Err(ToolError::NeedsInput { field, question })) => {
+            let asked = asks_in_a_row(run.messages(), &call.name);
+            if asked >= run.config.run.max_asks_per_tool {
+                Outcome::error(format!(
+                    "Tool \"{}\" still needs `{field}` ({question}) after asking the user {asked} times; it gives up.",
+                    call.name
+                ))
+            } else {
+                // Waiting for the user: no after hook, no result yet.
+                return Outcome::parked(UserRequest::Input {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    field,
+                    question,
+                });
+            }
+        }
         Ok(Err(error)) => Outcome::error(error.message()),
         Err(panic) => Outcome::error(format!(
             "Tool \"{tool_name}\" panicked: {}",

@@ -61,6 +61,7 @@ mod execute;
 mod message;
 mod output;
 mod repair;
+pub mod request;
 mod run;
 mod stream;
 mod tool;
@@ -78,7 +79,10 @@ pub use context::{AgentContext, ContextIds};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};
-pub use run::{ContinueError, EventSink, LoopContext, Prompt, check_continue, run_loop};
+pub use request::{Approval, Reply, UserRequest, cancel_requests, open_requests};
+pub use run::{
+    ContinueError, EventSink, LoopContext, Prompt, check_continue, check_reply, run_loop,
+};
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{
     AgentTool, FnTool, IntoToolOutput, ToolContext, ToolError, ToolExecution, ToolOutput,

@@ -127,7 +127,7 @@ fn synthesized_call(result: &ToolResultMessage, model: &Model) -> Message {
 /// Whether every call is answered right after its message, once, and every
 /// result has its call.
 fn is_valid(messages: &[Cow<'_, Message>]) -> bool {
-    crate::transcript::check(messages.iter().map(|message| Some(message.as_ref()))).is_ok()
+    crate::transcript::check(messages.iter().map(|message| Some(message.as_ref())), &[]).is_ok()
 }
 
 #[cfg(test)]

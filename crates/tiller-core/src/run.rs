@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use tiller_ai::{
     AssistantEvent, AssistantMessage, Content, ContextRef, ImageContent, Message, StopReason,
-    StreamError, StreamOptions, ToolChoice, UserMessage,
+    StreamError, StreamOptions, ToolChoice, ToolResultMessage, UserMessage,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -25,6 +25,7 @@ use crate::execute::{self, Batch};
 use crate::message::{AgentMessage, default_convert_to_llm};
 use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
+use crate::request::{self, Reply, UserRequest, open_requests};
 use crate::toolset::ToolSet;
 
 /// Receives every event of a run, in order. It must not block.
@@ -37,6 +38,9 @@ pub enum Prompt {
     Messages(Vec<AgentMessage>),
     /// The transcript as it stands.
     Continue,
+    /// The user's reply to the oldest request a parked run left open (see
+    /// [`crate::request`]).
+    Reply(Reply),
 }
 
 impl Prompt {
@@ -92,7 +96,7 @@ pub struct LoopContext {
 }
 
 /// Why `continue` cannot start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ContinueError {
     /// There is nothing to continue from.
     #[error("cannot continue: the context has no messages")]
@@ -100,10 +104,49 @@ pub enum ContinueError {
     /// The model already answered last; a new turn needs a new message first.
     #[error("cannot continue from an assistant message: add a user message or tool results first")]
     EndsWithAssistant,
+    /// A reply was given, but no request waits for one.
+    #[error("no tool call waits for the user's reply")]
+    NothingToReply,
+    /// The oldest open request wants another kind of reply (an answer for a
+    /// question, approve or deny for an approval).
+    #[error("the waiting request is {waiting:?}; this reply does not fit it")]
+    ReplyDoesNotFit {
+        /// What waits.
+        waiting: Box<UserRequest>,
+    },
+    /// A request waits for the user's reply; only a reply goes on.
+    #[error("a tool call waits for the user's reply: {waiting:?}")]
+    WaitingForReply {
+        /// What waits.
+        waiting: Box<UserRequest>,
+    },
+}
+
+/// The request `reply` resolves in the transcript `messages`: its oldest open one,
+/// if the reply fits it.
+pub fn check_reply<M: std::borrow::Borrow<AgentMessage>>(
+    messages: &[M],
+    reply: &Reply,
+) -> Result<UserRequest, ContinueError> {
+    let waiting = open_requests(messages)
+        .into_iter()
+        .next()
+        .ok_or(ContinueError::NothingToReply)?;
+    if !reply.fits(&waiting) {
+        return Err(ContinueError::ReplyDoesNotFit {
+            waiting: Box::new(waiting),
+        });
+    }
+    Ok(waiting)
 }
 
 /// Checks that a run can continue from `context`.
 pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
+    if let Some(waiting) = open_requests(&context.messages).into_iter().next() {
+        return Err(ContinueError::WaitingForReply {
+            waiting: Box::new(waiting),
+        });
+    }
     match context.messages.last() {
         None => Err(ContinueError::EmptyContext),
         Some(message) if message.as_assistant().is_some() => Err(ContinueError::EndsWithAssistant),
@@ -114,7 +157,8 @@ pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
 /// Runs the loop to its end from `prompt`, sending every event to `sink`, and
 /// returns only the messages this run added. [`Prompt::Continue`] runs from the
 /// context as it stands (its last message must not be the assistant's), without
-/// events for the messages already there.
+/// events for the messages already there; [`Prompt::Reply`] resolves the oldest
+/// open request first. New messages are refused while a request is open.
 pub async fn run_loop(
     prompt: Prompt,
     context: LoopContext,
@@ -122,20 +166,35 @@ pub async fn run_loop(
     cancel: CancellationToken,
     sink: EventSink,
 ) -> Result<Vec<AgentMessage>, ContinueError> {
-    let prompts = match prompt {
-        Prompt::Messages(messages) => Some(messages),
+    let start = match prompt {
+        Prompt::Messages(messages) => {
+            if let Some(waiting) = open_requests(&context.messages).into_iter().next() {
+                return Err(ContinueError::WaitingForReply {
+                    waiting: Box::new(waiting),
+                });
+            }
+            Start::Messages(messages)
+        }
         Prompt::Continue => {
             check_continue(&context)?;
-            None
+            Start::Continue
         }
+        Prompt::Reply(reply) => Start::Reply(check_reply(&context.messages, &reply)?, reply),
     };
-    Ok(guarded(prompts, context, config, cancel, sink).await)
+    Ok(guarded(start, context, config, cancel, sink).await)
+}
+
+/// How a run begins, checked.
+enum Start {
+    Messages(Vec<AgentMessage>),
+    Continue,
+    Reply(UserRequest, Reply),
 }
 
 /// A run that, should the loop itself panic, still ends with an error message and
 /// `agent_end`.
 async fn guarded(
-    prompts: Option<Vec<AgentMessage>>,
+    start: Start,
     context: LoopContext,
     config: LoopConfig,
     cancel: CancellationToken,
@@ -144,7 +203,7 @@ async fn guarded(
     let span = tracing::info_span!("agent_run", provider = %config.model.provider, model = %config.model.id);
     let mut failure = AssistantMessage::empty(&config.model);
     let run = Run::new(context, config, cancel, sink.clone());
-    match AssertUnwindSafe(run.run(prompts))
+    match AssertUnwindSafe(run.run(start))
         .catch_unwind()
         .instrument(span)
         .await
@@ -193,6 +252,8 @@ pub(crate) struct Run {
     turns: u32,
     /// What came of the structured output, when the run has a schema.
     output: Option<Output>,
+    /// The call the user approved in this run's reply, which runs without asking.
+    approved: Option<String>,
 }
 
 impl Run {
@@ -217,6 +278,7 @@ impl Run {
             tools: context.tools,
             turns: 0,
             output: None,
+            approved: None,
         }
     }
 
@@ -255,26 +317,47 @@ impl Run {
         &self.sink
     }
 
-    async fn run(mut self, prompts: Option<Vec<AgentMessage>>) -> Vec<AgentMessage> {
+    /// The transcript as the run has it.
+    pub(crate) fn messages(&self) -> &[AgentMessage] {
+        &self.messages
+    }
+
+    /// Whether the user approved `call_id` in this run's reply.
+    pub(crate) fn is_approved(&self, call_id: &str) -> bool {
+        self.approved.as_deref() == Some(call_id)
+    }
+
+    async fn run(mut self, start: Start) -> Vec<AgentMessage> {
         self.emit(AgentEvent::AgentStart);
         self.emit(AgentEvent::TurnStart);
-        for prompt in prompts.into_iter().flatten() {
-            self.deliver(prompt);
-        }
-        let pending = self.take(&self.config.steering).await;
-        let reason = match self
-            .options
-            .output_schema
-            .as_ref()
-            .map(|output| OutputCheck::new(&output.schema))
-        {
-            Some(Err(failure)) => {
-                self.deliver_all(Some(pending));
-                self.fail(failure);
-                RunEnd::Error
+        let parked = match start {
+            Start::Messages(prompts) => {
+                for prompt in prompts {
+                    self.deliver(prompt);
+                }
+                false
             }
-            Some(Ok(check)) => self.turns(pending, Some(check)).await,
-            None => self.turns(pending, None).await,
+            Start::Continue => false,
+            Start::Reply(request, reply) => self.reply(request, reply).await,
+        };
+        let reason = if parked {
+            RunEnd::Parked
+        } else {
+            let pending = self.take(&self.config.steering).await;
+            match self
+                .options
+                .output_schema
+                .as_ref()
+                .map(|output| OutputCheck::new(&output.schema))
+            {
+                Some(Err(failure)) => {
+                    self.deliver_all(Some(pending));
+                    self.fail(failure);
+                    RunEnd::Error
+                }
+                Some(Ok(check)) => self.turns(pending, Some(check)).await,
+                None => self.turns(pending, None).await,
+            }
         };
         let messages = self.messages.split_off(self.first_new);
         let output = self.output.take();
@@ -310,6 +393,13 @@ impl Run {
                     tool_results: batch.results,
                 });
                 return reason;
+            }
+            if !batch.parked.is_empty() {
+                self.emit(AgentEvent::TurnEnd {
+                    message: Box::new(message),
+                    tool_results: batch.results,
+                });
+                return RunEnd::Parked;
             }
             let called_tools = message.tool_calls().next().is_some();
             // A final answer of a run with an output schema, to check.
@@ -410,10 +500,86 @@ impl Run {
         } else {
             execute::run_batch(self, &message, calls).await
         };
+        self.record_batch(&batch);
+        (message, batch)
+    }
+
+    /// Adds a batch's results to the transcript, then its requests to the user,
+    /// each announced.
+    fn record_batch(&mut self, batch: &Batch) {
         for result in &batch.results {
             self.messages.push(result.clone().into());
         }
-        (message, batch)
+        for request in &batch.parked {
+            self.deliver(request.to_message());
+            self.emit(AgentEvent::requested(request));
+        }
+    }
+
+    /// Resolves `request` with the user's `reply` — the turn the run parked in,
+    /// finished — and says whether the run must park again (a request of that
+    /// turn is still open).
+    async fn reply(&mut self, request: UserRequest, reply: Reply) -> bool {
+        let (message, call) = {
+            let message = self
+                .messages
+                .iter()
+                .rev()
+                .find_map(AgentMessage::as_assistant)
+                .cloned()
+                .unwrap_or_else(|| AssistantMessage::empty(&self.config.model));
+            let call = message
+                .tool_calls()
+                .find(|call| call.id == request.tool_call_id())
+                .cloned();
+            (message, call)
+        };
+        let batch = match (call, request, reply) {
+            (None, request, _) => {
+                self.fail(format!(
+                    "the call {} the request was for is not in the transcript",
+                    request.tool_call_id()
+                ));
+                return false;
+            }
+            (
+                Some(call),
+                UserRequest::Input {
+                    field, question, ..
+                },
+                Reply::Answer { text },
+            ) => {
+                let result = request::answered(&call, &field, &question, &text);
+                execute::answer(self, &call, result)
+            }
+            (Some(call), _, Reply::Approve) => {
+                self.approved = Some(call.id.clone());
+                execute::run_batch(self, &message, vec![call]).await
+            }
+            (Some(call), _, Reply::Deny { reason }) => {
+                let text = match reason {
+                    Some(reason) => format!("The user denied this call: {reason}"),
+                    None => "The user denied this call.".to_owned(),
+                };
+                execute::answer(self, &call, ToolResultMessage::text(&call, text, true))
+            }
+            // `check_reply` let only fitting replies through.
+            (Some(call), _, Reply::Answer { .. }) => {
+                let text = "The user's reply did not fit the request.";
+                execute::answer(self, &call, ToolResultMessage::text(&call, text, true))
+            }
+        };
+        self.record_batch(&batch);
+        self.turns += 1;
+        self.emit(AgentEvent::TurnEnd {
+            message: Box::new(message),
+            tool_results: batch.results,
+        });
+        let parked = !open_requests(&self.messages).is_empty();
+        if !parked {
+            self.emit(AgentEvent::TurnStart);
+        }
+        parked
     }
 
     /// Adds a message to the transcript with its start and end events.

@@ -20,6 +20,7 @@ use tiller_ai::Content;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::AgentContext;
+use crate::event::AgentEvent;
 
 /// A tool an agent can call.
 ///
@@ -96,6 +97,13 @@ pub struct ToolOutput {
     /// turn asks.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
+    /// Says the content already reached the run's subscribers as it was made (a
+    /// sub-agent's answer, streamed as `child_event`s): the call's
+    /// `tool_execution_end` and its result's `message_start` then carry no
+    /// content, so interfaces do not show it twice; the result's `message_end` (the
+    /// transcript) keeps it for the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streamed: bool,
 }
 
 impl ToolOutput {
@@ -179,24 +187,48 @@ fn cut_note(dropped: u64, max_bytes: usize) -> String {
     format!("[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]")
 }
 
-/// A tool's failure. It becomes an error result with this message; the run goes on.
+/// A tool's failure. [`ToolError::Failed`] becomes an error result with its
+/// message and the run goes on; [`ToolError::NeedsInput`] parks the run until the
+/// user answers (see [`crate::request`]).
 ///
-/// Any error type converts into it, so `?` works inside tools.
-pub struct ToolError {
-    message: String,
+/// Any error type converts into a `Failed`, so `?` works inside tools.
+#[non_exhaustive]
+pub enum ToolError {
+    /// The call failed; the model reads this message.
+    Failed(String),
+    /// The call cannot go on without something only the user knows: the run parks
+    /// with `question` (an `input_requested` event) until the user answers; the
+    /// answer goes to the model, which calls the tool again. Past
+    /// [`RunOptions::max_asks_per_tool`](crate::RunOptions::max_asks_per_tool)
+    /// asks in a row it is an ordinary error result.
+    NeedsInput {
+        /// The argument that is missing or unclear, such as `due`.
+        field: String,
+        /// What to ask the user, such as "When is it due?".
+        question: String,
+    },
 }
 
 impl ToolError {
     /// A failure with this message.
     pub fn new(message: impl Into<String>) -> Self {
-        ToolError {
-            message: message.into(),
+        ToolError::Failed(message.into())
+    }
+
+    /// A request for `field`, asking the user `question`.
+    pub fn needs_input(field: impl Into<String>, question: impl Into<String>) -> Self {
+        ToolError::NeedsInput {
+            field: field.into(),
+            question: question.into(),
         }
     }
 
-    /// The message.
+    /// The message (for a request for input, its question).
     pub fn message(&self) -> &str {
-        &self.message
+        match self {
+            ToolError::Failed(message) => message,
+            ToolError::NeedsInput { question, .. } => question,
+        }
     }
 }
 
@@ -208,18 +240,31 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
 
 impl fmt::Debug for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ToolError").field(&self.message).finish()
+        match self {
+            ToolError::Failed(message) => f.debug_tuple("Failed").field(message).finish(),
+            ToolError::NeedsInput { field, question } => f
+                .debug_struct("NeedsInput")
+                .field("field", field)
+                .field("question", question)
+                .finish(),
+        }
     }
 }
 
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        match self {
+            ToolError::Failed(message) => f.write_str(message),
+            ToolError::NeedsInput { field, question } => {
+                write!(f, "needs `{field}`: {question}")
+            }
+        }
     }
 }
 
 type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
 type ActFn = Arc<dyn Fn(String, Value) + Send + Sync>;
+type ChildFn = Arc<dyn Fn(Vec<String>, AgentEvent) + Send + Sync>;
 
 /// What a running tool gets from the loop.
 #[derive(Clone)]
@@ -229,6 +274,7 @@ pub struct ToolContext {
     cancel: CancellationToken,
     update: UpdateFn,
     act: ActFn,
+    child: ChildFn,
     open: Arc<AtomicBool>,
 }
 
@@ -239,6 +285,7 @@ impl ToolContext {
         cancel: CancellationToken,
         update: UpdateFn,
         act: ActFn,
+        child: ChildFn,
     ) -> Self {
         ToolContext {
             call_id,
@@ -246,6 +293,7 @@ impl ToolContext {
             cancel,
             update,
             act,
+            child,
             open: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -262,7 +310,18 @@ impl ToolContext {
             cancel,
             Arc::new(on_update),
             Arc::new(|_, _| {}),
+            Arc::new(|_, _| {}),
         )
+    }
+
+    /// The same context, with sub-agents' events going to `on_child_event` (in a
+    /// test, say).
+    pub fn with_child_events(
+        mut self,
+        on_child_event: impl Fn(Vec<String>, AgentEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.child = Arc::new(on_child_event);
+        self
     }
 
     /// The same context, with actions going to `on_action` (in a test, say).
@@ -309,6 +368,15 @@ impl ToolContext {
     pub fn act(&self, action_type: impl Into<String>, payload: Value) {
         if self.open.load(Ordering::Acquire) {
             (self.act)(action_type.into(), payload);
+        }
+    }
+
+    /// Passes on an event of a sub-agent this call started, which came through the
+    /// agents of `path` (see [`AgentEvent::ChildEvent`]): the run's subscribers get
+    /// it in order among the run's own events. Ignored once the tool has finished.
+    pub fn child_event(&self, path: Vec<String>, event: AgentEvent) {
+        if self.open.load(Ordering::Acquire) {
+            (self.child)(path, event);
         }
     }
 

@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use tiller_ai::{Message, ToolResultMessage};
 
 use crate::message::AgentMessage;
+use crate::request::{UserRequest, open_requests};
 
 /// How a transcript breaks the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,16 +37,21 @@ pub enum TranscriptError {
     },
 }
 
-/// Checks that every tool call in `messages` has exactly one result, in place.
+/// Checks that every tool call in `messages` has exactly one result, in place;
+/// calls of the last response parked on the user's reply (see
+/// [`crate::request`]) may still wait for theirs.
 pub fn check_transcript(messages: &[AgentMessage]) -> Result<(), TranscriptError> {
-    check(messages.iter().map(AgentMessage::as_llm))
+    let waiting = open_requests(messages);
+    let waiting: Vec<&str> = waiting.iter().map(UserRequest::tool_call_id).collect();
+    check(messages.iter().map(AgentMessage::as_llm), &waiting)
 }
 
 /// The rule over the messages the model sees, in order; `None` stands for a message
 /// it does not see (a custom one), which neither opens nor closes a call. The
-/// request repair uses the same walk.
+/// request repair uses the same walk. Calls named in `waiting` may be open at the end.
 pub(crate) fn check<'a>(
     messages: impl Iterator<Item = Option<&'a Message>>,
+    waiting: &[&str],
 ) -> Result<(), TranscriptError> {
     let mut open: Vec<(usize, &str)> = Vec::new();
     let unanswered = |open: &[(usize, &str)]| match open.first() {
@@ -75,6 +81,7 @@ pub(crate) fn check<'a>(
             None => {}
         }
     }
+    open.retain(|(_, id)| !waiting.contains(id));
     unanswered(&open)
 }
 
@@ -89,6 +96,12 @@ pub fn answer_open_calls(messages: &mut Vec<AgentMessage>, reason: &str) -> usiz
         .iter()
         .filter_map(AgentMessage::as_tool_result)
         .map(|result| result.tool_call_id.as_str())
+        .collect();
+    // A call parked on the user's reply is waiting, not lost.
+    let waiting = open_requests(messages);
+    let answered: HashSet<&str> = answered
+        .into_iter()
+        .chain(waiting.iter().map(UserRequest::tool_call_id))
         .collect();
     let missing: Vec<AgentMessage> = messages[last]
         .as_assistant()

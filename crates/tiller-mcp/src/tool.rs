@@ -153,7 +153,7 @@ pub(crate) fn output_of(result: CallToolResult) -> Result<ToolOutput, ToolError>
     let output = ToolOutput {
         content,
         details: result.structured_content.unwrap_or(Value::Null),
-        terminate: false,
+        ..ToolOutput::default()
     };
     if result.is_error == Some(true) {
         let message = output.text_content();

@@ -18,6 +18,7 @@ use serde_json::Value;
 use tiller::agent_file::AgentFile;
 use tiller::{
     AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, AgentStatus, ContextIds, Envelope,
+    Prompt, Reply, UserRequest,
 };
 
 use crate::Shared;
@@ -72,6 +73,8 @@ pub(crate) struct StateView {
     pending_tool_calls: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// Tool calls waiting for the user's reply, oldest first.
+    waiting: Vec<UserRequest>,
 }
 
 impl StateView {
@@ -99,6 +102,7 @@ impl StateView {
             streaming_message: state.streaming_message,
             pending_tool_calls: state.pending_tool_calls,
             error: state.error,
+            waiting: state.waiting,
         }
     }
 }
@@ -314,6 +318,28 @@ pub(crate) async fn prompt(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
+/// `POST /agents/{id}/reply`: the user's reply to the oldest request a parked run
+/// waits for (an answer, approve or deny); like a prompt, 202 once its run
+/// started, or its outcome with `?wait=true`.
+pub(crate) async fn reply(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    wait: Result<Query<Wait>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let agent = shared.agent_for(&headers, &id)?;
+    let Query(wait) =
+        wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
+    let reply: Reply = decode(body)?;
+    if wait.wait {
+        let outcome = agent.run(Prompt::Reply(reply)).await?;
+        return Ok(Json(outcome).into_response());
+    }
+    agent.prompt(Prompt::Reply(reply)).await?;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
 /// What a client asks of an agent, through its REST route or a WebSocket frame
 /// (where it is tagged by `type`).
 #[derive(Debug, Deserialize)]
@@ -329,6 +355,15 @@ pub(crate) enum Command {
     Abort,
     /// Forget the transcript and the queues.
     Reset,
+    /// Answer the question a tool asked.
+    Answer { text: String },
+    /// Run the call waiting for approval.
+    Approve,
+    /// Refuse the call waiting for approval.
+    Deny {
+        #[serde(default)]
+        reason: Option<String>,
+    },
 }
 
 impl Command {
@@ -343,6 +378,9 @@ impl Command {
                 agent.wait_for_idle().await;
             }
             Command::Reset => agent.reset().await?,
+            Command::Answer { text } => agent.answer(text).await?,
+            Command::Approve => agent.approve().await?,
+            Command::Deny { reason } => agent.deny(reason).await?,
         }
         Ok(())
     }

@@ -102,6 +102,15 @@ impl From<AgentError> for Problem {
         let detail = error.to_string();
         match error {
             AgentError::Busy => Problem::new(StatusCode::CONFLICT, "busy", detail),
+            AgentError::WaitingForReply { .. } => {
+                Problem::new(StatusCode::CONFLICT, "waiting-for-reply", detail)
+            }
+            AgentError::NothingToReply => {
+                Problem::new(StatusCode::CONFLICT, "nothing-to-reply", detail)
+            }
+            AgentError::ReplyDoesNotFit { .. } => {
+                Problem::new(StatusCode::CONFLICT, "reply-does-not-fit", detail)
+            }
             AgentError::Stopped { .. } => Problem::new(StatusCode::CONFLICT, "stopped", detail),
             AgentError::Store(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", detail),
             AgentError::Failed { .. } => {

@@ -217,6 +217,7 @@ impl Server {
             .route("/agents/{id}/follow_up", post(agents::follow_up))
             .route("/agents/{id}/abort", post(agents::abort))
             .route("/agents/{id}/reset", post(agents::reset))
+            .route("/agents/{id}/reply", post(agents::reply))
             .route("/agents/{id}/events", get(agents::events))
             .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))

@@ -134,20 +134,27 @@ pub(crate) async fn count(
 pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
     let metrics = &shared.metrics;
     let mut text = String::new();
-    let mut by_status = [0u64; 4];
+    let mut by_status = [0u64; 5];
     for agent in shared.supervisor.list() {
         let slot = match agent.status {
             AgentStatus::Idle => 0,
             AgentStatus::Running => 1,
             AgentStatus::Hibernated => 2,
             AgentStatus::Stopped { .. } => 3,
+            AgentStatus::WaitingForInput => 4,
         };
         by_status[slot] += 1;
     }
     header_of(&mut text, "tiller_agents", "gauge", "Agents by status.");
-    for (status, count) in ["idle", "running", "hibernated", "stopped"]
-        .iter()
-        .zip(by_status)
+    for (status, count) in [
+        "idle",
+        "running",
+        "hibernated",
+        "stopped",
+        "waiting_for_input",
+    ]
+    .iter()
+    .zip(by_status)
     {
         let _ = writeln!(text, "tiller_agents{{status=\"{status}\"}} {count}");
     }

@@ -14,9 +14,10 @@ use crate::Shared;
 use crate::error::Problem;
 
 /// The routes whose `POST` starts new work.
-const NEW_WORK: [&str; 4] = [
+const NEW_WORK: [&str; 5] = [
     "/agents",
     "/agents/{id}/prompt",
+    "/agents/{id}/reply",
     "/sessions/{id}/resume",
     "/api/stream",
 ];

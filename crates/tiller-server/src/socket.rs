@@ -3,8 +3,9 @@
 //!
 //! Each event is a text frame holding the envelope, as the event stream's
 //! `data:`; `?after=N` resumes after event `N` as `Last-Event-ID` does. The client
-//! sends text frames `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
-//! `{"type": "abort"}` or `{"type": "reset"}`. A command that fails is answered
+//! sends text frames `{"type": "prompt" | "steer" | "follow_up" | "answer", "text": …}`,
+//! `{"type": "abort"}`, `{"type": "reset"}`, `{"type": "approve"}` or
+//! `{"type": "deny", "reason": …}`. A command that fails is answered
 //! with the REST API's problem details, its `type` moved to `kind`:
 //! `{"type": "problem", "kind": "urn:tiller:problem:busy", "status": 409, …}`; one
 //! that succeeds is answered by the events it causes. The socket closes when the
@@ -93,7 +94,10 @@ async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<()
             format!("invalid command: {}", error.inner()),
         )
     })?;
-    if matches!(command, Command::Prompt { .. }) {
+    if matches!(
+        command,
+        Command::Prompt { .. } | Command::Answer { .. } | Command::Approve | Command::Deny { .. }
+    ) {
         shared.accepting()?;
     }
     command.apply(agent).await

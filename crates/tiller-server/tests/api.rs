@@ -936,6 +936,7 @@ tiller_agents{{status=\"idle\"}} 1
 tiller_agents{{status=\"running\"}} 0
 tiller_agents{{status=\"hibernated\"}} 0
 tiller_agents{{status=\"stopped\"}} 0
+tiller_agents{{status=\"waiting_for_input\"}} 0
 # HELP tiller_runs_started_total Runs started.
 # TYPE tiller_runs_started_total counter
 tiller_runs_started_total 1
@@ -1085,7 +1086,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 23, "{operations:?}");
+    assert_eq!(operations.len(), 24, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http

@@ -22,7 +22,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Spawn
 use tiller_ai::PartialMessage;
 use tiller_core::{
     AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, answer_open_calls,
-    run_loop,
+    cancel_requests, check_reply, open_requests, run_loop,
 };
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
@@ -312,6 +312,7 @@ impl Actor for AgentActor {
             activity: 0,
             batch: Vec::new(),
         };
+        state.sync_waiting();
         state.schedule_hibernation();
         Ok(state)
     }
@@ -375,11 +376,10 @@ impl ActorState {
                 }
                 self.commit(writes, reply);
             }
-            AgentMsg::Abort => {
-                if let Some(run) = &self.run {
-                    run.token.cancel();
-                }
-            }
+            AgentMsg::Abort => match &self.run {
+                Some(run) => run.token.cancel(),
+                None => self.give_up_requests(),
+            },
             AgentMsg::Reset(reply) => match self.run.as_mut() {
                 Some(run) => {
                     run.token.cancel();
@@ -387,6 +387,7 @@ impl ActorState {
                 }
                 None => {
                     let writes = self.clear();
+                    self.sync_waiting();
                     self.commit(writes, Some(reply));
                 }
             },
@@ -400,6 +401,7 @@ impl ActorState {
                 writes.extend(appends(&self.agent.session, 0, &messages));
                 self.messages = messages;
                 self.error = None;
+                self.sync_waiting();
                 self.commit(writes, Some(reply));
             }
             AgentMsg::UpdateSettings(change, reply) => {
@@ -422,6 +424,27 @@ impl ActorState {
             }
             AgentMsg::Internal(_) => {}
         }
+    }
+
+    /// Whether a request waits for the user, told to the agent's status (no run
+    /// is active).
+    fn sync_waiting(&self) {
+        self.agent
+            .mark_idle(!open_requests(&self.messages).is_empty());
+    }
+
+    /// Answers the requests waiting for the user with "cancelled" error results
+    /// (an abort while parked), so that the agent takes prompts again.
+    fn give_up_requests(&mut self) {
+        let results = cancel_requests(&self.messages, "the user gave up on the request.");
+        if results.is_empty() {
+            return;
+        }
+        let from = self.messages.len();
+        self.messages.extend(results.into_iter().map(Arc::new));
+        let writes = appends(&self.agent.session, from, &self.messages[from..]);
+        self.commit(writes, None);
+        self.sync_waiting();
     }
 
     fn write(&self, change: Change) -> SessionWrite {
@@ -507,6 +530,7 @@ impl ActorState {
                 .map(|run| run.pending_tool_calls.clone())
                 .unwrap_or_default(),
             error: self.error.clone(),
+            waiting: open_requests(&self.messages),
         }
     }
 
@@ -553,7 +577,18 @@ impl ActorState {
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
+        if !matches!(prompt, Prompt::Reply(_))
+            && let Some(waiting) = open_requests(&self.messages).into_iter().next()
+        {
+            return Err(AgentError::WaitingForReply {
+                waiting: Box::new(waiting),
+            });
+        }
         let (prompt, skip_first_steering) = match prompt {
+            Prompt::Reply(reply) => {
+                check_reply(&self.messages, &reply)?;
+                (Prompt::Reply(reply), false)
+            }
             Prompt::Messages(messages) if messages.is_empty() => {
                 return Err(AgentError::EmptyPrompt);
             }
@@ -738,7 +773,10 @@ impl ActorState {
             AgentEvent::AgentStart
             | AgentEvent::TurnStart
             | AgentEvent::ToolExecutionUpdate { .. }
-            | AgentEvent::Action { .. } => {}
+            | AgentEvent::Action { .. }
+            | AgentEvent::InputRequested { .. }
+            | AgentEvent::ApprovalRequested { .. }
+            | AgentEvent::ChildEvent { .. } => {}
         }
         self.agent
             .hub
@@ -780,9 +818,12 @@ impl ActorState {
             _ => None,
         };
         let agent = &self.agent;
+        let waiting = !open_requests(&self.messages).is_empty();
         agent
             .hub
-            .publish_with(&agent.id, Delivered::Event(event), || agent.mark_idle());
+            .publish_with(&agent.id, Delivered::Event(event), || {
+                agent.mark_idle(waiting)
+            });
         for waiter in self.idle_waiters.drain(..) {
             let _ = waiter.send(());
         }

@@ -17,6 +17,7 @@ use tiller_store::{Change, SessionWrite};
 
 use crate::AgentContext;
 use crate::actor::{AgentActor, Boot, Internal, Loaded};
+use crate::ask_agent::AgentPath;
 use crate::compress::with_lookup;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
@@ -28,6 +29,7 @@ use crate::subscription::{AgentId, Delivered, Hub, Notice};
 const IDLE: u8 = 0;
 const RUNNING: u8 = 1;
 const STOPPED: u8 = 2;
+const WAITING: u8 = 3;
 
 /// How to reach an agent's actor.
 enum Slot {
@@ -82,6 +84,14 @@ impl Agent {
         context: AgentContext,
         runtime: Arc<Runtime>,
     ) -> Self {
+        // Every agent knows the path of agents it works through (`ask_agent`).
+        let context = match context.extension::<AgentPath>() {
+            Some(_) => context,
+            None => {
+                let root = AgentPath::root(name.as_deref().unwrap_or(id.as_str()));
+                context.with_extension(root)
+            }
+        };
         Agent {
             id,
             name,
@@ -281,8 +291,9 @@ impl Agent {
                 _ => return,
             }
         }
-        // The failed actor's run died with it.
-        self.mark_idle();
+        // The failed actor's run died with it; the restarted actor says whether a
+        // request waits.
+        self.mark_idle(false);
         if exceeded {
             let reason = format!(
                 "it failed {} times within {:?}, more than its restart budget of {}; last failure: {reason}",
@@ -338,6 +349,7 @@ impl Agent {
     pub(crate) fn status(&self) -> AgentStatus {
         match self.status.load(Ordering::Acquire) {
             RUNNING => AgentStatus::Running,
+            WAITING => AgentStatus::WaitingForInput,
             STOPPED => AgentStatus::Stopped {
                 reason: match &*lock(&self.slot) {
                     Slot::Stopped(reason) => reason.clone(),
@@ -353,17 +365,27 @@ impl Agent {
         self.status.load(Ordering::Acquire) == RUNNING
     }
 
+    /// Whether a run is parked on the user's reply.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.status.load(Ordering::Acquire) == WAITING
+    }
+
     pub(crate) fn mark_running(&self) {
         let _ = self
             .status
-            .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire);
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |status| {
+                matches!(status, IDLE | WAITING).then_some(RUNNING)
+            });
     }
 
-    /// Marks the agent idle, unless stopped.
-    pub(crate) fn mark_idle(&self) {
+    /// Marks the agent idle, or waiting for the user's reply, unless stopped.
+    pub(crate) fn mark_idle(&self, waiting: bool) {
+        let next = if waiting { WAITING } else { IDLE };
         let _ = self
             .status
-            .compare_exchange(RUNNING, IDLE, Ordering::AcqRel, Ordering::Acquire);
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |status| {
+                matches!(status, IDLE | RUNNING | WAITING).then_some(next)
+            });
     }
 
     /// The latest settings.

@@ -31,6 +31,9 @@
 //!       env: [ADD_PRECISION]          # passed on besides PATH, HOME and LANG
 //!     - name: action                  # a built-in, named alone
 //!     - name: search                  # named alone: taken from the host's ToolRegistry
+//!     - name: ask_agent               # hand work to another agent (Definitions::with_ask_agent)
+//!   approvals: {add: ask}             # per tool: always (the default), ask or never
+//!   max_asks_per_tool: 3              # a tool's questions to the user in a row
 //!   include_tools: []                 # names or prefixes (`fs_*`) to keep; all when empty
 //!   exclude_tools: []                 # names or prefixes to drop
 //! ```
@@ -53,10 +56,10 @@ use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
     ToolSetError,
 };
-use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tiller_core::ToolFilter;
+use tiller_core::{Approval, ToolFilter};
 use tiller_mcp::McpServer;
 
 /// How long a command tool may run when its file does not say.
@@ -104,6 +107,33 @@ pub struct AgentFile {
     /// The MCP servers whose tools it uses (`mcp_servers`), connected by
     /// [`crate::Definitions::connect_mcp`] or [`ToolRegistry::connect_mcp`].
     pub mcp_servers: Vec<McpServer>,
+    /// Which tools' calls wait for the user's approval (`approvals`), by name.
+    pub approvals: BTreeMap<String, ApprovalRule>,
+    /// How many questions in a row a tool may ask the user, if the file sets it.
+    pub max_asks_per_tool: Option<u32>,
+}
+
+/// An agent file's approval policy for one tool (the Rust-only
+/// [`Approval::AskIf`] takes a predicate instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalRule {
+    /// Calls run without asking.
+    Always,
+    /// Each call waits for the user's approval.
+    Ask,
+    /// Calls never run.
+    Never,
+}
+
+impl From<ApprovalRule> for Approval {
+    fn from(rule: ApprovalRule) -> Self {
+        match rule {
+            ApprovalRule::Always => Approval::Always,
+            ApprovalRule::Ask => Approval::Ask,
+            ApprovalRule::Never => Approval::Never,
+        }
+    }
 }
 
 /// A tool an agent file lists.
@@ -272,6 +302,19 @@ impl AgentFile {
             settings.run.stream.output_schema = Some(self.output());
         }
         settings.tools = self.tool_set(registry)?;
+        for (tool, rule) in &self.approvals {
+            if !settings.tools.tools().any(|known| known.name() == tool) {
+                return Err(AgentFileError {
+                    file: self.path.clone(),
+                    field: Some(format!("json_schema_extra.approvals.{tool}")),
+                    message: format!("`{tool}` is not among the agent's tools"),
+                });
+            }
+            settings.run.approvals.insert(tool.clone(), (*rule).into());
+        }
+        if let Some(asks) = self.max_asks_per_tool {
+            settings.run.max_asks_per_tool = asks;
+        }
         Ok(())
     }
 
@@ -474,6 +517,9 @@ struct Extra {
     exclude_tools: Vec<String>,
     #[serde(default)]
     mcp_servers: Vec<McpServer>,
+    #[serde(default)]
+    approvals: BTreeMap<String, ApprovalRule>,
+    max_asks_per_tool: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -578,6 +624,8 @@ impl RawAgentFile {
                 exclude: extra.exclude_tools,
             },
             mcp_servers: extra.mcp_servers,
+            approvals: extra.approvals,
+            max_asks_per_tool: extra.max_asks_per_tool,
         })
     }
 }

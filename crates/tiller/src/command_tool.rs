@@ -3,7 +3,10 @@
 //! The program runs without a shell, with the call's arguments as one JSON object on
 //! its standard input. What it prints on standard output, trimmed, is the result. A
 //! non-zero exit, a signal or the timeout make an error result that carries the last
-//! lines of its standard error. The program runs in a process group of its own, so
+//! lines of its standard error. A program that needs something only the user knows
+//! exits with [`NEEDS_INPUT_EXIT`] (75) and prints `{"field": …, "question": …}` on
+//! standard output: that is a [`ToolError::NeedsInput`], and the run asks the user.
+//! The program runs in a process group of its own, so
 //! when the call ends early (timeout, abort, the run dropped) the whole group is
 //! killed, children included.
 
@@ -27,6 +30,10 @@ pub const DEFAULT_MAX_OUTPUT: usize = 128 * 1024;
 
 /// The most bytes of the end of standard error kept for an error result.
 pub const STDERR_TAIL: usize = 16 * 1024;
+
+/// The exit status with which a program asks the user for input (with
+/// `{"field": …, "question": …}` on standard output).
+pub const NEEDS_INPUT_EXIT: i32 = 75;
 
 /// The variables every program gets (when Tiller has them).
 pub const BASE_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
@@ -174,6 +181,13 @@ impl CommandTool {
         };
         let status = status
             .map_err(|error| ToolError::new(format!("waiting for `{}`: {error}", self.name)))?;
+        if status.code() == Some(NEEDS_INPUT_EXIT)
+            && let Ok(asked) = serde_json::from_slice::<Value>(&out.kept)
+            && let (Some(field), Some(question)) =
+                (asked["field"].as_str(), asked["question"].as_str())
+        {
+            return Err(ToolError::needs_input(field, question));
+        }
         if !status.success() {
             return Err(ToolError::new(with_stderr(
                 format!("`{}` {}", self.name, failure(status)),

@@ -2,7 +2,7 @@
 //! turned into agents with the host's tools and named LLM configurations.
 //!
 //! ```no_run
-//! use std::sync::Arc;
+//! use std::sync::{Arc, OnceLock};
 //! use tiller::{Definitions, LlmConfigs, Supervisor, ToolRegistry};
 //!
 //! # async fn run(search: Arc<dyn tiller::AgentTool>) -> Result<(), Box<dyn std::error::Error>> {
@@ -20,10 +20,11 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
+use crate::ask_agent::{AskAgent, AskAgentConfig};
 use crate::{AgentSpec, AgentTool, LlmConfigs, Model, Supervisor, ToolRegistry};
 use tiller_mcp::{McpError, McpServer};
 
@@ -184,6 +185,29 @@ impl Definitions {
                 )) as Arc<dyn AgentTool>)
             })
             .collect()
+    }
+
+    /// The same definitions with the built-in `ask_agent` tool ([`AskAgent`]) in
+    /// their registry, running these definitions' agents under `supervisor`:
+    /// agent files list it (`- name: ask_agent`) to hand work to each other. Call
+    /// it last: the tool runs the definitions as they are then (and keeps them
+    /// alive as long as it lives).
+    pub fn with_ask_agent(mut self, supervisor: &Supervisor, config: AskAgentConfig) -> Self {
+        let definitions = Arc::new(OnceLock::new());
+        self.tools.register(Arc::new(AskAgent::new(
+            supervisor.clone(),
+            definitions.clone(),
+            config,
+        )));
+        // The tool keeps these definitions (with itself) for as long as it lives.
+        let _ = definitions.set(self.clone());
+        self
+    }
+
+    /// The tool of these definitions' registry named `name` (such as the
+    /// `ask_agent` that [`Definitions::with_ask_agent`] added).
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn AgentTool>> {
+        self.tools.get(name)
     }
 
     /// The same definitions giving `model` to agents whose file names none.

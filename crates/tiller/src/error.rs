@@ -1,5 +1,7 @@
 //! What can go wrong when talking to an agent or a supervisor.
 
+use tiller_core::{ContinueError, UserRequest};
+
 /// Why an agent refused or could not carry out a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgentError {
@@ -35,6 +37,26 @@ pub enum AgentError {
     /// A run's overrides cannot be used (an unknown model, a key variable not set).
     #[error("the run's overrides cannot be used: {0}")]
     InvalidOverrides(String),
+    /// A tool call waits for the user's reply (see [`tiller_core::request`]):
+    /// answer, approve or deny it first, or abort to give it up.
+    #[error(
+        "a tool call waits for the user's reply ({}): answer, approve or deny it first, or abort to give it up",
+        describe(waiting)
+    )]
+    WaitingForReply {
+        /// The oldest open request.
+        waiting: Box<UserRequest>,
+    },
+    /// A reply was given, but no tool call waits for one.
+    #[error("no tool call waits for a reply")]
+    NothingToReply,
+    /// The waiting request wants another kind of reply: an answer for a question,
+    /// approve or deny for an approval.
+    #[error("the reply does not fit the waiting request ({})", describe(waiting))]
+    ReplyDoesNotFit {
+        /// The oldest open request.
+        waiting: Box<UserRequest>,
+    },
     /// The agent failed while carrying out this request and has been restarted; the
     /// request may be retried.
     #[error("the agent failed while handling the request and was restarted: {reason}")]
@@ -42,6 +64,30 @@ pub enum AgentError {
         /// What failed.
         reason: String,
     },
+}
+
+/// A request in brief, for error messages.
+fn describe(request: &UserRequest) -> String {
+    match request {
+        UserRequest::Input {
+            tool_name,
+            question,
+            ..
+        } => format!("`{tool_name}` asks: {question}"),
+        UserRequest::Approval { tool_name, .. } => format!("`{tool_name}` needs approval"),
+    }
+}
+
+impl From<ContinueError> for AgentError {
+    fn from(error: ContinueError) -> Self {
+        match error {
+            ContinueError::EmptyContext => AgentError::NothingToContinue,
+            ContinueError::EndsWithAssistant => AgentError::CannotContinueFromAssistant,
+            ContinueError::NothingToReply => AgentError::NothingToReply,
+            ContinueError::ReplyDoesNotFit { waiting } => AgentError::ReplyDoesNotFit { waiting },
+            ContinueError::WaitingForReply { waiting } => AgentError::WaitingForReply { waiting },
+        }
+    }
 }
 
 /// Why an agent could not be spawned.

@@ -15,7 +15,7 @@ use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 use crate::subscription::{AgentId, Subscription};
-use tiller_core::Prompt;
+use tiller_core::{Prompt, Reply};
 
 /// A handle to one agent: prompt it, steer it, queue follow-ups, watch it, abort and
 /// reset it, change its settings. Cheap to clone, usable from any task or thread;
@@ -168,14 +168,47 @@ impl AgentHandle {
         Ok(!state.steering_queue.is_empty() || !state.follow_up_queue.is_empty())
     }
 
+    /// Answers the question a tool asked ([`ToolError::NeedsInput`](tiller_core::ToolError::NeedsInput)):
+    /// a run starts that gives the answer to the model, which calls the tool again.
+    /// Returns once the run is accepted; [`AgentError::NothingToReply`] when no
+    /// question waits, [`AgentError::ReplyDoesNotFit`] when the oldest request is
+    /// an approval.
+    pub async fn answer(&self, text: impl Into<String>) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::Answer { text: text.into() }))
+            .await
+    }
+
+    /// Approves the oldest call waiting for approval: a run starts that runs it and
+    /// goes on. Returns once the run is accepted.
+    pub async fn approve(&self) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::Approve)).await
+    }
+
+    /// Denies the oldest call waiting for approval: a run starts in which the call's
+    /// result is an error saying so (and `reason`), and goes on. Returns once the
+    /// run is accepted.
+    pub async fn deny(&self, reason: Option<String>) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::Deny { reason })).await
+    }
+
     /// Aborts the active run: the response stops, running tools are cancelled, every
     /// tool call gets a result, and the run ends with an aborted assistant message.
-    /// Does nothing when idle. Returns at once; [`AgentHandle::wait_for_idle`] waits
-    /// for the run to end.
+    /// With no run but a call waiting for the user, gives that up: each waiting call
+    /// gets an error result and the agent takes prompts again. Does nothing when
+    /// idle. Returns at once; [`AgentHandle::wait_for_idle`] waits for the run to end.
     pub fn abort(&self) {
-        if self.agent.is_running() {
+        if self.agent.is_running() || self.agent.is_waiting() {
             let _ = self.agent.send(AgentMsg::Abort);
         }
+    }
+
+    /// Calls `relay` with every delivery of the agent from now on, as it is
+    /// published, until the returned guard is dropped.
+    pub(crate) fn relay(
+        &self,
+        relay: impl Fn(&Arc<crate::Envelope>) + Send + Sync + 'static,
+    ) -> crate::subscription::Relay {
+        self.agent.hub.relay(relay)
     }
 
     /// Aborts any active run, then clears the transcript, both queues and the error.

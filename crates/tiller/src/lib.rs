@@ -52,6 +52,7 @@ mod actor;
 mod agent;
 pub mod agent_file;
 mod agent_tool;
+mod ask_agent;
 pub mod command_tool;
 mod compress;
 mod definition;
@@ -88,16 +89,17 @@ pub use tiller_core::ToolFilter;
 pub use tool_registry::ToolRegistry;
 
 pub use agent_tool::AgentAsTool;
+pub use ask_agent::{ASK_AGENT_TOOL, AgentPath, AskAgent, AskAgentConfig};
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
     OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
     Usage, catalog, env, faux,
 };
 pub use tiller_core::{
-    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, ContextIds, CustomMessage,
-    FnTool, IntoToolOutput, Output, OutputError, Prompt, RunEnd, RunHooks, RunOptions,
-    SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolOutput,
-    ToolSet, ToolSetError, TranscriptError, check_transcript, hook,
+    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, ContextIds,
+    CustomMessage, FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks,
+    RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode,
+    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Usage};
-use tiller_core::{ContextIds, Output, OutputError, RunEnd, ToolSet};
+use tiller_core::{ContextIds, Output, OutputError, RunEnd, ToolSet, UserRequest};
 
 use crate::AgentMessage;
 use crate::llm::LlmConfig;
@@ -41,6 +41,9 @@ pub struct AgentState {
     pub pending_tool_calls: Vec<String>,
     /// The error of the last run's last turn, if it ended in one.
     pub error: Option<String>,
+    /// Tool calls parked on the user's reply, oldest first (see
+    /// [`tiller_core::request`]); the oldest is the one a reply resolves.
+    pub waiting: Vec<UserRequest>,
 }
 
 impl AgentState {
@@ -58,6 +61,10 @@ pub enum AgentStatus {
     Idle,
     /// A run is active.
     Running,
+    /// A run is parked on the user: a tool's question or a call's approval
+    /// ([`AgentHandle::answer`](crate::AgentHandle::answer),
+    /// [`approve`](crate::AgentHandle::approve), [`deny`](crate::AgentHandle::deny)).
+    WaitingForInput,
     /// Idle long enough to be put away: no actor, no state in memory; the next
     /// request brings it back from the store.
     Hibernated,

@@ -114,10 +114,24 @@ pub(crate) struct Hub {
     next_seq: AtomicU64,
 }
 
-/// One subscriber's queue.
+/// One subscriber's queue, or a relay that takes each delivery as it is published.
 struct Mailbox {
     capacity: usize,
     state: Mutex<MailboxState>,
+    relay: Option<RelayFn>,
+}
+
+type RelayFn = Box<dyn Fn(&Arc<Envelope>) + Send + Sync>;
+
+/// A callback that sees every delivery of an agent as it is published, in order
+/// and without a queue (a parent's `ask_agent` passing a sub-agent's events on);
+/// dropping it removes it.
+pub(crate) struct Relay(Arc<Mailbox>);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 #[derive(Default)]
@@ -140,6 +154,11 @@ impl Mailbox {
         let mut state = self.lock();
         if state.closed {
             return false;
+        }
+        if let Some(relay) = &self.relay {
+            drop(state);
+            relay(envelope);
+            return true;
         }
         if state.queue.len() == self.capacity
             && let Some(dropped) = state.queue.pop_front()
@@ -183,6 +202,7 @@ impl Hub {
         let mailbox = Arc::new(Mailbox {
             capacity: capacity.max(1),
             state: Mutex::new(MailboxState::default()),
+            relay: None,
         });
         let mut subscribers = self
             .subscribers
@@ -199,6 +219,21 @@ impl Hub {
             starts_at,
             done: false,
         }
+    }
+
+    /// A relay calling `relay` with every delivery published from now on, on the
+    /// publishing thread, in number order. It must not block.
+    pub(crate) fn relay(&self, relay: impl Fn(&Arc<Envelope>) + Send + Sync + 'static) -> Relay {
+        let mailbox = Arc::new(Mailbox {
+            capacity: 0,
+            state: Mutex::new(MailboxState::default()),
+            relay: Some(Box::new(relay)),
+        });
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(mailbox.clone());
+        Relay(mailbox)
     }
 
     /// Publishes to every subscriber, numbering the delivery. The number is taken

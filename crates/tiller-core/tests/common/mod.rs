@@ -97,6 +97,21 @@ pub(crate) fn describe(events: &[AgentEvent]) -> Vec<String> {
                     if *is_error { " error" } else { "" }
                 )
             }
+            AgentEvent::InputRequested {
+                tool_call_id,
+                field,
+                ..
+            } => format!("input_requested {tool_call_id} {field}"),
+            AgentEvent::ApprovalRequested { tool_call_id, .. } => {
+                format!("approval_requested {tool_call_id}")
+            }
+            AgentEvent::ChildEvent { path, event, .. } => {
+                format!(
+                    "child {} {}",
+                    path.join("/"),
+                    describe(std::slice::from_ref(event))[0]
+                )
+            }
             AgentEvent::TurnEnd {
                 message,
                 tool_results,

@@ -1,0 +1,291 @@
+//! Runs that wait for the user: a tool that needs input, a call that needs approval.
+//!
+//! A tool that answers [`ToolError::NeedsInput`](crate::ToolError::NeedsInput), or a
+//! call whose [`Approval`] says to ask, gets no result yet. The run records a
+//! [`UserRequest`] in the transcript (a custom message of kind `input_request` or
+//! `approval_request`, which the model never sees), emits `input_requested` or
+//! `approval_requested`, lets the turn's other calls finish and ends with
+//! [`RunEnd::Parked`](crate::RunEnd::Parked). Being part of the transcript, a request
+//! is exactly as durable as the messages around it.
+//!
+//! A run started with [`Prompt::Reply`](crate::Prompt::Reply) resolves the oldest open
+//! request:
+//! - an [`Reply::Answer`] becomes the call's result, holding the question and the
+//!   answer, and the model (called next) issues the call again;
+//! - [`Reply::Approve`] runs the call as the model made it;
+//! - [`Reply::Deny`] answers it with an error result.
+//!
+//! When other requests of the same turn are still open the run parks again;
+//! otherwise it goes on as after any tool round.
+
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tiller_ai::{ToolCall, ToolResultMessage};
+
+use crate::message::{AgentMessage, CustomMessage};
+
+/// The custom message kind of a request for input.
+pub const INPUT_REQUEST: &str = "input_request";
+/// The custom message kind of a request for approval.
+pub const APPROVAL_REQUEST: &str = "approval_request";
+
+/// What a parked call waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum UserRequest {
+    /// The tool asked for something only the user knows.
+    Input {
+        /// The call waiting.
+        tool_call_id: String,
+        /// Its tool.
+        tool_name: String,
+        /// The argument that is missing or unclear.
+        field: String,
+        /// What to ask the user.
+        question: String,
+    },
+    /// The call waits for the user's approval before it runs.
+    Approval {
+        /// The call waiting.
+        tool_call_id: String,
+        /// Its tool.
+        tool_name: String,
+        /// The arguments it would run with.
+        args: Value,
+    },
+}
+
+impl UserRequest {
+    /// The call waiting.
+    pub fn tool_call_id(&self) -> &str {
+        match self {
+            UserRequest::Input { tool_call_id, .. }
+            | UserRequest::Approval { tool_call_id, .. } => tool_call_id,
+        }
+    }
+
+    /// Its tool.
+    pub fn tool_name(&self) -> &str {
+        match self {
+            UserRequest::Input { tool_name, .. } | UserRequest::Approval { tool_name, .. } => {
+                tool_name
+            }
+        }
+    }
+
+    /// The request as the transcript keeps it.
+    pub fn to_message(&self) -> AgentMessage {
+        let kind = match self {
+            UserRequest::Input { .. } => INPUT_REQUEST,
+            UserRequest::Approval { .. } => APPROVAL_REQUEST,
+        };
+        let payload = serde_json::to_value(self).unwrap_or_default();
+        CustomMessage::new(kind, payload).into()
+    }
+
+    /// The request a transcript message records, if it records one.
+    pub fn from_message(message: &AgentMessage) -> Option<UserRequest> {
+        let AgentMessage::Custom(custom) = message else {
+            return None;
+        };
+        if custom.kind != INPUT_REQUEST && custom.kind != APPROVAL_REQUEST {
+            return None;
+        }
+        serde_json::from_value(custom.payload.clone()).ok()
+    }
+}
+
+/// The user's reply to the oldest open request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// The answer to a tool's question.
+    Answer {
+        /// What the user said.
+        text: String,
+    },
+    /// Run the call.
+    Approve,
+    /// Do not run the call; it gets an error result.
+    Deny {
+        /// Why, for the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl Reply {
+    /// Whether this reply fits `request` (an answer for a question, approve or
+    /// deny for an approval).
+    pub fn fits(&self, request: &UserRequest) -> bool {
+        matches!(
+            (self, request),
+            (Reply::Answer { .. }, UserRequest::Input { .. })
+                | (
+                    Reply::Approve | Reply::Deny { .. },
+                    UserRequest::Approval { .. }
+                )
+        )
+    }
+}
+
+/// The requests of the transcript's last response that no result answers yet,
+/// oldest first (a call's latest request only).
+pub fn open_requests<M: Borrow<AgentMessage>>(messages: &[M]) -> Vec<UserRequest> {
+    let Some(last) = messages
+        .iter()
+        .rposition(|m| m.borrow().as_assistant().is_some())
+    else {
+        return Vec::new();
+    };
+    let tail = &messages[last + 1..];
+    let answered: HashSet<&str> = tail
+        .iter()
+        .filter_map(|m| m.borrow().as_tool_result())
+        .map(|result| result.tool_call_id.as_str())
+        .collect();
+    let mut open: Vec<UserRequest> = Vec::new();
+    for request in tail
+        .iter()
+        .filter_map(|m| UserRequest::from_message(m.borrow()))
+    {
+        if answered.contains(request.tool_call_id()) {
+            continue;
+        }
+        // A later request for the same call (approved, then asking) replaces it.
+        open.retain(|earlier| earlier.tool_call_id() != request.tool_call_id());
+        open.push(request);
+    }
+    open
+}
+
+/// The result that carries the user's `answer` to `request`'s question back to the
+/// model, which is asked to call the tool again.
+pub(crate) fn answered(
+    call: &ToolCall,
+    field: &str,
+    question: &str,
+    answer: &str,
+) -> ToolResultMessage {
+    let text = format!(
+        "The tool needs `{field}` and asked the user: {question}\nThe user answered: {answer}\nCall the tool again with this."
+    );
+    let mut result = ToolResultMessage::text(call, text, true);
+    result.details =
+        json!({"needs_input": {"field": field, "question": question, "answer": answer}});
+    result
+}
+
+/// How many of `tool`'s questions were answered since the last user message: the
+/// asks in a row the cap counts.
+pub(crate) fn asks_in_a_row(messages: &[AgentMessage], tool: &str) -> u32 {
+    let mut asks = 0;
+    for message in messages.iter().rev() {
+        if message.as_user().is_some() {
+            break;
+        }
+        if let Some(result) = message.as_tool_result()
+            && result.tool_name == tool
+            && !result.details["needs_input"].is_null()
+        {
+            asks += 1;
+        }
+    }
+    asks
+}
+
+/// Answers every open request of `messages` with an error result saying `reason`
+/// (the user gave up on them); returns the results to append.
+pub fn cancel_requests<M: Borrow<AgentMessage>>(messages: &[M], reason: &str) -> Vec<AgentMessage> {
+    let calls: Vec<&ToolCall> = messages
+        .iter()
+        .rev()
+        .find_map(|m| m.borrow().as_assistant())
+        .map(|assistant| assistant.tool_calls().collect())
+        .unwrap_or_default();
+    open_requests(messages)
+        .iter()
+        .filter_map(|request| calls.iter().find(|call| call.id == request.tool_call_id()))
+        .map(|call| {
+            let text = format!("Tool call \"{}\" was not executed: {reason}", call.name);
+            ToolResultMessage::text(call, text, true).into()
+        })
+        .collect()
+}
+
+/// Whether a tool's calls need the user's approval before they run.
+#[derive(Clone, Default)]
+pub enum Approval {
+    /// They run without asking (the default).
+    #[default]
+    Always,
+    /// Each call waits for the user's approval.
+    Ask,
+    /// They never run: each call is answered with an error result.
+    Never,
+    /// A call waits for approval when this returns `true` for its arguments.
+    AskIf(Arc<dyn Fn(&Value) -> bool + Send + Sync>),
+}
+
+impl Approval {
+    /// A policy asking when `predicate` holds for a call's arguments.
+    pub fn ask_if(predicate: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        Approval::AskIf(Arc::new(predicate))
+    }
+}
+
+impl fmt::Debug for Approval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Approval::Always => "Always",
+            Approval::Ask => "Ask",
+            Approval::Never => "Never",
+            Approval::AskIf(_) => "AskIf(..)",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repair::tests as messages;
+
+    #[test]
+    fn a_request_is_open_until_its_call_has_a_result() {
+        let request = UserRequest::Input {
+            tool_call_id: "a".into(),
+            tool_name: "t".into(),
+            field: "due".into(),
+            question: "When?".into(),
+        };
+        let mut transcript: Vec<AgentMessage> = vec![
+            AgentMessage::user("remind me"),
+            messages::assistant(&["a", "b"]).into(),
+            messages::result("b").into(),
+            request.to_message(),
+        ];
+        assert_eq!(open_requests(&transcript), vec![request.clone()]);
+        let cancelled = cancel_requests(&transcript, "cancelled.");
+        assert_eq!(cancelled.len(), 1);
+        assert_eq!(cancelled[0].as_tool_result().unwrap().tool_call_id, "a");
+        transcript.extend(cancelled);
+        assert!(open_requests(&transcript).is_empty());
+    }
+
+    #[test]
+    fn replies_fit_their_kind_of_request() {
+        let approval = UserRequest::Approval {
+            tool_call_id: "a".into(),
+            tool_name: "t".into(),
+            args: json!({}),
+        };
+        assert!(Reply::Approve.fits(&approval));
+        assert!(Reply::Deny { reason: None }.fits(&approval));
+        assert!(!Reply::Answer { text: "x".into() }.fits(&approval));
+    }
+}

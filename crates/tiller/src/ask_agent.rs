@@ -1,0 +1,274 @@
+//! [`AskAgent`]: the built-in `ask_agent` tool, with which an agent hands work to
+//! another agent by definition name.
+//!
+//! Each call runs a sub-agent of the named definition under the same supervisor:
+//! - it works for the caller's context ([`AgentContext::child_context`]: user,
+//!   tenant, client, evaluation flag) and keeps a session of its own per caller
+//!   session and definition (`{caller session}/{definition}`), so a second call in
+//!   the same conversation finds what the first one said;
+//! - every event it publishes reaches the caller's subscribers as a
+//!   [`AgentEvent::ChildEvent`] with the path of agents it came through
+//!   ([`AgentPath`]), in order, among the caller's own events;
+//! - its final answer is the call's result (structured output in the details),
+//!   marked [`ToolOutput::streamed`]: the caller's `tool_execution_end` does not
+//!   repeat what the sub-agent streamed, while the transcript keeps it for the model;
+//! - aborting the caller aborts it (and, through its own `ask_agent` calls, every
+//!   descendant); it has [`AskAgentConfig::timeout`] to answer; a failure is the
+//!   call's error;
+//! - a question it asks the user ([`ToolError::NeedsInput`]) becomes the caller's
+//!   question: the caller parks, and the model asks again with the answer;
+//! - delegation is at most [`AskAgentConfig::max_depth`] levels deep, and a
+//!   definition already on the path is refused (a cycle).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tiller_core::{
+    AgentContext, AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError, ToolOutput,
+    UserRequest,
+};
+
+use crate::definitions::Definitions;
+use crate::error::AgentError;
+use crate::subscription::Delivered;
+use crate::{AgentHandle, Supervisor};
+
+/// The tool's name, as agent files list it.
+pub const ASK_AGENT_TOOL: &str = "ask_agent";
+
+/// The agents a run works through: the root agent's name (or id), then each
+/// sub-agent's definition. Every agent's context carries one;
+/// [`ToolContext::agent`] shows it to tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentPath(Vec<String>);
+
+impl AgentPath {
+    /// A path starting at `root`.
+    pub(crate) fn root(root: &str) -> Self {
+        AgentPath(vec![root.to_owned()])
+    }
+
+    /// The agents, from the root to this one.
+    pub fn agents(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// The bounds of `ask_agent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskAgentConfig {
+    /// How long a sub-agent has to answer; past it, it is aborted and the call
+    /// fails. Default 300 s.
+    pub timeout: Duration,
+    /// How many levels deep agents may delegate (a root's sub-agent is level 1).
+    /// Default 3.
+    pub max_depth: usize,
+}
+
+impl Default for AskAgentConfig {
+    fn default() -> Self {
+        AskAgentConfig {
+            timeout: Duration::from_secs(300),
+            max_depth: 3,
+        }
+    }
+}
+
+/// The `ask_agent` tool (see the module docs). Made by
+/// [`Definitions::with_ask_agent`], which gives it the definitions it runs.
+pub struct AskAgent {
+    supervisor: Supervisor,
+    definitions: Arc<OnceLock<Definitions>>,
+    config: AskAgentConfig,
+    parameters: Value,
+    description: OnceLock<String>,
+}
+
+impl AskAgent {
+    pub(crate) fn new(
+        supervisor: Supervisor,
+        definitions: Arc<OnceLock<Definitions>>,
+        config: AskAgentConfig,
+    ) -> Self {
+        AskAgent {
+            supervisor,
+            definitions,
+            config,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "The name of the agent to ask."},
+                    "text": {"type": "string", "description": "What to ask it."},
+                    "input": {"type": "object", "description": "Structured input for it, if it takes any."}
+                },
+                "required": ["agent", "text"],
+                "additionalProperties": false
+            }),
+            description: OnceLock::new(),
+        }
+    }
+
+    async fn ask(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let name = args["agent"].as_str().unwrap_or_default();
+        let mut text = args["text"].as_str().unwrap_or_default().to_owned();
+        if let Some(input) = args.get("input").filter(|input| !input.is_null()) {
+            text.push_str(&format!("\n\nInput:\n{input}"));
+        }
+        let definitions = self
+            .definitions
+            .get()
+            .ok_or_else(|| ToolError::new("ask_agent has no definitions to run"))?;
+        let caller = ctx
+            .agent()
+            .extension::<AgentPath>()
+            .cloned()
+            .unwrap_or_else(|| AgentPath::root("agent"));
+        if caller.0.len() > self.config.max_depth {
+            return Err(ToolError::new(format!(
+                "cannot ask `{name}`: agents may delegate at most {} levels deep ({})",
+                self.config.max_depth,
+                caller.0.join(" → ")
+            )));
+        }
+        if caller.0.iter().any(|agent| agent == name) {
+            return Err(ToolError::new(format!(
+                "cannot ask `{name}`: it is already working on this request ({} → {name}), which would be a cycle",
+                caller.0.join(" → ")
+            )));
+        }
+        let spec = definitions.spec(name, None).map_err(|error| {
+            let known: Vec<&str> = definitions.iter().map(|file| file.name.as_str()).collect();
+            ToolError::new(format!("{error} (known agents: {})", known.join(", ")))
+        })?;
+        let mut path = caller.0.clone();
+        path.push(name.to_owned());
+        let session = format!(
+            "{}/{name}",
+            ctx.agent().session_id().unwrap_or(ctx.call_id())
+        );
+        let context: AgentContext = ctx
+            .agent()
+            .child_context()
+            .with_extension(AgentPath(path.clone()));
+        let spec = spec.with_session(session).with_context(context);
+        let child = self
+            .supervisor
+            .spawn(spec)
+            .await
+            .map_err(|error| ToolError::new(format!("cannot start `{name}`: {error}")))?;
+        let answer = self.run_child(&child, name, path, text, &ctx).await;
+        self.supervisor.stop(child.id().as_str()).await;
+        answer
+    }
+
+    /// Runs `child` on `text`, its events relayed to `ctx`, and makes its outcome
+    /// the call's.
+    async fn run_child(
+        &self,
+        child: &AgentHandle,
+        name: &str,
+        path: Vec<String>,
+        text: String,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let failed = |error: AgentError| ToolError::new(format!("`{name}`: {error}"));
+        // A question the sub-agent left open last time is moot now.
+        if !child.state().await.map_err(failed)?.waiting.is_empty() {
+            child.abort();
+        }
+        let _relay = {
+            let ctx = ctx.clone();
+            child.relay(move |envelope| match &envelope.event {
+                // Already named by the path of the agent that emitted it.
+                Delivered::Event(AgentEvent::ChildEvent { path, event, .. }) => {
+                    ctx.child_event(path.clone(), (**event).clone())
+                }
+                Delivered::Event(event) => ctx.child_event(path.clone(), event.clone()),
+                Delivered::Notice(_) => {}
+            })
+        };
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(self.config.timeout, child.run(text)) => outcome,
+            () = ctx.cancel().cancelled() => {
+                child.abort();
+                child.wait_for_idle().await;
+                return Err(ToolError::new(format!("`{name}` was aborted")));
+            }
+        };
+        let outcome = match outcome {
+            Err(_) => {
+                child.abort();
+                child.wait_for_idle().await;
+                return Err(ToolError::new(format!(
+                    "`{name}` did not answer within {:?}",
+                    self.config.timeout
+                )));
+            }
+            Ok(outcome) => outcome.map_err(failed)?,
+        };
+        match (&outcome.end, &outcome.output) {
+            (RunEnd::Parked, _) => {
+                let state = child.state().await.map_err(failed)?;
+                match state.waiting.into_iter().next() {
+                    Some(UserRequest::Input {
+                        field, question, ..
+                    }) => Err(ToolError::needs_input(
+                        field,
+                        format!("({name} asks) {question}"),
+                    )),
+                    _ => Err(ToolError::new(format!(
+                        "`{name}` waits for an approval, which a sub-agent cannot get"
+                    ))),
+                }
+            }
+            (RunEnd::Completed, Some(Output::Valid { value })) => Ok(streamed(
+                ToolOutput::text(outcome.text()).with_details(value.clone()),
+            )),
+            (RunEnd::Completed, None) => Ok(streamed(ToolOutput::text(outcome.text()))),
+            (end, _) => Err(ToolError::new(match outcome.error() {
+                Some(error) => format!("`{name}`'s run ended ({end:?}): {error}"),
+                None => format!("`{name}`'s run ended ({end:?}) without an answer"),
+            })),
+        }
+    }
+}
+
+fn streamed(mut output: ToolOutput) -> ToolOutput {
+    output.streamed = true;
+    output
+}
+
+impl AgentTool for AskAgent {
+    fn name(&self) -> &str {
+        ASK_AGENT_TOOL
+    }
+
+    fn description(&self) -> &str {
+        self.description.get_or_init(|| {
+            let mut names: Vec<&str> = self
+                .definitions
+                .get()
+                .map(|definitions| definitions.iter().map(|file| file.name.as_str()).collect())
+                .unwrap_or_default();
+            names.dedup();
+            format!(
+                "Asks another agent, by name, to do a task, and answers with its final answer. Agents: {}.",
+                names.join(", ")
+            )
+        })
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(self.ask(args, ctx))
+    }
+}

@@ -1,0 +1,328 @@
+//! Agents that hand work to each other with `ask_agent`: planner → researcher →
+//! writer on a scripted model, the sub-agents' events in the planner's stream with
+//! their paths and in order, the answer not streamed twice, the caller's context
+//! inherited, an abort reaching every descendant, and cycles refused.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiller::agent_file::AgentFile;
+use tiller::faux::{FauxProvider, FauxTurn};
+use tiller::{
+    AgentContext, AgentEvent, AgentHandle, AgentPath, AgentTool, AskAgentConfig, Definitions,
+    Delivered, Envelope, FnTool, RunEnd, Supervisor, ToolOutput, ToolRegistry,
+};
+
+/// An agent file named `name` listing `tools`.
+fn agent(name: &str, tools: &[&str]) -> AgentFile {
+    let tools: String = tools
+        .iter()
+        .map(|tool| format!("\n    - name: {tool}"))
+        .collect();
+    let text = format!(
+        "type: object\ndescription: You are the {name}.\njson_schema_extra:\n  kind: agent\n  name: {name}\n  tools:{tools}\n"
+    );
+    AgentFile::parse(format!("{name}.yaml"), &text).unwrap()
+}
+
+/// A `whoami` tool recording who it works for, and a `stall` tool that waits to be
+/// cancelled and records it.
+fn registry(seen: &Arc<Mutex<Vec<Value>>>) -> ToolRegistry {
+    let whoami = {
+        let seen = seen.clone();
+        FnTool::new(
+            "whoami",
+            "Who am I working for?",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                let seen = seen.clone();
+                async move {
+                    let path = ctx
+                        .agent()
+                        .extension::<AgentPath>()
+                        .unwrap()
+                        .agents()
+                        .to_vec();
+                    seen.lock().unwrap().push(json!({
+                        "user": ctx.agent().user_id(),
+                        "tenant": ctx.agent().tenant_id(),
+                        "path": path,
+                    }));
+                    Ok(ToolOutput::text("u-7 of acme"))
+                }
+            },
+        )
+    };
+    let stall = {
+        let seen = seen.clone();
+        FnTool::new(
+            "stall",
+            "Wait forever",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                let seen = seen.clone();
+                async move {
+                    ctx.cancel().cancelled().await;
+                    seen.lock().unwrap().push(json!("stall cancelled"));
+                    Ok(ToolOutput::text("cancelled"))
+                }
+            },
+        )
+    };
+    ToolRegistry::new()
+        .with(Arc::new(whoami) as Arc<dyn AgentTool>)
+        .with(Arc::new(stall))
+}
+
+/// Definitions of planner, researcher and writer on `faux`, with `ask_agent`.
+fn definitions(
+    faux: &FauxProvider,
+    supervisor: &Supervisor,
+    seen: &Arc<Mutex<Vec<Value>>>,
+) -> Definitions {
+    let mut definitions = Definitions::new()
+        .with_tools(registry(seen))
+        .with_default_model(faux.model());
+    definitions
+        .insert(agent("planner", &["ask_agent"]))
+        .unwrap();
+    definitions
+        .insert(agent("researcher", &["ask_agent"]))
+        .unwrap();
+    definitions
+        .insert(agent("writer", &["whoami", "stall"]))
+        .unwrap();
+    definitions.with_ask_agent(supervisor, AskAgentConfig::default())
+}
+
+fn ask(id: &str, agent: &str, text: &str) -> FauxTurn {
+    FauxTurn::new().with_tool_call_id(id, "ask_agent", json!({"agent": agent, "text": text}))
+}
+
+async fn planner(definitions: &Definitions, supervisor: &Supervisor) -> AgentHandle {
+    let context = AgentContext::new()
+        .with_user_id("u-7")
+        .with_tenant_id("acme");
+    let spec = definitions
+        .spec("planner", None)
+        .unwrap()
+        .with_name("planner")
+        .with_context(context);
+    supervisor.spawn(spec).await.unwrap()
+}
+
+/// A child event as `path type [call]`, message updates left out.
+fn line(envelope: &Envelope) -> Option<String> {
+    let Delivered::Event(AgentEvent::ChildEvent { path, event, .. }) = &envelope.event else {
+        return None;
+    };
+    let value = serde_json::to_value(&**event).unwrap();
+    let kind = value["type"].as_str().unwrap().to_owned();
+    if kind == "message_update" {
+        return None;
+    }
+    let detail = match &**event {
+        AgentEvent::ToolExecutionStart { tool_name, .. }
+        | AgentEvent::ToolExecutionEnd { tool_name, .. } => format!(" {tool_name}"),
+        AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
+            format!(" {}", message.role())
+        }
+        _ => String::new(),
+    };
+    Some(format!("{} {kind}{detail}", path.join("/")))
+}
+
+#[tokio::test]
+async fn three_agents_delegate_with_nested_events_in_order_and_inherited_context() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "researcher", "find facts"));
+    faux.push(ask("r1", "writer", "write it up"));
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "whoami", json!({})));
+    faux.push(FauxTurn::text("The draft."));
+    faux.push(FauxTurn::text("Research: The draft."));
+    faux.push(FauxTurn::text("All done."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let mut events = planner.subscribe();
+
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(outcome.text(), "All done.");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [json!({"user": "u-7", "tenant": "acme", "path": ["planner", "researcher", "writer"]})]
+    );
+
+    let mut envelopes = Vec::new();
+    while let Some(envelope) = events.next().await {
+        let end = matches!(
+            envelope.event,
+            Delivered::Event(AgentEvent::AgentEnd { .. })
+        );
+        envelopes.push(envelope);
+        if end {
+            break;
+        }
+    }
+    let nested: Vec<String> = envelopes.iter().filter_map(|e| line(e)).collect();
+    let r = "planner/researcher";
+    let w = "planner/researcher/writer";
+    let expected: Vec<String> = [
+        format!("{r} agent_start"),
+        format!("{r} turn_start"),
+        format!("{r} message_start user"),
+        format!("{r} message_end user"),
+        format!("{r} message_start assistant"),
+        format!("{r} message_end assistant"),
+        format!("{r} tool_execution_start ask_agent"),
+        format!("{w} agent_start"),
+        format!("{w} turn_start"),
+        format!("{w} message_start user"),
+        format!("{w} message_end user"),
+        format!("{w} message_start assistant"),
+        format!("{w} message_end assistant"),
+        format!("{w} tool_execution_start whoami"),
+        format!("{w} tool_execution_end whoami"),
+        format!("{w} message_start tool_result"),
+        format!("{w} message_end tool_result"),
+        format!("{w} turn_end"),
+        format!("{w} turn_start"),
+        format!("{w} message_start assistant"),
+        format!("{w} message_end assistant"),
+        format!("{w} turn_end"),
+        format!("{w} agent_end"),
+        format!("{r} tool_execution_end ask_agent"),
+        format!("{r} message_start tool_result"),
+        format!("{r} message_end tool_result"),
+        format!("{r} turn_end"),
+        format!("{r} turn_start"),
+        format!("{r} message_start assistant"),
+        format!("{r} message_end assistant"),
+        format!("{r} turn_end"),
+        format!("{r} agent_end"),
+    ]
+    .into();
+    assert_eq!(nested, expected);
+
+    // The nested events sit between the planner's own start and end of the call.
+    let position = |wanted: &dyn Fn(&AgentEvent) -> bool| {
+        envelopes
+            .iter()
+            .position(|e| matches!(&e.event, Delivered::Event(event) if wanted(event)))
+            .unwrap()
+    };
+    let started = position(
+        &|e| matches!(e, AgentEvent::ToolExecutionStart { tool_call_id, .. } if tool_call_id == "p1"),
+    );
+    let ended = position(
+        &|e| matches!(e, AgentEvent::ToolExecutionEnd { tool_call_id, .. } if tool_call_id == "p1"),
+    );
+    let first_child = position(&|e| matches!(e, AgentEvent::ChildEvent { .. }));
+    assert!(started < first_child && first_child < ended);
+
+    // The researcher's answer streamed once, as its own events: the planner's end
+    // of the call does not repeat it, and its transcript keeps it for the model.
+    let Delivered::Event(AgentEvent::ToolExecutionEnd {
+        result, is_error, ..
+    }) = &envelopes[ended].event
+    else {
+        unreachable!()
+    };
+    assert!(!is_error);
+    assert!(result.content.is_empty() && result.streamed);
+    let state = planner.state().await.unwrap();
+    assert_eq!(
+        state.messages[2].as_tool_result().unwrap().text_content(),
+        "Research: The draft."
+    );
+    let texts = envelopes
+        .iter()
+        .filter(|e| {
+            serde_json::to_string(&e.event)
+                .unwrap()
+                .contains("Research: The draft.")
+        })
+        .filter(|e| {
+            !matches!(
+                &e.event,
+                Delivered::Event(
+                    AgentEvent::MessageEnd { .. }
+                        | AgentEvent::TurnEnd { .. }
+                        | AgentEvent::AgentEnd { .. }
+                        | AgentEvent::ChildEvent { .. }
+                )
+            )
+        })
+        .count();
+    assert_eq!(
+        texts, 0,
+        "the planner's own events do not stream the answer again"
+    );
+    // The sub-agents are gone once they answered.
+    assert_eq!(supervisor.list().len(), 1);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test]
+async fn aborting_the_planner_aborts_every_descendant() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "researcher", "find facts"));
+    faux.push(ask("r1", "writer", "write it up"));
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "stall", json!({})));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let mut events = planner.subscribe();
+    planner.prompt("plan it").await.unwrap();
+    while let Some(envelope) = events.next().await {
+        if let Delivered::Event(AgentEvent::ChildEvent { event, path, .. }) = &envelope.event
+            && matches!(&**event, AgentEvent::ToolExecutionStart { tool_name, .. } if tool_name == "stall")
+        {
+            assert_eq!(path, &["planner", "researcher", "writer"]);
+            break;
+        }
+    }
+    planner.abort();
+    planner.wait_for_idle().await;
+    assert_eq!(*seen.lock().unwrap(), [json!("stall cancelled")]);
+    let state = planner.state().await.unwrap();
+    let result = state.messages[2].as_tool_result().unwrap();
+    assert!(result.is_error);
+    assert_eq!(result.text_content(), "`researcher` was aborted");
+    assert_eq!(supervisor.list().len(), 1, "the sub-agents are stopped");
+    supervisor.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "planner", "ask yourself"));
+    faux.push(ask("p2", "nobody", "hello"));
+    faux.push(FauxTurn::text("I give up."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(outcome.end, RunEnd::Completed);
+    let results: Vec<String> = outcome
+        .messages
+        .iter()
+        .filter_map(|m| m.as_tool_result())
+        .map(|r| r.text_content())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "cannot ask `planner`: it is already working on this request (planner → planner), which would be a cycle",
+            "no agent definition `nobody` (known agents: planner, researcher, writer)",
+        ]
+    );
+    supervisor.shutdown().await;
+}
