@@ -82,7 +82,8 @@ pub struct AskAgent {
     supervisor: Supervisor,
     definitions: Arc<OnceLock<Definitions>>,
     config: AskAgentConfig,
-    parameters: Value,
+    /// Made once the definitions are known: their names are the `agent` values.
+    parameters: OnceLock<Value>,
     description: OnceLock<String>,
 }
 
@@ -96,18 +97,20 @@ impl AskAgent {
             supervisor,
             definitions,
             config,
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "agent": {"type": "string", "description": "The name of the agent to ask."},
-                    "text": {"type": "string", "description": "What to ask it."},
-                    "input": {"type": "object", "description": "Structured input for it, if it takes any."}
-                },
-                "required": ["agent", "text"],
-                "additionalProperties": false
-            }),
+            parameters: OnceLock::new(),
             description: OnceLock::new(),
         }
+    }
+
+    /// The definitions' names, each once.
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .definitions
+            .get()
+            .map(|definitions| definitions.iter().map(|file| file.name.as_str()).collect())
+            .unwrap_or_default();
+        names.dedup();
+        names
     }
 
     async fn ask(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -247,21 +250,26 @@ impl AgentTool for AskAgent {
 
     fn description(&self) -> &str {
         self.description.get_or_init(|| {
-            let mut names: Vec<&str> = self
-                .definitions
-                .get()
-                .map(|definitions| definitions.iter().map(|file| file.name.as_str()).collect())
-                .unwrap_or_default();
-            names.dedup();
             format!(
                 "Asks another agent, by name, to do a task, and answers with its final answer. Agents: {}.",
-                names.join(", ")
+                self.names().join(", ")
             )
         })
     }
 
     fn parameters(&self) -> &Value {
-        &self.parameters
+        self.parameters.get_or_init(|| {
+            json!({
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "enum": self.names(), "description": "The agent to ask."},
+                    "text": {"type": "string", "description": "What to ask it."},
+                    "input": {"type": "object", "description": "Structured input for it, if it takes any."}
+                },
+                "required": ["agent", "text"],
+                "additionalProperties": false
+            })
+        })
     }
 
     fn execute<'a>(

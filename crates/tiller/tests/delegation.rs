@@ -14,7 +14,7 @@ use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
     AgentContext, AgentEvent, AgentHandle, AgentPath, AgentTool, AskAgentConfig, Definitions,
-    Delivered, Envelope, FnTool, RunEnd, Supervisor, ToolOutput, ToolRegistry,
+    Delivered, Envelope, FnTool, RunEnd, Supervisor, ToolError, ToolOutput, ToolRegistry,
 };
 
 /// An agent file named `name` listing `tools`.
@@ -73,9 +73,16 @@ fn registry(seen: &Arc<Mutex<Vec<Value>>>) -> ToolRegistry {
             },
         )
     };
+    let when = FnTool::new(
+        "when",
+        "Ask when",
+        json!({"type": "object"}),
+        |_, _| async { Err(ToolError::needs_input("due", "When?")) },
+    );
     ToolRegistry::new()
         .with(Arc::new(whoami) as Arc<dyn AgentTool>)
         .with(Arc::new(stall))
+        .with(Arc::new(when))
 }
 
 /// Definitions of planner, researcher and writer on `faux`, with `ask_agent`.
@@ -94,7 +101,7 @@ fn definitions(
         .insert(agent("researcher", &["ask_agent"]))
         .unwrap();
     definitions
-        .insert(agent("writer", &["whoami", "stall"]))
+        .insert(agent("writer", &["whoami", "stall", "when"]))
         .unwrap();
     definitions.with_ask_agent(supervisor, AskAgentConfig::default())
 }
@@ -300,7 +307,7 @@ async fn aborting_the_planner_aborts_every_descendant() {
 }
 
 #[tokio::test]
-async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results() {
+async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results_the_model_reads() {
     let faux = FauxProvider::new();
     faux.push(ask("p1", "planner", "ask yourself"));
     faux.push(ask("p2", "nobody", "hello"));
@@ -321,7 +328,60 @@ async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results() {
         results,
         [
             "cannot ask `planner`: it is already working on this request (planner → planner), which would be a cycle",
-            "no agent definition `nobody` (known agents: planner, researcher, writer)",
+            "Validation failed for tool \"ask_agent\":\n  - /agent: \"nobody\" is not one of \"planner\", \"researcher\" or \"writer\"\n\nReceived arguments:\n{\n  \"agent\": \"nobody\",\n  \"text\": \"hello\"\n}",
+        ]
+    );
+    supervisor.shutdown().await;
+}
+
+/// A sub-agent's question becomes the caller's: the planner parks with it, and the
+/// answer reaches the writer through the planner's next call.
+#[tokio::test]
+async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "writer", "remind me"));
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "when", json!({})));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(outcome.end, RunEnd::Parked);
+    assert_eq!(
+        planner.state().await.unwrap().waiting,
+        vec![tiller::UserRequest::Input {
+            tool_call_id: "p1".into(),
+            tool_name: "ask_agent".into(),
+            field: "due".into(),
+            question: "(writer asks) When?".into(),
+        }]
+    );
+
+    faux.push(ask("p2", "writer", "remind me on Friday"));
+    faux.push(FauxTurn::text("Reminder on Friday."));
+    faux.push(FauxTurn::text("Done."));
+    planner.answer("Friday").await.unwrap();
+    planner.wait_for_idle().await;
+    let state = planner.state().await.unwrap();
+    let last = state.messages.last().unwrap().as_assistant().unwrap();
+    assert_eq!(last.text(), "Done.");
+    // The writer kept its session: its earlier question, given up, then the new ask.
+    let writer = supervisor
+        .store()
+        .load(&format!("{}/writer", planner.session_id()))
+        .await
+        .unwrap()
+        .unwrap();
+    let roles: Vec<&str> = writer.messages.iter().map(|m| m.role()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "custom",
+            "tool_result",
+            "user",
+            "assistant"
         ]
     );
     supervisor.shutdown().await;

@@ -449,3 +449,86 @@ async fn four_agents_prompt_llama_server_at_once() {
         assert!(reply.usage.output > 0 && !reply.text().trim().is_empty());
     }
 }
+
+/// `ask_agent` once on the real model: the root agent is forced to call it (the
+/// small model would rarely choose to), the helper sub-agent answers on the same
+/// server, and its events reach the root's subscribers inside the call.
+#[tokio::test]
+async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
+    if !LocalServer::LlamaCppPython.is_available() {
+        return;
+    }
+    let _turn = LLAMA_CPP_PYTHON.lock().await;
+    let server = LocalServer::LlamaCppPython;
+    let helper = tiller::agent_file::AgentFile::parse(
+        "helper.yaml",
+        "type: object\ndescription: You answer in one short sentence.\njson_schema_extra:\n  kind: agent\n  name: helper\n  temperature: 0\n  max_tokens: 24\n",
+    )
+    .unwrap();
+    let supervisor = Supervisor::start().await.unwrap();
+    let mut definitions = tiller::Definitions::new().with_default_model(server.model());
+    definitions.insert(helper).unwrap();
+    let definitions = definitions.with_ask_agent(&supervisor, tiller::AskAgentConfig::default());
+    let ask_agent = definitions.tool(tiller::ASK_AGENT_TOOL).unwrap();
+    let settings = settings(server, 48)
+        .with_tools(ToolSet::new([ask_agent]).unwrap())
+        .with_tool_choice(ToolChoice::Tool("ask_agent".into()), Some(ToolChoice::None));
+    let root = supervisor
+        .spawn(AgentSpec::new(settings).with_name("root"))
+        .await
+        .unwrap();
+    let mut events = root.subscribe();
+    root.prompt("Ask the helper what color the sky is.")
+        .await
+        .unwrap();
+    let seen = until_agent_end(&mut events).await;
+    let messages = root.state().await.unwrap().messages;
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "tool_result", "assistant"]
+    );
+    let call = assistants(&messages)[0]
+        .tool_calls()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (call.name.as_str(), &call.arguments["agent"]),
+        ("ask_agent", &json!("helper"))
+    );
+    let result = messages[2].as_tool_result().unwrap();
+    assert!(!result.is_error, "{result:#?}");
+    // The helper's whole run, in order, inside the root's call.
+    let nested: Vec<String> = seen
+        .iter()
+        .filter_map(|(_, envelope)| match &envelope.event {
+            Delivered::Event(AgentEvent::ChildEvent { path, event, .. }) => {
+                assert_eq!(path, &["root", "helper"]);
+                let value = serde_json::to_value(&**event).unwrap();
+                Some(value["type"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nested.first().map(String::as_str), Some("agent_start"));
+    assert_eq!(nested.last().map(String::as_str), Some("agent_end"));
+    let child_text: String = seen
+        .iter()
+        .filter_map(|(_, envelope)| match &envelope.event {
+            Delivered::Event(AgentEvent::ChildEvent { event, .. }) => match &**event {
+                AgentEvent::MessageUpdate {
+                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                } => Some(delta.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        result.text_content(),
+        child_text,
+        "the result is what the helper streamed"
+    );
+    assert!(finished(assistants(&messages)[1]));
+    supervisor.shutdown().await;
+}
