@@ -1,8 +1,9 @@
 //! The dashboard in a real headless Chromium (Debian's `chromium`, driven over
 //! WebDriver by `chromedriver`; `scripts/browser.sh install` installs both): open
 //! the page, make an agent on the faux model, prompt it and see the answer stream
-//! in, steer it while it works, abort a run, reset; and see an agent another
-//! client made and prompted join the list, its status live. Skipped with one line when the
+//! in, steer it while it works, abort a run, reset; see an agent another
+//! client made and prompted join the list, its status live; and answer a run that
+//! waits for the user (a call to approve, a tool's question). Skipped with one line when the
 //! browser is missing, unless `TILLER_LIVE=required`.
 
 #![allow(clippy::unwrap_used)]
@@ -12,9 +13,13 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
+use std::sync::Arc;
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::{Definitions, Supervisor};
+
+use tiller::{
+    AgentTool, Definitions, FnTool, Message, Supervisor, ToolError, ToolOutput, ToolRegistry,
+};
 use tiller_server::{Server, ServerConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -122,12 +127,50 @@ impl Browser {
     }
 }
 
-/// A model whose answer depends on the last thing the user said.
+const REMINDER: &str = "
+type: object
+description: You set reminders.
+json_schema_extra:
+  kind: agent
+  name: reminder
+  tools: [{name: remind}]
+  approvals: {remind: ask}
+";
+
+/// A `remind` tool that asks when, unless told.
+fn remind() -> Arc<dyn AgentTool> {
+    Arc::new(FnTool::new(
+        "remind",
+        "Set a reminder",
+        json!({"type": "object", "properties": {"what": {"type": "string"}, "due": {"type": "string"}}, "required": ["what"]}),
+        |args, _ctx| async move {
+            match args["due"].as_str() {
+                Some(due) => Ok(ToolOutput::text(format!("set for {due}"))),
+                None => Err(ToolError::needs_input("due", "When?")),
+            }
+        },
+    ))
+}
+
+/// A model whose answer depends on the last thing the user said (or, after a
+/// tool, on its result).
 fn scripted() -> FauxProvider {
     let faux = FauxProvider::new();
     faux.respond_with(|request| {
+        if let Some(Message::ToolResult(result)) = request.context.messages.last() {
+            let text = result.text_content();
+            return match text.split_once("The user answered: ") {
+                Some((_, due)) => FauxTurn::tool_call(
+                    "remind",
+                    json!({"what": "call Juan", "due": due.lines().next().unwrap_or_default()}),
+                ),
+                None => FauxTurn::text(format!("Reminder {text}.")),
+            };
+        }
         let said = request.last_user_text().unwrap_or_default();
-        if said.contains("wait forever") {
+        if said.contains("remind me") {
+            FauxTurn::tool_call("remind", json!({"what": "call Juan"}))
+        } else if said.contains("wait forever") {
             FauxTurn::text("never finished").delay(Duration::from_secs(3_600))
         } else if said.contains("slowly") {
             FauxTurn::text("a slow answer, ".repeat(10))
@@ -148,9 +191,14 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         return;
     };
     let faux = scripted();
-    let mut definitions = Definitions::new().with_default_model(faux.model());
+    let mut definitions = Definitions::new()
+        .with_tools(ToolRegistry::new().with(remind()))
+        .with_default_model(faux.model());
     definitions
         .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
+        .unwrap();
+    definitions
+        .insert(AgentFile::parse("reminder.yaml", REMINDER).unwrap())
         .unwrap();
     let server = Server::new(
         Supervisor::start().await.unwrap(),
@@ -168,6 +216,14 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
     browser
         .shows("//select[@id='definition']/option[@value='helper']")
         .await;
+    browser
+        .client
+        .find(Locator::Css("#definition option[value='helper']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     browser.click("#create-button").await;
     browser.shows("//ul[@id='agents']/li").await;
     browser
@@ -244,6 +300,45 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .await;
     browser
         .shows("//li[@data-id='elsewhere']/span[@class='status idle']")
+        .await;
+
+    // A run that waits for the user: the call to approve, then the tool's question,
+    // answered from the same box, then the call to approve again.
+    browser
+        .client
+        .find(Locator::Css("#definition option[value='reminder']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.click("#create-button").await;
+    browser
+        .shows("//h2/span[@id='status' and normalize-space()='idle']")
+        .await;
+    browser.send("remind me to call Juan").await;
+    browser
+        .shows(
+            r#"//div[@class='question' and normalize-space()='Run remind({"what":"call Juan"})?']"#,
+        )
+        .await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='waiting_for_input']")
+        .await;
+    browser.click("#approve").await;
+    browser
+        .shows("//div[@class='question' and normalize-space()='remind asks: When?']")
+        .await;
+    browser.send("Friday").await;
+    browser
+        .shows(r#"//div[@class='question' and normalize-space()='Run remind({"due":"Friday","what":"call Juan"})?']"#)
+        .await;
+    browser.click("#approve").await;
+    browser
+        .shows("//div[@class='assistant' and normalize-space()='Reminder set for Friday.']")
+        .await;
+    browser
+        .shows("//span[@id='status' and normalize-space()='idle']")
         .await;
 
     browser.client.close().await.unwrap();
