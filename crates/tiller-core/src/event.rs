@@ -9,6 +9,13 @@
 //! `turn_end` with the response and its results. The run ends with exactly one
 //! `agent_end` holding only this run's new messages — also when it fails.
 //!
+//! A run that parks on the user (see [`crate::request`]) ends its turn differently:
+//! each parked call has its `tool_execution_start` but no end; after the other
+//! calls' results come each request's `message_start`/`message_end` (a custom
+//! message) and `input_requested` or `approval_requested`, then `turn_end` and
+//! `agent_end` with [`RunEnd::Parked`]. A sub-agent's events arrive as
+//! `child_event`s among the events of the call that started it.
+//!
 //! Messages in events are boxed so that every event, the many `message_update`s
 //! above all, stays small to move.
 //!

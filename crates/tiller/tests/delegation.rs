@@ -91,6 +91,15 @@ fn definitions(
     supervisor: &Supervisor,
     seen: &Arc<Mutex<Vec<Value>>>,
 ) -> Definitions {
+    definitions_with(faux, supervisor, seen, AskAgentConfig::default())
+}
+
+fn definitions_with(
+    faux: &FauxProvider,
+    supervisor: &Supervisor,
+    seen: &Arc<Mutex<Vec<Value>>>,
+    config: AskAgentConfig,
+) -> Definitions {
     let mut definitions = Definitions::new()
         .with_tools(registry(seen))
         .with_default_model(faux.model());
@@ -103,7 +112,7 @@ fn definitions(
     definitions
         .insert(agent("writer", &["whoami", "stall", "when"]))
         .unwrap();
-    definitions.with_ask_agent(supervisor, AskAgentConfig::default())
+    definitions.with_ask_agent(supervisor, config)
 }
 
 fn ask(id: &str, agent: &str, text: &str) -> FauxTurn {
@@ -384,5 +393,58 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
             "assistant"
         ]
     );
+    supervisor.shutdown().await;
+}
+
+/// A sub-agent that does not answer in time is aborted, and the call fails; one
+/// past the depth limit is refused.
+#[tokio::test]
+async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "writer", "stall"));
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "stall", json!({})));
+    faux.push(ask("p2", "researcher", "go deeper"));
+    faux.push(ask("r1", "writer", "too deep"));
+    faux.push(FauxTurn::text("The writer cannot be reached."));
+    faux.push(FauxTurn::text("Gave up."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let config = AskAgentConfig {
+        timeout: std::time::Duration::from_millis(50),
+        max_depth: 1,
+    };
+    let definitions = definitions_with(&faux, &supervisor, &seen, config);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    let results: Vec<String> = outcome
+        .messages
+        .iter()
+        .filter_map(|m| m.as_tool_result())
+        .map(|r| r.text_content())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "`writer` did not answer within 50ms",
+            "The writer cannot be reached.",
+        ]
+    );
+    assert_eq!(outcome.text(), "Gave up.");
+    // The researcher, one level down, was refused the writer.
+    let researcher = supervisor
+        .store()
+        .load(&format!("{}/researcher", planner.session_id()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        researcher.messages[2]
+            .as_tool_result()
+            .unwrap()
+            .text_content(),
+        "cannot ask `writer`: agents may delegate at most 1 levels deep (planner → researcher)"
+    );
+    assert_eq!(*seen.lock().unwrap(), [json!("stall cancelled")]);
+    assert_eq!(supervisor.list().len(), 1);
     supervisor.shutdown().await;
 }

@@ -406,3 +406,38 @@ async fn an_impl_block_makes_a_tool_of_each_method_sharing_the_value() {
     );
     assert_eq!(notes.items.lock().unwrap().len(), 1);
 }
+
+/// Book a table.
+#[tool]
+async fn book(day: Option<String>) -> Result<String, ToolError> {
+    let day = day.ok_or_else(|| ToolError::needs_input("day", "Which day?"))?;
+    Ok(format!("booked for {day}"))
+}
+
+#[tokio::test]
+async fn a_tool_function_asks_the_user_through_its_error() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::new().with_tool_call_id("b1", "book", json!({})));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(
+            AgentSettings::new(faux.model())
+                .with_tools(ToolSet::new([Arc::new(BookTool) as _]).unwrap()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        agent.run("book a table").await.unwrap().end,
+        tiller::RunEnd::Parked
+    );
+    assert_eq!(
+        agent.state().await.unwrap().waiting,
+        [tiller::UserRequest::Input {
+            tool_call_id: "b1".into(),
+            tool_name: "book".into(),
+            field: "day".into(),
+            question: "Which day?".into(),
+        }]
+    );
+    supervisor.shutdown().await;
+}
