@@ -3,7 +3,9 @@
 //!
 //! Each call runs a sub-agent of the named definition under the same supervisor:
 //! - it works for the caller's context ([`AgentContext::child_context`]: user,
-//!   tenant, client, evaluation flag) and keeps a session of its own per caller
+//!   tenant, client, evaluation flag; another user of the tenant when the model
+//!   names one and [`AskAgentConfig::allow_user_override`] allows it) and keeps a
+//!   session of its own per caller
 //!   session and definition (`{caller session}/{definition}`), so a second call in
 //!   the same conversation finds what the first one said;
 //! - every event it publishes reaches the caller's subscribers as a
@@ -65,6 +67,9 @@ pub struct AskAgentConfig {
     /// How many levels deep agents may delegate (a root's sub-agent is level 1).
     /// Default 3.
     pub max_depth: usize,
+    /// Whether the model may name another user (`user_id`) for the sub-agent to
+    /// work for, in the caller's tenant. Default `false`: it works for the caller's.
+    pub allow_user_override: bool,
 }
 
 impl Default for AskAgentConfig {
@@ -72,6 +77,7 @@ impl Default for AskAgentConfig {
         AskAgentConfig {
             timeout: Duration::from_secs(300),
             max_depth: 3,
+            allow_user_override: false,
         }
     }
 }
@@ -151,10 +157,16 @@ impl AskAgent {
             "{}/{name}",
             ctx.agent().session_id().unwrap_or(ctx.call_id())
         );
-        let context: AgentContext = ctx
+        let mut context: AgentContext = ctx
             .agent()
             .child_context()
             .with_extension(AgentPath(path.clone()));
+        if let Some(user) = args["user_id"]
+            .as_str()
+            .filter(|_| self.config.allow_user_override)
+        {
+            context = context.with_user_id(user);
+        }
         let spec = spec.with_session(session).with_context(context);
         let child = self
             .supervisor
@@ -259,7 +271,7 @@ impl AgentTool for AskAgent {
 
     fn parameters(&self) -> &Value {
         self.parameters.get_or_init(|| {
-            json!({
+            let mut parameters = json!({
                 "type": "object",
                 "properties": {
                     "agent": {"type": "string", "enum": self.names(), "description": "The agent to ask."},
@@ -268,7 +280,14 @@ impl AgentTool for AskAgent {
                 },
                 "required": ["agent", "text"],
                 "additionalProperties": false
-            })
+            });
+            if self.config.allow_user_override {
+                parameters["properties"]["user_id"] = json!({
+                    "type": "string",
+                    "description": "The user it works for, when not the caller's."
+                });
+            }
+            parameters
         })
     }
 

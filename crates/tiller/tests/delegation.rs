@@ -412,6 +412,7 @@ async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
     let config = AskAgentConfig {
         timeout: std::time::Duration::from_millis(50),
         max_depth: 1,
+        ..AskAgentConfig::default()
     };
     let definitions = definitions_with(&faux, &supervisor, &seen, config);
     let planner = planner(&definitions, &supervisor).await;
@@ -446,5 +447,54 @@ async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
     );
     assert_eq!(*seen.lock().unwrap(), [json!("stall cancelled")]);
     assert_eq!(supervisor.list().len(), 1);
+    supervisor.shutdown().await;
+}
+
+/// Where allowed, the caller may name another user of its tenant for the sub-agent;
+/// elsewhere the argument is refused like any unknown one.
+#[tokio::test]
+async fn a_sub_agent_works_for_another_user_only_where_allowed() {
+    let faux = FauxProvider::new();
+    let for_u9 = || {
+        FauxTurn::new().with_tool_call_id(
+            "p1",
+            "ask_agent",
+            json!({"agent": "writer", "text": "who?", "user_id": "u-9"}),
+        )
+    };
+    faux.push(for_u9());
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "whoami", json!({})));
+    faux.push(FauxTurn::text("u-9 it is."));
+    faux.push(FauxTurn::text("Done."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let config = AskAgentConfig {
+        allow_user_override: true,
+        ..AskAgentConfig::default()
+    };
+    let allowing = definitions_with(&faux, &supervisor, &seen, config);
+    let agent = planner(&allowing, &supervisor).await;
+    assert_eq!(agent.run("plan it").await.unwrap().text(), "Done.");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [json!({"user": "u-9", "tenant": "acme", "path": ["planner", "writer"]})]
+    );
+    supervisor.shutdown().await;
+
+    faux.push(for_u9());
+    faux.push(FauxTurn::text("Refused."));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    let refused = outcome.messages[2].as_tool_result().unwrap();
+    assert!(refused.is_error);
+    assert!(
+        refused
+            .text_content()
+            .contains("Additional properties are not allowed ('user_id' was unexpected)"),
+        "{}",
+        refused.text_content()
+    );
     supervisor.shutdown().await;
 }
