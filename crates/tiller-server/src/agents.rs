@@ -310,11 +310,16 @@ pub(crate) async fn prompt(
     let Query(wait) =
         wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
     let Text { text } = decode(body)?;
+    start(&agent, wait, Prompt::from(text)).await
+}
+
+/// Starts a run from `prompt`: 202 once accepted, or its outcome with `?wait=true`.
+async fn start(agent: &AgentHandle, wait: Wait, prompt: Prompt) -> Result<Response, Problem> {
     if wait.wait {
-        let outcome = agent.run(text).await?;
+        let outcome = agent.run(prompt).await?;
         return Ok(Json(outcome).into_response());
     }
-    agent.prompt(text).await?;
+    agent.prompt(prompt).await?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -332,12 +337,7 @@ pub(crate) async fn reply(
     let Query(wait) =
         wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
     let reply: Reply = decode(body)?;
-    if wait.wait {
-        let outcome = agent.run(Prompt::Reply(reply)).await?;
-        return Ok(Json(outcome).into_response());
-    }
-    agent.prompt(Prompt::Reply(reply)).await?;
-    Ok(StatusCode::ACCEPTED.into_response())
+    start(&agent, wait, Prompt::Reply(reply)).await
 }
 
 /// What a client asks of an agent, through its REST route or a WebSocket frame

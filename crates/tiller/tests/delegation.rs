@@ -14,7 +14,8 @@ use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
     AgentContext, AgentEvent, AgentHandle, AgentPath, AgentTool, AskAgentConfig, Definitions,
-    Delivered, Envelope, FnTool, RunEnd, Supervisor, ToolError, ToolOutput, ToolRegistry,
+    Delivered, Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput,
+    ToolRegistry,
 };
 
 /// An agent file named `name` listing `tools`.
@@ -129,6 +130,16 @@ async fn planner(definitions: &Definitions, supervisor: &Supervisor) -> AgentHan
         .with_name("planner")
         .with_context(context);
     supervisor.spawn(spec).await.unwrap()
+}
+
+/// The texts of a run's tool results, in order.
+fn tool_results(outcome: &RunOutcome) -> Vec<String> {
+    outcome
+        .messages
+        .iter()
+        .filter_map(|m| m.as_tool_result())
+        .map(|r| r.text_content())
+        .collect()
 }
 
 /// A child event as `path type [call]`, message updates left out.
@@ -327,12 +338,7 @@ async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results_the_model_rea
     let planner = planner(&definitions, &supervisor).await;
     let outcome = planner.run("plan it").await.unwrap();
     assert_eq!(outcome.end, RunEnd::Completed);
-    let results: Vec<String> = outcome
-        .messages
-        .iter()
-        .filter_map(|m| m.as_tool_result())
-        .map(|r| r.text_content())
-        .collect();
+    let results = tool_results(&outcome);
     assert_eq!(
         results,
         [
@@ -417,12 +423,7 @@ async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
     let definitions = definitions_with(&faux, &supervisor, &seen, config);
     let planner = planner(&definitions, &supervisor).await;
     let outcome = planner.run("plan it").await.unwrap();
-    let results: Vec<String> = outcome
-        .messages
-        .iter()
-        .filter_map(|m| m.as_tool_result())
-        .map(|r| r.text_content())
-        .collect();
+    let results = tool_results(&outcome);
     assert_eq!(
         results,
         [
