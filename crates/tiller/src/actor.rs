@@ -513,7 +513,7 @@ impl ActorState {
             thinking_level: settings.run.stream.thinking,
             tools: settings.tools.clone(),
             session_id: self.agent.session.to_string(),
-            context: self.agent.run_context().ids().clone(),
+            context: self.agent.context_ids(),
             llm: crate::LlmConfig::of(settings),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),

@@ -15,7 +15,6 @@ use std::time::Instant;
 use ractor::{ActorId, ActorRef, MessagingErr};
 use tiller_store::{Change, SessionWrite};
 
-use crate::AgentContext;
 use crate::actor::{AgentActor, Boot, Internal, Loaded};
 use crate::ask_agent::AgentPath;
 use crate::compress::with_lookup;
@@ -25,6 +24,7 @@ use crate::runtime::Runtime;
 use crate::settings::AgentSettings;
 use crate::state::AgentStatus;
 use crate::subscription::{AgentId, Delivered, Hub, Notice};
+use crate::{AgentContext, ContextIds};
 
 const IDLE: u8 = 0;
 const RUNNING: u8 = 1;
@@ -84,14 +84,6 @@ impl Agent {
         context: AgentContext,
         runtime: Arc<Runtime>,
     ) -> Self {
-        // Every agent knows the path of agents it works through (`ask_agent`).
-        let context = match context.extension::<AgentPath>() {
-            Some(_) => context,
-            None => {
-                let root = AgentPath::root(name.as_deref().unwrap_or(id.as_str()));
-                context.with_extension(root)
-            }
-        };
         Agent {
             id,
             name,
@@ -106,13 +98,26 @@ impl Agent {
         }
     }
 
-    /// Who a run works for: the agent's context in its session.
+    /// The ids of who the agent works for, in its session.
+    pub(crate) fn context_ids(&self) -> ContextIds {
+        let mut ids = self.context.ids().clone();
+        ids.session_id = Some(self.session.to_string());
+        ids
+    }
+
+    /// Who a run works for: the agent's context in its session, with the path of
+    /// agents it works through (`ask_agent`; made here, per run, rather than kept
+    /// by every idle agent).
     pub(crate) fn run_context(&self) -> AgentContext {
-        if self.context.session_id() == Some(&*self.session) {
-            self.context.clone()
-        } else {
-            self.context.clone().with_session_id(&*self.session)
+        let mut context = self.context.clone();
+        if context.session_id() != Some(&*self.session) {
+            context = context.with_session_id(&*self.session);
         }
+        if context.extension::<AgentPath>().is_none() {
+            let root = self.name.as_deref().unwrap_or(self.id.as_str());
+            context = context.with_extension(AgentPath::root(root));
+        }
+        context
     }
 
     /// Routes `message` to the agent's actor: straight to a live one, queued behind
