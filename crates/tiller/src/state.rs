@@ -64,6 +64,7 @@ pub enum AgentStatus {
     /// A run is parked on the user: a tool's question or a call's approval
     /// ([`AgentHandle::answer`](crate::AgentHandle::answer),
     /// [`approve`](crate::AgentHandle::approve), [`deny`](crate::AgentHandle::deny)).
+    /// A waiting agent that hibernated still shows this status: the reply thaws it.
     WaitingForInput,
     /// Idle long enough to be put away: no actor, no state in memory; the next
     /// request brings it back from the store.
