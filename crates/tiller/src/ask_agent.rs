@@ -5,9 +5,10 @@
 //! - it works for the caller's context ([`AgentContext::child_context`]: user,
 //!   tenant, client, evaluation flag; another user of the tenant when the model
 //!   names one and [`AskAgentConfig::allow_user_override`] allows it) and keeps a
-//!   session of its own per caller
-//!   session and definition (`{caller session}/{definition}`), so a second call in
-//!   the same conversation finds what the first one said;
+//!   session of its own per caller session and definition (`{caller
+//!   session}/{definition}`), so a second call in the same conversation finds what
+//!   the first one said (a call made while another call holds that session gets
+//!   `…/{definition}/{call id}`);
 //! - every event it publishes reaches the caller's subscribers as a
 //!   [`AgentEvent::ChildEvent`] with the path of agents it came through
 //!   ([`AgentPath`]), in order, among the caller's own events;
@@ -33,7 +34,7 @@ use tiller_core::{
 };
 
 use crate::definitions::Definitions;
-use crate::error::AgentError;
+use crate::error::{AgentError, SpawnError};
 use crate::subscription::Delivered;
 use crate::{AgentHandle, Supervisor};
 
@@ -167,12 +168,23 @@ impl AskAgent {
         {
             context = context.with_user_id(user);
         }
-        let spec = spec.with_session(session).with_context(context);
-        let child = self
+        let spec = spec.with_context(context);
+        let cannot = |error: SpawnError| ToolError::new(format!("cannot start `{name}`: {error}"));
+        let child = match self
             .supervisor
-            .spawn(spec)
+            .spawn(spec.clone().with_session(session.clone()))
             .await
-            .map_err(|error| ToolError::new(format!("cannot start `{name}`: {error}")))?;
+        {
+            Ok(child) => child,
+            // The conversation's sub-agent is busy with another call of the same
+            // turn: this call gets a session of its own.
+            Err(SpawnError::IdTaken(_)) => self
+                .supervisor
+                .spawn(spec.with_session(format!("{session}/{}", ctx.call_id())))
+                .await
+                .map_err(cannot)?,
+            Err(error) => return Err(cannot(error)),
+        };
         let answer = self.run_child(&child, name, path, text, &ctx).await;
         self.supervisor.stop(child.id().as_str()).await;
         answer

@@ -499,3 +499,38 @@ async fn a_sub_agent_works_for_another_user_only_where_allowed() {
     );
     supervisor.shutdown().await;
 }
+
+/// Two calls of one turn to the same definition run side by side, the second in a
+/// session of its own.
+#[tokio::test]
+async fn two_calls_to_one_definition_in_one_turn_both_answer() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("p1", "ask_agent", json!({"agent": "writer", "text": "one"}))
+            .with_tool_call_id("p2", "ask_agent", json!({"agent": "writer", "text": "two"})),
+    );
+    faux.push(FauxTurn::text("An answer."));
+    faux.push(FauxTurn::text("An answer."));
+    faux.push(FauxTurn::text("Both done."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(tool_results(&outcome), ["An answer.", "An answer."]);
+    assert_eq!(outcome.text(), "Both done.");
+    let session = planner.session_id();
+    let mut stored = Vec::new();
+    for id in [
+        format!("{session}/writer"),
+        format!("{session}/writer/p2"),
+        format!("{session}/writer/p1"),
+    ] {
+        if supervisor.store().load(&id).await.unwrap().is_some() {
+            stored.push(id);
+        }
+    }
+    assert_eq!(stored.len(), 2, "one session each: {stored:?}");
+    supervisor.shutdown().await;
+}
