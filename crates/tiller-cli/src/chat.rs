@@ -36,6 +36,12 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     if interactive {
         let model = agent.settings().model.as_ref().map(describe);
         crate::say!("tiller chat with {}: {HELP}", model.unwrap_or_default());
+    }
+    // A session left waiting for the user (a question, an approval) says so first.
+    if agent.status() == AgentStatus::WaitingForInput {
+        ask_user(&agent).await;
+    }
+    if interactive {
         ready();
     }
     loop {

@@ -132,11 +132,9 @@ async fn a_chat_on_the_faux_model_ends_with_its_input() {
     );
 }
 
-/// A tool that needs approval and asks for what it lacks, in a conversation: the
-/// chat shows the approval and the question, and the next lines answer them.
-#[tokio::test]
-async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
-    let scratch = Scratch::new();
+/// An agent file in `scratch` whose `remind` tool (a program) asks when, unless
+/// told; its calls wait for approval when `approvals` says so.
+fn remind_agent(scratch: &Scratch, approvals: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(scratch.path().join("tools")).unwrap();
     scratch.write(
         "tools/remind.py",
@@ -144,10 +142,18 @@ async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
             "if 'due' not in args:\n    print(json.dumps({'field': 'due', 'question': 'When?'}))\n    sys.exit(75)\nprint('set for ' + args['due'])",
         ),
     );
-    let agent = scratch.write(
+    scratch.write(
         "agent.yaml",
-        "type: object\ndescription: You set reminders.\njson_schema_extra:\n  kind: agent\n  name: reminder\n  approvals: {remind: ask}\n  tools:\n    - name: remind\n      description: Set a reminder\n      parameters: {type: object, properties: {what: {type: string}, due: {type: string}}, required: [what]}\n      command: [python3, tools/remind.py]\n",
-    );
+        &format!("type: object\ndescription: You set reminders.\njson_schema_extra:\n  kind: agent\n  name: reminder\n  approvals: {approvals}\n  tools:\n    - name: remind\n      description: Set a reminder\n      parameters: {{type: object, properties: {{what: {{type: string}}, due: {{type: string}}}}, required: [what]}}\n      command: [python3, tools/remind.py]\n"),
+    )
+}
+
+/// A tool that needs approval and asks for what it lacks, in a conversation: the
+/// chat shows the approval and the question, and the next lines answer them.
+#[tokio::test]
+async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
+    let scratch = Scratch::new();
+    let agent = remind_agent(&scratch, "{remind: ask}");
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
     server.push(dialect.tool_call("call_1", "remind", json!({"what": "call Juan"})));
@@ -186,6 +192,63 @@ async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
     assert_eq!(requests.len(), 3);
     assert_eq!(
         dialect.tool_results(&requests[2]),
+        [
+            json!({"id": "call_1", "text": "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this."}),
+            json!({"id": "call_2", "text": "set for Friday"})
+        ]
+    );
+}
+
+/// A question left waiting when the chat ended is asked again by the next chat of
+/// the same session, and the first line answers it.
+#[tokio::test]
+async fn a_session_left_waiting_asks_again_in_the_next_chat() {
+    let scratch = Scratch::new();
+    let agent = remind_agent(&scratch, "{}");
+    let store = format!("sqlite://{}", scratch.path().join("chats.db").display());
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "remind", json!({"what": "call Juan"})));
+    let args = [
+        "--agent",
+        agent.to_str().unwrap(),
+        "--session",
+        "juan",
+        "--store",
+        store.as_str(),
+    ];
+    let first = finish_with_input(
+        dialect.tiller(&server, "chat", &args),
+        b"remind me to call Juan\n",
+    )
+    .await;
+    assert!(
+        first.stderr.contains("[remind asks] When?"),
+        "{}",
+        first.stderr
+    );
+    assert_eq!(
+        first.status.code(),
+        Some(1),
+        "the conversation ended unfinished"
+    );
+
+    server.push(dialect.tool_call(
+        "call_2",
+        "remind",
+        json!({"what": "call Juan", "due": "Friday"}),
+    ));
+    server.push(dialect.text(&["Done: Friday."]));
+    let second = finish_with_input(dialect.tiller(&server, "chat", &args), b"Friday\n").await;
+    assert_eq!(second.status.code(), Some(0), "{}", second.stderr);
+    assert!(
+        second.stderr.starts_with("[remind asks] When?"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(second.stdout.trim(), "Done: Friday.");
+    assert_eq!(
+        dialect.tool_results(&server.requests()[2]),
         [
             json!({"id": "call_1", "text": "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this."}),
             json!({"id": "call_2", "text": "set for Friday"})
