@@ -196,6 +196,10 @@ async fn ask_user(agent: &AgentHandle) {
             ..
         }) => crate::say!("[{tool_name} asks] {question}"),
         Some(UserRequest::Approval {
+            reason: Some(reason),
+            ..
+        }) => crate::say!("[{reason}? y/n]"),
+        Some(UserRequest::Approval {
             tool_name, args, ..
         }) => crate::say!("[run {tool_name} {args}? y/n]"),
         None => {}

@@ -118,6 +118,9 @@ pub enum AgentEvent {
         tool_name: String,
         /// The arguments it would run with.
         args: Value,
+        /// What the tool wants approved, when the tool itself asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// An event of a sub-agent this run's tool started (`ask_agent`), in the order
     /// the sub-agent emitted it.
@@ -193,10 +196,12 @@ impl AgentEvent {
                 tool_call_id,
                 tool_name,
                 args,
+                reason,
             } => AgentEvent::ApprovalRequested {
                 tool_call_id,
                 tool_name,
                 args,
+                reason,
             },
         }
     }

@@ -464,6 +464,7 @@ fn approved(run: &Run, call: &ToolCall, tool: Arc<dyn AgentTool>, args: Value) -
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
             args,
+            reason: None,
         });
     }
     Prepared::Ready(tool, args)
@@ -535,7 +536,8 @@ async fn execute(
         updates,
         actions,
         children,
-    );
+    )
+    .approved_by_user(run.is_approved(&call.id));
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
@@ -560,6 +562,21 @@ async fn execute(
         .instrument(span)
         .await;
     ctx.close();
+    if let Ok(Err(ToolError::NeedsApproval { reason })) = &ran {
+        return if run.is_approved(&call.id) {
+            Outcome::error(format!(
+                "Tool \"{}\" asked for approval again after the user approved it: {reason}",
+                call.name
+            ))
+        } else {
+            Outcome::parked(UserRequest::Approval {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.arguments.clone(),
+                reason: Some(reason.clone()),
+            })
+        };
+    }
     let mut outcome = finish_hooks(run, after, ran, call).await;
     outcome.output.cut_to(max_output);
     outcome

@@ -12,7 +12,8 @@
 //! request:
 //! - an [`Reply::Answer`] becomes the call's result, holding the question and the
 //!   answer, and the model (called next) issues the call again;
-//! - [`Reply::Approve`] runs the call as the model made it;
+//! - [`Reply::Approve`] runs the call as the model made it (a tool that asked for
+//!   approval itself runs again and finds [`ToolContext::approved`](crate::ToolContext::approved) set);
 //! - [`Reply::Deny`] answers it with an error result.
 //!
 //! When other requests of the same turn are still open the run parks again;
@@ -49,7 +50,8 @@ pub enum UserRequest {
         /// What to ask the user.
         question: String,
     },
-    /// The call waits for the user's approval before it runs.
+    /// The call waits for the user's approval before it runs (or, with a
+    /// `reason`, before it goes on: the tool asked).
     Approval {
         /// The call waiting.
         tool_call_id: String,
@@ -57,6 +59,10 @@ pub enum UserRequest {
         tool_name: String,
         /// The arguments it would run with.
         args: Value,
+        /// What the tool wants approved, when the tool itself asked
+        /// ([`ToolError::NeedsApproval`](crate::ToolError::NeedsApproval)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
 }
 
@@ -283,6 +289,7 @@ mod tests {
             tool_call_id: "a".into(),
             tool_name: "t".into(),
             args: json!({}),
+            reason: None,
         };
         assert!(Reply::Approve.fits(&approval));
         assert!(Reply::Deny { reason: None }.fits(&approval));

@@ -207,6 +207,14 @@ pub enum ToolError {
         /// What to ask the user, such as "When is it due?".
         question: String,
     },
+    /// The call must not go on without the user's approval (it found it would
+    /// delete more than it was told, say): the run parks with `reason` (an
+    /// `approval_requested` event); approved, the tool runs again with
+    /// [`ToolContext::approved`] set; denied, the denial is its result.
+    NeedsApproval {
+        /// What the user is asked to approve.
+        reason: String,
+    },
 }
 
 impl ToolError {
@@ -223,11 +231,20 @@ impl ToolError {
         }
     }
 
-    /// The message (for a request for input, its question).
+    /// A request for the user's approval of `reason`.
+    pub fn needs_approval(reason: impl Into<String>) -> Self {
+        ToolError::NeedsApproval {
+            reason: reason.into(),
+        }
+    }
+
+    /// The message (for a request for input, its question; for approval, its
+    /// reason).
     pub fn message(&self) -> &str {
         match self {
             ToolError::Failed(message) => message,
             ToolError::NeedsInput { question, .. } => question,
+            ToolError::NeedsApproval { reason } => reason,
         }
     }
 }
@@ -247,6 +264,10 @@ impl fmt::Debug for ToolError {
                 .field("field", field)
                 .field("question", question)
                 .finish(),
+            ToolError::NeedsApproval { reason } => f
+                .debug_struct("NeedsApproval")
+                .field("reason", reason)
+                .finish(),
         }
     }
 }
@@ -258,6 +279,7 @@ impl fmt::Display for ToolError {
             ToolError::NeedsInput { field, question } => {
                 write!(f, "needs `{field}`: {question}")
             }
+            ToolError::NeedsApproval { reason } => write!(f, "needs approval: {reason}"),
         }
     }
 }
@@ -275,6 +297,7 @@ pub struct ToolContext {
     update: UpdateFn,
     act: ActFn,
     child: ChildFn,
+    approved: bool,
     open: Arc<AtomicBool>,
 }
 
@@ -294,8 +317,22 @@ impl ToolContext {
             update,
             act,
             child,
+            approved: false,
             open: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// The same context for a call the user approved in a reply.
+    pub(crate) fn approved_by_user(mut self, approved: bool) -> Self {
+        self.approved = approved;
+        self
+    }
+
+    /// Whether the user approved this call in a reply to its approval request
+    /// (its tool's policy asked, or the tool did with
+    /// [`ToolError::NeedsApproval`]).
+    pub fn approved(&self) -> bool {
+        self.approved
     }
 
     /// A context for running a tool outside a loop (in a test, say): updates go to `on_update`.

@@ -323,6 +323,7 @@ async fn calls_wait_for_approval_and_run_only_when_approved() {
         tool_call_id: "b".into(),
         tool_name: "delete".into(),
         args: json!({"path": "/home/b"}),
+        reason: None,
     }));
 
     // Denied: the call's result is the refusal, and the model goes on.
@@ -429,4 +430,54 @@ async fn an_aborted_run_does_not_park() {
             ..
         })
     ));
+}
+
+#[tokio::test]
+async fn a_tool_asks_for_approval_itself_and_runs_again_once_approved() {
+    let runs = log();
+    let purge = {
+        let runs = runs.clone();
+        Arc::new(FnTool::new(
+            "purge",
+            "Purge old files",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                let runs = runs.clone();
+                async move {
+                    runs.lock()
+                        .unwrap()
+                        .push(format!("approved={}", ctx.approved()));
+                    if !ctx.approved() {
+                        return Err(ToolError::needs_approval("purge 512 files"));
+                    }
+                    Ok(ToolOutput::text("purged"))
+                }
+            },
+        )) as Arc<dyn AgentTool>
+    };
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::new().with_tool_call_id("p", "purge", json!({})));
+    faux.push(FauxTurn::text("Purged."));
+    let (events, transcript) = run("purge".into(), vec![], vec![purge.clone()], config(&faux))
+        .await
+        .unwrap();
+    assert!(events.contains(&AgentEvent::ApprovalRequested {
+        tool_call_id: "p".into(),
+        tool_name: "purge".into(),
+        args: json!({}),
+        reason: Some("purge 512 files".into()),
+    }));
+    let (_, transcript) = run(
+        Prompt::Reply(Reply::Approve),
+        transcript,
+        vec![purge],
+        config(&faux),
+    )
+    .await
+    .unwrap();
+    assert_eq!(logged(&runs), ["approved=false", "approved=true"]);
+    assert_eq!(
+        transcript[3].as_tool_result().unwrap().text_content(),
+        "purged"
+    );
 }

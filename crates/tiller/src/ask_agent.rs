@@ -19,7 +19,9 @@
 //!   descendant); it has [`AskAgentConfig::timeout`] to answer; a failure is the
 //!   call's error;
 //! - a question it asks the user ([`ToolError::NeedsInput`]) becomes the caller's
-//!   question: the caller parks, and the model asks again with the answer;
+//!   question: the caller parks, and the model asks again with the answer; a call
+//!   it wants approved becomes the caller's approval request
+//!   ([`ToolError::NeedsApproval`]): approved, the same sub-agent goes on with it;
 //! - delegation is at most [`AskAgentConfig::max_depth`] levels deep, and a
 //!   definition already on the path is refused (a cycle).
 
@@ -29,8 +31,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tiller_core::{
-    AgentContext, AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError, ToolOutput,
-    UserRequest,
+    AgentContext, AgentEvent, AgentTool, Output, Prompt, Reply, RunEnd, ToolContext, ToolError,
+    ToolOutput, UserRequest,
 };
 
 use crate::definitions::Definitions;
@@ -201,10 +203,17 @@ impl AskAgent {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let failed = |error: AgentError| ToolError::new(format!("`{name}`: {error}"));
-        // A question the sub-agent left open last time is moot now.
-        if !child.state().await.map_err(failed)?.waiting.is_empty() {
-            child.abort();
-        }
+        let waiting = child.state().await.map_err(failed)?.waiting;
+        let prompt = match waiting.first() {
+            // The user approved what the sub-agent asked for: it goes on.
+            Some(UserRequest::Approval { .. }) if ctx.approved() => Prompt::Reply(Reply::Approve),
+            // A request the sub-agent left open last time is moot now.
+            Some(_) => {
+                child.abort();
+                Prompt::from(text)
+            }
+            None => Prompt::from(text),
+        };
         let _relay = {
             let ctx = ctx.clone();
             child.relay(move |envelope| match &envelope.event {
@@ -217,7 +226,7 @@ impl AskAgent {
             })
         };
         let outcome = tokio::select! {
-            outcome = tokio::time::timeout(self.config.timeout, child.run(text)) => outcome,
+            outcome = tokio::time::timeout(self.config.timeout, child.run(prompt)) => outcome,
             () = ctx.cancel().cancelled() => {
                 child.abort();
                 child.wait_for_idle().await;
@@ -245,8 +254,17 @@ impl AskAgent {
                         field,
                         format!("({name} asks) {question}"),
                     )),
-                    _ => Err(ToolError::new(format!(
-                        "`{name}` waits for an approval, which a sub-agent cannot get"
+                    Some(UserRequest::Approval {
+                        tool_name,
+                        args,
+                        reason,
+                        ..
+                    }) => Err(ToolError::needs_approval(match reason {
+                        Some(reason) => format!("({name} asks) {reason}"),
+                        None => format!("({name} asks) run {tool_name} {args}"),
+                    })),
+                    None => Err(ToolError::new(format!(
+                        "`{name}` stopped waiting for the user"
                     ))),
                 }
             }

@@ -243,6 +243,7 @@ async fn approvals_park_the_call_until_approved_or_denied() {
             tool_call_id: "a".into(),
             tool_name: "delete".into(),
             args: json!({"path": "/a"}),
+            reason: None,
         }]
     );
     faux.push(FauxTurn::text("Kept it."));

@@ -534,3 +534,48 @@ async fn two_calls_to_one_definition_in_one_turn_both_answer() {
     assert_eq!(stored.len(), 2, "one session each: {stored:?}");
     supervisor.shutdown().await;
 }
+
+/// A call a sub-agent must have approved becomes the caller's approval request;
+/// approved, the same sub-agent runs it and answers.
+#[tokio::test]
+async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "writer", "who am I?"));
+    faux.push(FauxTurn::new().with_tool_call_id("w1", "whoami", json!({})));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let mut definitions = Definitions::new()
+        .with_tools(registry(&seen))
+        .with_default_model(faux.model());
+    definitions
+        .insert(agent("planner", &["ask_agent"]))
+        .unwrap();
+    let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
+    definitions
+        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
+        .unwrap();
+    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let planner = planner(&definitions, &supervisor).await;
+    assert_eq!(planner.run("plan it").await.unwrap().end, RunEnd::Parked);
+    assert_eq!(
+        planner.state().await.unwrap().waiting,
+        vec![tiller::UserRequest::Approval {
+            tool_call_id: "p1".into(),
+            tool_name: "ask_agent".into(),
+            args: json!({"agent": "writer", "text": "who am I?"}),
+            reason: Some("(writer asks) run whoami {}".into()),
+        }]
+    );
+    assert!(seen.lock().unwrap().is_empty());
+
+    faux.push(FauxTurn::text("You are u-7."));
+    faux.push(FauxTurn::text("Done."));
+    let outcome = planner
+        .run(tiller::Prompt::Reply(tiller::Reply::Approve))
+        .await
+        .unwrap();
+    assert_eq!(outcome.text(), "Done.");
+    assert_eq!(tool_results(&outcome), ["You are u-7."]);
+    assert_eq!(seen.lock().unwrap().len(), 1, "the writer ran whoami once");
+    supervisor.shutdown().await;
+}
