@@ -44,7 +44,7 @@ use crate::{AgentHandle, Supervisor};
 pub const ASK_AGENT_TOOL: &str = "ask_agent";
 
 /// The agents a run works through: the root agent's name (or id), then each
-/// sub-agent's definition. Every agent's context carries one;
+/// sub-agent's definition. Every run's context carries one;
 /// [`ToolContext::agent`] shows it to tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPath(Vec<String>);
