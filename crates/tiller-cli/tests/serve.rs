@@ -573,6 +573,10 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
             )
         }
     };
+    let get = |base: &str, path: &str| {
+        let request = http.get(format!("{base}{path}"));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
     let base = serving.base.clone();
     let created = post(
         &base,
@@ -588,14 +592,7 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
     )
     .await;
     assert_eq!((status, &outcome["end"]), (200, &json!("parked")));
-    let state: Value = http
-        .get(format!("{base}/agents/r"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state = get(&base, "/agents/r").await;
     assert_eq!(state["status"], "waiting_for_input");
     let question = json!([{"type": "input", "tool_call_id": "call_1", "tool_name": "remind", "field": "due", "question": "When?"}]);
     assert_eq!(state["waiting"], question);
@@ -620,14 +617,7 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
     )
     .await;
     assert_eq!(resumed.0, 201);
-    let state: Value = http
-        .get(format!("{base}/agents/r"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state = get(&base, "/agents/r").await;
     assert_eq!(
         (&state["status"], &state["waiting"]),
         (&json!("waiting_for_input"), &question)
