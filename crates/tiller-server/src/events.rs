@@ -10,23 +10,33 @@
 //! slowing the agent.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::response::sse::Event;
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
-use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Subscription};
+use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 use tokio::sync::{broadcast, watch};
 
 use crate::Shared;
 use crate::metrics::{AgentClock, Metrics};
 
-/// The last events of one agent, for clients that come back.
+/// The last events of one agent, for clients that come back. It records each
+/// event as the agent publishes it (a [`Relay`]: no task, no queue, no wake-up
+/// per event), until it is dropped.
 pub(crate) struct Replay {
+    recording: Arc<Recording>,
+    _relay: Relay,
+}
+
+/// What the relay writes to.
+struct Recording {
     events: Mutex<VecDeque<Arc<Envelope>>>,
     capacity: usize,
     /// The number of the next event to record: everything below it is recorded.
     recorded: watch::Sender<u64>,
+    /// The agent's model calls, timed for the metrics.
+    clock: Mutex<AgentClock>,
 }
 
 impl Replay {
@@ -37,38 +47,51 @@ impl Replay {
         capacity: usize,
         metrics: &Arc<Metrics>,
     ) -> Arc<Replay> {
-        let mut events = agent.subscribe_with_buffer(capacity.max(1));
-        let replay = Arc::new(Replay {
+        let recording = Arc::new(Recording {
             events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
             capacity: capacity.max(1),
-            recorded: watch::Sender::new(events.starts_at()),
+            recorded: watch::Sender::new(0),
+            clock: Mutex::new(AgentClock::default()),
         });
-        let recording = replay.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut clock = AgentClock::default();
-            while let Some(envelope) = events.next().await {
-                metrics.observe(&envelope.event, &mut clock);
-                recording.push(envelope);
-            }
-        });
-        replay
+        let relay = {
+            let recording = recording.clone();
+            let metrics = metrics.clone();
+            agent.relay(move |envelope| {
+                metrics.observe(&envelope.event, &mut lock(&recording.clock));
+                recording.push(envelope.clone());
+            })
+        };
+        // Nothing numbered below the relay's first event will come.
+        recording.advance(relay.starts_at());
+        Arc::new(Replay {
+            recording,
+            _relay: relay,
+        })
     }
 
+    /// The recorded events numbered after `seq` and below `until`, once every
+    /// event below `until` is recorded; and how many of them are gone from the
+    /// buffer.
+    async fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
+        self.recording.between(seq, until).await
+    }
+}
+
+impl Recording {
     fn push(&self, envelope: Arc<Envelope>) {
-        // A `lagged` notice (the recording fell behind) stands for the events it
-        // counts: they are gone, not still to come.
-        let next = match envelope.event {
-            Delivered::Notice(Notice::Lagged { missed }) => envelope.seq + missed,
-            _ => envelope.seq + 1,
-        };
+        let next = envelope.seq + 1;
         {
-            let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut events = lock(&self.events);
             if events.len() == self.capacity {
                 events.pop_front();
             }
             events.push_back(envelope);
         }
+        self.advance(next);
+    }
+
+    /// Everything below `next` is recorded (never moving back).
+    fn advance(&self, next: u64) {
         self.recorded.send_if_modified(|recorded| {
             let moved = next > *recorded;
             *recorded = (*recorded).max(next);
@@ -80,13 +103,15 @@ impl Replay {
     /// event below `until` is recorded; and how many of them are gone from the
     /// buffer.
     async fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
-        // Err only once the recording ended (the agent is gone): take what it has.
+        // The relay records each event while it is published, so everything
+        // below a live subscription's first event is here already; Err only once
+        // the recording ended.
         let _ = self
             .recorded
             .subscribe()
             .wait_for(|recorded| *recorded >= until)
             .await;
-        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let events = lock(&self.events);
         let kept: Vec<_> = events
             .iter()
             .filter(|envelope| envelope.seq > seq && envelope.seq < until)
@@ -98,6 +123,10 @@ impl Replay {
         };
         (kept, missed)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The events a client reads: when it came back after `last_seen`, the recorded

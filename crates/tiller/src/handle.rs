@@ -14,7 +14,7 @@ use crate::message::{AgentMsg, Queues};
 use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
-use crate::subscription::{AgentId, Subscription};
+use crate::subscription::{AgentId, Relay, Subscription};
 use tiller_core::{Prompt, Reply};
 
 /// A handle to one agent: prompt it, steer it, queue follow-ups, watch it, abort and
@@ -202,12 +202,12 @@ impl AgentHandle {
         }
     }
 
-    /// Calls `relay` with every delivery of the agent from now on, as it is
-    /// published, until the returned guard is dropped.
-    pub(crate) fn relay(
-        &self,
-        relay: impl Fn(&Arc<crate::Envelope>) + Send + Sync + 'static,
-    ) -> crate::subscription::Relay {
+    /// Calls `relay` with every delivery of the agent from now on — on the thread
+    /// that publishes it, in order, with no queue between, so nothing is lost
+    /// and nothing waits to be woken — until the returned [`Relay`] is dropped.
+    /// `relay` must be quick and must not block: the agent waits for it. For
+    /// work that may take time, [`AgentHandle::subscribe`].
+    pub fn relay(&self, relay: impl Fn(&Arc<crate::Envelope>) + Send + Sync + 'static) -> Relay {
         self.agent.hub.relay(relay)
     }
 

@@ -83,7 +83,7 @@ pub use message::{AgentMsg, Queues, SettingsChange};
 pub use overrides::RunOverrides;
 pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
-pub use subscription::{AgentId, Delivered, Envelope, Notice, Subscription};
+pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
 pub use tiller_core::ToolFilter;
 pub use tool_registry::ToolRegistry;

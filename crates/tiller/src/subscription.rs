@@ -124,13 +124,33 @@ struct Mailbox {
 type RelayFn = Box<dyn Fn(&Arc<Envelope>) + Send + Sync>;
 
 /// A callback that sees every delivery of an agent as it is published, in order
-/// and without a queue (a parent's `ask_agent` passing a sub-agent's events on);
-/// dropping it removes it.
-pub(crate) struct Relay(Arc<Mailbox>);
+/// and without a queue (a parent's `ask_agent` passing a sub-agent's events on, a
+/// server's replay buffer); made by [`crate::AgentHandle::relay`], removed when
+/// dropped.
+pub struct Relay {
+    mailbox: Arc<Mailbox>,
+    starts_at: u64,
+}
+
+impl Relay {
+    /// The sequence number of the first delivery it sees: everything numbered
+    /// below was published before it was made.
+    pub fn starts_at(&self) -> u64 {
+        self.starts_at
+    }
+}
+
+impl fmt::Debug for Relay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Relay")
+            .field("starts_at", &self.starts_at)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        self.0.close();
+        self.mailbox.close();
     }
 }
 
@@ -229,11 +249,15 @@ impl Hub {
             state: Mutex::new(MailboxState::default()),
             relay: Some(Box::new(relay)),
         });
-        self.subscribers
+        let mut subscribers = self
+            .subscribers
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(mailbox.clone());
-        Relay(mailbox)
+            .unwrap_or_else(PoisonError::into_inner);
+        subscribers.push(mailbox.clone());
+        // Numbered under the same lock, as for a subscription.
+        let starts_at = self.next_seq.load(Ordering::Relaxed);
+        drop(subscribers);
+        Relay { mailbox, starts_at }
     }
 
     /// Publishes to every subscriber, numbering the delivery. The number is taken
