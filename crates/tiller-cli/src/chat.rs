@@ -182,13 +182,15 @@ fn read_lines() -> mpsc::Receiver<String> {
     receiver
 }
 
+/// The oldest request the agent's parked run waits for.
+async fn oldest_request(agent: &AgentHandle) -> Option<UserRequest> {
+    let state = agent.state().await.ok()?;
+    state.waiting.into_iter().next()
+}
+
 /// Shows what the parked run waits for.
 async fn ask_user(agent: &AgentHandle) {
-    let waiting = agent
-        .state()
-        .await
-        .ok()
-        .and_then(|state| state.waiting.into_iter().next());
+    let waiting = oldest_request(agent).await;
     match waiting {
         Some(UserRequest::Input {
             tool_name,
@@ -209,11 +211,7 @@ async fn ask_user(agent: &AgentHandle) {
 /// The user's reply to what the parked run waits for: an answer, or y/n for an
 /// approval.
 async fn reply(agent: &AgentHandle, text: &str) {
-    let waiting = agent
-        .state()
-        .await
-        .ok()
-        .and_then(|state| state.waiting.into_iter().next());
+    let waiting = oldest_request(agent).await;
     let replied = match (waiting, text.to_ascii_lowercase().as_str()) {
         (Some(UserRequest::Approval { .. }), "y" | "yes") => agent.approve().await,
         (Some(UserRequest::Approval { .. }), "n" | "no") => agent.deny(None).await,

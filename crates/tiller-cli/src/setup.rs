@@ -12,12 +12,11 @@
 //! file's `base_url` is not, so its key must be named with `api_key_env`.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use tiller::env::{EnvError, model_from};
 use tiller::{
-    ASK_AGENT_TOOL, AgentSettings, AgentTool, ApiKey, AskAgentConfig, Definitions, LlmConfig,
-    LlmConfigs, Model, Supervisor, ToolRegistry,
+    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Definitions, DefinitionsError,
+    LlmConfig, LlmConfigs, Model, Supervisor, ToolRegistry,
 };
 
 use crate::cli::AgentOptions;
@@ -89,11 +88,13 @@ impl Setup {
                     origin: format!("{}: json_schema_extra.llm", file.path.display()),
                     reason: error.to_string(),
                 })?;
-            let mut registry = ToolRegistry::new();
-            registry.connect_mcp(&file.mcp_servers).await?;
-            if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
-                registry.register(ask_agent(file, &settings, supervisor).await?);
-            }
+            let registry = if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
+                delegating(file, &settings, supervisor).await?
+            } else {
+                let mut registry = ToolRegistry::new();
+                registry.connect_mcp(&file.mcp_servers).await?;
+                registry
+            };
             file.apply(&mut settings, &registry)?;
         }
         settings.run.stream.api_key = api_key;
@@ -118,30 +119,32 @@ impl Setup {
     }
 }
 
-/// `ask_agent` over the agent files beside `file` (their MCP servers connected),
-/// which get `settings`' model when they name none.
-async fn ask_agent(
+/// The registry of a file that lists `ask_agent`: that of the agent files of its
+/// folder (itself among them; their MCP servers connected once), which get
+/// `settings`' model when they name none, with `ask_agent` over them.
+async fn delegating(
     file: &AgentFile,
     settings: &AgentSettings,
     supervisor: &Supervisor,
-) -> Result<Arc<dyn AgentTool>, SetupError> {
+) -> Result<ToolRegistry, SetupError> {
     let folder = file.path.parent().unwrap_or(Path::new("."));
-    let unusable = |reason: String| SetupError::Model {
+    let unusable = |error: DefinitionsError| SetupError::Model {
         origin: format!("{}: ask_agent", file.path.display()),
-        reason,
+        reason: error.to_string(),
     };
-    let mut definitions = Definitions::load_dir(folder).map_err(|e| unusable(e.to_string()))?;
+    let mut definitions = Definitions::load_dir(folder).map_err(unusable)?;
     if let Some(model) = &settings.model {
         definitions = definitions.with_default_model(model.clone());
     }
     definitions
         .connect_mcp()
         .await
-        .map_err(|e| unusable(e.to_string()))?;
-    definitions
-        .with_ask_agent(supervisor, AskAgentConfig::default())
-        .tool(ASK_AGENT_TOOL)
-        .ok_or_else(|| unusable("ask_agent could not be made".to_owned()))
+        .map_err(|error| match error {
+            DefinitionsError::Mcp(error) => SetupError::Mcp(error),
+            error => unusable(error),
+        })?;
+    let definitions = definitions.with_ask_agent(supervisor, AskAgentConfig::default());
+    Ok(definitions.tools().clone())
 }
 
 /// Where a model setting came from, for error messages.

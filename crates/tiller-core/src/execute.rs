@@ -181,7 +181,9 @@ fn end(run: &Run, call: &ToolCall, outcome: &Outcome) {
         // Subscribers have had the content already.
         ToolOutput {
             content: Vec::new(),
-            ..outcome.output.clone()
+            details: outcome.output.details.clone(),
+            terminate: outcome.output.terminate,
+            streamed: true,
         }
     } else {
         outcome.output.clone()
@@ -203,8 +205,12 @@ fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
     let result = result_message(call, outcome.clone());
     let start = if outcome.output.streamed {
         ToolResultMessage {
+            tool_call_id: result.tool_call_id.clone(),
+            tool_name: result.tool_name.clone(),
             content: Vec::new(),
-            ..result.clone()
+            details: result.details.clone(),
+            is_error: result.is_error,
+            timestamp: result.timestamp,
         }
     } else {
         result.clone()

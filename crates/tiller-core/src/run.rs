@@ -140,13 +140,22 @@ pub fn check_reply<M: std::borrow::Borrow<AgentMessage>>(
     Ok(waiting)
 }
 
+/// Checks that a run can start from new messages on the transcript `messages`:
+/// no request waits for the user's reply.
+pub fn check_prompt<M: std::borrow::Borrow<AgentMessage>>(
+    messages: &[M],
+) -> Result<(), ContinueError> {
+    match open_requests(messages).into_iter().next() {
+        Some(waiting) => Err(ContinueError::WaitingForReply {
+            waiting: Box::new(waiting),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Checks that a run can continue from `context`.
 pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
-    if let Some(waiting) = open_requests(&context.messages).into_iter().next() {
-        return Err(ContinueError::WaitingForReply {
-            waiting: Box::new(waiting),
-        });
-    }
+    check_prompt(&context.messages)?;
     match context.messages.last() {
         None => Err(ContinueError::EmptyContext),
         Some(message) if message.as_assistant().is_some() => Err(ContinueError::EndsWithAssistant),
@@ -168,11 +177,7 @@ pub async fn run_loop(
 ) -> Result<Vec<AgentMessage>, ContinueError> {
     let start = match prompt {
         Prompt::Messages(messages) => {
-            if let Some(waiting) = open_requests(&context.messages).into_iter().next() {
-                return Err(ContinueError::WaitingForReply {
-                    waiting: Box::new(waiting),
-                });
-            }
+            check_prompt(&context.messages)?;
             Start::Messages(messages)
         }
         Prompt::Continue => {

@@ -307,10 +307,16 @@ pub(crate) async fn prompt(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let agent = shared.agent_for(&headers, &id)?;
-    let Query(wait) =
-        wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
+    let wait = wait_of(wait)?;
     let Text { text } = decode(body)?;
     start(&agent, wait, Prompt::from(text)).await
+}
+
+/// The `?wait=` of a request, or why it is not one.
+fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait, Problem> {
+    let Query(wait) =
+        wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
+    Ok(wait)
 }
 
 /// Starts a run from `prompt`: 202 once accepted, or its outcome with `?wait=true`.
@@ -334,8 +340,7 @@ pub(crate) async fn reply(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let agent = shared.agent_for(&headers, &id)?;
-    let Query(wait) =
-        wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
+    let wait = wait_of(wait)?;
     let reply: Reply = decode(body)?;
     start(&agent, wait, Prompt::Reply(reply)).await
 }

@@ -35,8 +35,6 @@ struct Recording {
     capacity: usize,
     /// The number of the next event to record: everything below it is recorded.
     recorded: watch::Sender<u64>,
-    /// The agent's model calls, timed for the metrics.
-    clock: Mutex<AgentClock>,
 }
 
 impl Replay {
@@ -51,13 +49,14 @@ impl Replay {
             events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
             capacity: capacity.max(1),
             recorded: watch::Sender::new(0),
-            clock: Mutex::new(AgentClock::default()),
         });
         let relay = {
             let recording = recording.clone();
             let metrics = metrics.clone();
+            // The agent's model calls, timed for the metrics.
+            let mut clock = AgentClock::default();
             agent.relay(move |envelope| {
-                metrics.observe(&envelope.event, &mut lock(&recording.clock));
+                metrics.observe(&envelope.event, &mut clock);
                 recording.push(envelope.clone());
             })
         };

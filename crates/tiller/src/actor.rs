@@ -22,7 +22,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Spawn
 use tiller_ai::PartialMessage;
 use tiller_core::{
     AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, answer_open_calls,
-    cancel_requests, check_reply, open_requests, run_loop,
+    cancel_requests, check_prompt, check_reply, open_requests, run_loop,
 };
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
 use tokio::sync::oneshot;
@@ -577,12 +577,8 @@ impl ActorState {
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
-        if !matches!(prompt, Prompt::Reply(_))
-            && let Some(waiting) = open_requests(&self.messages).into_iter().next()
-        {
-            return Err(AgentError::WaitingForReply {
-                waiting: Box::new(waiting),
-            });
+        if !matches!(prompt, Prompt::Reply(_)) {
+            check_prompt(&self.messages)?;
         }
         let (prompt, skip_first_steering) = match prompt {
             Prompt::Reply(reply) => {

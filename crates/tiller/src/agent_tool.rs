@@ -5,7 +5,6 @@
 //! agent is stopped afterwards; a cancelled call aborts it. `tiller mcp` offers
 //! definitions to MCP hosts this way.
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tiller_ai::AssistantEvent;
@@ -13,7 +12,7 @@ use tiller_core::{AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError,
 
 use crate::agent_file::model_safe_name;
 use crate::subscription::Delivered;
-use crate::{AgentSpec, Supervisor};
+use crate::{AgentSpec, RunOutcome, Supervisor};
 
 /// An agent definition as a tool (see the module docs).
 pub struct AgentAsTool {
@@ -80,43 +79,40 @@ impl AgentTool for AgentAsTool {
                 .spawn(spec)
                 .await
                 .map_err(|error| ToolError::new(error.to_string()))?;
-            let mut events = agent.subscribe();
             let streaming = ctx.clone();
-            let relay = async move {
-                while let Some(envelope) = events.next().await {
-                    if let Delivered::Event(AgentEvent::MessageUpdate {
-                        assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-                    }) = &envelope.event
-                    {
-                        streaming.update(ToolOutput::text(delta.clone()));
-                    }
+            let relay = agent.relay(move |envelope| {
+                if let Delivered::Event(AgentEvent::MessageUpdate {
+                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                }) = &envelope.event
+                {
+                    streaming.update(ToolOutput::text(delta.clone()));
                 }
-            };
-            let run = async {
-                tokio::select! {
-                    outcome = agent.run(text) => Some(outcome),
-                    () = ctx.cancel().cancelled() => None,
-                }
-            };
+            });
             let outcome = tokio::select! {
-                outcome = run => outcome,
-                // The relay ends only when the agent is gone.
-                () = relay => None,
+                outcome = agent.run(text) => Some(outcome),
+                () = ctx.cancel().cancelled() => None,
             };
+            drop(relay);
             self.supervisor.stop(agent.id().as_str()).await;
             let outcome = outcome
                 .ok_or_else(|| ToolError::new("cancelled"))?
                 .map_err(|error| ToolError::new(error.to_string()))?;
-            match (&outcome.end, &outcome.output) {
-                (RunEnd::Completed, Some(Output::Valid { value })) => {
-                    Ok(ToolOutput::text(outcome.text()).with_details(value.clone()))
-                }
-                (RunEnd::Completed, None) => Ok(ToolOutput::text(outcome.text())),
-                (end, _) => Err(ToolError::new(match outcome.error() {
-                    Some(error) => format!("the agent's run ended ({end:?}): {error}"),
-                    None => format!("the agent's run ended ({end:?}) without an answer"),
-                })),
-            }
+            answer(&outcome, "the agent")
         })
+    }
+}
+
+/// The final answer of an agent's run as a tool's output (its structured output
+/// in the details); any other end, an error naming `who`.
+pub(crate) fn answer(outcome: &RunOutcome, who: &str) -> Result<ToolOutput, ToolError> {
+    match (&outcome.end, &outcome.output) {
+        (RunEnd::Completed, Some(Output::Valid { value })) => {
+            Ok(ToolOutput::text(outcome.text()).with_details(value.clone()))
+        }
+        (RunEnd::Completed, None) => Ok(ToolOutput::text(outcome.text())),
+        (end, _) => Err(ToolError::new(match outcome.error() {
+            Some(error) => format!("{who}'s run ended ({end:?}): {error}"),
+            None => format!("{who}'s run ended ({end:?}) without an answer"),
+        })),
     }
 }

@@ -31,10 +31,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tiller_core::{
-    AgentContext, AgentEvent, AgentTool, Output, Prompt, Reply, RunEnd, ToolContext, ToolError,
-    ToolOutput, UserRequest,
+    AgentContext, AgentEvent, AgentTool, Prompt, Reply, RunEnd, ToolContext, ToolError, ToolOutput,
+    UserRequest,
 };
 
+use crate::agent_tool::answer;
 use crate::definitions::Definitions;
 use crate::error::{AgentError, SpawnError};
 use crate::subscription::Delivered;
@@ -225,64 +226,52 @@ impl AskAgent {
                 Delivered::Notice(_) => {}
             })
         };
+        // Stopped here rather than by the supervisor, so that its last events
+        // still reach the caller's subscribers.
+        let halt = |why: String| async move {
+            child.abort();
+            child.wait_for_idle().await;
+            Err(ToolError::new(why))
+        };
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(self.config.timeout, child.run(prompt)) => outcome,
-            () = ctx.cancel().cancelled() => {
-                child.abort();
-                child.wait_for_idle().await;
-                return Err(ToolError::new(format!("`{name}` was aborted")));
-            }
+            () = ctx.cancel().cancelled() => return halt(format!("`{name}` was aborted")).await,
         };
         let outcome = match outcome {
             Err(_) => {
-                child.abort();
-                child.wait_for_idle().await;
-                return Err(ToolError::new(format!(
-                    "`{name}` did not answer within {:?}",
-                    self.config.timeout
-                )));
+                let timeout = self.config.timeout;
+                return halt(format!("`{name}` did not answer within {timeout:?}")).await;
             }
             Ok(outcome) => outcome.map_err(failed)?,
         };
-        match (&outcome.end, &outcome.output) {
-            (RunEnd::Parked, _) => {
-                let state = child.state().await.map_err(failed)?;
-                match state.waiting.into_iter().next() {
-                    Some(UserRequest::Input {
-                        field, question, ..
-                    }) => Err(ToolError::needs_input(
-                        field,
-                        format!("({name} asks) {question}"),
-                    )),
-                    Some(UserRequest::Approval {
-                        tool_name,
-                        args,
-                        reason,
-                        ..
-                    }) => Err(ToolError::needs_approval(match reason {
-                        Some(reason) => format!("({name} asks) {reason}"),
-                        None => format!("({name} asks) run {tool_name} {args}"),
-                    })),
-                    None => Err(ToolError::new(format!(
-                        "`{name}` stopped waiting for the user"
-                    ))),
-                }
-            }
-            (RunEnd::Completed, Some(Output::Valid { value })) => Ok(streamed(
-                ToolOutput::text(outcome.text()).with_details(value.clone()),
+        if outcome.end != RunEnd::Parked {
+            return answer(&outcome, &format!("`{name}`")).map(|mut output| {
+                output.streamed = true;
+                output
+            });
+        }
+        let state = child.state().await.map_err(failed)?;
+        match state.waiting.into_iter().next() {
+            Some(UserRequest::Input {
+                field, question, ..
+            }) => Err(ToolError::needs_input(
+                field,
+                format!("({name} asks) {question}"),
             )),
-            (RunEnd::Completed, None) => Ok(streamed(ToolOutput::text(outcome.text()))),
-            (end, _) => Err(ToolError::new(match outcome.error() {
-                Some(error) => format!("`{name}`'s run ended ({end:?}): {error}"),
-                None => format!("`{name}`'s run ended ({end:?}) without an answer"),
+            Some(UserRequest::Approval {
+                tool_name,
+                args,
+                reason,
+                ..
+            }) => Err(ToolError::needs_approval(match reason {
+                Some(reason) => format!("({name} asks) {reason}"),
+                None => format!("({name} asks) run {tool_name} {args}"),
             })),
+            None => Err(ToolError::new(format!(
+                "`{name}` stopped waiting for the user"
+            ))),
         }
     }
-}
-
-fn streamed(mut output: ToolOutput) -> ToolOutput {
-    output.streamed = true;
-    output
 }
 
 impl AgentTool for AskAgent {

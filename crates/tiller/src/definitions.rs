@@ -210,6 +210,12 @@ impl Definitions {
         self.tools.get(name)
     }
 
+    /// The registry their agents take tools from (with the MCP connections made
+    /// by [`Definitions::connect_mcp`]).
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
     /// The same definitions giving `model` to agents whose file names none.
     pub fn with_default_model(mut self, model: Model) -> Self {
         self.default_model = Some(model);

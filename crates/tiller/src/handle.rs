@@ -205,9 +205,9 @@ impl AgentHandle {
     /// Calls `relay` with every delivery of the agent from now on — on the thread
     /// that publishes it, in order, with no queue between, so nothing is lost
     /// and nothing waits to be woken — until the returned [`Relay`] is dropped.
-    /// `relay` must be quick and must not block: the agent waits for it. For
-    /// work that may take time, [`AgentHandle::subscribe`].
-    pub fn relay(&self, relay: impl Fn(&Arc<crate::Envelope>) + Send + Sync + 'static) -> Relay {
+    /// `relay` must be quick and must not block (nor drop its own [`Relay`]): the
+    /// agent waits for it. For work that may take time, [`AgentHandle::subscribe`].
+    pub fn relay(&self, relay: impl FnMut(&Arc<crate::Envelope>) + Send + 'static) -> Relay {
         self.agent.hub.relay(relay)
     }
 

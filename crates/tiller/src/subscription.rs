@@ -118,10 +118,9 @@ pub(crate) struct Hub {
 struct Mailbox {
     capacity: usize,
     state: Mutex<MailboxState>,
-    relay: Option<RelayFn>,
 }
 
-type RelayFn = Box<dyn Fn(&Arc<Envelope>) + Send + Sync>;
+type RelayFn = Box<dyn FnMut(&Arc<Envelope>) + Send>;
 
 /// A callback that sees every delivery of an agent as it is published, in order
 /// and without a queue (a parent's `ask_agent` passing a sub-agent's events on, a
@@ -156,6 +155,8 @@ impl Drop for Relay {
 
 #[derive(Default)]
 struct MailboxState {
+    /// Set for a relay, which takes each delivery instead of queueing it.
+    relay: Option<RelayFn>,
     queue: VecDeque<Arc<Envelope>>,
     /// Events dropped since the subscriber last read, and the first one's number.
     missed: u64,
@@ -175,8 +176,7 @@ impl Mailbox {
         if state.closed {
             return false;
         }
-        if let Some(relay) = &self.relay {
-            drop(state);
+        if let Some(relay) = state.relay.as_mut() {
             relay(envelope);
             return true;
         }
@@ -197,11 +197,13 @@ impl Mailbox {
     }
 
     fn close(&self) {
-        let waker = {
+        let (waker, relay) = {
             let mut state = self.lock();
             state.closed = true;
-            state.waker.take()
+            (state.waker.take(), state.relay.take())
         };
+        // A relay's captures go now, not at the next publish.
+        drop(relay);
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -222,17 +224,8 @@ impl Hub {
         let mailbox = Arc::new(Mailbox {
             capacity: capacity.max(1),
             state: Mutex::new(MailboxState::default()),
-            relay: None,
         });
-        let mut subscribers = self
-            .subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        subscribers.push(mailbox.clone());
-        // Numbers are taken under the same lock: nothing numbered below this
-        // reaches the new subscriber, everything from it on does.
-        let starts_at = self.next_seq.load(Ordering::Relaxed);
-        drop(subscribers);
+        let starts_at = self.register(mailbox.clone());
         Subscription {
             agent_id: agent_id.clone(),
             mailbox,
@@ -243,21 +236,28 @@ impl Hub {
 
     /// A relay calling `relay` with every delivery published from now on, on the
     /// publishing thread, in number order. It must not block.
-    pub(crate) fn relay(&self, relay: impl Fn(&Arc<Envelope>) + Send + Sync + 'static) -> Relay {
+    pub(crate) fn relay(&self, relay: impl FnMut(&Arc<Envelope>) + Send + 'static) -> Relay {
         let mailbox = Arc::new(Mailbox {
             capacity: 0,
-            state: Mutex::new(MailboxState::default()),
-            relay: Some(Box::new(relay)),
+            state: Mutex::new(MailboxState {
+                relay: Some(Box::new(relay)),
+                ..MailboxState::default()
+            }),
         });
+        let starts_at = self.register(mailbox.clone());
+        Relay { mailbox, starts_at }
+    }
+
+    /// Adds `mailbox` to the subscribers; answers the number of the first delivery
+    /// it gets. The number is read under the same lock as publishing takes it:
+    /// nothing numbered below reaches the mailbox, everything from it on does.
+    fn register(&self, mailbox: Arc<Mailbox>) -> u64 {
         let mut subscribers = self
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        subscribers.push(mailbox.clone());
-        // Numbered under the same lock, as for a subscription.
-        let starts_at = self.next_seq.load(Ordering::Relaxed);
-        drop(subscribers);
-        Relay { mailbox, starts_at }
+        subscribers.push(mailbox);
+        self.next_seq.load(Ordering::Relaxed)
     }
 
     /// Publishes to every subscriber, numbering the delivery. The number is taken
