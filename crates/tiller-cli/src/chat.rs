@@ -32,15 +32,16 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     let mut lines = read_lines();
     let mut input_open = true;
     let mut last_run = Ok(());
+    // The number after the last event written: at the end of input, the chat
+    // leaves once the agent is idle and every event it published is written.
+    let mut written = session.events.starts_at();
     let agent = session.agent.clone();
     if interactive {
         let model = agent.settings().model.as_ref().map(describe);
         crate::say!("tiller chat with {}: {HELP}", model.unwrap_or_default());
     }
     // A session left waiting for the user (a question, an approval) says so first.
-    if agent.status() == AgentStatus::WaitingForInput {
-        ask_user(&agent).await;
-    }
+    ask_user(&agent).await;
     if interactive {
         ready();
     }
@@ -49,7 +50,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
             line = lines.recv(), if input_open => {
                 let Some(line) = line else {
                     input_open = false;
-                    if agent.status() != AgentStatus::Running && !queued(&agent).await {
+                    if !queued(&agent).await && finished(&agent, written) {
                         break;
                     }
                     continue;
@@ -84,24 +85,25 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     crate::say!("tiller: cannot write to stdout: {error}");
                     break;
                 }
-                let Delivered::Event(AgentEvent::AgentEnd { messages, reason, output }) = &envelope.event else {
-                    continue;
-                };
-                last_run = verdict(*reason, messages, output.as_ref());
-                if *reason == RunEnd::Parked {
-                    ask_user(&agent).await;
-                } else if let Err(message) = &last_run {
-                    crate::say!("[{message}]");
-                }
-                if *reason != RunEnd::Parked && queued(&agent).await {
-                    // Queued as the run ended: they run now rather than wait.
-                    if let Err(error) = agent.prompt(Prompt::Continue).await {
-                        crate::say!("[{error}]");
+                written = written.max(envelope.seq + 1);
+                if let Delivered::Event(AgentEvent::AgentEnd { messages, reason, output }) = &envelope.event {
+                    last_run = verdict(*reason, messages, output.as_ref());
+                    if *reason == RunEnd::Parked {
+                        ask_user(&agent).await;
+                    } else if let Err(message) = &last_run {
+                        crate::say!("[{message}]");
                     }
-                } else if !input_open {
+                    if *reason != RunEnd::Parked && queued(&agent).await {
+                        // Queued as the run ended: they run now rather than wait.
+                        if let Err(error) = agent.prompt(Prompt::Continue).await {
+                            crate::say!("[{error}]");
+                        }
+                    } else if interactive && input_open {
+                        ready();
+                    }
+                }
+                if !input_open && finished(&agent, written) {
                     break;
-                } else if interactive {
-                    ready();
                 }
             }
             () = interrupts.next() => {
@@ -303,6 +305,12 @@ async fn state(agent: &AgentHandle, session: Option<&str>) {
             .map(|error| format!(" · last error: {error}"))
             .unwrap_or_default()
     );
+}
+
+/// Whether the agent is done: no run going, and every event it published
+/// written (`written` is the number after the last one).
+fn finished(agent: &AgentHandle, written: u64) -> bool {
+    agent.status() != AgentStatus::Running && written >= agent.next_seq()
 }
 
 /// Whether messages wait in the agent's queues.

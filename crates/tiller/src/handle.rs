@@ -202,6 +202,13 @@ impl AgentHandle {
         }
     }
 
+    /// The sequence number the agent's next event will get: every event numbered
+    /// below it is published, and in the queues of the subscriptions that were
+    /// there (a subscriber that has read up to here has seen them all).
+    pub fn next_seq(&self) -> u64 {
+        self.agent.hub.next_seq()
+    }
+
     /// Calls `relay` with every delivery of the agent from now on — on the thread
     /// that publishes it, in order, with no queue between, so nothing is lost
     /// and nothing waits to be woken — until the returned [`Relay`] is dropped.

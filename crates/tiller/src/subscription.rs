@@ -248,6 +248,15 @@ impl Hub {
         Relay { mailbox, starts_at }
     }
 
+    /// The number the next delivery will get: everything below it is published.
+    pub(crate) fn next_seq(&self) -> u64 {
+        let _subscribers = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.next_seq.load(Ordering::Relaxed)
+    }
+
     /// Adds `mailbox` to the subscribers; answers the number of the first delivery
     /// it gets. The number is read under the same lock as publishing takes it:
     /// nothing numbered below reaches the mailbox, everything from it on does.
