@@ -7,7 +7,8 @@
 //! keeps sessions; three are provided:
 //!
 //! - [`MemoryStore`]: in the process, gone with it (the library's default);
-//! - [`SqlStore`] on **SQLite** (`sqlite://PATH`): one embedded file in WAL mode;
+//! - [`SqlStore`] on **SQLite** (`sqlite://PATH`): one embedded file in WAL mode,
+//!   the WAL copied into the file by a task of its own, beside the writes;
 //! - [`SqlStore`] on **PostgreSQL** (`postgres://…`): shared by several hosts.
 //!
 //! Changes reach a store as [`SessionWrite`]s through a [`StoreWriter`], which
@@ -50,8 +51,8 @@ pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SqlStore;
 pub use types::{
-    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
-    SessionWrite, StoredSession,
+    Change, Definition, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    SessionStatus, SessionWrite, StoredSession,
 };
 pub use writer::{Ack, StoreWriter};
 

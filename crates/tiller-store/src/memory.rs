@@ -20,9 +20,8 @@ pub struct MemoryStore {
 }
 
 struct Session {
-    /// The row, its definition kept as JSON text (a third of the parsed size).
+    /// The row (its definition shared with the agent's other sessions).
     record: SessionRecord,
-    definition: Box<str>,
     messages: Vec<Arc<AgentMessage>>,
     /// Queued messages by queue number.
     queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
@@ -36,16 +35,6 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Session>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Session {
-    /// The row as stored, its definition parsed.
-    fn record(&self) -> SessionRecord {
-        SessionRecord {
-            definition: serde_json::from_str(&self.definition).unwrap_or_default(),
-            ..self.record.clone()
-        }
     }
 }
 
@@ -84,17 +73,14 @@ impl SessionStore for MemoryStore {
         let now = now();
         for write in batch {
             if let Change::Create(record) = &write.change {
-                let definition = record.definition.to_string().into();
                 let record = SessionRecord {
                     updated_at: now,
-                    definition: serde_json::Value::Null,
                     ..record.clone()
                 };
                 sessions.insert(
                     write.session.clone(),
                     Session {
                         record,
-                        definition,
                         messages: Vec::new(),
                         queued: BTreeMap::new(),
                     },
@@ -137,7 +123,7 @@ impl SessionStore for MemoryStore {
                         .truncate(usize::try_from(*from).unwrap_or(usize::MAX));
                 }
                 Change::SetDefinition(definition) => {
-                    session.definition = definition.to_string().into();
+                    session.record.definition = definition.clone();
                 }
                 Change::SetStatus(status) => session.record.status = *status,
             }
@@ -159,7 +145,7 @@ impl SessionStore for MemoryStore {
                     .collect()
             };
             StoredSession {
-                record: session.record(),
+                record: session.record.clone(),
                 messages: session.messages.clone(),
                 steering: queue(QueueKind::Steering),
                 follow_up: queue(QueueKind::FollowUp),
@@ -189,7 +175,7 @@ impl SessionStore for MemoryStore {
                     && filter.status.is_none_or(|status| record.status == status)
             })
             .map(|session| SessionInfo {
-                record: session.record(),
+                record: session.record.clone(),
                 messages: session.messages.len() as u64,
             })
             .collect();

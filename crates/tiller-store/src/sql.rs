@@ -8,17 +8,19 @@
 //! (which is what `AssertSqlSafe` asserts): values are always bound.
 
 use std::collections::HashMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
 use tiller_core::AgentMessage;
 
 use crate::types::{
-    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
-    SessionWrite, StoredSession, now,
+    Change, Definition, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    SessionStatus, SessionWrite, StoredSession, now,
 };
 use crate::{SessionStore, StoreError, redact_url};
 
@@ -56,6 +58,10 @@ const MIGRATIONS: &[&[&str]] = &[&[
 /// databases' parameter limits).
 const ROWS_PER_INSERT: usize = 256;
 
+/// SQLite: bytes written (roughly) after which the WAL is copied into the
+/// database file, about the 1,000 pages of SQLite's own default.
+const CHECKPOINT_AFTER: usize = 4 << 20;
+
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -68,6 +74,11 @@ enum Backend {
 #[derive(Clone)]
 pub struct SqlStore {
     pool: AnyPool,
+    /// The connection batches are written on.
+    writing: Arc<KeptConnection>,
+    /// The connection sessions are loaded on.
+    loading: Arc<KeptConnection>,
+    checkpoints: Arc<Checkpoints>,
     backend: Backend,
     url: Arc<str>,
 }
@@ -129,7 +140,7 @@ impl SqlStore {
             options.test_before_acquire(false).after_connect(|connection, _| {
                 Box::pin(async move {
                     connection
-                        .execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384")
+                        .execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 0")
                         .await?;
                     Ok(())
                 })
@@ -149,6 +160,9 @@ impl SqlStore {
             .map_err(|error| StoreError::Database(format!("cannot open {shown}: {error}")))?;
         let store = SqlStore {
             pool,
+            writing: Arc::default(),
+            loading: Arc::default(),
+            checkpoints: Arc::default(),
             backend,
             url: shown.into(),
         };
@@ -202,11 +216,25 @@ impl SqlStore {
     }
 
     async fn apply_batch(&self, batch: &[SessionWrite]) -> Result<(), StoreError> {
+        self.writing
+            .with(&self.pool, async |connection| {
+                self.write(connection, batch).await
+            })
+            .await
+    }
+
+    /// Writes `batch` in one transaction on `connection`.
+    async fn write(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        batch: &[SessionWrite],
+    ) -> Result<(), StoreError> {
         let now = now();
-        let mut tx = self.pool.begin().await.map_err(database)?;
+        let mut tx = connection.begin().await.map_err(database)?;
         touch(&mut tx, self.backend, batch, now).await?;
         let mut pending = Pending {
             backend: self.backend,
+            bytes: 0,
             sessions: Vec::new(),
             messages: Vec::new(),
             queued: Vec::new(),
@@ -220,7 +248,7 @@ impl SqlStore {
                     message,
                     dequeued,
                 } => {
-                    pending.messages.push((session, *seq, json(message)?));
+                    pending.messages.push((session, *seq, message));
                     if let Some(dequeued) = dequeued {
                         pending.dequeued.push((session, *dequeued));
                     }
@@ -230,7 +258,7 @@ impl SqlStore {
                     seq,
                     message,
                 } => {
-                    pending.queued.push((session, *seq, *queue, json(message)?));
+                    pending.queued.push((session, *seq, *queue, message));
                 }
                 // No foreign keys: a session and its messages may be inserted in
                 // any order within the transaction.
@@ -242,7 +270,11 @@ impl SqlStore {
             }
         }
         pending.flush(&mut tx).await?;
-        tx.commit().await.map_err(database)
+        tx.commit().await.map_err(database)?;
+        if self.backend == Backend::Sqlite {
+            self.checkpoints.wrote(pending.bytes, &self.pool);
+        }
+        Ok(())
     }
 }
 
@@ -308,29 +340,47 @@ async fn touch(
 /// plain `?` for SQLite, whose named parameters cost a linear search each to bind
 /// (quadratic in a statement of hundreds).
 fn placeholders(backend: Backend, first: usize, count: usize) -> String {
-    (first..first + count)
-        .map(|n| match backend {
-            Backend::Sqlite => "?".to_owned(),
-            Backend::Postgres => format!("${n}"),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut sql = String::with_capacity(count * 4);
+    push_placeholders(&mut sql, backend, first, count);
+    sql
+}
+
+fn push_placeholders(sql: &mut String, backend: Backend, first: usize, count: usize) {
+    for n in first..first + count {
+        if n > first {
+            sql.push_str(", ");
+        }
+        match backend {
+            Backend::Sqlite => sql.push('?'),
+            Backend::Postgres => {
+                let _ = write!(sql, "${n}");
+            }
+        }
+    }
 }
 
 /// `rows` rows of `columns` parameters each, as a `VALUES` list.
 fn values(backend: Backend, rows: usize, columns: usize) -> String {
-    (0..rows)
-        .map(|row| format!("({})", placeholders(backend, columns * row + 1, columns)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut sql = String::with_capacity(rows * (columns * 4 + 4));
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        push_placeholders(&mut sql, backend, columns * row + 1, columns);
+        sql.push(')');
+    }
+    sql
 }
 
 /// Inserts and deletes gathered to be sent as few statements.
 struct Pending<'a> {
     backend: Backend,
+    /// The bytes of JSON sent so far.
+    bytes: usize,
     sessions: Vec<(&'a str, &'a SessionRecord)>,
-    messages: Vec<(&'a str, u64, String)>,
-    queued: Vec<(&'a str, u64, QueueKind, String)>,
+    messages: Vec<(&'a str, u64, &'a AgentMessage)>,
+    queued: Vec<(&'a str, u64, QueueKind, &'a AgentMessage)>,
     dequeued: Vec<(&'a str, u64)>,
 }
 
@@ -346,12 +396,13 @@ impl Pending<'_> {
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, record) in chunk {
+                self.bytes += record.definition.as_json().len();
                 query = query
                     .bind(*session)
                     .bind(record.tenant_id.as_deref())
                     .bind(record.user_id.as_deref())
                     .bind(record.name.as_deref())
-                    .bind(record.definition.to_string())
+                    .bind(record.definition.as_json())
                     .bind(record.status.as_str())
                     .bind(record.created_at)
                     .bind(now);
@@ -368,37 +419,43 @@ impl Pending<'_> {
             }
         }
         self.sessions.clear();
-        for chunk in self.messages.chunks(ROWS_PER_INSERT) {
+        let backend = self.backend;
+        let bytes = &mut self.bytes;
+        let messages = self.messages.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_messages (session_id, seq, message) VALUES {} \
                  ON CONFLICT (session_id, seq) DO UPDATE SET message = excluded.message",
-                values(self.backend, chunk.len(), 3)
+                values(backend, chunk.len(), 3)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, message) in chunk {
-                query = query
-                    .bind(*session)
-                    .bind(to_i64(*seq))
-                    .bind(message.as_str());
+                let json = json(message)?;
+                *bytes += json.len();
+                query = query.bind(*session).bind(to_i64(*seq)).bind(json);
             }
-            query.execute(&mut **tx).await.map_err(database)?;
-        }
-        for chunk in self.queued.chunks(ROWS_PER_INSERT) {
+            Ok(query)
+        });
+        execute_all(tx, messages).await?;
+        let bytes = &mut self.bytes;
+        let queued = self.queued.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_queued (session_id, seq, queue, message) VALUES {} \
                  ON CONFLICT (session_id, seq) DO UPDATE SET queue = excluded.queue, message = excluded.message",
-                values(self.backend, chunk.len(), 4)
+                values(backend, chunk.len(), 4)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, queue, message) in chunk {
+                let json = json(message)?;
+                *bytes += json.len();
                 query = query
                     .bind(*session)
                     .bind(to_i64(*seq))
                     .bind(queue.as_str())
-                    .bind(message.as_str());
+                    .bind(json);
             }
-            query.execute(&mut **tx).await.map_err(database)?;
-        }
+            Ok(query)
+        });
+        execute_all(tx, queued).await?;
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(*session)
@@ -411,6 +468,90 @@ impl Pending<'_> {
         self.queued.clear();
         self.dequeued.clear();
         Ok(())
+    }
+}
+
+/// A connection kept from one use to the next: taking one from the pool for each
+/// use costs a wait for it, and a round trip to test it when it goes back. While
+/// it is in use, other callers take one from the pool.
+#[derive(Default)]
+struct KeptConnection(tokio::sync::Mutex<Option<PoolConnection<sqlx::Any>>>);
+
+impl KeptConnection {
+    /// Runs `work` on the kept connection, or on a pooled one while it is busy.
+    /// After a failure the connection goes back to the pool, which tests it.
+    async fn with<T>(
+        &self,
+        pool: &AnyPool,
+        work: impl AsyncFnOnce(&mut sqlx::AnyConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut kept = self.0.try_lock().ok();
+        let mut connection = match kept.as_mut().and_then(|kept| kept.take()) {
+            Some(connection) => connection,
+            None => pool.acquire().await.map_err(database)?,
+        };
+        let result = work(&mut connection).await;
+        if result.is_ok()
+            && let Some(kept) = &mut kept
+        {
+            **kept = Some(connection);
+        }
+        result
+    }
+}
+
+/// SQLite's checkpoints, run by a task of their own beside the writes.
+/// (`wal_autocheckpoint` is off: with it, the commit that fills the WAL copies it
+/// into the database file while every write waits.)
+#[derive(Default)]
+struct Checkpoints {
+    /// Bytes written since the last checkpoint began.
+    written: AtomicUsize,
+    running: AtomicBool,
+}
+
+impl Checkpoints {
+    /// Counts `bytes` written, and starts a checkpoint once enough were (unless one
+    /// runs).
+    fn wrote(self: &Arc<Self>, bytes: usize, pool: &AnyPool) {
+        let written = self.written.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if written < CHECKPOINT_AFTER || self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.written.store(0, Ordering::Release);
+        let (checkpoints, pool) = (self.clone(), pool.clone());
+        tokio::spawn(async move {
+            if let Err(error) = pool.execute("PRAGMA wal_checkpoint(PASSIVE)").await {
+                tracing::warn!(%error, "an SQLite checkpoint failed");
+            }
+            checkpoints.running.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// A statement with its values bound.
+type Bound<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Runs `statements` in order, each one encoded (its messages turned into JSON and
+/// bound) while the one before runs on the database's side, so that the two kinds
+/// of work overlap instead of taking turns.
+async fn execute_all<'q>(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    mut statements: impl Iterator<Item = Result<Bound<'q>, StoreError>>,
+) -> Result<(), StoreError> {
+    let Some(mut next) = statements.next().transpose()? else {
+        return Ok(());
+    };
+    loop {
+        // `join` polls the statement first: it is sent before the next is encoded.
+        let (ran, following) = futures::join!(next.execute(&mut **tx), async {
+            statements.next().transpose()
+        });
+        ran.map_err(database)?;
+        match following? {
+            Some(statement) => next = statement,
+            None => return Ok(()),
+        }
     }
 }
 
@@ -438,7 +579,7 @@ async fn apply_one(
         Change::SetDefinition(definition) => {
             sqlx::query("UPDATE tiller_sessions SET definition = $2 WHERE id = $1")
                 .bind(session)
-                .bind(definition.to_string())
+                .bind(definition.as_json())
         }
         Change::SetStatus(status) => {
             sqlx::query("UPDATE tiller_sessions SET status = $2 WHERE id = $1")
@@ -469,8 +610,7 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
         tenant_id: row.try_get("tenant_id").map_err(database)?,
         user_id: row.try_get("user_id").map_err(database)?,
         name: row.try_get("name").map_err(database)?,
-        definition: serde_json::from_str(&definition)
-            .map_err(|error| corrupt(format!("its definition: {error}")))?,
+        definition: Definition::stored(definition),
         status: SessionStatus::parse(&status)
             .ok_or_else(|| corrupt(format!("unknown status `{status}`")))?,
         created_at: row.try_get("created_at").map_err(database)?,
@@ -504,11 +644,13 @@ impl SessionStore for SqlStore {
                  SELECT 2, seq, queue, message, {NO_RECORD} FROM tiller_queued WHERE session_id = $1 \
                  ORDER BY kind, seq"
             );
-            let rows = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(database)?;
+            let query = sqlx::query(AssertSqlSafe(sql)).bind(id);
+            let rows = self
+                .loading
+                .with(&self.pool, async |connection| {
+                    query.fetch_all(connection).await.map_err(database)
+                })
+                .await?;
             let mut rows = rows.iter();
             let Some(first) = rows.next() else {
                 return Ok(None);

@@ -1,8 +1,10 @@
 //! What a store keeps and the changes it is sent.
 
+use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use tiller_core::AgentMessage;
 
@@ -76,7 +78,7 @@ pub struct SessionRecord {
     /// The agent's name, if it has one.
     pub name: Option<String>,
     /// The agent's definition (model, system prompt, tool names, options).
-    pub definition: Value,
+    pub definition: Definition,
     /// Active or closed.
     pub status: SessionStatus,
     /// Created, in milliseconds since the Unix epoch.
@@ -94,11 +96,77 @@ impl SessionRecord {
             tenant_id: None,
             user_id: None,
             name: None,
-            definition: Value::Null,
+            definition: Definition::default(),
             status: SessionStatus::Active,
             created_at: now,
             updated_at: now,
         }
+    }
+}
+
+/// An agent's definition as stored: its JSON text, shared, so the sessions made
+/// from one set of settings encode it once and keep it once. It serializes as
+/// the JSON it holds (an object, not a string).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Definition(Arc<str>);
+
+impl Definition {
+    /// The definition `value` encodes.
+    pub fn new(value: &impl Serialize) -> Result<Self, serde_json::Error> {
+        Ok(Definition(serde_json::to_string(value)?.into()))
+    }
+
+    /// A definition from JSON text, which is checked.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str::<serde::de::IgnoredAny>(text)?;
+        Ok(Definition(text.into()))
+    }
+
+    /// Text a store wrote from a [`Definition`], trusted as JSON.
+    pub(crate) fn stored(text: impl Into<Arc<str>>) -> Self {
+        Definition(text.into())
+    }
+
+    /// Its JSON text.
+    pub fn as_json(&self) -> &str {
+        &self.0
+    }
+
+    /// Decodes it.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}
+
+impl Default for Definition {
+    /// `null`: no definition.
+    fn default() -> Self {
+        Definition("null".into())
+    }
+}
+
+impl From<Value> for Definition {
+    fn from(value: Value) -> Self {
+        Definition(value.to_string().into())
+    }
+}
+
+impl fmt::Debug for Definition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Definition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let value: Value = self.decode().map_err(serde::ser::Error::custom)?;
+        value.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Definition {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Definition::new(&Value::deserialize(deserializer)?).map_err(D::Error::custom)
     }
 }
 
@@ -201,7 +269,7 @@ pub enum Change {
         from: u64,
     },
     /// Replaces the definition.
-    SetDefinition(Value),
+    SetDefinition(Definition),
     /// Sets the status.
     SetStatus(SessionStatus),
 }

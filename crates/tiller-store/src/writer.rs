@@ -121,6 +121,10 @@ async fn write_loop(
         };
         match result {
             Ok(()) => {
+                // The writes go before the acks: whoever is told keeps the last
+                // reference to a message written, so its memory is freed there
+                // rather than on this loop's path.
+                batch.clear();
                 for (_, ack) in acks.drain(..) {
                     if let Some(ack) = ack {
                         ack(Ok(()));

@@ -23,7 +23,7 @@ fn record(id: &str, tenant: &str, user: &str) -> SessionRecord {
         tenant_id: Some(tenant.to_owned()),
         user_id: Some(user.to_owned()),
         name: Some("assistant".to_owned()),
-        definition: json!({"model": "faux/scripted", "system_prompt": "Be brief."}),
+        definition: json!({"model": "faux/scripted", "system_prompt": "Be brief."}).into(),
         ..SessionRecord::new(id)
     }
 }
@@ -120,7 +120,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
             write(&id, Change::ClearQueue(QueueKind::Steering)),
             write(
                 &id,
-                Change::SetDefinition(json!({"model": "openai/gpt-4o-mini"})),
+                Change::SetDefinition(json!({"model": "openai/gpt-4o-mini"}).into()),
             ),
             write(&id, Change::SetStatus(SessionStatus::Closed)),
             write(&id, Change::Truncate { from: 1 }),
@@ -129,7 +129,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
         .unwrap();
     expected.steering.clear();
     expected.messages.truncate(1);
-    expected.record.definition = json!({"model": "openai/gpt-4o-mini"});
+    expected.record.definition = json!({"model": "openai/gpt-4o-mini"}).into();
     expected.record.status = SessionStatus::Closed;
     let loaded = store.load(&id).await.unwrap().unwrap();
     assert_eq!(same_time(loaded, &expected), expected);

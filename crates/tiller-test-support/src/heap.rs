@@ -35,7 +35,11 @@ pub fn reset_peak() {
 
 fn grew(by: usize) {
     let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(live, Ordering::Relaxed);
+    // A read first: most allocations do not make a new peak, and a write to the
+    // shared peak from every thread would cost more than the allocation.
+    if live > PEAK.load(Ordering::Relaxed) {
+        PEAK.fetch_max(live, Ordering::Relaxed);
+    }
 }
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only counters

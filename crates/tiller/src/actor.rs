@@ -39,7 +39,6 @@ use crate::overrides::RunOverrides;
 use crate::settings::{AgentSettings, QueueMode};
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Delivered;
-use crate::supervisor::definition_of;
 
 /// The runtime's own messages to an agent's actor.
 pub struct Internal(Signal);
@@ -59,11 +58,19 @@ pub(crate) enum Signal {
     Committed(u64),
     /// Idle since activity number `activity`: time to hibernate if nothing happened since.
     Hibernate(u64),
+    /// Abort the active run, if any, for a stop or a shutdown: unlike
+    /// [`AgentMsg::Abort`], a request waiting for the user stays open, for whoever
+    /// resumes the session.
+    Halt,
 }
 
 impl Internal {
     pub(crate) fn routed(message: AgentMsg) -> Self {
         Internal(Signal::Routed(Box::new(message)))
+    }
+
+    pub(crate) fn halt() -> Self {
+        Internal(Signal::Halt)
     }
 
     /// The request a routed message carries.
@@ -343,6 +350,7 @@ impl ActorState {
                 }
                 Signal::Committed(run) => return self.finish(run),
                 Signal::Hibernate(activity) => return self.hibernate(activity),
+                Signal::Halt => AgentMsg::Internal(Internal(Signal::Halt)),
             },
             request => request,
         };
@@ -407,7 +415,8 @@ impl ActorState {
             AgentMsg::UpdateSettings(change, reply) => {
                 change(Arc::make_mut(&mut self.settings));
                 self.agent.keep_settings(self.settings.clone());
-                let write = self.write(Change::SetDefinition(definition_of(&self.settings)));
+                let definition = self.agent.runtime.definition_of(&self.settings);
+                let write = self.write(Change::SetDefinition(definition));
                 self.commit(vec![write], Some(reply));
             }
             AgentMsg::State(reply) => {
@@ -421,6 +430,11 @@ impl ActorState {
             },
             AgentMsg::Subscribe(buffer, reply) => {
                 let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
+            }
+            AgentMsg::Internal(Internal(Signal::Halt)) => {
+                if let Some(run) = &self.run {
+                    run.token.cancel();
+                }
             }
             AgentMsg::Internal(_) => {}
         }

@@ -259,6 +259,18 @@ impl Agent {
         true
     }
 
+    /// Hibernates an agent whose first actor has not started, if no request waits
+    /// for it (`waiting`: a request to the user is open in its transcript).
+    pub(crate) fn hibernate_unstarted(&self, waiting: bool) -> bool {
+        let mut slot = lock(&self.slot);
+        if !matches!(&*slot, Slot::Starting(requests) if requests.is_empty()) {
+            return false;
+        }
+        *slot = Slot::Hibernated;
+        self.mark_idle(waiting);
+        true
+    }
+
     /// Called by an idle actor: hibernates the agent if every request routed to
     /// `actor` was handled. The actor then stops.
     pub(crate) fn hibernate_if_quiet(&self, actor: ActorId, handled: u64) -> bool {

@@ -1,15 +1,18 @@
 //! What a supervisor's agents share: the supervisor actor they link to, the root of
-//! their cancellation tree, the configuration, the session store's writer, and
-//! which actor belongs to which agent.
+//! their cancellation tree, the configuration, the session store's writer,
+//! which actor belongs to which agent, and the stored form of the settings they
+//! were last spawned with.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use dashmap::DashMap;
 use ractor::{ActorCell, ActorId};
-use tiller_store::StoreWriter;
+use tiller_store::{Definition, StoreWriter};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, lock};
+use crate::definition::AgentDefinition;
+use crate::settings::AgentSettings;
 use crate::supervisor::SupervisorConfig;
 
 pub(crate) struct Runtime {
@@ -22,4 +25,22 @@ pub(crate) struct Runtime {
     pub(crate) writer: StoreWriter,
     /// The agent of each live actor, so its failure can be answered.
     pub(crate) actors: Arc<DashMap<ActorId, Weak<Agent>>>,
+    /// The settings a definition was last made for, and that definition: agents
+    /// spawned from one shared `Arc<AgentSettings>` encode it once.
+    pub(crate) last_definition: Mutex<Option<(Arc<AgentSettings>, Definition)>>,
+}
+
+impl Runtime {
+    /// The stored form of `settings`.
+    pub(crate) fn definition_of(&self, settings: &Arc<AgentSettings>) -> Definition {
+        let mut last = lock(&self.last_definition);
+        if let Some((made_for, definition)) = &*last
+            && Arc::ptr_eq(made_for, settings)
+        {
+            return definition.clone();
+        }
+        let definition = Definition::new(&AgentDefinition::of(settings)).unwrap_or_default();
+        *last = Some((settings.clone(), definition.clone()));
+        definition
+    }
 }

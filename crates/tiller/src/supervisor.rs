@@ -8,8 +8,8 @@
 //! still valid, subscribers told with an `agent_restarted` notice. An agent failing
 //! more than `max_restarts` times within `restart_window` stays down, and says why.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -23,15 +23,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AgentContext;
 use crate::AgentMessage;
-use crate::actor::{Loaded, appends};
+use crate::actor::{Internal, Loaded, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
 use crate::handle::AgentHandle;
+use crate::message::AgentMsg;
 use crate::runtime::Runtime;
 use crate::settings::AgentSettings;
 use crate::state::AgentInfo;
 use crate::subscription::AgentId;
+use tiller_core::open_requests;
 
 /// How a supervisor looks after its agents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +47,7 @@ pub struct SupervisorConfig {
     pub subscriber_buffer: usize,
     /// How long an agent stays idle before it hibernates: its actor stops and its
     /// state leaves memory, to come back from the store on the next request. `None`
-    /// (the default) keeps agents resident.
+    /// (the default) keeps agents resident; zero also spawns agents hibernated.
     pub hibernate_after: Option<Duration>,
 }
 
@@ -237,6 +239,7 @@ impl Supervisor {
             config,
             writer: StoreWriter::for_store(store),
             actors,
+            last_definition: Mutex::new(None),
         });
         Ok(Supervisor {
             inner: Arc::new(Inner {
@@ -342,10 +345,9 @@ impl Supervisor {
                 if spec.own_settings {
                     writes.push(SessionWrite::new(
                         session.clone(),
-                        Change::SetDefinition(definition_of(&spec.settings)),
+                        Change::SetDefinition(self.inner.runtime.definition_of(&spec.settings)),
                     ));
-                } else if let Ok(definition) =
-                    serde_json::from_value::<AgentDefinition>(stored.record.definition.clone())
+                } else if let Ok(definition) = stored.record.definition.decode::<AgentDefinition>()
                 {
                     let settings = definition.apply_to(&spec.settings).map_err(|missing| {
                         SpawnError::MissingTools {
@@ -364,7 +366,7 @@ impl Supervisor {
                     tenant_id: spec.context.tenant_id().map(str::to_owned),
                     user_id: spec.context.user_id().map(str::to_owned),
                     name: spec.name,
-                    definition: definition_of(&spec.settings),
+                    definition: self.inner.runtime.definition_of(&spec.settings),
                     ..SessionRecord::new(&*session)
                 };
                 let messages: Vec<Arc<AgentMessage>> =
@@ -375,6 +377,13 @@ impl Supervisor {
                 Loaded::new(messages)
             }
         };
+        if self.inner.runtime.config.hibernate_after == Some(Duration::ZERO)
+            && agent.hibernate_unstarted(!open_requests(&loaded.messages).is_empty())
+        {
+            // Idle agents hibernate at once: this one starts hibernated, and its
+            // first request thaws it.
+            return Ok(());
+        }
         let actor = agent
             .spawn_actor(loaded)
             .await
@@ -496,16 +505,13 @@ impl Supervisor {
     }
 }
 
-/// The stored form of `settings`.
-pub(crate) fn definition_of(settings: &AgentSettings) -> serde_json::Value {
-    serde_json::to_value(AgentDefinition::of(settings)).unwrap_or_default()
-}
-
-/// Aborts an agent's run, waits for it to end, and stops the agent.
+/// Aborts an agent's run, waits for it to end, and stops the agent. A request
+/// waiting for the user stays open in its session.
 async fn halt(agent: &Arc<Agent>, reason: &str) {
-    let handle = AgentHandle::new(agent.clone());
-    handle.abort();
-    handle.wait_for_idle().await;
+    if agent.is_running() {
+        let _ = agent.send(AgentMsg::Internal(Internal::halt()));
+    }
+    AgentHandle::new(agent.clone()).wait_for_idle().await;
     agent.stop(reason.to_owned());
 }
 

@@ -335,6 +335,43 @@ async fn an_idle_agent_hibernates_and_thaws_on_the_next_request() {
     supervisor.shutdown().await;
 }
 
+/// With `hibernate_after` zero, an agent is spawned hibernated: its session is
+/// written and no actor starts. Its first request brings it back from the store
+/// whole, and a subscriber attached before sees the run.
+#[tokio::test]
+async fn with_hibernation_at_once_an_agent_is_spawned_hibernated() {
+    let db = TempSqlite::new();
+    let config = SupervisorConfig {
+        hibernate_after: Some(Duration::ZERO),
+        ..SupervisorConfig::default()
+    };
+    let supervisor =
+        Supervisor::with_store(config, Arc::new(SqlStore::open(db.url()).await.unwrap()))
+            .await
+            .unwrap();
+    let faux = FauxProvider::new();
+    let agent = supervisor
+        .spawn(
+            AgentSpec::new(settings(&faux))
+                .with_messages(vec![AgentMessage::user("a question from before")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(agent.status(), AgentStatus::Hibernated);
+    let mut events = agent.subscribe();
+
+    faux.push(FauxTurn::text("an answer"));
+    agent.run("and now?").await.unwrap();
+    let ended = until(&mut events, is_agent_end).await;
+    let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &ended.event else {
+        unreachable!()
+    };
+    assert_eq!(roles(messages), ["user", "assistant"]);
+    let state = agent.state().await.unwrap();
+    assert_eq!(roles(&state.messages), ["user", "user", "assistant"]);
+    supervisor.shutdown().await;
+}
+
 /// Resumed with compression, a long answer comes back cut with a marker naming it;
 /// the model reads it whole with `lookup`; the store keeps it whole.
 #[tokio::test]
