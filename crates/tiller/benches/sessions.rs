@@ -89,6 +89,13 @@ async fn hibernated_agents(count: usize) {
         rss() as f64 / (1u64 << 30) as f64
     );
 
+    // The thaws are timed with the spawns' writes on disk, not beside the
+    // kernel's writeback of gigabytes of them.
+    for file in ["sessions.db", "sessions.db-wal"] {
+        if let Ok(file) = std::fs::File::open(dir.join(file)) {
+            file.sync_all().unwrap();
+        }
+    }
     // From a task on the runtime, as a server's request handler asks, and from
     // outside it (this thread, in `block_on`), which adds a hand-off to a worker
     // thread and one back.
