@@ -116,12 +116,6 @@ impl Definition {
         Ok(Definition(serde_json::to_string(value)?.into()))
     }
 
-    /// A definition from JSON text, which is checked.
-    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str::<serde::de::IgnoredAny>(text)?;
-        Ok(Definition(text.into()))
-    }
-
     /// Text a store wrote from a [`Definition`], trusted as JSON.
     pub(crate) fn stored(text: impl Into<Arc<str>>) -> Self {
         Definition(text.into())

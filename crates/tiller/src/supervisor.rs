@@ -15,6 +15,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tiller_core::open_requests;
 use tiller_store::{
     Change, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus, SessionStore,
     SessionWrite, StoreWriter,
@@ -33,7 +34,6 @@ use crate::runtime::Runtime;
 use crate::settings::AgentSettings;
 use crate::state::AgentInfo;
 use crate::subscription::AgentId;
-use tiller_core::open_requests;
 
 /// How a supervisor looks after its agents.
 #[derive(Debug, Clone, PartialEq, Eq)]
