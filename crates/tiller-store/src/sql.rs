@@ -610,7 +610,8 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
         tenant_id: row.try_get("tenant_id").map_err(database)?,
         user_id: row.try_get("user_id").map_err(database)?,
         name: row.try_get("name").map_err(database)?,
-        definition: Definition::stored(definition),
+        definition: Definition::stored(definition)
+            .map_err(|error| corrupt(format!("its definition: {error}")))?,
         status: SessionStatus::parse(&status)
             .ok_or_else(|| corrupt(format!("unknown status `{status}`")))?,
         created_at: row.try_get("created_at").map_err(database)?,

@@ -116,9 +116,10 @@ impl Definition {
         Ok(Definition(serde_json::to_string(value)?.into()))
     }
 
-    /// Text a store wrote from a [`Definition`], trusted as JSON.
-    pub(crate) fn stored(text: impl Into<Arc<str>>) -> Self {
-        Definition(text.into())
+    /// Text a store kept, checked to be JSON (it is not decoded).
+    pub(crate) fn stored(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
+        Ok(Definition(text.into()))
     }
 
     /// Its JSON text.

@@ -467,3 +467,31 @@ async fn bad_urls_say_what_is_expected() {
         "{message}"
     );
 }
+
+/// A row the store did not write as it is (edited by hand, cut short) fails its
+/// load with the session and what in it is wrong, rather than passing it on.
+#[tokio::test]
+async fn a_corrupt_row_names_its_session() {
+    use sqlx::Connection;
+    let db = TempSqlite::new();
+    let store = SqlStore::open(db.url()).await.unwrap();
+    StoreWriter::new(store.clone())
+        .write(vec![write(
+            "cut",
+            Change::Create(record("cut", "t", "ada")),
+        )])
+        .await
+        .unwrap();
+    let mut connection = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
+    sqlx::query("UPDATE tiller_sessions SET definition = '{\"model\": ' WHERE id = 'cut'")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load("cut").await.unwrap_err(),
+        StoreError::Corrupt {
+            session: "cut".to_owned(),
+            detail: "its definition: EOF while parsing a value at line 1 column 10".to_owned(),
+        }
+    );
+}
