@@ -620,7 +620,8 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     })
 }
 
-fn message(session: &str, text: &str) -> Result<AgentMessage, StoreError> {
+/// Stored messages (one, or an array of them) decoded.
+fn decode<T: serde::de::DeserializeOwned>(session: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
         session: session.to_owned(),
         detail: format!("a message: {error}"),
@@ -634,13 +635,15 @@ impl SessionStore for SqlStore {
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
         Box::pin(async move {
-            // One statement (a round trip to the database is most of a load): the
-            // session's row first, then its messages, then its queued messages.
+            // One statement, and one row when nothing is queued (a round trip to
+            // the database is most of a load, and each row is a hand-off between
+            // threads): the session's row with its messages as one JSON array,
+            // then its queued messages.
             let sql = format!(
-                "SELECT 0 AS kind, 0 AS seq, NULL AS queue, NULL AS message, {RECORD_COLUMNS} \
+                "SELECT 0 AS kind, 0 AS seq, NULL AS queue, \
+                 (SELECT '[' || string_agg(message, ',' ORDER BY seq) || ']' \
+                  FROM tiller_messages WHERE session_id = $1) AS message, {RECORD_COLUMNS} \
                  FROM tiller_sessions WHERE id = $1 \
-                 UNION ALL \
-                 SELECT 1, seq, NULL, message, {NO_RECORD} FROM tiller_messages WHERE session_id = $1 \
                  UNION ALL \
                  SELECT 2, seq, queue, message, {NO_RECORD} FROM tiller_queued WHERE session_id = $1 \
                  ORDER BY kind, seq"
@@ -658,22 +661,23 @@ impl SessionStore for SqlStore {
             };
             let kind: i32 = first.try_get(0).map_err(database)?;
             if kind != 0 {
-                // Messages left of a session that no longer exists.
+                // Queued messages left of a session that no longer exists.
                 return Ok(None);
             }
             let record = record(first)?;
-            let mut messages = Vec::new();
+            let messages = match first.try_get::<Option<String>, _>(3).map_err(database)? {
+                Some(text) => decode::<Vec<AgentMessage>>(id, &text)?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+                None => Vec::new(),
+            };
             let mut steering = Vec::new();
             let mut follow_up = Vec::new();
             for row in rows {
-                let kind: i32 = row.try_get(0).map_err(database)?;
                 let seq: i64 = row.try_get(1).map_err(database)?;
                 let text: String = row.try_get(3).map_err(database)?;
-                let stored = message(id, &text)?;
-                if kind == 1 {
-                    messages.push(Arc::new(stored));
-                    continue;
-                }
+                let stored = decode(id, &text)?;
                 let queue: String = row.try_get(2).map_err(database)?;
                 let queued = Queued {
                     seq: u64::try_from(seq).unwrap_or_default(),
@@ -768,7 +772,7 @@ impl SessionStore for SqlStore {
             .map_err(database)?
             .iter()
             .map(|row| {
-                Ok(Arc::new(message(
+                Ok(Arc::new(decode(
                     id,
                     &row.try_get::<String, _>(0).map_err(database)?,
                 )?))
