@@ -141,7 +141,7 @@ impl Shared {
 
     /// `agent`'s events for a client that last saw `last_seen` (see
     /// [`envelopes`]).
-    pub(crate) async fn follow(
+    pub(crate) fn follow(
         &self,
         agent: &AgentHandle,
         last_seen: Option<u64>,
@@ -154,7 +154,7 @@ impl Shared {
             .entry(agent.id().clone())
             .or_insert_with(|| Replay::record(agent, self.config.replay_events, &self.metrics))
             .clone();
-        envelopes(agent.id().clone(), live, &replay, last_seen).await
+        envelopes(agent.id().clone(), live, &replay, last_seen)
     }
 
     /// An agent spec from a definition the server knows (`definition`, `version`)
@@ -483,7 +483,6 @@ pub(crate) async fn events(
     let counted = shared.clone();
     let events = shared
         .follow(&agent, last_seen)
-        .await
         .map(move |envelope| {
             counted.metrics.event_streamed();
             Ok::<_, std::convert::Infallible>(to_sse(&envelope))

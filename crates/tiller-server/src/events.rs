@@ -16,7 +16,7 @@ use axum::response::sse::Event;
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
 use crate::Shared;
 use crate::metrics::{AgentClock, Metrics};
@@ -33,8 +33,6 @@ pub(crate) struct Replay {
 struct Recording {
     events: Mutex<VecDeque<Arc<Envelope>>>,
     capacity: usize,
-    /// The number of the next event to record: everything below it is recorded.
-    recorded: watch::Sender<u64>,
 }
 
 impl Replay {
@@ -48,7 +46,6 @@ impl Replay {
         let recording = Arc::new(Recording {
             events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
             capacity: capacity.max(1),
-            recorded: watch::Sender::new(0),
         });
         let relay = {
             let recording = recording.clone();
@@ -60,57 +57,19 @@ impl Replay {
                 recording.push(envelope.clone());
             })
         };
-        // Nothing numbered below the relay's first event will come.
-        recording.advance(relay.starts_at());
         Arc::new(Replay {
             recording,
             _relay: relay,
         })
     }
 
-    /// The recorded events numbered after `seq` and below `until`, once every
-    /// event below `until` is recorded; and how many of them are gone from the
-    /// buffer.
-    async fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
-        self.recording.between(seq, until).await
-    }
-}
-
-impl Recording {
-    fn push(&self, envelope: Arc<Envelope>) {
-        let next = envelope.seq + 1;
-        {
-            let mut events = lock(&self.events);
-            if events.len() == self.capacity {
-                events.pop_front();
-            }
-            events.push_back(envelope);
-        }
-        self.advance(next);
-    }
-
-    /// Everything below `next` is recorded (never moving back).
-    fn advance(&self, next: u64) {
-        self.recorded.send_if_modified(|recorded| {
-            let moved = next > *recorded;
-            *recorded = (*recorded).max(next);
-            moved
-        });
-    }
-
-    /// The recorded events numbered after `seq` and below `until`, once every
-    /// event below `until` is recorded; and how many of them are gone from the
-    /// buffer.
-    async fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
-        // The relay records each event while it is published, so everything
-        // below a live subscription's first event is here already; Err only once
-        // the recording ended.
-        let _ = self
-            .recorded
-            .subscribe()
-            .wait_for(|recorded| *recorded >= until)
-            .await;
-        let events = lock(&self.events);
+    /// The recorded events numbered after `seq` and below `until`, and how many
+    /// of them are gone from the buffer. The relay records each event while the
+    /// agent publishes it, under the lock a subscription is made under: every
+    /// event below a live subscription's first one is here already (or was
+    /// published before the recording began, and counts as gone).
+    fn between(&self, seq: u64, until: u64) -> (Vec<Arc<Envelope>>, u64) {
+        let events = lock(&self.recording.events);
         let kept: Vec<_> = events
             .iter()
             .filter(|envelope| envelope.seq > seq && envelope.seq < until)
@@ -124,6 +83,16 @@ impl Recording {
     }
 }
 
+impl Recording {
+    fn push(&self, envelope: Arc<Envelope>) {
+        let mut events = lock(&self.events);
+        if events.len() == self.capacity {
+            events.pop_front();
+        }
+        events.push_back(envelope);
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -131,7 +100,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The events a client reads: when it came back after `last_seen`, the recorded
 /// events it has not seen (or a `lagged` notice for those gone from the buffer),
 /// then the live ones from `live`; each event once, in order.
-pub(crate) async fn envelopes(
+pub(crate) fn envelopes(
     agent_id: AgentId,
     live: Subscription,
     replay: &Replay,
@@ -139,7 +108,7 @@ pub(crate) async fn envelopes(
 ) -> impl Stream<Item = Arc<Envelope>> + use<> {
     let mut head = Vec::new();
     if let Some(seq) = last_seen {
-        let (replayed, missed) = replay.between(seq, live.starts_at()).await;
+        let (replayed, missed) = replay.between(seq, live.starts_at());
         if missed > 0 {
             head.push(Arc::new(Envelope {
                 agent_id,

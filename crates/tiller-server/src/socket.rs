@@ -50,7 +50,7 @@ pub(crate) async fn socket(
 
 async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, socket: WebSocket) {
     let (mut outgoing, mut incoming) = socket.split();
-    let mut events = std::pin::pin!(shared.follow(&agent, after).await);
+    let mut events = std::pin::pin!(shared.follow(&agent, after));
     let closing = shared.closing.clone();
     loop {
         let frame = tokio::select! {

@@ -69,6 +69,7 @@ impl Internal {
         Internal(Signal::Routed(Box::new(message)))
     }
 
+    /// See [`Signal::Halt`].
     pub(crate) fn halt() -> Self {
         Internal(Signal::Halt)
     }
@@ -350,7 +351,12 @@ impl ActorState {
                 }
                 Signal::Committed(run) => return self.finish(run),
                 Signal::Hibernate(activity) => return self.hibernate(activity),
-                Signal::Halt => AgentMsg::Internal(Internal(Signal::Halt)),
+                Signal::Halt => {
+                    if let Some(run) = &self.run {
+                        run.token.cancel();
+                    }
+                    return;
+                }
             },
             request => request,
         };
@@ -430,11 +436,6 @@ impl ActorState {
             },
             AgentMsg::Subscribe(buffer, reply) => {
                 let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
-            }
-            AgentMsg::Internal(Internal(Signal::Halt)) => {
-                if let Some(run) = &self.run {
-                    run.token.cancel();
-                }
             }
             AgentMsg::Internal(_) => {}
         }

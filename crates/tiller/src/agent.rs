@@ -158,6 +158,15 @@ impl Agent {
         }
     }
 
+    /// Aborts the live actor's run, if any, leaving a request waiting for the user
+    /// open (a stop, a shutdown). An agent without a live actor has no run: it is
+    /// neither thawed nor waited for.
+    pub(crate) fn halt_run(&self) {
+        if let Slot::Live { actor, .. } = &*lock(&self.slot) {
+            let _ = actor.send_message(AgentMsg::Internal(Internal::halt()));
+        }
+    }
+
     /// The live actor, thawing or waiting for a restart as needed.
     pub(crate) async fn actor(self: &Arc<Self>) -> Result<ActorRef<AgentMsg>, AgentError> {
         loop {

@@ -24,12 +24,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AgentContext;
 use crate::AgentMessage;
-use crate::actor::{Internal, Loaded, appends};
+use crate::actor::{Loaded, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
 use crate::handle::AgentHandle;
-use crate::message::AgentMsg;
 use crate::runtime::Runtime;
 use crate::settings::AgentSettings;
 use crate::state::AgentInfo;
@@ -508,9 +507,7 @@ impl Supervisor {
 /// Aborts an agent's run, waits for it to end, and stops the agent. A request
 /// waiting for the user stays open in its session.
 async fn halt(agent: &Arc<Agent>, reason: &str) {
-    if agent.is_running() {
-        let _ = agent.send(AgentMsg::Internal(Internal::halt()));
-    }
+    agent.halt_run();
     AgentHandle::new(agent.clone()).wait_for_idle().await;
     agent.stop(reason.to_owned());
 }
