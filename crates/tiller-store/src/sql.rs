@@ -58,9 +58,29 @@ const MIGRATIONS: &[&[&str]] = &[&[
 /// databases' parameter limits).
 const ROWS_PER_INSERT: usize = 256;
 
-/// SQLite: bytes written (roughly) after which the WAL is copied into the
-/// database file, about the 1,000 pages of SQLite's own default.
-const CHECKPOINT_AFTER: usize = 4 << 20;
+/// SQLite: bytes written (roughly) after which a checkpoint copies the WAL into
+/// the database file, beside the writes.
+const CHECKPOINT_AFTER: usize = 8 << 20;
+
+/// SQLite: the WAL's size past which the writer lets it start over. Checkpoints
+/// run beside the writes never catch up with a steady stream of them, and a WAL
+/// starts over only once every frame in it is copied: past this size, the writer
+/// copies what is left itself, between two transactions.
+const WAL_LIMIT: u64 = 64 << 20;
+
+/// Each SQLite connection's settings:
+/// - 16 KiB pages (for a new file; an existing one keeps its own): a session's
+///   messages share a page or two, and a B-tree has fewer pages to balance and to
+///   write to the WAL. Spawning 1,000,000 agents went 10% faster than with 4 KiB.
+/// - WAL, synced at checkpoints (`synchronous = NORMAL`): a commit that the
+///   machine loses power after may be lost, the file is never corrupt.
+/// - 16 MiB of page cache.
+/// - No automatic checkpoints ([`Checkpoints`] runs them), and a WAL file cut
+///   back to [`WAL_LIMIT`] when it starts over.
+const SQLITE_SETTINGS: &str = "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; \
+     PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; \
+     PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864";
+const _: () = assert!(WAL_LIMIT == 67108864, "SQLITE_SETTINGS' journal_size_limit");
 
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,14 +157,14 @@ impl SqlStore {
             Backend::Postgres => 8,
         });
         let options = if backend == Backend::Sqlite {
-            options.test_before_acquire(false).after_connect(|connection, _| {
-                Box::pin(async move {
-                    connection
-                        .execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 0")
-                        .await?;
-                    Ok(())
+            options
+                .test_before_acquire(false)
+                .after_connect(|connection, _| {
+                    Box::pin(async move {
+                        connection.execute(SQLITE_SETTINGS).await?;
+                        Ok(())
+                    })
                 })
-            })
         } else {
             options
         };
@@ -218,6 +238,9 @@ impl SqlStore {
     async fn apply_batch(&self, batch: &[SessionWrite]) -> Result<(), StoreError> {
         self.writing
             .with(&self.pool, async |connection| {
+                if self.backend == Backend::Sqlite {
+                    self.checkpoints.catch_up(connection).await;
+                }
                 self.write(connection, batch).await
             })
             .await
@@ -385,18 +408,22 @@ struct Pending<'a> {
 }
 
 impl Pending<'_> {
-    /// Sends what is gathered: messages, then queued messages, then removals from
-    /// the queue (a message queued and delivered in one batch is inserted first).
+    /// Sends what is gathered: new sessions, messages, then queued messages, then
+    /// removals from the queue (a message queued and delivered in one batch is
+    /// inserted first). The inserts run as one stream of statements, so that the
+    /// messages' encoding overlaps the sessions' insert too.
     async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
         let now = now();
-        for chunk in self.sessions.chunks(ROWS_PER_INSERT / 2) {
+        let backend = self.backend;
+        let bytes = AtomicUsize::new(0);
+        let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
-                values(self.backend, chunk.len(), 8)
+                values(backend, chunk.len(), 8)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, record) in chunk {
-                self.bytes += record.definition.as_json().len();
+                bytes.fetch_add(record.definition.as_json().len(), Ordering::Relaxed);
                 query = query
                     .bind(*session)
                     .bind(record.tenant_id.as_deref())
@@ -407,20 +434,11 @@ impl Pending<'_> {
                     .bind(record.created_at)
                     .bind(now);
             }
-            if let Err(error) = query.execute(&mut **tx).await {
-                // The batch is retried one request at a time; alone, the one
-                // session created is the one that exists.
-                return Err(match &error {
-                    sqlx::Error::Database(db) if db.is_unique_violation() => {
-                        StoreError::SessionExists(chunk[0].0.to_owned())
-                    }
-                    _ => database(error),
-                });
-            }
-        }
-        self.sessions.clear();
-        let backend = self.backend;
-        let bytes = &mut self.bytes;
+            Ok(Statement {
+                query,
+                creates: Some(chunk[0].0),
+            })
+        });
         let messages = self.messages.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_messages (session_id, seq, message) VALUES {} \
@@ -430,13 +448,11 @@ impl Pending<'_> {
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, message) in chunk {
                 let json = json(message)?;
-                *bytes += json.len();
+                bytes.fetch_add(json.len(), Ordering::Relaxed);
                 query = query.bind(*session).bind(to_i64(*seq)).bind(json);
             }
-            Ok(query)
+            Ok(Statement::new(query))
         });
-        execute_all(tx, messages).await?;
-        let bytes = &mut self.bytes;
         let queued = self.queued.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_queued (session_id, seq, queue, message) VALUES {} \
@@ -446,16 +462,17 @@ impl Pending<'_> {
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, queue, message) in chunk {
                 let json = json(message)?;
-                *bytes += json.len();
+                bytes.fetch_add(json.len(), Ordering::Relaxed);
                 query = query
                     .bind(*session)
                     .bind(to_i64(*seq))
                     .bind(queue.as_str())
                     .bind(json);
             }
-            Ok(query)
+            Ok(Statement::new(query))
         });
-        execute_all(tx, queued).await?;
+        execute_all(tx, sessions.chain(messages).chain(queued)).await?;
+        self.bytes += bytes.into_inner();
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(*session)
@@ -464,6 +481,7 @@ impl Pending<'_> {
                 .await
                 .map_err(database)?;
         }
+        self.sessions.clear();
         self.messages.clear();
         self.queued.clear();
         self.dequeued.clear();
@@ -500,7 +518,8 @@ impl KeptConnection {
     }
 }
 
-/// SQLite's checkpoints, run by a task of their own beside the writes.
+/// SQLite's checkpoints: most run in a task of their own beside the writes, and
+/// the writer runs one itself when the WAL has grown past [`WAL_LIMIT`].
 /// (`wal_autocheckpoint` is off: with it, the commit that fills the WAL copies it
 /// into the database file while every write waits.)
 #[derive(Default)]
@@ -508,6 +527,9 @@ struct Checkpoints {
     /// Bytes written since the last checkpoint began.
     written: AtomicUsize,
     running: AtomicBool,
+    /// The WAL is past [`WAL_LIMIT`]: the writer copies the rest of it before its
+    /// next transaction, which then writes the WAL from its start again.
+    full: AtomicBool,
 }
 
 impl Checkpoints {
@@ -515,39 +537,130 @@ impl Checkpoints {
     /// runs).
     fn wrote(self: &Arc<Self>, bytes: usize, pool: &AnyPool) {
         let written = self.written.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if written < CHECKPOINT_AFTER || self.running.swap(true, Ordering::AcqRel) {
+        // Once the WAL is full, the writer's own checkpoint is next.
+        if written < CHECKPOINT_AFTER
+            || self.full.load(Ordering::Acquire)
+            || self.running.swap(true, Ordering::AcqRel)
+        {
             return;
         }
         self.written.store(0, Ordering::Release);
         let (checkpoints, pool) = (self.clone(), pool.clone());
         tokio::spawn(async move {
-            if let Err(error) = pool.execute("PRAGMA wal_checkpoint(PASSIVE)").await {
-                tracing::warn!(%error, "an SQLite checkpoint failed");
+            let mut connection = match pool.acquire().await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    tracing::warn!(%error, "an SQLite checkpoint failed");
+                    checkpoints.running.store(false, Ordering::Release);
+                    return;
+                }
+            };
+            if let Some(state) = checkpoint(&mut connection).await
+                && state.wal_bytes > WAL_LIMIT
+            {
+                checkpoints.full.store(true, Ordering::Release);
             }
             checkpoints.running.store(false, Ordering::Release);
         });
     }
+
+    /// When the WAL is past [`WAL_LIMIT`] and no checkpoint runs, copies what is
+    /// left of it on `connection`, the writer's, so that the next transaction
+    /// writes it from its start again.
+    async fn catch_up(&self, connection: &mut sqlx::AnyConnection) {
+        if !self.full.load(Ordering::Acquire) || self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(state) = checkpoint(connection).await
+            && state.complete
+        {
+            self.full.store(false, Ordering::Release);
+            self.written.store(0, Ordering::Release);
+        }
+        self.running.store(false, Ordering::Release);
+    }
+}
+
+/// What a checkpoint left.
+struct Checkpointed {
+    /// The WAL's size.
+    wal_bytes: u64,
+    /// Every frame in the WAL is in the database file.
+    complete: bool,
+}
+
+/// Runs a passive checkpoint on `connection` (a warning when it fails).
+async fn checkpoint(connection: &mut sqlx::AnyConnection) -> Option<Checkpointed> {
+    let result = async {
+        let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut *connection)
+            .await?;
+        let (busy, frames, copied): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let page_size: i64 = sqlx::query("PRAGMA page_size")
+            .fetch_one(&mut *connection)
+            .await?
+            .try_get(0)?;
+        Ok::<_, sqlx::Error>(Checkpointed {
+            wal_bytes: u64::try_from(frames.max(0) * (page_size + 24)).unwrap_or(u64::MAX),
+            complete: busy == 0 && frames == copied,
+        })
+    }
+    .await;
+    result
+        .inspect_err(|error| tracing::warn!(%error, "an SQLite checkpoint failed"))
+        .ok()
 }
 
 /// A statement with its values bound.
 type Bound<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// A statement to run in a batch.
+struct Statement<'q> {
+    query: Bound<'q>,
+    /// The first session the statement creates: a unique violation names it (the
+    /// batch is then retried one request at a time, and alone, the one session
+    /// created is the one that exists).
+    creates: Option<&'q str>,
+}
+
+impl<'q> Statement<'q> {
+    fn new(query: Bound<'q>) -> Self {
+        Statement {
+            query,
+            creates: None,
+        }
+    }
+
+    async fn execute(self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+        match self.query.execute(&mut **tx).await {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db))
+                if db.is_unique_violation()
+                    && let Some(session) = self.creates =>
+            {
+                Err(StoreError::SessionExists(session.to_owned()))
+            }
+            Err(error) => Err(database(error)),
+        }
+    }
+}
 
 /// Runs `statements` in order, each one encoded (its messages turned into JSON and
 /// bound) while the one before runs on the database's side, so that the two kinds
 /// of work overlap instead of taking turns.
 async fn execute_all<'q>(
     tx: &mut Transaction<'_, sqlx::Any>,
-    mut statements: impl Iterator<Item = Result<Bound<'q>, StoreError>>,
+    mut statements: impl Iterator<Item = Result<Statement<'q>, StoreError>>,
 ) -> Result<(), StoreError> {
     let Some(mut next) = statements.next().transpose()? else {
         return Ok(());
     };
     loop {
         // `join` polls the statement first: it is sent before the next is encoded.
-        let (ran, following) = futures::join!(next.execute(&mut **tx), async {
-            statements.next().transpose()
-        });
-        ran.map_err(database)?;
+        let (ran, following) =
+            futures::join!(next.execute(tx), async { statements.next().transpose() });
+        ran?;
         match following? {
             Some(statement) => next = statement,
             None => return Ok(()),
