@@ -8,7 +8,8 @@
 //! 2. thaw of one hibernated agent (a state request that brings it back from the
 //!    store): p50 (target <= 300 µs) and p99 (target <= 2 ms), asked from a task
 //!    on the runtime as a server's handler asks, and (for comparison) from outside
-//!    the runtime, which adds a hand-off to a worker thread and one back.
+//!    the runtime, which adds a hand-off to a worker thread and one back; timed
+//!    once the spawns' writes are checkpointed into the database file and synced.
 //!
 //! ```text
 //! cargo bench -p tiller --bench sessions              # 1,000,000 agents
@@ -52,7 +53,7 @@ async fn hibernated_agents(count: usize) {
         hibernate_after: Some(Duration::ZERO),
         ..SupervisorConfig::default()
     };
-    let supervisor = Supervisor::with_store(config, store).await.unwrap();
+    let supervisor = Supervisor::with_store(config, store.clone()).await.unwrap();
     let faux = FauxProvider::new();
     let settings = Arc::new(
         AgentSettings::new(faux.model()).with_system_prompt("You are a helpful assistant."),
@@ -89,8 +90,10 @@ async fn hibernated_agents(count: usize) {
         rss() as f64 / (1u64 << 30) as f64
     );
 
-    // The thaws are timed with the spawns' writes on disk, not beside the
+    // The thaws are timed with the spawns' writes settled: copied from the WAL
+    // into the database file and on disk, not beside a checkpoint or the
     // kernel's writeback of gigabytes of them.
+    store.checkpoint().await.unwrap();
     for file in ["sessions.db", "sessions.db-wal"] {
         if let Ok(file) = std::fs::File::open(dir.join(file)) {
             file.sync_all().unwrap();
