@@ -8,7 +8,7 @@
 //!
 //! - [`MemoryStore`]: in the process, gone with it (the library's default);
 //! - [`SqlStore`] on **SQLite** (`sqlite://PATH`): one embedded file in WAL mode,
-//!   the WAL copied into the file by a task of its own, beside the writes;
+//!   the WAL copied into the file beside the writes and kept near 64 MiB;
 //! - [`SqlStore`] on **PostgreSQL** (`postgres://…`): shared by several hosts.
 //!
 //! Changes reach a store as [`SessionWrite`]s through a [`StoreWriter`], which

@@ -178,7 +178,7 @@ impl SqlStore {
             .connect(&connect)
             .await
             .map_err(|error| StoreError::Database(format!("cannot open {shown}: {error}")))?;
-        let store = SqlStore {
+        let mut store = SqlStore {
             pool,
             writing: Arc::default(),
             loading: Arc::default(),
@@ -187,6 +187,15 @@ impl SqlStore {
             url: shown.into(),
         };
         store.migrate().await?;
+        if backend == Backend::Sqlite {
+            // The page size is the file's own from its first write on.
+            let page_size: i64 = sqlx::query("PRAGMA page_size")
+                .fetch_one(&store.pool)
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(database)?;
+            store.checkpoints = Arc::new(Checkpoints::new(page_size));
+        }
         Ok(store)
     }
 
@@ -199,8 +208,8 @@ impl SqlStore {
         }
         self.writing
             .with(&self.pool, async |connection| {
-                connection
-                    .execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.checkpoints
+                    .run(connection, Mode::Truncate)
                     .await
                     .map_err(database)?;
                 Ok(())
@@ -275,7 +284,7 @@ impl SqlStore {
         touch(&mut tx, self.backend, batch, now).await?;
         let mut pending = Pending {
             backend: self.backend,
-            bytes: 0,
+            bytes: AtomicUsize::new(0),
             sessions: Vec::new(),
             messages: Vec::new(),
             queued: Vec::new(),
@@ -313,7 +322,8 @@ impl SqlStore {
         pending.flush(&mut tx).await?;
         tx.commit().await.map_err(database)?;
         if self.backend == Backend::Sqlite {
-            self.checkpoints.wrote(pending.bytes, &self.pool);
+            self.checkpoints
+                .wrote(pending.bytes.into_inner(), &self.pool);
         }
         Ok(())
     }
@@ -417,8 +427,8 @@ fn values(backend: Backend, rows: usize, columns: usize) -> String {
 /// Inserts and deletes gathered to be sent as few statements.
 struct Pending<'a> {
     backend: Backend,
-    /// The bytes of JSON sent so far.
-    bytes: usize,
+    /// The bytes of JSON sent so far (counted while statements are encoded).
+    bytes: AtomicUsize,
     sessions: Vec<(&'a str, &'a SessionRecord)>,
     messages: Vec<(&'a str, u64, &'a AgentMessage)>,
     queued: Vec<(&'a str, u64, QueueKind, &'a AgentMessage)>,
@@ -433,7 +443,7 @@ impl Pending<'_> {
     async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
         let now = now();
         let backend = self.backend;
-        let bytes = AtomicUsize::new(0);
+        let bytes = &self.bytes;
         let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
@@ -490,7 +500,6 @@ impl Pending<'_> {
             Ok(Statement::new(query))
         });
         execute_all(tx, sessions.chain(messages).chain(queued)).await?;
-        self.bytes += bytes.into_inner();
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(*session)
@@ -542,6 +551,8 @@ impl KeptConnection {
 /// into the database file while every write waits.)
 #[derive(Default)]
 struct Checkpoints {
+    /// A WAL frame's size: a page and its header.
+    frame_bytes: u64,
     /// Bytes written since the last checkpoint began.
     written: AtomicUsize,
     running: AtomicBool,
@@ -551,6 +562,14 @@ struct Checkpoints {
 }
 
 impl Checkpoints {
+    /// The checkpoints of a file with `page_size`-byte pages.
+    fn new(page_size: i64) -> Self {
+        Checkpoints {
+            frame_bytes: u64::try_from(page_size).unwrap_or(0) + 24,
+            ..Checkpoints::default()
+        }
+    }
+
     /// Counts `bytes` written, and starts a checkpoint once enough were (unless one
     /// runs).
     fn wrote(self: &Arc<Self>, bytes: usize, pool: &AnyPool) {
@@ -566,13 +585,10 @@ impl Checkpoints {
         let (checkpoints, pool) = (self.clone(), pool.clone());
         tokio::spawn(async move {
             let state = match pool.acquire().await {
-                Ok(mut connection) => checkpoint(&mut connection).await,
-                Err(error) => {
-                    tracing::warn!(%error, "an SQLite checkpoint failed");
-                    None
-                }
+                Ok(mut connection) => checkpoints.run(&mut connection, Mode::Passive).await,
+                Err(error) => Err(error),
             };
-            if let Some(state) = state
+            if let Some(state) = logged(state)
                 && state.wal_bytes > WAL_LIMIT
             {
                 checkpoints.full.store(true, Ordering::Release);
@@ -588,7 +604,7 @@ impl Checkpoints {
         if !self.full.load(Ordering::Acquire) || self.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(state) = checkpoint(connection).await
+        if let Some(state) = logged(self.run(connection, Mode::Passive).await)
             && state.complete
         {
             self.full.store(false, Ordering::Release);
@@ -596,6 +612,33 @@ impl Checkpoints {
         }
         self.running.store(false, Ordering::Release);
     }
+
+    /// Runs a checkpoint on `connection`.
+    async fn run(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        mode: Mode,
+    ) -> Result<Checkpointed, sqlx::Error> {
+        let statement = match mode {
+            Mode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+            Mode::Truncate => "PRAGMA wal_checkpoint(TRUNCATE)",
+        };
+        let row = sqlx::query(statement).fetch_one(connection).await?;
+        let (busy, frames, copied): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        Ok(Checkpointed {
+            wal_bytes: u64::try_from(frames).unwrap_or(0) * self.frame_bytes,
+            complete: busy == 0 && frames == copied,
+        })
+    }
+}
+
+/// How a checkpoint treats writers and the WAL.
+enum Mode {
+    /// Copies what it can without waiting for anyone.
+    Passive,
+    /// Waits for writers and readers, copies everything and empties the WAL.
+    Truncate,
 }
 
 /// What a checkpoint left.
@@ -606,24 +649,9 @@ struct Checkpointed {
     complete: bool,
 }
 
-/// Runs a passive checkpoint on `connection` (a warning when it fails).
-async fn checkpoint(connection: &mut sqlx::AnyConnection) -> Option<Checkpointed> {
-    let result = async {
-        let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&mut *connection)
-            .await?;
-        let (busy, frames, copied): (i64, i64, i64) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let page_size: i64 = sqlx::query("PRAGMA page_size")
-            .fetch_one(&mut *connection)
-            .await?
-            .try_get(0)?;
-        Ok::<_, sqlx::Error>(Checkpointed {
-            wal_bytes: u64::try_from(frames.max(0) * (page_size + 24)).unwrap_or(u64::MAX),
-            complete: busy == 0 && frames == copied,
-        })
-    }
-    .await;
+/// A checkpoint's result, with a warning when it failed (checkpoints run beside
+/// the writes answer no one).
+fn logged(result: Result<Checkpointed, sqlx::Error>) -> Option<Checkpointed> {
     result
         .inspect_err(|error| tracing::warn!(%error, "an SQLite checkpoint failed"))
         .ok()
