@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -27,36 +28,49 @@ use crate::{SessionStore, StoreError, redact_url};
 /// The schema, one migration a version; each runs once, in order, on open.
 /// `{clustered}` keeps a table in its primary key's order: `WITHOUT ROWID` in SQLite
 /// (one B-tree per insert instead of two), nothing in PostgreSQL.
-const MIGRATIONS: &[&[&str]] = &[&[
-    "CREATE TABLE tiller_sessions (
-        id TEXT PRIMARY KEY,
-        tenant_id TEXT,
-        user_id TEXT,
-        name TEXT,
-        definition TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        updated_at BIGINT NOT NULL
-    )",
-    "CREATE INDEX tiller_sessions_owner ON tiller_sessions (tenant_id, user_id, updated_at)",
-    "CREATE TABLE tiller_messages (
-        session_id TEXT NOT NULL,
-        seq BIGINT NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ){clustered}",
-    "CREATE TABLE tiller_queued (
-        session_id TEXT NOT NULL,
-        seq BIGINT NOT NULL,
-        queue TEXT NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ){clustered}",
-]];
+///
+/// A row of `tiller_messages` holds a run of `message_count` consecutive messages
+/// from `seq` on, their JSON joined by commas (one message's JSON when the count
+/// is 1): the messages one write brings in together (a spawned agent's transcript,
+/// a turn's tool results) cost one row, where a row each cost SQLite most of its
+/// time. Joined, every row of a session makes its transcript's JSON array.
+const MIGRATIONS: &[&[&str]] = &[
+    &[
+        "CREATE TABLE tiller_sessions (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT,
+            user_id TEXT,
+            name TEXT,
+            definition TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )",
+        "CREATE INDEX tiller_sessions_owner ON tiller_sessions (tenant_id, user_id, updated_at)",
+        "CREATE TABLE tiller_messages (
+            session_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            message TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ){clustered}",
+        "CREATE TABLE tiller_queued (
+            session_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            queue TEXT NOT NULL,
+            message TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ){clustered}",
+    ],
+    &["ALTER TABLE tiller_messages ADD COLUMN message_count BIGINT NOT NULL DEFAULT 1"],
+];
 
 /// Rows per multi-row insert (three or four parameters each, under both
 /// databases' parameter limits).
 const ROWS_PER_INSERT: usize = 256;
+
+/// The JSON a row of consecutive messages grows to before the next message starts
+/// a row of its own (a row holds at least one message, however large).
+const RUN_BYTES: usize = 64 << 10;
 
 /// SQLite: bytes written (roughly) after which a checkpoint copies the WAL into
 /// the database file, beside the writes.
@@ -287,6 +301,7 @@ impl SqlStore {
             bytes: AtomicUsize::new(0),
             sessions: Vec::new(),
             messages: Vec::new(),
+            runs: Vec::new(),
             queued: Vec::new(),
             dequeued: Vec::new(),
         };
@@ -298,7 +313,7 @@ impl SqlStore {
                     message,
                     dequeued,
                 } => {
-                    pending.messages.push((session, *seq, message));
+                    pending.append(session, *seq, message);
                     if let Some(dequeued) = dequeued {
                         pending.dequeued.push((session, *dequeued));
                     }
@@ -330,8 +345,11 @@ impl SqlStore {
 }
 
 fn json(message: &AgentMessage) -> Result<String, StoreError> {
-    serde_json::to_string(message)
-        .map_err(|error| StoreError::Database(format!("cannot encode a message: {error}")))
+    serde_json::to_string(message).map_err(cannot_encode)
+}
+
+fn cannot_encode(error: serde_json::Error) -> StoreError {
+    StoreError::Database(format!("cannot encode a message: {error}"))
 }
 
 /// Sets `updated_at` of every session the batch changes without creating it, and
@@ -430,12 +448,40 @@ struct Pending<'a> {
     /// The bytes of JSON sent so far (counted while statements are encoded).
     bytes: AtomicUsize,
     sessions: Vec<(&'a str, &'a SessionRecord)>,
-    messages: Vec<(&'a str, u64, &'a AgentMessage)>,
+    /// The messages to insert, in order; [`Run`]s say whose they are.
+    messages: Vec<&'a AgentMessage>,
+    runs: Vec<Run<'a>>,
     queued: Vec<(&'a str, u64, QueueKind, &'a AgentMessage)>,
     dequeued: Vec<(&'a str, u64)>,
 }
 
-impl Pending<'_> {
+/// Consecutive messages of one session among [`Pending::messages`].
+struct Run<'a> {
+    session: &'a str,
+    /// The first one's place in the transcript.
+    seq: u64,
+    /// Where they are in [`Pending::messages`].
+    at: Range<usize>,
+}
+
+impl<'a> Pending<'a> {
+    /// Gathers `message`, at `seq` in `session`'s transcript, into the run before
+    /// it when it follows that run's last message.
+    fn append(&mut self, session: &'a str, seq: u64, message: &'a AgentMessage) {
+        self.messages.push(message);
+        let end = self.messages.len();
+        match self.runs.last_mut() {
+            Some(run) if run.session == session && run.seq + run.at.len() as u64 == seq => {
+                run.at.end = end;
+            }
+            _ => self.runs.push(Run {
+                session,
+                seq,
+                at: end - 1..end,
+            }),
+        }
+    }
+
     /// Sends what is gathered: new sessions, messages, then queued messages, then
     /// removals from the queue (a message queued and delivered in one batch is
     /// inserted first). The inserts run as one stream of statements, so that the
@@ -467,19 +513,34 @@ impl Pending<'_> {
                 creates: Some(chunk[0].0),
             })
         });
-        let messages = self.messages.chunks(ROWS_PER_INSERT).map(|chunk| {
+        let mut rows = RunRows {
+            messages: &self.messages,
+            runs: &self.runs,
+            run: 0,
+            done: 0,
+        };
+        let messages = std::iter::from_fn(move || {
+            let rows = match rows.next_rows(ROWS_PER_INSERT) {
+                Ok(rows) if rows.is_empty() => return None,
+                Ok(rows) => rows,
+                Err(error) => return Some(Err(error)),
+            };
             let sql = format!(
-                "INSERT INTO tiller_messages (session_id, seq, message) VALUES {} \
-                 ON CONFLICT (session_id, seq) DO UPDATE SET message = excluded.message",
-                values(backend, chunk.len(), 3)
+                "INSERT INTO tiller_messages (session_id, seq, message_count, message) VALUES {} \
+                 ON CONFLICT (session_id, seq) DO UPDATE \
+                 SET message_count = excluded.message_count, message = excluded.message",
+                values(backend, rows.len(), 4)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (session, seq, message) in chunk {
-                let json = json(message)?;
-                bytes.fetch_add(json.len(), Ordering::Relaxed);
-                query = query.bind(*session).bind(to_i64(*seq)).bind(json);
+            for row in rows {
+                bytes.fetch_add(row.json.len(), Ordering::Relaxed);
+                query = query
+                    .bind(row.session)
+                    .bind(to_i64(row.seq))
+                    .bind(row.count as i64)
+                    .bind(row.json);
             }
-            Ok(Statement::new(query))
+            Some(Ok(Statement::new(query)))
         });
         let queued = self.queued.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
@@ -510,9 +571,67 @@ impl Pending<'_> {
         }
         self.sessions.clear();
         self.messages.clear();
+        self.runs.clear();
         self.queued.clear();
         self.dequeued.clear();
         Ok(())
+    }
+}
+
+/// A row of `tiller_messages`: `count` messages of `session` from `seq` on.
+struct RunRow<'a> {
+    session: &'a str,
+    seq: u64,
+    count: usize,
+    /// Their JSON, joined by commas.
+    json: String,
+}
+
+/// [`Pending`]'s runs of messages, encoded a few rows at a time: a row of
+/// consecutive messages grows to about [`RUN_BYTES`] of JSON.
+struct RunRows<'p, 'a> {
+    messages: &'p [&'a AgentMessage],
+    runs: &'p [Run<'a>],
+    /// The run being encoded.
+    run: usize,
+    /// How many of its messages are encoded.
+    done: usize,
+}
+
+impl<'a> RunRows<'_, 'a> {
+    /// At most `limit` more rows.
+    fn next_rows(&mut self, limit: usize) -> Result<Vec<RunRow<'a>>, StoreError> {
+        let mut rows = Vec::with_capacity(limit.min(self.runs.len() - self.run));
+        while rows.len() < limit
+            && let Some(run) = self.runs.get(self.run)
+        {
+            let first = self.done;
+            let mut json = Vec::new();
+            for message in &self.messages[run.at.start + first..run.at.end] {
+                if self.done > first {
+                    if json.len() >= RUN_BYTES {
+                        break;
+                    }
+                    json.push(b',');
+                }
+                serde_json::to_writer(&mut json, message).map_err(cannot_encode)?;
+                self.done += 1;
+            }
+            rows.push(RunRow {
+                session: run.session,
+                seq: run.seq + first as u64,
+                count: self.done - first,
+                // serde_json writes UTF-8.
+                json: String::from_utf8(json).map_err(|error| {
+                    StoreError::Database(format!("cannot encode a message: {error}"))
+                })?,
+            });
+            if self.done == run.at.len() {
+                self.run += 1;
+                self.done = 0;
+            }
+        }
+        Ok(rows)
     }
 }
 
@@ -729,11 +848,7 @@ async fn apply_one(
                 .bind(session)
                 .bind(queue.as_str())
         }
-        Change::Truncate { from } => {
-            sqlx::query("DELETE FROM tiller_messages WHERE session_id = $1 AND seq >= $2")
-                .bind(session)
-                .bind(to_i64(*from))
-        }
+        Change::Truncate { from } => return truncate(tx, session, *from).await,
         Change::SetDefinition(definition) => {
             sqlx::query("UPDATE tiller_sessions SET definition = $2 WHERE id = $1")
                 .bind(session)
@@ -748,6 +863,77 @@ async fn apply_one(
     };
     query.execute(&mut **tx).await.map_err(database)?;
     Ok(())
+}
+
+/// Drops `session`'s messages from `from` on, cutting the row whose run holds
+/// message `from`.
+async fn truncate(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    session: &str,
+    from: u64,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM tiller_messages WHERE session_id = $1 AND seq >= $2")
+        .bind(session)
+        .bind(to_i64(from))
+        .execute(&mut **tx)
+        .await
+        .map_err(database)?;
+    if from == 0 {
+        return Ok(());
+    }
+    let before = sqlx::query(
+        "SELECT seq, message_count, message FROM tiller_messages \
+         WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(session)
+    .bind(to_i64(from))
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(database)?;
+    let Some(row) = before else {
+        return Ok(());
+    };
+    let (seq, count, json): (i64, i64, String) = (
+        row.try_get(0).map_err(database)?,
+        row.try_get(1).map_err(database)?,
+        row.try_get(2).map_err(database)?,
+    );
+    let kept = to_i64(from) - seq;
+    if kept >= count {
+        return Ok(());
+    }
+    let wrapped = format!("[{json}]");
+    let messages: Vec<&serde_json::value::RawValue> = decode(session, &wrapped)?;
+    let kept_json = messages
+        .iter()
+        .take(usize::try_from(kept).unwrap_or(usize::MAX))
+        .map(|message| message.get())
+        .collect::<Vec<_>>()
+        .join(",");
+    sqlx::query(
+        "UPDATE tiller_messages SET message_count = $3, message = $4 \
+         WHERE session_id = $1 AND seq = $2",
+    )
+    .bind(session)
+    .bind(seq)
+    .bind(kept)
+    .bind(kept_json)
+    .execute(&mut **tx)
+    .await
+    .map_err(database)?;
+    Ok(())
+}
+
+/// A row's run of `count` messages decoded.
+fn decode_run(session: &str, json: &str, count: i64) -> Result<Vec<AgentMessage>, StoreError> {
+    let messages: Vec<AgentMessage> = decode(session, &format!("[{json}]"))?;
+    if messages.len() as i64 != count {
+        return Err(StoreError::Corrupt {
+            session: session.to_owned(),
+            detail: format!("a row of {count} messages holds {}", messages.len()),
+        });
+    }
+    Ok(messages)
 }
 
 const RECORD_COLUMNS: &str =
@@ -779,7 +965,7 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
 }
 
 /// Stored messages (one, or an array of them) decoded.
-fn decode<T: serde::de::DeserializeOwned>(session: &str, text: &str) -> Result<T, StoreError> {
+fn decode<'t, T: serde::Deserialize<'t>>(session: &str, text: &'t str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
         session: session.to_owned(),
         detail: format!("a message: {error}"),
@@ -880,7 +1066,8 @@ impl SessionStore for SqlStore {
                 }
             }
             let mut sql = format!(
-                "SELECT {RECORD_COLUMNS}, (SELECT count(*) FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
+                "SELECT {RECORD_COLUMNS}, (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
+                 FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
                  FROM tiller_sessions s"
             );
             if !conditions.is_empty() {
@@ -918,24 +1105,38 @@ impl SessionStore for SqlStore {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Arc<AgentMessage>>, StoreError>> {
         Box::pin(async move {
-            sqlx::query(
-                "SELECT message FROM tiller_messages WHERE session_id = $1 AND seq >= $2 \
+            // From the row whose run holds message `from`: the last row to start
+            // at or before it (one more row than `limit` when that run ends before).
+            let rows = sqlx::query(
+                "SELECT seq, message_count, message FROM tiller_messages \
+                 WHERE session_id = $1 AND seq >= coalesce((SELECT max(seq) FROM tiller_messages \
+                 WHERE session_id = $1 AND seq <= $2), 0) \
                  ORDER BY seq LIMIT $3",
             )
             .bind(id)
             .bind(to_i64(from))
-            .bind(i64::from(limit))
+            .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await
-            .map_err(database)?
-            .iter()
-            .map(|row| {
-                Ok(Arc::new(decode(
-                    id,
-                    &row.try_get::<String, _>(0).map_err(database)?,
-                )?))
-            })
-            .collect()
+            .map_err(database)?;
+            let mut page = Vec::new();
+            for row in &rows {
+                let seq: i64 = row.try_get(0).map_err(database)?;
+                let count: i64 = row.try_get(1).map_err(database)?;
+                let json: String = row.try_get(2).map_err(database)?;
+                let skipped = usize::try_from(to_i64(from) - seq).unwrap_or(0);
+                page.extend(
+                    decode_run(id, &json, count)?
+                        .into_iter()
+                        .skip(skipped)
+                        .map(Arc::new),
+                );
+                if page.len() >= limit as usize {
+                    break;
+                }
+            }
+            page.truncate(limit as usize);
+            Ok(page)
         })
     }
 

@@ -237,10 +237,12 @@ impl SessionWrite {
 pub enum Change {
     /// Creates the session; fails if it exists.
     Create(SessionRecord),
-    /// Adds a finished message at `seq` (its place in the transcript), and removes
-    /// the queued message it was delivered from, if any.
+    /// Adds a finished message at the transcript's end, and removes the queued
+    /// message it was delivered from, if any. A store may keep the messages one
+    /// batch appends to a session together, as one run.
     Append {
-        /// The message's place in the transcript, from 0.
+        /// The message's place in the transcript, from 0: the number of messages
+        /// it holds (after a [`Change::Truncate`], the place cut from).
         seq: u64,
         /// The message, shared with the agent that holds it.
         message: Arc<AgentMessage>,

@@ -381,8 +381,80 @@ async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str
     }
 }
 
+fn append(session: &str, seq: u64, message: &Arc<AgentMessage>) -> SessionWrite {
+    write(
+        session,
+        Change::Append {
+            seq,
+            message: message.clone(),
+            dequeued: None,
+        },
+    )
+}
+
+/// Messages written together (a spawned transcript, some too large to share a
+/// row) and one at a time read back the same: whole, a page at a time from any
+/// place, counted, and cut anywhere.
+async fn pages_and_cuts_a_transcript_anywhere(store: Arc<dyn SessionStore>, tenant: &str) {
+    let writer = StoreWriter::for_store(store.clone());
+    let large = "x".repeat(40 << 10);
+    for (id, text) in [("runs", "m"), ("large-runs", large.as_str())] {
+        let id = format!("{tenant}-{id}");
+        let mut all: Vec<Arc<AgentMessage>> = (0..8)
+            .map(|n| Arc::new(user(format!("{text}{n}"))))
+            .collect();
+        let mut first = vec![write(&id, Change::Create(record(&id, tenant, "ada")))];
+        first.extend((0..5).map(|seq| append(&id, seq, &all[seq as usize])));
+        writer.write(first).await.unwrap();
+        writer.write(vec![append(&id, 5, &all[5])]).await.unwrap();
+        writer
+            .write(vec![append(&id, 6, &all[6]), append(&id, 7, &all[7])])
+            .await
+            .unwrap();
+        assert_eq!(store.load(&id).await.unwrap().unwrap().messages, all);
+        for from in 0..=9 {
+            for limit in [1, 2, 3, 10] {
+                let end = (from + limit).min(all.len());
+                assert_eq!(
+                    store
+                        .messages(&id, from as u64, limit as u32)
+                        .await
+                        .unwrap(),
+                    all[from.min(end)..end],
+                    "{id}: {limit} from {from}"
+                );
+            }
+        }
+        let counted = SessionFilter {
+            id: Some(id.clone()),
+            ..SessionFilter::default()
+        };
+        assert_eq!(store.list(&counted).await.unwrap()[0].messages, 8);
+
+        // Cut inside what the first write brought, and go on from there.
+        all.truncate(3);
+        all.push(Arc::new(user("again")));
+        writer
+            .write(vec![
+                write(&id, Change::Truncate { from: 3 }),
+                append(&id, 3, &all[3]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(store.load(&id).await.unwrap().unwrap().messages, all);
+        assert_eq!(store.messages(&id, 2, 10).await.unwrap(), all[2..]);
+        assert_eq!(store.list(&counted).await.unwrap()[0].messages, 4);
+        writer
+            .write(vec![write(&id, Change::Truncate { from: 1 })])
+            .await
+            .unwrap();
+        assert_eq!(store.load(&id).await.unwrap().unwrap().messages, all[..1]);
+    }
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
     keeps_messages_queues_and_definition(store.clone(), tenant).await;
+    pages_and_cuts_a_transcript_anywhere(store.clone(), tenant).await;
     a_failed_batch_changes_nothing(store.clone(), tenant).await;
     lists_by_owner_and_status(store.clone(), tenant).await;
     groups_many_writers_in_order(store, tenant).await;
@@ -444,6 +516,59 @@ async fn sqlite_keeps_sessions_across_opens() {
     assert_eq!(loaded.messages, vec![user("still here").into()]);
 }
 
+/// A file of schema version 1 (a row per message) is migrated when it opens:
+/// its sessions load, page and take new messages as before.
+#[tokio::test]
+async fn sqlite_migrates_a_file_of_version_1() {
+    use sqlx::Connection;
+    let db = TempSqlite::new();
+    let mut connection = sqlx::SqliteConnection::connect(&format!("{}?mode=rwc", db.url()))
+        .await
+        .unwrap();
+    let (hello, there) = (Arc::new(user("hello")), Arc::new(user("there")));
+    for statement in [
+        "CREATE TABLE tiller_schema (version BIGINT NOT NULL)".to_owned(),
+        "INSERT INTO tiller_schema (version) VALUES (1)".to_owned(),
+        "CREATE TABLE tiller_sessions (id TEXT PRIMARY KEY, tenant_id TEXT, user_id TEXT, \
+         name TEXT, definition TEXT NOT NULL, status TEXT NOT NULL, \
+         created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)"
+            .to_owned(),
+        "CREATE INDEX tiller_sessions_owner ON tiller_sessions (tenant_id, user_id, updated_at)"
+            .to_owned(),
+        "CREATE TABLE tiller_messages (session_id TEXT NOT NULL, seq BIGINT NOT NULL, \
+         message TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+            .to_owned(),
+        "CREATE TABLE tiller_queued (session_id TEXT NOT NULL, seq BIGINT NOT NULL, \
+         queue TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+            .to_owned(),
+        "INSERT INTO tiller_sessions VALUES ('old', NULL, NULL, NULL, 'null', 'active', 1, 1)"
+            .to_owned(),
+        format!(
+            "INSERT INTO tiller_messages VALUES ('old', 0, '{}'), ('old', 1, '{}')",
+            serde_json::to_string(&*hello).unwrap(),
+            serde_json::to_string(&*there).unwrap()
+        ),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut connection)
+            .await
+            .unwrap();
+    }
+    connection.close().await.unwrap();
+
+    let store = SqlStore::open(db.url()).await.unwrap();
+    let again = Arc::new(user("again"));
+    StoreWriter::new(store.clone())
+        .write(vec![append("old", 2, &again)])
+        .await
+        .unwrap();
+    let all = vec![hello, there, again];
+    assert_eq!(store.load("old").await.unwrap().unwrap().messages, all);
+    assert_eq!(store.messages("old", 1, 5).await.unwrap(), all[1..]);
+    let listed = store.list(&SessionFilter::default()).await.unwrap();
+    assert_eq!(listed[0].messages, 3);
+}
+
 #[tokio::test]
 async fn bad_urls_say_what_is_expected() {
     let Err(error) = tiller_store::open("mysql://root:hunter2@db/x").await else {
@@ -476,23 +601,31 @@ async fn a_corrupt_row_names_its_session() {
     let db = TempSqlite::new();
     let store = SqlStore::open(db.url()).await.unwrap();
     StoreWriter::new(store.clone())
-        .write(vec![write(
-            "cut",
-            Change::Create(record("cut", "t", "ada")),
-        )])
+        .write(vec![
+            write("cut", Change::Create(record("cut", "t", "ada"))),
+            append("cut", 0, &Arc::new(user("one"))),
+            append("cut", 1, &Arc::new(user("two"))),
+        ])
         .await
         .unwrap();
     let mut connection = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
-    sqlx::query("UPDATE tiller_sessions SET definition = '{\"model\": ' WHERE id = 'cut'")
-        .execute(&mut connection)
-        .await
-        .unwrap();
+    for edit in [
+        "UPDATE tiller_sessions SET definition = '{\"model\": ' WHERE id = 'cut'",
+        "UPDATE tiller_messages SET message_count = 3 WHERE session_id = 'cut'",
+    ] {
+        sqlx::query(edit).execute(&mut connection).await.unwrap();
+    }
+    let corrupt = |detail: &str| StoreError::Corrupt {
+        session: "cut".to_owned(),
+        detail: detail.to_owned(),
+    };
     assert_eq!(
         store.load("cut").await.unwrap_err(),
-        StoreError::Corrupt {
-            session: "cut".to_owned(),
-            detail: "its definition: EOF while parsing a value at line 1 column 10".to_owned(),
-        }
+        corrupt("its definition: EOF while parsing a value at line 1 column 10")
+    );
+    assert_eq!(
+        store.messages("cut", 1, 10).await.unwrap_err(),
+        corrupt("a row of 3 messages holds 2")
     );
 }
 
