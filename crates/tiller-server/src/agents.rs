@@ -24,6 +24,7 @@ use tiller::{
 use crate::Shared;
 use crate::error::{Problem, decode};
 use crate::events::{Replay, envelopes, to_sse};
+use crate::shutdown::until_closing;
 use crate::tenants::{Caller, caller};
 
 /// `POST /agents`: an agent from a definition the server knows, by name, or from
@@ -481,13 +482,11 @@ pub(crate) async fn events(
         ),
     };
     let counted = shared.clone();
-    let events = shared
-        .follow(&agent, last_seen)
-        .map(move |envelope| {
+    let events =
+        until_closing(shared.follow(&agent, last_seen), &shared.closing).map(move |envelope| {
             counted.metrics.event_streamed();
             Ok::<_, std::convert::Infallible>(to_sse(&envelope))
-        })
-        .take_until(shared.closing.clone().cancelled_owned());
+        });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
         .into_response())
@@ -506,12 +505,11 @@ pub(crate) async fn all_events(
         move |id: &str| shared.visible(&tenant, id)
     };
     let counted = shared.clone();
-    let events = crate::events::following(shared.clone(), visible)
-        .map(move |envelope| {
-            counted.metrics.event_streamed();
-            Ok::<_, std::convert::Infallible>(crate::events::unnumbered(&envelope))
-        })
-        .take_until(shared.closing.clone().cancelled_owned());
+    let following = Box::pin(crate::events::following(shared.clone(), visible));
+    let events = until_closing(following, &shared.closing).map(move |envelope| {
+        counted.metrics.event_streamed();
+        Ok::<_, std::convert::Infallible>(crate::events::unnumbered(&envelope))
+    });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
         .into_response())

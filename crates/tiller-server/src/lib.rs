@@ -246,7 +246,8 @@ impl Server {
 
     /// Serves on `listener` until `shutdown` completes. Then it refuses new work
     /// (503), gives runs in flight [`ServerConfig::finish_runs`] to end, stops
-    /// accepting, ends the event streams, lets other requests in flight finish,
+    /// accepting, ends the event streams once they have sent the events published
+    /// by then, lets other requests in flight finish,
     /// and shuts the supervisor down (aborting what still runs and flushing the
     /// store).
     pub async fn serve(

@@ -1,14 +1,20 @@
 //! Graceful shutdown: once it begins, requests that would start new work (an
 //! agent, a run, a resumed session, a proxied call) get 503 `shutting-down`;
 //! runs in flight get [`crate::ServerConfig::finish_runs`] to end; then the
-//! event streams close and the supervisor aborts what still runs.
+//! event streams close, once they have sent the events already published (a
+//! client that watched a run to its end gets its `agent_end`), and the supervisor
+//! aborts what still runs.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::{FutureExt, Stream, StreamExt};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::Shared;
 use crate::error::Problem;
@@ -66,4 +72,69 @@ pub(crate) async fn refuse_new_work(
         return problem.into_response();
     }
     next.run(request).await
+}
+
+/// `events` until `closing` is cancelled, then those of them ready at that moment
+/// (published already), then the end.
+pub(crate) fn until_closing<S: Stream + Unpin>(
+    events: S,
+    closing: &CancellationToken,
+) -> UntilClosing<S> {
+    UntilClosing {
+        events,
+        closing: Box::pin(closing.clone().cancelled_owned()),
+    }
+}
+
+/// The stream [`until_closing`] makes.
+pub(crate) struct UntilClosing<S> {
+    events: S,
+    closing: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl<S: Stream + Unpin> Stream for UntilClosing<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        if let Poll::Ready(event) = self.events.poll_next_unpin(cx) {
+            return Poll::Ready(event);
+        }
+        match self.closing.poll_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use futures::channel::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use super::until_closing;
+
+    #[tokio::test]
+    async fn a_closed_stream_sends_the_events_published_before_it_ends() {
+        let (publish, published) = mpsc::unbounded();
+        let closing = CancellationToken::new();
+        let mut events = until_closing(published, &closing);
+        publish.unbounded_send(0).unwrap();
+        assert_eq!(events.next().await, Some(0));
+        // Closed with two events not yet sent, and the publisher still there.
+        publish.unbounded_send(1).unwrap();
+        publish.unbounded_send(2).unwrap();
+        closing.cancel();
+        assert_eq!(events.collect::<Vec<_>>().await, vec![1, 2]);
+        drop(publish);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_stream_ends_when_closed() {
+        let (_publish, published) = mpsc::unbounded::<u32>();
+        let closing = CancellationToken::new();
+        let mut events = until_closing(published, &closing);
+        let (next, ()) = futures::join!(events.next(), async { closing.cancel() });
+        assert_eq!(next, None);
+    }
 }

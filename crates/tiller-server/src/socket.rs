@@ -25,6 +25,7 @@ use tiller::AgentHandle;
 use crate::Shared;
 use crate::agents::Command;
 use crate::error::Problem;
+use crate::shutdown::until_closing;
 
 /// `?after=N`: resume after event `N`.
 #[derive(Debug, Deserialize)]
@@ -50,11 +51,10 @@ pub(crate) async fn socket(
 
 async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, socket: WebSocket) {
     let (mut outgoing, mut incoming) = socket.split();
-    let mut events = std::pin::pin!(shared.follow(&agent, after));
-    let closing = shared.closing.clone();
+    // Ends when the server closes its streams, after the events published by then.
+    let mut events = until_closing(shared.follow(&agent, after), &shared.closing);
     loop {
         let frame = tokio::select! {
-            () = closing.cancelled() => break,
             envelope = events.next() => match envelope {
                 Some(envelope) => {
                     shared.metrics.event_streamed();
