@@ -93,6 +93,50 @@ pub fn rss() -> usize {
         * 4096
 }
 
+/// The machine's CPU time so far as Linux counts it in `/proc/stat` (in its
+/// ticks): all of it, and the part stolen, that a hypervisor gave to other
+/// machines while this one had work. A figure timed while much was stolen says
+/// more about the host than about the code. Zero without `/proc/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// Every tick of every CPU (idle and stolen included).
+    pub total: u64,
+    /// The stolen ticks.
+    pub stolen: u64,
+}
+
+impl CpuTicks {
+    /// The counts now.
+    pub fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // `cpu  user nice system idle iowait irq softirq steal guest guest_nice`;
+        // the guest times are counted in user and nice already.
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .filter_map(|field| field.parse().ok())
+            .collect();
+        CpuTicks {
+            total: ticks.iter().sum(),
+            stolen: ticks.get(7).copied().unwrap_or(0),
+        }
+    }
+
+    /// The percentage of the machine's CPU time since `earlier` that was stolen.
+    pub fn stolen_since(self, earlier: CpuTicks) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        let stolen = self.stolen.saturating_sub(earlier.stolen);
+        if total == 0 {
+            return 0.0;
+        }
+        stolen as f64 * 100.0 / total as f64
+    }
+}
+
 /// Five questions and five answers, as a model would have written them.
 pub fn transcript(model: &Model) -> Vec<AgentMessage> {
     (0..5)
