@@ -348,7 +348,7 @@ fn json(message: &AgentMessage) -> Result<String, StoreError> {
     serde_json::to_string(message).map_err(cannot_encode)
 }
 
-fn cannot_encode(error: serde_json::Error) -> StoreError {
+fn cannot_encode(error: impl fmt::Display) -> StoreError {
     StoreError::Database(format!("cannot encode a message: {error}"))
 }
 
@@ -622,9 +622,7 @@ impl<'a> RunRows<'_, 'a> {
                 seq: run.seq + first as u64,
                 count: self.done - first,
                 // serde_json writes UTF-8.
-                json: String::from_utf8(json).map_err(|error| {
-                    StoreError::Database(format!("cannot encode a message: {error}"))
-                })?,
+                json: String::from_utf8(json).map_err(cannot_encode)?,
             });
             if self.done == run.at.len() {
                 self.run += 1;
@@ -902,8 +900,8 @@ async fn truncate(
     if kept >= count {
         return Ok(());
     }
-    let wrapped = format!("[{json}]");
-    let messages: Vec<&serde_json::value::RawValue> = decode(session, &wrapped)?;
+    let array = format!("[{json}]");
+    let messages: Vec<&serde_json::value::RawValue> = decode_run(session, &array, count)?;
     let kept_json = messages
         .iter()
         .take(usize::try_from(kept).unwrap_or(usize::MAX))
@@ -924,9 +922,13 @@ async fn truncate(
     Ok(())
 }
 
-/// A row's run of `count` messages decoded.
-fn decode_run(session: &str, json: &str, count: i64) -> Result<Vec<AgentMessage>, StoreError> {
-    let messages: Vec<AgentMessage> = decode(session, &format!("[{json}]"))?;
+/// A row's run of `count` messages decoded from `array`, its JSON inside brackets.
+fn decode_run<'t, T: serde::Deserialize<'t>>(
+    session: &str,
+    array: &'t str,
+    count: i64,
+) -> Result<Vec<T>, StoreError> {
+    let messages: Vec<T> = decode(session, array)?;
     if messages.len() as i64 != count {
         return Err(StoreError::Corrupt {
             session: session.to_owned(),
@@ -1126,7 +1128,7 @@ impl SessionStore for SqlStore {
                 let json: String = row.try_get(2).map_err(database)?;
                 let skipped = usize::try_from(to_i64(from) - seq).unwrap_or(0);
                 page.extend(
-                    decode_run(id, &json, count)?
+                    decode_run::<AgentMessage>(id, &format!("[{json}]"), count)?
                         .into_iter()
                         .skip(skipped)
                         .map(Arc::new),
