@@ -8,19 +8,57 @@
 //! | `TILLER_BASE_URL` | any OpenAI-compatible server (llama.cpp, vLLM, Ollama): `http://127.0.0.1:8080/v1` |
 //! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, … | the provider's key; when only a key is set, its provider's default model is used |
 //!
-//! With none of these set, [`model_from_env`] answers `None` and the caller picks
-//! its own default (Tiller's examples use the scripted faux model).
+//! With none of these set, [`from_env`] answers `None` and the caller picks its own
+//! default (Tiller's examples use the scripted faux model).
+//!
+//! A provider's key goes with the model only where its owner meant it to: to the
+//! provider's own API, or to the server `TILLER_BASE_URL` names (the user's own
+//! choice). A model at another address is sent no key from the environment; one
+//! without a key of its own (a local llama.cpp server) needs none.
 
 use crate::catalog::{self, UnknownModel};
 use crate::model::{Api, Model};
+use crate::options::ApiKey;
 
-/// A model chosen by the environment (see the module docs); `None` when nothing is set.
+/// The model the environment chose, with the key to send it explicitly: the
+/// provider's key when `TILLER_BASE_URL` points the provider at a server of the
+/// user's choosing. (At the provider's own address the key is read when a request
+/// is made, and needs no passing.)
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvModel {
+    /// The model.
+    pub model: Model,
+    /// The key to pass with it ([`StreamOptions::api_key`](crate::StreamOptions::api_key)).
+    pub api_key: Option<ApiKey>,
+}
+
+/// What the environment chooses: a model and the key to pass with it; `None` when
+/// nothing is set. The one way every `tiller` command and host reads it.
+pub fn from_env() -> Result<Option<EnvModel>, EnvError> {
+    chosen_from(env_var)
+}
+
+/// [`from_env`] over any source of variables (a command's options over the
+/// environment, say).
+pub fn chosen_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<EnvModel>, EnvError> {
+    let Some(model) = model_from(&var)? else {
+        return Ok(None);
+    };
+    let api_key = var("TILLER_BASE_URL")
+        .and_then(|_| var(catalog::provider(&model.provider)?.api_key_env?))
+        .map(|key| ApiKey::new(key.trim()));
+    Ok(Some(EnvModel { model, api_key }))
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
+
+/// The model alone of [`from_env`]; `None` when nothing is set.
 pub fn model_from_env() -> Result<Option<Model>, EnvError> {
-    model_from(|name| {
-        std::env::var(name)
-            .ok()
-            .filter(|value| !value.trim().is_empty())
-    })
+    model_from(env_var)
 }
 
 /// [`model_from_env`] over any source of variables.
@@ -136,6 +174,34 @@ mod tests {
                 .starts_with("TILLER_MODEL=acme/x: unknown model"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_key_goes_with_a_base_url_of_the_users_choosing_only() {
+        let vars = |vars: &[(&str, &str)]| {
+            let vars: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            chosen_from(|name| vars.get(name).cloned())
+                .unwrap()
+                .unwrap()
+        };
+        let local = vars(&[
+            ("TILLER_PROVIDER", "openai"),
+            ("TILLER_BASE_URL", "http://127.0.0.1:8080/v1"),
+            ("OPENAI_API_KEY", "sk-mine"),
+        ]);
+        assert_eq!(local.model.base_url, "http://127.0.0.1:8080/v1");
+        assert_eq!(local.api_key, Some(ApiKey::new("sk-mine")));
+        let keyless = vars(&[
+            ("TILLER_PROVIDER", "openai"),
+            ("TILLER_BASE_URL", "http://127.0.0.1:8080/v1"),
+        ]);
+        assert_eq!(keyless.api_key, None);
+        // At the provider's own address, the request reads the key itself.
+        let own = vars(&[("OPENAI_API_KEY", "sk-mine")]);
+        assert_eq!((own.model.provider.as_str(), own.api_key), ("openai", None));
     }
 
     #[test]

@@ -44,8 +44,10 @@ pub(crate) struct HttpRequest {
 /// The API key for `model`: the one in the options, else the provider's environment
 /// variable. Providers without a known variable (local servers) need none. A key from
 /// the environment is sent only to its provider's own host: a model of that provider
-/// at another address gets [`StreamError::KeyWithheld`] unless the caller passes the
-/// key explicitly.
+/// at another address gets [`StreamError::KeyWithheld`] while the variable is set,
+/// unless the caller passes the key explicitly; with the variable unset there is no
+/// key to withhold, and the request goes out without one (a local server that
+/// speaks the provider's API needs none).
 pub(crate) fn api_key(
     model: &Model,
     options: &StreamOptions,
@@ -59,20 +61,23 @@ pub(crate) fn api_key(
     let Some(env_var) = provider.api_key_env else {
         return Ok(None);
     };
+    let key = std::env::var(env_var)
+        .ok()
+        .filter(|key| !key.trim().is_empty());
     let host = origin(&model.base_url);
-    if host != origin(provider.base_url) {
-        return Err(StreamError::KeyWithheld {
+    let own_host = host == origin(provider.base_url);
+    match key {
+        Some(key) if own_host => Ok(Some(ApiKey::new(key.trim()))),
+        Some(_) => Err(StreamError::KeyWithheld {
             provider: model.provider.clone(),
             env_var: env_var.to_owned(),
             host: host.map_or_else(|| "an invalid address".to_owned(), |(host, _)| host),
-        });
-    }
-    match std::env::var(env_var) {
-        Ok(key) if !key.trim().is_empty() => Ok(Some(ApiKey::new(key.trim()))),
-        _ => Err(StreamError::MissingApiKey {
+        }),
+        None if own_host => Err(StreamError::MissingApiKey {
             provider: model.provider.clone(),
             env_var: env_var.to_owned(),
         }),
+        None => Ok(None),
     }
 }
 

@@ -51,6 +51,7 @@ mod decode;
 mod error;
 mod event;
 mod http;
+mod id;
 mod json;
 mod limits;
 mod message;
@@ -69,6 +70,7 @@ pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;
 pub use error::StreamError;
 pub use event::AssistantEvent;
+pub use id::new_id;
 pub use limits::{Limit, StreamLimits};
 pub use message::{
     ArgumentsError, AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason,

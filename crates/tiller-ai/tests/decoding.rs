@@ -181,9 +181,21 @@ fn a_legacy_function_call_alone_is_a_tool_call() {
     let message = final_message(&events);
     let call = message.tool_calls().next().unwrap();
     assert_eq!(
-        (call.id.as_str(), call.name.as_str(), &call.arguments),
-        ("call_0", "lookup", &json!({"q": "x"}))
+        (call.name.as_str(), &call.arguments),
+        ("lookup", &json!({"q": "x"}))
     );
+    // Sent without an id, it gets one of its own, unlike any other response's.
+    let again = decode_events(
+        &Model::openai_compatible("http://local/v1", "m"),
+        &[
+            sse::openai_delta(json!({"function_call": {"name": "lookup", "arguments": "{}"}})),
+            sse::openai_finish("function_call"),
+            sse::OPENAI_DONE.to_owned(),
+        ],
+    );
+    let other = final_message(&again).tool_calls().next().unwrap();
+    assert_eq!(call.id.len(), 36, "{}", call.id);
+    assert_ne!(call.id, other.id);
 }
 
 #[test]

@@ -163,10 +163,14 @@ fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions
         }
         None => LlmConfigs::new(),
     };
-    let model = tiller::env::model_from_env()
-        .map_err(|error| error.to_string())?
-        .unwrap_or_else(tiller::faux::demo_model);
-    Ok(definitions.with_llms(llms).with_default_model(model))
+    let (model, key) = match tiller::env::from_env().map_err(|error| error.to_string())? {
+        Some(chosen) => (chosen.model, chosen.api_key),
+        None => (tiller::faux::demo_model(), None),
+    };
+    Ok(definitions
+        .with_llms(llms)
+        .with_default_model(model)
+        .with_default_key(key))
 }
 
 /// Completes at Ctrl-C or SIGTERM.

@@ -6,14 +6,17 @@
 //! `model`; a provider whose API key is set. With none, the scripted faux model
 //! answers.
 //!
-//! A provider's key from the environment goes only to the provider's own host (the
-//! library withholds it otherwise). Pointing a provider elsewhere with `--base-url`
-//! or `TILLER_BASE_URL` is the user's own choice, so the key goes there too; an agent
-//! file's `base_url` is not, so its key must be named with `api_key_env`.
+//! The model and key are read the way every command and host reads them
+//! ([`tiller::env::chosen_from`]), the options over their variables. A provider's
+//! key from the environment goes only to the provider's own host (the library
+//! withholds it otherwise). Pointing a provider elsewhere with `--base-url` or
+//! `TILLER_BASE_URL` is the user's own choice, so the key goes there too; an agent
+//! file's `base_url` is not, so its key must be named with `api_key_env` (without
+//! one, no key is sent there).
 
 use std::path::Path;
 
-use tiller::env::{EnvError, model_from};
+use tiller::env::{EnvError, EnvModel, chosen_from};
 use tiller::{
     ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Definitions, DefinitionsError,
     LlmConfig, LlmConfigs, Model, Supervisor, ToolRegistry,
@@ -69,8 +72,11 @@ impl Setup {
             Some(file) => Some((file, file_llm(options, file, var)?)),
             None => None,
         };
-        let (model, notice) = choose_model(options, llm.as_ref(), var)?;
-        let api_key = explicit_key(options, llm.as_ref(), &model, var)?;
+        let (EnvModel { model, api_key }, notice) = choose_model(options, llm.as_ref(), var)?;
+        let api_key = match file_key(llm.as_ref(), var)? {
+            Some(key) => Some(key),
+            None => api_key,
+        };
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
         if let Some((file, llm)) = &llm {
@@ -153,8 +159,6 @@ struct Named {
     source: String,
 }
 
-/// The model the options, the agent file and the environment (`var`) choose, and a
-/// notice when it is the faux model by default.
 /// The agent file's model configuration: the one its `llm` names in `--llms` (or
 /// $TILLER_LLMS), with the file's own fields over it.
 fn file_llm(
@@ -180,11 +184,13 @@ fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
     })
 }
 
+/// The model the options, the agent file and the environment (`var`) choose, with
+/// the key to pass with it, and a notice when it is the faux model by default.
 fn choose_model(
     options: &AgentOptions,
     file: Option<&(&AgentFile, LlmConfig)>,
     var: impl Fn(&str) -> Option<String>,
-) -> Result<(Model, Option<String>), SetupError> {
+) -> Result<(EnvModel, Option<String>), SetupError> {
     let pick = |option: &Option<String>, flag: &str, variable: &str| {
         let from_option = option.clone().map(|value| Named {
             value,
@@ -200,11 +206,8 @@ fn choose_model(
     let mut provider = pick(&options.provider, "provider", "TILLER_PROVIDER");
     let mut model = pick(&options.model, "model", "TILLER_MODEL");
     let mut base_url = pick(&options.base_url, "base-url", "TILLER_BASE_URL");
-    if provider.is_none()
-        && model.is_none()
-        && base_url.is_none()
-        && let Some((file, llm)) = file
-    {
+    let from_file = provider.is_none() && model.is_none() && base_url.is_none();
+    if from_file && let Some((file, llm)) = file {
         let field = if file.model.is_some() { "model" } else { "llm" };
         let source = format!("{}: json_schema_extra.{field}", file.path.display());
         let named = |value: &Option<String>| {
@@ -221,9 +224,9 @@ fn choose_model(
         provider.as_ref().map(|n| n.value.as_str()),
         model.as_ref().map(|n| n.value.as_str()),
     ) {
-        return Ok((tiller::faux::demo_model(), None));
+        return Ok((faux(), None));
     }
-    let chosen = model_from(|name| match name {
+    let chosen = chosen_from(|name| match name {
         "TILLER_PROVIDER" => provider.as_ref().map(|n| n.value.clone()),
         "TILLER_MODEL" => model.as_ref().map(|n| n.value.clone()),
         "TILLER_BASE_URL" => base_url.as_ref().map(|n| n.value.clone()),
@@ -247,9 +250,18 @@ fn choose_model(
         },
     )?;
     Ok(match chosen {
-        Some(model) => (model, None),
+        // A file's server is not the user's own choice: it gets no key unless the
+        // file names one (`api_key_env`).
+        Some(chosen) if from_file => (
+            EnvModel {
+                api_key: None,
+                ..chosen
+            },
+            None,
+        ),
+        Some(chosen) => (chosen, None),
         None => (
-            tiller::faux::demo_model(),
+            faux(),
             Some(
                 "no provider configured (use --provider, --base-url or --model, or set \
                  OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
@@ -259,35 +271,35 @@ fn choose_model(
     })
 }
 
-/// The key to send explicitly, if any: the variable the agent file names with
-/// `api_key_env`, or, when the user pointed the provider at a server of their choice
-/// (`--base-url`, `TILLER_BASE_URL`), the provider's own key.
-fn explicit_key(
-    options: &AgentOptions,
+/// The scripted faux model, with no key.
+fn faux() -> EnvModel {
+    EnvModel {
+        model: tiller::faux::demo_model(),
+        api_key: None,
+    }
+}
+
+/// The key the agent file names with `api_key_env` (itself or through its LLM
+/// configuration), if it names one.
+fn file_key(
     file: Option<&(&AgentFile, LlmConfig)>,
-    model: &Model,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ApiKey>, SetupError> {
-    if let Some((file, name)) = file.and_then(|(f, llm)| Some((f, llm.api_key_env.as_deref()?))) {
-        let field = if file.api_key_env.is_some() {
-            "api_key_env"
-        } else {
-            "llm"
-        };
-        return var(name)
-            .map(|key| Some(ApiKey::new(key.trim())))
-            .ok_or_else(|| SetupError::Model {
-                origin: format!("{}: json_schema_extra.{field}", file.path.display()),
-                reason: format!("{name} is not set"),
-            });
-    }
-    let user_base_url = options.base_url.is_some() || var("TILLER_BASE_URL").is_some();
-    if !user_base_url {
+    let Some((file, name)) = file.and_then(|(f, llm)| Some((f, llm.api_key_env.as_deref()?)))
+    else {
         return Ok(None);
-    }
-    Ok(tiller::catalog::provider(&model.provider)
-        .and_then(|provider| var(provider.api_key_env?))
-        .map(|key| ApiKey::new(key.trim())))
+    };
+    let field = if file.api_key_env.is_some() {
+        "api_key_env"
+    } else {
+        "llm"
+    };
+    var(name)
+        .map(|key| Some(ApiKey::new(key.trim())))
+        .ok_or_else(|| SetupError::Model {
+            origin: format!("{}: json_schema_extra.{field}", file.path.display()),
+            reason: format!("{name} is not set"),
+        })
 }
 
 /// The display name of a model: `provider/id`, and the server when it is not the
@@ -312,7 +324,7 @@ mod tests {
         choose_model(&options, None, |name| {
             env.get(name).map(|v| (*v).to_owned())
         })
-        .map(|(model, notice)| (describe(&model), notice.is_some()))
+        .map(|(chosen, notice)| (describe(&chosen.model), notice.is_some()))
         .map_err(|error| error.to_string())
     }
 
@@ -384,20 +396,18 @@ mod tests {
     #[test]
     fn a_key_follows_a_base_url_only_when_the_user_chose_it() {
         let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned());
-        let model =
-            Model::anthropic_compatible("http://127.0.0.1:9/v1", "m").with_provider("anthropic");
         let chosen = AgentOptions {
+            provider: Some("anthropic".to_owned()),
             base_url: Some("http://127.0.0.1:9/v1".to_owned()),
             ..AgentOptions::default()
         };
+        let (chosen, _) = choose_model(&chosen, None, env).unwrap();
+        assert_eq!(chosen.api_key, Some(ApiKey::new("sk-ant")));
+        let (own, _) = choose_model(&AgentOptions::default(), None, env).unwrap();
         assert_eq!(
-            explicit_key(&chosen, None, &model, env).unwrap(),
-            Some(ApiKey::new("sk-ant"))
-        );
-        assert_eq!(
-            explicit_key(&AgentOptions::default(), None, &model, env).unwrap(),
-            None,
-            "a base URL from elsewhere (an agent file) gets no key"
+            (own.model.provider.as_str(), own.api_key),
+            ("anthropic", None),
+            "at the provider's own address the request reads the key itself"
         );
     }
 

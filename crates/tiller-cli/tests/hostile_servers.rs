@@ -217,6 +217,15 @@ async fn a_providers_key_goes_to_an_agent_files_server_only_when_the_file_says_s
         server.requests()[0].header("authorization"),
         Some("Bearer remote-key")
     );
+
+    // With no key anywhere there is none to withhold: a local server speaking
+    // OpenAI's API needs none.
+    let agent = file_model_agent(&scratch, &server, "");
+    server.push(MockResponse::sse(sse::openai_text(&["hello"])));
+    let finished = finish(tiller(&["run", "--agent", &agent, "Hi"])).await;
+    assert_eq!(finished.code(), Some(0), "{}", finished.stderr);
+    assert_eq!(finished.stdout, "hello\n");
+    assert_eq!(server.requests()[1].header("authorization"), None);
 }
 
 #[tokio::test]

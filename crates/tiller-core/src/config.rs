@@ -44,6 +44,9 @@ pub type TransformContext = Arc<
 pub type ApiKeyResolver = Arc<dyn Fn(&str) -> BoxFuture<'static, Option<ApiKey>> + Send + Sync>;
 /// Hands over queued messages (steering or follow-ups), removing them from the queue.
 pub type MessageSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<AgentMessage>> + Send + Sync>;
+/// Returns once every event the run has emitted so far is durable, or why it cannot
+/// be (see [`LoopConfig::write_ahead`]).
+pub type WriteAhead = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 /// Runs before a validated tool call: lets it proceed, rewrites its arguments, or blocks it.
 pub type BeforeToolCallHook =
     Arc<dyn Fn(ToolCallInfo) -> BoxFuture<'static, Result<BeforeToolCall, BoxError>> + Send + Sync>;
@@ -267,6 +270,13 @@ pub struct LoopConfig {
     pub steering: Option<MessageSource>,
     /// Where follow-up messages come from.
     pub follow_up: Option<MessageSource>,
+    /// Write-ahead: awaited after a response with tool calls to run has ended (its
+    /// `message_end` emitted) and before any of its calls starts — before their
+    /// `tool_execution_start`, hooks and tools — so that a call is durable before
+    /// anything it causes happens. An error answers every call of the response
+    /// with an error result saying it did not run, and ends the run with an error.
+    /// An abort meanwhile stops the wait (the calls are then answered "aborted").
+    pub write_ahead: Option<WriteAhead>,
     /// Who the run works for; tools and hooks see it.
     pub context: AgentContext,
 }
@@ -280,6 +290,7 @@ impl LoopConfig {
             run: RunOptions::default(),
             steering: None,
             follow_up: None,
+            write_ahead: None,
             context: AgentContext::default(),
         }
     }
@@ -339,6 +350,16 @@ impl LoopConfig {
         self
     }
 
+    /// Sets the write-ahead wait (see [`LoopConfig::write_ahead`]).
+    pub fn with_write_ahead<F, Fut>(mut self, write_ahead: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.write_ahead = Some(Arc::new(move || Box::pin(write_ahead())));
+        self
+    }
+
     /// Sets the hook run before each validated tool call.
     pub fn with_before_tool_call<F, Fut>(mut self, before: F) -> Self
     where
@@ -388,6 +409,7 @@ impl fmt::Debug for LoopConfig {
             .field("run", &self.run)
             .field("steering", &set(self.steering.is_some()))
             .field("follow_up", &set(self.follow_up.is_some()))
+            .field("write_ahead", &set(self.write_ahead.is_some()))
             .field("context", &self.context)
             .finish()
     }

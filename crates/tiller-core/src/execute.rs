@@ -47,6 +47,9 @@ pub(crate) struct Batch {
     /// Requests of calls parked on the user, in call order; these calls have no
     /// result yet.
     pub(crate) parked: Vec<UserRequest>,
+    /// Why the run cannot go on (the response could not be made durable before its
+    /// calls ran, so none ran).
+    pub(crate) failure: Option<String>,
 }
 
 /// How one call ended.
@@ -223,9 +226,27 @@ fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
     });
 }
 
+/// Answers every call of a response that could not be made durable with an error
+/// result saying so: none of them ran.
+pub(crate) fn not_durable(run: &Run, calls: &[ToolCall], failure: String) -> Batch {
+    let why = format!("the response could not be stored before its calls ran ({failure}).");
+    let results = calls
+        .iter()
+        .zip(not_run(run, calls, &why))
+        .map(|(call, outcome)| result_message(call, outcome))
+        .collect();
+    Batch {
+        results,
+        failure: Some(format!(
+            "the response's tool calls did not run: it could not be stored first ({failure})"
+        )),
+        ..Batch::default()
+    }
+}
+
 /// Why none of a response's calls may run: it was cut off by the token limit (any
 /// arguments may be incomplete), it failed, or it was aborted.
-fn not_run_because(message: &AssistantMessage) -> Option<String> {
+pub(crate) fn not_run_because(message: &AssistantMessage) -> Option<String> {
     match message.stop_reason {
         StopReason::Length => Some("the response hit the output token limit, so its arguments may be truncated. Re-issue the tool call with complete arguments.".to_owned()),
         StopReason::Aborted => Some("the response was aborted.".to_owned()),

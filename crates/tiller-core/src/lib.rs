@@ -60,6 +60,7 @@ mod context;
 mod execute;
 mod message;
 mod output;
+pub mod process;
 mod repair;
 pub mod request;
 mod run;
@@ -74,6 +75,7 @@ pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
     ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
+    WriteAhead,
 };
 pub use context::{AgentContext, ContextIds};
 pub use event::{AgentEvent, RunEnd};

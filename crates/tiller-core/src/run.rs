@@ -406,6 +406,14 @@ impl Run {
                 });
                 return RunEnd::Parked;
             }
+            if let Some(failure) = batch.failure {
+                self.emit(AgentEvent::TurnEnd {
+                    message: Box::new(message),
+                    tool_results: batch.results,
+                });
+                self.fail(failure);
+                return RunEnd::Error;
+            }
             let called_tools = message.tool_calls().next().is_some();
             // A final answer of a run with an output schema, to check.
             let answer = (!called_tools && check.is_some()).then(|| message.text());
@@ -496,17 +504,39 @@ impl Run {
         }
     }
 
-    /// One model response and its tool calls.
+    /// One model response and its tool calls, which start once the response is
+    /// durable (write-ahead).
     async fn turn(&mut self) -> (AssistantMessage, Batch) {
         let message = self.respond().await;
         let calls: Vec<_> = message.tool_calls().cloned().collect();
         let batch = if calls.is_empty() {
             Batch::default()
+        } else if let Err(failure) = self.write_ahead(&message).await {
+            execute::not_durable(self, &calls, failure)
         } else {
             execute::run_batch(self, &message, calls).await
         };
         self.record_batch(&batch);
         (message, batch)
+    }
+
+    /// Waits until `message`, whose calls are about to run, is durable (see
+    /// [`LoopConfig::write_ahead`]). Calls that will not run need no wait, and
+    /// neither does an aborted run: its calls are answered without running.
+    async fn write_ahead(&self, message: &AssistantMessage) -> Result<(), String> {
+        let Some(write_ahead) = &self.config.write_ahead else {
+            return Ok(());
+        };
+        if execute::not_run_because(message).is_some() {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            durable = AssertUnwindSafe(write_ahead()).catch_unwind() => {
+                durable.unwrap_or_else(|panic| Err(format!("the write-ahead wait panicked: {}", panic_text(panic))))
+            }
+            () = self.cancel.cancelled() => Ok(()),
+        }
     }
 
     /// Adds a batch's results to the transcript, then its requests to the user,

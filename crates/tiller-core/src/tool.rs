@@ -376,7 +376,12 @@ impl ToolContext {
         self
     }
 
-    /// The id of the call being answered.
+    /// The id of the call being answered: the idempotency key a tool with an
+    /// outside effect hands on (to a payment API, a mail queue), so that the call
+    /// is carried out once. Tiller's runtime stores the call before the tool starts
+    /// (write-ahead), so the id is the same wherever the call is seen again: after
+    /// a crash and resume the call is answered "interrupted", never made anew
+    /// under another id as if it had not been.
     pub fn call_id(&self) -> &str {
         &self.call_id
     }

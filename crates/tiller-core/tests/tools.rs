@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    config, context, describe, echo, end_reason, log, logged, prompt, result_text, roles,
+    config, context, describe, echo, end_reason, lines, log, logged, prompt, result_text, roles,
     value_schema,
 };
 use pretty_assertions::assert_eq;
@@ -421,4 +421,104 @@ async fn a_blocking_hook_can_terminate_and_after_hooks_can_too() {
         (faux.requests().len(), end_reason(&events)),
         (1, RunEnd::ToolsTerminated)
     );
+}
+
+/// Write-ahead: a response with calls to run is made durable (the config's
+/// `write_ahead` is awaited) after its `message_end` and before any of its calls
+/// starts; a plain answer, and calls that will not run, wait for nothing.
+#[tokio::test]
+async fn a_response_is_durable_before_its_calls_start() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("c1", "echo", json!({"value": "a"}))
+            .with_tool_call_id("c2", "echo", json!({"value": "b"})),
+    );
+    faux.push(
+        FauxTurn::new()
+            .with_raw_tool_call("echo", "{\"value\": \"cut")
+            .stop_reason(StopReason::Length),
+    );
+    faux.push(FauxTurn::text("done"));
+    let ran = log();
+    let waits = ran.clone();
+    let config = config(&faux).with_write_ahead(move || {
+        let waits = waits.clone();
+        async move {
+            waits.lock().unwrap().push("durable".to_owned());
+            Ok(())
+        }
+    });
+    let (_, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
+    assert_eq!(logged(&ran), ["durable", "a", "b"]);
+    assert_eq!(
+        roles(&messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "tool_result",
+            "assistant",
+            "tool_result",
+            "assistant"
+        ]
+    );
+}
+
+/// A response that cannot be made durable runs none of its calls: each is answered
+/// with an error result saying why, the model is not asked again, and the run ends
+/// with an error.
+#[tokio::test]
+async fn a_response_that_cannot_be_stored_runs_none_of_its_calls() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("c1", "echo", json!({"value": "a"}))
+            .with_tool_call_id("c2", "echo", json!({"value": "b"})),
+    );
+    faux.push(FauxTurn::text("never asked"));
+    let ran = log();
+    let config = config(&faux).with_write_ahead(|| async { Err("the disk is full".to_owned()) });
+    let (events, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
+    assert!(logged(&ran).is_empty());
+    assert_eq!(faux.requests().len(), 1);
+    let updates = describe(&events)
+        .into_iter()
+        .filter(|line| !line.starts_with("message_update"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        updates,
+        lines(&[
+            "agent_start",
+            "turn_start",
+            "message_start user:go",
+            "message_end user:go",
+            "message_start assistant",
+            "message_end assistant",
+            "tool_execution_start c1",
+            "tool_execution_end c1 error",
+            "message_start tool_result:c1",
+            "message_end tool_result:c1",
+            "tool_execution_start c2",
+            "tool_execution_end c2 error",
+            "message_start tool_result:c2",
+            "message_end tool_result:c2",
+            "turn_end ToolUse [\"c1\", \"c2\"]",
+            "message_start assistant",
+            "message_end assistant",
+            "agent_end Error 5",
+        ])
+    );
+    assert_eq!(
+        result_text(&messages[2]),
+        "Tool call \"echo\" was not executed: the response could not be stored before its calls ran (the disk is full)."
+    );
+    let failure = messages[4].as_assistant().unwrap();
+    assert_eq!(
+        failure.error_message.as_deref(),
+        Some(
+            "the response's tool calls did not run: it could not be stored first (the disk is full)"
+        )
+    );
+    assert_eq!(end_reason(&events), RunEnd::Error);
 }

@@ -210,6 +210,7 @@ impl Shared {
                 (None, Some((program, args))) => {
                     let mut command = tokio::process::Command::new(program);
                     command.args(args).envs(&config.env);
+                    tiller_core::process::contain(&mut command);
                     if let Some(cwd) = &config.cwd {
                         command.current_dir(cwd);
                     }

@@ -112,7 +112,7 @@ impl From<AgentError> for Problem {
                 Problem::new(StatusCode::CONFLICT, "reply-does-not-fit", detail)
             }
             AgentError::Stopped { .. } => Problem::new(StatusCode::CONFLICT, "stopped", detail),
-            AgentError::Store(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", detail),
+            AgentError::Store(error) => error.into(),
             AgentError::Failed { .. } => {
                 Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail)
             }
@@ -134,6 +134,11 @@ impl From<SpawnError> for Problem {
                 ..Problem::new(StatusCode::CONFLICT, "name-taken", detail)
             },
             SpawnError::MissingTools { .. } => Problem::invalid(None, detail),
+            SpawnError::Store(StoreError::SessionExists(_)) => Problem {
+                field: Some("id".to_owned()),
+                ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)
+            },
+            SpawnError::Store(error @ StoreError::TakenOver { .. }) => error.into(),
             SpawnError::Store(_) | SpawnError::ShutDown => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
             }
@@ -144,7 +149,14 @@ impl From<SpawnError> for Problem {
 
 impl From<StoreError> for Problem {
     fn from(error: StoreError) -> Self {
-        Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", error.to_string())
+        let detail = error.to_string();
+        match error {
+            // Another process holds the session now: retrying here cannot help.
+            StoreError::TakenOver { .. } => {
+                Problem::new(StatusCode::CONFLICT, "taken-over", detail)
+            }
+            _ => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", detail),
+        }
     }
 }
 

@@ -40,9 +40,13 @@ impl ProxyModels {
     /// model; the first of a provider and id wins.
     pub(crate) fn of(definitions: &Definitions) -> Self {
         let mut models: Vec<(Model, StreamOptions)> = Vec::new();
-        let default = definitions
-            .default_model()
-            .map(|model| (model.clone(), StreamOptions::default()));
+        let default = definitions.default_model().map(|model| {
+            let options = StreamOptions {
+                api_key: definitions.default_key().cloned(),
+                ..StreamOptions::default()
+            };
+            (model.clone(), options)
+        });
         let configured = definitions.llms().iter().filter_map(|(_, config)| {
             let settings = AgentSettings::default().with_llm(config).ok()?;
             Some((settings.model?, settings.run.stream))

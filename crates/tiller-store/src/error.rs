@@ -29,6 +29,20 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The session was taken over: someone claimed it after the writer did (another
+    /// process, or another agent of this one, loaded it to hold it), so the
+    /// writer's changes are refused and its agent must stop.
+    #[error(
+        "session `{session}` was taken over by another process (its epoch is {current}, this writer's {epoch})"
+    )]
+    TakenOver {
+        /// The session.
+        session: String,
+        /// The epoch the refused write carried.
+        epoch: u64,
+        /// The session's epoch in the store.
+        current: u64,
+    },
     /// The store's writer has stopped (its runtime shut down).
     #[error("the session store's writer has stopped")]
     Closed,

@@ -66,8 +66,22 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Applies `batch` in order, all or nothing.
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The session `id` as stored, or `None` when there is none.
+    /// The session `id` as stored, or `None` when there is none. Reading claims
+    /// nothing: see [`SessionStore::claim`] for a session an agent will hold.
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>>;
+
+    /// Takes session `id` over and loads it: its epoch becomes `epoch`, or rises by
+    /// one when `None`, so that from now on the store refuses writes made under the
+    /// claim before (one writer per session: an agent of another process that held
+    /// it stops at its next write). The loaded record carries the new epoch, which
+    /// the new holder's writes carry. [`StoreError::TakenOver`] when the session's
+    /// epoch is past `epoch` already (a newer claim won). `None` when there is no
+    /// such session.
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        epoch: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>>;
 
     /// The sessions matching `filter`, most recently changed first.
     fn list<'a>(

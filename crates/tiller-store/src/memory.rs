@@ -1,6 +1,6 @@
 //! [`MemoryStore`]: sessions in the process's memory.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::future::{BoxFuture, ready};
@@ -27,6 +27,28 @@ struct Session {
     queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
 }
 
+impl Session {
+    /// The session as loaded.
+    fn stored(&self) -> StoredSession {
+        let queue = |kind: QueueKind| {
+            self.queued
+                .iter()
+                .filter(|(_, (queue, _))| *queue == kind)
+                .map(|(seq, (_, message))| Queued {
+                    seq: *seq,
+                    message: message.clone(),
+                })
+                .collect()
+        };
+        StoredSession {
+            record: self.record.clone(),
+            messages: self.messages.clone(),
+            steering: queue(QueueKind::Steering),
+            follow_up: queue(QueueKind::FollowUp),
+        }
+    }
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -50,31 +72,36 @@ impl SessionStore for MemoryStore {
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut sessions = self.lock();
         // All or nothing: check every write before applying any.
-        let mut created = HashSet::new();
+        let mut created = HashMap::new();
         for write in batch {
-            let exists = sessions.contains_key(&write.session) || created.contains(&write.session);
-            match &write.change {
-                Change::Create(_) if exists => {
-                    return Box::pin(ready(Err(StoreError::SessionExists(
-                        write.session.to_string(),
-                    ))));
+            let epoch = sessions
+                .get(&write.session)
+                .map(|session| session.record.epoch)
+                .or_else(|| created.get(&write.session).copied());
+            let refused = match (&write.change, epoch) {
+                (Change::Create(_), Some(_)) => {
+                    StoreError::SessionExists(write.session.to_string())
                 }
-                Change::Create(_) => {
-                    created.insert(write.session.clone());
+                (Change::Create(_), None) => {
+                    created.insert(write.session.clone(), write.epoch);
+                    continue;
                 }
-                _ if !exists => {
-                    return Box::pin(ready(Err(StoreError::NoSuchSession(
-                        write.session.to_string(),
-                    ))));
-                }
-                _ => {}
-            }
+                (_, None) => StoreError::NoSuchSession(write.session.to_string()),
+                (_, Some(current)) if current != write.epoch => StoreError::TakenOver {
+                    session: write.session.to_string(),
+                    epoch: write.epoch,
+                    current,
+                },
+                _ => continue,
+            };
+            return Box::pin(ready(Err(refused)));
         }
         let now = now();
         for write in batch {
             if let Change::Create(record) = &write.change {
                 let record = SessionRecord {
                     updated_at: now,
+                    epoch: write.epoch,
                     ..record.clone()
                 };
                 sessions.insert(
@@ -132,26 +159,32 @@ impl SessionStore for MemoryStore {
     }
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
-        let loaded = self.lock().get(id).map(|session| {
-            let queue = |kind: QueueKind| {
-                session
-                    .queued
-                    .iter()
-                    .filter(|(_, (queue, _))| *queue == kind)
-                    .map(|(seq, (_, message))| Queued {
-                        seq: *seq,
-                        message: message.clone(),
-                    })
-                    .collect()
-            };
-            StoredSession {
-                record: session.record.clone(),
-                messages: session.messages.clone(),
-                steering: queue(QueueKind::Steering),
-                follow_up: queue(QueueKind::FollowUp),
+        Box::pin(ready(Ok(self.lock().get(id).map(Session::stored))))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        epoch: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        let mut sessions = self.lock();
+        let Some(session) = sessions.get_mut(id) else {
+            return Box::pin(ready(Ok(None)));
+        };
+        let current = session.record.epoch;
+        let claimed = match epoch {
+            None => current + 1,
+            Some(epoch) if epoch >= current => epoch,
+            Some(epoch) => {
+                return Box::pin(ready(Err(StoreError::TakenOver {
+                    session: id.to_owned(),
+                    epoch,
+                    current,
+                })));
             }
-        });
-        Box::pin(ready(Ok(loaded)))
+        };
+        session.record.epoch = claimed;
+        Box::pin(ready(Ok(Some(session.stored()))))
     }
 
     fn list<'a>(

@@ -62,6 +62,7 @@ const MIGRATIONS: &[&[&str]] = &[
         ){clustered}",
     ],
     &["ALTER TABLE tiller_messages ADD COLUMN message_count BIGINT NOT NULL DEFAULT 1"],
+    &["ALTER TABLE tiller_sessions ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0"],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -327,7 +328,7 @@ impl SqlStore {
                 }
                 // No foreign keys: a session and its messages may be inserted in
                 // any order within the transaction.
-                Change::Create(record) => pending.sessions.push((session, record)),
+                Change::Create(record) => pending.sessions.push((session, write.epoch, record)),
                 change => {
                     pending.flush(&mut tx).await?;
                     apply_one(&mut tx, session, change).await?;
@@ -353,7 +354,8 @@ fn cannot_encode(error: impl fmt::Display) -> StoreError {
 }
 
 /// Sets `updated_at` of every session the batch changes without creating it, and
-/// fails if one of them does not exist.
+/// fails if one of them does not exist, or holds another epoch than the batch's
+/// writes to it carry (it was taken over: [`StoreError::TakenOver`]).
 async fn touch(
     tx: &mut Transaction<'_, sqlx::Any>,
     backend: Backend,
@@ -361,28 +363,47 @@ async fn touch(
     now: i64,
 ) -> Result<(), StoreError> {
     // Sessions whose first write in the batch creates them need not exist yet;
-    // every other session written to must.
-    let mut first_write: HashMap<&str, bool> = HashMap::new();
+    // every other session written to must, at the epoch its writes carry.
+    let mut first_write: HashMap<&str, (bool, u64)> = HashMap::new();
     for write in batch {
-        first_write
+        let (_, epoch) = *first_write
             .entry(&*write.session)
-            .or_insert(matches!(write.change, Change::Create(_)));
+            .or_insert((matches!(write.change, Change::Create(_)), write.epoch));
+        if epoch != write.epoch {
+            // Two claims on one session in one batch: the one behind fails when
+            // the writes are retried one request at a time.
+            return Err(StoreError::TakenOver {
+                session: write.session.to_string(),
+                epoch: write.epoch.min(epoch),
+                current: write.epoch.max(epoch),
+            });
+        }
     }
-    let mut touched: Vec<&str> = first_write
+    let mut touched: Vec<(&str, u64)> = first_write
         .into_iter()
-        .filter(|(_, creates)| !creates)
-        .map(|(session, _)| session)
+        .filter(|(_, (creates, _))| !creates)
+        .map(|(session, (_, epoch))| (session, epoch))
         .collect();
     touched.sort_unstable();
     for chunk in touched.chunks(ROWS_PER_INSERT) {
-        let sql = format!(
-            "UPDATE tiller_sessions SET updated_at = {} WHERE id IN ({})",
-            placeholders(backend, 1, 1),
-            placeholders(backend, 2, chunk.len())
+        // `(id = ? AND epoch = ?) OR …`: each term a lookup by primary key.
+        let mut sql = format!(
+            "UPDATE tiller_sessions SET updated_at = {} WHERE ",
+            placeholders(backend, 1, 1)
         );
+        for n in 0..chunk.len() {
+            if n > 0 {
+                sql.push_str(" OR ");
+            }
+            sql.push_str("(id = ");
+            push_placeholders(&mut sql, backend, 2 + 2 * n, 1);
+            sql.push_str(" AND epoch = ");
+            push_placeholders(&mut sql, backend, 3 + 2 * n, 1);
+            sql.push(')');
+        }
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
-        for session in chunk {
-            query = query.bind(*session);
+        for (session, epoch) in chunk {
+            query = query.bind(*session).bind(to_i64(*epoch));
         }
         let updated = query
             .execute(&mut **tx)
@@ -390,14 +411,23 @@ async fn touch(
             .map_err(database)?
             .rows_affected();
         if updated < chunk.len() as u64 {
-            for session in chunk {
-                let found = sqlx::query("SELECT 1 FROM tiller_sessions WHERE id = $1")
+            for (session, epoch) in chunk {
+                let current = sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
                     .bind(*session)
                     .fetch_optional(&mut **tx)
                     .await
+                    .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
                     .map_err(database)?;
-                if found.is_none() {
-                    return Err(StoreError::NoSuchSession((*session).to_owned()));
+                match current {
+                    None => return Err(StoreError::NoSuchSession((*session).to_owned())),
+                    Some(current) if current != to_i64(*epoch) => {
+                        return Err(StoreError::TakenOver {
+                            session: (*session).to_owned(),
+                            epoch: *epoch,
+                            current: u64::try_from(current).unwrap_or(0),
+                        });
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -447,7 +477,8 @@ struct Pending<'a> {
     backend: Backend,
     /// The bytes of JSON sent so far (counted while statements are encoded).
     bytes: AtomicUsize,
-    sessions: Vec<(&'a str, &'a SessionRecord)>,
+    /// New sessions with their epochs.
+    sessions: Vec<(&'a str, u64, &'a SessionRecord)>,
     /// The messages to insert, in order; [`Run`]s say whose they are.
     messages: Vec<&'a AgentMessage>,
     runs: Vec<Run<'a>>,
@@ -493,10 +524,10 @@ impl<'a> Pending<'a> {
         let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
-                values(backend, chunk.len(), 8)
+                values(backend, chunk.len(), 9)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (session, record) in chunk {
+            for (session, epoch, record) in chunk {
                 bytes.fetch_add(record.definition.as_json().len(), Ordering::Relaxed);
                 query = query
                     .bind(*session)
@@ -506,7 +537,8 @@ impl<'a> Pending<'a> {
                     .bind(record.definition.as_json())
                     .bind(record.status.as_str())
                     .bind(record.created_at)
-                    .bind(now);
+                    .bind(now)
+                    .bind(to_i64(*epoch));
             }
             Ok(Statement {
                 query,
@@ -939,10 +971,10 @@ fn decode_run<'t, T: serde::Deserialize<'t>>(
 }
 
 const RECORD_COLUMNS: &str =
-    "id, tenant_id, user_id, name, definition, status, created_at, updated_at";
+    "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch";
 
 /// [`RECORD_COLUMNS`]' places in a row that holds no record.
-const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
 
 fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     let id: String = row.try_get("id").map_err(database)?;
@@ -962,6 +994,7 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
             .ok_or_else(|| corrupt(format!("unknown status `{status}`")))?,
         created_at: row.try_get("created_at").map_err(database)?,
         updated_at: row.try_get("updated_at").map_err(database)?,
+        epoch: u64::try_from(row.try_get::<i64, _>("epoch").map_err(database)?).unwrap_or(0),
         id,
     })
 }
@@ -1046,6 +1079,68 @@ impl SessionStore for SqlStore {
                 steering,
                 follow_up,
             }))
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        epoch: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        Box::pin(async move {
+            // The claim first: a writer of the claim before is refused from its
+            // commit on, so what is loaded next is all it wrote.
+            let claim = match epoch {
+                None => sqlx::query(
+                    "UPDATE tiller_sessions SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch",
+                )
+                .bind(id),
+                Some(epoch) => sqlx::query(
+                    "UPDATE tiller_sessions SET epoch = $2 WHERE id = $1 AND epoch <= $2 \
+                     RETURNING epoch",
+                )
+                .bind(id)
+                .bind(to_i64(epoch)),
+            };
+            let claimed = self
+                .loading
+                .with(&self.pool, async |connection| {
+                    let row = claim
+                        .fetch_optional(&mut *connection)
+                        .await
+                        .map_err(database)?;
+                    let Some(row) = row else {
+                        // No session, or a newer claim on it.
+                        let current =
+                            sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
+                                .bind(id)
+                                .fetch_optional(&mut *connection)
+                                .await
+                                .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
+                                .map_err(database)?;
+                        return match (current, epoch) {
+                            (Some(current), Some(epoch)) => Err(StoreError::TakenOver {
+                                session: id.to_owned(),
+                                epoch,
+                                current: u64::try_from(current).unwrap_or(0),
+                            }),
+                            _ => Ok(None),
+                        };
+                    };
+                    let claimed: i64 = row.try_get(0).map_err(database)?;
+                    Ok(Some(u64::try_from(claimed).unwrap_or(0)))
+                })
+                .await?;
+            let Some(claimed) = claimed else {
+                return Ok(None);
+            };
+            let mut stored = self.load(id).await?;
+            if let Some(stored) = &mut stored {
+                // The holder's epoch, even when a newer claim came meanwhile: its
+                // writes are then refused, as they must be.
+                stored.record.epoch = claimed;
+            }
+            Ok(stored)
         })
     }
 

@@ -85,6 +85,13 @@ pub struct SessionRecord {
     pub created_at: i64,
     /// Last changed, in milliseconds since the Unix epoch.
     pub updated_at: i64,
+    /// Which claim on the session is current: [`SessionStore::claim`] raises it
+    /// when an agent takes the session over, and a write carrying an older one is
+    /// refused ([`StoreError::TakenOver`](crate::StoreError::TakenOver)). A new
+    /// session starts at the epoch its creating write carries.
+    ///
+    /// [`SessionStore::claim`]: crate::SessionStore::claim
+    pub epoch: u64,
 }
 
 impl SessionRecord {
@@ -100,6 +107,7 @@ impl SessionRecord {
             status: SessionStatus::Active,
             created_at: now,
             updated_at: now,
+            epoch: 0,
         }
     }
 }
@@ -212,22 +220,33 @@ pub struct SessionFilter {
     pub limit: Option<u32>,
 }
 
-/// One change to one session.
+/// One change to one session, made under the writer's claim on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionWrite {
     /// The session.
     pub session: Arc<str>,
+    /// The epoch of the writer's claim on the session (see
+    /// [`SessionRecord::epoch`]): a store refuses the write when the session's
+    /// epoch is another. [`Change::Create`] gives a new session this epoch.
+    pub epoch: u64,
     /// The change.
     pub change: Change,
 }
 
 impl SessionWrite {
-    /// `change` to `session`.
+    /// `change` to `session`, under epoch 0 (a session never claimed).
     pub fn new(session: impl Into<Arc<str>>, change: Change) -> Self {
         SessionWrite {
             session: session.into(),
+            epoch: 0,
             change,
         }
+    }
+
+    /// The same write under the claim of epoch `epoch`.
+    pub fn at_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
     }
 }
 
@@ -235,7 +254,8 @@ impl SessionWrite {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Change {
-    /// Creates the session; fails if it exists.
+    /// Creates the session at the write's epoch (the record's own `epoch` is not
+    /// read); fails if it exists.
     Create(SessionRecord),
     /// Adds a finished message at the transcript's end, and removes the queued
     /// message it was delivered from, if any. A store may keep the messages one

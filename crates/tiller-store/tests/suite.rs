@@ -452,7 +452,86 @@ async fn pages_and_cuts_a_transcript_anywhere(store: Arc<dyn SessionStore>, tena
     }
 }
 
+/// A claim takes a session over: the writes of the claim before are refused from
+/// then on, naming both epochs, and change nothing; the new holder's go through.
+async fn a_claim_fences_the_writer_before(store: Arc<dyn SessionStore>, tenant: &str) {
+    let id = format!("{tenant}-claimed");
+    let writer = StoreWriter::for_store(store.clone());
+    let said = |text: &str, seq: u64, epoch: u64| {
+        write(
+            &id,
+            Change::Append {
+                seq,
+                message: user(text).into(),
+                dequeued: None,
+            },
+        )
+        .at_epoch(epoch)
+    };
+    writer
+        .write(vec![
+            write(&id, Change::Create(record(&id, tenant, "ada"))).at_epoch(7),
+            said("first", 0, 7),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.load(&id).await.unwrap().unwrap().record.epoch, 7);
+
+    let claimed = store.claim(&id, None).await.unwrap().unwrap();
+    assert_eq!(claimed.record.epoch, 8);
+    assert_eq!(claimed.messages, vec![user("first").into()]);
+    assert_eq!(store.load(&id).await.unwrap().unwrap().record.epoch, 8);
+    let stale = writer.write(vec![said("from the old holder", 1, 7)]).await;
+    assert_eq!(
+        stale,
+        Err(StoreError::TakenOver {
+            session: id.clone(),
+            epoch: 7,
+            current: 8
+        })
+    );
+    // A batch of both holders' writes: the old one's fails alone.
+    let (old, new) = futures::join!(
+        writer.write(vec![said("old again", 1, 7)]),
+        writer.write(vec![said("second", 1, 8)])
+    );
+    assert!(matches!(old, Err(StoreError::TakenOver { .. })), "{old:?}");
+    assert_eq!(new, Ok(()));
+    assert_eq!(
+        store.load(&id).await.unwrap().unwrap().messages,
+        vec![user("first").into(), user("second").into()]
+    );
+
+    // A claim at a given epoch (a lease's): not below the current one.
+    assert_eq!(
+        store.claim(&id, Some(5)).await,
+        Err(StoreError::TakenOver {
+            session: id.clone(),
+            epoch: 5,
+            current: 8
+        })
+    );
+    let at = store.claim(&id, Some(20)).await.unwrap().unwrap();
+    assert_eq!(at.record.epoch, 20);
+    assert_eq!(
+        store
+            .claim(&id, Some(20))
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .epoch,
+        20
+    );
+    assert_eq!(store.claim(&format!("{tenant}-none"), None).await, Ok(None));
+    assert_eq!(
+        store.claim(&format!("{tenant}-none"), Some(3)).await,
+        Ok(None)
+    );
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    a_claim_fences_the_writer_before(store.clone(), tenant).await;
     keeps_messages_queues_and_definition(store.clone(), tenant).await;
     pages_and_cuts_a_transcript_anywhere(store.clone(), tenant).await;
     a_failed_batch_changes_nothing(store.clone(), tenant).await;

@@ -11,7 +11,10 @@
 //!
 //! Changes a caller asks for (queueing, clearing, reset, settings, the transcript)
 //! are answered once the store has committed them; the actor does not wait for
-//! the store meanwhile.
+//! the store meanwhile. A response whose tool calls are about to run is committed
+//! before any of them starts (write-ahead: the run waits for it). Every write
+//! carries the agent's claim on its session; a write refused because another
+//! process took the session over stops the agent.
 
 use std::collections::VecDeque;
 use std::future::ready;
@@ -21,10 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_ai::PartialMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, answer_open_calls,
-    cancel_requests, check_prompt, check_reply, open_requests, run_loop,
+    AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, WriteAhead,
+    answer_open_calls, cancel_requests, check_prompt, check_reply, open_requests, run_loop,
 };
-use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoredSession};
+use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoreError, StoredSession};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -56,6 +59,20 @@ pub(crate) enum Signal {
     },
     /// Everything the run `run` wrote is committed.
     Committed(u64),
+    /// The run `run` waits until what it emitted so far is committed (write-ahead).
+    WriteAhead {
+        run: u64,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// What the run `run` emitted before its [`Signal::WriteAhead`] was written:
+    /// `result` is the wait's own write.
+    WrittenAhead {
+        run: u64,
+        result: Result<(), StoreError>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// A write of the actor's failed.
+    WriteFailed(StoreError),
     /// Idle since activity number `activity`: time to hibernate if nothing happened since.
     Hibernate(u64),
     /// Abort the active run, if any, for a stop or a shutdown: unlike
@@ -111,7 +128,7 @@ impl Loaded {
             compress(&mut messages, compression.max_chars);
         }
         let answered = answer_open(
-            &agent.session,
+            agent,
             &mut messages,
             "the agent stopped before it finished and was brought back from its session.",
         );
@@ -140,9 +157,10 @@ impl Loaded {
     }
 }
 
-/// The writes that store `messages` at their places from `from` on.
+/// The writes that store `messages` at their places from `from` on in `agent`'s
+/// session.
 pub(crate) fn appends(
-    session: &Arc<str>,
+    agent: &Agent,
     from: usize,
     messages: &[Arc<AgentMessage>],
 ) -> Vec<SessionWrite> {
@@ -150,14 +168,11 @@ pub(crate) fn appends(
         .iter()
         .enumerate()
         .map(|(n, message)| {
-            SessionWrite::new(
-                session.clone(),
-                Change::Append {
-                    seq: (from + n) as u64,
-                    message: message.clone(),
-                    dequeued: None,
-                },
-            )
+            agent.write(Change::Append {
+                seq: (from + n) as u64,
+                message: message.clone(),
+                dequeued: None,
+            })
         })
         .collect()
 }
@@ -166,7 +181,7 @@ pub(crate) fn appends(
 /// response that have none (a lost run made them); answers the writes that store
 /// the results. Only the messages from that response on are copied.
 fn answer_open(
-    session: &Arc<str>,
+    agent: &Agent,
     messages: &mut Vec<Arc<AgentMessage>>,
     reason: &str,
 ) -> Vec<SessionWrite> {
@@ -178,7 +193,7 @@ fn answer_open(
     answer_open_calls(&mut tail, reason);
     let from = messages.len();
     messages.extend(tail.drain(before..).map(Arc::new));
-    appends(session, from, &messages[from..])
+    appends(agent, from, &messages[from..])
 }
 
 /// What one delivery of `queue` takes from `source` under `mode`, each message
@@ -257,6 +272,9 @@ struct ActiveRun {
     resets: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
     ending: Option<AgentEvent>,
+    /// Why a write of the run failed, the first time one did: write-ahead then
+    /// refuses to let calls run.
+    write_failed: Option<String>,
 }
 
 /// Events of a run waiting for the actor; the actor is told when the queue stops
@@ -350,6 +368,21 @@ impl ActorState {
                     return;
                 }
                 Signal::Committed(run) => return self.finish(run),
+                Signal::WriteAhead { run, reply } => return self.write_ahead(run, reply),
+                Signal::WrittenAhead { run, result, reply } => {
+                    let failed = self
+                        .run
+                        .as_ref()
+                        .filter(|active| active.id == run)
+                        .and_then(|active| active.write_failed.clone());
+                    let _ = reply.send(match (result, failed) {
+                        (Err(error), _) => Err(error.to_string()),
+                        (Ok(()), Some(failed)) => Err(failed),
+                        (Ok(()), None) => Ok(()),
+                    });
+                    return;
+                }
+                Signal::WriteFailed(error) => return self.write_failed(error),
                 Signal::Hibernate(activity) => return self.hibernate(activity),
                 Signal::Halt => {
                     if let Some(run) = &self.run {
@@ -412,7 +445,7 @@ impl ActorState {
                 }
                 let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![self.write(Change::Truncate { from: 0 })];
-                writes.extend(appends(&self.agent.session, 0, &messages));
+                writes.extend(appends(&self.agent, 0, &messages));
                 self.messages = messages;
                 self.error = None;
                 self.sync_waiting();
@@ -457,13 +490,13 @@ impl ActorState {
         }
         let from = self.messages.len();
         self.messages.extend(results.into_iter().map(Arc::new));
-        let writes = appends(&self.agent.session, from, &self.messages[from..]);
+        let writes = appends(&self.agent, from, &self.messages[from..]);
         self.commit(writes, None);
         self.sync_waiting();
     }
 
     fn write(&self, change: Change) -> SessionWrite {
-        SessionWrite::new(self.agent.session.clone(), change)
+        self.agent.write(change)
     }
 
     /// Hands `writes` to the store; `reply` hears once they are committed.
@@ -472,12 +505,64 @@ impl ActorState {
         writes: Vec<SessionWrite>,
         reply: Option<RpcReplyPort<Result<(), AgentError>>>,
     ) {
-        let ack: Option<Ack> = reply.map(|reply| -> Ack {
-            Box::new(move |result| {
+        let ack = self.ack(move |result| {
+            if let Some(reply) = reply {
                 let _ = reply.send(result.map_err(AgentError::from));
-            })
+            }
         });
-        self.agent.runtime.writer.submit(writes, ack);
+        self.agent.runtime.writer.submit(writes, Some(ack));
+    }
+
+    /// The acknowledgement of the actor's writes: a failure is told to the actor
+    /// first (see [`ActorState::write_failed`]), then `then` hears the result.
+    fn ack(&self, then: impl FnOnce(Result<(), StoreError>) + Send + 'static) -> Ack {
+        let actor = self.myself.clone();
+        Box::new(move |result| {
+            if let Err(error) = &result {
+                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::WriteFailed(
+                    error.clone(),
+                ))));
+            }
+            then(result);
+        })
+    }
+
+    /// A write failed. Refused because another process took the session over, it
+    /// stops the agent: this one may no longer act for the session. Otherwise the
+    /// run (if any) remembers it, so that no tool call runs on a response that
+    /// may not be stored.
+    fn write_failed(&mut self, error: StoreError) {
+        if let StoreError::TakenOver { .. } = error {
+            let reason = error.to_string();
+            tracing::warn!(agent = %self.agent.id, %reason, "agent stopped");
+            if let Some(run) = &self.run {
+                run.token.cancel();
+            }
+            self.agent.stop(reason);
+            return;
+        }
+        if let Some(run) = &mut self.run {
+            run.write_failed.get_or_insert_with(|| error.to_string());
+        }
+    }
+
+    /// Write-ahead for the run `run`: once everything it emitted so far (the
+    /// response whose calls are to run) is applied and its writes are committed,
+    /// `reply` hears whether all of them were.
+    fn write_ahead(&mut self, run: u64, reply: oneshot::Sender<Result<(), String>>) {
+        self.drain_events();
+        let actor = self.myself.clone();
+        // An empty write, committed after every write submitted before it.
+        self.agent.runtime.writer.submit(
+            Vec::new(),
+            Some(Box::new(move |result| {
+                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::WrittenAhead {
+                    run,
+                    result,
+                    reply,
+                })));
+            })),
+        );
     }
 
     fn enqueue(
@@ -624,7 +709,7 @@ impl ActorState {
         // A transcript restored from elsewhere may hold calls without results: they
         // are answered before anything else.
         let answered = answer_open(
-            &self.agent.session,
+            &self.agent,
             &mut self.messages,
             "no result was recorded before the next run started.",
         );
@@ -688,6 +773,7 @@ impl ActorState {
             finished,
             resets: Vec::new(),
             ending: None,
+            write_failed: None,
         });
         self.agent.mark_running();
         Ok(())
@@ -742,7 +828,8 @@ impl ActorState {
                     message: shared,
                     dequeued,
                 });
-                self.agent.runtime.writer.submit(vec![write], None);
+                let ack = self.ack(|_| {});
+                self.agent.runtime.writer.submit(vec![write], Some(ack));
                 if let Some(hook) = &self.settings.on_message {
                     hook(&self.agent.id, message);
                 }
@@ -772,13 +859,11 @@ impl ActorState {
                 run.ending = Some(event);
                 let writes = if reset { self.clear() } else { Vec::new() };
                 let actor = self.myself.clone();
-                self.agent.runtime.writer.submit(
-                    writes,
-                    Some(Box::new(move |_| {
-                        let _ = actor
-                            .send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
-                    })),
-                );
+                let ack = self.ack(move |_| {
+                    let _ =
+                        actor.send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
+                });
+                self.agent.runtime.writer.submit(writes, Some(ack));
                 return;
             }
             AgentEvent::AgentStart
@@ -899,8 +984,29 @@ fn loop_config(
             skip_first_steering,
         )),
         follow_up: Some(queue_source(actor, run, QueueKind::FollowUp, false)),
+        write_ahead: Some(write_ahead(actor, run)),
         context,
     }
+}
+
+/// Write-ahead for the loop: asks the actor to say once what the run `run` emitted
+/// so far is committed.
+fn write_ahead(actor: &ActorRef<AgentMsg>, run: u64) -> WriteAhead {
+    let actor = actor.clone();
+    Arc::new(move || {
+        let (reply, durable) = oneshot::channel();
+        let asked = actor.send_message(AgentMsg::Internal(Internal(Signal::WriteAhead {
+            run,
+            reply,
+        })));
+        Box::pin(async move {
+            let stopped = || Err("the agent's actor stopped".to_owned());
+            if asked.is_err() {
+                return stopped();
+            }
+            durable.await.unwrap_or_else(|_| stopped())
+        })
+    })
 }
 
 /// Reads one of the agent's queues for the loop, by asking the actor; `skip_first`

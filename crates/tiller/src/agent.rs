@@ -8,7 +8,7 @@
 //! Requests sent through the route are counted, and an actor hibernates only when
 //! it has handled as many as were sent, so none is left in a stopping mailbox.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -61,6 +61,10 @@ pub(crate) struct Agent {
     pub(crate) runtime: Arc<Runtime>,
     /// When the actor failed lately, and why it failed last.
     failures: Mutex<(Vec<Instant>, Option<String>)>,
+    /// The epoch of this agent's claim on its session, set once when it is spawned
+    /// (see [`tiller_store::SessionRecord::epoch`]): every write of the session
+    /// carries it, and a thaw or restart finding another in the store stops.
+    epoch: AtomicU64,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -95,7 +99,23 @@ impl Agent {
             status: AtomicU8::new(IDLE),
             runtime,
             failures: Mutex::new((Vec::new(), None)),
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    /// The epoch of the agent's claim on its session.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Records the epoch the agent's spawn claimed its session at.
+    pub(crate) fn claimed(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// `change` to the agent's session, under its claim.
+    pub(crate) fn write(&self, change: Change) -> SessionWrite {
+        SessionWrite::new(self.session.clone(), change).at_epoch(self.epoch())
     }
 
     /// The ids of who the agent works for, in its session.
@@ -221,6 +241,14 @@ impl Agent {
             .await
             .map_err(|error| format!("the session store failed: {error}"))?
             .ok_or_else(|| format!("its session `{}` is gone from the store", self.session))?;
+        if stored.record.epoch != self.epoch() {
+            return Err(tiller_store::StoreError::TakenOver {
+                session: self.session.to_string(),
+                epoch: self.epoch(),
+                current: stored.record.epoch,
+            }
+            .to_string());
+        }
         let loaded = Loaded::from_store(self, stored);
         self.spawn_actor(loaded).await
     }
@@ -363,10 +391,7 @@ impl Agent {
 
     /// Records the session as closed (a stop on purpose, not a crash or shutdown).
     pub(crate) async fn close_session(&self) {
-        let closed = SessionWrite::new(
-            self.session.clone(),
-            Change::SetStatus(tiller_store::SessionStatus::Closed),
-        );
+        let closed = self.write(Change::SetStatus(tiller_store::SessionStatus::Closed));
         if let Err(error) = self.runtime.writer.write(vec![closed]).await {
             tracing::warn!(agent = %self.id, %error, "could not mark the session closed");
         }

@@ -8,7 +8,14 @@
 //! standard output: that is a [`ToolError::NeedsInput`], and the run asks the user.
 //! The program runs in a process group of its own, so
 //! when the call ends early (timeout, abort, the run dropped) the whole group is
-//! killed, children included.
+//! killed, children included; on Linux it is killed too when Tiller's process dies,
+//! even by `kill -9` ([`tiller_core::process`]).
+//!
+//! Its environment is [`BASE_ENV`] and the variables the tool names, and
+//! `TILLER_CALL_ID`: the call's id, the same whenever the call is seen again (it is
+//! stored before the program starts, and survives restarts). A program with an
+//! outside effect (an email sent, a card charged) hands it on as an idempotency key,
+//! so that a call is never carried out twice.
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -113,14 +120,15 @@ impl CommandTool {
                 command.env(name, value);
             }
         }
+        // The call's id, stable across restarts: the key to hand an outside system
+        // so that a call it has seen is not carried out twice.
+        command.env("TILLER_CALL_ID", ctx.call_id());
         command
             .args(&self.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        #[cfg(unix)]
-        command.process_group(0);
+            .stderr(Stdio::piped());
+        tiller_core::process::contain(&mut command);
         let mut child = command.spawn().map_err(|error| {
             ToolError::new(format!(
                 "could not start `{}`: {error}",

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
 use crate::ask_agent::{AskAgent, AskAgentConfig};
-use crate::{AgentSpec, AgentTool, LlmConfigs, Model, Supervisor, ToolRegistry};
+use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
 use tiller_mcp::{McpError, McpServer};
 
 /// Agent definitions by name, each in one or more versions, with what their
@@ -38,6 +38,8 @@ pub struct Definitions {
     tools: ToolRegistry,
     llms: LlmConfigs,
     default_model: Option<Model>,
+    /// The key passed with the default model.
+    default_key: Option<ApiKey>,
 }
 
 /// Why definitions could not be read or used.
@@ -227,6 +229,19 @@ impl Definitions {
         self.default_model.as_ref()
     }
 
+    /// The same definitions passing `key` with the default model (the key
+    /// [`crate::env::from_env`] chose with it, say); agents of files naming a
+    /// model of their own do not get it.
+    pub fn with_default_key(mut self, key: Option<ApiKey>) -> Self {
+        self.default_key = key;
+        self
+    }
+
+    /// The key passed with the default model.
+    pub fn default_key(&self) -> Option<&ApiKey> {
+        self.default_key.as_ref()
+    }
+
     /// The named LLM configurations the files may use.
     pub fn llms(&self) -> &LlmConfigs {
         &self.llms
@@ -282,9 +297,12 @@ impl Definitions {
     /// definition sent inline), with this set's tools, LLM configurations and
     /// default model.
     pub fn spec_of(&self, file: &AgentFile) -> Result<AgentSpec, DefinitionsError> {
-        let settings = file
+        let mut settings = file
             .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;
+        if settings.run.stream.api_key.is_none() && settings.model == self.default_model {
+            settings.run.stream.api_key = self.default_key.clone();
+        }
         Ok(AgentSpec::new(settings))
     }
 }

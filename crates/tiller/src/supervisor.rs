@@ -8,7 +8,7 @@
 //! still valid, subscribers told with an `agent_restarted` notice. An agent failing
 //! more than `max_restarts` times within `restart_window` stays down, and says why.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tiller_core::open_requests;
 use tiller_store::{
     Change, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus, SessionStore,
-    SessionWrite, StoreWriter,
+    StoreWriter,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -159,7 +159,6 @@ struct Inner {
     actor: ActorRef<()>,
     agents: DashMap<AgentId, Arc<Agent>>,
     names: DashMap<Arc<str>, AgentId>,
-    next_id: AtomicU64,
     shut_down: AtomicBool,
 }
 
@@ -246,7 +245,6 @@ impl Supervisor {
                 actor,
                 agents: DashMap::new(),
                 names: DashMap::new(),
-                next_id: AtomicU64::new(0),
                 shut_down: AtomicBool::new(false),
             }),
         })
@@ -268,12 +266,7 @@ impl Supervisor {
             spec.id
                 .clone()
                 .or_else(|| spec.session.clone())
-                .unwrap_or_else(|| {
-                    format!(
-                        "agent-{}",
-                        inner.next_id.fetch_add(1, Ordering::Relaxed) + 1
-                    )
-                }),
+                .unwrap_or_else(tiller_ai::new_id),
         );
         let name: Option<Arc<str>> = spec.name.as_deref().map(Into::into);
         let session = match &spec.session {
@@ -327,25 +320,23 @@ impl Supervisor {
         }
     }
 
-    /// Loads or creates the agent's session, then starts its actor.
+    /// Claims (taking it over from whoever held it) or creates the agent's session,
+    /// then starts its actor.
     async fn bring_up(&self, agent: &Arc<Agent>, spec: AgentSpec) -> Result<(), SpawnError> {
         let writer = &self.inner.runtime.writer;
         let session = agent.session.clone();
         let stored = match &spec.session {
-            Some(session) => writer.store().load(session).await?,
+            Some(session) => writer.store().claim(session, None).await?,
             None => None,
         };
         let loaded = match stored {
             Some(stored) => {
-                let mut writes = vec![SessionWrite::new(
-                    session.clone(),
-                    Change::SetStatus(SessionStatus::Active),
-                )];
+                agent.claimed(stored.record.epoch);
+                let mut writes = vec![agent.write(Change::SetStatus(SessionStatus::Active))];
                 if spec.own_settings {
-                    writes.push(SessionWrite::new(
-                        session.clone(),
-                        Change::SetDefinition(self.inner.runtime.definition_of(&spec.settings)),
-                    ));
+                    writes.push(agent.write(Change::SetDefinition(
+                        self.inner.runtime.definition_of(&spec.settings),
+                    )));
                 } else if let Ok(definition) = stored.record.definition.decode::<AgentDefinition>()
                 {
                     let settings = definition.apply_to(&spec.settings).map_err(|missing| {
@@ -370,8 +361,8 @@ impl Supervisor {
                 };
                 let messages: Vec<Arc<AgentMessage>> =
                     spec.messages.into_iter().map(Arc::new).collect();
-                let mut writes = vec![SessionWrite::new(session.clone(), Change::Create(record))];
-                writes.extend(appends(&session, 0, &messages));
+                let mut writes = vec![agent.write(Change::Create(record))];
+                writes.extend(appends(agent, 0, &messages));
                 writer.write(writes).await?;
                 Loaded::new(messages)
             }

@@ -512,7 +512,13 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
         .spawn(AgentSpec::new(settings.clone()))
         .await
         .unwrap();
-    assert_eq!(other.id().as_str(), "agent-1");
+    // Made up: a time-ordered UUID, never repeated across restarts.
+    let made_up = other.id().to_string();
+    assert_eq!(
+        (made_up.len(), made_up.as_bytes()[14]),
+        (36, b'7'),
+        "{made_up}"
+    );
     assert_eq!(
         supervisor
             .spawn(AgentSpec::new(settings.clone()).with_name("planner"))
@@ -534,7 +540,7 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
             .unwrap()
     };
     assert_eq!(found.as_ref().map(|id| id.as_str()), Some("a-1"));
-    assert_eq!(supervisor.get("agent-1").unwrap().id(), other.id());
+    assert_eq!(supervisor.get(&made_up).unwrap().id(), other.id());
     let listed: Vec<(String, Option<String>)> = supervisor
         .list()
         .into_iter()
@@ -543,8 +549,8 @@ async fn agents_are_found_by_id_or_name_from_any_thread() {
     assert_eq!(
         listed,
         [
+            (made_up.clone(), None),
             ("a-1".to_owned(), Some("planner".to_owned())),
-            ("agent-1".to_owned(), None)
         ]
     );
     assert!(supervisor.stop("a-1").await);

@@ -180,9 +180,12 @@ impl Decoder {
                     return;
                 }
                 self.close(out, false);
+                // A call without an id (some compatible servers send none) gets a
+                // unique one: its id is the key a tool may pass on to stay
+                // idempotent, so it must not repeat across responses.
                 let id = match id.as_deref().filter(|id| !id.is_empty()) {
                     Some(id) => Cow::Borrowed(id),
-                    None => Cow::Owned(format!("call_{}", self.tool_indexes.len())),
+                    None => Cow::Owned(crate::new_id()),
                 };
                 let content_index =
                     out.tool_call_start(&id, function.name.as_deref().unwrap_or(""));
