@@ -178,7 +178,15 @@ async fn a_tool_sees_no_key_unless_its_file_names_it() {
     let sent = result_sent(&server);
     let mut seen: Vec<&str> = sent.lines().filter(|l| !l.starts_with("PATH=")).collect();
     seen.sort_unstable();
-    assert_eq!(seen, ["GREETING=hello", "HOME=/home/someone"]);
+    // The call's id, its idempotency key, besides what the file names.
+    assert_eq!(
+        seen,
+        [
+            "GREETING=hello",
+            "HOME=/home/someone",
+            "TILLER_CALL_ID=call_1"
+        ]
+    );
     assert!(!finished.stdout.contains("sk-secret-value"));
 }
 

@@ -189,3 +189,81 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
         "tiller: unsupported store `mysql://x`: expected memory:, sqlite://PATH or postgres://…\n"
     );
 }
+
+/// `kill -9` of `tiller` takes its command tool's program and its stdio MCP server
+/// down within a second: they die with it (the parent-death signal), rather than
+/// live on as orphans. The tool here would otherwise wait forever.
+#[tokio::test]
+async fn a_kill_9_of_tiller_takes_its_tools_and_mcp_servers_down() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "tools/wait.py",
+        &common::python_tool(
+            "open(os.path.join(here, 'pid'), 'w').write(str(os.getpid()) + '\\n')\n\
+             while True:\n    time.sleep(0.01)",
+        ),
+    );
+    let mcp =
+        tiller_test_support::live::installed("mcp.sh", "bin", "the MCP part of the kill test")
+            .map(|bin| {
+                format!(
+                    "\x20 mcp_servers:\n\x20   - name: docs\n\x20     command: [\"{}\", \"{}\"]\n",
+                    bin.join("mcp-server-filesystem").display(),
+                    scratch.path().display()
+                )
+            })
+            .unwrap_or_default();
+    let agent = scratch.write(
+        "agent.yaml",
+        &format!(
+            "{}{mcp}",
+            common::agent_yaml(
+                "    - name: wait\n      description: Waits\n      command: [python3, tools/wait.py]\n"
+            )
+        ),
+    );
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.tool_call("call_1", "wait", json!({})));
+    let mut command = dialect.tiller(
+        &server,
+        "chat",
+        &["--agent", agent.to_str().unwrap(), "--events", "jsonl"],
+    );
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let tiller_pid = child.id().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = lines(child.stdout.take().unwrap());
+    stdin.write_all(b"wait for it\n").await.unwrap();
+    read_until(&mut stdout, |line| {
+        line.contains("\"tool_execution_start\"")
+    })
+    .await;
+    let pid_file = scratch.path().join("tools/pid");
+    let tool = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file)
+                && let Ok(pid) = text.trim().parse::<i32>()
+            {
+                return pid;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the tool never started");
+    let children = common::children_of(tiller_pid);
+    assert!(children.contains(&tool), "{children:?} holds {tool}");
+    assert_eq!(
+        children.len(),
+        if mcp.is_empty() { 1 } else { 2 },
+        "the tool, and the MCP server when there is one: {children:?}"
+    );
+
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    for pid in children {
+        common::gone_within(pid, std::time::Duration::from_secs(1)).await;
+    }
+}

@@ -178,9 +178,13 @@ impl MockResponse {
     }
 }
 
+/// Makes the response to a request (see [`MockServer::respond_with`]).
+type Responder = Arc<dyn Fn(&CapturedRequest) -> MockResponse + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     queue: Mutex<VecDeque<MockResponse>>,
+    responder: Mutex<Option<Responder>>,
     fallback: Mutex<Option<MockResponse>>,
     requests: Mutex<Vec<CapturedRequest>>,
     arrived: Notify,
@@ -224,6 +228,16 @@ impl MockServer {
             let r = &exchange.response;
             self.push(MockResponse::recorded(r.status, &r.content_type, &r.body));
         }
+        self
+    }
+
+    /// Answers each request with what `respond` makes of it whenever the queue is
+    /// empty: a scripted model that is a function of the conversation it is sent.
+    pub fn respond_with(
+        &self,
+        respond: impl Fn(&CapturedRequest) -> MockResponse + Send + Sync + 'static,
+    ) -> &Self {
+        *self.shared.responder.lock().unwrap() = Some(Arc::new(respond));
         self
     }
 
@@ -277,10 +291,13 @@ async fn respond(
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
-    shared.requests.lock().unwrap().push(captured);
+    shared.requests.lock().unwrap().push(captured.clone());
     shared.arrived.notify_waiters();
     let next = shared.queue.lock().unwrap().pop_front();
-    let next = next.or_else(|| shared.fallback.lock().unwrap().clone());
+    let responder = shared.responder.lock().unwrap().clone();
+    let next = next
+        .or_else(|| responder.map(|respond| respond(&captured)))
+        .or_else(|| shared.fallback.lock().unwrap().clone());
     let response = next.unwrap_or_else(|| MockResponse::status(500, "no scripted response"));
     if !response.header_delay.is_zero() {
         tokio::time::sleep(response.header_delay).await;

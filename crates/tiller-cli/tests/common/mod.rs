@@ -142,6 +142,25 @@ pub(crate) async fn exit_of(child: &mut Child) -> ExitStatus {
         .unwrap()
 }
 
+/// The processes whose parent is `parent`.
+pub(crate) fn children_of(parent: u32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // `pid (comm) state ppid …`; the name may hold spaces and parentheses.
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
 /// The event type of a JSONL line.
 pub(crate) fn event_type(line: &Value) -> &str {
     line["event"]["type"].as_str().unwrap()
@@ -323,17 +342,22 @@ pub(crate) fn waiting_agent(scratch: &Scratch) -> PathBuf {
 /// Waits (at most ten seconds) until process `pid` has ended: it no longer exists,
 /// or is a zombie nobody has reaped yet.
 pub(crate) async fn gone(pid: i32) {
+    gone_within(pid, Duration::from_secs(10)).await;
+}
+
+/// Waits at most `within` until process `pid` has ended (see [`gone`]).
+pub(crate) async fn gone_within(pid: i32, within: Duration) {
     let ended = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
             .rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('Z')),
     };
-    tokio::time::timeout(Duration::from_secs(10), async {
+    tokio::time::timeout(within, async {
         while !ended() {
             tokio::task::yield_now().await;
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("process {pid} outlived its call"));
+    .unwrap_or_else(|_| panic!("process {pid} outlived its call by {within:?}"));
 }
