@@ -650,3 +650,227 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
     );
     serving.stop().await;
 }
+
+/// A JSON request to a serving `tiller`: its status and body.
+async fn request(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let request = reqwest::Client::new().request(method, url);
+    let request = match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
+    let request = match body {
+        Some(body) => request
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+        None => request,
+    };
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Stopped and started again on the same store, a server with tokens (whose
+/// clients cannot choose ids) makes new agents under new ids: they do not start
+/// again from 1 and collide with the sessions kept.
+#[tokio::test]
+async fn a_restarted_server_makes_new_agents_on_the_same_store() {
+    use reqwest::Method;
+    let kept = Scratch::new();
+    let store = format!("sqlite://{}", kept.path().join("chats.db").display());
+    let tokens = kept.write("tokens.yaml", "tokens:\n  - {token: t, tenant: acme}\n");
+    let options = ["--tokens", tokens.to_str().unwrap(), "--store", &store];
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+        let (status, agent) = request(
+            Method::POST,
+            format!("{}/agents", serving.base),
+            Some("t"),
+            Some(json!({"definition": "helper"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{agent}");
+        ids.push(agent["id"].as_str().unwrap().to_owned());
+        serving.stop().await;
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert!(ids[0] < ids[1], "time-ordered: {ids:?}");
+
+    // A client-chosen id whose session exists is an error naming it, at once.
+    let serving = Serving::start_with(Scratch::new(), &["--store", &store], &[]).await;
+    let (status, problem) = request(
+        Method::POST,
+        format!("{}/agents", serving.base),
+        None,
+        Some(json!({"definition": "helper", "id": ids[0]})),
+    )
+    .await;
+    assert_eq!(
+        (status, &problem["type"], &problem["detail"]),
+        (
+            409,
+            &json!("urn:tiller:problem:session-exists"),
+            &json!(format!("session `{}` exists already", ids[0]))
+        ),
+        "{problem}"
+    );
+    serving.stop().await;
+}
+
+/// Two servers on one store: the one that resumes a session takes it over, and
+/// the other's agent stops at its next write, saying so, having written nothing.
+async fn two_servers_share_a_store_and_never_overwrite_each_other(store: &str) {
+    use reqwest::Method;
+    let options = ["--store", store];
+    let first = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let second = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let id = format!(
+        "shared-{}-{}",
+        std::process::id(),
+        tiller::tiller_ai::now_ms()
+    );
+    let at = |serving: &Serving, path: &str| format!("{}{path}", serving.base);
+
+    let (status, _) = request(
+        Method::POST,
+        at(&first, "/agents"),
+        None,
+        Some(json!({"definition": "helper", "id": id})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let prompt = |serving: &Serving, text: &str| {
+        request(
+            Method::POST,
+            at(serving, &format!("/agents/{id}/prompt?wait=true")),
+            None,
+            Some(json!({"text": text})),
+        )
+    };
+    assert_eq!(prompt(&first, "first").await.0, 200);
+    let (status, resumed) = request(
+        Method::POST,
+        at(&second, &format!("/sessions/{id}/resume")),
+        None,
+        Some(json!({"definition": "helper"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{resumed}");
+
+    let (status, problem) = prompt(&first, "overwrite?").await;
+    assert_eq!(status, 409, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("session `{id}` was taken over by another process")),
+        "{detail}"
+    );
+    let (_, agents) = request(Method::GET, at(&first, "/agents"), None, None).await;
+    let listed = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|agent| agent["id"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(listed["status"], "stopped", "{listed}");
+    assert!(
+        listed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("was taken over by another process"),
+        "{listed}"
+    );
+
+    assert_eq!(prompt(&second, "second").await.0, 200);
+    let (status, page) = request(
+        Method::GET,
+        at(&second, &format!("/sessions/{id}/messages")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let said: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .map(|message| message["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["first", "second"]);
+    first.stop().await;
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_sqlite_file_never_overwrite_each_other() {
+    let kept = Scratch::new();
+    let store = format!("sqlite://{}", kept.path().join("chats.db").display());
+    two_servers_share_a_store_and_never_overwrite_each_other(&store).await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_postgres_database_never_overwrite_each_other() {
+    let Some(url) = tiller_test_support::postgres::postgres_url() else {
+        return;
+    };
+    two_servers_share_a_store_and_never_overwrite_each_other(&url).await;
+}
+
+/// `tiller serve` reads its model from the environment as `tiller run` does: a
+/// provider pointed at a server of the user's own gets the provider's key when it
+/// is set, and no key (no refusal either) when it is not.
+#[tokio::test]
+async fn serve_reads_the_model_and_key_from_the_environment_as_run_does() {
+    use reqwest::Method;
+    let upstream = MockServer::start().await;
+    upstream.always(MockResponse::sse(sse::openai_text(&[
+        "Hi from ",
+        "llama.cpp.",
+    ])));
+    let url = upstream.base_url();
+    let model = [
+        ("TILLER_PROVIDER", "openai"),
+        ("TILLER_BASE_URL", url.as_str()),
+        ("TILLER_MODEL", "smollm2"),
+    ];
+    for key in [None, Some("sk-mine")] {
+        let mut vars = model.to_vec();
+        vars.extend(key.map(|key| ("OPENAI_API_KEY", key)));
+        let serving = Serving::start_with(Scratch::new(), &[], &vars).await;
+        let (status, agent) = request(
+            Method::POST,
+            format!("{}/agents", serving.base),
+            None,
+            Some(json!({"definition": "helper"})),
+        )
+        .await;
+        assert_eq!(status, 201);
+        let id = agent["id"].as_str().unwrap();
+        let (status, outcome) = request(
+            Method::POST,
+            format!("{}/agents/{id}/prompt?wait=true", serving.base),
+            None,
+            Some(json!({"text": "hello"})),
+        )
+        .await;
+        assert_eq!(status, 200, "{outcome}");
+        assert_eq!(
+            outcome["messages"][1]["content"][0]["text"], "Hi from llama.cpp.",
+            "{outcome}"
+        );
+        let sent = upstream.requests().pop().unwrap();
+        assert_eq!(sent.body["model"], "smollm2");
+        assert_eq!(
+            sent.header("authorization"),
+            key.map(|key| format!("Bearer {key}")).as_deref()
+        );
+        serving.stop().await;
+    }
+}
