@@ -29,8 +29,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     } else {
         question
     };
-    let model = tiller::env::model_from_env()?.unwrap_or_else(scripted_model);
-
+    
     // A tool is a name, a description, a JSON Schema for its arguments and an async
     // function. Arguments are validated against the schema before it runs.
     let add = FnTool::new(
@@ -46,7 +45,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
             Ok(ToolOutput::text(sum.to_string()))
         },
     );
-    let settings = AgentSettings::new(model)
+    let settings = tiller::env::from_env()?
+        .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You are a careful assistant. Use the add tool for arithmetic.")
         .with_tools(ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>])?);
 

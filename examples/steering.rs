@@ -42,8 +42,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     } else {
         SteeringDelivery::Interrupt
     };
-    let model = tiller::env::model_from_env()?.unwrap_or_else(scripted_model);
-    let mut settings = AgentSettings::new(model)
+        let mut settings = tiller::env::from_env()?
+        .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You are a research assistant. Use the research tool before answering.")
         .with_tools(ToolSet::new([
             Arc::new(research_tool()) as Arc<dyn AgentTool>

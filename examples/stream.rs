@@ -29,13 +29,13 @@ async fn main() -> ExitCode {
     } else {
         args.join(" ")
     };
-    let model = match tiller_ai::env::model_from_env() {
-        Ok(Some(model)) => model,
+    let (model, api_key) = match tiller_ai::env::from_env() {
+        Ok(Some(chosen)) => (chosen.model, chosen.api_key),
         Ok(None) => {
             eprintln!(
                 "No provider configured (set OPENAI_API_KEY, ANTHROPIC_API_KEY, TILLER_MODEL or TILLER_BASE_URL): using the scripted faux model."
             );
-            tiller_ai::faux::demo_model()
+            (tiller_ai::faux::demo_model(), None)
         }
         Err(error) => {
             eprintln!("error: {error}");
@@ -47,7 +47,10 @@ async fn main() -> ExitCode {
     let context = Context::new()
         .with_system_prompt("You are a helpful assistant. Answer in a few sentences.")
         .with_message(Message::user(prompt));
-    let options = StreamOptions::default();
+    let options = StreamOptions {
+        api_key,
+        ..StreamOptions::default()
+    };
     let cancel = options.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

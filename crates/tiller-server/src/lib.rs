@@ -17,7 +17,7 @@
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
 //! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, events streamed, proxied calls | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
-//! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` | 201 the agent |
+//! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` (without an id, the server makes up a time-ordered UUID; an id whose session the store has is 409 `session-exists`) | 201 the agent |
 //! | `GET /agents` | every agent and its status | 200 |
 //! | `GET /agents/{id}` | its state: transcript, queues, what is streaming | 200 |
 //! | `POST /agents/{id}/prompt[?wait=true]` | `{"text": …}` | 202, or 200 the run's outcome |

@@ -11,8 +11,9 @@
 //!
 //! Changes a caller asks for (queueing, clearing, reset, settings, the transcript)
 //! are answered once the store has committed them; the actor does not wait for
-//! the store meanwhile. A response whose tool calls are about to run is committed
-//! before any of them starts (write-ahead: the run waits for it). Every write
+//! the store meanwhile. A response with tool calls is committed before any of them
+//! starts (write-ahead): the run asks, behind the response in its queue, for what
+//! tells when the response's write is committed, and waits on it. Every write
 //! carries the agent's claim on its session; a write refused because another
 //! process took the session over stops the agent.
 
@@ -59,20 +60,8 @@ pub(crate) enum Signal {
     },
     /// Everything the run `run` wrote is committed.
     Committed(u64),
-    /// The run `run` waits until what it emitted so far is committed (write-ahead).
-    WriteAhead {
-        run: u64,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-    /// What the run `run` emitted before its [`Signal::WriteAhead`] was written:
-    /// `result` is the wait's own write.
-    WrittenAhead {
-        run: u64,
-        result: Result<(), StoreError>,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-    /// A write of the actor's failed.
-    WriteFailed(StoreError),
+    /// A write of the actor's was refused: its session was taken over.
+    TakenOver(StoreError),
     /// Idle since activity number `activity`: time to hibernate if nothing happened since.
     Hibernate(u64),
     /// Abort the active run, if any, for a stop or a shutdown: unlike
@@ -254,7 +243,7 @@ pub(crate) struct ActorState {
     /// Counts requests, so a hibernation timer knows whether anything happened since.
     activity: u64,
     /// A spare buffer swapped with the run's queue, so batches reuse memory.
-    batch: Vec<AgentEvent>,
+    batch: Vec<RunItem>,
 }
 
 struct ActiveRun {
@@ -272,23 +261,35 @@ struct ActiveRun {
     resets: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
     ending: Option<AgentEvent>,
-    /// Why a write of the run failed, the first time one did: write-ahead then
-    /// refuses to let calls run.
-    write_failed: Option<String>,
+    /// Tells when the write of the run's last response with tool calls is
+    /// committed, until the run's write-ahead request takes it.
+    response_write: Option<Committed>,
 }
 
-/// Events of a run waiting for the actor; the actor is told when the queue stops
-/// being empty.
+/// Tells when a write is committed, or why it is not.
+type Committed = oneshot::Receiver<Result<(), StoreError>>;
+
+/// What a run hands its actor, in order.
+enum RunItem {
+    /// An event.
+    Event(AgentEvent),
+    /// Write-ahead: the run wants what tells when the response it just ended is
+    /// committed (see [`ActiveRun::response_write`]).
+    WriteAhead(oneshot::Sender<Committed>),
+}
+
+/// What a run hands its actor, waiting for it; the actor is told when the queue
+/// stops being empty.
 struct RunEvents {
-    queue: std::sync::Mutex<Vec<AgentEvent>>,
+    queue: std::sync::Mutex<Vec<RunItem>>,
     actor: ActorRef<AgentMsg>,
 }
 
 impl RunEvents {
-    fn push(&self, event: AgentEvent) {
+    fn push(&self, item: RunItem) {
         let was_empty = {
             let mut queue = lock(&self.queue);
-            queue.push(event);
+            queue.push(item);
             queue.len() == 1
         };
         if was_empty {
@@ -298,7 +299,7 @@ impl RunEvents {
         }
     }
 
-    fn swap(&self, buffer: &mut Vec<AgentEvent>) {
+    fn swap(&self, buffer: &mut Vec<RunItem>) {
         std::mem::swap(&mut *lock(&self.queue), buffer);
     }
 }
@@ -368,21 +369,7 @@ impl ActorState {
                     return;
                 }
                 Signal::Committed(run) => return self.finish(run),
-                Signal::WriteAhead { run, reply } => return self.write_ahead(run, reply),
-                Signal::WrittenAhead { run, result, reply } => {
-                    let failed = self
-                        .run
-                        .as_ref()
-                        .filter(|active| active.id == run)
-                        .and_then(|active| active.write_failed.clone());
-                    let _ = reply.send(match (result, failed) {
-                        (Err(error), _) => Err(error.to_string()),
-                        (Ok(()), Some(failed)) => Err(failed),
-                        (Ok(()), None) => Ok(()),
-                    });
-                    return;
-                }
-                Signal::WriteFailed(error) => return self.write_failed(error),
+                Signal::TakenOver(error) => return self.taken_over(error),
                 Signal::Hibernate(activity) => return self.hibernate(activity),
                 Signal::Halt => {
                     if let Some(run) = &self.run {
@@ -513,13 +500,14 @@ impl ActorState {
         self.agent.runtime.writer.submit(writes, Some(ack));
     }
 
-    /// The acknowledgement of the actor's writes: a failure is told to the actor
-    /// first (see [`ActorState::write_failed`]), then `then` hears the result.
+    /// The acknowledgement of the actor's writes: a write refused because the
+    /// session was taken over is told to the actor first (see
+    /// [`ActorState::taken_over`]), then `then` hears the result.
     fn ack(&self, then: impl FnOnce(Result<(), StoreError>) + Send + 'static) -> Ack {
         let actor = self.myself.clone();
         Box::new(move |result| {
-            if let Err(error) = &result {
-                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::WriteFailed(
+            if let Err(error @ StoreError::TakenOver { .. }) = &result {
+                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::TakenOver(
                     error.clone(),
                 ))));
             }
@@ -527,42 +515,31 @@ impl ActorState {
         })
     }
 
-    /// A write failed. Refused because another process took the session over, it
-    /// stops the agent: this one may no longer act for the session. Otherwise the
-    /// run (if any) remembers it, so that no tool call runs on a response that
-    /// may not be stored.
-    fn write_failed(&mut self, error: StoreError) {
-        if let StoreError::TakenOver { .. } = error {
-            let reason = error.to_string();
-            tracing::warn!(agent = %self.agent.id, %reason, "agent stopped");
-            if let Some(run) = &self.run {
-                run.token.cancel();
-            }
-            self.agent.stop(reason);
-            return;
+    /// Another process took the session over: this agent may no longer act for it,
+    /// and stops.
+    fn taken_over(&mut self, error: StoreError) {
+        let reason = error.to_string();
+        tracing::warn!(agent = %self.agent.id, %reason, "agent stopped");
+        if let Some(run) = &self.run {
+            run.token.cancel();
         }
-        if let Some(run) = &mut self.run {
-            run.write_failed.get_or_insert_with(|| error.to_string());
-        }
+        self.agent.stop(reason);
     }
 
-    /// Write-ahead for the run `run`: once everything it emitted so far (the
-    /// response whose calls are to run) is applied and its writes are committed,
-    /// `reply` hears whether all of them were.
-    fn write_ahead(&mut self, run: u64, reply: oneshot::Sender<Result<(), String>>) {
-        self.drain_events();
-        let actor = self.myself.clone();
-        // An empty write, committed after every write submitted before it.
-        self.agent.runtime.writer.submit(
-            Vec::new(),
-            Some(Box::new(move |result| {
-                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::WrittenAhead {
-                    run,
-                    result,
-                    reply,
-                })));
-            })),
-        );
+    /// Answers the run's write-ahead request with what tells when its last
+    /// response with tool calls is committed.
+    fn write_ahead(&mut self, reply: oneshot::Sender<Committed>) {
+        let committed = self
+            .run
+            .as_mut()
+            .and_then(|run| run.response_write.take())
+            .unwrap_or_else(|| {
+                // No such response: nothing to wait for.
+                let (done, committed) = oneshot::channel();
+                let _ = done.send(Ok(()));
+                committed
+            });
+        let _ = reply.send(committed);
     }
 
     fn enqueue(
@@ -729,21 +706,22 @@ impl ActorState {
         self.runs = run_id;
 
         let token = self.agent.runtime.root.child_token();
+        let events = Arc::new(RunEvents {
+            queue: std::sync::Mutex::new(Vec::new()),
+            actor: self.myself.clone(),
+        });
         let config = loop_config(
             &self.myself,
+            &events,
             run_id,
             &settings,
             model,
             agent_context,
             skip_first_steering,
         );
-        let events = Arc::new(RunEvents {
-            queue: std::sync::Mutex::new(Vec::new()),
-            actor: self.myself.clone(),
-        });
         let sink = {
             let events = events.clone();
-            Arc::new(move |event| events.push(event))
+            Arc::new(move |event| events.push(RunItem::Event(event)))
         };
         let run_token = token.clone();
         let span = tracing::info_span!(
@@ -773,7 +751,7 @@ impl ActorState {
             finished,
             resets: Vec::new(),
             ending: None,
-            write_failed: None,
+            response_write: None,
         });
         self.agent.mark_running();
         Ok(())
@@ -785,8 +763,11 @@ impl ActorState {
         };
         let mut batch = std::mem::take(&mut self.batch);
         run.events.swap(&mut batch);
-        for event in batch.drain(..) {
-            self.apply(event);
+        for item in batch.drain(..) {
+            match item {
+                RunItem::Event(event) => self.apply(event),
+                RunItem::WriteAhead(reply) => self.write_ahead(reply),
+            }
         }
         self.batch = batch;
     }
@@ -823,12 +804,24 @@ impl ActorState {
                 let seq = self.messages.len() as u64;
                 let shared = Arc::new((**message).clone());
                 self.messages.push(shared.clone());
-                let write = self.write(Change::Append {
+                let write = self.agent.write(Change::Append {
                     seq,
                     message: shared,
                     dequeued,
                 });
-                let ack = self.ack(|_| {});
+                let calls = message
+                    .as_assistant()
+                    .is_some_and(|assistant| assistant.tool_calls().next().is_some());
+                let ack = if calls {
+                    // The run's write-ahead waits on this one.
+                    let (done, committed) = oneshot::channel();
+                    run.response_write = Some(committed);
+                    self.ack(move |result| {
+                        let _ = done.send(result);
+                    })
+                } else {
+                    self.ack(|_| {})
+                };
                 self.agent.runtime.writer.submit(vec![write], Some(ack));
                 if let Some(hook) = &self.settings.on_message {
                     hook(&self.agent.id, message);
@@ -965,9 +958,10 @@ impl ActorState {
 }
 
 /// The loop's configuration for one run of this agent: the agent's run options
-/// whole, and its queues.
+/// whole, its queues, and write-ahead through the run's `events`.
 fn loop_config(
     actor: &ActorRef<AgentMsg>,
+    events: &Arc<RunEvents>,
     run: u64,
     settings: &AgentSettings,
     model: tiller_ai::Model,
@@ -984,27 +978,28 @@ fn loop_config(
             skip_first_steering,
         )),
         follow_up: Some(queue_source(actor, run, QueueKind::FollowUp, false)),
-        write_ahead: Some(write_ahead(actor, run)),
+        write_ahead: Some(write_ahead(events)),
         context,
     }
 }
 
-/// Write-ahead for the loop: asks the actor to say once what the run `run` emitted
-/// so far is committed.
-fn write_ahead(actor: &ActorRef<AgentMsg>, run: u64) -> WriteAhead {
-    let actor = actor.clone();
+/// Write-ahead for the loop: a request behind the response in the run's queue,
+/// answered by the actor with what tells when its write of the response is
+/// committed.
+fn write_ahead(events: &Arc<RunEvents>) -> WriteAhead {
+    let events = events.clone();
     Arc::new(move || {
-        let (reply, durable) = oneshot::channel();
-        let asked = actor.send_message(AgentMsg::Internal(Internal(Signal::WriteAhead {
-            run,
-            reply,
-        })));
+        let (reply, answer) = oneshot::channel();
+        events.push(RunItem::WriteAhead(reply));
         Box::pin(async move {
             let stopped = || Err("the agent's actor stopped".to_owned());
-            if asked.is_err() {
+            let Ok(committed) = answer.await else {
                 return stopped();
+            };
+            match committed.await {
+                Ok(result) => result.map_err(|error| error.to_string()),
+                Err(_) => stopped(),
             }
-            durable.await.unwrap_or_else(|_| stopped())
         })
     })
 }

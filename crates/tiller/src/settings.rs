@@ -112,6 +112,16 @@ impl fmt::Debug for AgentSettings {
     }
 }
 
+impl From<tiller_ai::env::EnvModel> for AgentSettings {
+    /// Default settings with the model the environment chose
+    /// ([`crate::env::from_env`]), passing the key it chose to pass.
+    fn from(chosen: tiller_ai::env::EnvModel) -> Self {
+        let mut settings = AgentSettings::new(chosen.model);
+        settings.run.stream.api_key = chosen.api_key;
+        settings
+    }
+}
+
 impl AgentSettings {
     /// Default settings with this model.
     pub fn new(model: Model) -> Self {
