@@ -36,7 +36,7 @@ async fn remind(what: String, due: Option<String>) -> Result<String, ToolError> 
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-        let mut settings = tiller::env::from_env()?
+    let mut settings = tiller::env::from_env()?
         .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You set reminders with the remind tool.")
         .with_tools(ToolSet::new([Arc::new(RemindTool) as _])?);

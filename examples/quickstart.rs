@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     } else {
         question
     };
-    
+
     // A tool is a name, a description, a JSON Schema for its arguments and an async
     // function. Arguments are validated against the schema before it runs.
     let add = FnTool::new(

@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     } else {
         SteeringDelivery::Interrupt
     };
-        let mut settings = tiller::env::from_env()?
+    let mut settings = tiller::env::from_env()?
         .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You are a research assistant. Use the research tool before answering.")
         .with_tools(ToolSet::new([

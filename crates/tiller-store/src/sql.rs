@@ -379,31 +379,30 @@ async fn touch(
             });
         }
     }
-    let mut touched: Vec<(&str, u64)> = first_write
+    // By epoch, then id: one `id IN (…)` statement a chunk of sessions written
+    // under one epoch (a batch holds few epochs), where a clause per session would
+    // cost SQLite a temporary index to merge them.
+    let mut touched: Vec<(u64, &str)> = first_write
         .into_iter()
         .filter(|(_, (creates, _))| !creates)
-        .map(|(session, (_, epoch))| (session, epoch))
+        .map(|(session, (_, epoch))| (epoch, session))
         .collect();
     touched.sort_unstable();
-    for chunk in touched.chunks(ROWS_PER_INSERT) {
-        // `(id = ? AND epoch = ?) OR …`: each term a lookup by primary key.
-        let mut sql = format!(
-            "UPDATE tiller_sessions SET updated_at = {} WHERE ",
-            placeholders(backend, 1, 1)
+    let chunks = touched
+        .chunk_by(|a, b| a.0 == b.0)
+        .flat_map(|same_epoch| same_epoch.chunks(ROWS_PER_INSERT));
+    for chunk in chunks {
+        let sql = format!(
+            "UPDATE tiller_sessions SET updated_at = {} WHERE epoch = {} AND id IN ({})",
+            placeholders(backend, 1, 1),
+            placeholders(backend, 2, 1),
+            placeholders(backend, 3, chunk.len())
         );
-        for n in 0..chunk.len() {
-            if n > 0 {
-                sql.push_str(" OR ");
-            }
-            sql.push_str("(id = ");
-            push_placeholders(&mut sql, backend, 2 + 2 * n, 1);
-            sql.push_str(" AND epoch = ");
-            push_placeholders(&mut sql, backend, 3 + 2 * n, 1);
-            sql.push(')');
-        }
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
-        for (session, epoch) in chunk {
-            query = query.bind(*session).bind(to_i64(*epoch));
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(now)
+            .bind(to_i64(chunk[0].0));
+        for (_, session) in chunk {
+            query = query.bind(*session);
         }
         let updated = query
             .execute(&mut **tx)
@@ -411,7 +410,7 @@ async fn touch(
             .map_err(database)?
             .rows_affected();
         if updated < chunk.len() as u64 {
-            for (session, epoch) in chunk {
+            for (epoch, session) in chunk {
                 let current = sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
                     .bind(*session)
                     .fetch_optional(&mut **tx)

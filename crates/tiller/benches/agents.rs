@@ -11,13 +11,14 @@
 //! 4. the store's CPU per finished message, SQLite, 1,000 agents running at once
 //!    (target <= 20 µs amortised): the same runs on SQLite less on memory;
 //! 5. `abort()` to idle while a tool runs (target: p99 < 1 ms);
-//! 6. one agent on SQLite running the same prompt again and again: the wall-clock
-//!    time and CPU per run, beside one acknowledged write (`follow_up`), the cost of
-//!    one group commit — write-ahead adds at most one per tool batch.
+//! 6. one agent on SQLite running the same prompt again and again, its model
+//!    streaming a chunk every 0.5 ms: the wall-clock time and CPU per run, beside one
+//!    acknowledged write (`follow_up`), the cost of one group commit — write-ahead
+//!    adds one per tool batch.
 //!
 //! ```text
 //! cargo bench -p tiller --bench agents
-//! cargo bench -p tiller --bench agents -- sqlite   # figures 3 (SQLite) and 6 only
+//! cargo bench -p tiller --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes
 //! ```
 
 #![allow(clippy::unwrap_used)]
@@ -35,35 +36,40 @@ use tiller::{
 };
 use tiller_test_support::sqlite::TempSqlite;
 use tiller_test_support::workload::{
-    CpuTicks, add_tool, cpu_time, rss, transcript, two_tool_rounds,
+    CpuTicks, add_tool, cpu_time, rss, runtimes, transcript, two_tool_rounds,
 };
 
 fn main() {
+    // `sqlite`: only what the SQLite store costs a run (write-ahead's figures), on
+    // tokio's multi-thread runtime and on a current-thread one.
+    if std::env::args().skip(1).any(|arg| arg == "sqlite") {
+        for (name, mut builder) in runtimes() {
+            builder.build().unwrap().block_on(async {
+                let mut sqlite = Vec::new();
+                for _ in 0..3 {
+                    let (_db, store) = sqlite_store().await;
+                    sqlite.push(concurrent_runs(10_000, store).await);
+                }
+                sqlite.sort();
+                let bare = bare_cpu_per_run().await;
+                report_runs(
+                    &format!("SQLite store, {name}"),
+                    10_000,
+                    sqlite[1],
+                    bare,
+                    200,
+                );
+                one_agent_on_sqlite(name).await;
+            });
+        }
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    // `sqlite`: only what the SQLite store costs a run (write-ahead's figures).
-    let only_sqlite = std::env::args().skip(1).any(|arg| arg == "sqlite");
     runtime.block_on(async {
-        if only_sqlite {
-            let mut sqlite = Vec::new();
-            for _ in 0..3 {
-                let (_db, store) = sqlite_store().await;
-                sqlite.push(concurrent_runs(10_000, store).await);
-            }
-            sqlite.sort();
-            report_runs(
-                "SQLite store",
-                10_000,
-                sqlite[1],
-                bare_cpu_per_run().await,
-                200,
-            );
-            one_agent_on_sqlite().await;
-            return;
-        }
         idle_agents().await;
         fan_out().await;
         // Three rounds of each, alternated; medians (this machine's CPU time is noisy).
@@ -83,7 +89,7 @@ fn main() {
         report_runs("SQLite store", 10_000, median(sqlite), bare, 200);
         store_cost().await;
         abort_latency().await;
-        one_agent_on_sqlite().await;
+        one_agent_on_sqlite("multi-thread").await;
     });
 }
 
@@ -320,16 +326,27 @@ async fn abort_latency() {
     supervisor.shutdown().await;
 }
 
-/// One agent on SQLite running the 3-call prompt `RUNS` times, one after another:
-/// the wall-clock time per run (p50, p90) and its CPU, beside the wall-clock time
-/// of one acknowledged write (a follow-up queued and cleared).
-async fn one_agent_on_sqlite() {
+/// One agent on SQLite running the 3-call prompt `RUNS` times, one after another,
+/// its model streaming as one does: the wall-clock time per run (p50, p90) and its
+/// CPU, beside the wall-clock time of one acknowledged write (a follow-up queued
+/// and cleared).
+async fn one_agent_on_sqlite(runtime: &str) {
     const RUNS: usize = 500;
     let (_db, store) = sqlite_store().await;
     let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
         .await
         .unwrap();
-    let settings = AgentSettings::new(two_tool_rounds().model())
+    // The model streams as one does: a chunk every half millisecond.
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        let turn = match request.context.messages.len() {
+            1 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})),
+            3 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})),
+            _ => FauxTurn::text("The answer is 13, after two additions."),
+        };
+        turn.chunk_size(8).delay(Duration::from_micros(500))
+    });
+    let settings = AgentSettings::new(faux.model())
         .with_system_prompt("Use the tools.")
         .with_tools(add_tool());
     let agent = supervisor.spawn(AgentSpec::new(settings)).await.unwrap();
@@ -358,7 +375,7 @@ async fn one_agent_on_sqlite() {
     let at =
         |runs: &[Duration], q: f64| runs[((runs.len() as f64 * q) as usize).min(runs.len() - 1)];
     println!(
-        "one agent on SQLite, the 3-call prompt {RUNS} times in a row: wall p50 {:.0} µs, p90 {:.0} µs, CPU {:.1} µs per run; one acknowledged write: p50 {:.0} µs (CPU time stolen by the hypervisor meanwhile: {stolen:.0}%)",
+        "one agent on SQLite, {runtime}, the 3-call prompt {RUNS} times in a row: wall p50 {:.0} µs, p90 {:.0} µs, CPU {:.1} µs per run; one acknowledged write: p50 {:.0} µs (CPU time stolen by the hypervisor meanwhile: {stolen:.0}%)",
         micros(at(&walls, 0.5)),
         micros(at(&walls, 0.9)),
         micros(cpu / RUNS as u32),
