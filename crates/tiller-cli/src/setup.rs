@@ -79,6 +79,7 @@ impl Setup {
         };
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
+        settings.run.stream.api_key = api_key;
         if let Some((file, llm)) = &llm {
             // Its request options; the model and key are chosen above.
             let options = LlmConfig {
@@ -103,7 +104,6 @@ impl Setup {
             };
             file.apply(&mut settings, &registry)?;
         }
-        settings.run.stream.api_key = api_key;
         if let Some(system) = &options.system {
             settings.system_prompt = Some(system.clone()).filter(|prompt| !prompt.is_empty());
         }
@@ -127,7 +127,7 @@ impl Setup {
 
 /// The registry of a file that lists `ask_agent`: that of the agent files of its
 /// folder (itself among them; their MCP servers connected once), which get
-/// `settings`' model when they name none, with `ask_agent` over them.
+/// `settings`' model and key when they name no model, with `ask_agent` over them.
 async fn delegating(
     file: &AgentFile,
     settings: &AgentSettings,
@@ -140,7 +140,9 @@ async fn delegating(
     };
     let mut definitions = Definitions::load_dir(folder).map_err(unusable)?;
     if let Some(model) = &settings.model {
-        definitions = definitions.with_default_model(model.clone());
+        definitions = definitions
+            .with_default_model(model.clone())
+            .with_default_key(settings.run.stream.api_key.clone());
     }
     definitions
         .connect_mcp()

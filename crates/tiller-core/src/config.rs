@@ -270,12 +270,14 @@ pub struct LoopConfig {
     pub steering: Option<MessageSource>,
     /// Where follow-up messages come from.
     pub follow_up: Option<MessageSource>,
-    /// Write-ahead: awaited after a response with tool calls to run has ended (its
-    /// `message_end` emitted) and before any of its calls starts — before their
-    /// `tool_execution_start`, hooks and tools — so that a call is durable before
-    /// anything it causes happens. An error answers every call of the response
-    /// with an error result saying it did not run, and ends the run with an error.
-    /// An abort meanwhile stops the wait (the calls are then answered "aborted").
+    /// Write-ahead: returns once every event the run emitted so far is durable.
+    /// Awaited after a response with tool calls to run has ended (its
+    /// `message_end` emitted), and after an approval's `approval_granted` message,
+    /// before any call starts — before its `tool_execution_start`, hooks and tool —
+    /// so that a call is durable before anything it causes happens. An error
+    /// answers the calls with error results saying they did not run, and ends the
+    /// run with an error. An abort meanwhile stops the wait (the calls are then
+    /// answered "aborted").
     pub write_ahead: Option<WriteAhead>,
     /// Who the run works for; tools and hooks see it.
     pub context: AgentContext,

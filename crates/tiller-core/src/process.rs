@@ -7,7 +7,10 @@
 //! (`PR_SET_PDEATHSIG`), so a `kill -9` of the agent's process takes it down too,
 //! rather than leaving it orphaned, still running. The kernel sends that signal
 //! when the *thread* that started the child ends: Tiller starts children from its
-//! runtime's worker threads, which live as long as the runtime.
+//! runtime's worker threads, which live as long as the runtime (a host calling
+//! [`contain`] from a thread that ends sooner kills its children with it). The
+//! signal reaches the child itself, not the processes it forks in turn, and a
+//! set-user-id program clears it.
 
 use tokio::process::Command;
 

@@ -34,6 +34,10 @@ use crate::message::{AgentMessage, CustomMessage};
 pub const INPUT_REQUEST: &str = "input_request";
 /// The custom message kind of a request for approval.
 pub const APPROVAL_REQUEST: &str = "approval_request";
+/// The custom message kind of an approval given: `{"tool_call_id": …}`, written
+/// (and committed) before the approved call runs, so that a call whose tool may
+/// have started is never taken for one still waiting.
+pub const APPROVAL_GRANTED: &str = "approval_granted";
 
 /// What a parked call waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +110,22 @@ impl UserRequest {
     }
 }
 
+/// The transcript's record that the user approved `call`: it closes the call's
+/// request (see [`open_requests`]).
+pub fn granted(call: &ToolCall) -> AgentMessage {
+    CustomMessage::new(APPROVAL_GRANTED, json!({"tool_call_id": call.id})).into()
+}
+
+/// The call whose approval `message` records, if it records one.
+fn granted_call(message: &AgentMessage) -> Option<&str> {
+    match message {
+        AgentMessage::Custom(custom) if custom.kind == APPROVAL_GRANTED => {
+            custom.payload["tool_call_id"].as_str()
+        }
+        _ => None,
+    }
+}
+
 /// The user's reply to the oldest open request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -140,8 +160,8 @@ impl Reply {
     }
 }
 
-/// The requests of the transcript's last response that no result answers yet,
-/// oldest first (a call's latest request only).
+/// The requests of the transcript's last response that no result answers and no
+/// approval closes yet, oldest first (a call's latest request only).
 pub fn open_requests<M: Borrow<AgentMessage>>(messages: &[M]) -> Vec<UserRequest> {
     let Some(last) = messages
         .iter()
@@ -156,10 +176,15 @@ pub fn open_requests<M: Borrow<AgentMessage>>(messages: &[M]) -> Vec<UserRequest
         .map(|result| result.tool_call_id.as_str())
         .collect();
     let mut open: Vec<UserRequest> = Vec::new();
-    for request in tail
-        .iter()
-        .filter_map(|m| UserRequest::from_message(m.borrow()))
-    {
+    for message in tail {
+        if let Some(call) = granted_call(message.borrow()) {
+            // Approved: the call ran, or may have (until its result says).
+            open.retain(|earlier| earlier.tool_call_id() != call);
+            continue;
+        }
+        let Some(request) = UserRequest::from_message(message.borrow()) else {
+            continue;
+        };
         if answered.contains(request.tool_call_id()) {
             continue;
         }

@@ -521,15 +521,21 @@ impl Run {
     }
 
     /// Waits until `message`, whose calls are about to run, is durable (see
-    /// [`LoopConfig::write_ahead`]). Calls that will not run need no wait, and
-    /// neither does an aborted run: its calls are answered without running.
+    /// [`LoopConfig::write_ahead`]). Calls that will not run need no wait.
     async fn write_ahead(&self, message: &AssistantMessage) -> Result<(), String> {
-        let Some(write_ahead) = &self.config.write_ahead else {
-            return Ok(());
-        };
         if execute::not_run_because(message).is_some() {
             return Ok(());
         }
+        self.durable().await
+    }
+
+    /// Waits until everything the run emitted is durable (see
+    /// [`LoopConfig::write_ahead`]); an aborted run does not wait: its calls are
+    /// answered without running.
+    async fn durable(&self) -> Result<(), String> {
+        let Some(write_ahead) = &self.config.write_ahead else {
+            return Ok(());
+        };
         tokio::select! {
             biased;
             durable = AssertUnwindSafe(write_ahead()).catch_unwind() => {
@@ -589,7 +595,13 @@ impl Run {
             }
             (Some(call), _, Reply::Approve) => {
                 self.approved = Some(call.id.clone());
-                execute::run_batch(self, &message, vec![call]).await
+                // The approval is durable before the call runs (write-ahead): after
+                // a crash the call is answered "interrupted", not asked again.
+                self.deliver(request::granted(&call));
+                match self.durable().await {
+                    Ok(()) => execute::run_batch(self, &message, vec![call]).await,
+                    Err(failure) => execute::not_durable(self, &[call], failure),
+                }
             }
             (Some(call), _, Reply::Deny { reason }) => {
                 let text = match reason {

@@ -363,11 +363,31 @@ async fn calls_wait_for_approval_and_run_only_when_approved() {
     .await
     .unwrap();
     assert_eq!(logged(&deleted), ["/tmp/a", "/home/b"]);
+    // The approval is recorded (and durable, with write-ahead) before the call runs.
+    let AgentMessage::Custom(granted) = &approved[4] else {
+        panic!("not the approval: {:?}", approved[4]);
+    };
     assert_eq!(
-        approved[4].as_tool_result().unwrap().text_content(),
+        (granted.kind.as_str(), &granted.payload),
+        (
+            tiller_core::request::APPROVAL_GRANTED,
+            &json!({"tool_call_id": "b"})
+        )
+    );
+    assert_eq!(
+        approved[5].as_tool_result().unwrap().text_content(),
         "deleted /home/b"
     );
-    assert_eq!(describe(&events).last().unwrap(), "agent_end Completed 2");
+    assert_eq!(
+        describe(&events)[2..6],
+        [
+            "message_start custom:approval_granted",
+            "message_end custom:approval_granted",
+            "tool_execution_start b",
+            "tool_execution_end b",
+        ]
+    );
+    assert_eq!(describe(&events).last().unwrap(), "agent_end Completed 3");
 }
 
 #[tokio::test]
@@ -477,7 +497,7 @@ async fn a_tool_asks_for_approval_itself_and_runs_again_once_approved() {
     .unwrap();
     assert_eq!(logged(&runs), ["approved=false", "approved=true"]);
     assert_eq!(
-        transcript[3].as_tool_result().unwrap().text_content(),
+        transcript[4].as_tool_result().unwrap().text_content(),
         "purged"
     );
 }

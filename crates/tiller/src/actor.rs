@@ -11,9 +11,9 @@
 //!
 //! Changes a caller asks for (queueing, clearing, reset, settings, the transcript)
 //! are answered once the store has committed them; the actor does not wait for
-//! the store meanwhile. A response with tool calls is committed before any of them
-//! starts (write-ahead): the run asks, behind the response in its queue, for what
-//! tells when the response's write is committed, and waits on it. Every write
+//! the store meanwhile. A response with tool calls (and an approval) is committed
+//! before any call starts (write-ahead): the run asks, behind the message in its
+//! queue, for what tells when the message's write is committed, and waits on it. Every write
 //! carries the agent's claim on its session; a write refused because another
 //! process took the session over stops the agent.
 
@@ -261,9 +261,10 @@ struct ActiveRun {
     resets: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
     ending: Option<AgentEvent>,
-    /// Tells when the write of the run's last response with tool calls is
-    /// committed, until the run's write-ahead request takes it.
-    response_write: Option<Committed>,
+    /// Tells when the write of the run's last finished message is committed,
+    /// until the run's write-ahead request takes it: one agent's writes commit in
+    /// order, so everything before it is then committed too.
+    last_write: Option<Committed>,
 }
 
 /// Tells when a write is committed, or why it is not.
@@ -273,8 +274,8 @@ type Committed = oneshot::Receiver<Result<(), StoreError>>;
 enum RunItem {
     /// An event.
     Event(AgentEvent),
-    /// Write-ahead: the run wants what tells when the response it just ended is
-    /// committed (see [`ActiveRun::response_write`]).
+    /// Write-ahead: the run wants what tells when the message it just ended is
+    /// committed (see [`ActiveRun::last_write`]).
     WriteAhead(oneshot::Sender<Committed>),
 }
 
@@ -527,14 +528,14 @@ impl ActorState {
     }
 
     /// Answers the run's write-ahead request with what tells when its last
-    /// response with tool calls is committed.
+    /// finished message is committed.
     fn write_ahead(&mut self, reply: oneshot::Sender<Committed>) {
         let committed = self
             .run
             .as_mut()
-            .and_then(|run| run.response_write.take())
+            .and_then(|run| run.last_write.take())
             .unwrap_or_else(|| {
-                // No such response: nothing to wait for.
+                // Asked twice since the last message: nothing more to wait for.
                 let (done, committed) = oneshot::channel();
                 let _ = done.send(Ok(()));
                 committed
@@ -751,7 +752,7 @@ impl ActorState {
             finished,
             resets: Vec::new(),
             ending: None,
-            response_write: None,
+            last_write: None,
         });
         self.agent.mark_running();
         Ok(())
@@ -809,19 +810,12 @@ impl ActorState {
                     message: shared,
                     dequeued,
                 });
-                let calls = message
-                    .as_assistant()
-                    .is_some_and(|assistant| assistant.tool_calls().next().is_some());
-                let ack = if calls {
-                    // The run's write-ahead waits on this one.
-                    let (done, committed) = oneshot::channel();
-                    run.response_write = Some(committed);
-                    self.ack(move |result| {
-                        let _ = done.send(result);
-                    })
-                } else {
-                    self.ack(|_| {})
-                };
+                // The run's write-ahead may wait on this one.
+                let (done, committed) = oneshot::channel();
+                run.last_write = Some(committed);
+                let ack = self.ack(move |result| {
+                    let _ = done.send(result);
+                });
                 self.agent.runtime.writer.submit(vec![write], Some(ack));
                 if let Some(hook) = &self.settings.on_message {
                     hook(&self.agent.id, message);

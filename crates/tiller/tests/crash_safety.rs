@@ -349,3 +349,71 @@ async fn a_hibernated_agent_whose_session_was_taken_over_stays_down() {
     first.shutdown().await;
     second.shutdown().await;
 }
+
+/// An approved call is as durable as one that needed none: the approval is stored
+/// before the tool starts, so a process taking the session over while the tool
+/// runs (as after a crash) answers the call "interrupted" instead of asking the
+/// user again — which could run it twice.
+#[tokio::test]
+async fn an_approved_call_caught_mid_tool_is_answered_interrupted_not_asked_again() {
+    let db = TempSqlite::new();
+    let first_store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let charge: Arc<dyn AgentTool> = {
+        let started = started.clone();
+        Arc::new(FnTool::new(
+            "charge",
+            "Charges a card",
+            json!({"type": "object"}),
+            move |_, ctx| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    ctx.cancel().cancelled().await;
+                    Ok(ToolOutput::text("charged"))
+                }
+            },
+        ))
+    };
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("charge", json!({})));
+    let mut settings = AgentSettings::new(faux.model()).with_tools(tools(vec![charge]));
+    settings
+        .run
+        .approvals
+        .insert("charge".to_owned(), tiller::Approval::Ask);
+    let first = Supervisor::with_store(SupervisorConfig::default(), first_store)
+        .await
+        .unwrap();
+    let agent = first
+        .spawn(AgentSpec::new(settings.clone()).with_session("card"))
+        .await
+        .unwrap();
+    assert_eq!(agent.run("Charge it.").await.unwrap().end, RunEnd::Parked);
+    agent.approve().await.unwrap();
+    started.notified().await;
+
+    // Another process takes the session over while the tool runs.
+    let second_store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
+    let second = Supervisor::with_store(SupervisorConfig::default(), second_store)
+        .await
+        .unwrap();
+    let resumed = second
+        .spawn(AgentSpec::new(settings).with_session("card"))
+        .await
+        .unwrap();
+    let state = resumed.state().await.unwrap();
+    assert!(state.waiting.is_empty(), "{:?}", state.waiting);
+    assert_eq!(
+        roles(&state.messages),
+        ["user", "assistant", "custom", "custom", "tool_result"]
+    );
+    assert_valid(&state.messages);
+    let result = state.messages[4].as_tool_result().unwrap();
+    assert_eq!(
+        result.text_content(),
+        "Tool call \"charge\" was interrupted: the agent stopped before it finished and was brought back from its session."
+    );
+    first.shutdown().await;
+    second.shutdown().await;
+}

@@ -190,7 +190,12 @@ impl Decoder {
                 Some((content_index, BlockKind::Thinking { signature }))
             }
             "tool_use" => {
-                let id = block.id.unwrap_or_default();
+                // A call without an id gets one of its own: its id is the key a tool
+                // may pass on to stay idempotent.
+                let id = block
+                    .id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| Cow::Owned(crate::new_id()));
                 let name = block.name.unwrap_or_default();
                 let initial_input = block
                     .input
