@@ -18,7 +18,8 @@
 //!
 //! ```text
 //! cargo bench -p tiller --bench agents
-//! cargo bench -p tiller --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes
+//! cargo bench -p tiller --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
+//!                                                  # and 3 again with models streaming
 //! ```
 
 #![allow(clippy::unwrap_used)]
@@ -58,6 +59,19 @@ fn main() {
                     sqlite[1],
                     bare,
                     200,
+                );
+                // The same with the models streaming as models do: runs in flight
+                // together, as they are in production.
+                let mut streaming = Vec::new();
+                for _ in 0..3 {
+                    let (_db, store) = sqlite_store().await;
+                    streaming
+                        .push(concurrent_runs_of(10_000, store, streaming_two_tool_rounds).await);
+                }
+                streaming.sort();
+                println!(
+                    "10000 agents running at once, their models streaming a chunk every 0.5 ms, SQLite store, {name}: {:.1} µs CPU per run",
+                    micros(streaming[1])
                 );
                 one_agent_on_sqlite(name).await;
             });
@@ -190,6 +204,15 @@ async fn sqlite_store() -> (TempSqlite, Arc<dyn SessionStore>) {
 /// their sessions in `store`: the process CPU per run, runs to the end (every
 /// message stored).
 async fn concurrent_runs(agents: usize, store: Arc<dyn SessionStore>) -> Duration {
+    concurrent_runs_of(agents, store, two_tool_rounds).await
+}
+
+/// [`concurrent_runs`] with each agent's model made by `model`.
+async fn concurrent_runs_of(
+    agents: usize,
+    store: Arc<dyn SessionStore>,
+    model: fn() -> FauxProvider,
+) -> Duration {
     let tools = add_tool();
     let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
         .await
@@ -197,7 +220,7 @@ async fn concurrent_runs(agents: usize, store: Arc<dyn SessionStore>) -> Duratio
     let mut handles = Vec::with_capacity(agents);
     for chunk in 0..agents.div_ceil(1_000) {
         let spawns = (chunk * 1_000..((chunk + 1) * 1_000).min(agents)).map(|_| {
-            let settings = AgentSettings::new(two_tool_rounds().model())
+            let settings = AgentSettings::new(model().model())
                 .with_system_prompt("Use the tools.")
                 .with_tools(tools.clone());
             supervisor.spawn(AgentSpec::new(settings))
@@ -326,6 +349,20 @@ async fn abort_latency() {
     supervisor.shutdown().await;
 }
 
+/// [`two_tool_rounds`] streaming as a model does: a chunk every half millisecond.
+fn streaming_two_tool_rounds() -> FauxProvider {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        let turn = match request.context.messages.len() {
+            1 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})),
+            3 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})),
+            _ => FauxTurn::text("The answer is 13, after two additions."),
+        };
+        turn.chunk_size(8).delay(Duration::from_micros(500))
+    });
+    faux
+}
+
 /// One agent on SQLite running the 3-call prompt `RUNS` times, one after another,
 /// its model streaming as one does: the wall-clock time per run (p50, p90) and its
 /// CPU, beside the wall-clock time of one acknowledged write (a follow-up queued
@@ -336,17 +373,7 @@ async fn one_agent_on_sqlite(runtime: &str) {
     let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
         .await
         .unwrap();
-    // The model streams as one does: a chunk every half millisecond.
-    let faux = FauxProvider::new();
-    faux.respond_with(|request| {
-        let turn = match request.context.messages.len() {
-            1 => FauxTurn::tool_call("add", json!({"a": 2, "b": 3})),
-            3 => FauxTurn::tool_call("add", json!({"a": 5, "b": 8})),
-            _ => FauxTurn::text("The answer is 13, after two additions."),
-        };
-        turn.chunk_size(8).delay(Duration::from_micros(500))
-    });
-    let settings = AgentSettings::new(faux.model())
+    let settings = AgentSettings::new(streaming_two_tool_rounds().model())
         .with_system_prompt("Use the tools.")
         .with_tools(add_tool());
     let agent = supervisor.spawn(AgentSpec::new(settings)).await.unwrap();
