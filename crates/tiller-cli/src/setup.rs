@@ -73,10 +73,7 @@ impl Setup {
             None => None,
         };
         let (EnvModel { model, api_key }, notice) = choose_model(options, llm.as_ref(), var)?;
-        let api_key = match file_key(llm.as_ref(), var)? {
-            Some(key) => Some(key),
-            None => api_key,
-        };
+        let api_key = file_key(llm.as_ref(), var)?.or(api_key);
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
         settings.run.stream.api_key = api_key;

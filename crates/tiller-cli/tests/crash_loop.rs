@@ -116,12 +116,6 @@ fn model(request: &CapturedRequest) -> MockResponse {
         .chunk_delay(Duration::from_millis(2))
 }
 
-/// What one killed run left acknowledged.
-#[derive(Default)]
-struct Acknowledged {
-    texts: Vec<String>,
-}
-
 /// The kind of a JSONL event line: `message_end:assistant`, `tool_execution_start`.
 fn kind_of(line: &str) -> String {
     let value: Value = serde_json::from_str(line).unwrap_or(Value::Null);
@@ -269,11 +263,11 @@ async fn two_hundred_runs_killed_at_random_points_lose_and_repeat_nothing() {
             let _ = locker.wait().await;
         }
         // Everything it said before it died: the acknowledgements among it.
-        let mut acknowledged = Acknowledged::default();
+        let mut acknowledged = Vec::new();
         while let Some(line) = stderr.recv().await {
             match line.as_str() {
-                "[steering queued]" => acknowledged.texts.push(format!("steer {run}")),
-                "[follow-up queued]" => acknowledged.texts.push(format!("follow {run}")),
+                "[steering queued]" => acknowledged.push(format!("steer {run}")),
+                "[follow-up queued]" => acknowledged.push(format!("follow {run}")),
                 _ => {}
             }
         }
@@ -311,7 +305,7 @@ async fn two_hundred_runs_killed_at_random_points_lose_and_repeat_nothing() {
                     .filter_map(|queued| queued.message.as_user().map(|u| u.text_content())),
             )
             .collect();
-        for text in &acknowledged.texts {
+        for text in &acknowledged {
             if !said.contains(text) {
                 violations.push(format!("run {run}: `{text}` was acknowledged, then lost"));
             }

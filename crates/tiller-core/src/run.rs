@@ -530,18 +530,18 @@ impl Run {
     }
 
     /// Waits until everything the run emitted is durable (see
-    /// [`LoopConfig::write_ahead`]); an aborted run does not wait: its calls are
-    /// answered without running.
+    /// [`LoopConfig::write_ahead`]), as a callback is waited for; an aborted run
+    /// stops waiting: its calls are answered without running.
     async fn durable(&self) -> Result<(), String> {
         let Some(write_ahead) = &self.config.write_ahead else {
             return Ok(());
         };
-        tokio::select! {
-            biased;
-            durable = AssertUnwindSafe(write_ahead()).catch_unwind() => {
-                durable.unwrap_or_else(|panic| Err(format!("the write-ahead wait panicked: {}", panic_text(panic))))
+        match self.call_back(write_ahead()).await {
+            Ok(durable) => durable,
+            Err(Interrupted::Panicked(panic)) => {
+                Err(format!("the write-ahead wait panicked: {panic}"))
             }
-            () = self.cancel.cancelled() => Ok(()),
+            Err(Interrupted::Aborted) => Ok(()),
         }
     }
 

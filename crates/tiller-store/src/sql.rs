@@ -411,19 +411,13 @@ async fn touch(
             .rows_affected();
         if updated < chunk.len() as u64 {
             for (epoch, session) in chunk {
-                let current = sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
-                    .bind(*session)
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
-                    .map_err(database)?;
-                match current {
+                match stored_epoch(tx, session).await? {
                     None => return Err(StoreError::NoSuchSession((*session).to_owned())),
-                    Some(current) if current != to_i64(*epoch) => {
+                    Some(current) if current != *epoch => {
                         return Err(StoreError::TakenOver {
                             session: (*session).to_owned(),
                             epoch: *epoch,
-                            current: u64::try_from(current).unwrap_or(0),
+                            current,
                         });
                     }
                     Some(_) => {}
@@ -432,6 +426,20 @@ async fn touch(
         }
     }
     Ok(())
+}
+
+/// The epoch session `id` holds, or `None` when there is no such session.
+async fn stored_epoch(
+    connection: &mut sqlx::AnyConnection,
+    id: &str,
+) -> Result<Option<u64>, StoreError> {
+    sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
+        .bind(id)
+        .fetch_optional(connection)
+        .await
+        .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
+        .map(|epoch| epoch.map(|epoch| u64::try_from(epoch).unwrap_or(0)))
+        .map_err(database)
 }
 
 /// `count` parameters numbered from `first`: `$first, $first+1, …` for PostgreSQL;
@@ -1110,18 +1118,11 @@ impl SessionStore for SqlStore {
                         .map_err(database)?;
                     let Some(row) = row else {
                         // No session, or a newer claim on it.
-                        let current =
-                            sqlx::query("SELECT epoch FROM tiller_sessions WHERE id = $1")
-                                .bind(id)
-                                .fetch_optional(&mut *connection)
-                                .await
-                                .and_then(|row| row.map(|row| row.try_get::<i64, _>(0)).transpose())
-                                .map_err(database)?;
-                        return match (current, epoch) {
+                        return match (stored_epoch(connection, id).await?, epoch) {
                             (Some(current), Some(epoch)) => Err(StoreError::TakenOver {
                                 session: id.to_owned(),
                                 epoch,
-                                current: u64::try_from(current).unwrap_or(0),
+                                current,
                             }),
                             _ => Ok(None),
                         };

@@ -403,11 +403,11 @@ impl ActorState {
                 let mut writes = Vec::new();
                 if which != Queues::FollowUp {
                     self.steering.clear();
-                    writes.push(self.write(Change::ClearQueue(QueueKind::Steering)));
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::Steering)));
                 }
                 if which != Queues::Steering {
                     self.follow_up.clear();
-                    writes.push(self.write(Change::ClearQueue(QueueKind::FollowUp)));
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::FollowUp)));
                 }
                 self.commit(writes, reply);
             }
@@ -432,7 +432,7 @@ impl ActorState {
                     return;
                 }
                 let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
-                let mut writes = vec![self.write(Change::Truncate { from: 0 })];
+                let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
                 writes.extend(appends(&self.agent, 0, &messages));
                 self.messages = messages;
                 self.error = None;
@@ -443,7 +443,7 @@ impl ActorState {
                 change(Arc::make_mut(&mut self.settings));
                 self.agent.keep_settings(self.settings.clone());
                 let definition = self.agent.runtime.definition_of(&self.settings);
-                let write = self.write(Change::SetDefinition(definition));
+                let write = self.agent.write(Change::SetDefinition(definition));
                 self.commit(vec![write], Some(reply));
             }
             AgentMsg::State(reply) => {
@@ -481,10 +481,6 @@ impl ActorState {
         let writes = appends(&self.agent, from, &self.messages[from..]);
         self.commit(writes, None);
         self.sync_waiting();
-    }
-
-    fn write(&self, change: Change) -> SessionWrite {
-        self.agent.write(change)
     }
 
     /// Hands `writes` to the store; `reply` hears once they are committed.
@@ -551,7 +547,7 @@ impl ActorState {
     ) {
         let seq = self.next_queue_seq;
         self.next_queue_seq += 1;
-        let write = self.write(Change::Enqueue {
+        let write = self.agent.write(Change::Enqueue {
             queue,
             seq,
             message: message.clone(),
@@ -574,9 +570,9 @@ impl ActorState {
         self.follow_up.clear();
         self.error = None;
         vec![
-            self.write(Change::Truncate { from: 0 }),
-            self.write(Change::ClearQueue(QueueKind::Steering)),
-            self.write(Change::ClearQueue(QueueKind::FollowUp)),
+            self.agent.write(Change::Truncate { from: 0 }),
+            self.agent.write(Change::ClearQueue(QueueKind::Steering)),
+            self.agent.write(Change::ClearQueue(QueueKind::FollowUp)),
         ]
     }
 
