@@ -54,6 +54,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         let Some(request) = agent.state().await?.waiting.into_iter().next() else {
             break;
         };
+        // A reply names the request it answers: the waiting call's id.
+        let id = request.tool_call_id().to_owned();
         let reply = match request {
             UserRequest::Input { question, .. } => {
                 println!("{question}");
@@ -61,17 +63,15 @@ async fn main() -> Result<(), Box<dyn Error>> {
                     .next()
                     .transpose()?
                     .unwrap_or_else(|| "Friday at 10".into());
-                Reply::Answer { text }
+                Reply::answer(id, text)
             }
             UserRequest::Approval {
                 tool_name, args, ..
             } => {
                 println!("Run {tool_name} {args}? (y/n)");
                 match lines.next().transpose()?.as_deref().map(str::trim) {
-                    Some("y") | None => Reply::Approve,
-                    Some(_) => Reply::Deny {
-                        reason: Some("the user said no".into()),
-                    },
+                    Some("y") | None => Reply::approve(id),
+                    Some(_) => Reply::deny(id, Some("the user said no".into())),
                 }
             }
         };

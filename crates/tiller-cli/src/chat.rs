@@ -213,15 +213,19 @@ async fn ask_user(agent: &AgentHandle) {
 /// The user's reply to what the parked run waits for: an answer, or y/n for an
 /// approval.
 async fn reply(agent: &AgentHandle, text: &str) {
-    let waiting = oldest_request(agent).await;
+    let Some(waiting) = oldest_request(agent).await else {
+        crate::say!("[nothing waits for a reply]");
+        return;
+    };
+    let id = waiting.tool_call_id().to_owned();
     let replied = match (waiting, text.to_ascii_lowercase().as_str()) {
-        (Some(UserRequest::Approval { .. }), "y" | "yes") => agent.approve().await,
-        (Some(UserRequest::Approval { .. }), "n" | "no") => agent.deny(None).await,
-        (Some(UserRequest::Approval { .. }), _) => {
+        (UserRequest::Approval { .. }, "y" | "yes") => agent.approve(id).await,
+        (UserRequest::Approval { .. }, "n" | "no") => agent.deny(id, None).await,
+        (UserRequest::Approval { .. }, _) => {
             crate::say!("[y runs the call, n refuses it, /abort gives it up]");
             return;
         }
-        _ => agent.answer(text).await,
+        (UserRequest::Input { .. }, _) => agent.answer(id, text).await,
     };
     if let Err(error) = replied {
         crate::say!("[{error}]");

@@ -622,10 +622,11 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
         (&state["status"], &state["waiting"]),
         (&json!("waiting_for_input"), &question)
     );
+    let asking = state["waiting"][0]["tool_call_id"].as_str().unwrap();
     let (status, outcome) = post(
         &base,
         "/agents/r/reply?wait=true",
-        json!({"type": "answer", "text": "Friday"}),
+        json!({"type": "answer", "request_id": asking, "text": "Friday"}),
     )
     .await;
     assert_eq!((status, &outcome["end"]), (200, &json!("completed")));
@@ -643,7 +644,12 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
             "set for Friday"
         ]
     );
-    let (status, problem) = post(&base, "/agents/r/reply", json!({"type": "approve"})).await;
+    let (status, problem) = post(
+        &base,
+        "/agents/r/reply",
+        json!({"type": "approve", "request_id": asking}),
+    )
+    .await;
     assert_eq!(
         (status, problem["type"].as_str()),
         (409, Some("urn:tiller:problem:nothing-to-reply"))

@@ -8,8 +8,9 @@
 //! [`RunEnd::Parked`](crate::RunEnd::Parked). Being part of the transcript, a request
 //! is exactly as durable as the messages around it.
 //!
-//! A run started with [`Prompt::Reply`](crate::Prompt::Reply) resolves the oldest open
-//! request:
+//! A run started with [`Prompt::Reply`](crate::Prompt::Reply) resolves the open
+//! request the reply names by its `request_id` (the call's id,
+//! [`UserRequest::tool_call_id`]), whatever order several were asked in:
 //! - an [`Reply::Answer`] becomes the call's result, holding the question and the
 //!   answer, and the model (called next) issues the call again;
 //! - [`Reply::Approve`] runs the call as the model made it (a tool that asked for
@@ -126,19 +127,29 @@ fn granted_call(message: &AgentMessage) -> Option<&str> {
     }
 }
 
-/// The user's reply to the oldest open request.
+/// The user's reply to one open request, named by its `request_id` (the
+/// waiting call's id). On the wire: `{"type": "approve", "request_id": "call_1"}`,
+/// `{"type": "deny", "request_id": …, "reason"?: …}`,
+/// `{"type": "answer", "request_id": …, "text": …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reply {
     /// The answer to a tool's question.
     Answer {
+        /// The request answered: the id of the call that asked.
+        request_id: String,
         /// What the user said.
         text: String,
     },
     /// Run the call.
-    Approve,
+    Approve {
+        /// The request answered: the id of the call waiting for approval.
+        request_id: String,
+    },
     /// Do not run the call; it gets an error result.
     Deny {
+        /// The request answered: the id of the call waiting for approval.
+        request_id: String,
         /// Why, for the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -146,6 +157,38 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// The answer `text` to the question of the call `request_id`.
+    pub fn answer(request_id: impl Into<String>, text: impl Into<String>) -> Self {
+        Reply::Answer {
+            request_id: request_id.into(),
+            text: text.into(),
+        }
+    }
+
+    /// Approves the call `request_id`.
+    pub fn approve(request_id: impl Into<String>) -> Self {
+        Reply::Approve {
+            request_id: request_id.into(),
+        }
+    }
+
+    /// Denies the call `request_id`, saying `reason` to the model if given.
+    pub fn deny(request_id: impl Into<String>, reason: Option<String>) -> Self {
+        Reply::Deny {
+            request_id: request_id.into(),
+            reason,
+        }
+    }
+
+    /// The request it answers: the id of the waiting call.
+    pub fn request_id(&self) -> &str {
+        match self {
+            Reply::Answer { request_id, .. }
+            | Reply::Approve { request_id }
+            | Reply::Deny { request_id, .. } => request_id,
+        }
+    }
+
     /// Whether this reply fits `request` (an answer for a question, approve or
     /// deny for an approval).
     pub fn fits(&self, request: &UserRequest) -> bool {
@@ -153,7 +196,7 @@ impl Reply {
             (self, request),
             (Reply::Answer { .. }, UserRequest::Input { .. })
                 | (
-                    Reply::Approve | Reply::Deny { .. },
+                    Reply::Approve { .. } | Reply::Deny { .. },
                     UserRequest::Approval { .. }
                 )
         )
@@ -316,8 +359,20 @@ mod tests {
             args: json!({}),
             reason: None,
         };
-        assert!(Reply::Approve.fits(&approval));
-        assert!(Reply::Deny { reason: None }.fits(&approval));
-        assert!(!Reply::Answer { text: "x".into() }.fits(&approval));
+        assert!(Reply::approve("a").fits(&approval));
+        assert!(Reply::deny("a", None).fits(&approval));
+        assert!(!Reply::answer("a", "x").fits(&approval));
+    }
+
+    #[test]
+    fn a_reply_names_its_request_on_the_wire() {
+        let reply: Reply =
+            serde_json::from_value(json!({"type": "approve", "request_id": "b"})).unwrap();
+        assert_eq!(reply, Reply::approve("b"));
+        assert!(serde_json::from_value::<Reply>(json!({"type": "approve"})).is_err());
+        assert!(
+            serde_json::from_value::<Reply>(json!({"type": "deny", "request_id": "b", "id": 1}))
+                .is_err()
+        );
     }
 }

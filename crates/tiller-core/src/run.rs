@@ -38,7 +38,7 @@ pub enum Prompt {
     Messages(Vec<AgentMessage>),
     /// The transcript as it stands.
     Continue,
-    /// The user's reply to the oldest request a parked run left open (see
+    /// The user's reply to one of the requests a parked run left open (see
     /// [`crate::request`]).
     Reply(Reply),
 }
@@ -107,7 +107,15 @@ pub enum ContinueError {
     /// A reply was given, but no request waits for one.
     #[error("no tool call waits for the user's reply")]
     NothingToReply,
-    /// The oldest open request wants another kind of reply (an answer for a
+    /// A reply names a request that is not open (requests wait, but not this one).
+    #[error("no open request has the id `{request_id}`; the open ones are {}", open.join(", "))]
+    NoSuchRequest {
+        /// The id the reply gave.
+        request_id: String,
+        /// The ids of the open requests, oldest first.
+        open: Vec<String>,
+    },
+    /// The request the reply names wants another kind of reply (an answer for a
     /// question, approve or deny for an approval).
     #[error("the waiting request is {waiting:?}; this reply does not fit it")]
     ReplyDoesNotFit {
@@ -122,16 +130,29 @@ pub enum ContinueError {
     },
 }
 
-/// The request `reply` resolves in the transcript `messages`: its oldest open one,
-/// if the reply fits it.
+/// The request `reply` resolves in the transcript `messages`: the open one it
+/// names, if the reply fits it.
 pub fn check_reply<M: std::borrow::Borrow<AgentMessage>>(
     messages: &[M],
     reply: &Reply,
 ) -> Result<UserRequest, ContinueError> {
-    let waiting = open_requests(messages)
-        .into_iter()
-        .next()
-        .ok_or(ContinueError::NothingToReply)?;
+    let mut open = open_requests(messages);
+    if open.is_empty() {
+        return Err(ContinueError::NothingToReply);
+    }
+    let Some(position) = open
+        .iter()
+        .position(|request| request.tool_call_id() == reply.request_id())
+    else {
+        return Err(ContinueError::NoSuchRequest {
+            request_id: reply.request_id().to_owned(),
+            open: open
+                .iter()
+                .map(|request| request.tool_call_id().to_owned())
+                .collect(),
+        });
+    };
+    let waiting = open.swap_remove(position);
     if !reply.fits(&waiting) {
         return Err(ContinueError::ReplyDoesNotFit {
             waiting: Box::new(waiting),
@@ -166,8 +187,8 @@ pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
 /// Runs the loop to its end from `prompt`, sending every event to `sink`, and
 /// returns only the messages this run added. [`Prompt::Continue`] runs from the
 /// context as it stands (its last message must not be the assistant's), without
-/// events for the messages already there; [`Prompt::Reply`] resolves the oldest
-/// open request first. New messages are refused while a request is open.
+/// events for the messages already there; [`Prompt::Reply`] resolves the open
+/// request it names first. New messages are refused while a request is open.
 pub async fn run_loop(
     prompt: Prompt,
     context: LoopContext,
@@ -588,12 +609,12 @@ impl Run {
                 UserRequest::Input {
                     field, question, ..
                 },
-                Reply::Answer { text },
+                Reply::Answer { text, .. },
             ) => {
                 let result = request::answered(&call, &field, &question, &text);
                 execute::answer(self, &call, result)
             }
-            (Some(call), _, Reply::Approve) => {
+            (Some(call), _, Reply::Approve { .. }) => {
                 self.approved = Some(call.id.clone());
                 // The approval is durable before the call runs (write-ahead): after
                 // a crash the call is answered "interrupted", not asked again.
@@ -603,7 +624,7 @@ impl Run {
                     Err(failure) => execute::not_durable(self, &[call], failure),
                 }
             }
-            (Some(call), _, Reply::Deny { reason }) => {
+            (Some(call), _, Reply::Deny { reason, .. }) => {
                 let text = match reason {
                     Some(reason) => format!("The user denied this call: {reason}"),
                     None => "The user denied this call.".to_owned(),

@@ -134,7 +134,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
         }
     );
     let refused = run(
-        Prompt::Reply(Reply::Approve),
+        Prompt::Reply(Reply::approve("c1")),
         transcript.clone(),
         vec![remind(&done)],
         config(&faux),
@@ -148,9 +148,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
     );
 
     let (events, transcript) = run(
-        Prompt::Reply(Reply::Answer {
-            text: "tomorrow 9:00".into(),
-        }),
+        Prompt::Reply(Reply::answer("c1", "tomorrow 9:00")),
         transcript,
         vec![remind(&done)],
         config(&faux),
@@ -221,10 +219,9 @@ async fn a_tool_asking_past_the_cap_is_an_error_result_for_the_model() {
     .await
     .unwrap();
     for answer in ["soon", "later"] {
+        let asking = open_requests(&transcript)[0].tool_call_id().to_owned();
         let (events, after) = run(
-            Prompt::Reply(Reply::Answer {
-                text: answer.into(),
-            }),
+            Prompt::Reply(Reply::answer(asking, answer)),
             transcript,
             vec![remind(&done)],
             options.clone(),
@@ -328,9 +325,7 @@ async fn calls_wait_for_approval_and_run_only_when_approved() {
 
     // Denied: the call's result is the refusal, and the model goes on.
     let (_, denied) = run(
-        Prompt::Reply(Reply::Deny {
-            reason: Some("keep my home".into()),
-        }),
+        Prompt::Reply(Reply::deny("b", Some("keep my home".into()))),
         transcript.clone(),
         vec![delete(&deleted)],
         options.clone(),
@@ -355,7 +350,7 @@ async fn calls_wait_for_approval_and_run_only_when_approved() {
     // Approved (from the same parked transcript): the call runs as the model made it.
     faux.push(FauxTurn::text("Both deleted."));
     let (events, approved) = run(
-        Prompt::Reply(Reply::Approve),
+        Prompt::Reply(Reply::approve("b")),
         transcript,
         vec![delete(&deleted)],
         options,
@@ -488,7 +483,7 @@ async fn a_tool_asks_for_approval_itself_and_runs_again_once_approved() {
         reason: Some("purge 512 files".into()),
     }));
     let (_, transcript) = run(
-        Prompt::Reply(Reply::Approve),
+        Prompt::Reply(Reply::approve("p")),
         transcript,
         vec![purge],
         config(&faux),

@@ -37,5 +37,5 @@ mod tool;
 pub use client::McpClient;
 pub use config::McpServer;
 pub use error::McpError;
-pub use server::{McpHttpConfig, McpHttpService, McpToolServer};
+pub use server::{McpHttpConfig, McpHttpService, McpSessions, McpToolServer};
 pub use tool::McpTool;

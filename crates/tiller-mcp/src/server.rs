@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -47,8 +48,27 @@ pub struct McpHttpConfig {
     pub allowed_hosts: Vec<String>,
     /// The largest request body.
     pub max_body_bytes: usize,
+    /// How long a session may go without a request before it ends (5 minutes by
+    /// default).
+    pub idle_timeout: Duration,
     /// Cancelled to end every session (at shutdown).
     pub stop: CancellationToken,
+}
+
+/// The live sessions of an [`McpHttpService`]: how many, and which ids.
+#[derive(Clone)]
+pub struct McpSessions(Arc<LocalSessionManager>);
+
+impl McpSessions {
+    /// How many sessions are live.
+    pub async fn count(&self) -> usize {
+        self.0.sessions.read().await.len()
+    }
+
+    /// Whether the session `id` is live.
+    pub async fn contains(&self, id: &str) -> bool {
+        self.0.sessions.read().await.contains_key(id)
+    }
 }
 
 impl Default for McpHttpConfig {
@@ -56,6 +76,7 @@ impl Default for McpHttpConfig {
         McpHttpConfig {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             max_body_bytes: 1 << 20,
+            idle_timeout: Duration::from_secs(300),
             stop: CancellationToken::new(),
         }
     }
@@ -90,17 +111,18 @@ impl McpToolServer {
         self
     }
 
-    /// This server as a streamable HTTP endpoint, one session per host.
-    pub fn http_service(self, config: McpHttpConfig) -> McpHttpService {
+    /// This server as a streamable HTTP endpoint, one session per host, and its
+    /// live sessions.
+    pub fn http_service(self, config: McpHttpConfig) -> (McpHttpService, McpSessions) {
         let mut http = StreamableHttpServerConfig::default()
             .with_allowed_hosts(config.allowed_hosts)
             .with_cancellation_token(config.stop);
         http.max_request_body_bytes = config.max_body_bytes;
-        StreamableHttpService::new(
-            move || Ok(self.clone()),
-            Arc::new(LocalSessionManager::default()),
-            http,
-        )
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(config.idle_timeout);
+        let sessions = Arc::new(sessions);
+        let service = StreamableHttpService::new(move || Ok(self.clone()), sessions.clone(), http);
+        (service, McpSessions(sessions))
     }
 
     /// The same server telling hosts how to use it.

@@ -25,7 +25,7 @@ use crate::Shared;
 use crate::error::{Problem, decode};
 use crate::events::{Replay, envelopes, to_sse};
 use crate::shutdown::until_closing;
-use crate::tenants::{Caller, caller};
+use crate::tenants::{Caller, Scope, caller};
 
 /// `POST /agents`: an agent from a definition the server knows, by name, or from
 /// one sent inline (an agent file as JSON).
@@ -120,15 +120,16 @@ impl Shared {
 
     /// Whether `caller` may see the agent `id` (see [`Shared::visible`]).
     fn owns(&self, caller: &Caller, id: &str) -> bool {
-        self.visible(&caller.tenant, id)
+        self.visible(&caller.scope(), id)
     }
 
-    /// Whether `tenant` may see the agent `id`: on an open server (`None`) any
-    /// agent not created by a tenant, else only its own tenant's.
-    pub(crate) fn visible(&self, tenant: &Option<String>, id: &str) -> bool {
+    /// Whether a caller of `scope` may see the agent `id`: one created through
+    /// the API if [`Scope::sees`] its owner; one the host spawned only on an
+    /// open server.
+    pub(crate) fn visible(&self, scope: &Scope, id: &str) -> bool {
         match self.owners.get(id) {
-            Some(owner) => *owner == *tenant,
-            None => tenant.is_none(),
+            Some(owner) => scope.sees(&owner),
+            None => scope.tenant.is_none(),
         }
     }
 
@@ -153,7 +154,7 @@ impl Shared {
         let replay = self
             .replays
             .entry(agent.id().clone())
-            .or_insert_with(|| Replay::record(agent, self.config.replay_events, &self.metrics))
+            .or_insert_with(|| self.record(agent))
             .clone();
         envelopes(agent.id().clone(), live, &replay, last_seen)
     }
@@ -169,6 +170,10 @@ impl Shared {
         match (definition, inline) {
             (Some(name), None) => Ok(self.definitions.spec(name, version)?),
             (None, Some(inline)) => {
+                let trusted = self.config.trust_inline_definitions;
+                if !trusted {
+                    crate::inline::check_file(inline)?;
+                }
                 let text = inline.to_string();
                 let file = AgentFile::parse("inline.json", &text).map_err(|error| {
                     Problem::invalid(
@@ -176,7 +181,11 @@ impl Shared {
                         error.message,
                     )
                 })?;
-                Ok(self.definitions.spec_of(&file)?)
+                let spec = self.definitions.spec_of(&file)?;
+                if !trusted {
+                    crate::inline::check_model(&spec, &self.proxy_models)?;
+                }
+                Ok(spec)
             }
             _ => Err(Problem::invalid(
                 Some("definition".to_owned()),
@@ -185,22 +194,29 @@ impl Shared {
         }
     }
 
-    /// Spawns the agent `spec` says for `tenant`, and starts recording its events
+    /// Spawns the agent `spec` says for `owner`, and starts recording its events
     /// and announcing it to those following every agent.
     pub(crate) async fn spawn(
         &self,
         spec: AgentSpec,
-        tenant: Option<String>,
+        owner: Scope,
     ) -> Result<AgentInfo, Problem> {
         let agent = self.supervisor.spawn(spec).await?;
-        self.owners.insert(agent.id().clone(), tenant);
+        self.owners.insert(agent.id().clone(), owner);
         // No one following every agent is no error.
         let _ = self.created.send(agent.id().clone());
-        self.replays.insert(
-            agent.id().clone(),
-            Replay::record(&agent, self.config.replay_events, &self.metrics),
-        );
+        self.replays.insert(agent.id().clone(), self.record(&agent));
         Ok(agent.info())
+    }
+
+    /// Starts recording `agent`'s events for clients that come back.
+    fn record(&self, agent: &AgentHandle) -> Arc<Replay> {
+        Replay::record(
+            agent,
+            self.config.replay_events,
+            &self.metrics,
+            &self.stopped,
+        )
     }
 
     /// Stops the agent `id` and forgets what the server kept of it; whether there
@@ -243,6 +259,7 @@ pub(crate) async fn create(
             format!("`{field}` is chosen by the server when it serves several tenants"),
         ));
     }
+    let owner = caller.scope();
     let spec = spec.with_context(caller.context);
     let spec = match request.id {
         Some(id) => spec.with_id(id),
@@ -252,7 +269,7 @@ pub(crate) async fn create(
         Some(name) => spec.with_name(name),
         None => spec,
     };
-    let agent = shared.spawn(spec, caller.tenant).await?;
+    let agent = shared.spawn(spec, owner).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 
@@ -330,8 +347,8 @@ async fn start(agent: &AgentHandle, wait: Wait, prompt: Prompt) -> Result<Respon
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-/// `POST /agents/{id}/reply`: the user's reply to the oldest request a parked run
-/// waits for (an answer, approve or deny); like a prompt, 202 once its run
+/// `POST /agents/{id}/reply`: the user's reply to the request a parked run waits
+/// for that it names by `request_id` (an answer, approve or deny); like a prompt, 202 once its run
 /// started, or its outcome with `?wait=true`.
 pub(crate) async fn reply(
     State(shared): State<Arc<Shared>>,
@@ -361,12 +378,13 @@ pub(crate) enum Command {
     Abort,
     /// Forget the transcript and the queues.
     Reset,
-    /// Answer the question a tool asked.
-    Answer { text: String },
-    /// Run the call waiting for approval.
-    Approve,
-    /// Refuse the call waiting for approval.
+    /// Answer the question the call `request_id` asked.
+    Answer { request_id: String, text: String },
+    /// Run the call `request_id`, waiting for approval.
+    Approve { request_id: String },
+    /// Refuse the call `request_id`, waiting for approval.
     Deny {
+        request_id: String,
         #[serde(default)]
         reason: Option<String>,
     },
@@ -384,9 +402,9 @@ impl Command {
                 agent.wait_for_idle().await;
             }
             Command::Reset => agent.reset().await?,
-            Command::Answer { text } => agent.answer(text).await?,
-            Command::Approve => agent.approve().await?,
-            Command::Deny { reason } => agent.deny(reason).await?,
+            Command::Answer { request_id, text } => agent.answer(request_id, text).await?,
+            Command::Approve { request_id } => agent.approve(request_id).await?,
+            Command::Deny { request_id, reason } => agent.deny(request_id, reason).await?,
         }
         Ok(())
     }
@@ -499,10 +517,10 @@ pub(crate) async fn all_events(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let tenant = shared.caller(&headers)?.tenant;
+    let scope = shared.caller(&headers)?.scope();
     let visible = {
         let shared = shared.clone();
-        move |id: &str| shared.visible(&tenant, id)
+        move |id: &str| shared.visible(&scope, id)
     };
     let counted = shared.clone();
     let following = Box::pin(crate::events::following(shared.clone(), visible));

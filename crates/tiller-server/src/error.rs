@@ -108,10 +108,17 @@ impl From<AgentError> for Problem {
             AgentError::NothingToReply => {
                 Problem::new(StatusCode::CONFLICT, "nothing-to-reply", detail)
             }
+            AgentError::NoSuchRequest { .. } => Problem {
+                field: Some("request_id".to_owned()),
+                ..Problem::new(StatusCode::CONFLICT, "no-such-request", detail)
+            },
             AgentError::ReplyDoesNotFit { .. } => {
                 Problem::new(StatusCode::CONFLICT, "reply-does-not-fit", detail)
             }
             AgentError::Stopped { .. } => Problem::new(StatusCode::CONFLICT, "stopped", detail),
+            AgentError::QueueFull { .. } => {
+                Problem::new(StatusCode::TOO_MANY_REQUESTS, "queue-full", detail)
+            }
             AgentError::Store(error) => error.into(),
             AgentError::Failed { .. } => {
                 Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail)
@@ -134,6 +141,7 @@ impl From<SpawnError> for Problem {
                 ..Problem::new(StatusCode::CONFLICT, "name-taken", detail)
             },
             SpawnError::MissingTools { .. } => Problem::invalid(None, detail),
+            SpawnError::InvalidId { field, .. } => Problem::invalid(Some(field.to_owned()), detail),
             SpawnError::Store(StoreError::SessionExists(_)) => Problem {
                 field: Some("id".to_owned()),
                 ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)
@@ -171,6 +179,24 @@ impl From<DefinitionsError> for Problem {
         };
         Problem::invalid(field, error.to_string())
     }
+}
+
+/// The answer to a path the API does not have (404 `no-route`).
+pub(crate) async fn no_route(uri: axum::http::Uri) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-route",
+        format!("the API has no `{}` (see /openapi.json)", uri.path()),
+    )
+}
+
+/// The answer to a method a path does not take (405 `method-not-allowed`).
+pub(crate) async fn method_not_allowed(method: axum::http::Method) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        format!("this path does not take {method} (see /openapi.json)"),
+    )
 }
 
 /// A JSON body decoded with the path of the field at fault in its error.

@@ -10,13 +10,13 @@
 //! slowing the agent.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use axum::response::sse::Event;
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::Shared;
 use crate::metrics::{AgentClock, Metrics};
@@ -38,10 +38,13 @@ struct Recording {
 impl Replay {
     /// Starts recording `agent`'s events, keeping the last `capacity`, and
     /// counting its runs and model calls in `metrics`.
+    /// When the agent stops, the relay sends its id and this recording on
+    /// `stopped`, for the server to forget both ([`Shared::forget_stopped`]).
     pub(crate) fn record(
         agent: &AgentHandle,
         capacity: usize,
         metrics: &Arc<Metrics>,
+        stopped: &mpsc::UnboundedSender<Stopped>,
     ) -> Arc<Replay> {
         let recording = Arc::new(Recording {
             events: Mutex::new(VecDeque::with_capacity(capacity.min(1_024))),
@@ -52,9 +55,17 @@ impl Replay {
             let metrics = metrics.clone();
             // The agent's model calls, timed for the metrics.
             let mut clock = AgentClock::default();
+            let stopped = stopped.clone();
             agent.relay(move |envelope| {
                 metrics.observe(&envelope.event, &mut clock);
                 recording.push(envelope.clone());
+                if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
+                    // The server is gone when no one receives.
+                    let _ = stopped.send(Stopped {
+                        agent: envelope.agent_id.clone(),
+                        recording: Arc::downgrade(&recording),
+                    });
+                }
             })
         };
         Arc::new(Replay {
@@ -75,11 +86,44 @@ impl Replay {
             .filter(|envelope| envelope.seq > seq && envelope.seq < until)
             .cloned()
             .collect();
+        // A client claiming an event past the last one (any number may come in a
+        // header) missed nothing.
+        let next = seq.saturating_add(1);
         let missed = match kept.first() {
-            Some(first) => first.seq - (seq + 1),
-            None => until.saturating_sub(seq + 1),
+            Some(first) => first.seq - next,
+            None => until.saturating_sub(next),
         };
         (kept, missed)
+    }
+}
+
+/// An agent that stopped, and the recording of its events to forget.
+pub(crate) struct Stopped {
+    agent: AgentId,
+    recording: Weak<Recording>,
+}
+
+impl Shared {
+    /// Forgets, as `stopped` says them, the replay buffer and owner of each agent
+    /// that stops, however it stopped (through the API, by its host, taken over);
+    /// ends with the server.
+    pub(crate) async fn forget_stopped(
+        shared: Weak<Shared>,
+        mut stopped: mpsc::UnboundedReceiver<Stopped>,
+    ) {
+        while let Some(Stopped { agent, recording }) = stopped.recv().await {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            // An agent of the same id may be running again by now: only this
+            // recording goes, and the owner only while no agent has the id.
+            shared.replays.remove_if(&agent, |_, replay| {
+                Weak::ptr_eq(&Arc::downgrade(&replay.recording), &recording)
+            });
+            shared
+                .owners
+                .remove_if(&agent, |id, _| shared.supervisor.get(id.as_str()).is_none());
+        }
     }
 }
 
@@ -112,7 +156,7 @@ pub(crate) fn envelopes(
         if missed > 0 {
             head.push(Arc::new(Envelope {
                 agent_id,
-                seq: seq + 1,
+                seq: seq.saturating_add(1),
                 event: Delivered::Notice(Notice::Lagged { missed }),
             }));
         }

@@ -52,8 +52,10 @@
 mod agents;
 mod error;
 mod events;
+mod inline;
 mod mcp;
 mod metrics;
+mod origin;
 mod proxy;
 mod sessions;
 mod shutdown;
@@ -122,10 +124,23 @@ pub struct ServerConfig {
     /// is refused with 503 meanwhile) before they are aborted; zero aborts them at
     /// once.
     pub finish_runs: Duration,
-    /// The `Host` names `/mcp` accepts (against DNS rebinding): loopback by
-    /// default; add the names the server is reached by, or leave it empty to
-    /// accept any.
-    pub mcp_allowed_hosts: Vec<String>,
+    /// The `Host` names (without a port) an open server (no tokens) answers, and
+    /// `/mcp` always (against DNS rebinding): loopback by default; add the names
+    /// the server is reached by, or leave it empty to accept any.
+    pub allowed_hosts: Vec<String>,
+    /// The origins (`scheme://host[:port]`) besides loopback ones and the server's
+    /// own whose pages may call the API from a browser; any other `Origin` is
+    /// refused (403 `cross-origin`).
+    pub allowed_origins: Vec<String>,
+    /// The most MCP sessions open at once on `/mcp` (503 past it).
+    pub max_mcp_sessions: usize,
+    /// How long an MCP session may go without a request before it ends.
+    pub mcp_idle_timeout: Duration,
+    /// Whether an agent file sent inline may carry what only an operator should:
+    /// command tools, a model's `base_url`, `api_key_env`, a tool's `env` and MCP
+    /// servers, and models the server does not serve (see the `inline` rules in
+    /// the README's "Exposing `tiller serve`"). Off by default.
+    pub trust_inline_definitions: bool,
 }
 
 impl Default for ServerConfig {
@@ -138,7 +153,11 @@ impl Default for ServerConfig {
             tokens: Tokens::new(),
             trust_context_headers: false,
             finish_runs: Duration::ZERO,
-            mcp_allowed_hosts: McpHttpConfig::default().allowed_hosts,
+            allowed_hosts: McpHttpConfig::default().allowed_hosts,
+            allowed_origins: Vec::new(),
+            trust_inline_definitions: false,
+            max_mcp_sessions: 256,
+            mcp_idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -149,10 +168,12 @@ pub(crate) struct Shared {
     definitions: Definitions,
     config: ServerConfig,
     replays: DashMap<AgentId, Arc<Replay>>,
-    /// The tenant of each agent created through the API (`None` on an open server).
-    owners: DashMap<AgentId, Option<String>>,
+    /// Whose each agent created through the API is.
+    owners: DashMap<AgentId, tenants::Scope>,
     /// The models `POST /api/stream` calls.
     proxy_models: ProxyModels,
+    /// Where each replay's relay says its agent stopped ([`Shared::forget_stopped`]).
+    stopped: tokio::sync::mpsc::UnboundedSender<events::Stopped>,
     /// Announces each agent created through the API, for `GET /events`.
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
@@ -172,10 +193,14 @@ pub struct Server {
 
 impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
+    /// Call it within a Tokio runtime: it starts a task that forgets what the
+    /// server kept of agents once they stop.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
-        Server {
+        let (stopped, stops) = tokio::sync::mpsc::unbounded_channel();
+        let server = Server {
             shared: Arc::new(Shared {
+                stopped,
                 supervisor,
                 definitions,
                 config,
@@ -187,7 +212,12 @@ impl Server {
                 stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),
-        }
+        };
+        tokio::spawn(Shared::forget_stopped(
+            Arc::downgrade(&server.shared),
+            stops,
+        ));
+        server
     }
 
     /// The supervisor whose agents it serves.
@@ -240,6 +270,12 @@ impl Server {
                 metrics::count,
             ))
             .route_layer(axum::middleware::from_fn(trace::span))
+            .fallback(error::no_route)
+            .method_not_allowed_fallback(error::method_not_allowed)
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                origin::guard,
+            ))
             .layer(DefaultBodyLimit::max(self.shared.config.max_body_bytes))
             .with_state(self.shared.clone())
     }

@@ -2,18 +2,41 @@
 //! that runs an agent of it ([`tiller::McpToolServer`]). A request needs the same
 //! bearer token as the rest of the API, and the agents a call runs work for the
 //! token's tenant and user.
+//!
+//! An MCP session belongs to the caller that opened it: a request naming another
+//! caller's `Mcp-Session-Id` is answered as if the session did not exist (404).
+//! At most [`crate::ServerConfig::max_mcp_sessions`] are live at once (503
+//! `too-many-mcp-sessions` past it); one idle for
+//! [`crate::ServerConfig::mcp_idle_timeout`] ends. Every refusal, the MCP
+//! library's own included, is `application/problem+json`.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use dashmap::DashMap;
 use tiller::McpToolServer;
-use tiller::tiller_mcp::McpHttpConfig;
+use tiller::tiller_mcp::{McpHttpConfig, McpSessions};
 
 use crate::Shared;
-use crate::tenants::caller;
+use crate::error::Problem;
+use crate::tenants::{Scope, caller};
+
+/// The header naming a request's MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The most bytes of an MCP library's refusal kept as a problem's detail.
+const MAX_DETAIL_BYTES: usize = 4_096;
+
+/// Who opened each live MCP session, and the live sessions themselves.
+struct Sessions {
+    shared: Arc<Shared>,
+    live: McpSessions,
+    owners: DashMap<String, Scope>,
+}
 
 /// The routes under `/mcp`.
 pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
@@ -26,7 +49,7 @@ pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
             tracing::warn!(%error, "the definitions cannot be offered over /mcp");
             Vec::new()
         });
-    let service = McpToolServer::new("tiller", tools)
+    let (service, live) = McpToolServer::new("tiller", tools)
         .with_instructions("Each tool is an agent: call it with `text`, what to ask it.")
         .with_context_from(move |parts| {
             caller(&tokens, trust, &parts.headers)
@@ -34,22 +57,118 @@ pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
                 .unwrap_or_default()
         })
         .http_service(McpHttpConfig {
-            allowed_hosts: config.mcp_allowed_hosts.clone(),
+            allowed_hosts: config.allowed_hosts.clone(),
             max_body_bytes: config.max_body_bytes,
+            idle_timeout: config.mcp_idle_timeout,
             stop: shared.closing.child_token(),
         });
+    let sessions = Arc::new(Sessions {
+        shared: shared.clone(),
+        live,
+        owners: DashMap::new(),
+    });
     Router::new()
         .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(
-            shared.clone(),
-            authorized,
-        ))
+        .layer(axum::middleware::from_fn_with_state(sessions, guard))
 }
 
-/// Refuses a request without a token the server knows (when it has tokens).
-async fn authorized(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    match shared.caller(request.headers()) {
-        Ok(_) => next.run(request).await,
-        Err(problem) => problem.into_response(),
+/// Refuses a request without a token the server knows (when it has tokens), one
+/// naming another caller's session, and a new session past the cap; records who
+/// opens a session; and answers every refusal as problem details.
+async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Next) -> Response {
+    let scope = match sessions.shared.caller(request.headers()) {
+        Ok(caller) => caller.scope(),
+        Err(problem) => return problem.into_response(),
+    };
+    let named = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    match &named {
+        Some(id) if sessions.owners.get(id).is_some_and(|owner| *owner != scope) => {
+            return unknown_session().into_response();
+        }
+        None if request.method() == Method::POST => {
+            let max = sessions.shared.config.max_mcp_sessions;
+            if sessions.live.count().await >= max {
+                return Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too-many-mcp-sessions",
+                    format!("{max} MCP sessions are open, the most this server keeps: close one (DELETE /mcp) or wait for an idle one to end"),
+                )
+                .into_response();
+            }
+        }
+        _ => {}
     }
+    let closing = request.method() == Method::DELETE;
+    let response = next.run(request).await;
+    if let Some(opened) = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .filter(|opened| named.as_deref() != Some(*opened))
+    {
+        sessions.forget_ended().await;
+        sessions.owners.insert(opened.to_owned(), scope);
+    }
+    if closing
+        && response.status().is_success()
+        && let Some(id) = &named
+    {
+        sessions.owners.remove(id);
+    }
+    as_problem(response).await
+}
+
+impl Sessions {
+    /// Forgets the owners of sessions that ended (idle, closed, at shutdown), so
+    /// there are never many more owners than [`McpSessions::count`].
+    async fn forget_ended(&self) {
+        let known: Vec<String> = self.owners.iter().map(|entry| entry.key().clone()).collect();
+        for id in known {
+            if !self.live.contains(&id).await {
+                self.owners.remove(&id);
+            }
+        }
+    }
+}
+
+fn unknown_session() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown-mcp-session",
+        "no MCP session of yours has this id: start one with `initialize`",
+    )
+}
+
+/// `response` as it is, or, when the MCP library refused the request in plain
+/// text, as problem details holding its words.
+async fn as_problem(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|kind| kind == HeaderValue::from_static("application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let words = axum::body::to_bytes(response.into_body(), MAX_DETAIL_BYTES)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let kind = match status {
+        StatusCode::FORBIDDEN => "host-not-allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body",
+        StatusCode::NOT_FOUND => return unknown_session().into_response(),
+        _ if status.is_server_error() => "mcp-failed",
+        _ => "invalid",
+    };
+    let detail = if words.is_empty() {
+        status.canonical_reason().unwrap_or("refused").to_owned()
+    } else {
+        words
+    };
+    Problem::new(status, kind, detail).into_response()
 }

@@ -69,8 +69,17 @@ impl ProxyModels {
             .find(|(model, _)| model.provider == provider && model.id == id)
     }
 
+    /// Whether `model` is one of them: the same provider, id and server.
+    pub(crate) fn serves(&self, model: &Model) -> bool {
+        self.models.iter().any(|(known, _)| {
+            known.provider == model.provider
+                && known.id == model.id
+                && known.base_url == model.base_url
+        })
+    }
+
     /// `provider/id` of each, for error messages.
-    fn names(&self) -> String {
+    pub(crate) fn names(&self) -> String {
         let names: Vec<String> = self
             .models
             .iter()

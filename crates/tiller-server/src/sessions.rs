@@ -22,7 +22,7 @@ use tiller::{AgentHandle, AgentInfo, AgentMessage};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::tenants::Caller;
+use crate::tenants::{Caller, Scope};
 
 /// The most sessions, or messages, one page holds.
 pub const MAX_PAGE: u32 = 1_000;
@@ -205,6 +205,10 @@ pub(crate) async fn resume(
     let caller = shared.caller(&headers)?;
     let info = shared.session(&caller, &id).await?;
     let request: ResumeSession = decode(body)?;
+    let owner = Scope {
+        tenant: info.record.tenant_id.clone(),
+        user: info.record.user_id.clone(),
+    };
     if let Some(agent) = shared.holder(&id) {
         return Ok(Json(agent.info()).into_response());
     }
@@ -219,7 +223,7 @@ pub(crate) async fn resume(
         .with_id(id.clone())
         .with_session(id);
     spec.name = info.record.name;
-    let agent = shared.spawn(spec, caller.tenant).await?;
+    let agent = shared.spawn(spec, owner).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 

@@ -3,9 +3,11 @@
 //!
 //! Each event is a text frame holding the envelope, as the event stream's
 //! `data:`; `?after=N` resumes after event `N` as `Last-Event-ID` does. The client
-//! sends text frames `{"type": "prompt" | "steer" | "follow_up" | "answer", "text": …}`,
-//! `{"type": "abort"}`, `{"type": "reset"}`, `{"type": "approve"}` or
-//! `{"type": "deny", "reason": …}`. A command that fails is answered
+//! sends text frames `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
+//! `{"type": "abort"}`, `{"type": "reset"}`, and replies that name the request
+//! they answer: `{"type": "answer", "request_id": …, "text": …}`,
+//! `{"type": "approve", "request_id": …}` or
+//! `{"type": "deny", "request_id": …, "reason": …}`. A command that fails is answered
 //! with the REST API's problem details, its `type` moved to `kind`:
 //! `{"type": "problem", "kind": "urn:tiller:problem:busy", "status": 409, …}`; one
 //! that succeeds is answered by the events it causes. The socket closes when the
@@ -14,6 +16,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -39,9 +42,12 @@ pub(crate) async fn socket(
     Path(id): Path<String>,
     after: Result<Query<After>, QueryRejection>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, Problem> {
     let agent = shared.agent_for(&headers, &id)?;
+    let upgrade = upgrade.map_err(|rejection| {
+        Problem::new(rejection.status(), "not-a-websocket", rejection.body_text())
+    })?;
     let Query(After { after }) = after
         .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
     Ok(upgrade
@@ -96,7 +102,10 @@ async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<()
     })?;
     if matches!(
         command,
-        Command::Prompt { .. } | Command::Answer { .. } | Command::Approve | Command::Deny { .. }
+        Command::Prompt { .. }
+            | Command::Answer { .. }
+            | Command::Approve { .. }
+            | Command::Deny { .. }
     ) {
         shared.accepting()?;
     }

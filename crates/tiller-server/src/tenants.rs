@@ -94,12 +94,40 @@ impl Tokens {
     }
 }
 
+/// Whose something is, and what a caller may see: a tenant (`None` on an open
+/// server) and, within it, a user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Scope {
+    /// The tenant.
+    pub(crate) tenant: Option<String>,
+    /// The user, when the token (or a trusted `X-User-Id`) names one.
+    pub(crate) user: Option<String>,
+}
+
+impl Scope {
+    /// Whether a caller of this scope may see what `owner` owns: its tenant's,
+    /// and only its own when the caller is a user.
+    pub(crate) fn sees(&self, owner: &Scope) -> bool {
+        self.tenant == owner.tenant && (self.user.is_none() || self.user == owner.user)
+    }
+}
+
 /// The caller of a request.
 pub(crate) struct Caller {
     /// The tenant, `None` on an open server.
     pub(crate) tenant: Option<String>,
     /// Who agents it creates work for.
     pub(crate) context: AgentContext,
+}
+
+impl Caller {
+    /// What the caller may see, and owns what it creates.
+    pub(crate) fn scope(&self) -> Scope {
+        Scope {
+            tenant: self.tenant.clone(),
+            user: self.context.ids().user_id.clone(),
+        }
+    }
 }
 
 /// The caller `headers` say: by its bearer token when tokens are configured; with

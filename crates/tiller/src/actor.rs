@@ -545,6 +545,15 @@ impl ActorState {
         message: AgentMessage,
         reply: Option<RpcReplyPort<Result<(), AgentError>>>,
     ) {
+        if let Err(full) = self.room_for(queue, &message) {
+            match reply {
+                Some(reply) => {
+                    let _ = reply.send(Err(full));
+                }
+                None => tracing::warn!(agent = %self.agent.id, error = %full, "a message was not queued"),
+            }
+            return;
+        }
         let seq = self.next_queue_seq;
         self.next_queue_seq += 1;
         let write = self.agent.write(Change::Enqueue {
@@ -554,6 +563,28 @@ impl ActorState {
         });
         self.queue_mut(queue).push_back((seq, message));
         self.commit(vec![write], reply);
+    }
+
+    /// Whether `queue` has room for `message` under the settings' limits.
+    fn room_for(&self, queue: QueueKind, message: &AgentMessage) -> Result<(), AgentError> {
+        let limits = self.settings.queue_limits;
+        let (held, name) = match queue {
+            QueueKind::Steering => (&self.steering, "steering"),
+            QueueKind::FollowUp => (&self.follow_up, "follow-up"),
+        };
+        let bytes = held
+            .iter()
+            .map(|(_, queued)| json_bytes(queued))
+            .sum::<usize>()
+            + json_bytes(message);
+        if held.len() < limits.max_messages && bytes <= limits.max_bytes {
+            return Ok(());
+        }
+        Err(AgentError::QueueFull {
+            queue: name,
+            max_messages: limits.max_messages,
+            max_bytes: limits.max_bytes,
+        })
     }
 
     fn queue_mut(&mut self, queue: QueueKind) -> &mut VecDeque<(u64, AgentMessage)> {
@@ -1022,4 +1053,22 @@ fn queue_source(
             taken.await.unwrap_or_default()
         })
     })
+}
+
+/// The length of `message` as JSON, counted without writing it anywhere.
+fn json_bytes(message: &AgentMessage) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Counting cannot fail, and messages serialize.
+    let _ = serde_json::to_writer(&mut count, message);
+    count.0
 }

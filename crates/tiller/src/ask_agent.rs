@@ -207,7 +207,9 @@ impl AskAgent {
         let waiting = child.state().await.map_err(failed)?.waiting;
         let prompt = match waiting.first() {
             // The user approved what the sub-agent asked for: it goes on.
-            Some(UserRequest::Approval { .. }) if ctx.approved() => Prompt::Reply(Reply::Approve),
+            Some(request @ UserRequest::Approval { .. }) if ctx.approved() => {
+                Prompt::Reply(Reply::approve(request.tool_call_id()))
+            }
             // A request the sub-agent left open last time is moot now.
             Some(_) => {
                 child.abort();

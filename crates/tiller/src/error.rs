@@ -47,11 +47,32 @@ pub enum AgentError {
         /// The oldest open request.
         waiting: Box<UserRequest>,
     },
+    /// The steering or follow-up queue holds as much as its
+    /// [`crate::QueueLimits`] allow; the message was not queued.
+    #[error(
+        "the {queue} queue is full (at most {max_messages} messages and {max_bytes} bytes): wait for the run to take some"
+    )]
+    QueueFull {
+        /// `steering` or `follow-up`.
+        queue: &'static str,
+        /// The most messages it holds.
+        max_messages: usize,
+        /// The most bytes it holds.
+        max_bytes: usize,
+    },
     /// A reply was given, but no tool call waits for one.
     #[error("no tool call waits for a reply")]
     NothingToReply,
-    /// The waiting request wants another kind of reply: an answer for a question,
-    /// approve or deny for an approval.
+    /// A reply names a request that is not open.
+    #[error("no open request has the id `{request_id}`; the open ones are {}", open.join(", "))]
+    NoSuchRequest {
+        /// The id the reply gave.
+        request_id: String,
+        /// The ids of the open requests, oldest first.
+        open: Vec<String>,
+    },
+    /// The request the reply names wants another kind of reply: an answer for a
+    /// question, approve or deny for an approval.
     #[error("the reply does not fit the waiting request ({})", describe(waiting))]
     ReplyDoesNotFit {
         /// The oldest open request.
@@ -84,6 +105,9 @@ impl From<ContinueError> for AgentError {
             ContinueError::EmptyContext => AgentError::NothingToContinue,
             ContinueError::EndsWithAssistant => AgentError::CannotContinueFromAssistant,
             ContinueError::NothingToReply => AgentError::NothingToReply,
+            ContinueError::NoSuchRequest { request_id, open } => {
+                AgentError::NoSuchRequest { request_id, open }
+            }
             ContinueError::ReplyDoesNotFit { waiting } => AgentError::ReplyDoesNotFit { waiting },
             ContinueError::WaitingForReply { waiting } => AgentError::WaitingForReply { waiting },
         }
@@ -99,6 +123,17 @@ pub enum SpawnError {
     /// Another agent has this name.
     #[error("an agent named `{0}` already exists")]
     NameTaken(String),
+    /// An id, session id or name the spec gives is not one (see
+    /// [`crate::MAX_ID_BYTES`]).
+    #[error("the {field} `{shown}` cannot be used: {reason}", shown = .value.escape_debug().to_string().chars().take(64).collect::<String>())]
+    InvalidId {
+        /// Which: `id`, `session` or `name`.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The supervisor is shut down.
     #[error("the supervisor is shut down")]
     ShutDown,

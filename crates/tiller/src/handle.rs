@@ -168,27 +168,38 @@ impl AgentHandle {
         Ok(!state.steering_queue.is_empty() || !state.follow_up_queue.is_empty())
     }
 
-    /// Answers the question a tool asked ([`ToolError::NeedsInput`](tiller_core::ToolError::NeedsInput)):
-    /// a run starts that gives the answer to the model, which calls the tool again.
-    /// Returns once the run is accepted; [`AgentError::NothingToReply`] when no
-    /// question waits, [`AgentError::ReplyDoesNotFit`] when the oldest request is
-    /// an approval.
-    pub async fn answer(&self, text: impl Into<String>) -> Result<(), AgentError> {
-        self.prompt(Prompt::Reply(Reply::Answer { text: text.into() }))
+    /// Answers the question the call `request_id` asked
+    /// ([`ToolError::NeedsInput`](tiller_core::ToolError::NeedsInput)): a run starts
+    /// that gives the answer to the model, which calls the tool again. Returns once
+    /// the run is accepted; [`AgentError::NothingToReply`] when no request waits,
+    /// [`AgentError::NoSuchRequest`] when none has that id,
+    /// [`AgentError::ReplyDoesNotFit`] when it is an approval.
+    pub async fn answer(
+        &self,
+        request_id: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::answer(request_id, text)))
             .await
     }
 
-    /// Approves the oldest call waiting for approval: a run starts that runs it and
-    /// goes on. Returns once the run is accepted.
-    pub async fn approve(&self) -> Result<(), AgentError> {
-        self.prompt(Prompt::Reply(Reply::Approve)).await
+    /// Approves the call `request_id`, waiting for approval: a run starts that runs
+    /// it and goes on (or parks again while other requests of its turn are open).
+    /// Returns once the run is accepted.
+    pub async fn approve(&self, request_id: impl Into<String>) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::approve(request_id))).await
     }
 
-    /// Denies the oldest call waiting for approval: a run starts in which the call's
-    /// result is an error saying so (and `reason`), and goes on. Returns once the
-    /// run is accepted.
-    pub async fn deny(&self, reason: Option<String>) -> Result<(), AgentError> {
-        self.prompt(Prompt::Reply(Reply::Deny { reason })).await
+    /// Denies the call `request_id`, waiting for approval: a run starts in which the
+    /// call's result is an error saying so (and `reason`), and goes on. Returns once
+    /// the run is accepted.
+    pub async fn deny(
+        &self,
+        request_id: impl Into<String>,
+        reason: Option<String>,
+    ) -> Result<(), AgentError> {
+        self.prompt(Prompt::Reply(Reply::deny(request_id, reason)))
+            .await
     }
 
     /// Aborts the active run: the response stops, running tools are cancelled, every

@@ -81,10 +81,10 @@ pub use handle::AgentHandle;
 pub use llm::{LlmConfig, LlmConfigs, LlmError};
 pub use message::{AgentMsg, Queues, SettingsChange};
 pub use overrides::RunOverrides;
-pub use settings::{AgentSettings, OnMessage, QueueMode, SystemPromptFn};
+pub use settings::{AgentSettings, OnMessage, QueueLimits, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
-pub use supervisor::{AgentSpec, Supervisor, SupervisorConfig};
+pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor, SupervisorConfig};
 pub use tiller_core::ToolFilter;
 pub use tool_registry::ToolRegistry;
 

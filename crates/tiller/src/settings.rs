@@ -26,6 +26,25 @@ pub enum QueueMode {
     All,
 }
 
+/// How much a steering or follow-up queue holds at most: past either bound, a
+/// message is refused with [`crate::AgentError::QueueFull`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueLimits {
+    /// The most messages one queue holds (default 256).
+    pub max_messages: usize,
+    /// The most bytes one queue holds, counted as the messages' JSON (default 1 MiB).
+    pub max_bytes: usize,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        QueueLimits {
+            max_messages: 256,
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
 /// Runs in the agent for every message added to its transcript, in order, before
 /// subscribers see it (after the store was given it). A panic here fails the agent,
 /// which its supervisor restarts from its session.
@@ -69,6 +88,8 @@ pub struct AgentSettings {
     pub steering_mode: QueueMode,
     /// How many follow-up messages one delivery takes.
     pub follow_up_mode: QueueMode,
+    /// How much each of the steering and follow-up queues holds at most.
+    pub queue_limits: QueueLimits,
     /// Runs for every message added to the transcript.
     pub on_message: Option<OnMessage>,
     /// How a transcript reloaded from the store is compressed (long assistant
@@ -87,6 +108,7 @@ impl Default for AgentSettings {
             run: RunOptions::default(),
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
+            queue_limits: QueueLimits::default(),
             on_message: None,
             compression: None,
         }
@@ -106,6 +128,7 @@ impl fmt::Debug for AgentSettings {
             .field("run", &self.run)
             .field("steering_mode", &self.steering_mode)
             .field("follow_up_mode", &self.follow_up_mode)
+            .field("queue_limits", &self.queue_limits)
             .field("on_message", &self.on_message.as_ref().map(|_| "set"))
             .field("compression", &self.compression)
             .finish()

@@ -42,7 +42,8 @@ pub struct AgentState {
     /// The error of the last run's last turn, if it ended in one.
     pub error: Option<String>,
     /// Tool calls parked on the user's reply, oldest first (see
-    /// [`tiller_core::request`]); the oldest is the one a reply resolves.
+    /// [`tiller_core::request`]); a reply names the one it resolves by its
+    /// `tool_call_id`.
     pub waiting: Vec<UserRequest>,
 }
 

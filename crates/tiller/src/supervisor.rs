@@ -211,6 +211,28 @@ impl Actor for SupervisorActor {
     }
 }
 
+/// The longest id, session id or agent name a spec may give, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Refuses an id, session id or name (`field`) that is empty, longer than
+/// [`MAX_ID_BYTES`], or holds control characters.
+fn check_id(field: &'static str, value: &str) -> Result<(), SpawnError> {
+    let reason = if value.trim().is_empty() {
+        "it is empty"
+    } else if value.len() > MAX_ID_BYTES {
+        "it is longer than 256 bytes"
+    } else if value.chars().any(char::is_control) {
+        "it holds control characters"
+    } else {
+        return Ok(());
+    };
+    Err(SpawnError::InvalidId {
+        field,
+        value: value.to_owned(),
+        reason,
+    })
+}
+
 impl Supervisor {
     /// Starts a supervisor with the default configuration, keeping sessions in memory.
     pub async fn start() -> Result<Self, SpawnError> {
@@ -261,6 +283,15 @@ impl Supervisor {
         let inner = &self.inner;
         if inner.shut_down.load(Ordering::Acquire) {
             return Err(SpawnError::ShutDown);
+        }
+        for (field, value) in [
+            ("id", &spec.id),
+            ("session", &spec.session),
+            ("name", &spec.name),
+        ] {
+            if let Some(value) = value {
+                check_id(field, value)?;
+            }
         }
         let id = AgentId::from(
             spec.id

@@ -96,13 +96,13 @@ async fn the_tool_asks_the_user_answers_and_the_tool_succeeds() {
         }
     );
     assert_eq!(
-        agent.approve().await.unwrap_err(),
+        agent.approve("c1").await.unwrap_err(),
         AgentError::ReplyDoesNotFit {
             waiting: Box::new(question())
         }
     );
 
-    agent.answer("Friday 10:00").await.unwrap();
+    agent.answer("c1", "Friday 10:00").await.unwrap();
     agent.wait_for_idle().await;
     assert_eq!(agent.status(), AgentStatus::Idle);
     assert_eq!(*done.lock().unwrap(), ["call Juan @ Friday 10:00"]);
@@ -121,7 +121,7 @@ async fn the_tool_asks_the_user_answers_and_the_tool_succeeds() {
         ]
     );
     assert_eq!(
-        agent.answer("again").await.unwrap_err(),
+        agent.answer("c1", "again").await.unwrap_err(),
         AgentError::NothingToReply
     );
     supervisor.shutdown().await;
@@ -166,7 +166,7 @@ async fn a_parked_run_survives_a_restart_on_sqlite() {
         json!({"what": "call Juan", "due": "Friday"}),
     ));
     faux.push(FauxTurn::text("Done."));
-    agent.answer("Friday").await.unwrap();
+    agent.answer("c1", "Friday").await.unwrap();
     agent.wait_for_idle().await;
     assert_eq!(*done.lock().unwrap(), ["call Juan @ Friday"]);
     // The model saw the question answered as the parked call's result.
@@ -247,14 +247,14 @@ async fn approvals_park_the_call_until_approved_or_denied() {
         }]
     );
     faux.push(FauxTurn::text("Kept it."));
-    agent.deny(Some("keep it".into())).await.unwrap();
+    agent.deny("a", Some("keep it".into())).await.unwrap();
     agent.wait_for_idle().await;
     assert!(deleted.lock().unwrap().is_empty());
 
     faux.push(FauxTurn::new().with_tool_call_id("b", "delete", json!({"path": "/b"})));
     agent.run("delete /b").await.unwrap();
     faux.push(FauxTurn::text("Deleted."));
-    agent.approve().await.unwrap();
+    agent.approve("b").await.unwrap();
     agent.wait_for_idle().await;
     assert_eq!(*deleted.lock().unwrap(), ["/b"]);
     let state = agent.state().await.unwrap();

@@ -390,7 +390,8 @@ async fn an_approved_call_caught_mid_tool_is_answered_interrupted_not_asked_agai
         .await
         .unwrap();
     assert_eq!(agent.run("Charge it.").await.unwrap().end, RunEnd::Parked);
-    agent.approve().await.unwrap();
+    let waiting = agent.state().await.unwrap().waiting;
+    agent.approve(waiting[0].tool_call_id()).await.unwrap();
     started.notified().await;
 
     // Another process takes the session over while the tool runs.

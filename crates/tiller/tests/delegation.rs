@@ -375,7 +375,7 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
     faux.push(ask("p2", "writer", "remind me on Friday"));
     faux.push(FauxTurn::text("Reminder on Friday."));
     faux.push(FauxTurn::text("Done."));
-    planner.answer("Friday").await.unwrap();
+    planner.answer("p1", "Friday").await.unwrap();
     planner.wait_for_idle().await;
     let state = planner.state().await.unwrap();
     let last = state.messages.last().unwrap().as_assistant().unwrap();
@@ -571,7 +571,7 @@ async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
     faux.push(FauxTurn::text("You are u-7."));
     faux.push(FauxTurn::text("Done."));
     let outcome = planner
-        .run(tiller::Prompt::Reply(tiller::Reply::Approve))
+        .run(tiller::Prompt::Reply(tiller::Reply::approve("p1")))
         .await
         .unwrap();
     assert_eq!(outcome.text(), "Done.");
