@@ -89,7 +89,7 @@ pub use run::{
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{
     AgentTool, FnTool, IntoToolOutput, ToolContext, ToolError, ToolExecution, ToolOutput,
-    decode_arguments, parameters_schema, tool_result,
+    decode_arguments, json_len, parameters_schema, tool_result,
 };
 pub use toolset::{ToolFilter, ToolSet, ToolSetError};
 pub use transcript::{TranscriptError, answer_open_calls, check_transcript};

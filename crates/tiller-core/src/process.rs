@@ -14,6 +14,20 @@
 
 use tokio::process::Command;
 
+/// The variables every program a tool starts gets (when Tiller has them).
+pub const BASE_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
+
+/// Gives `command` a clean environment: [`BASE_ENV`] and the variables `pass`
+/// names, from this process's, and nothing else (no provider keys).
+pub fn clean_env<'a>(command: &mut Command, pass: impl IntoIterator<Item = &'a str>) {
+    command.env_clear();
+    for name in BASE_ENV.into_iter().chain(pass) {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+}
+
 /// Sets up `command` so that its child dies with this process (see the module
 /// docs): a process group of its own, killed on drop, and on Linux the
 /// parent-death signal.

@@ -135,8 +135,15 @@ impl ToolOutput {
     /// Keeps at most `max_bytes` of content (text, and images by their encoded size),
     /// cutting text at a character boundary and dropping what follows, then says so
     /// in a last text block: `[… 1234 more bytes cut: the output exceeded the limit
-    /// of 1000 bytes]`. Returns how many bytes were dropped (0 leaves it untouched).
+    /// of 1000 bytes]`. Details longer than `max_bytes` as JSON are replaced by
+    /// `{"cut": "…"}` saying so. Returns how many bytes of content were dropped (0
+    /// leaves the content untouched).
     pub fn cut_to(&mut self, max_bytes: usize) -> usize {
+        if !self.details.is_null() && json_len(&self.details) > max_bytes {
+            self.details = serde_json::json!({
+                "cut": format!("the details exceeded the limit of {max_bytes} bytes")
+            });
+        }
         let size = |content: &Content| match content {
             Content::Text(text) => text.text.len(),
             Content::Image(image) => image.data.len(),
@@ -183,6 +190,24 @@ impl ToolOutput {
 }
 
 /// How a cut is shown to the model and the user.
+/// The length of `value` as JSON, counted without writing it anywhere.
+pub fn json_len(value: &impl Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Counting cannot fail, and what is counted serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 fn cut_note(dropped: u64, max_bytes: usize) -> String {
     format!("[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]")
 }

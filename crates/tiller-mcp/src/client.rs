@@ -155,6 +155,11 @@ impl Shared {
 
     /// The live connection, for a call of the tool `remote`; the reason it cannot
     /// be made when the server is away or no longer offers the tool.
+    /// How long one tool call may take.
+    pub(crate) fn call_timeout(&self) -> std::time::Duration {
+        self.config.call_timeout
+    }
+
     pub(crate) fn peer_for(&self, remote: &str) -> Result<Peer<RoleClient>, ToolError> {
         let peer = read(&self.peer).clone().map_err(|why| {
             ToolError::new(format!(
@@ -209,7 +214,12 @@ impl Shared {
                 }
                 (None, Some((program, args))) => {
                     let mut command = tokio::process::Command::new(program);
-                    command.args(args).envs(&config.env);
+                    command.args(args);
+                    tiller_core::process::clean_env(
+                        &mut command,
+                        config.pass_env.iter().map(String::as_str),
+                    );
+                    command.envs(&config.env);
                     tiller_core::process::contain(&mut command);
                     if let Some(cwd) = &config.cwd {
                         command.current_dir(cwd);
@@ -417,10 +427,45 @@ impl ClientHandler for Handler {
     }
 }
 
-/// A command's stderr, line by line, as debug logs.
+/// The most bytes of one line of a server's stderr that are logged; the rest of
+/// the line is read and dropped.
+const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// A command's stderr, line by line (each cut to [`MAX_STDERR_LINE`] bytes), as
+/// debug logs; read to its end whatever it holds, so the server never blocks on
+/// a full pipe.
 async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::with_capacity(256);
+    let mut dropped = 0usize;
+    loop {
+        let buffer = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buffer) => buffer,
+        };
+        let end = memchr::memchr(b'\n', buffer);
+        let part = &buffer[..end.unwrap_or(buffer.len())];
+        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&part[..part.len().min(room)]);
+        dropped += part.len().saturating_sub(room);
+        let used = end.map_or(buffer.len(), |end| end + 1);
+        reader.consume(used);
+        if end.is_some() {
+            log_line(&server, &line, dropped);
+            line.clear();
+            dropped = 0;
+        }
+    }
+    if !line.is_empty() {
+        log_line(&server, &line, dropped);
+    }
+}
+
+fn log_line(server: &str, line: &[u8], dropped: usize) {
+    let line = String::from_utf8_lossy(line);
+    if dropped > 0 {
+        tracing::debug!(server = %server, dropped, "{line} [… {dropped} more bytes dropped]");
+    } else {
         tracing::debug!(server = %server, "{line}");
     }
 }

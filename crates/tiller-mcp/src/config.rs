@@ -19,9 +19,14 @@ pub struct McpServer {
     /// A command line that runs the server over stdio (`[program, args…]`).
     #[serde(default)]
     pub command: Vec<String>,
-    /// Variables set for the command.
+    /// Variables set for the command. The command starts with a clean
+    /// environment, as command tools do: `PATH`, `HOME` and `LANG`, the variables
+    /// [`McpServer::pass_env`] names, and these.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables of Tiller's environment passed on to the command, by name.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
     /// The folder the command runs in (the caller's when `None`).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
@@ -59,6 +64,13 @@ pub struct McpServer {
         rename = "reconnect_delay_ms"
     )]
     pub reconnect_delay: Duration,
+    /// How long one tool call may take before it is cancelled and fails.
+    #[serde(
+        default = "default_call_timeout",
+        with = "millis",
+        rename = "call_timeout_ms"
+    )]
+    pub call_timeout: Duration,
     /// The longest wait between two attempts to reconnect.
     #[serde(
         default = "default_max_reconnect_delay",
@@ -72,6 +84,10 @@ pub struct McpServer {
 
 fn default_connect_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_call_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_reconnect_delay() -> Duration {
@@ -98,6 +114,7 @@ impl McpServer {
             name: name.into(),
             command: Vec::new(),
             env: BTreeMap::new(),
+            pass_env: Vec::new(),
             cwd: None,
             url: None,
             headers: BTreeMap::new(),
@@ -106,6 +123,7 @@ impl McpServer {
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             connect_timeout: default_connect_timeout(),
+            call_timeout: default_call_timeout(),
             reconnect_delay: default_reconnect_delay(),
             max_reconnect_delay: default_max_reconnect_delay(),
             bearer_token: None,

@@ -12,7 +12,7 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, ContentBlock, ResourceContents, ServerResult,
 };
-use rmcp::service::PeerRequestOptions;
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 use tiller_ai::{Content, ImageContent};
 use tiller_core::{AgentTool, ToolContext, ToolError, ToolOutput};
@@ -67,8 +67,11 @@ impl AgentTool for McpTool {
                 ))
             };
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let timeout = self.client.shared().call_timeout();
+            let mut options = PeerRequestOptions::no_options();
+            options.timeout = Some(timeout);
             let handle = peer
-                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .send_request_with_option(request, options)
                 .await
                 .map_err(|error| failed(&error))?;
             // The request's own progress token: its notifications are this call's.
@@ -78,7 +81,16 @@ impl AgentTool for McpTool {
                 .track_progress(&handle.progress_token, &ctx);
             let id = handle.id.clone();
             let response = tokio::select! {
-                response = handle.await_response() => response.map_err(|error| failed(&error))?,
+                response = handle.await_response() => response.map_err(|error| match error {
+                    // The library told the server to stop the call.
+                    ServiceError::Timeout { .. } => ToolError::new(format!(
+                        "MCP server `{}`: `{}` did not answer within {} ms, and was cancelled",
+                        self.client.name(),
+                        self.remote,
+                        timeout.as_millis()
+                    )),
+                    error => failed(&error),
+                })?,
                 () = ctx.cancel().cancelled() => {
                     // The run was aborted: the server is told to stop.
                     let _ = peer

@@ -499,9 +499,12 @@ pub(crate) async fn events(
                 })?,
         ),
     };
+    let slot = shared.stream_slot(&headers)?;
     let counted = shared.clone();
     let events =
         until_closing(shared.follow(&agent, last_seen), &shared.closing).map(move |envelope| {
+            // Held while the stream is.
+            let _ = &slot;
             counted.metrics.event_streamed();
             Ok::<_, std::convert::Infallible>(to_sse(&envelope))
         });
@@ -518,6 +521,7 @@ pub(crate) async fn all_events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let scope = shared.caller(&headers)?.scope();
+    let slot = shared.stream_slot(&headers)?;
     let visible = {
         let shared = shared.clone();
         move |id: &str| shared.visible(&scope, id)
@@ -525,6 +529,8 @@ pub(crate) async fn all_events(
     let counted = shared.clone();
     let following = Box::pin(crate::events::following(shared.clone(), visible));
     let events = until_closing(following, &shared.closing).map(move |envelope| {
+        // Held while the stream is.
+        let _ = &slot;
         counted.metrics.event_streamed();
         Ok::<_, std::convert::Infallible>(crate::events::unnumbered(&envelope))
     });

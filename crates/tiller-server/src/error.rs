@@ -142,6 +142,8 @@ impl From<SpawnError> for Problem {
             },
             SpawnError::MissingTools { .. } => Problem::invalid(None, detail),
             SpawnError::InvalidId { field, .. } => Problem::invalid(Some(field.to_owned()), detail),
+            // Answered as a session that does not exist: nothing is learnt of it.
+            SpawnError::NotOwner { session } => Problem::unknown_session(&session),
             SpawnError::Store(StoreError::SessionExists(_)) => Problem {
                 field: Some("id".to_owned()),
                 ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)

@@ -50,6 +50,7 @@
 //! ```
 
 mod agents;
+mod connections;
 mod error;
 mod events;
 mod inline;
@@ -57,6 +58,7 @@ mod mcp;
 mod metrics;
 mod origin;
 mod proxy;
+mod quota;
 mod sessions;
 mod shutdown;
 mod socket;
@@ -71,7 +73,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Html;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use dashmap::DashMap;
 use tiller::tiller_mcp::McpHttpConfig;
 use tiller::{AgentId, Definitions, Supervisor};
@@ -132,6 +133,16 @@ pub struct ServerConfig {
     /// own whose pages may call the API from a browser; any other `Origin` is
     /// refused (403 `cross-origin`).
     pub allowed_origins: Vec<String>,
+    /// How long a client has to send a request's head, on a new connection and
+    /// between requests on a kept-alive one (the connection is closed past it).
+    pub header_timeout: Duration,
+    /// The most connections open at once; one past it is answered 503
+    /// `too-many-connections` and closed.
+    pub max_connections: usize,
+    /// The most event streams (server-sent events, WebSockets, `GET /events`, pi
+    /// proxy calls) one caller (a token, or everyone on an open server) holds
+    /// open at once (429 `too-many-streams` past it).
+    pub max_streams_per_caller: usize,
     /// The most MCP sessions open at once on `/mcp` (503 past it).
     pub max_mcp_sessions: usize,
     /// How long an MCP session may go without a request before it ends.
@@ -156,6 +167,9 @@ impl Default for ServerConfig {
             allowed_hosts: McpHttpConfig::default().allowed_hosts,
             allowed_origins: Vec::new(),
             trust_inline_definitions: false,
+            header_timeout: Duration::from_secs(10),
+            max_connections: 1_024,
+            max_streams_per_caller: 64,
             max_mcp_sessions: 256,
             mcp_idle_timeout: Duration::from_secs(300),
         }
@@ -168,6 +182,8 @@ pub(crate) struct Shared {
     definitions: Definitions,
     config: ServerConfig,
     replays: DashMap<AgentId, Arc<Replay>>,
+    /// How many event streams each caller holds open ([`quota`]).
+    streams: DashMap<tenants::Scope, usize>,
     /// Whose each agent created through the API is.
     owners: DashMap<AgentId, tenants::Scope>,
     /// The models `POST /api/stream` calls.
@@ -209,6 +225,7 @@ impl Server {
                 created: tokio::sync::broadcast::Sender::new(1_024),
                 replays: DashMap::new(),
                 owners: DashMap::new(),
+                streams: DashMap::new(),
                 stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),
@@ -293,20 +310,12 @@ impl Server {
     ) -> std::io::Result<()> {
         let router = self.router();
         let shared = self.shared.clone();
-        // Events are small writes that must leave at once: without TCP_NODELAY,
-        // Nagle's algorithm holds each until the last is acknowledged, which a
-        // client's delayed ACK stretches to tens of milliseconds.
-        let listener = listener.tap_io(|connection| {
-            // Err only for a connection already closed.
-            let _ = connection.set_nodelay(true);
-        });
-        let result = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                shared.drain().await;
-            })
-            .await;
+        connections::serve(listener, router, &self.shared.config, async move {
+            shutdown.await;
+            shared.drain().await;
+        })
+        .await;
         self.shared.supervisor.shutdown().await;
-        result
+        Ok(())
     }
 }

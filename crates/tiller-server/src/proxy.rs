@@ -99,7 +99,7 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, PiProblem> {
-    shared.caller(&headers)?;
+    let slot = shared.stream_slot(&headers)?;
     let request: ProxyRequest = decode(body)?;
     let (model, served) = shared
         .proxy_models
@@ -133,6 +133,8 @@ pub(crate) async fn stream(
     let frames = tiller::tiller_ai::stream(model, &context, &call)
         .enumerate()
         .map(move |(index, event)| {
+            // Held while the call streams.
+            let _ = &slot;
             if index == 0 {
                 counted.metrics.proxy_first_event(started.elapsed());
             }

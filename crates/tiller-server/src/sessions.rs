@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus};
+use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus, is_within};
 use tiller::{AgentHandle, AgentInfo, AgentMessage};
 
 use crate::Shared;
@@ -234,8 +234,11 @@ pub(crate) async fn delete(
 ) -> Result<StatusCode, Problem> {
     let caller = shared.caller(&headers)?;
     shared.session(&caller, &id).await?;
-    if shared.holder(&id).is_some() {
-        shared.stop(&id).await;
+    // The agent holding it and its sub-agents (whose sessions go with it).
+    for agent in shared.supervisor.list() {
+        if is_within(agent.id.as_str(), &id) {
+            shared.stop(agent.id.as_str()).await;
+        }
     }
     if !shared.supervisor.store().delete(&id).await? {
         return Err(Problem::unknown_session(&id));

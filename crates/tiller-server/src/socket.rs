@@ -28,6 +28,7 @@ use tiller::AgentHandle;
 use crate::Shared;
 use crate::agents::Command;
 use crate::error::Problem;
+use crate::quota::StreamSlot;
 use crate::shutdown::until_closing;
 
 /// `?after=N`: resume after event `N`.
@@ -48,14 +49,22 @@ pub(crate) async fn socket(
     let upgrade = upgrade.map_err(|rejection| {
         Problem::new(rejection.status(), "not-a-websocket", rejection.body_text())
     })?;
+    let slot = shared.stream_slot(&headers)?;
     let Query(After { after }) = after
         .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
     Ok(upgrade
         .max_message_size(shared.config.max_body_bytes)
-        .on_upgrade(move |socket| serve(shared, agent, after, socket)))
+        .on_upgrade(move |socket| serve(shared, agent, after, socket, slot)))
 }
 
-async fn serve(shared: Arc<Shared>, agent: AgentHandle, after: Option<u64>, socket: WebSocket) {
+/// Serves one socket, holding its caller's stream `_slot` until it closes.
+async fn serve(
+    shared: Arc<Shared>,
+    agent: AgentHandle,
+    after: Option<u64>,
+    socket: WebSocket,
+    _slot: StreamSlot,
+) {
     let (mut outgoing, mut incoming) = socket.split();
     // Ends when the server closes its streams, after the events published by then.
     let mut events = until_closing(shared.follow(&agent, after), &shared.closing);

@@ -96,7 +96,7 @@ impl Tokens {
 
 /// Whose something is, and what a caller may see: a tenant (`None` on an open
 /// server) and, within it, a user.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Scope {
     /// The tenant.
     pub(crate) tenant: Option<String>,

@@ -99,8 +99,20 @@ pub trait SessionStore: Send + Sync + 'static {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Arc<tiller_core::AgentMessage>>, StoreError>>;
 
-    /// Deletes session `id` with its messages and queue; whether it existed.
+    /// Deletes session `id` and its sub-agents' sessions (`{id}/…`), with their
+    /// messages and queues, at once; whether `id` existed.
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Deletes every closed session last changed before `before` (milliseconds
+    /// since the Unix epoch), with its messages and queues; how many went.
+    fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+/// Whether `session` is `id` or a sub-agent's session under it (`{id}/…`).
+pub fn is_within(session: &str, id: &str) -> bool {
+    session
+        .strip_prefix(id)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Opens the store a URL names: `memory:`, `sqlite://PATH` (created when missing)

@@ -244,6 +244,18 @@ impl SessionStore for MemoryStore {
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(ready(Ok(self.lock().remove(id).is_some())))
+        let mut sessions = self.lock();
+        let existed = sessions.contains_key(id);
+        sessions.retain(|session, _| !crate::is_within(session, id));
+        Box::pin(ready(Ok(existed)))
+    }
+
+    fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let mut sessions = self.lock();
+        let held = sessions.len();
+        sessions.retain(|_, session| {
+            session.record.status != crate::SessionStatus::Closed || session.record.updated_at >= before
+        });
+        Box::pin(ready(Ok((held - sessions.len()) as u64)))
     }
 }

@@ -1239,24 +1239,60 @@ impl SessionStore for SqlStore {
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
+            // `{id}/…` by its first characters: `LIKE` would read `%` and `_` in
+            // an id as patterns.
+            let prefix = format!("{id}/");
+            let length = i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX);
             let mut tx = self.pool.begin().await.map_err(database)?;
-            for table in ["tiller_messages", "tiller_queued"] {
+            let existed = sqlx::query("SELECT id FROM tiller_sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(database)?
+                .is_some();
+            for (table, column) in [
+                ("tiller_messages", "session_id"),
+                ("tiller_queued", "session_id"),
+                ("tiller_sessions", "id"),
+            ] {
                 sqlx::query(AssertSqlSafe(format!(
-                    "DELETE FROM {table} WHERE session_id = $1"
+                    "DELETE FROM {table} WHERE {column} = $1 OR substr({column}, 1, $3) = $2"
                 )))
                 .bind(id)
+                .bind(&prefix)
+                .bind(length)
                 .execute(&mut *tx)
                 .await
                 .map_err(database)?;
             }
-            let deleted = sqlx::query("DELETE FROM tiller_sessions WHERE id = $1")
-                .bind(id)
+            tx.commit().await.map_err(database)?;
+            Ok(existed)
+        })
+    }
+
+    fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            const OLD: &str = "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
+            let mut tx = self.pool.begin().await.map_err(database)?;
+            for table in ["tiller_messages", "tiller_queued"] {
+                sqlx::query(AssertSqlSafe(format!(
+                    "DELETE FROM {table} WHERE session_id IN ({OLD})"
+                )))
+                .bind(before)
                 .execute(&mut *tx)
                 .await
-                .map_err(database)?
-                .rows_affected();
+                .map_err(database)?;
+            }
+            let pruned = sqlx::query(
+                "DELETE FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1",
+            )
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?
+            .rows_affected();
             tx.commit().await.map_err(database)?;
-            Ok(deleted > 0)
+            Ok(pruned)
         })
     }
 }

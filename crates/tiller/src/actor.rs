@@ -574,9 +574,9 @@ impl ActorState {
         };
         let bytes = held
             .iter()
-            .map(|(_, queued)| json_bytes(queued))
+            .map(|(_, queued)| tiller_core::json_len(queued))
             .sum::<usize>()
-            + json_bytes(message);
+            + tiller_core::json_len(message);
         if held.len() < limits.max_messages && bytes <= limits.max_bytes {
             return Ok(());
         }
@@ -1055,20 +1055,3 @@ fn queue_source(
     })
 }
 
-/// The length of `message` as JSON, counted without writing it anywhere.
-fn json_bytes(message: &AgentMessage) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Counting cannot fail, and messages serialize.
-    let _ = serde_json::to_writer(&mut count, message);
-    count.0
-}

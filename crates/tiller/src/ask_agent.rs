@@ -157,7 +157,7 @@ impl AskAgent {
         })?;
         let mut path = caller.0.clone();
         path.push(name.to_owned());
-        let session = format!(
+        let mut session = format!(
             "{}/{name}",
             ctx.agent().session_id().unwrap_or(ctx.call_id())
         );
@@ -170,6 +170,9 @@ impl AskAgent {
             .filter(|_| self.config.allow_user_override)
         {
             context = context.with_user_id(user);
+            // Each user's conversation with the sub-agent is a session of its
+            // own, which only that user's calls bring up.
+            session = format!("{session}@{user}");
         }
         let spec = spec.with_context(context);
         let cannot = |error: SpawnError| ToolError::new(format!("cannot start `{name}`: {error}"));

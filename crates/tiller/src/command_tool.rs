@@ -42,8 +42,7 @@ pub const STDERR_TAIL: usize = 16 * 1024;
 /// `{"field": …, "question": …}` on standard output).
 pub const NEEDS_INPUT_EXIT: i32 = 75;
 
-/// The variables every program gets (when Tiller has them).
-pub const BASE_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
+pub use tiller_core::process::BASE_ENV;
 
 /// A tool that runs a program (see the module docs).
 #[derive(Debug, Clone)]
@@ -110,16 +109,7 @@ impl CommandTool {
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let input = serde_json::to_vec(&args)?;
         let mut command = Command::new(&self.program);
-        command.env_clear();
-        for name in BASE_ENV
-            .iter()
-            .copied()
-            .chain(self.env.iter().map(String::as_str))
-        {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
+        tiller_core::process::clean_env(&mut command, self.env.iter().map(String::as_str));
         // The call's id, stable across restarts: the key to hand an outside system
         // so that a call it has seen is not carried out twice.
         command.env("TILLER_CALL_ID", ctx.call_id());

@@ -134,6 +134,13 @@ pub enum SpawnError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The stored session belongs to another tenant or user than the spec's
+    /// context: it is not brought up.
+    #[error("session `{session}` belongs to another tenant or user")]
+    NotOwner {
+        /// The session.
+        session: String,
+    },
     /// The supervisor is shut down.
     #[error("the supervisor is shut down")]
     ShutDown,

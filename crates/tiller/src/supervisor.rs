@@ -211,6 +211,17 @@ impl Actor for SupervisorActor {
     }
 }
 
+/// Refuses to bring up a stored session for another tenant or user than the one
+/// `record` says owns it.
+fn check_owner(record: &SessionRecord, owner: (Option<&str>, Option<&str>)) -> Result<(), SpawnError> {
+    if (record.tenant_id.as_deref(), record.user_id.as_deref()) == owner {
+        return Ok(());
+    }
+    Err(SpawnError::NotOwner {
+        session: record.id.clone(),
+    })
+}
+
 /// The longest id, session id or agent name a spec may give, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 
@@ -356,8 +367,27 @@ impl Supervisor {
     async fn bring_up(&self, agent: &Arc<Agent>, spec: AgentSpec) -> Result<(), SpawnError> {
         let writer = &self.inner.runtime.writer;
         let session = agent.session.clone();
+        let owner = (spec.context.tenant_id(), spec.context.user_id());
         let stored = match &spec.session {
-            Some(session) => writer.store().claim(session, None).await?,
+            Some(session) => {
+                // Checked before the claim, which would fence out the holder.
+                let found = writer
+                    .store()
+                    .list(&SessionFilter {
+                        id: Some(session.clone()),
+                        limit: Some(1),
+                        ..SessionFilter::default()
+                    })
+                    .await?;
+                if let Some(info) = found.first() {
+                    check_owner(&info.record, owner)?;
+                }
+                let stored = writer.store().claim(session, None).await?;
+                if let Some(stored) = &stored {
+                    check_owner(&stored.record, owner)?;
+                }
+                stored
+            }
             None => None,
         };
         let loaded = match stored {
@@ -491,12 +521,33 @@ impl Supervisor {
         let Some((_, agent)) = self.inner.agents.remove(id) else {
             return false;
         };
+        self.halt_and_close(&agent).await;
+        // Sub-agents working under its session (`{session}/…`) go with it.
+        let within: Vec<AgentId> = self
+            .inner
+            .agents
+            .iter()
+            .filter(|entry| {
+                let session = &*entry.value().session;
+                session != &*agent.session && tiller_store::is_within(session, &agent.session)
+            })
+            .map(|entry| entry.key().clone())
+            .collect();
+        for id in within {
+            if let Some((_, sub)) = self.inner.agents.remove(&id) {
+                self.halt_and_close(&sub).await;
+            }
+        }
+        true
+    }
+
+    /// Halts `agent` (removed from the map already) and closes its session.
+    async fn halt_and_close(&self, agent: &Arc<Agent>) {
         if let Some(name) = &agent.name {
             self.inner.names.remove(name);
         }
-        halt(&agent, "stopped by its supervisor").await;
+        halt(agent, "stopped by its supervisor").await;
         agent.close_session().await;
-        true
     }
 
     /// Shuts every agent down gracefully (aborting runs and waiting for them to end,

@@ -79,6 +79,10 @@ impl SessionStore for SlowStore {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.inner.delete(id)
     }
+
+    fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.inner.prune(before)
+    }
 }
 
 /// A `probe` tool that records, when it starts, whether the store already holds
