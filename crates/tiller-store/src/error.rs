@@ -12,6 +12,21 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The file an `sqlite://` URL names is not an SQLite database.
+    #[error("{url} is not an SQLite database (is the path right?)")]
+    NotADatabase {
+        /// The URL.
+        url: String,
+    },
+    /// The database belongs to another program: Tiller neither migrates it nor
+    /// changes its settings.
+    #[error("{url} is another program's database ({detail}); give Tiller a file of its own")]
+    ForeignDatabase {
+        /// The URL.
+        url: String,
+        /// What it holds instead.
+        detail: String,
+    },
     /// The database refused or failed.
     #[error("the session store failed: {0}")]
     Database(String),

@@ -97,6 +97,55 @@ const SQLITE_SETTINGS: &str = "PRAGMA page_size = 16384; PRAGMA journal_mode = W
      PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864";
 const _: () = assert!(WAL_LIMIT == 67108864, "SQLITE_SETTINGS' journal_size_limit");
 
+/// The SQLite header's application id that marks a file as Tiller's ("TILL").
+const APPLICATION_ID: i64 = 0x5449_4C4C;
+
+/// Refuses, on the connection `probe`, a file that is not an SQLite database, and
+/// one that another program uses: a file is Tiller's when it carries
+/// [`APPLICATION_ID`], or is new (no tables), or is Tiller's from before the mark
+/// (no application id, and Tiller's schema table).
+async fn check_sqlite_file(probe: &mut sqlx::AnyConnection, url: &str) -> Result<(), StoreError> {
+    let id: i64 = match sqlx::query("PRAGMA application_id")
+        .fetch_one(&mut *probe)
+        .await
+        .and_then(|row| row.try_get(0))
+    {
+        Ok(id) => id,
+        // SQLITE_NOTADB: the file's header is not SQLite's.
+        Err(error) if error.as_database_error().and_then(|e| e.code()).as_deref() == Some("26") => {
+            return Err(StoreError::NotADatabase {
+                url: url.to_owned(),
+            });
+        }
+        Err(error) => {
+            return Err(StoreError::Database(format!("cannot open {url}: {error}")));
+        }
+    };
+    if id == APPLICATION_ID {
+        return Ok(());
+    }
+    let tables: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .fetch_all(&mut *probe)
+        .await
+        .map_err(database)?
+        .iter()
+        .filter_map(|row| row.try_get(0).ok())
+        .collect();
+    let ours = id == 0 && (tables.is_empty() || tables.iter().any(|table| table == "tiller_schema"));
+    if ours {
+        return Ok(());
+    }
+    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+    Err(StoreError::ForeignDatabase {
+        url: url.to_owned(),
+        detail: format!(
+            "application id {id:#x}, tables {}{}",
+            shown.join(", "),
+            if tables.len() > shown.len() { ", …" } else { "" }
+        ),
+    })
+}
+
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -184,10 +233,14 @@ impl SqlStore {
             options
         };
         // One plain connection first: a pool retries a refused connection until its
-        // timeout, where a wrong address should fail at once.
-        let probe = sqlx::AnyConnection::connect(&connect)
+        // timeout, where a wrong address (or a file that is no database) should fail
+        // at once.
+        let mut probe = sqlx::AnyConnection::connect(&connect)
             .await
             .map_err(|error| StoreError::Database(format!("cannot open {shown}: {error}")))?;
+        if backend == Backend::Sqlite {
+            check_sqlite_file(&mut probe, &shown).await?;
+        }
         let _ = probe.close().await;
         let pool = options
             .connect(&connect)
@@ -209,7 +262,14 @@ impl SqlStore {
                 .await
                 .and_then(|row| row.try_get(0))
                 .map_err(database)?;
-            store.checkpoints = Arc::new(Checkpoints::new(page_size));
+            let path = url
+                .strip_prefix("sqlite://")
+                .and_then(|path| path.split('?').next())
+                .unwrap_or_default();
+            store.checkpoints = Arc::new(Checkpoints::new(
+                page_size,
+                std::path::PathBuf::from(format!("{path}-wal")),
+            ));
         }
         Ok(store)
     }
@@ -273,6 +333,14 @@ impl SqlStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(database)?;
+        }
+        if self.backend == Backend::Sqlite {
+            // Marks the file as Tiller's (files from before the mark get it here).
+            tx.execute(AssertSqlSafe(format!(
+                "PRAGMA application_id = {APPLICATION_ID}"
+            )))
+            .await
+            .map_err(database)?;
         }
         tx.commit().await.map_err(database)
     }
@@ -715,20 +783,28 @@ struct Checkpoints {
     /// The WAL is past [`WAL_LIMIT`]: the writer copies the rest of it before its
     /// next transaction, which then writes the WAL from its start again.
     full: AtomicBool,
+    /// The WAL file, whose size says when it is full: the bytes written count
+    /// what was asked, not the pages each commit writes to the WAL (many small
+    /// writes to many sessions write far more WAL than JSON).
+    wal: std::path::PathBuf,
 }
 
 impl Checkpoints {
     /// The checkpoints of a file with `page_size`-byte pages.
-    fn new(page_size: i64) -> Self {
+    fn new(page_size: i64, wal: std::path::PathBuf) -> Self {
         Checkpoints {
             frame_bytes: u64::try_from(page_size).unwrap_or(0) + 24,
+            wal,
             ..Checkpoints::default()
         }
     }
 
     /// Counts `bytes` written, and starts a checkpoint once enough were (unless one
-    /// runs).
+    /// runs); marks the WAL full once its file is past [`WAL_LIMIT`].
     fn wrote(self: &Arc<Self>, bytes: usize, pool: &AnyPool) {
+        if std::fs::metadata(&self.wal).is_ok_and(|file| file.len() > WAL_LIMIT) {
+            self.full.store(true, Ordering::Release);
+        }
         let written = self.written.fetch_add(bytes, Ordering::AcqRel) + bytes;
         // Once the WAL is full, the writer's own checkpoint is next.
         if written < CHECKPOINT_AFTER
@@ -753,14 +829,16 @@ impl Checkpoints {
         });
     }
 
-    /// When the WAL is past [`WAL_LIMIT`] and no checkpoint runs, copies what is
-    /// left of it on `connection`, the writer's, so that the next transaction
-    /// writes it from its start again.
+    /// When the WAL is past [`WAL_LIMIT`] and no checkpoint runs, copies all of it
+    /// on `connection`, the writer's, waiting (up to the busy timeout) for readers
+    /// to let go of it, and empties it, so that the next transaction writes it from
+    /// its start again. A checkpoint that does not wait for readers never restarts
+    /// a WAL that is read all the time.
     async fn catch_up(&self, connection: &mut sqlx::AnyConnection) {
         if !self.full.load(Ordering::Acquire) || self.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(state) = logged(self.run(connection, Mode::Passive).await)
+        if let Some(state) = logged(self.run(connection, Mode::Truncate).await)
             && state.complete
         {
             self.full.store(false, Ordering::Release);
@@ -1179,19 +1257,24 @@ impl SessionStore for SqlStore {
             for value in values {
                 query = query.bind(value);
             }
-            query
-                .fetch_all(&self.pool)
-                .await
-                .map_err(database)?
+            let rows = query.fetch_all(&self.pool).await.map_err(database)?;
+            // A row that cannot be read is left out (and logged), not the list.
+            Ok(rows
                 .iter()
-                .map(|row| {
-                    let messages: i64 = row.try_get("messages").map_err(database)?;
-                    Ok(SessionInfo {
-                        record: record(row)?,
-                        messages: u64::try_from(messages).unwrap_or_default(),
+                .filter_map(|row| {
+                    let info = record(row).and_then(|record| {
+                        let messages: i64 = row.try_get("messages").map_err(database)?;
+                        Ok(SessionInfo {
+                            record,
+                            messages: u64::try_from(messages).unwrap_or_default(),
+                        })
+                    });
+                    info.inspect_err(|error| {
+                        tracing::warn!(%error, "a session that cannot be read is left out of a list");
                     })
+                    .ok()
                 })
-                .collect()
+                .collect())
         })
     }
 

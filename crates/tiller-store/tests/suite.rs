@@ -530,7 +530,59 @@ async fn a_claim_fences_the_writer_before(store: Arc<dyn SessionStore>, tenant: 
     );
 }
 
+/// Deleting a session takes its sub-agents' sessions (`{id}/…`) with it, and no
+/// other (not `{id}x`); pruning takes closed sessions last changed before the
+/// cut-off, and no active one.
+async fn deletes_sub_sessions_and_prunes_closed_ones(store: Arc<dyn SessionStore>, tenant: &str) {
+    let writer = StoreWriter::for_store(store.clone());
+    let ids = [
+        format!("{tenant}-p"),
+        format!("{tenant}-p/writer"),
+        format!("{tenant}-p/writer/c1"),
+        format!("{tenant}-p%"),
+        format!("{tenant}-px"),
+    ];
+    writer
+        .write(
+            ids.iter()
+                .map(|id| write(id, Change::Create(record(id, tenant, "ada"))))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let listed = async |store: &Arc<dyn SessionStore>| -> Vec<String> {
+        let mut ids: Vec<String> = store
+            .list(&SessionFilter {
+                tenant_id: Some(tenant.to_owned()),
+                ..SessionFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|info| info.record.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert!(store.delete(&ids[0]).await.unwrap());
+    assert_eq!(listed(&store).await, [ids[3].clone(), ids[4].clone()]);
+    assert!(!store.delete(&ids[0]).await.unwrap());
+
+    let before_closing = tiller_ai::now_ms() as i64 - 1;
+    writer
+        .write(vec![write(&ids[3], Change::SetStatus(SessionStatus::Closed))])
+        .await
+        .unwrap();
+    // Closed after the cut-off: kept.
+    store.prune(before_closing).await.unwrap();
+    assert_eq!(listed(&store).await, [ids[3].clone(), ids[4].clone()]);
+    // Closed before it: gone; the active one stays.
+    assert!(store.prune(tiller_ai::now_ms() as i64 + 1_000).await.unwrap() >= 1);
+    assert_eq!(listed(&store).await, [ids[4].clone()]);
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    deletes_sub_sessions_and_prunes_closed_ones(store.clone(), tenant).await;
     a_claim_fences_the_writer_before(store.clone(), tenant).await;
     keeps_messages_queues_and_definition(store.clone(), tenant).await;
     pages_and_cuts_a_transcript_anywhere(store.clone(), tenant).await;
@@ -672,6 +724,76 @@ async fn bad_urls_say_what_is_expected() {
     );
 }
 
+/// A file that is not a database is refused at once with an error that says so;
+/// another program's database is left as it was (no migration, no WAL).
+#[tokio::test]
+async fn a_file_not_tillers_is_refused_at_once_and_left_alone() {
+    use sqlx::Connection;
+    let garbage = TempSqlite::new();
+    let path = garbage.url().strip_prefix("sqlite://").unwrap().to_owned();
+    std::fs::write(&path, "name,amount\nada,12\n".repeat(400)).unwrap();
+    assert_eq!(
+        SqlStore::open(garbage.url()).await.unwrap_err(),
+        StoreError::NotADatabase {
+            url: garbage.url().to_owned()
+        }
+    );
+
+    let foreign = TempSqlite::new();
+    let mut connection = sqlx::SqliteConnection::connect(&format!("{}?mode=rwc", foreign.url()))
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, amount INTEGER)")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+    let path = foreign.url().strip_prefix("sqlite://").unwrap().to_owned();
+    let before = std::fs::read(&path).unwrap();
+    assert_eq!(
+        SqlStore::open(foreign.url()).await.unwrap_err(),
+        StoreError::ForeignDatabase {
+            url: foreign.url().to_owned(),
+            detail: "application id 0x0, tables orders".to_owned(),
+        }
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the file is untouched");
+    assert!(!std::path::Path::new(&format!("{path}-wal")).exists());
+
+    // Tiller's own file opens again, marked as Tiller's.
+    let ours = TempSqlite::new();
+    drop(SqlStore::open(ours.url()).await.unwrap());
+    SqlStore::open(ours.url()).await.unwrap();
+}
+
+/// A session whose row cannot be read is left out of a list, with the others in it.
+#[tokio::test]
+async fn one_unreadable_session_leaves_the_rest_of_the_list() {
+    use sqlx::Connection;
+    let db = TempSqlite::new();
+    let store = SqlStore::open(db.url()).await.unwrap();
+    StoreWriter::new(store.clone())
+        .write(vec![
+            write("good", Change::Create(record("good", "t", "ada"))),
+            write("bad", Change::Create(record("bad", "t", "ada"))),
+        ])
+        .await
+        .unwrap();
+    let mut connection = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
+    sqlx::query("UPDATE tiller_sessions SET status = 'lost' WHERE id = 'bad'")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let listed: Vec<String> = store
+        .list(&SessionFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.record.id)
+        .collect();
+    assert_eq!(listed, ["good"]);
+}
+
 /// A row the store did not write as it is (edited by hand, cut short) fails its
 /// load with the session and what in it is wrong, rather than passing it on.
 #[tokio::test]
@@ -706,6 +828,68 @@ async fn a_corrupt_row_names_its_session() {
         store.messages("cut", 1, 10).await.unwrap_err(),
         corrupt("a row of 3 messages holds 2")
     );
+}
+
+/// Many small writes to many sessions, read all the while: each commit writes
+/// whole pages to the WAL (far more than the JSON it stores), and readers always
+/// hold a snapshot, yet the WAL stays near its 64 MiB bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_writes_to_many_sessions_read_all_the_while_keep_the_wal_bounded() {
+    const SESSIONS: usize = 300;
+    const WRITES: u64 = 4_000;
+    let db = TempSqlite::new();
+    let store = SqlStore::open(db.url()).await.unwrap();
+    let writer = StoreWriter::new(store.clone());
+    let names: Vec<String> = (0..SESSIONS).map(|n| format!("s{n}")).collect();
+    writer
+        .write(
+            names
+                .iter()
+                .map(|name| write(name, Change::Create(record(name, "t", "ada"))))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let wal = std::path::PathBuf::from(format!(
+        "{}-wal",
+        db.url().strip_prefix("sqlite://").unwrap()
+    ));
+    let reading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let (store, reading) = (store.clone(), reading.clone());
+        tokio::spawn(async move {
+            let mut reads = 0u64;
+            while reading.load(std::sync::atomic::Ordering::Acquire) {
+                store.list(&SessionFilter::default()).await.unwrap();
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let mut largest_wal = 0;
+    for n in 0..WRITES {
+        let name = &names[n as usize % SESSIONS];
+        writer
+            .write(vec![write(
+                name,
+                Change::Append {
+                    seq: n / SESSIONS as u64,
+                    message: user(format!("message {n}")).into(),
+                    dequeued: None,
+                },
+            )])
+            .await
+            .unwrap();
+        largest_wal = largest_wal.max(std::fs::metadata(&wal).map_or(0, |file| file.len()));
+    }
+    reading.store(false, std::sync::atomic::Ordering::Release);
+    assert!(reader.await.unwrap() > 0, "the sessions were read meanwhile");
+    assert!(
+        largest_wal < 80 << 20,
+        "the WAL grew to {largest_wal} bytes over {WRITES} small writes"
+    );
+    let loaded = store.load("s0").await.unwrap().unwrap();
+    assert_eq!(loaded.messages.len() as u64, WRITES.div_ceil(SESSIONS as u64));
 }
 
 /// A steady stream of writes, which checkpoints run beside the writes never catch
