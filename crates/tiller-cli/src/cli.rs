@@ -95,6 +95,26 @@ pub enum CliCommand {
         /// the store; its next request brings it back). Default: never.
         #[arg(long, value_name = "SECS")]
         hibernate_after: Option<u64>,
+        /// A page origin (`https://app.example.com`) whose browser requests are
+        /// accepted, besides loopback ones and the server's own; repeatable.
+        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+        allowed_origins: Vec<String>,
+        /// A host name the server answers without --tokens, besides loopback
+        /// (`localhost`, 127.0.0.1, ::1); repeatable.
+        #[arg(long = "allowed-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
+        /// Let agent files sent inline carry what only an operator should: command
+        /// tools, a model's base_url, api_key_env, a tool's env, MCP servers, and
+        /// models the server does not serve. Only for clients trusted with a shell.
+        #[arg(long)]
+        trust_inline_definitions: bool,
+        /// The most connections open at once (503 past it).
+        #[arg(long, value_name = "N", default_value_t = 1024)]
+        max_connections: usize,
+        /// Delete closed sessions this many days after their last change (checked
+        /// every hour). Default: keep them.
+        #[arg(long, value_name = "DAYS")]
+        retain_closed_days: Option<u64>,
     },
     /// Offer agents to MCP hosts (an editor, a desktop assistant) over stdio: each
     /// agent definition of --agents is a tool that runs the agent on the call's
@@ -137,10 +157,16 @@ pub enum SessionsAction {
         #[arg(long)]
         json: bool,
     },
-    /// Deletes a session with its messages.
+    /// Deletes a session with its messages (and its sub-agents' sessions).
     Rm {
         /// The session.
         name: String,
+    },
+    /// Deletes the closed sessions last changed more than DAYS days ago.
+    Prune {
+        /// How many days a closed session is kept.
+        #[arg(long, value_name = "DAYS")]
+        older_than_days: u64,
     },
 }
 

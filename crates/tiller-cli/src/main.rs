@@ -29,6 +29,11 @@ fn main() -> ExitCode {
                 trust_context_headers,
                 finish_runs,
                 hibernate_after,
+                allowed_origins,
+                allowed_hosts,
+                trust_inline_definitions,
+                max_connections,
+                retain_closed_days,
             } => {
                 let options = tiller_cli::serve::ServeOptions {
                     listen,
@@ -39,6 +44,12 @@ fn main() -> ExitCode {
                     trust_context_headers: *trust_context_headers,
                     finish_runs: std::time::Duration::from_secs(*finish_runs),
                     hibernate_after: hibernate_after.map(std::time::Duration::from_secs),
+                    allowed_origins,
+                    allowed_hosts,
+                    trust_inline_definitions: *trust_inline_definitions,
+                    max_connections: *max_connections,
+                    retain_closed: retain_closed_days
+                        .map(|days| std::time::Duration::from_secs(days * 24 * 3_600)),
                 };
                 tiller_cli::serve::serve(options).await
             }

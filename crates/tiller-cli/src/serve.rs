@@ -30,6 +30,16 @@ pub struct ServeOptions<'a> {
     pub finish_runs: std::time::Duration,
     /// How long an agent may idle in memory before it hibernates (never: `None`).
     pub hibernate_after: Option<std::time::Duration>,
+    /// Page origins whose browser requests are accepted besides loopback ones.
+    pub allowed_origins: &'a [String],
+    /// Host names an open server answers besides loopback ones.
+    pub allowed_hosts: &'a [String],
+    /// Whether inline agent files may carry commands, servers and keys.
+    pub trust_inline_definitions: bool,
+    /// The most connections open at once.
+    pub max_connections: usize,
+    /// How long closed sessions are kept (forever: `None`).
+    pub retain_closed: Option<std::time::Duration>,
 }
 
 /// Runs `tiller serve`.
@@ -43,6 +53,11 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         trust_context_headers,
         finish_runs,
         hibernate_after,
+        allowed_origins,
+        allowed_hosts,
+        trust_inline_definitions,
+        max_connections,
+        retain_closed,
     } = options;
     // `TILLER_LOG=info` logs each request and each run it starts, in their spans.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TILLER_LOG")
@@ -109,11 +124,22 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
     {
         say!("tiller: warning: no --tokens, so anyone who can reach {address} can use every agent");
     }
+    let defaults = ServerConfig::default();
     let config = ServerConfig {
         tokens,
         trust_context_headers,
         finish_runs,
-        ..ServerConfig::default()
+        allowed_origins: allowed_origins.to_vec(),
+        allowed_hosts: defaults
+            .allowed_hosts
+            .iter()
+            .chain(allowed_hosts)
+            .cloned()
+            .collect(),
+        trust_inline_definitions,
+        max_connections,
+        retain_closed,
+        ..defaults
     };
     let server = Server::new(supervisor, definitions, config);
     match server.serve(listener, stop_signal()).await {

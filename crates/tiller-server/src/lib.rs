@@ -103,6 +103,18 @@ fn openapi_json() -> &'static str {
     &JSON
 }
 
+/// `GET /openapi.json`, for callers with a token when the server has tokens.
+async fn openapi(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+) -> Result<impl axum::response::IntoResponse, Problem> {
+    shared.caller(&headers)?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        openapi_json(),
+    ))
+}
+
 /// The server's bounds.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -143,6 +155,10 @@ pub struct ServerConfig {
     /// proxy calls) one caller (a token, or everyone on an open server) holds
     /// open at once (429 `too-many-streams` past it).
     pub max_streams_per_caller: usize,
+    /// How long a closed session is kept after its last change before the
+    /// server deletes it from the store (checked every hour, and at start);
+    /// `None`, the default, keeps them.
+    pub retain_closed: Option<Duration>,
     /// The most MCP sessions open at once on `/mcp` (503 past it).
     pub max_mcp_sessions: usize,
     /// How long an MCP session may go without a request before it ends.
@@ -167,6 +183,7 @@ impl Default for ServerConfig {
             allowed_hosts: McpHttpConfig::default().allowed_hosts,
             allowed_origins: Vec::new(),
             trust_inline_definitions: false,
+            retain_closed: None,
             header_timeout: Duration::from_secs(10),
             max_connections: 1_024,
             max_streams_per_caller: 64,
@@ -247,15 +264,7 @@ impl Server {
         Router::new()
             .route("/", get(|| async { Html(DASHBOARD) }))
             .route("/healthz", get(|| async { "ok" }))
-            .route(
-                "/openapi.json",
-                get(|| async {
-                    (
-                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                        openapi_json(),
-                    )
-                }),
-            )
+            .route("/openapi.json", get(openapi))
             .route("/definitions", get(agents::definitions))
             .route("/agents", post(agents::create).get(agents::list))
             .route("/agents/{id}", get(agents::get).delete(agents::delete))
@@ -310,11 +319,19 @@ impl Server {
     ) -> std::io::Result<()> {
         let router = self.router();
         let shared = self.shared.clone();
+        let pruning = self
+            .shared
+            .config
+            .retain_closed
+            .map(|retain| tokio::spawn(sessions::prune_every_hour(shared.clone(), retain)));
         connections::serve(listener, router, &self.shared.config, async move {
             shutdown.await;
             shared.drain().await;
         })
         .await;
+        if let Some(pruning) = pruning {
+            pruning.abort();
+        }
         self.shared.supervisor.shutdown().await;
         Ok(())
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
@@ -131,7 +131,19 @@ pub(crate) async fn count(
 }
 
 /// `GET /metrics`.
-pub(crate) async fn render(State(shared): State<Arc<Shared>>) -> Response {
+pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    match shared.caller(&headers) {
+        Ok(caller) if caller.reads_metrics => {}
+        Ok(_) => {
+            return crate::Problem::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the metrics cover every tenant: they need a token marked `metrics: true`",
+            )
+            .into_response();
+        }
+        Err(problem) => return problem.into_response(),
+    }
     let metrics = &shared.metrics;
     let mut text = String::new();
     let mut by_status = [0u64; 5];

@@ -245,3 +245,19 @@ pub(crate) async fn delete(
     }
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Deletes the closed sessions last changed more than `retain` ago, now and every
+/// hour after (see [`crate::ServerConfig::retain_closed`]).
+pub(crate) async fn prune_every_hour(shared: Arc<Shared>, retain: std::time::Duration) {
+    let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3_600));
+    loop {
+        hourly.tick().await;
+        let retain = i64::try_from(retain.as_millis()).unwrap_or(i64::MAX);
+        let before = (tiller::tiller_ai::now_ms() as i64).saturating_sub(retain);
+        match shared.supervisor.store().prune(before).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "closed sessions past their retention deleted"),
+            Err(error) => tracing::warn!(%error, "closed sessions could not be pruned"),
+        }
+    }
+}

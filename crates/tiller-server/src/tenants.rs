@@ -1,7 +1,9 @@
 //! Who is calling: bearer tokens mapped to tenants.
 //!
-//! With tokens configured, every route but `/healthz` needs `Authorization: Bearer
-//! TOKEN` (401 otherwise). An agent created with a token belongs to the token's
+//! With tokens configured, every route but `/healthz` and the dashboard's page
+//! (`/`, static HTML that holds no data and asks for a token) needs
+//! `Authorization: Bearer TOKEN` (401 otherwise); `/metrics`, whose figures cover
+//! every tenant, needs a token marked `metrics: true` (403 otherwise). An agent created with a token belongs to the token's
 //! tenant (and user), which its `AgentContext` says; every other tenant's requests
 //! find no such agent (404, so nothing is learnt of its existence) and their lists
 //! leave it out. `X-User-Id`-style headers add to the caller's context only when the
@@ -34,6 +36,10 @@ pub struct Owner {
     /// The user, when the token is a user's.
     #[serde(default)]
     pub user: Option<String>,
+    /// Whether the token may read `/metrics`, the server's figures over every
+    /// tenant: an operator's token, for a scraper (`metrics: true`).
+    #[serde(default)]
+    pub metrics: bool,
 }
 
 #[derive(Deserialize)]
@@ -71,7 +77,8 @@ impl Tokens {
         self
     }
 
-    /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …}]`.
+    /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …,
+    /// metrics: true}]` (`user` and `metrics` optional).
     pub fn load(path: impl AsRef<Path>) -> Result<Tokens, String> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
@@ -118,6 +125,8 @@ pub(crate) struct Caller {
     pub(crate) tenant: Option<String>,
     /// Who agents it creates work for.
     pub(crate) context: AgentContext,
+    /// Whether it may read `/metrics` (always on an open server).
+    pub(crate) reads_metrics: bool,
 }
 
 impl Caller {
@@ -150,6 +159,7 @@ pub(crate) fn caller(
         return Ok(Caller {
             tenant: None,
             context,
+            reads_metrics: true,
         });
     }
     let token = headers
@@ -173,5 +183,6 @@ pub(crate) fn caller(
     Ok(Caller {
         tenant: Some(owner.tenant.clone()),
         context,
+        reads_metrics: owner.metrics,
     })
 }

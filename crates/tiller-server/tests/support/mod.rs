@@ -230,6 +230,7 @@ pub(crate) fn closed_for(tokens: &[(&str, &str, Option<&str>)]) -> ServerConfig 
                 Owner {
                     tenant: (*tenant).to_owned(),
                     user: user.map(str::to_owned),
+                    metrics: false,
                 },
             )
         });
