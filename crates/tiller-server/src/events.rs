@@ -249,6 +249,36 @@ fn event_type(data: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiller::{AgentSettings, AgentSpec, Definitions, Supervisor};
+
+    /// An agent its host stops (not the API) leaves no replay buffer behind.
+    #[tokio::test]
+    async fn what_the_server_kept_of_an_agent_goes_however_it_stops() {
+        let faux = tiller::faux::FauxProvider::new();
+        faux.push(tiller::faux::FauxTurn::text("Once."));
+        let supervisor = Supervisor::start().await.unwrap_or_else(|error| panic!("{error}"));
+        let server = crate::Server::new(
+            supervisor.clone(),
+            Definitions::new(),
+            crate::ServerConfig::default(),
+        );
+        let shared = &server.shared;
+        let spec = AgentSpec::new(AgentSettings::new(faux.model())).with_id("h");
+        let agent = supervisor.spawn(spec).await.unwrap_or_else(|error| panic!("{error}"));
+        drop(shared.follow(&agent, None));
+        let _ = agent.run("hi").await;
+        assert!(shared.replays.contains_key("h"));
+
+        assert!(supervisor.stop("h").await);
+        // The relay said so while the agent stopped; the server's task forgets.
+        for _ in 0..100 {
+            if !shared.replays.contains_key("h") {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(!shared.replays.contains_key("h"));
+    }
 
     #[test]
     fn the_event_type_is_found_whatever_the_agent_is_called() {

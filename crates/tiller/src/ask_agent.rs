@@ -74,6 +74,10 @@ pub struct AskAgentConfig {
     /// Whether the model may name another user (`user_id`) for the sub-agent to
     /// work for, in the caller's tenant. Default `false`: it works for the caller's.
     pub allow_user_override: bool,
+    /// How many sub-agents this tool runs at once, over every agent that has it
+    /// (a response may make many calls, each of which may delegate again); a call
+    /// past it fails at once. Default 64.
+    pub max_running: usize,
 }
 
 impl Default for AskAgentConfig {
@@ -82,6 +86,7 @@ impl Default for AskAgentConfig {
             timeout: Duration::from_secs(300),
             max_depth: 3,
             allow_user_override: false,
+            max_running: 64,
         }
     }
 }
@@ -92,6 +97,8 @@ pub struct AskAgent {
     supervisor: Supervisor,
     definitions: Arc<OnceLock<Definitions>>,
     config: AskAgentConfig,
+    /// One permit per sub-agent running ([`AskAgentConfig::max_running`]).
+    running: Arc<tokio::sync::Semaphore>,
     /// Made once the definitions are known: their names are the `agent` values.
     parameters: OnceLock<Value>,
     description: OnceLock<String>,
@@ -106,6 +113,7 @@ impl AskAgent {
         AskAgent {
             supervisor,
             definitions,
+            running: Arc::new(tokio::sync::Semaphore::new(config.max_running)),
             config,
             parameters: OnceLock::new(),
             description: OnceLock::new(),
@@ -145,6 +153,12 @@ impl AskAgent {
                 caller.0.join(" → ")
             )));
         }
+        let _running = self.running.clone().try_acquire_owned().map_err(|_| {
+            ToolError::new(format!(
+                "cannot ask `{name}`: {} sub-agents are running already, the most at once",
+                self.config.max_running
+            ))
+        })?;
         if caller.0.iter().any(|agent| agent == name) {
             return Err(ToolError::new(format!(
                 "cannot ask `{name}`: it is already working on this request ({} → {name}), which would be a cycle",
