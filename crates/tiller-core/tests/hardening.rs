@@ -222,6 +222,46 @@ async fn a_chatty_tools_output_is_cut_with_a_marker() {
     );
 }
 
+/// Details count against the output limit too (an MCP server's structured
+/// content arrives there): past it they are replaced by a note, in the event and
+/// in the transcript alike.
+#[tokio::test]
+async fn a_tools_oversized_details_are_cut_with_a_note() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("structured", json!({"value": "x"})));
+    faux.push(FauxTurn::text("ok"));
+    let structured: Arc<dyn AgentTool> = Arc::new(FnTool::new(
+        "structured",
+        "Answers with a lot of structure",
+        value_schema(),
+        |_args, _ctx| async {
+            Ok(ToolOutput {
+                details: json!({"rows": vec!["row"; 100_000]}),
+                ..ToolOutput::text("see the details")
+            })
+        },
+    ));
+    let mut config = config(&faux);
+    config.run.max_tool_output_bytes = 1001;
+    let (events, messages) = collect(agent_loop(
+        vec![AgentMessage::user("go")],
+        context(vec![structured], vec![]),
+        config,
+        Default::default(),
+    ))
+    .await;
+    let cut = json!({"cut": "the details exceeded the limit of 1001 bytes"});
+    assert_eq!(messages[2].as_tool_result().unwrap().details, cut);
+    let ended = events
+        .iter()
+        .find_map(|event| match event {
+            AgentEvent::ToolExecutionEnd { result, .. } => Some(result.details.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(ended, cut);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_dropped_tool_cannot_report_after_its_call_was_answered() {
     let faux = FauxProvider::new();

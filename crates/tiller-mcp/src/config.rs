@@ -168,6 +168,19 @@ impl McpServer {
         self
     }
 
+    /// The same server's command getting the variable `name` of Tiller's
+    /// environment (it gets none but `PATH`, `HOME` and `LANG` otherwise).
+    pub fn passing_env(mut self, name: impl Into<String>) -> Self {
+        self.pass_env.push(name.into());
+        self
+    }
+
+    /// The same server with another bound on one tool call.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
     /// The same server with its tools named `{prefix}{tool}` for the model.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
@@ -248,6 +261,7 @@ impl fmt::Debug for McpServer {
             .field("name", &self.name)
             .field("command", &self.command)
             .field("env", &names(&self.env))
+            .field("pass_env", &self.pass_env)
             .field("url", &self.url)
             .field("headers", &names(&self.headers))
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "…"))

@@ -1,8 +1,9 @@
 //! Tiller's MCP client against MCP servers no one here wrote, from the npm registry
 //! (`scripts/mcp.sh install`): the reference filesystem server over stdio, and the
-//! reference "everything" server over stdio and over streamable HTTP; and a server
-//! built with the official Python SDK (PyPI `mcp`) whose tools change. Skipped with
-//! one line when they are missing, unless `TILLER_LIVE=required`.
+//! reference "everything" server over stdio and over streamable HTTP; and servers
+//! built with the official Python SDK (PyPI `mcp`): one whose tools change, one
+//! that reads its environment, floods its stderr and dawdles. Skipped with one
+//! line when they are missing, unless `TILLER_LIVE=required`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -339,5 +340,92 @@ async fn a_server_that_says_its_tools_changed_is_listed_again() {
     assert_eq!(names(&client), ["secret", "unlock"]);
     let (secret, _) = call(&tool(&client, "secret"), json!({})).await;
     assert!(secret.unwrap().text_content().contains("42"));
+    client.close();
+}
+
+/// The unruly Python server (`tests/servers/unruly.py`), if Python's MCP SDK is
+/// installed, configured by `configure`.
+async fn unruly(test: &str, configure: impl FnOnce(McpServer) -> McpServer) -> Option<McpClient> {
+    let python = tiller_test_support::live::installed("mcp.sh", "python", test)?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/unruly.py");
+    let server = McpServer::stdio("unruly", python.to_str().unwrap(), [script.to_str().unwrap()])
+        .with_prefix("");
+    Some(McpClient::connect(configure(server)).await.unwrap())
+}
+
+/// A stdio server starts with the clean environment command tools get (PATH,
+/// HOME, LANG), plus the variables it is given or is passed by name; nothing else
+/// of Tiller's (provider keys live there).
+#[tokio::test]
+async fn a_stdio_server_gets_a_clean_environment_and_what_it_is_passed() {
+    // Cargo sets it for every test process.
+    let Ok(manifest) = std::env::var("CARGO_MANIFEST_DIR") else {
+        panic!("cargo sets CARGO_MANIFEST_DIR");
+    };
+    let Some(client) = unruly("the MCP environment test", |server| {
+        server.with_env("GREETING", "hello")
+    })
+    .await
+    else {
+        return;
+    };
+    let variable = tool(&client, "variable");
+    for (name, expected) in [
+        ("CARGO_MANIFEST_DIR", "<unset>"),
+        ("GREETING", "hello"),
+        ("PATH", std::env::var("PATH").unwrap().as_str()),
+    ] {
+        let (value, _) = call(&variable, json!({"name": name})).await;
+        assert_eq!(value.unwrap().text_content(), expected, "{name}");
+    }
+    client.close();
+
+    let Some(passing) = unruly("the MCP environment test", |server| {
+        server.passing_env("CARGO_MANIFEST_DIR")
+    })
+    .await
+    else {
+        return;
+    };
+    let (value, _) = call(&tool(&passing, "variable"), json!({"name": "CARGO_MANIFEST_DIR"})).await;
+    assert_eq!(value.unwrap().text_content(), manifest);
+    passing.close();
+}
+
+/// A server's stderr is read to its end whatever it holds (a line of many MiB,
+/// bytes that are not UTF-8), a bounded piece of each line kept: the server
+/// never finds its stderr closed, and its calls go on being answered.
+#[tokio::test]
+async fn a_server_flooding_its_stderr_goes_on_working() {
+    let Some(client) = unruly("the MCP stderr test", |server| server).await else {
+        return;
+    };
+    let shout = tool(&client, "shout");
+    for _ in 0..2 {
+        let (said, _) = call(&shout, json!({"megabytes": 16})).await;
+        assert_eq!(said.unwrap().text_content(), "done");
+    }
+    client.close();
+}
+
+/// A call the server does not answer within the call timeout fails with an error
+/// that says so, and the server is told to stop it; the next call is answered.
+#[tokio::test]
+async fn a_call_past_its_timeout_fails_and_the_server_goes_on() {
+    let Some(client) = unruly("the MCP call timeout test", |server| {
+        server.with_call_timeout(Duration::from_millis(300))
+    })
+    .await
+    else {
+        return;
+    };
+    let dawdle = tool(&client, "dawdle");
+    let (late, _) = call(&dawdle, json!({"seconds": 30})).await;
+    assert_eq!(
+        late.unwrap_err(),
+        "MCP server `unruly`: `dawdle` did not answer within 300 ms, and was cancelled"
+    );
+    let (prompt, _) = call(&dawdle, json!({"seconds": 0})).await;
+    assert_eq!(prompt.unwrap().text_content(), "finally");
     client.close();
 }

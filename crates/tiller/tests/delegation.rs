@@ -451,6 +451,41 @@ async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
     supervisor.shutdown().await;
 }
 
+/// Sub-agents running at once are capped over every agent: a sub-agent asking
+/// for one more past the cap is refused, as an error result it reads.
+#[tokio::test]
+async fn sub_agents_running_at_once_are_capped() {
+    let faux = FauxProvider::new();
+    faux.push(ask("p1", "researcher", "go deeper"));
+    faux.push(ask("r1", "writer", "write it"));
+    faux.push(FauxTurn::text("The writer is busy."));
+    faux.push(FauxTurn::text("Done."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let config = AskAgentConfig {
+        max_running: 1,
+        ..AskAgentConfig::default()
+    };
+    let definitions = definitions_with(&faux, &supervisor, &seen, config);
+    let planner = planner(&definitions, &supervisor).await;
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(tool_results(&outcome), ["The writer is busy."]);
+    let researcher = supervisor
+        .store()
+        .load(&format!("{}/researcher", planner.session_id()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        researcher.messages[2]
+            .as_tool_result()
+            .unwrap()
+            .text_content(),
+        "cannot ask `writer`: 1 sub-agents are running already, the most at once"
+    );
+    supervisor.shutdown().await;
+}
+
 /// Where allowed, the caller may name another user of its tenant for the sub-agent;
 /// elsewhere the argument is refused like any unknown one.
 #[tokio::test]
@@ -496,6 +531,55 @@ async fn a_sub_agent_works_for_another_user_only_where_allowed() {
             .contains("Additional properties are not allowed ('user_id' was unexpected)"),
         "{}",
         refused.text_content()
+    );
+    supervisor.shutdown().await;
+}
+
+/// A sub-agent's session of the same id as one another tenant keeps (`p/writer`
+/// of its own `p`) is not brought up for this tenant: the call fails, and the
+/// other tenant's conversation is left as it was.
+#[tokio::test]
+async fn a_sub_agent_never_takes_up_another_tenants_session() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Theirs."));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let definitions = definitions(&faux, &supervisor, &seen);
+    let theirs = supervisor
+        .spawn(
+            definitions
+                .spec("writer", None)
+                .unwrap()
+                .with_context(AgentContext::new().with_tenant_id("other"))
+                .with_session("p/writer"),
+        )
+        .await
+        .unwrap();
+    theirs.run("the code is 4217").await.unwrap();
+    supervisor.stop("p/writer").await;
+    let kept = supervisor.store().load("p/writer").await.unwrap().unwrap();
+
+    faux.push(ask("p1", "writer", "what was the code?"));
+    faux.push(FauxTurn::text("Could not ask."));
+    let planner = supervisor
+        .spawn(
+            definitions
+                .spec("planner", None)
+                .unwrap()
+                .with_id("p")
+                .with_context(AgentContext::new().with_tenant_id("acme")),
+        )
+        .await
+        .unwrap();
+    let outcome = planner.run("plan it").await.unwrap();
+    assert_eq!(
+        tool_results(&outcome),
+        ["cannot start `writer`: session `p/writer` belongs to another tenant or user"]
+    );
+    let after = supervisor.store().load("p/writer").await.unwrap().unwrap();
+    assert_eq!(
+        (after.messages.len(), after.record.epoch, after.record.tenant_id),
+        (kept.messages.len(), kept.record.epoch, Some("other".to_owned()))
     );
     supervisor.shutdown().await;
 }
