@@ -1,7 +1,7 @@
 //! `--session` across invocations: a `tiller chat` killed with SIGKILL while a tool
 //! runs is resumed with every finished message, its queued follow-up and a valid
-//! transcript, against SQLite and PostgreSQL; `tiller sessions` lists, shows and
-//! removes what is kept.
+//! transcript, against SQLite and PostgreSQL; `tiller sessions` lists, shows,
+//! removes and prunes what is kept.
 
 #![allow(clippy::unwrap_used)]
 
@@ -181,6 +181,44 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
     run.env("XDG_DATA_HOME", &data);
     assert_eq!(finish(run).await.code(), Some(0));
     assert!(data.join("tiller/sessions.db").exists());
+
+    // A closed session past the retention is pruned; an active one never is.
+    {
+        use tiller::tiller_store::{Change, SessionFilter, SessionStatus, SessionWrite, StoreWriter};
+        let kept = tiller::tiller_store::open(&store).await.unwrap();
+        let epoch = kept.list(&SessionFilter::default()).await.unwrap()[0]
+            .record
+            .epoch;
+        StoreWriter::for_store(kept)
+            .write(vec![
+                SessionWrite::new("notes", Change::SetStatus(SessionStatus::Closed))
+                    .at_epoch(epoch),
+            ])
+            .await
+            .unwrap();
+    }
+    let kept = finish(tiller(&[
+        "sessions",
+        "prune",
+        "--older-than-days",
+        "1",
+        "--store",
+        &store,
+    ]))
+    .await;
+    assert_eq!(kept.stdout, "0 closed session(s) deleted\n", "{}", kept.stderr);
+    let pruned = finish(tiller(&[
+        "sessions",
+        "prune",
+        "--older-than-days",
+        "0",
+        "--store",
+        &store,
+    ]))
+    .await;
+    assert_eq!(pruned.stdout, "1 closed session(s) deleted\n", "{}", pruned.stderr);
+    let listed = finish(tiller(&["sessions", "list", "--store", &store])).await;
+    assert!(listed.stdout.is_empty(), "{}", listed.stdout);
 
     let bad = finish(tiller(&["sessions", "list", "--store", "mysql://x"])).await;
     assert_eq!(bad.code(), Some(1));

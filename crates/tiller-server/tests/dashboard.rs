@@ -3,8 +3,10 @@
 //! the page, make an agent on the faux model, prompt it and see the answer stream
 //! in, steer it while it works, abort a run, reset; see an agent another
 //! client made and prompted join the list, its status live; and answer a run that
-//! waits for the user (a call to approve, a tool's question). Skipped with one line when the
-//! browser is missing, unless `TILLER_LIVE=required`.
+//! waits for the user (a call to approve, a tool's question). And what a page on another
+//! site gets from the user's browser: nothing (cross-site requests, WebSocket, DNS
+//! rebinding and framing refused). Skipped with one line when the browser is missing,
+//! unless `TILLER_LIVE=required`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -86,7 +88,9 @@ impl Browser {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
-            json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
+            // `evil.test` is a page's own name for this machine, as an outside
+            // site would have.
+            json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--host-resolver-rules=MAP evil.test 127.0.0.1"]}),
         );
         let client = ClientBuilder::native()
             .capabilities(capabilities)
@@ -342,6 +346,120 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .await;
 
     browser.client.close().await.unwrap();
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
+
+/// A page of another site, opened in the user's browser, tries what the security
+/// review did against an open server on this machine: a `text/plain` POST that
+/// needs no preflight, a WebSocket that prompts an agent, the server reached by
+/// the site's own name (DNS rebinding), and the dashboard in a frame of its own
+/// (clickjacking). Each is refused.
+#[tokio::test]
+async fn a_page_of_another_site_cannot_drive_the_open_server() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let faux = FauxProvider::new();
+    let mut definitions = Definitions::new().with_default_model(faux.model());
+    definitions
+        .insert(AgentFile::parse("helper.yaml", HELPER).unwrap())
+        .unwrap();
+    let supervisor = Supervisor::start().await.unwrap();
+    let server = Server::new(supervisor.clone(), definitions, ServerConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    let victim = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/agents"))
+        .header("content-type", "application/json")
+        .body(json!({"definition": "helper", "id": "victim"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(victim.status(), 201);
+
+    // The other site: its page says `done` once every attempt has settled (the
+    // socket once it was refused, or once the agent answered through it).
+    let page = format!(
+        r#"<!doctype html><body><p id="done"></p>
+<iframe id="frame" src="http://127.0.0.1:{port}/"></iframe>
+<script>
+const tiller = "http://127.0.0.1:{port}";
+async function attack() {{
+  try {{
+    await fetch(tiller + "/agents", {{method: "POST", mode: "no-cors",
+      headers: {{"content-type": "text/plain"}},
+      body: JSON.stringify({{definition: "helper", id: "pwned"}})}});
+  }} catch (e) {{}}
+  await new Promise((settled) => {{
+    const socket = new WebSocket("ws://127.0.0.1:{port}/agents/victim/ws");
+    socket.onopen = () => socket.send(JSON.stringify({{type: "prompt", text: "pwned"}}));
+    socket.onmessage = () => {{ socket.close(); settled(); }};
+    socket.onerror = () => settled();
+    socket.onclose = () => settled();
+  }});
+  document.getElementById("done").textContent = "done";
+}}
+attack();
+</script></body>"#
+    );
+    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let site_port = site.local_addr().unwrap().port();
+    let site_served = tokio::spawn(axum::serve(
+        site,
+        axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let page = page.clone();
+                async move { axum::response::Html(page) }
+            }),
+        ),
+    )
+    .into_future());
+
+    browser
+        .client
+        .goto(&format!("http://evil.test:{site_port}/"))
+        .await
+        .unwrap();
+    browser.shows("//p[@id='done' and normalize-space()='done']").await;
+    let agents: Vec<String> = supervisor
+        .list()
+        .into_iter()
+        .map(|agent| agent.id.to_string())
+        .collect();
+    assert_eq!(agents, ["victim"], "the POST made no agent");
+    let state = supervisor.get("victim").unwrap().state().await.unwrap();
+    assert!(state.messages.is_empty(), "the socket prompted nothing");
+    assert!(faux.requests().is_empty());
+
+    // The dashboard in the other site's frame: the browser shows it nothing.
+    browser.client.enter_frame(0).await.unwrap();
+    assert!(
+        browser
+            .client
+            .find(Locator::Css("#create-button"))
+            .await
+            .is_err(),
+        "the dashboard loaded in another site's frame"
+    );
+    browser.client.enter_parent_frame().await.unwrap();
+
+    // The server reached by the site's own name for this machine.
+    browser
+        .client
+        .goto(&format!("http://evil.test:{port}/"))
+        .await
+        .unwrap();
+    let refused = browser.client.source().await.unwrap();
+    assert!(refused.contains("host-not-allowed"), "{refused}");
+
+    browser.client.close().await.unwrap();
+    site_served.abort();
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }
