@@ -741,3 +741,36 @@ async fn deleting_a_session_deletes_its_sub_agents_sessions() {
     assert_eq!(sessions, json!([]));
     server.stop().await;
 }
+
+/// Item 17: with tokens, only the dashboard's page (static, no data) and
+/// `/healthz` need none; `/openapi.json` needs one, and `/metrics`, whose figures
+/// cover every tenant, an operator's token marked `metrics: true`.
+#[tokio::test]
+async fn with_tokens_the_metrics_are_the_operators_and_the_api_description_needs_a_token() {
+    let faux = FauxProvider::new();
+    let mut config = closed_for(&[("t-tenant", "acme", None)]);
+    config.tokens = config.tokens.with(
+        "t-scraper",
+        tiller_server::Owner {
+            tenant: "operator".to_owned(),
+            user: None,
+            metrics: true,
+        },
+    );
+    let server = Running::start(&faux, config).await;
+    for (path, token, expected) in [
+        ("/metrics", None, 401),
+        ("/metrics", Some("t-tenant"), 403),
+        ("/metrics", Some("t-scraper"), 200),
+        ("/openapi.json", None, 401),
+        ("/openapi.json", Some("t-tenant"), 200),
+        ("/", None, 200),
+        ("/healthz", None, 200),
+    ] {
+        let (status, _) = server
+            .send_as(reqwest::Method::GET, path, token, None)
+            .await;
+        assert_eq!(status, expected, "{path} with {token:?}");
+    }
+    server.stop().await;
+}

@@ -90,7 +90,13 @@ async fn a_host_actor_prompts_and_aborts_an_agent_with_its_messages() {
 async fn requests_racing_a_restart_are_kept_or_refused_never_lost() {
     let broke = Arc::new(AtomicBool::new(false));
     let hooks = common::panicking_once(&broke);
-    let (_supervisor, agent, faux) = agent(|s| s.with_on_message(hooks)).await;
+    let (_supervisor, agent, faux) = agent(|s| {
+        let mut settings = s.with_on_message(hooks);
+        // Room for every steer: the bound is not what this test is about.
+        settings.queue_limits.max_messages = 1_000;
+        settings
+    })
+    .await;
     faux.push(FauxTurn::text("first"));
     let mut events = agent.subscribe();
     agent.prompt("go").await.unwrap();
