@@ -184,7 +184,9 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
 
     // A closed session past the retention is pruned; an active one never is.
     {
-        use tiller::tiller_store::{Change, SessionFilter, SessionStatus, SessionWrite, StoreWriter};
+        use tiller::tiller_store::{
+            Change, SessionFilter, SessionStatus, SessionWrite, StoreWriter,
+        };
         let kept = tiller::tiller_store::open(&store).await.unwrap();
         let epoch = kept.list(&SessionFilter::default()).await.unwrap()[0]
             .record
@@ -206,7 +208,11 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
         &store,
     ]))
     .await;
-    assert_eq!(kept.stdout, "0 closed session(s) deleted\n", "{}", kept.stderr);
+    assert_eq!(
+        kept.stdout, "0 closed session(s) deleted\n",
+        "{}",
+        kept.stderr
+    );
     let pruned = finish(tiller(&[
         "sessions",
         "prune",
@@ -216,7 +222,11 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
         &store,
     ]))
     .await;
-    assert_eq!(pruned.stdout, "1 closed session(s) deleted\n", "{}", pruned.stderr);
+    assert_eq!(
+        pruned.stdout, "1 closed session(s) deleted\n",
+        "{}",
+        pruned.stderr
+    );
     let listed = finish(tiller(&["sessions", "list", "--store", &store])).await;
     assert!(listed.stdout.is_empty(), "{}", listed.stdout);
 

@@ -348,8 +348,12 @@ async fn a_server_that_says_its_tools_changed_is_listed_again() {
 async fn unruly(test: &str, configure: impl FnOnce(McpServer) -> McpServer) -> Option<McpClient> {
     let python = tiller_test_support::live::installed("mcp.sh", "python", test)?;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/unruly.py");
-    let server = McpServer::stdio("unruly", python.to_str().unwrap(), [script.to_str().unwrap()])
-        .with_prefix("");
+    let server = McpServer::stdio(
+        "unruly",
+        python.to_str().unwrap(),
+        [script.to_str().unwrap()],
+    )
+    .with_prefix("");
     Some(McpClient::connect(configure(server)).await.unwrap())
 }
 
@@ -387,7 +391,11 @@ async fn a_stdio_server_gets_a_clean_environment_and_what_it_is_passed() {
     else {
         return;
     };
-    let (value, _) = call(&tool(&passing, "variable"), json!({"name": "CARGO_MANIFEST_DIR"})).await;
+    let (value, _) = call(
+        &tool(&passing, "variable"),
+        json!({"name": "CARGO_MANIFEST_DIR"}),
+    )
+    .await;
     assert_eq!(value.unwrap().text_content(), manifest);
     passing.close();
 }

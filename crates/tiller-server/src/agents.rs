@@ -196,11 +196,7 @@ impl Shared {
 
     /// Spawns the agent `spec` says for `owner`, and starts recording its events
     /// and announcing it to those following every agent.
-    pub(crate) async fn spawn(
-        &self,
-        spec: AgentSpec,
-        owner: Scope,
-    ) -> Result<AgentInfo, Problem> {
+    pub(crate) async fn spawn(&self, spec: AgentSpec, owner: Scope) -> Result<AgentInfo, Problem> {
         let agent = self.supervisor.spawn(spec).await?;
         self.owners.insert(agent.id().clone(), owner);
         // No one following every agent is no error.

@@ -256,7 +256,9 @@ mod tests {
     async fn what_the_server_kept_of_an_agent_goes_however_it_stops() {
         let faux = tiller::faux::FauxProvider::new();
         faux.push(tiller::faux::FauxTurn::text("Once."));
-        let supervisor = Supervisor::start().await.unwrap_or_else(|error| panic!("{error}"));
+        let supervisor = Supervisor::start()
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
         let server = crate::Server::new(
             supervisor.clone(),
             Definitions::new(),
@@ -264,7 +266,10 @@ mod tests {
         );
         let shared = &server.shared;
         let spec = AgentSpec::new(AgentSettings::new(faux.model())).with_id("h");
-        let agent = supervisor.spawn(spec).await.unwrap_or_else(|error| panic!("{error}"));
+        let agent = supervisor
+            .spawn(spec)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
         drop(shared.follow(&agent, None));
         let _ = agent.run("hi").await;
         assert!(shared.replays.contains_key("h"));

@@ -36,7 +36,9 @@ pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
             return Err(operator_only(
                 format!("json_schema_extra.{key}"),
                 match key {
-                    "api_key_env" => "a client cannot choose which of the server's variables is sent as a key",
+                    "api_key_env" => {
+                        "a client cannot choose which of the server's variables is sent as a key"
+                    }
                     _ => "a client cannot start MCP servers on the server",
                 },
             ));
@@ -100,9 +102,7 @@ fn operator_only(field: String, why: &str) -> Problem {
         ..Problem::new(
             StatusCode::FORBIDDEN,
             "operator-only",
-            format!(
-                "{why} (the operator can allow it: `tiller serve --trust-inline-definitions`)"
-            ),
+            format!("{why} (the operator can allow it: `tiller serve --trust-inline-definitions`)"),
         )
     }
 }

@@ -126,7 +126,11 @@ impl Sessions {
     /// Forgets the owners of sessions that ended (idle, closed, at shutdown), so
     /// there are never many more owners than [`McpSessions::count`].
     async fn forget_ended(&self) {
-        let known: Vec<String> = self.owners.iter().map(|entry| entry.key().clone()).collect();
+        let known: Vec<String> = self
+            .owners
+            .iter()
+            .map(|entry| entry.key().clone())
+            .collect();
         for id in known {
             if !self.live.contains(&id).await {
                 self.owners.remove(&id);

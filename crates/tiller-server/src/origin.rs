@@ -80,8 +80,7 @@ fn refusal(shared: &Shared, method: &Method, headers: &HeaderMap) -> Option<Prob
             ));
         }
     }
-    if *method != Method::GET && *method != Method::HEAD && has_body(headers) && !is_json(headers)
-    {
+    if *method != Method::GET && *method != Method::HEAD && has_body(headers) && !is_json(headers) {
         return Some(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
@@ -163,7 +162,13 @@ mod tests {
 
     #[test]
     fn loopback_hosts_and_origins_are_this_machine() {
-        for host in ["localhost", "localhost:8787", "127.0.0.1:1", "[::1]:80", "::1"] {
+        for host in [
+            "localhost",
+            "localhost:8787",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "::1",
+        ] {
             assert!(host_allowed(host, &["localhost".to_owned()]), "{host}");
         }
         for host in ["evil.test", "evil.test:8787", "10.0.0.1:80", ""] {
@@ -171,8 +176,16 @@ mod tests {
         }
         assert!(origin_allowed("http://127.0.0.1:9", "127.0.0.1:8787", &[]));
         assert!(origin_allowed("http://[::1]:9", "x", &[]));
-        assert!(origin_allowed("https://tiller.example", "tiller.example", &[]));
-        assert!(!origin_allowed("http://evil.test:8787", "127.0.0.1:8787", &[]));
+        assert!(origin_allowed(
+            "https://tiller.example",
+            "tiller.example",
+            &[]
+        ));
+        assert!(!origin_allowed(
+            "http://evil.test:8787",
+            "127.0.0.1:8787",
+            &[]
+        ));
         assert!(!origin_allowed("null", "127.0.0.1:8787", &[]));
         assert!(origin_allowed(
             "https://app.example",

@@ -20,7 +20,10 @@ pub(crate) struct StreamSlot {
 
 impl Shared {
     /// A slot for one more stream of the caller of `headers`, if it has room.
-    pub(crate) fn stream_slot(self: &Arc<Self>, headers: &HeaderMap) -> Result<StreamSlot, Problem> {
+    pub(crate) fn stream_slot(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+    ) -> Result<StreamSlot, Problem> {
         let holder = self.caller(headers)?.scope();
         let max = self.config.max_streams_per_caller;
         let mut open = self.streams.entry(holder.clone()).or_insert(0);
@@ -28,7 +31,9 @@ impl Shared {
             return Err(Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too-many-streams",
-                format!("you hold {max} event streams open, the most one caller may: close one first"),
+                format!(
+                    "you hold {max} event streams open, the most one caller may: close one first"
+                ),
             ));
         }
         *open += 1;
@@ -41,11 +46,9 @@ impl Shared {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.shared
-            .streams
-            .remove_if_mut(&self.holder, |_, open| {
-                *open -= 1;
-                *open == 0
-            });
+        self.shared.streams.remove_if_mut(&self.holder, |_, open| {
+            *open -= 1;
+            *open == 0
+        });
     }
 }

@@ -18,7 +18,6 @@ use tiller_test_support::{MockResponse, MockServer, sse};
 mod support;
 use support::*;
 
-
 #[tokio::test]
 async fn an_agent_is_created_prompted_read_and_deleted_over_http() {
     let faux = FauxProvider::new();

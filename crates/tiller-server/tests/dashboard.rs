@@ -409,24 +409,28 @@ attack();
     );
     let site = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let site_port = site.local_addr().unwrap().port();
-    let site_served = tokio::spawn(axum::serve(
-        site,
-        axum::Router::new().route(
-            "/",
-            axum::routing::get(move || {
-                let page = page.clone();
-                async move { axum::response::Html(page) }
-            }),
-        ),
-    )
-    .into_future());
+    let site_served = tokio::spawn(
+        axum::serve(
+            site,
+            axum::Router::new().route(
+                "/",
+                axum::routing::get(move || {
+                    let page = page.clone();
+                    async move { axum::response::Html(page) }
+                }),
+            ),
+        )
+        .into_future(),
+    );
 
     browser
         .client
         .goto(&format!("http://evil.test:{site_port}/"))
         .await
         .unwrap();
-    browser.shows("//p[@id='done' and normalize-space()='done']").await;
+    browser
+        .shows("//p[@id='done' and normalize-space()='done']")
+        .await;
     let agents: Vec<String> = supervisor
         .list()
         .into_iter()

@@ -16,12 +16,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::{AgentTool, AskAgentConfig, Definitions, FnTool, Supervisor, ToolOutput, ToolRegistry};
+use tiller::{
+    AgentTool, AskAgentConfig, Definitions, FnTool, Supervisor, ToolOutput, ToolRegistry,
+};
 use tiller_server::ServerConfig;
 use tiller_test_support::MockServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -90,7 +91,10 @@ async fn an_inline_file_chooses_only_among_what_the_operator_configured() {
         .post("/agents", inline(json!({"api_key_env": "PATH"})))
         .await;
     let (_, unset) = server
-        .post("/agents", inline(json!({"api_key_env": "NO_SUCH_VARIABLE"})))
+        .post(
+            "/agents",
+            inline(json!({"api_key_env": "NO_SUCH_VARIABLE"})),
+        )
         .await;
     assert_eq!(set, unset);
     assert!(elsewhere.requests().is_empty(), "nothing went elsewhere");
@@ -117,7 +121,11 @@ async fn an_inline_file_chooses_only_among_what_the_operator_configured() {
             inline(json!({"tools": [command_tool]})),
         )
         .await;
-    assert_eq!((status, kind(&problem)), (403, "operator-only"), "{problem}");
+    assert_eq!(
+        (status, kind(&problem)),
+        (403, "operator-only"),
+        "{problem}"
+    );
     server.stop().await;
 
     // The operator's opt-in lets a trusted client declare a command tool.
@@ -190,7 +198,11 @@ async fn the_open_server_answers_only_this_machine_and_the_origins_it_was_given(
         assert_eq!((status, got.as_str()), expected, "{headers:?}");
     }
     assert_eq!(server.get("/agents").await.1, json!([]), "nothing was made");
-    for origin in ["http://127.0.0.1:9", "http://localhost:3000", "https://app.example"] {
+    for origin in [
+        "http://127.0.0.1:9",
+        "http://localhost:3000",
+        "https://app.example",
+    ] {
         let response = post(&[json, ("origin", origin)]).await.unwrap();
         assert_eq!(response.status(), 201, "{origin}");
     }
@@ -198,7 +210,9 @@ async fn the_open_server_answers_only_this_machine_and_the_origins_it_was_given(
     // A WebSocket upgrade from another origin is refused before it is one.
     let id = server.create_helper().await;
     let ws = format!("{}/agents/{id}/ws", server.base.replace("http://", "ws://"));
-    let mut request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws.as_str()).unwrap();
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws.as_str())
+            .unwrap();
     request
         .headers_mut()
         .insert("origin", "http://evil.test".parse().unwrap());
@@ -298,7 +312,10 @@ async fn parallel_approvals_are_each_resolved_by_the_reply_that_names_them() {
             .map(|request| request["tool_call_id"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(waiting(&server.get(&format!("/agents/{id}")).await.1), ["a", "b"]);
+    assert_eq!(
+        waiting(&server.get(&format!("/agents/{id}")).await.1),
+        ["a", "b"]
+    );
 
     let reply = format!("/agents/{id}/reply?wait=true");
     // A reply that names no request, or one that is not open, changes nothing.
@@ -310,7 +327,11 @@ async fn parallel_approvals_are_each_resolved_by_the_reply_that_names_them() {
     let (status, problem) = server
         .post(&reply, json!({"type": "approve", "request_id": "zzz"}))
         .await;
-    assert_eq!((status, kind(&problem)), (409, "no-such-request"), "{problem}");
+    assert_eq!(
+        (status, kind(&problem)),
+        (409, "no-such-request"),
+        "{problem}"
+    );
 
     let (_, outcome) = server
         .post(
@@ -320,7 +341,10 @@ async fn parallel_approvals_are_each_resolved_by_the_reply_that_names_them() {
         .await;
     assert_eq!(outcome["end"], "parked", "A still waits");
     assert!(removed.lock().unwrap().is_empty());
-    assert_eq!(waiting(&server.get(&format!("/agents/{id}")).await.1), ["a"]);
+    assert_eq!(
+        waiting(&server.get(&format!("/agents/{id}")).await.1),
+        ["a"]
+    );
 
     let (_, outcome) = server
         .post(&reply, json!({"type": "approve", "request_id": "a"}))
@@ -494,13 +518,19 @@ async fn every_refusal_is_problem_details() {
             request(reqwest::Method::POST, "/mcp")
                 .header("content-type", "application/json")
                 .header("accept", "application/json, text/event-stream")
-                .body(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(2 << 20))),
+                .body(format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+                    "x".repeat(2 << 20)
+                )),
             (413, "body"),
         ),
     ] {
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
-        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let problem: Value = response.json().await.unwrap();
         assert_eq!(
             (status, kind(&problem), content_type.as_str()),
@@ -572,7 +602,10 @@ async fn slow_and_idle_clients_are_disconnected_and_connections_are_capped() {
         .unwrap();
     let answered = read_to_close(&mut idle).await;
     assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
-    assert!(answered.ends_with("ok"), "answered, then closed: {answered}");
+    assert!(
+        answered.ends_with("ok"),
+        "answered, then closed: {answered}"
+    );
     server.stop().await;
 
     let capped = Running::start(
@@ -595,7 +628,10 @@ async fn slow_and_idle_clients_are_disconnected_and_connections_are_capped() {
         .unwrap();
     let refused = read_to_close(&mut third).await;
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
-    assert!(refused.contains("urn:tiller:problem:too-many-connections"), "{refused}");
+    assert!(
+        refused.contains("urn:tiller:problem:too-many-connections"),
+        "{refused}"
+    );
     drop(_held);
     capped.stop().await;
 }
@@ -673,7 +709,10 @@ async fn streams_and_mcp_sessions_are_bounded_and_an_mcp_session_is_its_openers(
     const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let opened = mcp("t-a", None, INITIALIZE).await.unwrap();
     assert_eq!(opened.status(), 200);
-    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     drop(opened);
     let refused = mcp("t-b", None, INITIALIZE).await.unwrap();
     assert_eq!(refused.status(), 503);

@@ -254,7 +254,8 @@ impl SessionStore for MemoryStore {
         let mut sessions = self.lock();
         let held = sessions.len();
         sessions.retain(|_, session| {
-            session.record.status != crate::SessionStatus::Closed || session.record.updated_at >= before
+            session.record.status != crate::SessionStatus::Closed
+                || session.record.updated_at >= before
         });
         Box::pin(ready(Ok((held - sessions.len()) as u64)))
     }

@@ -124,14 +124,16 @@ async fn check_sqlite_file(probe: &mut sqlx::AnyConnection, url: &str) -> Result
     if id == APPLICATION_ID {
         return Ok(());
     }
-    let tables: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .fetch_all(&mut *probe)
-        .await
-        .map_err(database)?
-        .iter()
-        .filter_map(|row| row.try_get(0).ok())
-        .collect();
-    let ours = id == 0 && (tables.is_empty() || tables.iter().any(|table| table == "tiller_schema"));
+    let tables: Vec<String> =
+        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut *probe)
+            .await
+            .map_err(database)?
+            .iter()
+            .filter_map(|row| row.try_get(0).ok())
+            .collect();
+    let ours =
+        id == 0 && (tables.is_empty() || tables.iter().any(|table| table == "tiller_schema"));
     if ours {
         return Ok(());
     }
@@ -141,7 +143,11 @@ async fn check_sqlite_file(probe: &mut sqlx::AnyConnection, url: &str) -> Result
         detail: format!(
             "application id {id:#x}, tables {}{}",
             shown.join(", "),
-            if tables.len() > shown.len() { ", …" } else { "" }
+            if tables.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
         ),
     })
 }
@@ -1355,7 +1361,8 @@ impl SessionStore for SqlStore {
 
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
-            const OLD: &str = "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
+            const OLD: &str =
+                "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
             let mut tx = self.pool.begin().await.map_err(database)?;
             for table in ["tiller_messages", "tiller_queued"] {
                 sqlx::query(AssertSqlSafe(format!(

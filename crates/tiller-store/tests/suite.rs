@@ -570,14 +570,23 @@ async fn deletes_sub_sessions_and_prunes_closed_ones(store: Arc<dyn SessionStore
 
     let before_closing = tiller_ai::now_ms() as i64 - 1;
     writer
-        .write(vec![write(&ids[3], Change::SetStatus(SessionStatus::Closed))])
+        .write(vec![write(
+            &ids[3],
+            Change::SetStatus(SessionStatus::Closed),
+        )])
         .await
         .unwrap();
     // Closed after the cut-off: kept.
     store.prune(before_closing).await.unwrap();
     assert_eq!(listed(&store).await, [ids[3].clone(), ids[4].clone()]);
     // Closed before it: gone; the active one stays.
-    assert!(store.prune(tiller_ai::now_ms() as i64 + 1_000).await.unwrap() >= 1);
+    assert!(
+        store
+            .prune(tiller_ai::now_ms() as i64 + 1_000)
+            .await
+            .unwrap()
+            >= 1
+    );
     assert_eq!(listed(&store).await, [ids[4].clone()]);
 }
 
@@ -757,7 +766,11 @@ async fn a_file_not_tillers_is_refused_at_once_and_left_alone() {
             detail: "application id 0x0, tables orders".to_owned(),
         }
     );
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the file is untouched");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is untouched"
+    );
     assert!(!std::path::Path::new(&format!("{path}-wal")).exists());
 
     // Tiller's own file opens again, marked as Tiller's.
@@ -883,13 +896,19 @@ async fn small_writes_to_many_sessions_read_all_the_while_keep_the_wal_bounded()
         largest_wal = largest_wal.max(std::fs::metadata(&wal).map_or(0, |file| file.len()));
     }
     reading.store(false, std::sync::atomic::Ordering::Release);
-    assert!(reader.await.unwrap() > 0, "the sessions were read meanwhile");
+    assert!(
+        reader.await.unwrap() > 0,
+        "the sessions were read meanwhile"
+    );
     assert!(
         largest_wal < 80 << 20,
         "the WAL grew to {largest_wal} bytes over {WRITES} small writes"
     );
     let loaded = store.load("s0").await.unwrap().unwrap();
-    assert_eq!(loaded.messages.len() as u64, WRITES.div_ceil(SESSIONS as u64));
+    assert_eq!(
+        loaded.messages.len() as u64,
+        WRITES.div_ceil(SESSIONS as u64)
+    );
 }
 
 /// A steady stream of writes, which checkpoints run beside the writes never catch

@@ -550,7 +550,9 @@ impl ActorState {
                 Some(reply) => {
                     let _ = reply.send(Err(full));
                 }
-                None => tracing::warn!(agent = %self.agent.id, error = %full, "a message was not queued"),
+                None => {
+                    tracing::warn!(agent = %self.agent.id, error = %full, "a message was not queued")
+                }
             }
             return;
         }
@@ -1054,4 +1056,3 @@ fn queue_source(
         })
     })
 }
-

@@ -213,7 +213,10 @@ impl Actor for SupervisorActor {
 
 /// Refuses to bring up a stored session for another tenant or user than the one
 /// `record` says owns it.
-fn check_owner(record: &SessionRecord, owner: (Option<&str>, Option<&str>)) -> Result<(), SpawnError> {
+fn check_owner(
+    record: &SessionRecord,
+    owner: (Option<&str>, Option<&str>),
+) -> Result<(), SpawnError> {
     if (record.tenant_id.as_deref(), record.user_id.as_deref()) == owner {
         return Ok(());
     }

@@ -578,8 +578,16 @@ async fn a_sub_agent_never_takes_up_another_tenants_session() {
     );
     let after = supervisor.store().load("p/writer").await.unwrap().unwrap();
     assert_eq!(
-        (after.messages.len(), after.record.epoch, after.record.tenant_id),
-        (kept.messages.len(), kept.record.epoch, Some("other".to_owned()))
+        (
+            after.messages.len(),
+            after.record.epoch,
+            after.record.tenant_id
+        ),
+        (
+            kept.messages.len(),
+            kept.record.epoch,
+            Some("other".to_owned())
+        )
     );
     supervisor.shutdown().await;
 }

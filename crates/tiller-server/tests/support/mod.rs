@@ -58,7 +58,12 @@ impl Running {
         }
     }
 
-    pub(crate) async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         self.send_as(method, path, None, body).await
     }
 
@@ -89,7 +94,12 @@ impl Running {
     }
 
     /// POSTs `body` with `headers`, returning the status and the raw body.
-    pub(crate) async fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> (u16, String) {
+    pub(crate) async fn post_raw(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> (u16, String) {
         let mut request = self
             .http
             .post(format!("{}{path}", self.base))
