@@ -5,8 +5,11 @@
 //! run's outcome), steer, queue follow-ups, abort, reset and delete them; and each
 //! agent's events as server-sent events that a client can resume with
 //! `Last-Event-ID`. Errors are `application/problem+json`. With bearer tokens
-//! configured ([`Tokens`]), each agent belongs to the tenant that created it and no
-//! other tenant sees it. `POST /api/stream` is pi's proxy endpoint: pi-agent-core's
+//! configured ([`Tokens`]), each agent belongs to the tenant (and user) that created
+//! it and no other sees it. Without them the server answers this machine only
+//! (loopback `Host` and `Origin`). An agent file sent inline chooses only among what
+//! the operator configured ([`ServerConfig::trust_inline_definitions`]), and every
+//! resource has a bound ([`ServerConfig`]). `POST /api/stream` is pi's proxy endpoint: pi-agent-core's
 //! `streamProxy` makes its model calls through it, with the server's keys. `tiller
 //! serve` runs it.
 //!
@@ -15,12 +18,13 @@
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
 //! | `GET /healthz` | liveness | 200 `ok` |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
-//! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, events streamed, proxied calls | 200 |
+//! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, events streamed, proxied calls (with tokens, for a token marked `metrics: true`) | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` (without an id, the server makes up a time-ordered UUID; an id whose session the store has is 409 `session-exists`) | 201 the agent |
 //! | `GET /agents` | every agent and its status | 200 |
 //! | `GET /agents/{id}` | its state: transcript, queues, what is streaming | 200 |
 //! | `POST /agents/{id}/prompt[?wait=true]` | `{"text": …}` | 202, or 200 the run's outcome |
+//! | `POST /agents/{id}/reply[?wait=true]` | `{"type": "answer" \| "approve" \| "deny", "request_id": …}`: the reply to the request it names | 202, or 200 the run's outcome |
 //! | `POST /agents/{id}/steer`, `/follow_up` | `{"text": …}` | 204 |
 //! | `POST /agents/{id}/abort` | aborts the run, answers once idle | 204 |
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |

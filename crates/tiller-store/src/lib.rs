@@ -83,7 +83,9 @@ pub trait SessionStore: Send + Sync + 'static {
         epoch: Option<u64>,
     ) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>>;
 
-    /// The sessions matching `filter`, most recently changed first.
+    /// The sessions matching `filter`, most recently changed first. A session
+    /// whose row cannot be read is left out (and logged), not the whole list; a
+    /// page may then hold fewer than its limit.
     fn list<'a>(
         &'a self,
         filter: &'a SessionFilter,
