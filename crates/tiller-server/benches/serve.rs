@@ -104,11 +104,13 @@ fn main() {
         definitions
             .insert(AgentFile::parse("bench.yaml", AGENT).unwrap())
             .unwrap();
-        let server = Server::new(
-            Supervisor::start().await.unwrap(),
-            definitions,
-            ServerConfig::default(),
-        );
+        // Every client is the one caller of an open server: room for all of them.
+        let config = ServerConfig {
+            max_streams_per_caller: scale.clients,
+            max_connections: scale.clients + 1_024,
+            ..ServerConfig::default()
+        };
+        let server = Server::new(Supervisor::start().await.unwrap(), definitions, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(server.serve(listener, std::future::pending()));
