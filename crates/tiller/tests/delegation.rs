@@ -132,6 +132,20 @@ async fn planner(definitions: &Definitions, supervisor: &Supervisor) -> AgentHan
     supervisor.spawn(spec).await.unwrap()
 }
 
+/// What the planner's researcher was answered when it asked the writer.
+async fn researchers_answer(supervisor: &Supervisor, planner: &AgentHandle) -> String {
+    let researcher = supervisor
+        .store()
+        .load(&format!("{}/researcher", planner.session_id()))
+        .await
+        .unwrap()
+        .unwrap();
+    researcher.messages[2]
+        .as_tool_result()
+        .unwrap()
+        .text_content()
+}
+
 /// The texts of a run's tool results, in order.
 fn tool_results(outcome: &RunOutcome) -> Vec<String> {
     outcome
@@ -433,17 +447,8 @@ async fn a_slow_sub_agent_times_out_and_delegation_stops_at_the_depth_limit() {
     );
     assert_eq!(outcome.text(), "Gave up.");
     // The researcher, one level down, was refused the writer.
-    let researcher = supervisor
-        .store()
-        .load(&format!("{}/researcher", planner.session_id()))
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        researcher.messages[2]
-            .as_tool_result()
-            .unwrap()
-            .text_content(),
+        researchers_answer(&supervisor, &planner).await,
         "cannot ask `writer`: agents may delegate at most 1 levels deep (planner → researcher)"
     );
     assert_eq!(*seen.lock().unwrap(), [json!("stall cancelled")]);
@@ -470,17 +475,8 @@ async fn sub_agents_running_at_once_are_capped() {
     let planner = planner(&definitions, &supervisor).await;
     let outcome = planner.run("plan it").await.unwrap();
     assert_eq!(tool_results(&outcome), ["The writer is busy."]);
-    let researcher = supervisor
-        .store()
-        .load(&format!("{}/researcher", planner.session_id()))
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        researcher.messages[2]
-            .as_tool_result()
-            .unwrap()
-            .text_content(),
+        researchers_answer(&supervisor, &planner).await,
         "cannot ask `writer`: 1 sub-agents are running already, the most at once"
     );
     supervisor.shutdown().await;
