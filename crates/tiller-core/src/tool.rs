@@ -189,7 +189,6 @@ impl ToolOutput {
     }
 }
 
-/// How a cut is shown to the model and the user.
 /// The length of `value` as JSON, counted without writing it anywhere.
 pub fn json_len(value: &impl Serialize) -> usize {
     struct Count(usize);
@@ -208,6 +207,7 @@ pub fn json_len(value: &impl Serialize) -> usize {
     count.0
 }
 
+/// How a cut is shown to the model and the user.
 fn cut_note(dropped: u64, max_bytes: usize) -> String {
     format!("[… {dropped} more bytes cut: the output exceeded the limit of {max_bytes} bytes]")
 }

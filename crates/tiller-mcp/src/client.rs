@@ -153,13 +153,13 @@ impl Shared {
         read(&self.tools).clone()
     }
 
-    /// The live connection, for a call of the tool `remote`; the reason it cannot
-    /// be made when the server is away or no longer offers the tool.
     /// How long one tool call may take.
     pub(crate) fn call_timeout(&self) -> std::time::Duration {
         self.config.call_timeout
     }
 
+    /// The live connection, for a call of the tool `remote`; the reason it cannot
+    /// be made when the server is away or no longer offers the tool.
     pub(crate) fn peer_for(&self, remote: &str) -> Result<Peer<RoleClient>, ToolError> {
         let peer = read(&self.peer).clone().map_err(|why| {
             ToolError::new(format!(

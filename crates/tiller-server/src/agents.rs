@@ -181,9 +181,13 @@ impl Shared {
                         error.message,
                     )
                 })?;
-                let spec = self.definitions.spec_of(&file)?;
+                if !trusted {
+                    crate::inline::check_read(&file)?;
+                }
+                let mut spec = self.definitions.spec_of(&file)?;
                 if !trusted {
                     crate::inline::check_model(&spec, &self.proxy_models)?;
+                    crate::inline::keep_operator_approvals(&mut spec, &self.definitions);
                 }
                 Ok(spec)
             }

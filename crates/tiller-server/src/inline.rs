@@ -12,12 +12,17 @@
 //! The operator can allow them with [`crate::ServerConfig::trust_inline_definitions`]
 //! (`tiller serve --trust-inline-definitions`).
 //!
-//! These checks run on the JSON as sent, before the file is read as an agent file:
-//! nothing about the server's files, programs or environment shows in the answer.
+//! These checks run on the JSON as sent, before the file is read as an agent file
+//! (nothing about the server's files, programs or environment shows in the answer),
+//! and again on what reading made of it. A tool the operator's definitions make
+//! wait for approval waits at least as much in a client's file.
+
+use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::Value;
-use tiller::AgentSpec;
+use tiller::agent_file::{AgentFile, ApprovalRule, FileTool, ModelSpec};
+use tiller::{ActionTool, AgentSpec, Approval, Definitions};
 
 use crate::error::Problem;
 use crate::proxy::ProxyModels;
@@ -25,39 +30,55 @@ use crate::proxy::ProxyModels;
 /// The keys of a tool entry a client may give: a name, and the action built-in's types.
 const CLIENT_TOOL_KEYS: [&str; 2] = ["name", "types"];
 
-/// Refuses what an inline file of a client may not carry (see the module's doc).
+/// Refuses what an inline file of a client may not carry (see the module's doc),
+/// and any of it written other than as objects: a struct is also read from a
+/// JSON array, whose fields have no names to check.
 pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
-    let Some(extra) = inline.get("json_schema_extra").and_then(Value::as_object) else {
-        // Not an agent file: reading it says why.
+    let not_an_object = |field: &str| {
+        Problem::invalid(
+            Some(format!("inline{field}")),
+            "an inline agent file and its settings are JSON objects",
+        )
+    };
+    if !inline.is_object() {
+        return Err(not_an_object(""));
+    }
+    let Some(extra) = inline.get("json_schema_extra") else {
+        // Reading it says what is missing.
         return Ok(());
+    };
+    let Some(extra) = extra.as_object() else {
+        return Err(not_an_object(".json_schema_extra"));
     };
     for key in ["api_key_env", "mcp_servers"] {
         if extra.contains_key(key) {
             return Err(operator_only(
                 format!("json_schema_extra.{key}"),
                 match key {
-                    "api_key_env" => {
-                        "a client cannot choose which of the server's variables is sent as a key"
-                    }
+                    "api_key_env" => "a client cannot choose which of the server's variables is sent as a key",
                     _ => "a client cannot start MCP servers on the server",
                 },
             ));
         }
     }
-    if extra
-        .get("model")
-        .and_then(Value::as_object)
-        .is_some_and(|model| model.contains_key("base_url"))
-    {
-        return Err(operator_only(
-            "json_schema_extra.model.base_url".to_owned(),
-            "a client cannot choose the server a model is called on; name one the server serves",
-        ));
+    match extra.get("model") {
+        None | Some(Value::String(_)) => {}
+        Some(Value::Object(model)) if !model.contains_key("base_url") => {}
+        Some(_) => {
+            return Err(operator_only(
+                "json_schema_extra.model.base_url".to_owned(),
+                "a client cannot choose the server a model is called on; name one the server serves (`provider/id`)",
+            ));
+        }
     }
-    let tools = extra.get("tools").and_then(Value::as_array);
-    for (index, tool) in tools.into_iter().flatten().enumerate() {
+    let tools = match extra.get("tools") {
+        None => return Ok(()),
+        Some(Value::Array(tools)) => tools,
+        Some(_) => return Err(not_an_object(".json_schema_extra.tools[]")),
+    };
+    for (index, tool) in tools.iter().enumerate() {
         let Some(tool) = tool.as_object() else {
-            continue;
+            return Err(not_an_object(&format!(".json_schema_extra.tools[{index}]")));
         };
         if let Some(key) = tool
             .keys()
@@ -70,6 +91,75 @@ pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
         }
     }
     Ok(())
+}
+
+/// Refuses a read file holding what [`check_file`] keeps out: a second look, at
+/// what reading made of it.
+pub(crate) fn check_read(file: &AgentFile) -> Result<(), Problem> {
+    let field = if file.api_key_env.is_some() {
+        "json_schema_extra.api_key_env"
+    } else if !file.mcp_servers.is_empty() {
+        "json_schema_extra.mcp_servers"
+    } else if matches!(
+        &file.model,
+        Some(ModelSpec::Parts {
+            base_url: Some(_),
+            ..
+        })
+    ) {
+        "json_schema_extra.model.base_url"
+    } else if file
+        .tools
+        .iter()
+        .any(|tool| matches!(tool, FileTool::Ready(ready) if ready.name() != ActionTool::NAME))
+    {
+        "json_schema_extra.tools"
+    } else {
+        return Ok(());
+    };
+    Err(operator_only(
+        field.to_owned(),
+        "a client chooses only among what the server has",
+    ))
+}
+
+/// Makes each of `spec`'s tools wait for approval at least as the operator's
+/// definitions make it wait anywhere (`never` over `ask` over `always`): a client
+/// cannot lift an approval the operator asks for a tool of the registry.
+pub(crate) fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Definitions) {
+    let rank = |rule: ApprovalRule| match rule {
+        ApprovalRule::Always => 0,
+        ApprovalRule::Ask => 1,
+        ApprovalRule::Never => 2,
+    };
+    let names: Vec<String> = spec
+        .settings
+        .tools
+        .definitions()
+        .iter()
+        .map(|tool| tool.name.clone())
+        .collect();
+    for name in names {
+        let strictest = definitions
+            .iter()
+            .filter_map(|file| file.approvals.get(&name).copied())
+            .max_by_key(|rule| rank(*rule));
+        let Some(strictest) = strictest.filter(|rule| rank(*rule) > 0) else {
+            continue;
+        };
+        let current = match spec.settings.run.approvals.get(&name) {
+            Some(Approval::Never) => 2,
+            Some(Approval::Always) | None => 0,
+            // Ask, or the Rust-only predicate: at most an ask.
+            Some(_) => 1,
+        };
+        if rank(strictest) > current {
+            Arc::make_mut(&mut spec.settings)
+                .run
+                .approvals
+                .insert(name, strictest.into());
+        }
+    }
 }
 
 /// Refuses `spec` when its model is not one `served` holds (same provider, id

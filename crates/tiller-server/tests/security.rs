@@ -86,6 +86,37 @@ async fn an_inline_file_chooses_only_among_what_the_operator_configured() {
             "{extra}: {problem}"
         );
     }
+    // The same written as arrays, which a struct is read from as well: refused.
+    let array_tool = json!(["id", "d", {"type": "object"}, ["sh", "-c", "id"], 1000, ["OPENAI_API_KEY"], null]);
+    for (body, field) in [
+        (
+            json!({"inline": ["object", "You help.", {}, [], null, {"kind": "agent", "name": "x"}]}),
+            "inline",
+        ),
+        (
+            json!({"inline": {"type": "object", "description": "You help.", "json_schema_extra": ["agent", "x"]}}),
+            "inline.json_schema_extra",
+        ),
+        (
+            inline(json!({"tools": [array_tool], "tool_choice": {"tool": "id"}})),
+            "inline.json_schema_extra.tools[0]",
+        ),
+    ] {
+        let (status, problem) = server.post("/agents", body).await;
+        assert_eq!(
+            (status, kind(&problem), problem["field"].as_str()),
+            (422, "invalid", Some(field)),
+            "{problem}"
+        );
+    }
+    let (status, problem) = server
+        .post(
+            "/agents",
+            inline(json!({"model": ["openai", "gpt-4o", elsewhere.base_url()]})),
+        )
+        .await;
+    assert_eq!((status, kind(&problem)), (403, "operator-only"), "{problem}");
+
     // Whether a variable exists is not told.
     let (_, set) = server
         .post("/agents", inline(json!({"api_key_env": "PATH"})))
@@ -371,6 +402,37 @@ async fn parallel_approvals_are_each_resolved_by_the_reply_that_names_them() {
             ("a", "removed /tmp/a")
         ]
     );
+    server.stop().await;
+}
+
+/// A client's file naming a registry tool cannot lift the approval the operator's
+/// definitions ask for it: the call still waits for the user.
+#[tokio::test]
+async fn an_inline_file_cannot_lift_the_operators_approvals() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::new().with_tool_call_id("a", "remove", json!({"path": "/home"})));
+    let (definitions, removed) = remover();
+    let server = Running::serve(
+        definitions.with_default_model(faux.model()),
+        ServerConfig::default(),
+    )
+    .await;
+    let (status, agent) = server
+        .post(
+            "/agents",
+            inline(json!({"tools": [{"name": "remove"}], "approvals": {"remove": "always"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let id = agent["id"].as_str().unwrap();
+    let (_, outcome) = server
+        .post(
+            &format!("/agents/{id}/prompt?wait=true"),
+            json!({"text": "remove my home"}),
+        )
+        .await;
+    assert_eq!(outcome["end"], "parked", "{outcome}");
+    assert!(removed.lock().unwrap().is_empty());
     server.stop().await;
 }
 
