@@ -8,7 +8,8 @@
 //!   session of its own per caller session and definition (`{caller
 //!   session}/{definition}`), so a second call in the same conversation finds what
 //!   the first one said (a call made while another call holds that session gets
-//!   `…/{definition}/{call id}`);
+//!   `…/{definition}#{call id}`, beside it, and goes back there when the user
+//!   approves what it asked);
 //! - every event it publishes reaches the caller's subscribers as a
 //!   [`AgentEvent::ChildEvent`] with the path of agents it came through
 //!   ([`AgentPath`]), in order, among the caller's own events;
@@ -40,6 +41,7 @@ use crate::definitions::Definitions;
 use crate::error::{AgentError, SpawnError};
 use crate::subscription::Delivered;
 use crate::{AgentHandle, Supervisor};
+use tiller_store::SessionFilter;
 
 /// The tool's name, as agent files list it.
 pub const ASK_AGENT_TOOL: &str = "ask_agent";
@@ -190,9 +192,19 @@ impl AskAgent {
         }
         let spec = spec.with_context(context);
         let cannot = |error: SpawnError| ToolError::new(format!("cannot start `{name}`: {error}"));
+        // A call's own session, beside the conversation's (not under it: stopping
+        // one does not stop the other).
+        let own = format!("{session}#{}", ctx.call_id());
+        // An approved call goes back to the session it asked in: its own, when it
+        // had to take one.
+        let first = if ctx.approved() && self.stored(&own).await {
+            own.clone()
+        } else {
+            session
+        };
         let child = match self
             .supervisor
-            .spawn(spec.clone().with_session(session.clone()))
+            .spawn(spec.clone().with_session(first))
             .await
         {
             Ok(child) => child,
@@ -200,7 +212,7 @@ impl AskAgent {
             // turn: this call gets a session of its own.
             Err(SpawnError::IdTaken(_)) => self
                 .supervisor
-                .spawn(spec.with_session(format!("{session}/{}", ctx.call_id())))
+                .spawn(spec.with_session(own))
                 .await
                 .map_err(cannot)?,
             Err(error) => return Err(cannot(error)),
@@ -208,6 +220,20 @@ impl AskAgent {
         let answer = self.run_child(&child, name, path, text, &ctx).await;
         self.supervisor.stop(child.id().as_str()).await;
         answer
+    }
+
+    /// Whether the store keeps the session `id`.
+    async fn stored(&self, id: &str) -> bool {
+        let filter = SessionFilter {
+            id: Some(id.to_owned()),
+            limit: Some(1),
+            ..SessionFilter::default()
+        };
+        self.supervisor
+            .store()
+            .list(&filter)
+            .await
+            .is_ok_and(|found| !found.is_empty())
     }
 
     /// Runs `child` on `text`, its events relayed to `ctx`, and makes its outcome

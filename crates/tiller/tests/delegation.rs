@@ -612,8 +612,8 @@ async fn two_calls_to_one_definition_in_one_turn_both_answer() {
     let mut stored = Vec::new();
     for id in [
         format!("{session}/writer"),
-        format!("{session}/writer/p2"),
-        format!("{session}/writer/p1"),
+        format!("{session}/writer#p2"),
+        format!("{session}/writer#p1"),
     ] {
         if supervisor.store().load(&id).await.unwrap().is_some() {
             stored.push(id);
@@ -665,5 +665,78 @@ async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
     assert_eq!(outcome.text(), "Done.");
     assert_eq!(tool_results(&outcome), ["You are u-7."]);
     assert_eq!(seen.lock().unwrap().len(), 1, "the writer ran whoami once");
+    supervisor.shutdown().await;
+}
+
+/// Two calls of one turn to one definition both wait for the user's approval of
+/// what their sub-agents asked. Denying one and approving the other runs what the
+/// approved call's sub-agent asked, in its own session, and nothing of the other's.
+#[tokio::test]
+async fn approving_one_of_two_delegated_requests_runs_that_one_only() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("p1", "ask_agent", json!({"agent": "writer", "text": "one"}))
+            .with_tool_call_id("p2", "ask_agent", json!({"agent": "writer", "text": "two"})),
+    );
+    faux.push(FauxTurn::tool_call("whoami", json!({})));
+    faux.push(FauxTurn::tool_call("whoami", json!({})));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let supervisor = Supervisor::start().await.unwrap();
+    let mut definitions = Definitions::new()
+        .with_tools(registry(&seen))
+        .with_default_model(faux.model());
+    definitions
+        .insert(agent("planner", &["ask_agent"]))
+        .unwrap();
+    let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
+    definitions
+        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
+        .unwrap();
+    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let planner = planner(&definitions, &supervisor).await;
+    assert_eq!(planner.run("plan it").await.unwrap().end, RunEnd::Parked);
+    let waiting: Vec<String> = planner
+        .state()
+        .await
+        .unwrap()
+        .waiting
+        .iter()
+        .map(|request| request.tool_call_id().to_owned())
+        .collect();
+    assert_eq!(waiting, ["p1", "p2"]);
+
+    let denied = planner
+        .run(tiller::Prompt::Reply(tiller::Reply::deny("p1", None)))
+        .await
+        .unwrap();
+    assert_eq!(denied.end, RunEnd::Parked);
+    faux.push(FauxTurn::text("You are u-7."));
+    faux.push(FauxTurn::text("Done."));
+    let approved = planner
+        .run(tiller::Prompt::Reply(tiller::Reply::approve("p2")))
+        .await
+        .unwrap();
+    assert_eq!(approved.text(), "Done.");
+    assert_eq!(seen.lock().unwrap().len(), 1, "whoami ran once");
+    // It ran in the session of the call asked "two".
+    let session = planner.session_id();
+    for id in [
+        format!("{session}/writer"),
+        format!("{session}/writer#p1"),
+        format!("{session}/writer#p2"),
+    ] {
+        let Some(stored) = supervisor.store().load(&id).await.unwrap() else {
+            continue;
+        };
+        let asked = stored.messages[0].as_user().unwrap();
+        let ran = stored.messages.iter().any(|message| {
+            message
+                .as_tool_result()
+                .is_some_and(|result| !result.is_error && result.tool_name == "whoami")
+        });
+        let text = serde_json::to_value(asked).unwrap()["content"][0]["text"].clone();
+        assert_eq!(ran, text == "two", "{id}: {text}");
+    }
     supervisor.shutdown().await;
 }
