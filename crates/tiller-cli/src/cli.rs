@@ -109,8 +109,9 @@ pub enum CliCommand {
         #[arg(long)]
         trust_inline_definitions: bool,
         /// The most connections open at once (503 past it).
-        #[arg(long, value_name = "N", default_value_t = 1024)]
-        max_connections: usize,
+        #[arg(long, value_name = "N", default_value_t = 1024,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        max_connections: u32,
         /// Delete closed sessions this many days after their last change (checked
         /// every hour). Default: keep them.
         #[arg(long, value_name = "DAYS")]

@@ -47,9 +47,10 @@ fn main() -> ExitCode {
                     allowed_origins,
                     allowed_hosts,
                     trust_inline_definitions: *trust_inline_definitions,
-                    max_connections: *max_connections,
-                    retain_closed: retain_closed_days
-                        .map(|days| std::time::Duration::from_secs(days * 24 * 3_600)),
+                    max_connections: *max_connections as usize,
+                    retain_closed: retain_closed_days.map(|days| {
+                        std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))
+                    }),
                 };
                 tiller_cli::serve::serve(options).await
             }

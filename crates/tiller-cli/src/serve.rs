@@ -122,7 +122,9 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             .local_addr()
             .is_ok_and(|address| !address.ip().is_loopback())
     {
-        say!("tiller: warning: no --tokens, so anyone who can reach {address} can use every agent");
+        say!(
+            "tiller: warning: without --tokens only this machine is answered; other addresses are refused"
+        );
     }
     let defaults = ServerConfig::default();
     let config = ServerConfig {

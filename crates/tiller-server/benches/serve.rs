@@ -108,6 +108,7 @@ fn main() {
         let config = ServerConfig {
             max_streams_per_caller: scale.clients,
             max_connections: scale.clients + 1_024,
+            max_connections_per_address: scale.clients + 1_024,
             ..ServerConfig::default()
         };
         let server = Server::new(Supervisor::start().await.unwrap(), definitions, config);

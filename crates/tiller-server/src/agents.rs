@@ -209,8 +209,17 @@ impl Shared {
         Ok(agent.info())
     }
 
-    /// Starts recording `agent`'s events for clients that come back.
-    fn record(&self, agent: &AgentHandle) -> Arc<Replay> {
+    /// Starts recording `agent`'s events for clients that come back (and, the
+    /// first time, the task that forgets recordings of agents that stop).
+    pub(crate) fn record(&self, agent: &AgentHandle) -> Arc<Replay> {
+        let stops = self
+            .stops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(stops) = stops {
+            tokio::spawn(Shared::forget_stopped(self.me.clone(), stops));
+        }
         Replay::record(
             agent,
             self.config.replay_events,
@@ -257,6 +266,16 @@ pub(crate) async fn create(
         return Err(Problem::invalid(
             Some(field.to_owned()),
             format!("`{field}` is chosen by the server when it serves several tenants"),
+        ));
+    }
+    if let Some(id) = &request.id
+        && id.contains(['/', '#', '@'])
+    {
+        // A sub-agent's session is `{session}/{definition}`: an id of a client's
+        // own with these would reach into another conversation's.
+        return Err(Problem::invalid(
+            Some("id".to_owned()),
+            "`/`, `#` and `@` are kept for sub-agents' sessions: choose an id without them",
         ));
     }
     let owner = caller.scope();

@@ -7,14 +7,20 @@
 //!   keeps a connection open without using it, is disconnected. A response being
 //!   streamed (server-sent events) and an upgraded WebSocket are not requests being
 //!   read, so they are never cut by it.
-//! - **At most [`crate::ServerConfig::max_connections`] connections.** One past it
-//!   is answered `503 too-many-connections` and closed, so a crowd of idle clients
-//!   slows no one down for longer than the timeout above.
+//! - **At most [`crate::ServerConfig::max_connections`] connections**, and
+//!   [`crate::ServerConfig::max_connections_per_address`] from one address. One
+//!   past either is answered `503 too-many-connections` and closed, so a crowd of
+//!   idle clients slows no one down for longer than the timeout above. A WebSocket
+//!   leaves the count once upgraded; it counts against its caller's streams
+//!   ([`crate::ServerConfig::max_streams_per_caller`]).
+//! - **An open server is this machine's.** Without tokens, a connection from
+//!   another address is answered `403 not-this-machine` and closed.
 //! - **Graceful end.** Once shutdown is asked, no connection is accepted; idle
 //!   kept-alive connections close; requests in flight finish.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +28,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use axum::serve::Listener;
+use dashmap::DashMap;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -52,14 +59,17 @@ pub(crate) async fn serve(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout);
-    let open = Arc::new(Semaphore::new(config.max_connections));
+    let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let open = Arc::new(Semaphore::new(max));
+    let per_address = config.max_connections_per_address.max(1);
+    let by_address: Arc<DashMap<IpAddr, usize>> = Arc::default();
     let refusing = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
-    let max = config.max_connections;
+    let open_server = config.tokens.is_empty();
     let stop = CancellationToken::new();
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = Listener::accept(&mut listener) => accepted,
             () = &mut shutdown => break,
         };
@@ -68,19 +78,40 @@ pub(crate) async fn serve(
         // client's delayed ACK stretches to tens of milliseconds. Err only for a
         // connection already closed.
         let _ = tcp.set_nodelay(true);
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            if let Ok(slot) = refusing.clone().try_acquire_owned() {
-                connections.spawn(async move {
-                    refuse(tcp, max).await;
-                    drop(slot);
-                });
+        let address = peer.ip().to_canonical();
+        let admitted = if open_server && !address.is_loopback() {
+            Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "not-this-machine",
+                "this server has no tokens and answers this machine only: give it --tokens to serve others",
+            ))
+        } else {
+            Counted::take(&by_address, address, per_address)
+                .ok_or_else(|| too_many(format!("{per_address} connections from your address")))
+                .and_then(|counted| {
+                    let permit = open
+                        .clone()
+                        .try_acquire_owned()
+                        .map_err(|_| too_many(format!("{max} connections")))?;
+                    Ok((counted, permit))
+                })
+        };
+        let (counted, permit) = match admitted {
+            Ok(admitted) => admitted,
+            Err(problem) => {
+                if let Ok(slot) = refusing.clone().try_acquire_owned() {
+                    connections.spawn(async move {
+                        refuse(tcp, problem).await;
+                        drop(slot);
+                    });
+                }
+                continue;
             }
-            continue;
         };
         let service = TowerToHyperService::new(router.clone());
         let (http, stop) = (http.clone(), stop.clone());
         connections.spawn(async move {
-            let _permit = permit;
+            let _held = (permit, counted);
             let connection = http
                 .serve_connection(TokioIo::new(tcp), service)
                 .with_upgrades();
@@ -107,23 +138,60 @@ pub(crate) async fn serve(
     connections.wait().await;
 }
 
-/// Answers a connection past the cap with 503 and closes it.
-async fn refuse(tcp: TcpStream, max: usize) {
-    let problem = Problem::new(
+/// One connection counted against its address, given back when dropped.
+struct Counted {
+    by_address: Arc<DashMap<IpAddr, usize>>,
+    address: IpAddr,
+}
+
+impl Counted {
+    /// Counts one more connection from `address`, unless it holds `max` already.
+    fn take(by_address: &Arc<DashMap<IpAddr, usize>>, address: IpAddr, max: usize) -> Option<Self> {
+        let mut held = by_address.entry(address).or_insert(0);
+        if *held >= max {
+            return None;
+        }
+        *held += 1;
+        Some(Counted {
+            by_address: by_address.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.by_address.remove_if_mut(&self.address, |_, held| {
+            *held -= 1;
+            *held == 0
+        });
+    }
+}
+
+/// 503 `too-many-connections`: the server holds `what`, the most it takes.
+fn too_many(what: String) -> Problem {
+    Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "too-many-connections",
-        format!("the server holds {max} connections, the most it takes: try again shortly"),
-    );
+        format!("the server holds {what}, the most it takes: try again shortly"),
+    )
+}
+
+/// Answers a connection the server does not take with `problem` and closes it.
+async fn refuse(tcp: TcpStream, problem: Problem) {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let body = serde_json::to_string(&problem).unwrap_or_default();
     let answer = hyper::service::service_fn(move |_| {
         let mut response = Response::new(Body::from(body.clone()));
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         std::future::ready(Ok::<_, Infallible>(response))
     });
     let mut http = http1::Builder::new();

@@ -224,3 +224,41 @@ pub(crate) fn decode<T: DeserializeOwned>(
         Problem::invalid(field, format!("invalid request body: {message}"))
     })
 }
+
+/// The most bytes of a plain-text refusal kept as a problem's detail.
+const MAX_DETAIL_BYTES: usize = 4_096;
+
+/// Whether `response` is problem details already.
+pub(crate) fn is_problem(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|kind| kind == "application/problem+json")
+}
+
+/// `response` as it is, or, when it refuses the request in plain text (the
+/// router's and extractors' own refusals, the MCP library's), as problem details
+/// holding its words.
+pub(crate) async fn as_problem(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) || is_problem(&response) {
+        return response;
+    }
+    let words = axum::body::to_bytes(response.into_body(), MAX_DETAIL_BYTES)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let kind = match status {
+        StatusCode::FORBIDDEN => "host-not-allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body",
+        StatusCode::NOT_FOUND => "not-found",
+        _ if status.is_server_error() => "failed",
+        _ => "invalid",
+    };
+    let detail = if words.is_empty() {
+        status.canonical_reason().unwrap_or("refused").to_owned()
+    } else {
+        words
+    };
+    Problem::new(status, kind, detail).into_response()
+}

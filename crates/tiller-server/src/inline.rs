@@ -55,7 +55,9 @@ pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
             return Err(operator_only(
                 format!("json_schema_extra.{key}"),
                 match key {
-                    "api_key_env" => "a client cannot choose which of the server's variables is sent as a key",
+                    "api_key_env" => {
+                        "a client cannot choose which of the server's variables is sent as a key"
+                    }
                     _ => "a client cannot start MCP servers on the server",
                 },
             ));

@@ -152,9 +152,15 @@ pub struct ServerConfig {
     /// How long a client has to send a request's head, on a new connection and
     /// between requests on a kept-alive one (the connection is closed past it).
     pub header_timeout: Duration,
+    /// How long a request's body may take to arrive whole (408 `slow-body` past
+    /// it).
+    pub body_timeout: Duration,
     /// The most connections open at once; one past it is answered 503
-    /// `too-many-connections` and closed.
+    /// `too-many-connections` and closed (at least 1).
     pub max_connections: usize,
+    /// The most connections open at once from one address (503
+    /// `too-many-connections` past it), so that one client cannot take them all.
+    pub max_connections_per_address: usize,
     /// The most event streams (server-sent events, WebSockets, `GET /events`, pi
     /// proxy calls) one caller (a token, or everyone on an open server) holds
     /// open at once (429 `too-many-streams` past it).
@@ -189,7 +195,9 @@ impl Default for ServerConfig {
             trust_inline_definitions: false,
             retain_closed: None,
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
             max_connections: 1_024,
+            max_connections_per_address: 256,
             max_streams_per_caller: 64,
             max_mcp_sessions: 256,
             mcp_idle_timeout: Duration::from_secs(300),
@@ -209,8 +217,13 @@ pub(crate) struct Shared {
     owners: DashMap<AgentId, tenants::Scope>,
     /// The models `POST /api/stream` calls.
     proxy_models: ProxyModels,
+    /// This, for the tasks it starts.
+    me: std::sync::Weak<Shared>,
     /// Where each replay's relay says its agent stopped ([`Shared::forget_stopped`]).
     stopped: tokio::sync::mpsc::UnboundedSender<events::Stopped>,
+    /// What [`Shared::forget_stopped`] reads, until the first recording starts it
+    /// (on the runtime: a server may be made outside one).
+    stops: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<events::Stopped>>>,
     /// Announces each agent created through the API, for `GET /events`.
     created: tokio::sync::broadcast::Sender<AgentId>,
     /// What `/metrics` reports.
@@ -230,14 +243,14 @@ pub struct Server {
 
 impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
-    /// Call it within a Tokio runtime: it starts a task that forgets what the
-    /// server kept of agents once they stop.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
         let (stopped, stops) = tokio::sync::mpsc::unbounded_channel();
-        let server = Server {
-            shared: Arc::new(Shared {
+        Server {
+            shared: Arc::new_cyclic(|me| Shared {
+                me: me.clone(),
                 stopped,
+                stops: std::sync::Mutex::new(Some(stops)),
                 supervisor,
                 definitions,
                 config,
@@ -250,12 +263,7 @@ impl Server {
                 stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),
-        };
-        tokio::spawn(Shared::forget_stopped(
-            Arc::downgrade(&server.shared),
-            stops,
-        ));
-        server
+        }
     }
 
     /// The supervisor whose agents it serves.

@@ -8,13 +8,14 @@
 //! At most [`crate::ServerConfig::max_mcp_sessions`] are live at once (503
 //! `too-many-mcp-sessions` past it); one idle for
 //! [`crate::ServerConfig::mcp_idle_timeout`] ends. Every refusal, the MCP
-//! library's own included, is `application/problem+json`.
+//! library's own included, is `application/problem+json` (the server's guard
+//! makes it so).
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
@@ -22,14 +23,11 @@ use tiller::McpToolServer;
 use tiller::tiller_mcp::{McpHttpConfig, McpSessions};
 
 use crate::Shared;
-use crate::error::Problem;
+use crate::error::{Problem, is_problem};
 use crate::tenants::{Scope, caller};
 
 /// The header naming a request's MCP session.
 const SESSION_HEADER: &str = "mcp-session-id";
-
-/// The most bytes of an MCP library's refusal kept as a problem's detail.
-const MAX_DETAIL_BYTES: usize = 4_096;
 
 /// Who opened each live MCP session, and the live sessions themselves.
 struct Sessions {
@@ -119,7 +117,11 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
     {
         sessions.owners.remove(id);
     }
-    as_problem(response).await
+    match response.status() {
+        // The MCP library's own 404: no such session (of anyone's).
+        StatusCode::NOT_FOUND if !is_problem(&response) => unknown_session().into_response(),
+        _ => response,
+    }
 }
 
 impl Sessions {
@@ -145,34 +147,4 @@ fn unknown_session() -> Problem {
         "unknown-mcp-session",
         "no MCP session of yours has this id: start one with `initialize`",
     )
-}
-
-/// `response` as it is, or, when the MCP library refused the request in plain
-/// text, as problem details holding its words.
-async fn as_problem(response: Response) -> Response {
-    let status = response.status();
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|kind| kind == HeaderValue::from_static("application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
-        return response;
-    }
-    let words = axum::body::to_bytes(response.into_body(), MAX_DETAIL_BYTES)
-        .await
-        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
-        .unwrap_or_default();
-    let kind = match status {
-        StatusCode::FORBIDDEN => "host-not-allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "body",
-        StatusCode::NOT_FOUND => return unknown_session().into_response(),
-        _ if status.is_server_error() => "mcp-failed",
-        _ => "invalid",
-    };
-    let detail = if words.is_empty() {
-        status.canonical_reason().unwrap_or("refused").to_owned()
-    } else {
-        words
-    };
-    Problem::new(status, kind, detail).into_response()
 }

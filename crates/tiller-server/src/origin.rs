@@ -13,6 +13,11 @@
 //! - **JSON only.** A request with a body must say `Content-Type:
 //!   application/json` (415 `unsupported-media-type`): the forms and `text/plain`
 //!   bodies a page may send across origins without a preflight are refused.
+//! - **Token first, body in time.** With tokens, a request's token is checked
+//!   before its body is read, and a body must arrive whole within
+//!   [`crate::ServerConfig::body_timeout`].
+//! - **Problems only.** An error the router or an extractor answers in plain text
+//!   (a path that does not decode, say) goes out as problem details.
 //! - **No framing.** Every answer says `Content-Security-Policy: frame-ancestors
 //!   'none'` and `X-Frame-Options: DENY`, so the dashboard's buttons cannot be
 //!   clickjacked from another page.
@@ -26,7 +31,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
-use crate::error::Problem;
+use crate::error::{Problem, as_problem};
 
 /// Refuses requests from where the server is not meant to be reached, and marks
 /// every answer as not to be framed.
@@ -35,9 +40,13 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    let mut response = match refusal(&shared, request.method(), request.headers()) {
-        Some(problem) => problem.into_response(),
-        None => next.run(request).await,
+    let checked = match refusal(&shared, request.method(), request.headers()) {
+        Some(problem) => Err(problem),
+        None => admitted(&shared, request).await,
+    };
+    let mut response = match checked {
+        Ok(request) => as_problem(next.run(request).await).await,
+        Err(problem) => problem.into_response(),
     };
     let headers = response.headers_mut();
     headers.insert(
@@ -68,6 +77,18 @@ fn refusal(shared: &Shared, method: &Method, headers: &HeaderMap) -> Option<Prob
             ),
         ));
     }
+    // A page's request that carries no `Origin` (an image, a script, a form's GET)
+    // still says where it comes from.
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok());
+    if matches!(site, Some("cross-site" | "same-site")) && !headers.contains_key(header::ORIGIN) {
+        return Some(Problem::new(
+            StatusCode::FORBIDDEN,
+            "cross-origin",
+            "requests from pages of other sites are refused",
+        ));
+    }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !origin_allowed(origin, host, &config.allowed_origins) {
@@ -88,6 +109,45 @@ fn refusal(shared: &Shared, method: &Method, headers: &HeaderMap) -> Option<Prob
         ));
     }
     None
+}
+
+/// `request` once its caller is known (with tokens: before its body is read, so
+/// that no one without a token holds a connection by sending one slowly) and its
+/// body has arrived within [`crate::ServerConfig::body_timeout`] (408 `slow-body`
+/// past it; 413 `body` past [`crate::ServerConfig::max_body_bytes`]).
+async fn admitted(shared: &Shared, request: Request) -> Result<Request, Problem> {
+    let path = request.uri().path();
+    if !shared.config.tokens.is_empty() && path != "/" && path != "/healthz" {
+        shared.caller(request.headers())?;
+    }
+    if !has_body(request.headers()) {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    let limit = shared.config.max_body_bytes;
+    let bytes = tokio::time::timeout(
+        shared.config.body_timeout,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    .map_err(|_| {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "slow-body",
+            format!(
+                "the request's body did not arrive within {} ms",
+                shared.config.body_timeout.as_millis()
+            ),
+        )
+    })?
+    .map_err(|_| {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body",
+            format!("the request's body is larger than {limit} bytes, or was cut"),
+        )
+    })?;
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// Whether `host` (a `Host` header, maybe with a port) is loopback or one of

@@ -1,8 +1,8 @@
 //! What one caller may hold open at once: at most
 //! [`crate::ServerConfig::max_streams_per_caller`] event streams (server-sent
-//! events, WebSockets, `GET /events`, pi proxy calls), counted per token's tenant
-//! and user (everyone is one caller on an open server); past it, 429
-//! `too-many-streams`.
+//! events, WebSockets, `GET /events`, pi proxy calls), counted per token (its
+//! tenant and user, whatever headers a gateway adds; everyone is one caller on an
+//! open server); past it, 429 `too-many-streams`.
 
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ impl Shared {
         self: &Arc<Self>,
         headers: &HeaderMap,
     ) -> Result<StreamSlot, Problem> {
-        let holder = self.caller(headers)?.scope();
+        let holder = self.caller(headers)?.token_holder;
         let max = self.config.max_streams_per_caller;
         let mut open = self.streams.entry(holder.clone()).or_insert(0);
         if *open >= max {

@@ -127,6 +127,9 @@ pub(crate) struct Caller {
     pub(crate) context: AgentContext,
     /// Whether it may read `/metrics` (always on an open server).
     pub(crate) reads_metrics: bool,
+    /// Who its token says it is (tenant, and user), whatever headers add: what
+    /// its quotas count against.
+    pub(crate) token_holder: Scope,
 }
 
 impl Caller {
@@ -160,6 +163,7 @@ pub(crate) fn caller(
             tenant: None,
             context,
             reads_metrics: true,
+            token_holder: Scope::default(),
         });
     }
     let token = headers
@@ -184,5 +188,9 @@ pub(crate) fn caller(
         tenant: Some(owner.tenant.clone()),
         context,
         reads_metrics: owner.metrics,
+        token_holder: Scope {
+            tenant: Some(owner.tenant.clone()),
+            user: owner.user.clone(),
+        },
     })
 }

@@ -87,7 +87,8 @@ async fn an_inline_file_chooses_only_among_what_the_operator_configured() {
         );
     }
     // The same written as arrays, which a struct is read from as well: refused.
-    let array_tool = json!(["id", "d", {"type": "object"}, ["sh", "-c", "id"], 1000, ["OPENAI_API_KEY"], null]);
+    let array_tool =
+        json!(["id", "d", {"type": "object"}, ["sh", "-c", "id"], 1000, ["OPENAI_API_KEY"], null]);
     for (body, field) in [
         (
             json!({"inline": ["object", "You help.", {}, [], null, {"kind": "agent", "name": "x"}]}),
@@ -115,7 +116,11 @@ async fn an_inline_file_chooses_only_among_what_the_operator_configured() {
             inline(json!({"model": ["openai", "gpt-4o", elsewhere.base_url()]})),
         )
         .await;
-    assert_eq!((status, kind(&problem)), (403, "operator-only"), "{problem}");
+    assert_eq!(
+        (status, kind(&problem)),
+        (403, "operator-only"),
+        "{problem}"
+    );
 
     // Whether a variable exists is not told.
     let (_, set) = server
@@ -229,6 +234,18 @@ async fn the_open_server_answers_only_this_machine_and_the_origins_it_was_given(
         assert_eq!((status, got.as_str()), expected, "{headers:?}");
     }
     assert_eq!(server.get("/agents").await.1, json!([]), "nothing was made");
+    // A page's request without `Origin` (an image, a script) says its site.
+    let (status, problem) = {
+        let response = server
+            .http
+            .get(format!("{}/events", server.base))
+            .header("sec-fetch-site", "cross-site")
+            .send()
+            .await
+            .unwrap();
+        answered(response).await
+    };
+    assert_eq!((status, problem.as_str()), (403, "cross-origin"));
     for origin in [
         "http://127.0.0.1:9",
         "http://localhost:3000",
@@ -561,6 +578,10 @@ async fn every_refusal_is_problem_details() {
     for (request, expected) in [
         (request(reqwest::Method::GET, "/nowhere"), (404, "no-route")),
         (
+            request(reqwest::Method::GET, "/agents/%FF"),
+            (400, "invalid"),
+        ),
+        (
             request(reqwest::Method::DELETE, "/agents"),
             (405, "method-not-allowed"),
         ),
@@ -614,6 +635,7 @@ async fn ids_that_are_no_ids_are_refused() {
         ("id", "a\u{7}b".to_owned()),
         ("id", "x".repeat(900_000)),
         ("name", "line\nbreak".to_owned()),
+        ("id", "someone/writer".to_owned()),
     ] {
         let (status, problem) = server
             .post("/agents", json!({"definition": "helper", field: value}))
@@ -696,6 +718,103 @@ async fn slow_and_idle_clients_are_disconnected_and_connections_are_capped() {
     );
     drop(_held);
     capped.stop().await;
+}
+
+/// Item 8, the body: with tokens, a request without one is refused before its
+/// body is read; a body that does not arrive in time is refused; one address
+/// holds a bounded share of the connections.
+#[tokio::test]
+async fn slow_bodies_and_one_address_cannot_hold_the_server() {
+    let faux = FauxProvider::new();
+    let server = Running::start(
+        &faux,
+        ServerConfig {
+            body_timeout: Duration::from_millis(300),
+            max_connections_per_address: 3,
+            ..closed_for(&[("t", "acme", None)])
+        },
+    )
+    .await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let started = |token: &str| {
+        format!(
+            "POST /agents HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n{token}\r\n{{\"definition\""
+        )
+    };
+    let mut anonymous = TcpStream::connect(&address).await.unwrap();
+    anonymous.write_all(started("").as_bytes()).await.unwrap();
+    let refused = read_to_close(&mut anonymous).await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let mut slow = TcpStream::connect(&address).await.unwrap();
+    slow.write_all(started("authorization: Bearer t\r\n").as_bytes())
+        .await
+        .unwrap();
+    let refused = read_to_close(&mut slow).await;
+    assert!(refused.starts_with("HTTP/1.1 408"), "{refused}");
+    assert!(
+        refused.contains("urn:tiller:problem:slow-body"),
+        "{refused}"
+    );
+
+    let _held: Vec<TcpStream> =
+        futures::future::join_all((0..3).map(|_| TcpStream::connect(&address)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    let mut fourth = TcpStream::connect(&address).await.unwrap();
+    fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let refused = read_to_close(&mut fourth).await;
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(
+        refused.contains("connections from your address"),
+        "{refused}"
+    );
+    server.stop().await;
+}
+
+/// Rule: an open server is this machine's. A connection from another address of
+/// it (not loopback) is refused; with tokens it is served.
+#[tokio::test]
+async fn an_open_server_refuses_connections_from_other_addresses() {
+    // An address of this machine other than loopback, if it has one.
+    let outside = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|socket| {
+            socket.connect("192.0.2.1:9")?;
+            socket.local_addr()
+        })
+        .map(|address| address.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    let Some(outside) = outside else {
+        eprintln!("skipping: this machine has no address but loopback");
+        return;
+    };
+    for (config, expected) in [
+        (ServerConfig::default(), "HTTP/1.1 403"),
+        (closed_for(&[("t", "acme", None)]), "HTTP/1.1 200"),
+    ] {
+        let server = Supervisor::start().await.unwrap();
+        let listener = tokio::net::TcpListener::bind((outside, 0)).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(
+            tiller_server::Server::new(server, Definitions::new(), config).serve(listener, async {
+                let _ = stopped.await;
+            }),
+        );
+        let mut tcp = TcpStream::connect(address).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answered = read_to_close(&mut tcp).await;
+        assert!(answered.starts_with(expected), "{answered}");
+        let _ = stop.send(());
+        served.await.unwrap().unwrap();
+    }
 }
 
 /// Items 10, 16 and 21: a caller holds a bounded number of event streams (pi's

@@ -226,7 +226,7 @@ fn check_owner(
 }
 
 /// The longest id, session id or agent name a spec may give, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+pub const MAX_ID_BYTES: usize = 1_024;
 
 /// Refuses an id, session id or name (`field`) that is empty, longer than
 /// [`MAX_ID_BYTES`], or holds control characters.
@@ -234,7 +234,7 @@ fn check_id(field: &'static str, value: &str) -> Result<(), SpawnError> {
     let reason = if value.trim().is_empty() {
         "it is empty"
     } else if value.len() > MAX_ID_BYTES {
-        "it is longer than 256 bytes"
+        "it is longer than 1,024 bytes"
     } else if value.chars().any(char::is_control) {
         "it holds control characters"
     } else {
@@ -452,7 +452,9 @@ impl Supervisor {
     /// Brings back every session the store has as active (those whose agents were
     /// running when their process ended), each with the settings `settings_for`
     /// gives it (tools and hooks; `None` skips the session). Sessions already
-    /// resident are left as they are.
+    /// resident are left as they are; one that cannot be brought up (an id no
+    /// longer valid, tools the settings lack) is skipped with a warning; a store
+    /// that fails, or a shut-down supervisor, fails the whole.
     pub async fn resume(
         &self,
         settings_for: impl Fn(&SessionInfo) -> Option<AgentSettings>,
@@ -476,7 +478,18 @@ impl Supervisor {
                 .with_session(info.record.id.clone())
                 .with_owner(info.record.tenant_id.clone(), info.record.user_id.clone());
             spec.name = info.record.name.clone();
-            resumed.push(self.spawn(spec).await?);
+            match self.spawn(spec).await {
+                Ok(agent) => resumed.push(agent),
+                // One session that cannot be brought up keeps no other down.
+                Err(
+                    error @ (SpawnError::InvalidId { .. }
+                    | SpawnError::NotOwner { .. }
+                    | SpawnError::MissingTools { .. }),
+                ) => {
+                    tracing::warn!(session = %info.record.id, %error, "a session was not resumed");
+                }
+                Err(error) => return Err(error),
+            }
         }
         Ok(resumed)
     }
