@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
 use crate::error::{Problem, as_problem};
+use crate::proxy::PiProblem;
 
 /// Refuses requests from where the server is not meant to be reached, and marks
 /// every answer as not to be framed.
@@ -40,12 +41,15 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
+    // pi's proxy clients read a refusal's words from `error`.
+    let pi = request.uri().path() == "/api/stream";
     let checked = match refusal(&shared, request.method(), request.headers()) {
         Some(problem) => Err(problem),
         None => admitted(&shared, request).await,
     };
     let mut response = match checked {
         Ok(request) => as_problem(next.run(request).await).await,
+        Err(problem) if pi => PiProblem::from(problem).into_response(),
         Err(problem) => problem.into_response(),
     };
     let headers = response.headers_mut();
