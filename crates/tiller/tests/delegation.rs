@@ -132,6 +132,25 @@ async fn planner(definitions: &Definitions, supervisor: &Supervisor) -> AgentHan
     supervisor.spawn(spec).await.unwrap()
 }
 
+/// A planner and a writer whose `whoami` calls wait for the user's approval.
+fn approving_writer(
+    faux: &FauxProvider,
+    supervisor: &Supervisor,
+    seen: &Arc<Mutex<Vec<Value>>>,
+) -> Definitions {
+    let mut definitions = Definitions::new()
+        .with_tools(registry(seen))
+        .with_default_model(faux.model());
+    definitions
+        .insert(agent("planner", &["ask_agent"]))
+        .unwrap();
+    let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
+    definitions
+        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
+        .unwrap();
+    definitions.with_ask_agent(supervisor, AskAgentConfig::default())
+}
+
 /// What the planner's researcher was answered when it asked the writer.
 async fn researchers_answer(supervisor: &Supervisor, planner: &AgentHandle) -> String {
     let researcher = supervisor
@@ -632,17 +651,7 @@ async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
     faux.push(FauxTurn::new().with_tool_call_id("w1", "whoami", json!({})));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let supervisor = Supervisor::start().await.unwrap();
-    let mut definitions = Definitions::new()
-        .with_tools(registry(&seen))
-        .with_default_model(faux.model());
-    definitions
-        .insert(agent("planner", &["ask_agent"]))
-        .unwrap();
-    let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
-    definitions
-        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
-        .unwrap();
-    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let definitions = approving_writer(&faux, &supervisor, &seen);
     let planner = planner(&definitions, &supervisor).await;
     assert_eq!(planner.run("plan it").await.unwrap().end, RunEnd::Parked);
     assert_eq!(
@@ -683,17 +692,7 @@ async fn approving_one_of_two_delegated_requests_runs_that_one_only() {
     faux.push(FauxTurn::tool_call("whoami", json!({})));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let supervisor = Supervisor::start().await.unwrap();
-    let mut definitions = Definitions::new()
-        .with_tools(registry(&seen))
-        .with_default_model(faux.model());
-    definitions
-        .insert(agent("planner", &["ask_agent"]))
-        .unwrap();
-    let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
-    definitions
-        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
-        .unwrap();
-    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let definitions = approving_writer(&faux, &supervisor, &seen);
     let planner = planner(&definitions, &supervisor).await;
     assert_eq!(planner.run("plan it").await.unwrap().end, RunEnd::Parked);
     let waiting: Vec<String> = planner
