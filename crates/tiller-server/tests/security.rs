@@ -529,6 +529,23 @@ async fn queues_are_bounded_and_past_the_bound_a_message_is_refused() {
     assert_eq!((status, kind(&problem)), (429, "queue-full"), "{problem}");
     let state = server.get(&format!("/agents/{id}")).await.1;
     assert_eq!(state["follow_up_queue"].as_array().unwrap().len(), 1);
+
+    // And in count: 256 steering messages, not one more.
+    for n in 0..256 {
+        let (status, _) = server
+            .post(
+                &format!("/agents/{id}/steer"),
+                json!({"text": format!("s{n}")}),
+            )
+            .await;
+        assert_eq!(status, 204, "steer {n}");
+    }
+    let (status, problem) = server
+        .post(&format!("/agents/{id}/steer"), json!({"text": "one more"}))
+        .await;
+    assert_eq!((status, kind(&problem)), (429, "queue-full"), "{problem}");
+    let state = server.get(&format!("/agents/{id}")).await.1;
+    assert_eq!(state["steering_queue"].as_array().unwrap().len(), 256);
     server.stop().await;
 }
 
@@ -547,6 +564,32 @@ async fn resuming_after_the_largest_event_number_gets_the_live_events() {
     assert_eq!(status, 202);
     let first = events.next().await;
     assert_eq!(first.kind, "agent_start");
+
+    // The same over a WebSocket's `?after=`.
+    faux.push(FauxTurn::text("Still here."));
+    let url = format!(
+        "{}/agents/{id}/ws?after={}",
+        server.base.replace("http://", "ws://"),
+        u64::MAX
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    use futures::{SinkExt, StreamExt};
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            json!({"type": "prompt", "text": "again"})
+                .to_string()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    let first = loop {
+        if let tokio_tungstenite::tungstenite::Message::Text(text) =
+            socket.next().await.unwrap().unwrap()
+        {
+            break serde_json::from_str::<Value>(text.as_str()).unwrap();
+        }
+    };
+    assert_eq!(first["event"]["type"], "agent_start", "{first}");
     server.stop().await;
 }
 
