@@ -171,6 +171,9 @@ pub struct ServerConfig {
     pub retain_closed: Option<Duration>,
     /// The most MCP sessions open at once on `/mcp` (503 past it).
     pub max_mcp_sessions: usize,
+    /// The most MCP sessions of one tenant (everyone's, on an open server) open
+    /// at once on `/mcp` (429 past it), so that no tenant takes them all.
+    pub max_mcp_sessions_per_tenant: usize,
     /// How long an MCP session may go without a request before it ends.
     pub mcp_idle_timeout: Duration,
     /// Whether an agent file sent inline may carry what only an operator should:
@@ -200,6 +203,7 @@ impl Default for ServerConfig {
             max_connections_per_address: 256,
             max_streams_per_caller: 64,
             max_mcp_sessions: 256,
+            max_mcp_sessions_per_tenant: 64,
             mcp_idle_timeout: Duration::from_secs(300),
         }
     }

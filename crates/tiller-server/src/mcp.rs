@@ -6,7 +6,9 @@
 //! An MCP session belongs to the caller that opened it: a request naming another
 //! caller's `Mcp-Session-Id` is answered as if the session did not exist (404).
 //! At most [`crate::ServerConfig::max_mcp_sessions`] are live at once (503
-//! `too-many-mcp-sessions` past it); one idle for
+//! `too-many-mcp-sessions` past it), and
+//! [`crate::ServerConfig::max_mcp_sessions_per_tenant`] of one tenant (429); one
+//! idle for
 //! [`crate::ServerConfig::mcp_idle_timeout`] ends. Every refusal, the MCP
 //! library's own included, is `application/problem+json` (the server's guard
 //! makes it so).
@@ -88,7 +90,23 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
             return unknown_session().into_response();
         }
         None if request.method() == Method::POST => {
-            let max = sessions.shared.config.max_mcp_sessions;
+            let config = &sessions.shared.config;
+            sessions.forget_ended().await;
+            let per_tenant = config.max_mcp_sessions_per_tenant;
+            let held = sessions
+                .owners
+                .iter()
+                .filter(|owner| owner.tenant == scope.tenant)
+                .count();
+            if held >= per_tenant {
+                return Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too-many-mcp-sessions",
+                    format!("your tenant holds {per_tenant} MCP sessions, the most one may: close one (DELETE /mcp) or wait for an idle one to end"),
+                )
+                .into_response();
+            }
+            let max = config.max_mcp_sessions;
             if sessions.live.count().await >= max {
                 return Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,

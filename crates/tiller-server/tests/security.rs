@@ -870,8 +870,9 @@ async fn streams_and_mcp_sessions_are_bounded_and_an_mcp_session_is_its_openers(
         &faux,
         ServerConfig {
             max_streams_per_caller: 1,
-            max_mcp_sessions: 1,
-            ..closed_for(&[("t-a", "a", None), ("t-b", "b", None)])
+            max_mcp_sessions: 2,
+            max_mcp_sessions_per_tenant: 1,
+            ..closed_for(&[("t-a", "a", None), ("t-b", "b", None), ("t-c", "c", None)])
         },
     )
     .await;
@@ -938,7 +939,15 @@ async fn streams_and_mcp_sessions_are_bounded_and_an_mcp_session_is_its_openers(
         .unwrap()
         .to_owned();
     drop(opened);
-    let refused = mcp("t-b", None, INITIALIZE).await.unwrap();
+    // A tenant's share, then the server's.
+    let refused = mcp("t-a", None, INITIALIZE).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(kind(&problem), "too-many-mcp-sessions");
+    let opened = mcp("t-b", None, INITIALIZE).await.unwrap();
+    assert_eq!(opened.status(), 200);
+    drop(opened);
+    let refused = mcp("t-c", None, INITIALIZE).await.unwrap();
     assert_eq!(refused.status(), 503);
     let problem: Value = refused.json().await.unwrap();
     assert_eq!(kind(&problem), "too-many-mcp-sessions");
