@@ -58,9 +58,8 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
             Err(error) => Err(error.to_string()),
         },
         SessionsAction::Prune { older_than_days } => {
-            let before = tiller::tiller_ai::now_ms() as i64
-                - i64::try_from(older_than_days.saturating_mul(24 * 3_600_000)).unwrap_or(i64::MAX);
-            match store.prune(before).await {
+            let age = std::time::Duration::from_secs(older_than_days.saturating_mul(24 * 3_600));
+            match store.prune(tiller::tiller_store::ago(age)).await {
                 Ok(pruned) => {
                     println!("{pruned} closed session(s) deleted");
                     Ok(())

@@ -8,7 +8,6 @@ mod common;
 use common::{Dialect, Scratch, event_type, exit_of, finish_with_input, lines, read_until};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::process::Stdio;
 use tiller_test_support::MockServer;
 use tokio::io::AsyncWriteExt;
 
@@ -22,13 +21,10 @@ async fn a_line_typed_while_a_tool_runs_steers_the_agent() {
     server.push(dialect.tool_call("call_1", "wait", json!({})));
     server.push(dialect.text(&["Stopping as asked."]));
 
-    let mut command = dialect.tiller(
+    let mut child = dialect.chat(
         &server,
-        "chat",
         &["--agent", agent.to_str().unwrap(), "--events", "jsonl"],
     );
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = lines(child.stdout.take().unwrap());
     let mut stderr = lines(child.stderr.take().unwrap());
@@ -79,9 +75,7 @@ async fn commands_and_prompts_from_a_pipe() {
     server.push(dialect.text(&["After the reset."]));
     // Commands wait for each run's end (its `agent_end`): a line typed before it
     // would steer or abort the run.
-    let mut command = dialect.tiller(&server, "chat", &["--events", "jsonl"]);
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().unwrap();
+    let mut child = dialect.chat(&server, &["--events", "jsonl"]);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = lines(child.stdout.take().unwrap());
     let mut stderr = lines(child.stderr.take().unwrap());
@@ -164,9 +158,7 @@ async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
     ));
     server.push(dialect.text(&["Done: Friday."]));
 
-    let mut command = dialect.tiller(&server, "chat", &["--agent", agent.to_str().unwrap()]);
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().unwrap();
+    let mut child = dialect.chat(&server, &["--agent", agent.to_str().unwrap()]);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = lines(child.stdout.take().unwrap());
     let mut stderr = lines(child.stderr.take().unwrap());

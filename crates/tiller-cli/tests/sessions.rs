@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use common::{Dialect, Scratch, finish, lines, read_until, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -52,9 +50,7 @@ async fn killed_while_a_tool_runs_then_resumed(store: &str, name: &str) {
         "--store",
         store,
     ];
-    let mut command = dialect.tiller(&server, "chat", &session);
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().unwrap();
+    let mut child = dialect.chat(&server, &session);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = lines(child.stdout.take().unwrap());
     let mut stderr = lines(child.stderr.take().unwrap());
@@ -273,13 +269,10 @@ async fn a_kill_9_of_tiller_takes_its_tools_and_mcp_servers_down() {
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
     server.push(dialect.tool_call("call_1", "wait", json!({})));
-    let mut command = dialect.tiller(
+    let mut child = dialect.chat(
         &server,
-        "chat",
         &["--agent", agent.to_str().unwrap(), "--events", "jsonl"],
     );
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().unwrap();
     let tiller_pid = child.id().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = lines(child.stdout.take().unwrap());

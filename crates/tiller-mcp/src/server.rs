@@ -6,7 +6,7 @@
 //! content, a tool's error as an error result. `tiller mcp` serves agent
 //! definitions this way, each a tool that runs the agent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,19 +55,14 @@ pub struct McpHttpConfig {
     pub stop: CancellationToken,
 }
 
-/// The live sessions of an [`McpHttpService`]: how many, and which ids.
+/// The live sessions of an [`McpHttpService`].
 #[derive(Clone)]
 pub struct McpSessions(Arc<LocalSessionManager>);
 
 impl McpSessions {
-    /// How many sessions are live.
-    pub async fn count(&self) -> usize {
-        self.0.sessions.read().await.len()
-    }
-
-    /// Whether the session `id` is live.
-    pub async fn contains(&self, id: &str) -> bool {
-        self.0.sessions.read().await.contains_key(id)
+    /// The ids of the live sessions.
+    pub async fn ids(&self) -> HashSet<Arc<str>> {
+        self.0.sessions.read().await.keys().cloned().collect()
     }
 }
 

@@ -15,7 +15,6 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::agent_file::AgentFile;
 use tiller::{
     AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, AgentStatus, ContextIds, Envelope,
     Prompt, Reply, UserRequest,
@@ -134,7 +133,7 @@ impl Shared {
     }
 
     /// The agent `id`, if `caller` may see it.
-    fn agent(&self, caller: &Caller, id: &str) -> Result<AgentHandle, Problem> {
+    pub(crate) fn agent(&self, caller: &Caller, id: &str) -> Result<AgentHandle, Problem> {
         self.supervisor
             .get(id)
             .filter(|_| self.owns(caller, id))
@@ -169,28 +168,7 @@ impl Shared {
     ) -> Result<AgentSpec, Problem> {
         match (definition, inline) {
             (Some(name), None) => Ok(self.definitions.spec(name, version)?),
-            (None, Some(inline)) => {
-                let trusted = self.config.trust_inline_definitions;
-                if !trusted {
-                    crate::inline::check_file(inline)?;
-                }
-                let text = inline.to_string();
-                let file = AgentFile::parse("inline.json", &text).map_err(|error| {
-                    Problem::invalid(
-                        error.field.as_ref().map(|field| format!("inline.{field}")),
-                        error.message,
-                    )
-                })?;
-                if !trusted {
-                    crate::inline::check_read(&file)?;
-                }
-                let mut spec = self.definitions.spec_of(&file)?;
-                if !trusted {
-                    crate::inline::check_model(&spec, &self.proxy_models)?;
-                    crate::inline::keep_operator_approvals(&mut spec, &self.definitions);
-                }
-                Ok(spec)
-            }
+            (None, Some(inline)) => self.inline_spec(inline),
             _ => Err(Problem::invalid(
                 Some("definition".to_owned()),
                 "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
@@ -502,7 +480,8 @@ pub(crate) async fn events(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
+    let caller = shared.caller(&headers)?;
+    let agent = shared.agent(&caller, &id)?;
     let last_seen = match headers.get("last-event-id") {
         None => None,
         Some(value) => Some(
@@ -518,7 +497,7 @@ pub(crate) async fn events(
                 })?,
         ),
     };
-    let slot = shared.stream_slot(&headers)?;
+    let slot = shared.stream_slot(&caller)?;
     let counted = shared.clone();
     let events =
         until_closing(shared.follow(&agent, last_seen), &shared.closing).map(move |envelope| {
@@ -539,8 +518,9 @@ pub(crate) async fn all_events(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let scope = shared.caller(&headers)?.scope();
-    let slot = shared.stream_slot(&headers)?;
+    let caller = shared.caller(&headers)?;
+    let slot = shared.stream_slot(&caller)?;
+    let scope = caller.scope();
     let visible = {
         let shared = shared.clone();
         move |id: &str| shared.visible(&scope, id)

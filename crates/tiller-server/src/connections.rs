@@ -28,7 +28,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use axum::serve::Listener;
-use dashmap::DashMap;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -39,6 +38,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ServerConfig;
 use crate::error::Problem;
+use crate::quota::Counts;
 
 /// How many connections past the cap are answered at once; others past that are
 /// closed unanswered.
@@ -62,7 +62,7 @@ pub(crate) async fn serve(
     let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let open = Arc::new(Semaphore::new(max));
     let per_address = config.max_connections_per_address.max(1);
-    let by_address: Arc<DashMap<IpAddr, usize>> = Arc::default();
+    let by_address: Counts<IpAddr> = Counts::default();
     let refusing = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
     let open_server = config.tokens.is_empty();
     let stop = CancellationToken::new();
@@ -86,7 +86,8 @@ pub(crate) async fn serve(
                 "this server has no tokens and answers this machine only: give it --tokens to serve others",
             ))
         } else {
-            Counted::take(&by_address, address, per_address)
+            by_address
+                .take(address, per_address)
                 .ok_or_else(|| too_many(format!("{per_address} connections from your address")))
                 .and_then(|counted| {
                     let permit = open
@@ -136,36 +137,6 @@ pub(crate) async fn serve(
     stop.cancel();
     connections.close();
     connections.wait().await;
-}
-
-/// One connection counted against its address, given back when dropped.
-struct Counted {
-    by_address: Arc<DashMap<IpAddr, usize>>,
-    address: IpAddr,
-}
-
-impl Counted {
-    /// Counts one more connection from `address`, unless it holds `max` already.
-    fn take(by_address: &Arc<DashMap<IpAddr, usize>>, address: IpAddr, max: usize) -> Option<Self> {
-        let mut held = by_address.entry(address).or_insert(0);
-        if *held >= max {
-            return None;
-        }
-        *held += 1;
-        Some(Counted {
-            by_address: by_address.clone(),
-            address,
-        })
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.by_address.remove_if_mut(&self.address, |_, held| {
-            *held -= 1;
-            *held == 0
-        });
-    }
 }
 
 /// 503 `too-many-connections`: the server holds `what`, the most it takes.

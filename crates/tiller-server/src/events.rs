@@ -38,6 +38,7 @@ struct Recording {
 impl Replay {
     /// Starts recording `agent`'s events, keeping the last `capacity`, and
     /// counting its runs and model calls in `metrics`.
+    ///
     /// When the agent stops, the relay sends its id and this recording on
     /// `stopped`, for the server to forget both ([`Shared::forget_stopped`]).
     pub(crate) fn record(
@@ -118,7 +119,7 @@ impl Shared {
             // An agent of the same id may be running again by now: only this
             // recording goes, and the owner only while no agent has the id.
             shared.replays.remove_if(&agent, |_, replay| {
-                Weak::ptr_eq(&Arc::downgrade(&replay.recording), &recording)
+                std::ptr::eq(Arc::as_ptr(&replay.recording), recording.as_ptr())
             });
             shared
                 .owners

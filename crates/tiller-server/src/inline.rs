@@ -21,11 +21,38 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::Value;
-use tiller::agent_file::{AgentFile, ApprovalRule, FileTool, ModelSpec};
+use tiller::agent_file::{AgentFile, FileTool, ModelSpec};
 use tiller::{ActionTool, AgentSpec, Approval, Definitions};
 
+use crate::Shared;
 use crate::error::Problem;
 use crate::proxy::ProxyModels;
+
+impl Shared {
+    /// The agent an inline file (an agent file as JSON) makes, under the rules
+    /// above unless the operator trusts inline files.
+    pub(crate) fn inline_spec(&self, inline: &Value) -> Result<AgentSpec, Problem> {
+        let trusted = self.config.trust_inline_definitions;
+        if !trusted {
+            check_file(inline)?;
+        }
+        let file = AgentFile::parse("inline.json", &inline.to_string()).map_err(|error| {
+            Problem::invalid(
+                error.field.as_ref().map(|field| format!("inline.{field}")),
+                error.message,
+            )
+        })?;
+        if !trusted {
+            check_read(&file)?;
+        }
+        let mut spec = self.definitions.spec_of(&file)?;
+        if !trusted {
+            check_model(&spec, &self.proxy_models)?;
+            keep_operator_approvals(&mut spec, &self.definitions);
+        }
+        Ok(spec)
+    }
+}
 
 /// The keys of a tool entry a client may give: a name, and the action built-in's types.
 const CLIENT_TOOL_KEYS: [&str; 2] = ["name", "types"];
@@ -33,7 +60,7 @@ const CLIENT_TOOL_KEYS: [&str; 2] = ["name", "types"];
 /// Refuses what an inline file of a client may not carry (see the module's doc),
 /// and any of it written other than as objects: a struct is also read from a
 /// JSON array, whose fields have no names to check.
-pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
+fn check_file(inline: &Value) -> Result<(), Problem> {
     let not_an_object = |field: &str| {
         Problem::invalid(
             Some(format!("inline{field}")),
@@ -97,7 +124,7 @@ pub(crate) fn check_file(inline: &Value) -> Result<(), Problem> {
 
 /// Refuses a read file holding what [`check_file`] keeps out: a second look, at
 /// what reading made of it.
-pub(crate) fn check_read(file: &AgentFile) -> Result<(), Problem> {
+fn check_read(file: &AgentFile) -> Result<(), Problem> {
     let field = if file.api_key_env.is_some() {
         "json_schema_extra.api_key_env"
     } else if !file.mcp_servers.is_empty() {
@@ -128,12 +155,7 @@ pub(crate) fn check_read(file: &AgentFile) -> Result<(), Problem> {
 /// Makes each of `spec`'s tools wait for approval at least as the operator's
 /// definitions make it wait anywhere (`never` over `ask` over `always`): a client
 /// cannot lift an approval the operator asks for a tool of the registry.
-pub(crate) fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Definitions) {
-    let rank = |rule: ApprovalRule| match rule {
-        ApprovalRule::Always => 0,
-        ApprovalRule::Ask => 1,
-        ApprovalRule::Never => 2,
-    };
+fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Definitions) {
     let names: Vec<String> = spec
         .settings
         .tools
@@ -144,48 +166,49 @@ pub(crate) fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Defini
     for name in names {
         let strictest = definitions
             .iter()
-            .filter_map(|file| file.approvals.get(&name).copied())
-            .max_by_key(|rule| rank(*rule));
-        let Some(strictest) = strictest.filter(|rule| rank(*rule) > 0) else {
+            .filter_map(|file| file.approvals.get(&name))
+            .map(|rule| Approval::from(*rule))
+            .max_by_key(|rule| strictness(Some(rule)));
+        let Some(strictest) = strictest else {
             continue;
         };
-        let current = match spec.settings.run.approvals.get(&name) {
-            Some(Approval::Never) => 2,
-            Some(Approval::Always) | None => 0,
-            // Ask, or the Rust-only predicate: at most an ask.
-            Some(_) => 1,
-        };
-        if rank(strictest) > current {
+        if strictness(Some(&strictest)) > strictness(spec.settings.run.approvals.get(&name)) {
             Arc::make_mut(&mut spec.settings)
                 .run
                 .approvals
-                .insert(name, strictest.into());
+                .insert(name, strictest);
         }
+    }
+}
+
+/// How much an approval holds a call back: `never` over `ask` (or the Rust-only
+/// predicate, at most an ask) over `always`, the default.
+fn strictness(approval: Option<&Approval>) -> u8 {
+    match approval {
+        Some(Approval::Always) | None => 0,
+        Some(Approval::Never) => 2,
+        Some(_) => 1,
     }
 }
 
 /// Refuses `spec` when its model is not one `served` holds (same provider, id
 /// and server).
-pub(crate) fn check_model(spec: &AgentSpec, served: &ProxyModels) -> Result<(), Problem> {
+fn check_model(spec: &AgentSpec, served: &ProxyModels) -> Result<(), Problem> {
     let Some(model) = &spec.settings.model else {
         return Ok(());
     };
     if served.serves(model) {
         return Ok(());
     }
-    Err(Problem {
-        field: Some("inline.json_schema_extra.model".to_owned()),
-        ..Problem::new(
-            StatusCode::FORBIDDEN,
-            "operator-only",
-            format!(
-                "`{}/{}` is not a model this server serves; it serves {}",
-                model.provider,
-                model.id,
-                served.names()
-            ),
-        )
-    })
+    Err(operator_only(
+        "json_schema_extra.model".to_owned(),
+        &format!(
+            "`{}/{}` is not a model this server serves; it serves {}",
+            model.provider,
+            model.id,
+            served.names()
+        ),
+    ))
 }
 
 fn operator_only(field: String, why: &str) -> Problem {

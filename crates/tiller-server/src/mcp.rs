@@ -91,7 +91,10 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
         }
         None if request.method() == Method::POST => {
             let config = &sessions.shared.config;
-            sessions.forget_ended().await;
+            let live = sessions.live.ids().await;
+            // The owners of sessions that ended (idle, closed, at shutdown) go,
+            // so there are never more owners than live sessions and one opening.
+            sessions.owners.retain(|id, _| live.contains(id.as_str()));
             let per_tenant = config.max_mcp_sessions_per_tenant;
             let held = sessions
                 .owners
@@ -107,7 +110,7 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
                 .into_response();
             }
             let max = config.max_mcp_sessions;
-            if sessions.live.count().await >= max {
+            if live.len() >= max {
                 return Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too-many-mcp-sessions",
@@ -126,7 +129,6 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
         .and_then(|value| value.to_str().ok())
         .filter(|opened| named.as_deref() != Some(*opened))
     {
-        sessions.forget_ended().await;
         sessions.owners.insert(opened.to_owned(), scope);
     }
     if closing
@@ -139,23 +141,6 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
         // The MCP library's own 404: no such session (of anyone's).
         StatusCode::NOT_FOUND if !is_problem(&response) => unknown_session().into_response(),
         _ => response,
-    }
-}
-
-impl Sessions {
-    /// Forgets the owners of sessions that ended (idle, closed, at shutdown), so
-    /// there are never many more owners than [`McpSessions::count`].
-    async fn forget_ended(&self) {
-        let known: Vec<String> = self
-            .owners
-            .iter()
-            .map(|entry| entry.key().clone())
-            .collect();
-        for id in known {
-            if !self.live.contains(&id).await {
-                self.owners.remove(&id);
-            }
-        }
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, PiProblem> {
-    let slot = shared.stream_slot(&headers)?;
+    let slot = shared.stream_slot(&shared.caller(&headers)?)?;
     let request: ProxyRequest = decode(body)?;
     let (model, served) = shared
         .proxy_models

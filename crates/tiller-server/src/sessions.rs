@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus, is_within};
+use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus, ago, is_within};
 use tiller::{AgentHandle, AgentInfo, AgentMessage};
 
 use crate::Shared;
@@ -252,9 +252,7 @@ pub(crate) async fn prune_every_hour(shared: Arc<Shared>, retain: std::time::Dur
     let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3_600));
     loop {
         hourly.tick().await;
-        let retain = i64::try_from(retain.as_millis()).unwrap_or(i64::MAX);
-        let before = (tiller::tiller_ai::now_ms() as i64).saturating_sub(retain);
-        match shared.supervisor.store().prune(before).await {
+        match shared.supervisor.store().prune(ago(retain)).await {
             Ok(0) => {}
             Ok(pruned) => tracing::info!(pruned, "closed sessions past their retention deleted"),
             Err(error) => tracing::warn!(%error, "closed sessions could not be pruned"),

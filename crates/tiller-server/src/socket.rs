@@ -45,11 +45,12 @@ pub(crate) async fn socket(
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
+    let caller = shared.caller(&headers)?;
+    let agent = shared.agent(&caller, &id)?;
     let upgrade = upgrade.map_err(|rejection| {
         Problem::new(rejection.status(), "not-a-websocket", rejection.body_text())
     })?;
-    let slot = shared.stream_slot(&headers)?;
+    let slot = shared.stream_slot(&caller)?;
     let Query(After { after }) = after
         .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
     Ok(upgrade

@@ -372,16 +372,7 @@ async fn tenants_see_only_their_own_agents() {
         )
         .await;
     assert_eq!((status, &problem["field"]), (422, &json!("id")));
-    let (status, agent) = server
-        .send_as(
-            Method::POST,
-            "/agents",
-            Some("token-acme"),
-            Some(json!({"definition": "helper"})),
-        )
-        .await;
-    assert_eq!(status, 201);
-    let id = agent["id"].as_str().unwrap().to_owned();
+    let id = server.create_helper_as("token-acme").await;
     let (status, _) = server
         .send_as(
             Method::POST,

@@ -469,16 +469,7 @@ async fn a_users_token_reaches_only_that_users_agents() {
         ]),
     )
     .await;
-    let (status, agent) = server
-        .send_as(
-            reqwest::Method::POST,
-            "/agents",
-            Some("t-ann"),
-            Some(json!({"definition": "helper"})),
-        )
-        .await;
-    assert_eq!(status, 201);
-    let id = agent["id"].as_str().unwrap();
+    let id = server.create_helper_as("t-ann").await;
     let path = format!("/agents/{id}");
     for (method, path, body) in [
         (reqwest::Method::GET, path.clone(), None),
@@ -599,18 +590,7 @@ async fn resuming_after_the_largest_event_number_gets_the_live_events() {
 async fn every_refusal_is_problem_details() {
     let faux = FauxProvider::new();
     let server = Running::start(&faux, closed_for(&[("t", "acme", None)])).await;
-    let id = server
-        .send_as(
-            reqwest::Method::POST,
-            "/agents",
-            Some("t"),
-            Some(json!({"definition": "helper"})),
-        )
-        .await
-        .1["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = server.create_helper_as("t").await;
     let request = |method: reqwest::Method, path: &str| {
         server
             .http
@@ -876,15 +856,7 @@ async fn streams_and_mcp_sessions_are_bounded_and_an_mcp_session_is_its_openers(
         },
     )
     .await;
-    let (_, agent) = server
-        .send_as(
-            reqwest::Method::POST,
-            "/agents",
-            Some("t-a"),
-            Some(json!({"definition": "helper"})),
-        )
-        .await;
-    let id = agent["id"].as_str().unwrap();
+    let id = server.create_helper_as("t-a").await;
     let open = server
         .http
         .get(format!("{}/agents/{id}/events", server.base))

@@ -110,6 +110,13 @@ pub trait SessionStore: Send + Sync + 'static {
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>>;
 }
 
+/// The time `age` ago, in milliseconds since the Unix epoch (saturating): the
+/// `before` of [`SessionStore::prune`] for sessions closed longer than `age`.
+pub fn ago(age: std::time::Duration) -> i64 {
+    let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+    types::now().saturating_sub(age)
+}
+
 /// Whether `session` is `id` or a sub-agent's session under it (`{id}/…`).
 pub fn is_within(session: &str, id: &str) -> bool {
     session

@@ -193,6 +193,8 @@ impl SqlStore {
             url: shown.clone(),
             reason: reason.to_owned(),
         };
+        // SQLite's WAL file beside the database: its size says when it is full.
+        let mut wal = None;
         let (backend, connect) = if let Some(path) = url.strip_prefix("sqlite://") {
             if !cfg!(feature = "sqlite") {
                 return Err(unsupported(
@@ -209,6 +211,8 @@ impl SqlStore {
             } else {
                 format!("{url}?mode=rwc")
             };
+            let file = path.split('?').next().unwrap_or(path);
+            wal = Some(std::path::PathBuf::from(format!("{file}-wal")));
             (Backend::Sqlite, connect)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             if !cfg!(feature = "postgres") {
@@ -261,21 +265,14 @@ impl SqlStore {
             url: shown.into(),
         };
         store.migrate().await?;
-        if backend == Backend::Sqlite {
+        if let Some(wal) = wal {
             // The page size is the file's own from its first write on.
             let page_size: i64 = sqlx::query("PRAGMA page_size")
                 .fetch_one(&store.pool)
                 .await
                 .and_then(|row| row.try_get(0))
                 .map_err(database)?;
-            let path = url
-                .strip_prefix("sqlite://")
-                .and_then(|path| path.split('?').next())
-                .unwrap_or_default();
-            store.checkpoints = Arc::new(Checkpoints::new(
-                page_size,
-                std::path::PathBuf::from(format!("{path}-wal")),
-            ));
+            store.checkpoints = Arc::new(Checkpoints::new(page_size, wal));
         }
         Ok(store)
     }

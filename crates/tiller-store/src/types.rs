@@ -220,6 +220,17 @@ pub struct SessionFilter {
     pub limit: Option<u32>,
 }
 
+impl SessionFilter {
+    /// The session `id` alone, whoever owns it.
+    pub fn only(id: impl Into<String>) -> Self {
+        SessionFilter {
+            id: Some(id.into()),
+            limit: Some(1),
+            ..SessionFilter::default()
+        }
+    }
+}
+
 /// One change to one session, made under the writer's claim on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionWrite {

@@ -224,14 +224,9 @@ impl AskAgent {
 
     /// Whether the store keeps the session `id`.
     async fn stored(&self, id: &str) -> bool {
-        let filter = SessionFilter {
-            id: Some(id.to_owned()),
-            limit: Some(1),
-            ..SessionFilter::default()
-        };
         self.supervisor
             .store()
-            .list(&filter)
+            .list(&SessionFilter::only(id))
             .await
             .is_ok_and(|found| !found.is_empty())
     }

@@ -376,11 +376,7 @@ impl Supervisor {
                 // Checked before the claim, which would fence out the holder.
                 let found = writer
                     .store()
-                    .list(&SessionFilter {
-                        id: Some(session.clone()),
-                        limit: Some(1),
-                        ..SessionFilter::default()
-                    })
+                    .list(&SessionFilter::only(session.as_str()))
                     .await?;
                 if let Some(info) = found.first() {
                     check_owner(&info.record, owner)?;

@@ -101,19 +101,27 @@ fn definitions_with(
     seen: &Arc<Mutex<Vec<Value>>>,
     config: AskAgentConfig,
 ) -> Definitions {
+    let files = [
+        agent("planner", &["ask_agent"]),
+        agent("researcher", &["ask_agent"]),
+        agent("writer", &["whoami", "stall", "when"]),
+    ];
+    of_files(faux, seen, files).with_ask_agent(supervisor, config)
+}
+
+/// Definitions of `files` on `faux`, with the registry's tools.
+fn of_files(
+    faux: &FauxProvider,
+    seen: &Arc<Mutex<Vec<Value>>>,
+    files: impl IntoIterator<Item = AgentFile>,
+) -> Definitions {
     let mut definitions = Definitions::new()
         .with_tools(registry(seen))
         .with_default_model(faux.model());
+    for file in files {
+        definitions.insert(file).unwrap();
+    }
     definitions
-        .insert(agent("planner", &["ask_agent"]))
-        .unwrap();
-    definitions
-        .insert(agent("researcher", &["ask_agent"]))
-        .unwrap();
-    definitions
-        .insert(agent("writer", &["whoami", "stall", "when"]))
-        .unwrap();
-    definitions.with_ask_agent(supervisor, config)
 }
 
 fn ask(id: &str, agent: &str, text: &str) -> FauxTurn {
@@ -138,17 +146,12 @@ fn approving_writer(
     supervisor: &Supervisor,
     seen: &Arc<Mutex<Vec<Value>>>,
 ) -> Definitions {
-    let mut definitions = Definitions::new()
-        .with_tools(registry(seen))
-        .with_default_model(faux.model());
-    definitions
-        .insert(agent("planner", &["ask_agent"]))
-        .unwrap();
     let writer = "type: object\ndescription: You write.\njson_schema_extra:\n  kind: agent\n  name: writer\n  tools: [{name: whoami}]\n  approvals: {whoami: ask}\n";
-    definitions
-        .insert(AgentFile::parse("writer.yaml", writer).unwrap())
-        .unwrap();
-    definitions.with_ask_agent(supervisor, AskAgentConfig::default())
+    let files = [
+        agent("planner", &["ask_agent"]),
+        AgentFile::parse("writer.yaml", writer).unwrap(),
+    ];
+    of_files(faux, seen, files).with_ask_agent(supervisor, AskAgentConfig::default())
 }
 
 /// What the planner's researcher was answered when it asked the writer.

@@ -247,6 +247,14 @@ impl Dialect {
         command
     }
 
+    /// `tiller chat` against `server` in this dialect, with `args` after, started
+    /// with its standard input a pipe to type into.
+    pub(crate) fn chat(self, server: &MockServer, args: &[&str]) -> Child {
+        let mut command = self.tiller(server, "chat", args);
+        command.stdin(std::process::Stdio::piped());
+        command.spawn().unwrap()
+    }
+
     /// A streamed text reply.
     pub(crate) fn text(self, pieces: &[&str]) -> MockResponse {
         MockResponse::sse(match self {

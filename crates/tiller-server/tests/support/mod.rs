@@ -126,6 +126,20 @@ impl Running {
         agent["id"].as_str().unwrap().to_owned()
     }
 
+    /// Makes a `helper` agent with `token`; its id.
+    pub(crate) async fn create_helper_as(&self, token: &str) -> String {
+        let (status, agent) = self
+            .send_as(
+                reqwest::Method::POST,
+                "/agents",
+                Some(token),
+                Some(json!({"definition": "helper"})),
+            )
+            .await;
+        assert_eq!(status, 201, "{agent}");
+        agent["id"].as_str().unwrap().to_owned()
+    }
+
     /// Opens an agent's event stream, resuming after `last` when given.
     pub(crate) async fn events(&self, id: &str, last: Option<u64>) -> SseReader {
         let last = last.map(|last| last.to_string());
