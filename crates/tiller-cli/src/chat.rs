@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 
 use futures::StreamExt;
 use tiller::{
-    AgentError, AgentEvent, AgentHandle, AgentStatus, Delivered, Prompt, RunEnd, UserRequest,
+    AgentError, AgentEvent, AgentHandle, AgentMessage, AgentStatus, Delivered, Op, Prompt, Reply,
+    RunEnd, UserRequest,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
@@ -58,8 +59,8 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                 match Line::parse(&line) {
                     Line::Quit => break,
                     Line::Empty => {}
-                    Line::Prompt(text) => prompt_or_steer(&agent, text).await,
-                    Line::Follow(text) => follow(&agent, text).await,
+                    Line::Prompt(text) => apply(&agent, prompt_or_steer(&agent, text).await).await,
+                    Line::Follow(text) => apply(&agent, follow(&agent, text).await).await,
                     Line::Abort => {
                         if matches!(agent.status(), AgentStatus::Running | AgentStatus::WaitingForInput) {
                             agent.abort();
@@ -67,10 +68,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                             crate::say!("[nothing to abort]");
                         }
                     }
-                    Line::Reset => match agent.reset().await {
-                        Ok(()) => crate::say!("[reset: the conversation is empty]"),
-                        Err(error) => crate::say!("[{error}]"),
-                    },
+                    Line::Reset => apply(&agent, Some(Op::Reset)).await,
                     Line::State => state(&agent, options.session.as_deref()).await,
                     Line::Help => crate::say!("[{HELP}]"),
                     Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
@@ -212,60 +210,70 @@ async fn ask_user(agent: &AgentHandle) {
 
 /// The user's reply to what the parked run waits for: an answer, or y/n for an
 /// approval.
-async fn reply(agent: &AgentHandle, text: &str) {
+async fn reply(agent: &AgentHandle, text: &str) -> Option<Op> {
     let Some(waiting) = oldest_request(agent).await else {
         crate::say!("[nothing waits for a reply]");
-        return;
+        return None;
     };
     let id = waiting.tool_call_id().to_owned();
-    let replied = match (waiting, text.to_ascii_lowercase().as_str()) {
-        (UserRequest::Approval { .. }, "y" | "yes") => agent.approve(id).await,
-        (UserRequest::Approval { .. }, "n" | "no") => agent.deny(id, None).await,
+    let reply = match (waiting, text.to_ascii_lowercase().as_str()) {
+        (UserRequest::Approval { .. }, "y" | "yes") => Reply::approve(id),
+        (UserRequest::Approval { .. }, "n" | "no") => Reply::deny(id, None),
         (UserRequest::Approval { .. }, _) => {
             crate::say!("[y runs the call, n refuses it, /abort gives it up]");
-            return;
+            return None;
         }
-        (UserRequest::Input { .. }, _) => agent.answer(id, text).await,
+        (UserRequest::Input { .. }, _) => Reply::answer(id, text),
     };
-    if let Err(error) = replied {
-        crate::say!("[{error}]");
-    }
+    Some(Op::Reply(reply))
 }
 
 /// A prompt when the agent is idle, a steering message while it works, the reply
 /// when a tool call waits for the user.
-async fn prompt_or_steer(agent: &AgentHandle, text: &str) {
-    if agent.status() == AgentStatus::WaitingForInput {
-        return reply(agent, text).await;
-    }
-    if agent.status() != AgentStatus::Running {
-        match agent.prompt(text).await {
-            Err(AgentError::Busy) => {}
-            Err(error) => {
-                crate::say!("[{error}]");
-                return;
-            }
-            Ok(()) => return,
-        }
-    }
-    match agent.steer(text).await {
-        Ok(()) => crate::say!("[steering queued]"),
-        Err(error) => crate::say!("[{error}]"),
+async fn prompt_or_steer(agent: &AgentHandle, text: &str) -> Option<Op> {
+    let message = AgentMessage::user(text);
+    match agent.status() {
+        AgentStatus::WaitingForInput => reply(agent, text).await,
+        AgentStatus::Running => Some(Op::Steer { message }),
+        _ => Some(Op::Prompt {
+            messages: vec![message],
+        }),
     }
 }
 
 /// A follow-up while the agent works; a prompt when it is idle.
-async fn follow(agent: &AgentHandle, text: &str) {
+async fn follow(agent: &AgentHandle, text: &str) -> Option<Op> {
     if matches!(
         agent.status(),
         AgentStatus::Running | AgentStatus::WaitingForInput
     ) {
-        match agent.follow_up(text).await {
-            Ok(()) => crate::say!("[follow-up queued]"),
-            Err(error) => crate::say!("[{error}]"),
-        }
+        Some(Op::FollowUp {
+            message: AgentMessage::user(text),
+        })
     } else {
-        prompt_or_steer(agent, text).await;
+        prompt_or_steer(agent, text).await
+    }
+}
+
+/// Carries out what a line asks, and says how it went. A prompt that finds the
+/// agent busy (a run started meanwhile) steers it instead.
+async fn apply(agent: &AgentHandle, op: Option<Op>) {
+    let Some(op) = op else { return };
+    let done = match (&op, agent.submit(op.clone()).await) {
+        (Op::Prompt { messages }, Err(AgentError::Busy)) => {
+            let steer = Op::Steer {
+                message: messages[0].clone(),
+            };
+            agent.submit(steer.clone()).await.map(|()| steer)
+        }
+        (_, done) => done.map(|()| op),
+    };
+    match done {
+        Ok(Op::Steer { .. }) => crate::say!("[steering queued]"),
+        Ok(Op::FollowUp { .. }) => crate::say!("[follow-up queued]"),
+        Ok(Op::Reset) => crate::say!("[reset: the conversation is empty]"),
+        Ok(_) => {}
+        Err(error) => crate::say!("[{error}]"),
     }
 }
 

@@ -268,6 +268,9 @@ pub struct LoopConfig {
     pub run: RunOptions,
     /// Where steering messages come from.
     pub steering: Option<MessageSource>,
+    /// Steering messages the caller took for the run's start: read in place of
+    /// `steering`'s first read, so the first turn waits on no round trip.
+    pub first_steering: Option<Vec<AgentMessage>>,
     /// Where follow-up messages come from.
     pub follow_up: Option<MessageSource>,
     /// Write-ahead: returns once every event the run emitted so far is durable.
@@ -291,6 +294,7 @@ impl LoopConfig {
             model,
             run: RunOptions::default(),
             steering: None,
+            first_steering: None,
             follow_up: None,
             write_ahead: None,
             context: AgentContext::default(),

@@ -83,8 +83,8 @@ pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};
 pub use request::{Approval, Reply, UserRequest, cancel_requests, open_requests};
 pub use run::{
-    ContinueError, EventSink, LoopContext, Prompt, check_continue, check_prompt, check_reply,
-    run_loop,
+    ContinueError, EventSink, LoopContext, Prompt, Start, check_continue, check_prompt,
+    check_reply, check_start, run_from, run_loop,
 };
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{

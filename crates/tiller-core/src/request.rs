@@ -89,6 +89,19 @@ impl UserRequest {
         }
     }
 
+    /// The request in brief, for messages to people: what the tool asks, or
+    /// that it needs approval.
+    pub fn describe(&self) -> String {
+        match self {
+            UserRequest::Input {
+                tool_name,
+                question,
+                ..
+            } => format!("`{tool_name}` asks: {question}"),
+            UserRequest::Approval { tool_name, .. } => format!("`{tool_name}` needs approval"),
+        }
+    }
+
     /// The request as the transcript keeps it.
     pub fn to_message(&self) -> AgentMessage {
         let kind = match self {

@@ -95,17 +95,23 @@ pub struct LoopContext {
     pub tools: ToolSet,
 }
 
-/// Why `continue` cannot start.
+/// Why a run cannot start from what it was given on the transcript it has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContinueError {
+    /// A prompt without messages.
+    #[error("a prompt needs at least one message")]
+    EmptyPrompt,
     /// There is nothing to continue from.
-    #[error("cannot continue: the context has no messages")]
+    #[error("nothing to continue: the transcript is empty")]
     EmptyContext,
     /// The model already answered last; a new turn needs a new message first.
-    #[error("cannot continue from an assistant message: add a user message or tool results first")]
+    #[error(
+        "cannot continue from an assistant message: prompt, or queue a steering or follow-up message first"
+    )]
     EndsWithAssistant,
     /// A reply was given, but no request waits for one.
-    #[error("no tool call waits for the user's reply")]
+    #[error("no tool call waits for a reply")]
     NothingToReply,
     /// A reply names a request that is not open (requests wait, but not this one).
     #[error("no open request has the id `{request_id}`; the open ones are {}", open.join(", "))]
@@ -117,13 +123,16 @@ pub enum ContinueError {
     },
     /// The request the reply names wants another kind of reply (an answer for a
     /// question, approve or deny for an approval).
-    #[error("the waiting request is {waiting:?}; this reply does not fit it")]
+    #[error("the reply does not fit the waiting request ({})", waiting.describe())]
     ReplyDoesNotFit {
         /// What waits.
         waiting: Box<UserRequest>,
     },
     /// A request waits for the user's reply; only a reply goes on.
-    #[error("a tool call waits for the user's reply: {waiting:?}")]
+    #[error(
+        "a tool call waits for the user's reply ({}): answer, approve or deny it first, or abort to give it up",
+        waiting.describe()
+    )]
     WaitingForReply {
         /// What waits.
         waiting: Box<UserRequest>,
@@ -174,14 +183,49 @@ pub fn check_prompt<M: std::borrow::Borrow<AgentMessage>>(
     }
 }
 
+/// A run's beginning, checked against the transcript by [`check_start`]: new
+/// messages, the transcript as it stands, or the user's reply to an open request.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Start {
+    /// New messages, on a transcript where no request waits for the user.
+    Messages(Vec<AgentMessage>),
+    /// The transcript as it stands: not empty, not ending with the model's answer,
+    /// no request open.
+    Continue,
+    /// The user's reply and the open request it resolves.
+    Reply(UserRequest, Reply),
+}
+
+/// Decides whether a run can start from `prompt` on the transcript `messages`,
+/// and how: the one place the checks before a run are made.
+pub fn check_start<M: std::borrow::Borrow<AgentMessage>>(
+    prompt: Prompt,
+    messages: &[M],
+) -> Result<Start, ContinueError> {
+    match prompt {
+        Prompt::Messages(new) if new.is_empty() => Err(ContinueError::EmptyPrompt),
+        Prompt::Messages(new) => {
+            check_prompt(messages)?;
+            Ok(Start::Messages(new))
+        }
+        Prompt::Continue => {
+            check_prompt(messages)?;
+            match messages.last() {
+                None => Err(ContinueError::EmptyContext),
+                Some(message) if message.borrow().as_assistant().is_some() => {
+                    Err(ContinueError::EndsWithAssistant)
+                }
+                Some(_) => Ok(Start::Continue),
+            }
+        }
+        Prompt::Reply(reply) => Ok(Start::Reply(check_reply(messages, &reply)?, reply)),
+    }
+}
+
 /// Checks that a run can continue from `context`.
 pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
-    check_prompt(&context.messages)?;
-    match context.messages.last() {
-        None => Err(ContinueError::EmptyContext),
-        Some(message) if message.as_assistant().is_some() => Err(ContinueError::EndsWithAssistant),
-        Some(_) => Ok(()),
-    }
+    check_start(Prompt::Continue, &context.messages).map(|_| ())
 }
 
 /// Runs the loop to its end from `prompt`, sending every event to `sink`, and
@@ -196,25 +240,20 @@ pub async fn run_loop(
     cancel: CancellationToken,
     sink: EventSink,
 ) -> Result<Vec<AgentMessage>, ContinueError> {
-    let start = match prompt {
-        Prompt::Messages(messages) => {
-            check_prompt(&context.messages)?;
-            Start::Messages(messages)
-        }
-        Prompt::Continue => {
-            check_continue(&context)?;
-            Start::Continue
-        }
-        Prompt::Reply(reply) => Start::Reply(check_reply(&context.messages, &reply)?, reply),
-    };
-    Ok(guarded(start, context, config, cancel, sink).await)
+    let start = check_start(prompt, &context.messages)?;
+    Ok(run_from(start, context, config, cancel, sink).await)
 }
 
-/// How a run begins, checked.
-enum Start {
-    Messages(Vec<AgentMessage>),
-    Continue,
-    Reply(UserRequest, Reply),
+/// Runs the loop to its end from `start`, which [`check_start`] decided on
+/// `context`'s transcript; like [`run_loop`] otherwise.
+pub async fn run_from(
+    start: Start,
+    context: LoopContext,
+    config: LoopConfig,
+    cancel: CancellationToken,
+    sink: EventSink,
+) -> Vec<AgentMessage> {
+    guarded(start, context, config, cancel, sink).await
 }
 
 /// A run that, should the loop itself panic, still ends with an error message and
@@ -369,7 +408,10 @@ impl Run {
         let reason = if parked {
             RunEnd::Parked
         } else {
-            let pending = self.take(&self.config.steering).await;
+            let pending = match self.config.first_steering.take() {
+                Some(taken) => taken,
+                None => self.take(&self.config.steering).await,
+            };
             match self
                 .options
                 .output_schema

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::{
     AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, AgentStatus, ContextIds, Envelope,
-    Prompt, Reply, UserRequest,
+    Op, Prompt, Reply, UserRequest,
 };
 
 use crate::Shared;
@@ -360,64 +360,40 @@ pub(crate) async fn reply(
     start(&agent, wait, Prompt::Reply(reply)).await
 }
 
-/// What a client asks of an agent, through its REST route or a WebSocket frame
-/// (where it is tagged by `type`).
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum Command {
-    /// Start a run.
-    Prompt { text: String },
-    /// Steer the run.
-    Steer { text: String },
-    /// Queue a follow-up.
-    FollowUp { text: String },
-    /// Abort the run; done once the agent is idle.
-    Abort,
-    /// Forget the transcript and the queues.
-    Reset,
-    /// Answer the question the call `request_id` asked.
-    Answer { request_id: String, text: String },
-    /// Run the call `request_id`, waiting for approval.
-    Approve { request_id: String },
-    /// Refuse the call `request_id`, waiting for approval.
-    Deny {
-        request_id: String,
-        #[serde(default)]
-        reason: Option<String>,
-    },
-}
-
-impl Command {
-    /// Carries it out on `agent`.
-    pub(crate) async fn apply(self, agent: &AgentHandle) -> Result<(), Problem> {
-        match self {
-            Command::Prompt { text } => agent.prompt(text).await?,
-            Command::Steer { text } => agent.steer(text).await?,
-            Command::FollowUp { text } => agent.follow_up(text).await?,
-            Command::Abort => {
-                agent.abort();
-                agent.wait_for_idle().await;
-            }
-            Command::Reset => agent.reset().await?,
-            Command::Answer { request_id, text } => agent.answer(request_id, text).await?,
-            Command::Approve { request_id } => agent.approve(request_id).await?,
-            Command::Deny { request_id, reason } => agent.deny(request_id, reason).await?,
+/// Refuses the ops a client may not send: the transcript is the agent's, so a
+/// client neither replaces it nor sends anything but user messages.
+pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
+    let messages: &[AgentMessage] = match op {
+        Op::SetMessages { .. } => {
+            return Err(Problem::invalid(
+                Some("type".to_owned()),
+                "set_messages is not available to clients",
+            ));
         }
-        Ok(())
+        Op::Prompt { messages } => messages,
+        Op::Steer { message } | Op::FollowUp { message } => std::slice::from_ref(message),
+        _ => &[],
+    };
+    if messages.iter().any(|message| message.role() != "user") {
+        return Err(Problem::invalid(
+            Some("messages".to_owned()),
+            "a client sends user messages only",
+        ));
     }
+    Ok(())
 }
 
-/// A route that carries out the [`Command`] `command` makes of the request on the
-/// agent `{id}` (found first, so an unknown agent is a 404 whatever the body):
-/// 204 once done.
-async fn command_route(
+/// A route that carries out the [`Op`] `op` makes of the request on the agent
+/// `{id}` (found first, so an unknown agent is a 404 whatever the body): 204 once
+/// done.
+async fn op_route(
     shared: Arc<Shared>,
     id: &str,
     headers: &HeaderMap,
-    command: impl FnOnce() -> Result<Command, Problem>,
+    op: impl FnOnce() -> Result<Op, Problem>,
 ) -> Result<StatusCode, Problem> {
     let agent = shared.agent_for(headers, id)?;
-    command()?.apply(&agent).await?;
+    agent.submit(op()?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -427,9 +403,11 @@ pub(crate) async fn steer(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    command_route(shared, &id, &headers, || {
+    op_route(shared, &id, &headers, || {
         let Text { text } = decode(body)?;
-        Ok(Command::Steer { text })
+        Ok(Op::Steer {
+            message: AgentMessage::user(text),
+        })
     })
     .await
 }
@@ -440,9 +418,11 @@ pub(crate) async fn follow_up(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    command_route(shared, &id, &headers, || {
+    op_route(shared, &id, &headers, || {
         let Text { text } = decode(body)?;
-        Ok(Command::FollowUp { text })
+        Ok(Op::FollowUp {
+            message: AgentMessage::user(text),
+        })
     })
     .await
 }
@@ -452,7 +432,7 @@ pub(crate) async fn abort(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    command_route(shared, &id, &headers, || Ok(Command::Abort)).await
+    op_route(shared, &id, &headers, || Ok(Op::Abort)).await
 }
 
 pub(crate) async fn reset(
@@ -460,7 +440,7 @@ pub(crate) async fn reset(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    command_route(shared, &id, &headers, || Ok(Command::Reset)).await
+    op_route(shared, &id, &headers, || Ok(Op::Reset)).await
 }
 
 pub(crate) async fn delete(

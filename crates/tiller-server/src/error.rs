@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tiller::tiller_store::StoreError;
-use tiller::{AgentError, DefinitionsError, SpawnError};
+use tiller::{AgentError, ContinueError, DefinitionsError, SpawnError};
 
 use crate::metrics::ProblemKind;
 
@@ -102,17 +102,17 @@ impl From<AgentError> for Problem {
         let detail = error.to_string();
         match error {
             AgentError::Busy => Problem::new(StatusCode::CONFLICT, "busy", detail),
-            AgentError::WaitingForReply { .. } => {
+            AgentError::CannotStart(ContinueError::WaitingForReply { .. }) => {
                 Problem::new(StatusCode::CONFLICT, "waiting-for-reply", detail)
             }
-            AgentError::NothingToReply => {
+            AgentError::CannotStart(ContinueError::NothingToReply) => {
                 Problem::new(StatusCode::CONFLICT, "nothing-to-reply", detail)
             }
-            AgentError::NoSuchRequest { .. } => Problem {
+            AgentError::CannotStart(ContinueError::NoSuchRequest { .. }) => Problem {
                 field: Some("request_id".to_owned()),
                 ..Problem::new(StatusCode::CONFLICT, "no-such-request", detail)
             },
-            AgentError::ReplyDoesNotFit { .. } => {
+            AgentError::CannotStart(ContinueError::ReplyDoesNotFit { .. }) => {
                 Problem::new(StatusCode::CONFLICT, "reply-does-not-fit", detail)
             }
             AgentError::Stopped { .. } => Problem::new(StatusCode::CONFLICT, "stopped", detail),

@@ -3,7 +3,8 @@
 //!
 //! Each event is a text frame holding the envelope, as the event stream's
 //! `data:`; `?after=N` resumes after event `N` as `Last-Event-ID` does. The client
-//! sends text frames `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
+//! sends [`Op`]s as text frames: `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
+//! `{"type": "continue"}`, `{"type": "clear_queues", "queues": "steering" | "follow_up" | "both"}`,
 //! `{"type": "abort"}`, `{"type": "reset"}`, and replies that name the request
 //! they answer: `{"type": "answer", "request_id": …, "text": …}`,
 //! `{"type": "approve", "request_id": …}` or
@@ -23,10 +24,10 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tiller::AgentHandle;
+use tiller::{AgentHandle, Op};
 
 use crate::Shared;
-use crate::agents::Command;
+use crate::agents::from_client;
 use crate::error::Problem;
 use crate::quota::StreamSlot;
 use crate::shutdown::until_closing;
@@ -99,25 +100,20 @@ async fn serve(
     let _ = outgoing.send(Message::Close(None)).await;
 }
 
-/// Carries out one frame from the client (a prompt only while the server is
-/// not shutting down).
+/// Carries out one frame from the client, an [`Op`] (one that starts a run only
+/// while the server is not shutting down).
 async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
     let mut json = serde_json::Deserializer::from_str(frame);
-    let command: Command = serde_path_to_error::deserialize(&mut json).map_err(|error| {
+    let op: Op = serde_path_to_error::deserialize(&mut json).map_err(|error| {
         let path = error.path().to_string();
         Problem::invalid(
             (path != ".").then_some(path),
             format!("invalid command: {}", error.inner()),
         )
     })?;
-    if matches!(
-        command,
-        Command::Prompt { .. }
-            | Command::Answer { .. }
-            | Command::Approve { .. }
-            | Command::Deny { .. }
-    ) {
+    from_client(&op)?;
+    if op.starts_run() {
         shared.accepting()?;
     }
-    command.apply(agent).await
+    Ok(agent.submit(op).await?)
 }

@@ -18,15 +18,13 @@
 //! process took the session over stops the agent.
 
 use std::collections::VecDeque;
-use std::future::ready;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_ai::PartialMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, LoopConfig, LoopContext, MessageSource, Prompt, WriteAhead,
-    answer_open_calls, cancel_requests, check_prompt, check_reply, open_requests, run_loop,
+    AgentContext, AgentEvent, ContinueError, LoopConfig, LoopContext, MessageSource, Prompt, Start,
+    WriteAhead, answer_open_calls, cancel_requests, check_start, open_requests, run_from,
 };
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoreError, StoredSession};
 use tokio::sync::oneshot;
@@ -38,7 +36,8 @@ use crate::AgentMessage;
 use crate::agent::{Agent, lock};
 use crate::compress::compress;
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Queues};
+use crate::message::{AgentMsg, Submission};
+use crate::op::{Op, Queues};
 use crate::overrides::RunOverrides;
 use crate::settings::{AgentSettings, QueueMode};
 use crate::state::{AgentState, RunOutcome};
@@ -206,6 +205,13 @@ fn deliver_from(
         .collect()
 }
 
+/// Sends `result` to `reply`, if anyone waits for it.
+fn answer(reply: Option<RpcReplyPort<Result<(), AgentError>>>, result: Result<(), AgentError>) {
+    if let Some(reply) = reply {
+        let _ = reply.send(result);
+    }
+}
+
 /// What an actor is started with.
 pub(crate) struct Boot {
     pub(crate) agent: Arc<Agent>,
@@ -258,7 +264,10 @@ struct ActiveRun {
     /// Messages taken from a queue and not yet in the transcript, oldest first.
     in_flight: VecDeque<(QueueKind, u64, AgentMessage)>,
     finished: Option<oneshot::Sender<RunOutcome>>,
-    resets: Vec<RpcReplyPort<Result<(), AgentError>>>,
+    /// Whether the run ends in a reset (the transcript, queues and error cleared).
+    reset: bool,
+    /// Aborts and resets asked during the run, answered once it ended.
+    after_end: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
     ending: Option<AgentEvent>,
     /// Tells when the write of the run's last finished message is committed,
@@ -388,57 +397,7 @@ impl ActorState {
 
     fn request(&mut self, request: AgentMsg) {
         match request {
-            AgentMsg::Start {
-                prompt,
-                reply,
-                finished,
-                overrides,
-                span,
-            } => {
-                let _ = reply.send(self.start(prompt, finished, overrides, &span));
-            }
-            AgentMsg::Steer(message, reply) => self.enqueue(QueueKind::Steering, message, reply),
-            AgentMsg::FollowUp(message, reply) => self.enqueue(QueueKind::FollowUp, message, reply),
-            AgentMsg::ClearQueues(which, reply) => {
-                let mut writes = Vec::new();
-                if which != Queues::FollowUp {
-                    self.steering.clear();
-                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::Steering)));
-                }
-                if which != Queues::Steering {
-                    self.follow_up.clear();
-                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::FollowUp)));
-                }
-                self.commit(writes, reply);
-            }
-            AgentMsg::Abort => match &self.run {
-                Some(run) => run.token.cancel(),
-                None => self.give_up_requests(),
-            },
-            AgentMsg::Reset(reply) => match self.run.as_mut() {
-                Some(run) => {
-                    run.token.cancel();
-                    run.resets.push(reply);
-                }
-                None => {
-                    let writes = self.clear();
-                    self.sync_waiting();
-                    self.commit(writes, Some(reply));
-                }
-            },
-            AgentMsg::SetMessages(messages, reply) => {
-                if self.run.is_some() {
-                    let _ = reply.send(Err(AgentError::Busy));
-                    return;
-                }
-                let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
-                let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
-                writes.extend(appends(&self.agent, 0, &messages));
-                self.messages = messages;
-                self.error = None;
-                self.sync_waiting();
-                self.commit(writes, Some(reply));
-            }
+            AgentMsg::Submit(submission) => self.submit(*submission),
             AgentMsg::UpdateSettings(change, reply) => {
                 change(Arc::make_mut(&mut self.settings));
                 self.agent.keep_settings(self.settings.clone());
@@ -462,6 +421,76 @@ impl ActorState {
         }
     }
 
+    /// Carries out an op; its reply hears once it is done (and durable).
+    fn submit(&mut self, submission: Submission) {
+        let Submission {
+            op,
+            reply,
+            finished,
+            overrides,
+            span,
+        } = submission;
+        match op {
+            Op::Prompt { messages } => {
+                let started = self.start(Prompt::Messages(messages), finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Continue => {
+                let started = self.start(Prompt::Continue, finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Reply(given) => {
+                let started = self.start(Prompt::Reply(given), finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply),
+            Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply),
+            Op::ClearQueues { queues } => {
+                let mut writes = Vec::new();
+                if queues != Queues::FollowUp {
+                    self.steering.clear();
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::Steering)));
+                }
+                if queues != Queues::Steering {
+                    self.follow_up.clear();
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::FollowUp)));
+                }
+                self.commit(writes, reply);
+            }
+            Op::Abort => match self.run.as_mut() {
+                Some(run) => {
+                    run.token.cancel();
+                    run.after_end.extend(reply);
+                }
+                None => self.give_up_requests(reply),
+            },
+            Op::Reset => match self.run.as_mut() {
+                Some(run) => {
+                    run.token.cancel();
+                    run.reset = true;
+                    run.after_end.extend(reply);
+                }
+                None => {
+                    let writes = self.clear();
+                    self.sync_waiting();
+                    self.commit(writes, reply);
+                }
+            },
+            Op::SetMessages { messages } => {
+                if self.run.is_some() {
+                    return answer(reply, Err(AgentError::Busy));
+                }
+                let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
+                let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
+                writes.extend(appends(&self.agent, 0, &messages));
+                self.messages = messages;
+                self.error = None;
+                self.sync_waiting();
+                self.commit(writes, reply);
+            }
+        }
+    }
+
     /// Whether a request waits for the user, told to the agent's status (no run
     /// is active).
     fn sync_waiting(&self) {
@@ -470,16 +499,14 @@ impl ActorState {
     }
 
     /// Answers the requests waiting for the user with "cancelled" error results
-    /// (an abort while parked), so that the agent takes prompts again.
-    fn give_up_requests(&mut self) {
+    /// (an abort while parked), so that the agent takes prompts again; `reply`
+    /// hears once they are stored.
+    fn give_up_requests(&mut self, reply: Option<RpcReplyPort<Result<(), AgentError>>>) {
         let results = cancel_requests(&self.messages, "the user gave up on the request.");
-        if results.is_empty() {
-            return;
-        }
         let from = self.messages.len();
         self.messages.extend(results.into_iter().map(Arc::new));
         let writes = appends(&self.agent, from, &self.messages[from..]);
-        self.commit(writes, None);
+        self.commit(writes, reply);
         self.sync_waiting();
     }
 
@@ -684,34 +711,39 @@ impl ActorState {
         let model = settings.model.clone().ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
-        if !matches!(prompt, Prompt::Reply(_)) {
-            check_prompt(&self.messages)?;
-        }
-        let (prompt, skip_first_steering) = match prompt {
-            Prompt::Reply(reply) => {
-                check_reply(&self.messages, &reply)?;
-                (Prompt::Reply(reply), false)
+        let replying = matches!(prompt, Prompt::Reply(_));
+        let (start, from_steering) = match check_start(prompt, &self.messages) {
+            Ok(start) => (start, false),
+            // The model answered last: the oldest queued message starts the run.
+            Err(ContinueError::EndsWithAssistant) => {
+                let queue = if !self.steering.is_empty() {
+                    QueueKind::Steering
+                } else if !self.follow_up.is_empty() {
+                    QueueKind::FollowUp
+                } else {
+                    return Err(ContinueError::EndsWithAssistant.into());
+                };
+                let mode = self.mode(queue);
+                let taken = deliver_from(self.queue_mut(queue), queue, mode, &mut in_flight);
+                (Start::Messages(taken), queue == QueueKind::Steering)
             }
-            Prompt::Messages(messages) if messages.is_empty() => {
-                return Err(AgentError::EmptyPrompt);
+            Err(error) => return Err(error.into()),
+        };
+        // The run's first read of the steering queue, done here: nothing when the
+        // run starts from steering (the next message gets its own response); left
+        // to the run after a reply, whose call runs first.
+        let first_steering = match (from_steering, replying) {
+            (true, _) => Some(Vec::new()),
+            (false, true) => None,
+            (false, false) => {
+                let mode = self.mode(QueueKind::Steering);
+                Some(deliver_from(
+                    &mut self.steering,
+                    QueueKind::Steering,
+                    mode,
+                    &mut in_flight,
+                ))
             }
-            Prompt::Messages(messages) => (Prompt::Messages(messages), false),
-            Prompt::Continue => match self.messages.last() {
-                None => return Err(AgentError::NothingToContinue),
-                Some(last) if last.as_assistant().is_some() => {
-                    let (queue, skip) = if !self.steering.is_empty() {
-                        (QueueKind::Steering, true)
-                    } else if !self.follow_up.is_empty() {
-                        (QueueKind::FollowUp, false)
-                    } else {
-                        return Err(AgentError::CannotContinueFromAssistant);
-                    };
-                    let mode = self.mode(queue);
-                    let taken = deliver_from(self.queue_mut(queue), queue, mode, &mut in_flight);
-                    (Prompt::Messages(taken), skip)
-                }
-                Some(_) => (Prompt::Continue, false),
-            },
         };
         // A transcript restored from elsewhere may hold calls without results: they
         // are answered before anything else.
@@ -747,7 +779,7 @@ impl ActorState {
             &settings,
             model,
             agent_context,
-            skip_first_steering,
+            first_steering,
         );
         let sink = {
             let events = events.clone();
@@ -763,9 +795,7 @@ impl ActorState {
         );
         let task = tokio::spawn(
             async move {
-                // Refused only for a transcript ending with the model's answer, which
-                // `start` turned into queued messages or an error above.
-                let _ = run_loop(prompt, context, config, run_token, sink).await;
+                run_from(start, context, config, run_token, sink).await;
             }
             .instrument(span.clone()),
         );
@@ -779,7 +809,8 @@ impl ActorState {
             pending_tool_calls: Vec::new(),
             in_flight,
             finished,
-            resets: Vec::new(),
+            reset: false,
+            after_end: Vec::new(),
             ending: None,
             last_write: None,
         });
@@ -870,7 +901,7 @@ impl ActorState {
                         QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
                     }
                 }
-                let reset = !run.resets.is_empty();
+                let reset = run.reset;
                 let run_id = run.id;
                 run.ending = Some(event);
                 let writes = if reset { self.clear() } else { Vec::new() };
@@ -939,8 +970,8 @@ impl ActorState {
         for waiter in self.idle_waiters.drain(..) {
             let _ = waiter.send(());
         }
-        for reset in run.resets {
-            let _ = reset.send(Ok(()));
+        for ended in run.after_end {
+            let _ = ended.send(Ok(()));
         }
         if let Some((finished, outcome)) = outcome {
             let _ = finished.send(outcome);
@@ -981,7 +1012,8 @@ impl ActorState {
 }
 
 /// The loop's configuration for one run of this agent: the agent's run options
-/// whole, its queues, and write-ahead through the run's `events`.
+/// whole, its queues (with the first steering read already done, when it was),
+/// and write-ahead through the run's `events`.
 fn loop_config(
     actor: &ActorRef<AgentMsg>,
     events: &Arc<RunEvents>,
@@ -989,18 +1021,14 @@ fn loop_config(
     settings: &AgentSettings,
     model: tiller_ai::Model,
     context: AgentContext,
-    skip_first_steering: bool,
+    first_steering: Option<Vec<AgentMessage>>,
 ) -> LoopConfig {
     LoopConfig {
         model,
         run: settings.run.clone(),
-        steering: Some(queue_source(
-            actor,
-            run,
-            QueueKind::Steering,
-            skip_first_steering,
-        )),
-        follow_up: Some(queue_source(actor, run, QueueKind::FollowUp, false)),
+        steering: Some(queue_source(actor, run, QueueKind::Steering)),
+        first_steering,
+        follow_up: Some(queue_source(actor, run, QueueKind::FollowUp)),
         write_ahead: Some(write_ahead(events)),
         context,
     }
@@ -1027,21 +1055,10 @@ fn write_ahead(events: &Arc<RunEvents>) -> WriteAhead {
     })
 }
 
-/// Reads one of the agent's queues for the loop, by asking the actor; `skip_first`
-/// answers the first read with nothing (when the run's prompt was just taken from
-/// that queue, so the next queued message gets its own response).
-fn queue_source(
-    actor: &ActorRef<AgentMsg>,
-    run: u64,
-    queue: QueueKind,
-    skip_first: bool,
-) -> MessageSource {
+/// Reads one of the agent's queues for the loop, by asking the actor.
+fn queue_source(actor: &ActorRef<AgentMsg>, run: u64, queue: QueueKind) -> MessageSource {
     let actor = actor.clone();
-    let skip = AtomicBool::new(skip_first);
     Arc::new(move || {
-        if skip.swap(false, Ordering::AcqRel) {
-            return Box::pin(ready(Vec::new()));
-        }
         let (reply, taken) = oneshot::channel();
         let asked = actor.send_message(AgentMsg::Internal(Internal(Signal::Take {
             run,

@@ -1,13 +1,16 @@
 //! What can go wrong when talking to an agent or a supervisor.
 
-use tiller_core::{ContinueError, UserRequest};
+use tiller_core::ContinueError;
 
 /// Why an agent refused or could not carry out a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
-    /// A prompt without messages.
-    #[error("a prompt needs at least one message")]
-    EmptyPrompt,
+    /// The run cannot start from what it was given on the transcript the agent
+    /// has: an empty prompt, nothing to continue, a reply that fits no open
+    /// request, a prompt while a request waits for the user's reply.
+    #[error(transparent)]
+    CannotStart(#[from] ContinueError),
     /// A run is active; a second one cannot start.
     #[error(
         "the agent is busy with a run: use steer() to redirect it or follow_up() to queue work for after it"
@@ -16,14 +19,6 @@ pub enum AgentError {
     /// The agent has no model to call.
     #[error("the agent has no model: set one with update_settings() first")]
     NoModel,
-    /// There is no message to continue from.
-    #[error("nothing to continue: the transcript is empty")]
-    NothingToContinue,
-    /// The transcript ends with the model's answer and no message is queued.
-    #[error(
-        "cannot continue from an assistant message: prompt, or queue a steering or follow-up message first"
-    )]
-    CannotContinueFromAssistant,
     /// The agent was stopped (by its supervisor, by shutdown, or for failing too often).
     #[error("the agent is stopped: {reason}")]
     Stopped {
@@ -37,16 +32,6 @@ pub enum AgentError {
     /// A run's overrides cannot be used (an unknown model, a key variable not set).
     #[error("the run's overrides cannot be used: {0}")]
     InvalidOverrides(String),
-    /// A tool call waits for the user's reply (see [`tiller_core::request`]):
-    /// answer, approve or deny it first, or abort to give it up.
-    #[error(
-        "a tool call waits for the user's reply ({}): answer, approve or deny it first, or abort to give it up",
-        describe(waiting)
-    )]
-    WaitingForReply {
-        /// The oldest open request.
-        waiting: Box<UserRequest>,
-    },
     /// The steering or follow-up queue holds as much as its
     /// [`crate::QueueLimits`] allow; the message was not queued.
     #[error(
@@ -60,24 +45,6 @@ pub enum AgentError {
         /// The most bytes it holds.
         max_bytes: usize,
     },
-    /// A reply was given, but no tool call waits for one.
-    #[error("no tool call waits for a reply")]
-    NothingToReply,
-    /// A reply names a request that is not open.
-    #[error("no open request has the id `{request_id}`; the open ones are {}", open.join(", "))]
-    NoSuchRequest {
-        /// The id the reply gave.
-        request_id: String,
-        /// The ids of the open requests, oldest first.
-        open: Vec<String>,
-    },
-    /// The request the reply names wants another kind of reply: an answer for a
-    /// question, approve or deny for an approval.
-    #[error("the reply does not fit the waiting request ({})", describe(waiting))]
-    ReplyDoesNotFit {
-        /// The oldest open request.
-        waiting: Box<UserRequest>,
-    },
     /// The agent failed while carrying out this request and has been restarted; the
     /// request may be retried.
     #[error("the agent failed while handling the request and was restarted: {reason}")]
@@ -87,35 +54,9 @@ pub enum AgentError {
     },
 }
 
-/// A request in brief, for error messages.
-fn describe(request: &UserRequest) -> String {
-    match request {
-        UserRequest::Input {
-            tool_name,
-            question,
-            ..
-        } => format!("`{tool_name}` asks: {question}"),
-        UserRequest::Approval { tool_name, .. } => format!("`{tool_name}` needs approval"),
-    }
-}
-
-impl From<ContinueError> for AgentError {
-    fn from(error: ContinueError) -> Self {
-        match error {
-            ContinueError::EmptyContext => AgentError::NothingToContinue,
-            ContinueError::EndsWithAssistant => AgentError::CannotContinueFromAssistant,
-            ContinueError::NothingToReply => AgentError::NothingToReply,
-            ContinueError::NoSuchRequest { request_id, open } => {
-                AgentError::NoSuchRequest { request_id, open }
-            }
-            ContinueError::ReplyDoesNotFit { waiting } => AgentError::ReplyDoesNotFit { waiting },
-            ContinueError::WaitingForReply { waiting } => AgentError::WaitingForReply { waiting },
-        }
-    }
-}
-
 /// Why an agent could not be spawned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
     /// Another agent has this id.
     #[error("an agent with id `{0}` already exists")]

@@ -1,5 +1,5 @@
-//! [`AgentHandle`]: the typed client API of one agent, sugar over the messages of
-//! [`AgentMsg`].
+//! [`AgentHandle`]: the typed client API of one agent, sugar over [`Op`]s and the
+//! other messages of [`AgentMsg`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use tokio::sync::oneshot;
 use crate::AgentMessage;
 use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Queues};
+use crate::message::{AgentMsg, Submission};
+use crate::op::{Op, Queues};
 use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
@@ -67,10 +68,30 @@ impl AgentHandle {
         answer.await.map_err(|_| self.lost())
     }
 
+    /// Carries out `op` and returns once it is done: a run started, a message
+    /// queued and stored, an abort's run ended. Every other method that changes
+    /// the agent is sugar over this one.
+    pub async fn submit(&self, op: Op) -> Result<(), AgentError> {
+        if op == Op::Abort && !self.agent.is_running() && !self.agent.is_waiting() {
+            // Nothing to abort: an idle or hibernated agent is not woken for it.
+            return Ok(());
+        }
+        self.submit_with(Submission::new(op, None)).await
+    }
+
+    /// Sends `submission`, acknowledged to this call.
+    async fn submit_with(&self, mut submission: Submission) -> Result<(), AgentError> {
+        self.ask(|reply| {
+            submission.reply = Some(reply);
+            AgentMsg::Submit(Box::new(submission))
+        })
+        .await?
+    }
+
     /// Starts a run and returns once it is accepted: from text, a message, messages,
     /// or [`Prompt::Continue`] (the transcript as it stands).
     pub async fn prompt(&self, prompt: impl Into<Prompt>) -> Result<(), AgentError> {
-        self.start(prompt.into(), None, None).await
+        self.submit(Op::from(prompt.into())).await
     }
 
     /// Starts a run with settings for it alone (see [`RunOverrides`]).
@@ -79,8 +100,9 @@ impl AgentHandle {
         prompt: impl Into<Prompt>,
         overrides: RunOverrides,
     ) -> Result<(), AgentError> {
-        self.start(prompt.into(), None, Some(Box::new(overrides)))
-            .await
+        let mut submission = Submission::new(Op::from(prompt.into()), None);
+        submission.overrides = Some(Box::new(overrides));
+        self.submit_with(submission).await
     }
 
     /// Starts a run and waits for it to end (and its messages to be stored).
@@ -104,27 +126,11 @@ impl AgentHandle {
         overrides: Option<Box<RunOverrides>>,
     ) -> Result<RunOutcome, AgentError> {
         let (finished, outcome) = oneshot::channel();
-        self.start(prompt, Some(finished), overrides).await?;
+        let mut submission = Submission::new(Op::from(prompt), None);
+        submission.finished = Some(finished);
+        submission.overrides = overrides;
+        self.submit_with(submission).await?;
         outcome.await.map_err(|_| self.lost())
-    }
-
-    async fn start(
-        &self,
-        prompt: Prompt,
-        finished: Option<oneshot::Sender<RunOutcome>>,
-        overrides: Option<Box<RunOverrides>>,
-    ) -> Result<(), AgentError> {
-        if matches!(&prompt, Prompt::Messages(messages) if messages.is_empty()) {
-            return Err(AgentError::EmptyPrompt);
-        }
-        self.ask(|reply| AgentMsg::Start {
-            prompt,
-            reply,
-            finished,
-            overrides,
-            span: tracing::Span::current(),
-        })
-        .await?
     }
 
     /// Why a request got no answer: the agent stopped or failed while handling it.
@@ -142,24 +148,25 @@ impl AgentHandle {
     /// as the steering delivery says. It joins the transcript only when delivered.
     /// Returns once it is stored.
     pub async fn steer(&self, message: impl Into<AgentMessage>) -> Result<(), AgentError> {
-        let message = message.into();
-        self.ask(|reply| AgentMsg::Steer(message, Some(reply)))
-            .await?
+        self.submit(Op::Steer {
+            message: message.into(),
+        })
+        .await
     }
 
     /// Queues a message for when the agent would otherwise stop. It joins the
     /// transcript only when delivered; if the run ends first, it stays queued for
     /// [`Prompt::Continue`]. Returns once it is stored.
     pub async fn follow_up(&self, message: impl Into<AgentMessage>) -> Result<(), AgentError> {
-        let message = message.into();
-        self.ask(|reply| AgentMsg::FollowUp(message, Some(reply)))
-            .await?
+        self.submit(Op::FollowUp {
+            message: message.into(),
+        })
+        .await
     }
 
     /// Drops queued messages.
     pub async fn clear_queues(&self, which: Queues) -> Result<(), AgentError> {
-        self.ask(|reply| AgentMsg::ClearQueues(which, Some(reply)))
-            .await?
+        self.submit(Op::ClearQueues { queues: which }).await
     }
 
     /// Whether any steering or follow-up message waits.
@@ -209,7 +216,7 @@ impl AgentHandle {
     /// idle. Returns at once; [`AgentHandle::wait_for_idle`] waits for the run to end.
     pub fn abort(&self) {
         if self.agent.is_running() || self.agent.is_waiting() {
-            let _ = self.agent.send(AgentMsg::Abort);
+            let _ = self.agent.send(AgentMsg::from(Op::Abort));
         }
     }
 
@@ -231,13 +238,12 @@ impl AgentHandle {
 
     /// Aborts any active run, then clears the transcript, both queues and the error.
     pub async fn reset(&self) -> Result<(), AgentError> {
-        self.ask(AgentMsg::Reset).await?
+        self.submit(Op::Reset).await
     }
 
     /// Replaces the transcript; refused with [`AgentError::Busy`] during a run.
     pub async fn set_messages(&self, messages: Vec<AgentMessage>) -> Result<(), AgentError> {
-        self.ask(|reply| AgentMsg::SetMessages(messages, reply))
-            .await?
+        self.submit(Op::SetMessages { messages }).await
     }
 
     /// Returns once no run is active (at once for an idle, hibernated or stopped agent).

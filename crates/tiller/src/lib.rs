@@ -61,6 +61,7 @@ mod error;
 mod handle;
 mod llm;
 mod message;
+mod op;
 mod overrides;
 mod runtime;
 mod settings;
@@ -79,7 +80,8 @@ pub use definitions::{Definitions, DefinitionsError};
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
 pub use llm::{LlmConfig, LlmConfigs, LlmError};
-pub use message::{AgentMsg, Queues, SettingsChange};
+pub use message::{AgentMsg, SettingsChange, Submission};
+pub use op::{Op, Queues};
 pub use overrides::RunOverrides;
 pub use settings::{AgentSettings, OnMessage, QueueLimits, QueueMode, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
@@ -97,9 +99,10 @@ pub use tiller_ai::{
 };
 pub use tiller_core::{
     self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, ContextIds,
-    CustomMessage, FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks,
-    RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode,
-    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, check_transcript, hook,
+    ContinueError, CustomMessage, FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply,
+    RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecution,
+    ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest,
+    check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

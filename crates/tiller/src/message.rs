@@ -1,15 +1,17 @@
-//! The messages an agent's actor takes. [`crate::AgentHandle`] is sugar over them;
-//! a host's own ractor actors can send them straight to [`crate::AgentHandle::actor`]:
+//! The messages an agent's actor takes: an [`Op`] to carry out, plus the few
+//! requests that cannot be serialized (a snapshot, a subscription, code for the
+//! settings). [`crate::AgentHandle`] is sugar over them; a host's own ractor actors
+//! can send them straight to [`crate::AgentHandle::actor`]:
 //!
 //! ```
-//! # use tiller::{AgentMsg, AgentSettings, AgentSpec, Supervisor};
+//! # use tiller::{AgentMsg, AgentSettings, AgentSpec, Op, Supervisor};
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let faux = tiller::faux::FauxProvider::new();
 //! # let supervisor = Supervisor::start().await?;
 //! # let agent = supervisor.spawn(AgentSpec::new(AgentSettings::new(faux.model()))).await?;
 //! let actor = agent.actor().await?;
-//! actor.cast(AgentMsg::Abort)?;
+//! actor.cast(AgentMsg::from(Op::Abort))?;
 //! let state = ractor::call_t!(actor, AgentMsg::State, 1000)?;
 //! assert!(state.messages.is_empty());
 //! # supervisor.shutdown().await;
@@ -20,64 +22,56 @@
 use std::fmt;
 
 use ractor::RpcReplyPort;
-use tiller_core::Prompt;
 use tokio::sync::oneshot;
 
-use crate::AgentMessage;
 use crate::actor::Internal;
 use crate::error::AgentError;
+use crate::op::Op;
 use crate::overrides::RunOverrides;
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Subscription;
 
-/// One of the agent's two queues, or both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Queues {
-    /// Steering messages.
-    Steering,
-    /// Follow-up messages.
-    FollowUp,
-    /// Both.
-    Both,
-}
-
 /// A change to an agent's settings, applied by its actor.
 pub type SettingsChange = Box<dyn FnOnce(&mut AgentSettings) + Send>;
 
-/// A request to an agent's actor. Requests that change durable state (queueing,
-/// clearing, reset, settings, the transcript) are answered once the change is in
-/// the session store.
+/// An [`Op`] on its way to an agent's actor, with what travels beside it in
+/// process: where the acknowledgement goes, and for an op that starts a run, its
+/// per-run settings, who hears its outcome and the caller's span.
+pub struct Submission {
+    /// What to do.
+    pub op: Op,
+    /// Hears once the op is carried out (and its change is in the session store),
+    /// or why it was refused.
+    pub reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    /// The run's outcome, once the run ended and its messages are stored.
+    pub finished: Option<oneshot::Sender<RunOutcome>>,
+    /// Settings for this run only.
+    pub overrides: Option<Box<RunOverrides>>,
+    /// The span the run's own `run` span (agent, session, run number) goes
+    /// under: the caller's, such as an HTTP request's.
+    pub span: tracing::Span,
+}
+
+impl Submission {
+    /// `op`, acknowledged to `reply`, from the current span.
+    pub fn new(op: Op, reply: Option<RpcReplyPort<Result<(), AgentError>>>) -> Self {
+        Submission {
+            op,
+            reply,
+            finished: None,
+            overrides: None,
+            span: tracing::Span::current(),
+        }
+    }
+}
+
+/// A request to an agent's actor.
 #[non_exhaustive]
 pub enum AgentMsg {
-    /// Start a run; answered with `Ok` once accepted, or why not ([`AgentError::Busy`]
-    /// while a run is active). `finished` hears the run's outcome.
-    Start {
-        /// What the run starts from.
-        prompt: Prompt,
-        /// Whether the run was accepted.
-        reply: RpcReplyPort<Result<(), AgentError>>,
-        /// The outcome, once the run ended and its messages are stored.
-        finished: Option<oneshot::Sender<RunOutcome>>,
-        /// Settings for this run only.
-        overrides: Option<Box<RunOverrides>>,
-        /// The span the run's own `run` span (agent, session, run number) goes
-        /// under: the caller's, such as an HTTP request's.
-        span: tracing::Span,
-    },
-    /// Queue a steering message.
-    Steer(AgentMessage, Option<RpcReplyPort<Result<(), AgentError>>>),
-    /// Queue a follow-up message.
-    FollowUp(AgentMessage, Option<RpcReplyPort<Result<(), AgentError>>>),
-    /// Drop queued messages.
-    ClearQueues(Queues, Option<RpcReplyPort<Result<(), AgentError>>>),
-    /// Abort the active run, if any.
-    Abort,
-    /// Abort any run, then clear the transcript, both queues and the error.
-    Reset(RpcReplyPort<Result<(), AgentError>>),
-    /// Replace the transcript (refused with [`AgentError::Busy`] during a run).
-    SetMessages(Vec<AgentMessage>, RpcReplyPort<Result<(), AgentError>>),
-    /// Change settings; runs already started keep theirs.
+    /// Carry out an op.
+    Submit(Box<Submission>),
+    /// Change settings with code (tools, hooks); runs already started keep theirs.
     UpdateSettings(SettingsChange, RpcReplyPort<Result<(), AgentError>>),
     /// A snapshot of the state.
     State(RpcReplyPort<AgentState>),
@@ -90,16 +84,24 @@ pub enum AgentMsg {
     Internal(Internal),
 }
 
+impl AgentMsg {
+    /// `op`, acknowledged to `reply` (for `ractor::call!`).
+    pub fn submit(op: Op, reply: RpcReplyPort<Result<(), AgentError>>) -> Self {
+        AgentMsg::Submit(Box::new(Submission::new(op, Some(reply))))
+    }
+}
+
+impl From<Op> for AgentMsg {
+    /// The op, unacknowledged.
+    fn from(op: Op) -> Self {
+        AgentMsg::Submit(Box::new(Submission::new(op, None)))
+    }
+}
+
 impl fmt::Debug for AgentMsg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
-            AgentMsg::Start { .. } => "Start",
-            AgentMsg::Steer(..) => "Steer",
-            AgentMsg::FollowUp(..) => "FollowUp",
-            AgentMsg::ClearQueues(..) => "ClearQueues",
-            AgentMsg::Abort => "Abort",
-            AgentMsg::Reset(_) => "Reset",
-            AgentMsg::SetMessages(..) => "SetMessages",
+            AgentMsg::Submit(_) => "Submit",
             AgentMsg::UpdateSettings(..) => "UpdateSettings",
             AgentMsg::State(_) => "State",
             AgentMsg::WaitForIdle(_) => "WaitForIdle",

@@ -13,7 +13,7 @@ use common::{agent, endless, idle, is_agent_end, is_restart, until};
 use pretty_assertions::assert_eq;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tiller::faux::FauxTurn;
-use tiller::{AgentError, AgentMessage, AgentMsg, Prompt, RunEnd};
+use tiller::{AgentError, AgentMessage, AgentMsg, Op, Prompt, RunEnd};
 
 /// A host actor that turns its own messages into the agent's.
 struct Host;
@@ -46,18 +46,12 @@ impl Actor for Host {
             HostMsg::Ask(text) => {
                 let accepted = ractor::call_t!(
                     agent,
-                    |reply| AgentMsg::Start {
-                        prompt: Prompt::from(text),
-                        reply,
-                        finished: None,
-                        overrides: None,
-                        span: tracing::Span::current(),
-                    },
+                    |reply| AgentMsg::submit(Op::from(Prompt::from(text)), reply),
                     1000
                 )?;
                 accepted?;
             }
-            HostMsg::Stop => agent.cast(AgentMsg::Abort)?,
+            HostMsg::Stop => agent.cast(AgentMsg::from(Op::Abort))?,
         }
         Ok(())
     }

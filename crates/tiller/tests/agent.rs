@@ -10,8 +10,8 @@ use pretty_assertions::assert_eq;
 use tiller::faux::FauxTurn;
 use tiller::{
     AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Content,
-    Delivered, ImageContent, Message, QueueMode, RunEnd, RunHooks, Supervisor, ThinkingLevel,
-    catalog, hook,
+    ContinueError, Delivered, ImageContent, Message, QueueMode, RunEnd, RunHooks, Supervisor,
+    ThinkingLevel, catalog, hook,
 };
 
 #[tokio::test]
@@ -172,14 +172,17 @@ async fn continue_refuses_what_it_cannot_continue() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
     assert_eq!(
         agent.prompt(tiller::Prompt::Continue).await,
-        Err(AgentError::NothingToContinue)
+        Err(AgentError::CannotStart(ContinueError::EmptyContext))
     );
-    assert_eq!(agent.prompt(vec![]).await, Err(AgentError::EmptyPrompt));
+    assert_eq!(
+        agent.prompt(vec![]).await,
+        Err(AgentError::CannotStart(ContinueError::EmptyPrompt))
+    );
     faux.push(FauxTurn::text("answer"));
     agent.run("question").await.unwrap();
     assert_eq!(
         agent.prompt(tiller::Prompt::Continue).await,
-        Err(AgentError::CannotContinueFromAssistant)
+        Err(AgentError::CannotStart(ContinueError::EndsWithAssistant))
     );
 }
 

@@ -15,8 +15,9 @@ use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::tiller_store::SqlStore;
 use tiller::{
-    AgentError, AgentEvent, AgentSettings, AgentSpec, AgentStatus, AgentTool, Approval, Delivered,
-    FnTool, RunEnd, SessionStore, Supervisor, SupervisorConfig, ToolError, ToolOutput, UserRequest,
+    AgentError, AgentEvent, AgentSettings, AgentSpec, AgentStatus, AgentTool, Approval,
+    ContinueError, Delivered, FnTool, RunEnd, SessionStore, Supervisor, SupervisorConfig,
+    ToolError, ToolOutput, UserRequest,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -91,15 +92,15 @@ async fn the_tool_asks_the_user_answers_and_the_tool_succeeds() {
     // Anything but the answer is refused, with what waits.
     assert_eq!(
         agent.prompt("something else").await.unwrap_err(),
-        AgentError::WaitingForReply {
+        AgentError::CannotStart(ContinueError::WaitingForReply {
             waiting: Box::new(question())
-        }
+        })
     );
     assert_eq!(
         agent.approve("c1").await.unwrap_err(),
-        AgentError::ReplyDoesNotFit {
+        AgentError::CannotStart(ContinueError::ReplyDoesNotFit {
             waiting: Box::new(question())
-        }
+        })
     );
 
     agent.answer("c1", "Friday 10:00").await.unwrap();
@@ -122,7 +123,7 @@ async fn the_tool_asks_the_user_answers_and_the_tool_succeeds() {
     );
     assert_eq!(
         agent.answer("c1", "again").await.unwrap_err(),
-        AgentError::NothingToReply
+        AgentError::CannotStart(ContinueError::NothingToReply)
     );
     supervisor.shutdown().await;
 }
