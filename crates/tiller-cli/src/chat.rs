@@ -38,7 +38,10 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     let mut written = session.events.starts_at();
     let agent = session.agent.clone();
     if interactive {
-        let model = agent.settings().model.as_ref().map(describe);
+        let model = match agent.state().await {
+            Ok(state) => state.model.as_ref().map(describe),
+            Err(_) => None,
+        };
         crate::say!("tiller chat with {}: {HELP}", model.unwrap_or_default());
     }
     // A session left waiting for the user (a question, an approval) says so first.

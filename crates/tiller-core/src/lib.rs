@@ -84,7 +84,7 @@ pub use output::{Output, OutputError};
 pub use request::{Approval, Reply, UserRequest, cancel_requests, open_requests};
 pub use run::{
     ContinueError, EventSink, LoopContext, Prompt, Start, check_continue, check_prompt,
-    check_reply, check_start, run_from, run_loop,
+    check_reply, check_start, panic_text, run_from, run_loop,
 };
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{

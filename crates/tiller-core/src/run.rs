@@ -851,7 +851,7 @@ fn failed_message(model: &tiller_ai::Model, reason: String) -> AssistantMessage 
 }
 
 /// The message of a panic payload.
-pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+pub fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(text) => *text,
         Err(payload) => payload.downcast_ref::<&str>().map_or_else(

@@ -72,7 +72,7 @@ impl AgentHandle {
     /// queued and stored, an abort's run ended. Every other method that changes
     /// the agent is sugar over this one.
     pub async fn submit(&self, op: Op) -> Result<(), AgentError> {
-        if op == Op::Abort && !self.agent.is_running() && !self.agent.is_waiting() {
+        if op == Op::Abort && !self.agent.route.is_running() && !self.agent.route.is_waiting() {
             // Nothing to abort: an idle or hibernated agent is not woken for it.
             return Ok(());
         }
@@ -135,10 +135,10 @@ impl AgentHandle {
 
     /// Why a request got no answer: the agent stopped or failed while handling it.
     fn lost(&self) -> AgentError {
-        match self.agent.status() {
+        match self.agent.route.status() {
             AgentStatus::Stopped { reason } => AgentError::Stopped { reason },
             _ => AgentError::Failed {
-                reason: self.agent.last_failure(),
+                reason: self.agent.route.last_failure(),
             },
         }
     }
@@ -215,7 +215,7 @@ impl AgentHandle {
     /// gets an error result and the agent takes prompts again. Does nothing when
     /// idle. Returns at once; [`AgentHandle::wait_for_idle`] waits for the run to end.
     pub fn abort(&self) {
-        if self.agent.is_running() || self.agent.is_waiting() {
+        if self.agent.route.is_running() || self.agent.route.is_waiting() {
             let _ = self.agent.send(AgentMsg::from(Op::Abort));
         }
     }
@@ -248,7 +248,7 @@ impl AgentHandle {
 
     /// Returns once no run is active (at once for an idle, hibernated or stopped agent).
     pub async fn wait_for_idle(&self) {
-        while self.agent.is_running() {
+        while self.agent.route.is_running() {
             if self.ask(AgentMsg::WaitForIdle).await.is_ok() {
                 return;
             }
@@ -257,7 +257,7 @@ impl AgentHandle {
 
     /// Whether a run is active, the agent hibernates, or it is stopped.
     pub fn status(&self) -> AgentStatus {
-        self.agent.status()
+        self.agent.route.status()
     }
 
     /// Its id, name and status, as [`crate::Supervisor::list`] shows them.
@@ -265,7 +265,7 @@ impl AgentHandle {
         AgentInfo {
             id: self.agent.id.clone(),
             name: self.agent.name.as_deref().map(str::to_owned),
-            status: self.agent.status(),
+            status: self.agent.route.status(),
         }
     }
 
@@ -288,11 +288,6 @@ impl AgentHandle {
         self.ask(AgentMsg::State).await
     }
 
-    /// The agent's settings.
-    pub fn settings(&self) -> Arc<AgentSettings> {
-        self.agent.settings()
-    }
-
     /// Changes settings; runs already started keep the settings they started with.
     /// Returns once the new definition is stored.
     pub async fn update_settings(
@@ -309,7 +304,7 @@ impl fmt::Debug for AgentHandle {
         f.debug_struct("AgentHandle")
             .field("id", &self.agent.id)
             .field("name", &self.agent.name)
-            .field("status", &self.agent.status())
+            .field("status", &self.agent.route.status())
             .finish()
     }
 }

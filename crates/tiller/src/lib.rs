@@ -63,6 +63,7 @@ mod llm;
 mod message;
 mod op;
 mod overrides;
+mod route;
 mod runtime;
 mod settings;
 mod state;

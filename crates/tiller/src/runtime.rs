@@ -1,17 +1,15 @@
 //! What a supervisor's agents share: the supervisor actor they link to, the root of
-//! their cancellation tree, the configuration, the session store's writer,
-//! which actor belongs to which agent, and the stored form of the settings they
-//! were last spawned with.
+//! their cancellation tree, the configuration, the session store's writer, and the
+//! stored form of the settings they were last spawned with.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
-use ractor::{ActorCell, ActorId};
+use ractor::ActorCell;
 use tiller_store::{Definition, StoreWriter};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, lock};
 use crate::definition::AgentDefinition;
+use crate::route::lock;
 use crate::settings::AgentSettings;
 use crate::supervisor::SupervisorConfig;
 
@@ -23,8 +21,6 @@ pub(crate) struct Runtime {
     pub(crate) config: SupervisorConfig,
     /// Where agents' sessions are written, grouped into shared transactions.
     pub(crate) writer: StoreWriter,
-    /// The agent of each live actor, so its failure can be answered.
-    pub(crate) actors: Arc<DashMap<ActorId, Weak<Agent>>>,
     /// The settings a definition was last made for, and that definition: agents
     /// spawned from one shared `Arc<AgentSettings>` encode it once.
     pub(crate) last_definition: Mutex<Option<(Arc<AgentSettings>, Definition)>>,

@@ -8,9 +8,10 @@
 //! still valid, subscribers told with an `agent_restarted` notice. An agent failing
 //! more than `max_restarts` times within `restart_window` stays down, and says why.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -162,50 +163,115 @@ struct Inner {
     shut_down: AtomicBool,
 }
 
-type Actors = Arc<DashMap<ractor::ActorId, std::sync::Weak<Agent>>>;
+/// Why an agent's actor failed: the error its handler returns, which reaches the
+/// supervisor with the agent and the settings to restart it with.
+pub(crate) struct Failure {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) settings: Arc<AgentSettings>,
+    pub(crate) reason: String,
+}
+
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failure")
+            .field("agent", &self.agent.id)
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The supervisor actor's state: the restart budgets, as the times each agent
+/// failed within the restart window.
+struct Budgets {
+    config: SupervisorConfig,
+    failures: HashMap<AgentId, Vec<Instant>>,
+}
+
+impl Budgets {
+    /// Counts a failure of `agent` now; whether it is within the budget.
+    fn allow(&mut self, agent: &AgentId) -> bool {
+        let now = Instant::now();
+        let window = self.config.restart_window;
+        self.failures.retain(|_, times| {
+            times.retain(|at| now.duration_since(*at) < window);
+            !times.is_empty()
+        });
+        let times = self.failures.entry(agent.clone()).or_default();
+        times.push(now);
+        let allowed = times.len() <= self.config.max_restarts as usize;
+        if !allowed {
+            self.failures.remove(agent);
+        }
+        allowed
+    }
+}
 
 struct SupervisorActor;
 
 impl Actor for SupervisorActor {
     type Msg = ();
-    type State = Actors;
-    type Arguments = Actors;
+    type State = Budgets;
+    type Arguments = SupervisorConfig;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<()>,
-        actors: Actors,
-    ) -> Result<Actors, ActorProcessingErr> {
-        Ok(actors)
+        config: SupervisorConfig,
+    ) -> Result<Budgets, ActorProcessingErr> {
+        Ok(Budgets {
+            config,
+            failures: HashMap::new(),
+        })
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<()>,
         _message: (),
-        _actors: &mut Actors,
+        _budgets: &mut Budgets,
     ) -> Result<(), ActorProcessingErr> {
         Ok(())
     }
 
-    /// One-for-one: a failed agent is restarted alone. Never stops the supervisor.
+    /// One-for-one: a failed agent is restarted alone, within its budget. Never
+    /// stops the supervisor.
     async fn handle_supervisor_evt(
         &self,
         _myself: ActorRef<()>,
         event: SupervisionEvent,
-        actors: &mut Actors,
+        budgets: &mut Budgets,
     ) -> Result<(), ActorProcessingErr> {
-        match event {
-            SupervisionEvent::ActorFailed(actor, error) => {
-                let id = actor.get_id();
-                if let Some(agent) = actors.remove(&id).and_then(|(_, agent)| agent.upgrade()) {
-                    agent.failed(id, error.to_string());
-                }
-            }
-            SupervisionEvent::ActorTerminated(actor, _, _) => {
-                actors.remove(&actor.get_id());
-            }
-            _ => {}
+        let SupervisionEvent::ActorFailed(_, error) = event else {
+            return Ok(());
+        };
+        let Ok(failure) = error.downcast::<Failure>() else {
+            return Ok(());
+        };
+        let Failure {
+            agent,
+            settings,
+            reason,
+        } = *failure;
+        if budgets.allow(&agent.id) {
+            agent.restart(settings, reason);
+        } else {
+            let config = &budgets.config;
+            let reason = format!(
+                "it failed {} times within {:?}, more than its restart budget of {}; last failure: {reason}",
+                config.max_restarts + 1,
+                config.restart_window,
+                config.max_restarts
+            );
+            tracing::error!(agent = %agent.id, %reason, "agent stopped");
+            agent.stop(reason);
         }
         Ok(())
     }
@@ -263,8 +329,7 @@ impl Supervisor {
         config: SupervisorConfig,
         store: Arc<dyn SessionStore>,
     ) -> Result<Self, SpawnError> {
-        let actors: Actors = Arc::new(DashMap::new());
-        let (actor, _) = Actor::spawn(None, SupervisorActor, actors.clone())
+        let (actor, _) = Actor::spawn(None, SupervisorActor, config.clone())
             .await
             .map_err(|error| SpawnError::Runtime(error.to_string()))?;
         let runtime = Arc::new(Runtime {
@@ -272,7 +337,6 @@ impl Supervisor {
             root: CancellationToken::new(),
             config,
             writer: StoreWriter::for_store(store),
-            actors,
             last_definition: Mutex::new(None),
         });
         Ok(Supervisor {
@@ -322,7 +386,6 @@ impl Supervisor {
             id.clone(),
             name.clone(),
             session,
-            spec.settings.clone(),
             spec.context.clone(),
             inner.runtime.clone(),
         ));
@@ -389,6 +452,7 @@ impl Supervisor {
             }
             None => None,
         };
+        let mut settings = spec.settings.clone();
         let loaded = match stored {
             Some(stored) => {
                 agent.claimed(stored.record.epoch);
@@ -399,15 +463,15 @@ impl Supervisor {
                     )));
                 } else if let Ok(definition) = stored.record.definition.decode::<AgentDefinition>()
                 {
-                    let settings = definition.apply_to(&spec.settings).map_err(|missing| {
+                    let applied = definition.apply_to(&spec.settings).map_err(|missing| {
                         SpawnError::MissingTools {
                             session: session.to_string(),
                             missing,
                         }
                     })?;
-                    agent.keep_settings(Arc::new(settings));
+                    settings = Arc::new(applied);
                 }
-                let loaded = Loaded::from_store(agent, stored);
+                let loaded = Loaded::from_store(agent, &settings, stored);
                 writer.write(writes).await?;
                 loaded
             }
@@ -428,17 +492,20 @@ impl Supervisor {
             }
         };
         if self.inner.runtime.config.hibernate_after == Some(Duration::ZERO)
-            && agent.hibernate_unstarted(!open_requests(&loaded.messages).is_empty())
+            && agent.route.hibernate_unstarted(
+                settings.clone(),
+                !open_requests(&loaded.messages).is_empty(),
+            )
         {
             // Idle agents hibernate at once: this one starts hibernated, and its
             // first request thaws it.
             return Ok(());
         }
         let actor = agent
-            .spawn_actor(loaded)
+            .spawn_actor(settings, loaded)
             .await
             .map_err(SpawnError::Runtime)?;
-        if !agent.go_live(&actor) {
+        if !agent.route.go_live(&actor) {
             actor.stop(None);
             return Err(SpawnError::ShutDown);
         }

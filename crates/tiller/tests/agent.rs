@@ -104,7 +104,8 @@ async fn message_setters() {
         .await
         .unwrap();
     assert_eq!(roles(&agent.state().await.unwrap().messages), ["user"]);
-    let answer = tiller::AssistantMessage::empty(&agent.settings().model.clone().unwrap());
+    let model = agent.state().await.unwrap().model.unwrap();
+    let answer = tiller::AssistantMessage::empty(&model);
     agent
         .set_messages(vec![AgentMessage::user("Hello"), answer.into()])
         .await

@@ -1,0 +1,392 @@
+//! The agent's actor: it owns the agent's state — settings, transcript, the
+//! streaming message, pending tool calls, both queues, idle waiters — and every
+//! operation on the agent is a message to it.
+//!
+//! A run is a separate task (the mailbox never waits behind a model call or a
+//! tool). The run's events reach the actor in batches through a queue; the actor
+//! applies each to the state, hands finished messages to the session store, *then*
+//! publishes the event, so a subscriber never sees an event the state does not
+//! reflect. A run's `agent_end` is published once everything the run wrote is
+//! committed: when a caller hears a run ended, its messages are durable.
+//!
+//! Changes a caller asks for (queueing, clearing, reset, settings, the transcript)
+//! are answered once the store has committed them; the actor does not wait for
+//! the store meanwhile. A response with tool calls (and an approval) is committed
+//! before any call starts (write-ahead): the run asks, behind the message in its
+//! queue, for what tells when the message's write is committed, and waits on it. Every write
+//! carries the agent's claim on its session; a write refused because another
+//! process took the session over stops the agent.
+//!
+//! This file holds the actor and what it does with each message; `run.rs` the
+//! runs, `queues.rs` the steering and follow-up queues, `session.rs` the store.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use tiller_core::{Prompt, open_requests, panic_text};
+use tiller_store::{Change, QueueKind, StoreError};
+use tokio::sync::oneshot;
+
+use crate::AgentMessage;
+use crate::agent::Agent;
+use crate::error::AgentError;
+use crate::message::{AgentMsg, Submission};
+use crate::op::{Op, Queues};
+use crate::settings::AgentSettings;
+use crate::state::AgentState;
+use crate::supervisor::Failure;
+
+mod queues;
+mod run;
+mod session;
+
+use run::{ActiveRun, RunItem};
+pub(crate) use session::{Loaded, appends};
+
+/// The runtime's own messages to an agent's actor.
+pub struct Internal(Signal);
+
+pub(crate) enum Signal {
+    /// A request routed through the agent's slot (counted, for hibernation).
+    Routed(Box<AgentMsg>),
+    /// The run has queued events.
+    Events,
+    /// The run `run` asks for what one delivery of a queue takes.
+    Take {
+        run: u64,
+        queue: QueueKind,
+        reply: oneshot::Sender<Vec<AgentMessage>>,
+    },
+    /// Everything the run `run` wrote is committed.
+    Committed(u64),
+    /// A write of the actor's was refused: its session was taken over.
+    TakenOver(StoreError),
+    /// Idle since activity number `activity`: time to hibernate if nothing happened since.
+    Hibernate(u64),
+    /// Abort the active run, if any, for a stop or a shutdown: unlike
+    /// [`AgentMsg::Abort`], a request waiting for the user stays open, for whoever
+    /// resumes the session.
+    Halt,
+}
+
+impl Internal {
+    pub(crate) fn routed(message: AgentMsg) -> Self {
+        Internal(Signal::Routed(Box::new(message)))
+    }
+
+    /// See [`Signal::Halt`].
+    pub(crate) fn halt() -> Self {
+        Internal(Signal::Halt)
+    }
+
+    /// The request a routed message carries.
+    pub(crate) fn unrouted(message: AgentMsg) -> AgentMsg {
+        match message {
+            AgentMsg::Internal(Internal(Signal::Routed(message))) => *message,
+            other => other,
+        }
+    }
+}
+
+/// Sends `result` to `reply`, if anyone waits for it.
+fn answer(reply: Option<RpcReplyPort<Result<(), AgentError>>>, result: Result<(), AgentError>) {
+    if let Some(reply) = reply {
+        let _ = reply.send(result);
+    }
+}
+
+/// What an actor is started with.
+pub(crate) struct Boot {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) settings: Arc<AgentSettings>,
+    pub(crate) loaded: Loaded,
+}
+
+pub(crate) struct AgentActor;
+
+impl AgentActor {
+    /// Spawns an actor for `boot`, linked to `supervisor`.
+    pub(crate) async fn spawn(
+        boot: Boot,
+        supervisor: ActorCell,
+    ) -> Result<ActorRef<AgentMsg>, SpawnErr> {
+        let (actor, _) = Actor::spawn_linked(None, AgentActor, boot, supervisor).await?;
+        Ok(actor)
+    }
+}
+
+pub(crate) struct ActorState {
+    agent: Arc<Agent>,
+    myself: ActorRef<AgentMsg>,
+    settings: Arc<AgentSettings>,
+    messages: Vec<Arc<AgentMessage>>,
+    steering: VecDeque<(u64, AgentMessage)>,
+    follow_up: VecDeque<(u64, AgentMessage)>,
+    next_queue_seq: u64,
+    error: Option<String>,
+    run: Option<ActiveRun>,
+    runs: u64,
+    idle_waiters: Vec<RpcReplyPort<()>>,
+    /// Requests routed through the agent's slot and handled.
+    handled: u64,
+    /// Counts requests, so a hibernation timer knows whether anything happened since.
+    activity: u64,
+    /// A spare buffer swapped with the run's queue, so batches reuse memory.
+    batch: Vec<RunItem>,
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = ActorState;
+    type Arguments = Boot;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        boot: Boot,
+    ) -> Result<ActorState, ActorProcessingErr> {
+        let Boot {
+            agent,
+            settings,
+            loaded,
+        } = boot;
+        let state = ActorState {
+            agent,
+            myself,
+            settings,
+            messages: loaded.messages,
+            steering: loaded.steering,
+            follow_up: loaded.follow_up,
+            next_queue_seq: loaded.next_queue_seq,
+            error: None,
+            run: None,
+            runs: 0,
+            idle_waiters: Vec::new(),
+            handled: 0,
+            activity: 0,
+            batch: Vec::new(),
+        };
+        state.sync_waiting();
+        state.schedule_hibernation();
+        Ok(state)
+    }
+
+    /// Handles one message. A panic (in an `on_message` hook, say) fails the
+    /// actor: the route holds requests from then on, and the supervisor hears
+    /// of it with what to restart the agent with.
+    async fn handle(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        message: AgentMsg,
+        state: &mut ActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| state.handle(message))).map_err(|panic| {
+            let reason = panic_text(panic);
+            state.agent.route.failing(state.myself.get_id(), &reason);
+            Box::new(Failure {
+                agent: state.agent.clone(),
+                settings: state.settings.clone(),
+                reason,
+            }) as ActorProcessingErr
+        })
+    }
+}
+
+impl ActorState {
+    fn handle(&mut self, message: AgentMsg) {
+        let request = match message {
+            AgentMsg::Internal(Internal(signal)) => match signal {
+                Signal::Routed(request) => {
+                    self.handled += 1;
+                    *request
+                }
+                Signal::Events => return self.drain_events(),
+                Signal::Take { run, queue, reply } => {
+                    let _ = reply.send(self.take(run, queue));
+                    return;
+                }
+                Signal::Committed(run) => return self.finish(run),
+                Signal::TakenOver(error) => return self.taken_over(error),
+                Signal::Hibernate(activity) => return self.hibernate(activity),
+                Signal::Halt => {
+                    if let Some(run) = &self.run {
+                        run.token.cancel();
+                    }
+                    return;
+                }
+            },
+            request => request,
+        };
+        self.request(request);
+        self.activity += 1;
+        self.schedule_hibernation();
+    }
+
+    fn request(&mut self, request: AgentMsg) {
+        match request {
+            AgentMsg::Submit(submission) => self.submit(*submission),
+            AgentMsg::UpdateSettings(change, reply) => {
+                change(Arc::make_mut(&mut self.settings));
+                let definition = self.agent.runtime.definition_of(&self.settings);
+                let write = self.agent.write(Change::SetDefinition(definition));
+                self.commit(vec![write], Some(reply));
+            }
+            AgentMsg::State(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            AgentMsg::WaitForIdle(reply) => match &self.run {
+                Some(_) => self.idle_waiters.push(reply),
+                None => {
+                    let _ = reply.send(());
+                }
+            },
+            AgentMsg::Subscribe(buffer, reply) => {
+                let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
+            }
+            AgentMsg::Internal(_) => {}
+        }
+    }
+
+    /// Carries out an op; its reply hears once it is done (and durable).
+    fn submit(&mut self, submission: Submission) {
+        let Submission {
+            op,
+            reply,
+            finished,
+            overrides,
+            span,
+        } = submission;
+        match op {
+            Op::Prompt { messages } => {
+                let started = self.start(Prompt::Messages(messages), finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Continue => {
+                let started = self.start(Prompt::Continue, finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Reply(given) => {
+                let started = self.start(Prompt::Reply(given), finished, overrides, &span);
+                answer(reply, started);
+            }
+            Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply),
+            Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply),
+            Op::ClearQueues { queues } => {
+                let mut writes = Vec::new();
+                if queues != Queues::FollowUp {
+                    self.steering.clear();
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::Steering)));
+                }
+                if queues != Queues::Steering {
+                    self.follow_up.clear();
+                    writes.push(self.agent.write(Change::ClearQueue(QueueKind::FollowUp)));
+                }
+                self.commit(writes, reply);
+            }
+            Op::Abort => match self.run.as_mut() {
+                Some(run) => {
+                    run.token.cancel();
+                    run.after_end.extend(reply);
+                }
+                None => self.give_up_requests(reply),
+            },
+            Op::Reset => match self.run.as_mut() {
+                Some(run) => {
+                    run.token.cancel();
+                    run.reset = true;
+                    run.after_end.extend(reply);
+                }
+                None => {
+                    let writes = self.clear();
+                    self.sync_waiting();
+                    self.commit(writes, reply);
+                }
+            },
+            Op::SetMessages { messages } => {
+                if self.run.is_some() {
+                    return answer(reply, Err(AgentError::Busy));
+                }
+                let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
+                let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
+                writes.extend(appends(&self.agent, 0, &messages));
+                self.messages = messages;
+                self.error = None;
+                self.sync_waiting();
+                self.commit(writes, reply);
+            }
+        }
+    }
+
+    /// Whether a request waits for the user, told to the agent's status (no run
+    /// is active).
+    fn sync_waiting(&self) {
+        self.agent
+            .route
+            .mark_idle(!open_requests(&self.messages).is_empty());
+    }
+
+    fn snapshot(&self) -> AgentState {
+        let settings = &self.settings;
+        let queued = |queue: &VecDeque<(u64, AgentMessage)>| {
+            queue.iter().map(|(_, message)| message.clone()).collect()
+        };
+        AgentState {
+            system_prompt: settings.system_prompt.clone(),
+            model: settings.model.clone(),
+            thinking_level: settings.run.stream.thinking,
+            tools: settings.tools.clone(),
+            session_id: self.agent.session.to_string(),
+            context: self.agent.context_ids(),
+            llm: crate::LlmConfig::of(settings),
+            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
+            steering_queue: queued(&self.steering),
+            follow_up_queue: queued(&self.follow_up),
+            is_streaming: self.run.is_some(),
+            streaming_message: self
+                .run
+                .as_ref()
+                .and_then(|run| run.streaming.as_ref())
+                .map(|partial| partial.message().clone()),
+            pending_tool_calls: self
+                .run
+                .as_ref()
+                .map(|run| run.pending_tool_calls.clone())
+                .unwrap_or_default(),
+            error: self.error.clone(),
+            waiting: open_requests(&self.messages),
+        }
+    }
+
+    /// Asks to be told, once `hibernate_after` has passed, whether to hibernate.
+    fn schedule_hibernation(&self) {
+        let Some(after) = self.agent.runtime.config.hibernate_after else {
+            return;
+        };
+        if self.run.is_some() {
+            return;
+        }
+        let activity = self.activity;
+        self.myself.send_after(after, move || {
+            AgentMsg::Internal(Internal(Signal::Hibernate(activity)))
+        });
+    }
+
+    fn hibernate(&mut self, activity: u64) {
+        if activity != self.activity || self.run.is_some() {
+            return;
+        }
+        if self
+            .agent
+            .route
+            .hibernate_if_quiet(self.myself.get_id(), self.handled, &self.settings)
+        {
+            self.myself.stop(None);
+        } else {
+            // Not yet live, or requests on their way: they will count as activity;
+            // if none does (the actor was just being started), ask again later.
+            self.schedule_hibernation();
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! A run, as its actor sees it: starting one (the checks, the first steering
+//! read, the loop's configuration, its task), the events it hands back in
+//! batches, each applied to the state before it is published, and its end, told
+//! once everything it wrote is committed. Write-ahead: a response with tool calls
+//! is committed before any call starts.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ractor::{ActorRef, RpcReplyPort};
+use tiller_ai::PartialMessage;
+use tiller_core::{
+    AgentContext, AgentEvent, ContinueError, LoopConfig, LoopContext, MessageSource, Prompt, Start,
+    WriteAhead, check_start, open_requests, run_from,
+};
+use tiller_store::{Change, QueueKind, StoreError};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
+
+use super::queues::deliver_from;
+use super::session::answer_open;
+use super::{ActorState, Internal, Signal};
+use crate::AgentMessage;
+use crate::error::AgentError;
+use crate::message::AgentMsg;
+use crate::overrides::RunOverrides;
+use crate::route::lock;
+use crate::settings::AgentSettings;
+use crate::state::RunOutcome;
+use crate::subscription::Delivered;
+
+pub(super) struct ActiveRun {
+    pub(super) id: u64,
+    /// The run's span: its task runs in it, and its end is told in it.
+    pub(super) span: tracing::Span,
+    pub(super) events: Arc<RunEvents>,
+    pub(super) token: CancellationToken,
+    pub(super) _task: AbortOnDropHandle<()>,
+    pub(super) streaming: Option<PartialMessage>,
+    pub(super) pending_tool_calls: Vec<String>,
+    /// Messages taken from a queue and not yet in the transcript, oldest first.
+    pub(super) in_flight: VecDeque<(QueueKind, u64, AgentMessage)>,
+    pub(super) finished: Option<oneshot::Sender<RunOutcome>>,
+    /// Whether the run ends in a reset (the transcript, queues and error cleared).
+    pub(super) reset: bool,
+    /// Aborts and resets asked during the run, answered once it ended.
+    pub(super) after_end: Vec<RpcReplyPort<Result<(), AgentError>>>,
+    /// The run's `agent_end`, held until its writes are committed.
+    pub(super) ending: Option<AgentEvent>,
+    /// Tells when the write of the run's last finished message is committed,
+    /// until the run's write-ahead request takes it: one agent's writes commit in
+    /// order, so everything before it is then committed too.
+    pub(super) last_write: Option<Committed>,
+}
+
+/// Tells when a write is committed, or why it is not.
+pub(super) type Committed = oneshot::Receiver<Result<(), StoreError>>;
+
+/// What a run hands its actor, in order.
+pub(super) enum RunItem {
+    /// An event.
+    Event(AgentEvent),
+    /// Write-ahead: the run wants what tells when the message it just ended is
+    /// committed (see [`ActiveRun::last_write`]).
+    WriteAhead(oneshot::Sender<Committed>),
+}
+
+/// What a run hands its actor, waiting for it; the actor is told when the queue
+/// stops being empty.
+pub(super) struct RunEvents {
+    queue: std::sync::Mutex<Vec<RunItem>>,
+    actor: ActorRef<AgentMsg>,
+}
+
+impl RunEvents {
+    pub(super) fn push(&self, item: RunItem) {
+        let was_empty = {
+            let mut queue = lock(&self.queue);
+            queue.push(item);
+            queue.len() == 1
+        };
+        if was_empty {
+            let _ = self
+                .actor
+                .send_message(AgentMsg::Internal(Internal(Signal::Events)));
+        }
+    }
+
+    pub(super) fn swap(&self, buffer: &mut Vec<RunItem>) {
+        std::mem::swap(&mut *lock(&self.queue), buffer);
+    }
+}
+
+impl ActorState {
+    pub(super) fn start(
+        &mut self,
+        prompt: Prompt,
+        finished: Option<oneshot::Sender<RunOutcome>>,
+        overrides: Option<Box<RunOverrides>>,
+        caller: &tracing::Span,
+    ) -> Result<(), AgentError> {
+        if self.run.is_some() {
+            return Err(AgentError::Busy);
+        }
+        let settings = match overrides {
+            Some(overrides) => Arc::new(
+                overrides
+                    .applied_to(&self.settings)
+                    .map_err(|error| AgentError::InvalidOverrides(error.to_string()))?,
+            ),
+            None => self.settings.clone(),
+        };
+        let model = settings.model.clone().ok_or(AgentError::NoModel)?;
+        let run_id = self.runs + 1;
+        let mut in_flight = VecDeque::new();
+        let replying = matches!(prompt, Prompt::Reply(_));
+        let (start, from_steering) = match check_start(prompt, &self.messages) {
+            Ok(start) => (start, false),
+            // The model answered last: the oldest queued message starts the run.
+            Err(ContinueError::EndsWithAssistant) => {
+                let queue = if !self.steering.is_empty() {
+                    QueueKind::Steering
+                } else if !self.follow_up.is_empty() {
+                    QueueKind::FollowUp
+                } else {
+                    return Err(ContinueError::EndsWithAssistant.into());
+                };
+                let mode = self.mode(queue);
+                let taken = deliver_from(self.queue_mut(queue), queue, mode, &mut in_flight);
+                (Start::Messages(taken), queue == QueueKind::Steering)
+            }
+            Err(error) => return Err(error.into()),
+        };
+        // The run's first read of the steering queue, done here: nothing when the
+        // run starts from steering (the next message gets its own response); left
+        // to the run after a reply, whose call runs first.
+        let first_steering = match (from_steering, replying) {
+            (true, _) => Some(Vec::new()),
+            (false, true) => None,
+            (false, false) => {
+                let mode = self.mode(QueueKind::Steering);
+                Some(deliver_from(
+                    &mut self.steering,
+                    QueueKind::Steering,
+                    mode,
+                    &mut in_flight,
+                ))
+            }
+        };
+        // A transcript restored from elsewhere may hold calls without results: they
+        // are answered before anything else.
+        let answered = answer_open(
+            &self.agent,
+            &mut self.messages,
+            "no result was recorded before the next run started.",
+        );
+        if !answered.is_empty() {
+            self.commit(answered, None);
+        }
+        let agent_context = self.agent.run_context();
+        let context = LoopContext {
+            system_prompt: match &settings.system_prompt_fn {
+                Some(write) => Some(write(&agent_context)),
+                None => settings.system_prompt.clone(),
+            },
+            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
+            tools: settings.tools.clone(),
+        };
+        self.error = None;
+        self.runs = run_id;
+
+        let token = self.agent.runtime.root.child_token();
+        let events = Arc::new(RunEvents {
+            queue: std::sync::Mutex::new(Vec::new()),
+            actor: self.myself.clone(),
+        });
+        let config = loop_config(
+            &self.myself,
+            &events,
+            run_id,
+            &settings,
+            model,
+            agent_context,
+            first_steering,
+        );
+        let sink = {
+            let events = events.clone();
+            Arc::new(move |event| events.push(RunItem::Event(event)))
+        };
+        let run_token = token.clone();
+        let span = tracing::info_span!(
+            parent: caller,
+            "run",
+            agent = %self.agent.id,
+            session = %self.agent.session,
+            run = run_id
+        );
+        let task = tokio::spawn(
+            async move {
+                run_from(start, context, config, run_token, sink).await;
+            }
+            .instrument(span.clone()),
+        );
+        self.run = Some(ActiveRun {
+            id: run_id,
+            span,
+            events,
+            token,
+            _task: AbortOnDropHandle::new(task),
+            streaming: None,
+            pending_tool_calls: Vec::new(),
+            in_flight,
+            finished,
+            reset: false,
+            after_end: Vec::new(),
+            ending: None,
+            last_write: None,
+        });
+        self.agent.route.mark_running();
+        Ok(())
+    }
+
+    pub(super) fn drain_events(&mut self) {
+        let Some(run) = &self.run else {
+            return;
+        };
+        let mut batch = std::mem::take(&mut self.batch);
+        run.events.swap(&mut batch);
+        for item in batch.drain(..) {
+            match item {
+                RunItem::Event(event) => self.apply(event),
+                RunItem::WriteAhead(reply) => self.write_ahead(reply),
+            }
+        }
+        self.batch = batch;
+    }
+
+    /// Applies one event to the state and publishes it; `agent_end` waits for the
+    /// run's writes to be committed.
+    pub(super) fn apply(&mut self, event: AgentEvent) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        match &event {
+            AgentEvent::MessageStart { message } => {
+                if let Some(assistant) = message.as_assistant() {
+                    run.streaming = Some(PartialMessage::new(assistant.clone()));
+                }
+            }
+            AgentEvent::MessageUpdate {
+                assistant_message_event,
+            } => {
+                if let Some(partial) = run.streaming.as_mut() {
+                    partial.apply(assistant_message_event);
+                }
+            }
+            AgentEvent::MessageEnd { message } => {
+                run.streaming = None;
+                let dequeued = match run.in_flight.front() {
+                    Some((_, seq, taken)) if taken == &**message => {
+                        let seq = *seq;
+                        run.in_flight.pop_front();
+                        Some(seq)
+                    }
+                    _ => None,
+                };
+                let seq = self.messages.len() as u64;
+                let shared = Arc::new((**message).clone());
+                self.messages.push(shared.clone());
+                let write = self.agent.write(Change::Append {
+                    seq,
+                    message: shared,
+                    dequeued,
+                });
+                // The run's write-ahead may wait on this one.
+                let (done, committed) = oneshot::channel();
+                run.last_write = Some(committed);
+                let ack = self.ack(move |result| {
+                    let _ = done.send(result);
+                });
+                self.agent.runtime.writer.submit(vec![write], Some(ack));
+                if let Some(hook) = &self.settings.on_message {
+                    hook(&self.agent.id, message);
+                }
+            }
+            AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
+                run.pending_tool_calls.push(tool_call_id.clone())
+            }
+            AgentEvent::ToolExecutionEnd { tool_call_id, .. } => {
+                run.pending_tool_calls.retain(|id| id != tool_call_id)
+            }
+            AgentEvent::TurnEnd { message, .. } => {
+                if let Some(error) = &message.error_message {
+                    self.error = Some(error.clone());
+                }
+            }
+            AgentEvent::AgentEnd { .. } => {
+                // Taken and never delivered (an abort): back to the front of its queue,
+                // where the store still has it.
+                while let Some((queue, seq, message)) = run.in_flight.pop_back() {
+                    match queue {
+                        QueueKind::Steering => self.steering.push_front((seq, message)),
+                        QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
+                    }
+                }
+                let reset = run.reset;
+                let run_id = run.id;
+                run.ending = Some(event);
+                let writes = if reset { self.clear() } else { Vec::new() };
+                let actor = self.myself.clone();
+                let ack = self.ack(move |_| {
+                    let _ =
+                        actor.send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
+                });
+                self.agent.runtime.writer.submit(writes, Some(ack));
+                return;
+            }
+            AgentEvent::AgentStart
+            | AgentEvent::TurnStart
+            | AgentEvent::ToolExecutionUpdate { .. }
+            | AgentEvent::Action { .. }
+            | AgentEvent::InputRequested { .. }
+            | AgentEvent::ApprovalRequested { .. }
+            | AgentEvent::ChildEvent { .. } => {}
+        }
+        self.agent
+            .hub
+            .publish(&self.agent.id, Delivered::Event(event));
+    }
+
+    /// The run `run` ended and its writes are committed: the state says so, then
+    /// subscribers and waiters hear of it.
+    pub(super) fn finish(&mut self, run: u64) {
+        if self.run.as_ref().is_none_or(|active| active.id != run) {
+            return;
+        }
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        let span = run.span;
+        let Some(event) = run.ending else {
+            return;
+        };
+        if let AgentEvent::AgentEnd { reason, .. } = &event {
+            tracing::info!(parent: &span, end = ?reason, "run ended");
+        }
+        let outcome = match (&event, run.finished) {
+            (
+                AgentEvent::AgentEnd {
+                    messages,
+                    reason,
+                    output,
+                },
+                Some(finished),
+            ) => Some((
+                finished,
+                RunOutcome {
+                    messages: messages.clone(),
+                    end: *reason,
+                    output: output.clone(),
+                },
+            )),
+            _ => None,
+        };
+        let agent = &self.agent;
+        let waiting = !open_requests(&self.messages).is_empty();
+        agent
+            .hub
+            .publish_with(&agent.id, Delivered::Event(event), || {
+                agent.route.mark_idle(waiting)
+            });
+        for waiter in self.idle_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+        for ended in run.after_end {
+            let _ = ended.send(Ok(()));
+        }
+        if let Some((finished, outcome)) = outcome {
+            let _ = finished.send(outcome);
+        }
+        self.activity += 1;
+        self.schedule_hibernation();
+    }
+
+    /// Answers the run's write-ahead request with what tells when its last
+    /// finished message is committed.
+    pub(super) fn write_ahead(&mut self, reply: oneshot::Sender<Committed>) {
+        let committed = self
+            .run
+            .as_mut()
+            .and_then(|run| run.last_write.take())
+            .unwrap_or_else(|| {
+                // Asked twice since the last message: nothing more to wait for.
+                let (done, committed) = oneshot::channel();
+                let _ = done.send(Ok(()));
+                committed
+            });
+        let _ = reply.send(committed);
+    }
+}
+
+/// The loop's configuration for one run of this agent: the agent's run options
+/// whole, its queues (with the first steering read already done, when it was),
+/// and write-ahead through the run's `events`.
+pub(super) fn loop_config(
+    actor: &ActorRef<AgentMsg>,
+    events: &Arc<RunEvents>,
+    run: u64,
+    settings: &AgentSettings,
+    model: tiller_ai::Model,
+    context: AgentContext,
+    first_steering: Option<Vec<AgentMessage>>,
+) -> LoopConfig {
+    LoopConfig {
+        model,
+        run: settings.run.clone(),
+        steering: Some(queue_source(actor, run, QueueKind::Steering)),
+        first_steering,
+        follow_up: Some(queue_source(actor, run, QueueKind::FollowUp)),
+        write_ahead: Some(write_ahead(events)),
+        context,
+    }
+}
+
+/// Write-ahead for the loop: a request behind the response in the run's queue,
+/// answered by the actor with what tells when its write of the response is
+/// committed.
+pub(super) fn write_ahead(events: &Arc<RunEvents>) -> WriteAhead {
+    let events = events.clone();
+    Arc::new(move || {
+        let (reply, answer) = oneshot::channel();
+        events.push(RunItem::WriteAhead(reply));
+        Box::pin(async move {
+            let stopped = || Err("the agent's actor stopped".to_owned());
+            let Ok(committed) = answer.await else {
+                return stopped();
+            };
+            match committed.await {
+                Ok(result) => result.map_err(|error| error.to_string()),
+                Err(_) => stopped(),
+            }
+        })
+    })
+}
+
+/// Reads one of the agent's queues for the loop, by asking the actor.
+pub(super) fn queue_source(
+    actor: &ActorRef<AgentMsg>,
+    run: u64,
+    queue: QueueKind,
+) -> MessageSource {
+    let actor = actor.clone();
+    Arc::new(move || {
+        let (reply, taken) = oneshot::channel();
+        let asked = actor.send_message(AgentMsg::Internal(Internal(Signal::Take {
+            run,
+            queue,
+            reply,
+        })));
+        Box::pin(async move {
+            if asked.is_err() {
+                return Vec::new();
+            }
+            taken.await.unwrap_or_default()
+        })
+    })
+}
