@@ -41,6 +41,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_system_prompt("You set reminders with the remind tool.")
         .with_tools(ToolSet::new([Arc::new(RemindTool) as _])?);
     settings
+        .definition
         .run
         .approvals
         .insert("remind".into(), Approval::Ask);

@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_tools(ToolSet::new([
             Arc::new(research_tool()) as Arc<dyn AgentTool>
         ])?);
-    settings.run.steering_delivery = delivery;
+    settings.definition.run.steering_delivery = delivery;
 
     let supervisor = Supervisor::start().await?;
     let agent = supervisor.spawn(AgentSpec::new(settings)).await?;

@@ -55,6 +55,7 @@ mod id;
 mod json;
 mod limits;
 mod message;
+pub mod millis;
 mod model;
 mod options;
 mod partial;

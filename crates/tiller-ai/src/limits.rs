@@ -18,7 +18,8 @@ use crate::error::StreamError;
 
 /// The bounds on one streamed response. `StreamLimits::default()` suits every known
 /// provider with room to spare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StreamLimits {
     /// The longest SSE line, and the most data one SSE event may carry (its `data:`
     /// lines joined). Default 8 MiB.

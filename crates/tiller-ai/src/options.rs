@@ -13,7 +13,12 @@ use crate::model::Headers;
 use crate::retry::RetryPolicy;
 
 /// Settings for one streamed request. `StreamOptions::default()` is a sensible start.
-#[derive(Debug, Clone)]
+///
+/// It serializes as settings (durations in milliseconds), without what belongs to
+/// one process or is secret: the headers, the key, the cancellation token and the
+/// HTTP client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StreamOptions {
     /// Sampling temperature; the provider's default when `None`.
     pub temperature: Option<f32>,
@@ -31,22 +36,28 @@ pub struct StreamOptions {
     /// prompt caching (OpenAI's `prompt_cache_key`).
     pub session_id: Option<String>,
     /// Extra HTTP headers for this request; they override the model's headers.
+    #[serde(skip)]
     pub headers: Headers,
     /// The API key; when `None`, it is read from the provider's environment variable.
+    #[serde(skip)]
     pub api_key: Option<ApiKey>,
     /// Cancelling this token ends the stream with stop reason `aborted`.
+    #[serde(skip)]
     pub cancel: CancellationToken,
     /// Retries before the first byte of a response.
     pub retry: RetryPolicy,
     /// A stream that sends no event for this long ends with a "stalled" error
     /// (keep-alive comments do not count as events); `None` waits forever.
+    #[serde(rename = "idle_timeout_ms", with = "crate::millis::option")]
     pub idle_timeout: Option<Duration>,
     /// The longest a whole response may take, from the request to its last event,
     /// retries included; `None` has no deadline. Default 30 minutes.
+    #[serde(rename = "response_deadline_ms", with = "crate::millis::option")]
     pub response_deadline: Option<Duration>,
     /// How much of a response is accepted.
     pub limits: StreamLimits,
     /// The HTTP client to use; a shared default client when `None`.
+    #[serde(skip)]
     pub http_client: Option<reqwest::Client>,
     /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
     /// it as `response_format` (llama.cpp turns it into a grammar); Anthropic gets a

@@ -16,15 +16,19 @@ use reqwest::header::HeaderMap;
 use crate::limits;
 
 /// How a request is retried before its response starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RetryPolicy {
     /// Retries after the first attempt (so `3` means at most four attempts).
     pub max_retries: u32,
     /// The wait before the first retry, doubled for each further one.
+    #[serde(rename = "initial_backoff_ms", with = "crate::millis")]
     pub initial_backoff: Duration,
     /// The longest wait the doubling reaches.
+    #[serde(rename = "max_backoff_ms", with = "crate::millis")]
     pub max_backoff: Duration,
     /// The longest server-requested wait honoured; a longer one fails at once.
+    #[serde(rename = "max_retry_after_ms", with = "crate::millis")]
     pub max_retry_after: Duration,
 }
 

@@ -39,7 +39,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     let agent = session.agent.clone();
     if interactive {
         let model = match agent.state().await {
-            Ok(state) => state.model.as_ref().map(describe),
+            Ok(state) => state.definition.model.as_ref().map(describe),
             Err(_) => None,
         };
         crate::say!("tiller chat with {}: {HELP}", model.unwrap_or_default());

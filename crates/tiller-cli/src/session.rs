@@ -54,7 +54,7 @@ impl Session {
         if let Some(notice) = &setup.notice {
             crate::say!("tiller: {notice}");
         }
-        let structured = setup.settings.run.stream.output_schema.is_some();
+        let structured = setup.settings.definition.run.stream.output_schema.is_some();
         let mut spec = AgentSpec::new(setup.settings).with_name(setup.name);
         if let Some(session) = &options.session {
             // This invocation's agent and model, the session's conversation.

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use tiller::env::{EnvError, EnvModel, chosen_from};
 use tiller::{
-    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Definitions, DefinitionsError,
-    LlmConfig, LlmConfigs, Model, Supervisor, ToolRegistry,
+    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, DefinitionPatch, Definitions,
+    DefinitionsError, LlmConfigs, Model, Supervisor, ToolRegistry,
 };
 
 use crate::cli::AgentOptions;
@@ -76,10 +76,10 @@ impl Setup {
         let api_key = file_key(llm.as_ref(), var)?.or(api_key);
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
-        settings.run.stream.api_key = api_key;
+        settings.definition.run.stream.api_key = api_key;
         if let Some((file, llm)) = &llm {
-            // Its request options; the model and key are chosen above.
-            let options = LlmConfig {
+            // Its instructions and options; the model and key are chosen above.
+            let options = DefinitionPatch {
                 provider: None,
                 model: None,
                 base_url: None,
@@ -87,7 +87,7 @@ impl Setup {
                 ..llm.clone()
             };
             options
-                .apply(&mut settings)
+                .apply(&mut settings.definition)
                 .map_err(|error| SetupError::Model {
                     origin: format!("{}: json_schema_extra.llm", file.path.display()),
                     reason: error.to_string(),
@@ -101,17 +101,22 @@ impl Setup {
             };
             file.apply(&mut settings, &registry)?;
         }
-        if let Some(system) = &options.system {
-            settings.system_prompt = Some(system.clone()).filter(|prompt| !prompt.is_empty());
-        }
-        if let Some(thinking) = options.thinking {
-            settings.run.stream.thinking = thinking;
-        }
-        if let Some(max_turns) = options.max_turns {
-            settings.run.max_turns = max_turns;
-        }
-        if let Some(max_tokens) = options.max_tokens {
-            settings.run.stream.max_tokens = Some(max_tokens);
+        // The options over the file.
+        let flags = DefinitionPatch {
+            system_prompt: options.system.clone(),
+            thinking: options.thinking,
+            max_turns: options.max_turns,
+            max_tokens: options.max_tokens,
+            ..DefinitionPatch::default()
+        };
+        flags
+            .apply(&mut settings.definition)
+            .map_err(|error| SetupError::Model {
+                origin: "the command line".to_owned(),
+                reason: error.to_string(),
+            })?;
+        if options.system.as_deref() == Some("") {
+            settings.definition.system_prompt = None;
         }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
@@ -136,10 +141,11 @@ async fn delegating(
         reason: error.to_string(),
     };
     let mut definitions = Definitions::load_dir(folder).map_err(unusable)?;
-    if let Some(model) = &settings.model {
+    let definition = &settings.definition;
+    if let Some(model) = &definition.model {
         definitions = definitions
             .with_default_model(model.clone())
-            .with_default_key(settings.run.stream.api_key.clone());
+            .with_default_key(definition.run.stream.api_key.clone());
     }
     definitions
         .connect_mcp()
@@ -164,7 +170,7 @@ fn file_llm(
     options: &AgentOptions,
     file: &AgentFile,
     var: impl Fn(&str) -> Option<String>,
-) -> Result<LlmConfig, SetupError> {
+) -> Result<DefinitionPatch, SetupError> {
     let llms = match (&file.llm, &options.llms) {
         (None, _) => LlmConfigs::new(),
         (Some(_), Some(path)) => load_llms(path, "--llms")?,
@@ -173,7 +179,7 @@ fn file_llm(
             None => LlmConfigs::new(),
         },
     };
-    Ok(file.llm_config(&llms)?)
+    Ok(file.patch_over(&llms)?)
 }
 
 fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
@@ -187,7 +193,7 @@ fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
 /// the key to pass with it, and a notice when it is the faux model by default.
 fn choose_model(
     options: &AgentOptions,
-    file: Option<&(&AgentFile, LlmConfig)>,
+    file: Option<&(&AgentFile, DefinitionPatch)>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<(EnvModel, Option<String>), SetupError> {
     let pick = |option: &Option<String>, flag: &str, variable: &str| {
@@ -207,7 +213,8 @@ fn choose_model(
     let mut base_url = pick(&options.base_url, "base-url", "TILLER_BASE_URL");
     let from_file = provider.is_none() && model.is_none() && base_url.is_none();
     if from_file && let Some((file, llm)) = file {
-        let field = if file.model.is_some() { "model" } else { "llm" };
+        let own = file.patch.model.is_some() || file.patch.provider.is_some();
+        let field = if own { "model" } else { "llm" };
         let source = format!("{}: json_schema_extra.{field}", file.path.display());
         let named = |value: &Option<String>| {
             value.clone().map(|value| Named {
@@ -281,14 +288,14 @@ fn faux() -> EnvModel {
 /// The key the agent file names with `api_key_env` (itself or through its LLM
 /// configuration), if it names one.
 fn file_key(
-    file: Option<&(&AgentFile, LlmConfig)>,
+    file: Option<&(&AgentFile, DefinitionPatch)>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ApiKey>, SetupError> {
     let Some((file, name)) = file.and_then(|(f, llm)| Some((f, llm.api_key_env.as_deref()?)))
     else {
         return Ok(None);
     };
-    let field = if file.api_key_env.is_some() {
+    let field = if file.patch.api_key_env.is_some() {
         "api_key_env"
     } else {
         "llm"

@@ -9,7 +9,7 @@ mod common;
 use common::{Scratch, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::agent_file::{AgentFile, ModelSpec};
+use tiller::agent_file::AgentFile;
 use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolRegistry};
 
 const GOOD: &str = r#"type: object
@@ -51,17 +51,17 @@ fn a_good_file_loads_as_written() {
         (
             file.name.as_str(),
             file.version.as_deref(),
-            file.system_prompt.as_str(),
-            file.thinking.unwrap_or_default(),
+            file.patch.system_prompt.as_deref(),
+            file.patch.thinking.unwrap_or_default(),
             file.structured_output,
-            file.max_turns,
-            file.tool_choice.clone(),
-            file.tool_choice_after_tools.clone(),
+            file.patch.max_turns,
+            file.patch.tool_choice.clone(),
+            file.patch.tool_choice_after_tools.clone(),
         ),
         (
             "helper",
             Some("1.0.0"),
-            "You are a helpful assistant.\nUse the tools when they help.",
+            Some("You are a helpful assistant.\nUse the tools when they help."),
             ThinkingLevel::Low,
             true,
             Some(20),
@@ -70,12 +70,16 @@ fn a_good_file_loads_as_written() {
         )
     );
     assert_eq!(
-        file.model,
-        Some(ModelSpec::Parts {
-            provider: "llamacpp".into(),
-            id: "smollm2".into(),
-            base_url: Some("http://127.0.0.1:8080/v1".into()),
-        })
+        (
+            file.patch.provider.as_deref(),
+            file.patch.model.as_deref(),
+            file.patch.base_url.as_deref()
+        ),
+        (
+            Some("llamacpp"),
+            Some("smollm2"),
+            Some("http://127.0.0.1:8080/v1")
+        )
     );
     assert_eq!(
         file.output_schema,
@@ -114,14 +118,14 @@ fn a_good_file_loads_as_written() {
     assert_eq!(
         (
             file.name.as_str(),
-            file.system_prompt.as_str(),
-            file.model,
-            file.thinking.unwrap_or_default()
+            file.patch.system_prompt.as_deref(),
+            file.patch.model.as_deref(),
+            file.patch.thinking.unwrap_or_default()
         ),
         (
             "terse",
-            "You are terse.",
-            Some(ModelSpec::Name("openai/gpt-4o-mini".into())),
+            Some("You are terse."),
+            Some("openai/gpt-4o-mini"),
             ThinkingLevel::Off
         )
     );

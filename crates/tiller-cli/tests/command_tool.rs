@@ -136,7 +136,7 @@ async fn the_example_agent_file_of_the_readme_works() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agents/calculator.yaml");
     let file = AgentFile::load(&path).unwrap();
     assert_eq!(
-        (file.name.as_str(), file.max_turns),
+        (file.name.as_str(), file.patch.max_turns),
         ("calculator", Some(8))
     );
     let tools = file.tool_set(&ToolRegistry::new()).unwrap();

@@ -179,6 +179,36 @@ pub struct RunHooks {
 /// The user message a run gets when `run_until` does not accept its answer.
 pub const RUN_UNTIL_NUDGE: &str = "The task is not finished yet: keep going.";
 
+impl RunHooks {
+    /// These hooks with each one `over` sets in place of this one's.
+    pub fn merged(&self, over: &RunHooks) -> RunHooks {
+        RunHooks {
+            convert_to_llm: over
+                .convert_to_llm
+                .clone()
+                .or_else(|| self.convert_to_llm.clone()),
+            transform_context: over
+                .transform_context
+                .clone()
+                .or_else(|| self.transform_context.clone()),
+            api_key_resolver: over
+                .api_key_resolver
+                .clone()
+                .or_else(|| self.api_key_resolver.clone()),
+            before_tool_call: over
+                .before_tool_call
+                .clone()
+                .or_else(|| self.before_tool_call.clone()),
+            after_tool_call: over
+                .after_tool_call
+                .clone()
+                .or_else(|| self.after_tool_call.clone()),
+            stop_when: over.stop_when.clone().or_else(|| self.stop_when.clone()),
+            run_until: over.run_until.clone().or_else(|| self.run_until.clone()),
+        }
+    }
+}
+
 impl fmt::Debug for RunHooks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let set: Vec<&str> = [
@@ -197,10 +227,14 @@ impl fmt::Debug for RunHooks {
     }
 }
 
-/// How a run behaves, apart from its model and where its queued messages come
-/// from: the one place these settings live. An agent's settings hold one, and each
-/// of its runs takes it whole. Cheap to clone.
-#[derive(Clone, Debug)]
+/// How a run behaves, apart from its model, its hooks and where its queued
+/// messages come from: the one place these settings live. An agent's definition
+/// holds one, and each of its runs takes it whole. Cheap to clone.
+///
+/// It serializes as settings (durations in milliseconds), without the approvals,
+/// which may be code ([`Approval::AskIf`]) and come with the agent's tools.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunOptions {
     /// Request options (thinking level, session id, temperature, token limit, tool
     /// choice, retries, timeouts, headers, API key); the run supplies the
@@ -219,6 +253,7 @@ pub struct RunOptions {
     pub max_turns: u32,
     /// How long running tools and callbacks (hooks, the key resolver, the
     /// transform) get to return after an abort or a skip before they are dropped.
+    #[serde(rename = "cancel_grace_ms", with = "tiller_ai::millis")]
     pub cancel_grace: Duration,
     /// The most content bytes a tool result (and each partial result) keeps; the
     /// rest is cut, with a last text block saying how much (see
@@ -231,13 +266,12 @@ pub struct RunOptions {
     pub output_retries: u32,
     /// Which tools' calls wait for the user's approval, by tool name; a tool not
     /// named runs without asking (see [`crate::request`]).
+    #[serde(skip)]
     pub approvals: BTreeMap<String, Approval>,
     /// How many times in a row a tool may ask the user for input
     /// ([`ToolError::NeedsInput`](crate::ToolError::NeedsInput)) before its ask is
     /// an ordinary error result. Default 3.
     pub max_asks_per_tool: u32,
-    /// The application's callbacks.
-    pub hooks: RunHooks,
 }
 
 impl Default for RunOptions {
@@ -254,7 +288,6 @@ impl Default for RunOptions {
             output_retries: 2,
             approvals: BTreeMap::new(),
             max_asks_per_tool: 3,
-            hooks: RunHooks::default(),
         }
     }
 }
@@ -266,6 +299,8 @@ pub struct LoopConfig {
     pub model: Model,
     /// How the run behaves.
     pub run: RunOptions,
+    /// The application's callbacks.
+    pub hooks: RunHooks,
     /// Where steering messages come from.
     pub steering: Option<MessageSource>,
     /// Steering messages the caller took for the run's start: read in place of
@@ -293,6 +328,7 @@ impl LoopConfig {
         LoopConfig {
             model,
             run: RunOptions::default(),
+            hooks: RunHooks::default(),
             steering: None,
             first_steering: None,
             follow_up: None,
@@ -312,7 +348,7 @@ impl LoopConfig {
         mut self,
         convert: impl for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync + 'static,
     ) -> Self {
-        self.run.hooks.convert_to_llm = Some(hook::convert_to_llm(convert));
+        self.hooks.convert_to_llm = Some(hook::convert_to_llm(convert));
         self
     }
 
@@ -322,7 +358,7 @@ impl LoopConfig {
         F: Fn(&[AgentMessage], CancellationToken) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<AgentMessage>, BoxError>> + Send + 'static,
     {
-        self.run.hooks.transform_context = Some(hook::transform_context(transform));
+        self.hooks.transform_context = Some(hook::transform_context(transform));
         self
     }
 
@@ -332,7 +368,7 @@ impl LoopConfig {
         F: Fn(&str) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<ApiKey>> + Send + 'static,
     {
-        self.run.hooks.api_key_resolver = Some(hook::api_key_resolver(resolve));
+        self.hooks.api_key_resolver = Some(hook::api_key_resolver(resolve));
         self
     }
 
@@ -372,7 +408,7 @@ impl LoopConfig {
         F: Fn(ToolCallInfo) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<BeforeToolCall, BoxError>> + Send + 'static,
     {
-        self.run.hooks.before_tool_call = Some(hook::before_tool_call(before));
+        self.hooks.before_tool_call = Some(hook::before_tool_call(before));
         self
     }
 
@@ -382,7 +418,7 @@ impl LoopConfig {
         F: Fn(ToolCallInfo, ToolOutput, bool) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<AfterToolCall, BoxError>> + Send + 'static,
     {
-        self.run.hooks.after_tool_call = Some(hook::after_tool_call(after));
+        self.hooks.after_tool_call = Some(hook::after_tool_call(after));
         self
     }
 
@@ -399,7 +435,7 @@ impl LoopConfig {
         mut self,
         stop: impl Fn(&TurnSummary<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.run.hooks.stop_when = Some(hook::stop_when(stop));
+        self.hooks.stop_when = Some(hook::stop_when(stop));
         self
     }
 }
@@ -413,6 +449,7 @@ impl fmt::Debug for LoopConfig {
                 &format_args!("{}/{}", self.model.provider, self.model.id),
             )
             .field("run", &self.run)
+            .field("hooks", &self.hooks)
             .field("steering", &set(self.steering.is_some()))
             .field("follow_up", &set(self.follow_up.is_some()))
             .field("write_ahead", &set(self.write_ahead.is_some()))

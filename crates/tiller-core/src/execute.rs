@@ -429,7 +429,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         Ok(args) => args,
         Err(failure) => return Prepared::Answered(Outcome::error(failure)),
     };
-    let Some(hook) = &run.config.run.hooks.before_tool_call else {
+    let Some(hook) = &run.config.hooks.before_tool_call else {
         return approved(run, call, registered.tool.clone(), args);
     };
     let info = ToolCallInfo {
@@ -569,7 +569,7 @@ async fn execute(
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
     // The after hook sees the arguments too; copy them only for it.
-    let (args, after) = match run.config.run.hooks.after_tool_call.clone() {
+    let (args, after) = match run.config.hooks.after_tool_call.clone() {
         Some(hook) => (
             args.clone(),
             Some((

@@ -495,7 +495,7 @@ impl Run {
                 tool_results: &batch.results,
                 context: &self.config.context,
             };
-            let hooks = &self.config.run.hooks;
+            let hooks = &self.config.hooks;
             let ask =
                 |hook: &StopWhen| std::panic::catch_unwind(AssertUnwindSafe(|| hook(&summary)));
             let stop = hooks.stop_when.as_ref().map(ask);
@@ -727,7 +727,7 @@ impl Run {
         if self.cancel.is_cancelled() {
             return self.aborted();
         }
-        let transformed = match &self.config.run.hooks.transform_context {
+        let transformed = match &self.config.hooks.transform_context {
             None => None,
             Some(transform) => {
                 let pending = transform(&self.messages, self.cancel.child_token());
@@ -743,7 +743,7 @@ impl Run {
                 }
             }
         };
-        if let Some(resolve) = &self.config.run.hooks.api_key_resolver {
+        if let Some(resolve) = &self.config.hooks.api_key_resolver {
             match self.call_back(resolve(&self.config.model.provider)).await {
                 Ok(key) => {
                     self.options.api_key = key.or_else(|| self.config.run.stream.api_key.clone())
@@ -755,7 +755,7 @@ impl Run {
             }
         }
         let view = transformed.as_deref().unwrap_or(&self.messages);
-        let converted = match &self.config.run.hooks.convert_to_llm {
+        let converted = match &self.config.hooks.convert_to_llm {
             None => Ok(default_convert_to_llm(view)),
             Some(convert) => std::panic::catch_unwind(AssertUnwindSafe(|| convert(view))),
         };

@@ -16,8 +16,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::{
-    AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, AgentStatus, ContextIds, Envelope,
-    Op, Prompt, Reply, UserRequest,
+    AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt, Reply,
 };
 
 use crate::Shared;
@@ -50,61 +49,6 @@ pub(crate) struct Text {
 pub(crate) struct Wait {
     #[serde(default)]
     wait: bool,
-}
-
-/// An agent's state as the API shows it.
-#[derive(Debug, Serialize)]
-pub(crate) struct StateView {
-    id: String,
-    name: Option<String>,
-    #[serde(flatten)]
-    status: AgentStatus,
-    session_id: String,
-    context: ContextIds,
-    system_prompt: Option<String>,
-    model: Option<String>,
-    tools: Vec<String>,
-    messages: Vec<AgentMessage>,
-    steering_queue: Vec<AgentMessage>,
-    follow_up_queue: Vec<AgentMessage>,
-    is_streaming: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    streaming_message: Option<tiller::AssistantMessage>,
-    pending_tool_calls: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    /// Tool calls waiting for the user's reply, oldest first.
-    waiting: Vec<UserRequest>,
-}
-
-impl StateView {
-    fn new(agent: &AgentHandle, state: AgentState) -> Self {
-        StateView {
-            id: agent.id().to_string(),
-            name: agent.name().map(str::to_owned),
-            status: agent.status(),
-            session_id: state.session_id,
-            context: state.context,
-            system_prompt: state.system_prompt,
-            model: state
-                .model
-                .map(|model| format!("{}/{}", model.provider, model.id)),
-            tools: state
-                .tools
-                .definitions()
-                .iter()
-                .map(|tool| tool.name.clone())
-                .collect(),
-            messages: state.messages,
-            steering_queue: state.steering_queue,
-            follow_up_queue: state.follow_up_queue,
-            is_streaming: state.is_streaming,
-            streaming_message: state.streaming_message,
-            pending_tool_calls: state.pending_tool_calls,
-            error: state.error,
-            waiting: state.waiting,
-        }
-    }
 }
 
 impl Shared {
@@ -308,10 +252,9 @@ pub(crate) async fn get(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<StateView>, Problem> {
+) -> Result<Json<AgentState>, Problem> {
     let agent = shared.agent_for(&headers, &id)?;
-    let state = agent.state().await?;
-    Ok(Json(StateView::new(&agent, state)))
+    Ok(Json(agent.state().await?))
 }
 
 pub(crate) async fn prompt(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::Value;
-use tiller::agent_file::{AgentFile, FileTool, ModelSpec};
+use tiller::agent_file::{AgentFile, FileTool};
 use tiller::{ActionTool, AgentSpec, Approval, Definitions};
 
 use crate::Shared;
@@ -125,17 +125,11 @@ fn check_file(inline: &Value) -> Result<(), Problem> {
 /// Refuses a read file holding what [`check_file`] keeps out: a second look, at
 /// what reading made of it.
 fn check_read(file: &AgentFile) -> Result<(), Problem> {
-    let field = if file.api_key_env.is_some() {
+    let field = if file.patch.api_key_env.is_some() {
         "json_schema_extra.api_key_env"
     } else if !file.mcp_servers.is_empty() {
         "json_schema_extra.mcp_servers"
-    } else if matches!(
-        &file.model,
-        Some(ModelSpec::Parts {
-            base_url: Some(_),
-            ..
-        })
-    ) {
+    } else if file.patch.base_url.is_some() {
         "json_schema_extra.model.base_url"
     } else if file
         .tools
@@ -156,13 +150,7 @@ fn check_read(file: &AgentFile) -> Result<(), Problem> {
 /// definitions make it wait anywhere (`never` over `ask` over `always`): a client
 /// cannot lift an approval the operator asks for a tool of the registry.
 fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Definitions) {
-    let names: Vec<String> = spec
-        .settings
-        .tools
-        .definitions()
-        .iter()
-        .map(|tool| tool.name.clone())
-        .collect();
+    let names = spec.settings.definition.tools.clone();
     for name in names {
         let strictest = definitions
             .iter()
@@ -172,8 +160,10 @@ fn keep_operator_approvals(spec: &mut AgentSpec, definitions: &Definitions) {
         let Some(strictest) = strictest else {
             continue;
         };
-        if strictness(Some(&strictest)) > strictness(spec.settings.run.approvals.get(&name)) {
+        let approvals = &spec.settings.definition.run.approvals;
+        if strictness(Some(&strictest)) > strictness(approvals.get(&name)) {
             Arc::make_mut(&mut spec.settings)
+                .definition
                 .run
                 .approvals
                 .insert(name, strictest);
@@ -194,7 +184,7 @@ fn strictness(approval: Option<&Approval>) -> u8 {
 /// Refuses `spec` when its model is not one `served` holds (same provider, id
 /// and server).
 fn check_model(spec: &AgentSpec, served: &ProxyModels) -> Result<(), Problem> {
-    let Some(model) = &spec.settings.model else {
+    let Some(model) = &spec.settings.definition.model else {
         return Ok(());
     };
     if served.serves(model) {

@@ -48,8 +48,9 @@ impl ProxyModels {
             (model.clone(), options)
         });
         let configured = definitions.llms().iter().filter_map(|(_, config)| {
-            let settings = AgentSettings::default().with_llm(config).ok()?;
-            Some((settings.model?, settings.run.stream))
+            let settings = AgentSettings::default().with_patch(config).ok()?;
+            let definition = settings.definition;
+            Some((definition.model?, definition.run.stream))
         });
         for (model, options) in default.into_iter().chain(configured) {
             if !models

@@ -47,15 +47,15 @@ async fn an_agent_is_created_prompted_read_and_deleted_over_http() {
     assert_eq!(
         (
             &state["status"],
-            &state["system_prompt"],
-            &state["model"],
+            &state["definition"]["system_prompt"],
+            &state["definition"]["model"]["id"],
             state["messages"].as_array().unwrap().len(),
             &state["is_streaming"]
         ),
         (
             &json!("idle"),
             &json!("You help."),
-            &json!("faux/faux"),
+            &json!("faux"),
             2,
             &json!(false)
         )
@@ -97,7 +97,7 @@ async fn an_inline_definition_makes_an_agent_and_a_bad_one_names_its_field() {
         .await;
     assert_eq!((status, &agent["id"]), (201, &json!("p")));
     let (_, state) = server.get("/agents/p").await;
-    assert_eq!(state["system_prompt"], "You rhyme.");
+    assert_eq!(state["definition"]["system_prompt"], "You rhyme.");
 
     let (status, problem) = server
         .post(
@@ -771,7 +771,7 @@ async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
         tiller::ToolSet::new([std::sync::Arc::new(clock) as std::sync::Arc<dyn tiller::AgentTool>])
             .unwrap(),
     );
-    settings.run.stream.api_key = Some(tiller::ApiKey::new("proxy-token"));
+    settings.definition.run.stream.api_key = Some(tiller::ApiKey::new("proxy-token"));
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
         .spawn(tiller::AgentSpec::new(settings))

@@ -194,7 +194,7 @@ impl Agent {
         settings: Arc<AgentSettings>,
         loaded: Loaded,
     ) -> Result<ActorRef<AgentMsg>, String> {
-        let settings = match settings.compression {
+        let settings = match settings.code.compression {
             Some(_) => Arc::new(with_lookup(
                 &settings,
                 self.runtime.writer.store().clone(),

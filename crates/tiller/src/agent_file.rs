@@ -50,7 +50,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::command_tool::CommandTool;
-use crate::llm::{LlmConfig, LlmConfigs, LlmError};
+use crate::llm::LlmConfigs;
+use crate::patch::{DefinitionPatch, PatchError};
 use crate::tool_registry::ToolRegistry;
 use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
@@ -74,29 +75,15 @@ pub struct AgentFile {
     pub name: String,
     /// The agent's version, if given.
     pub version: Option<String>,
-    /// The system prompt (the schema's `description`).
-    pub system_prompt: String,
-    /// The model, if the file names one.
-    pub model: Option<ModelSpec>,
-    /// The variable holding the key to send to the model's server, if the file
-    /// names one (needed for a provider's key to reach a `base_url` of the file's).
-    pub api_key_env: Option<String>,
-    /// A named LLM configuration the file's model settings override.
+    /// A named LLM configuration the file's own settings go over.
     pub llm: Option<String>,
-    /// How hard the model should think, if the file says.
-    pub thinking: Option<ThinkingLevel>,
-    /// The sampling temperature, if the file sets one.
-    pub temperature: Option<f32>,
-    /// The most tokens an answer may hold, if the file limits it.
-    pub max_tokens: Option<u32>,
+    /// What the file sets of the agent's definition: the instructions (the
+    /// schema's `description`), the model (`model`, as `provider/id` or its parts),
+    /// `api_key_env`, `thinking`, `temperature`, `max_tokens`, `max_turns`,
+    /// `tool_choice` and `tool_choice_after_tools`.
+    pub patch: DefinitionPatch,
     /// Whether the final answer must match [`AgentFile::output_schema`].
     pub structured_output: bool,
-    /// The most turns a run makes, if limited.
-    pub max_turns: Option<u32>,
-    /// The tool choice at the start of each run, if the file sets one.
-    pub tool_choice: Option<ToolChoice>,
-    /// The tool choice once a forced call was made, if the file sets one.
-    pub tool_choice_after_tools: Option<ToolChoice>,
     /// The answer's shape: an object schema of the file's `properties` and `required`.
     pub output_schema: Value,
     /// The tools it lists, in order: command tools and built-ins made at load,
@@ -166,7 +153,7 @@ impl fmt::Debug for FileTool {
 
 /// A model as an agent file names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSpec {
+enum ModelSpec {
     /// `provider/model-id`, as in `openai/gpt-4o-mini`.
     Name(String),
     /// A provider, a model id and optionally a server.
@@ -207,57 +194,36 @@ impl AgentFile {
         Self::parse(path, &text)
     }
 
-    /// The model configuration the file gives: the one its `llm` names in `llms`,
-    /// with its own `model`, `api_key_env`, `thinking`, `temperature` and
-    /// `max_tokens` over it.
-    pub fn llm_config(&self, llms: &LlmConfigs) -> Result<LlmConfig, AgentFileError> {
+    /// What the file sets of the definition, over the LLM configuration its
+    /// `llm` names in `llms`.
+    pub fn patch_over(&self, llms: &LlmConfigs) -> Result<DefinitionPatch, AgentFileError> {
         let base = match &self.llm {
             Some(name) => llms
                 .get(name)
                 .map_err(|error| self.error("json_schema_extra.llm", error.to_string()))?
                 .clone(),
-            None => LlmConfig::default(),
+            None => DefinitionPatch::default(),
         };
-        let (provider, model, base_url) = match &self.model {
-            None => (None, None, None),
-            Some(ModelSpec::Name(name)) => (None, Some(name.clone()), None),
-            Some(ModelSpec::Parts {
-                provider,
-                id,
-                base_url,
-            }) => (Some(provider.clone()), Some(id.clone()), base_url.clone()),
-        };
-        Ok(base.merged(&LlmConfig {
-            provider,
-            model,
-            base_url,
-            api_key_env: self.api_key_env.clone(),
-            temperature: self.temperature,
-            max_tokens: self.max_tokens,
-            thinking: self.thinking,
-        }))
+        Ok(base.merged(&self.patch))
     }
 
-    /// The agent's settings: the model configuration of
-    /// [`AgentFile::llm_config`] (its model, else `default_model`), then what
-    /// [`AgentFile::apply`] sets, tools from `tools`.
+    /// The agent's settings: `default_model`, with [`AgentFile::patch_over`]
+    /// applied, then what [`AgentFile::apply`] sets, tools from `tools`.
     pub fn settings(
         &self,
         tools: &ToolRegistry,
         llms: &LlmConfigs,
         default_model: Option<Model>,
     ) -> Result<AgentSettings, AgentFileError> {
-        let config = self.llm_config(llms)?;
-        let mut settings = AgentSettings {
-            model: default_model,
-            ..AgentSettings::default()
-        };
-        config.apply(&mut settings).map_err(|error| {
+        let patch = self.patch_over(llms)?;
+        let mut settings = AgentSettings::default();
+        settings.definition.model = default_model;
+        patch.apply(&mut settings.definition).map_err(|error| {
             let field = match &error {
-                LlmError::MissingKey(_) if self.api_key_env.is_some() => {
+                PatchError::MissingKey(_) if self.patch.api_key_env.is_some() => {
                     "json_schema_extra.api_key_env"
                 }
-                LlmError::Model(_) if self.model.is_some() => "json_schema_extra.model",
+                PatchError::Model(_) if self.patch.model.is_some() => "json_schema_extra.model",
                 _ => "json_schema_extra.llm",
             };
             self.error(field, error.to_string())
@@ -274,46 +240,41 @@ impl AgentFile {
         }
     }
 
-    /// Sets what the file says in `settings`, the model and key aside: its
-    /// instructions, thinking level, turn limit, tool choices, output schema (with
-    /// `structured_output`) and tools (see [`AgentFile::tool_set`]).
+    /// Sets what the file says in `settings` beyond its patch: the output schema
+    /// (with `structured_output`), the tools (see [`AgentFile::tool_set`]) and
+    /// their approvals.
     pub fn apply(
         &self,
         settings: &mut AgentSettings,
         registry: &ToolRegistry,
     ) -> Result<(), AgentFileError> {
-        settings.system_prompt =
-            Some(self.system_prompt.clone()).filter(|prompt| !prompt.is_empty());
-        if let Some(thinking) = self.thinking {
-            settings.run.stream.thinking = thinking;
-        }
-        if let Some(temperature) = self.temperature {
-            settings.run.stream.temperature = Some(temperature);
-        }
-        if let Some(max_tokens) = self.max_tokens {
-            settings.run.stream.max_tokens = Some(max_tokens);
-        }
-        if let Some(max_turns) = self.max_turns {
-            settings.run.max_turns = max_turns;
-        }
-        settings.run.stream.tool_choice = self.tool_choice.clone();
-        settings.run.tool_choice_after_tools = self.tool_choice_after_tools.clone();
+        let definition = &mut settings.definition;
         if self.structured_output {
-            settings.run.stream.output_schema = Some(self.output());
+            definition.run.stream.output_schema = Some(self.output());
         }
-        settings.tools = self.tool_set(registry)?;
         for (tool, rule) in &self.approvals {
-            if !settings.tools.tools().any(|known| known.name() == tool) {
+            definition
+                .run
+                .approvals
+                .insert(tool.clone(), (*rule).into());
+        }
+        if let Some(asks) = self.max_asks_per_tool {
+            definition.run.max_asks_per_tool = asks;
+        }
+        settings.set_tools(self.tool_set(registry)?);
+        for tool in self.approvals.keys() {
+            if !settings
+                .code
+                .tools
+                .tools()
+                .any(|known| known.name() == tool)
+            {
                 return Err(AgentFileError {
                     file: self.path.clone(),
                     field: Some(format!("json_schema_extra.approvals.{tool}")),
                     message: format!("`{tool}` is not among the agent's tools"),
                 });
             }
-            settings.run.approvals.insert(tool.clone(), (*rule).into());
-        }
-        if let Some(asks) = self.max_asks_per_tool {
-            settings.run.max_asks_per_tool = asks;
         }
         Ok(())
     }
@@ -385,8 +346,11 @@ impl AgentFile {
         let set = ToolSet::new(tools)
             .map_err(|e| error("json_schema_extra.tools".into(), e.to_string()))?;
         for (field, choice) in [
-            ("tool_choice", &self.tool_choice),
-            ("tool_choice_after_tools", &self.tool_choice_after_tools),
+            ("tool_choice", &self.patch.tool_choice),
+            (
+                "tool_choice_after_tools",
+                &self.patch.tool_choice_after_tools,
+            ),
         ] {
             if let Some(ToolChoice::Tool(name)) = choice
                 && !set.definitions().iter().any(|tool| &tool.name == name)
@@ -602,21 +566,37 @@ impl RawAgentFile {
         if let Some(additional) = self.additional_properties {
             output_schema["additionalProperties"] = additional;
         }
+        let (provider, model, base_url) = match extra.model {
+            None => (None, None, None),
+            Some(ModelSpec::Name(name)) => (None, Some(name), None),
+            Some(ModelSpec::Parts {
+                provider,
+                id,
+                base_url,
+            }) => (Some(provider), Some(id), base_url),
+        };
+        let instructions = self.description.trim_end();
+        let patch = DefinitionPatch {
+            provider,
+            model,
+            base_url,
+            api_key_env: extra.api_key_env,
+            system_prompt: (!instructions.is_empty()).then(|| instructions.to_owned()),
+            temperature: extra.temperature,
+            max_tokens: extra.max_tokens,
+            thinking: extra.thinking,
+            max_turns: extra.max_turns,
+            tool_choice: extra.tool_choice,
+            tool_choice_after_tools: extra.tool_choice_after_tools,
+            output_schema: None,
+        };
         Ok(AgentFile {
             path: path.to_owned(),
             name: extra.name,
             version: extra.version,
-            system_prompt: self.description.trim_end().to_owned(),
-            model: extra.model,
-            api_key_env: extra.api_key_env,
             llm: extra.llm,
-            thinking: extra.thinking,
-            temperature: extra.temperature,
-            max_tokens: extra.max_tokens,
+            patch,
             structured_output: extra.structured_output,
-            max_turns: extra.max_turns,
-            tool_choice: extra.tool_choice,
-            tool_choice_after_tools: extra.tool_choice_after_tools,
             output_schema,
             tools,
             tool_filter: ToolFilter {

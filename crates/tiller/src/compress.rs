@@ -14,8 +14,9 @@ use crate::AgentMessage;
 use crate::settings::AgentSettings;
 
 /// How a transcript reloaded from the store (on resume, restart or thaw) is
-/// compressed. Off unless set in [`AgentSettings::compression`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// compressed. Off unless set in [`crate::AgentCode::compression`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Compression {
     /// Assistant messages whose text is longer than this many characters are cut to
     /// it (default 400).
@@ -77,6 +78,7 @@ pub(crate) fn with_lookup(
 ) -> AgentSettings {
     let mut settings = settings.clone();
     if settings
+        .code
         .tools
         .definitions()
         .iter()
@@ -117,12 +119,13 @@ pub(crate) fn with_lookup(
         },
     );
     let tools = settings
+        .code
         .tools
         .tools()
         .cloned()
         .chain([Arc::new(lookup) as Arc<dyn AgentTool>]);
     if let Ok(tools) = ToolSet::new(tools) {
-        settings.tools = tools;
+        settings.set_tools(tools);
     }
     settings
 }

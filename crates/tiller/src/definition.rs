@@ -1,103 +1,227 @@
-//! [`AgentDefinition`]: the part of an agent's settings a session store keeps (the
-//! model, instructions, tool names and options), and how a resumed agent takes it
-//! back. Tools and hooks are code: a resuming host supplies them.
+//! [`AgentDefinition`]: an agent's data — its model, instructions, tool names and
+//! options — serializable, stored with its session, shown in its state, and
+//! changed by a [`crate::DefinitionPatch`]. The code that goes with it (tools,
+//! hooks, prompt functions) is [`crate::AgentCode`]; a resumed agent's host
+//! supplies that again.
+
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
-use tiller_ai::{Model, ThinkingLevel};
-
-use tiller_core::{SteeringDelivery, ToolExecutionMode};
+use serde_json::Value;
+use tiller_ai::Model;
+use tiller_core::RunOptions;
 
 use crate::compress::LOOKUP_TOOL;
-use crate::settings::{AgentSettings, QueueMode};
 
-/// An agent's settings as stored with its session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How many queued messages one delivery takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueMode {
+    /// One message each time the queue is read, so each gets its own response.
+    #[default]
+    OneAtATime,
+    /// Every queued message at once.
+    All,
+}
+
+/// How much a steering or follow-up queue holds at most: past either bound, a
+/// message is refused with [`crate::AgentError::QueueFull`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueLimits {
+    /// The most messages one queue holds (default 256).
+    pub max_messages: usize,
+    /// The most bytes one queue holds, counted as the messages' JSON (default 1 MiB).
+    pub max_bytes: usize,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        QueueLimits {
+            max_messages: 256,
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
+/// An agent's data: everything about it but its transcript, its queues and its
+/// code. Serializable: it is what the session store keeps of an agent, what its
+/// state shows, and what travels between hosts.
+///
+/// ```
+/// use tiller::AgentDefinition;
+/// # let model = tiller::faux::FauxProvider::new().model();
+/// let mut definition = AgentDefinition::new(model);
+/// definition.system_prompt = Some("Answer briefly.".into());
+/// definition.run.max_turns = 8;
+/// definition.run.stream.temperature = Some(0.2);
+/// let json = serde_json::to_value(&definition)?;
+/// assert_eq!(json["run"]["stream"]["temperature"].as_f64().map(|t| t as f32), Some(0.2));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AgentDefinition {
-    /// The model, without its headers (which may hold secrets).
+    /// The model; an agent without one refuses to run.
     pub model: Option<Model>,
     /// Instructions sent ahead of the conversation.
     pub system_prompt: Option<String>,
-    /// How hard the model thinks.
-    pub thinking_level: ThinkingLevel,
-    /// The names of the agent's tools.
+    /// The names of the agent's tools, whose code is [`crate::AgentCode::tools`].
     pub tools: Vec<String>,
-    /// Sampling temperature.
-    pub temperature: Option<f32>,
-    /// The most tokens one response may hold.
-    pub max_tokens: Option<u32>,
-    /// The most turns one run makes.
-    pub max_turns: u32,
+    /// How its runs behave: request options (`run.stream`: thinking level,
+    /// temperature, token limit, tool choice, retries, timeouts, limits, output
+    /// schema), the tool choice after a forced call, steering delivery, tool
+    /// execution, the turn limit, the grace after an abort, the tool-output limit.
+    pub run: RunOptions,
     /// How many steering messages one delivery takes.
     pub steering_mode: QueueMode,
     /// How many follow-up messages one delivery takes.
     pub follow_up_mode: QueueMode,
-    /// When steering reaches the model.
-    pub steering_delivery: SteeringDelivery,
-    /// How a turn's tool calls run.
-    pub tool_execution: ToolExecutionMode,
+    /// How much each of the steering and follow-up queues holds at most.
+    pub queue_limits: QueueLimits,
+}
+
+impl Default for AgentDefinition {
+    fn default() -> Self {
+        AgentDefinition {
+            model: None,
+            system_prompt: None,
+            tools: Vec::new(),
+            run: RunOptions::default(),
+            steering_mode: QueueMode::OneAtATime,
+            follow_up_mode: QueueMode::OneAtATime,
+            queue_limits: QueueLimits::default(),
+        }
+    }
 }
 
 impl AgentDefinition {
-    /// What the store keeps of `settings`.
-    pub fn of(settings: &AgentSettings) -> Self {
+    /// The defaults, with this model.
+    pub fn new(model: Model) -> Self {
         AgentDefinition {
-            model: settings.model.as_ref().map(|model| {
-                let mut model = model.clone();
-                model.headers = Default::default();
-                model
-            }),
-            system_prompt: settings.system_prompt.clone(),
-            thinking_level: settings.run.stream.thinking,
-            // The built-in lookup tool comes with the compression setting, not the store.
-            tools: settings
-                .tools
-                .definitions()
-                .iter()
-                .filter(|tool| tool.name != LOOKUP_TOOL)
-                .map(|tool| tool.name.clone())
-                .collect(),
-            temperature: settings.run.stream.temperature,
-            max_tokens: settings.run.stream.max_tokens,
-            max_turns: settings.run.max_turns,
-            steering_mode: settings.steering_mode,
-            follow_up_mode: settings.follow_up_mode,
-            steering_delivery: settings.run.steering_delivery,
-            tool_execution: settings.run.tool_execution,
+            model: Some(model),
+            ..AgentDefinition::default()
         }
     }
 
-    /// `settings` with this definition applied: the stored model (unless `settings`
-    /// has the same provider and id, whose own model keeps its headers), the stored
-    /// instructions and options. Tools and hooks stay those of `settings`; the
-    /// names of stored tools it lacks are returned as the error.
-    pub fn apply_to(&self, settings: &AgentSettings) -> Result<AgentSettings, Vec<String>> {
-        let own = AgentDefinition::of(settings).tools;
+    /// The form the session store keeps: the fields that differ from the
+    /// defaults, the model without its headers (which may hold secrets), and the
+    /// tool names without the built-in `lookup` (which comes with compression).
+    pub fn stored(&self) -> Value {
+        static DEFAULTS: OnceLock<Value> = OnceLock::new();
+        let defaults = DEFAULTS
+            .get_or_init(|| serde_json::to_value(AgentDefinition::default()).unwrap_or_default());
+        let mut kept = self.clone();
+        if let Some(model) = &mut kept.model {
+            model.headers = Default::default();
+        }
+        kept.tools.retain(|name| name != LOOKUP_TOOL);
+        let mut value = serde_json::to_value(&kept).unwrap_or_default();
+        without_defaults(&mut value, defaults);
+        value
+    }
+
+    /// Serializes `definition` as it may be shown: the model without its headers
+    /// (which may hold secrets).
+    pub(crate) fn serialize_shown<S: serde::Serializer>(
+        definition: &AgentDefinition,
+        to: S,
+    ) -> Result<S::Ok, S::Error> {
+        match definition
+            .model
+            .as_ref()
+            .filter(|model| !model.headers.is_empty())
+        {
+            None => definition.serialize(to),
+            Some(_) => {
+                let mut shown = definition.clone();
+                if let Some(model) = &mut shown.model {
+                    model.headers = Default::default();
+                }
+                shown.serialize(to)
+            }
+        }
+    }
+
+    /// This definition, as a session stored it, taken up by an agent whose own
+    /// definition is `own`: the stored model (unless `own` has the same provider
+    /// and id, whose own model keeps its headers), instructions and options, with
+    /// what is never stored (headers, key, HTTP client, approvals) from `own`.
+    /// The names of stored tools `own` lacks are the error.
+    pub fn resumed_by(mut self, own: &AgentDefinition) -> Result<AgentDefinition, Vec<String>> {
         let missing: Vec<String> = self
             .tools
             .iter()
-            .filter(|name| !own.contains(name))
+            .filter(|name| !own.tools.contains(name))
             .cloned()
             .collect();
         if !missing.is_empty() {
             return Err(missing);
         }
-        let mut applied = settings.clone();
-        let same_model = match (&settings.model, &self.model) {
-            (Some(own), Some(stored)) => own.provider == stored.provider && own.id == stored.id,
-            _ => false,
-        };
-        if !same_model {
-            applied.model = self.model.clone();
+        if let (Some(own_model), Some(stored)) = (&own.model, &self.model)
+            && own_model.provider == stored.provider
+            && own_model.id == stored.id
+        {
+            self.model = own.model.clone();
         }
-        applied.system_prompt = self.system_prompt.clone();
-        applied.run.stream.thinking = self.thinking_level;
-        applied.run.stream.temperature = self.temperature;
-        applied.run.stream.max_tokens = self.max_tokens;
-        applied.run.max_turns = self.max_turns;
-        applied.steering_mode = self.steering_mode;
-        applied.follow_up_mode = self.follow_up_mode;
-        applied.run.steering_delivery = self.steering_delivery;
-        applied.run.tool_execution = self.tool_execution;
-        Ok(applied)
+        // The tools are the agent's own: the stored names are a subset of them.
+        self.tools = own.tools.clone();
+        let (stream, own_stream) = (&mut self.run.stream, &own.run.stream);
+        stream.headers = own_stream.headers.clone();
+        stream.api_key = own_stream.api_key.clone();
+        stream.http_client = own_stream.http_client.clone();
+        self.run.approvals = own.run.approvals.clone();
+        Ok(self)
+    }
+}
+
+/// Removes from `value` every field equal to the same field of `defaults`,
+/// object by object.
+fn without_defaults(value: &mut Value, defaults: &Value) {
+    let (Value::Object(fields), Value::Object(default_fields)) = (value, defaults) else {
+        return;
+    };
+    fields.retain(|name, field| match default_fields.get(name) {
+        Some(default) if default == field => false,
+        Some(default) => {
+            without_defaults(field, default);
+            true
+        }
+        None => true,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_stored_form_keeps_what_differs_from_the_defaults_and_reads_back_whole() {
+        let mut definition = AgentDefinition::new(tiller_ai::faux::demo_model());
+        definition.system_prompt = Some("Be brief.".into());
+        definition.run.max_turns = 7;
+        definition.run.stream.temperature = Some(0.5);
+        definition.run.stream.retry.max_retries = 1;
+        definition
+            .model
+            .as_mut()
+            .unwrap()
+            .headers
+            .insert("authorization", "secret");
+        let stored = definition.stored();
+        assert_eq!(stored["run"]["max_turns"], json!(7));
+        assert_eq!(stored["run"]["stream"]["retry"], json!({"max_retries": 1}));
+        assert_eq!(stored["run"].get("cancel_grace_ms"), None);
+        assert!(!stored.to_string().contains("secret"));
+        let back: AgentDefinition = serde_json::from_value(stored).unwrap();
+        let mut expected = definition.clone();
+        expected.model.as_mut().unwrap().headers = Default::default();
+        assert_eq!(
+            serde_json::to_value(back).unwrap(),
+            serde_json::to_value(expected).unwrap()
+        );
     }
 }

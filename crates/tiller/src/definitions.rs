@@ -169,9 +169,10 @@ impl Definitions {
                     .as_str()
                     .map(str::to_owned)
                     .unwrap_or_else(|| {
-                        file.system_prompt
-                            .lines()
-                            .next()
+                        file.patch
+                            .system_prompt
+                            .as_deref()
+                            .and_then(|prompt| prompt.lines().next())
                             .unwrap_or_default()
                             .to_owned()
                     });
@@ -300,8 +301,9 @@ impl Definitions {
         let mut settings = file
             .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;
-        if settings.run.stream.api_key.is_none() && settings.model == self.default_model {
-            settings.run.stream.api_key = self.default_key.clone();
+        let definition = &mut settings.definition;
+        if definition.run.stream.api_key.is_none() && definition.model == self.default_model {
+            definition.run.stream.api_key = self.default_key.clone();
         }
         Ok(AgentSpec::new(settings))
     }

@@ -29,9 +29,10 @@ pub enum AgentError {
     /// be ahead of the store until the next successful write.
     #[error(transparent)]
     Store(#[from] tiller_store::StoreError),
-    /// A run's overrides cannot be used (an unknown model, a key variable not set).
-    #[error("the run's overrides cannot be used: {0}")]
-    InvalidOverrides(String),
+    /// A run's own settings cannot be used (an unknown model, a key variable not
+    /// set); nothing started.
+    #[error("the run's settings cannot be used: {0}")]
+    InvalidPatch(#[from] crate::patch::PatchError),
     /// The steering or follow-up queue holds as much as its
     /// [`crate::QueueLimits`] allow; the message was not queued.
     #[error(

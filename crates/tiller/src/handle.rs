@@ -12,11 +12,11 @@ use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::message::{AgentMsg, Submission};
 use crate::op::{Op, Queues};
-use crate::overrides::RunOverrides;
+use crate::patch::DefinitionPatch;
 use crate::settings::AgentSettings;
 use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
 use crate::subscription::{AgentId, Relay, Subscription};
-use tiller_core::{Prompt, Reply};
+use tiller_core::{Prompt, Reply, RunHooks};
 
 /// A handle to one agent: prompt it, steer it, queue follow-ups, watch it, abort and
 /// reset it, change its settings. Cheap to clone, usable from any task or thread;
@@ -94,41 +94,57 @@ impl AgentHandle {
         self.submit(Op::from(prompt.into())).await
     }
 
-    /// Starts a run with settings for it alone (see [`RunOverrides`]).
+    /// Starts a run with its own settings: `patch` over the agent's definition
+    /// for this run alone.
     pub async fn prompt_with(
         &self,
         prompt: impl Into<Prompt>,
-        overrides: RunOverrides,
+        patch: DefinitionPatch,
     ) -> Result<(), AgentError> {
         let mut submission = Submission::new(Op::from(prompt.into()), None);
-        submission.overrides = Some(Box::new(overrides));
+        submission.patch = Some(Box::new(patch));
         self.submit_with(submission).await
     }
 
     /// Starts a run and waits for it to end (and its messages to be stored).
     pub async fn run(&self, prompt: impl Into<Prompt>) -> Result<RunOutcome, AgentError> {
-        self.run_inner(prompt.into(), None).await
+        self.run_inner(prompt.into(), None, None).await
     }
 
-    /// [`AgentHandle::run`] with settings for this run alone.
+    /// [`AgentHandle::run`] with `patch` over the agent's definition for this run
+    /// alone.
     pub async fn run_with(
         &self,
         prompt: impl Into<Prompt>,
-        overrides: RunOverrides,
+        patch: DefinitionPatch,
     ) -> Result<RunOutcome, AgentError> {
-        self.run_inner(prompt.into(), Some(Box::new(overrides)))
+        self.run_inner(prompt.into(), Some(patch), None).await
+    }
+
+    /// [`AgentHandle::run_with`] with hooks for this run alone, each one set in
+    /// place of the agent's: a stop condition, say, or `run_until` — the run
+    /// keeps going until it answers `true` (or the turn limit ends it).
+    pub async fn run_with_hooks(
+        &self,
+        prompt: impl Into<Prompt>,
+        patch: DefinitionPatch,
+        hooks: RunHooks,
+    ) -> Result<RunOutcome, AgentError> {
+        self.run_inner(prompt.into(), Some(patch), Some(hooks))
             .await
     }
 
     async fn run_inner(
         &self,
         prompt: Prompt,
-        overrides: Option<Box<RunOverrides>>,
+        patch: Option<DefinitionPatch>,
+        hooks: Option<RunHooks>,
     ) -> Result<RunOutcome, AgentError> {
         let (finished, outcome) = oneshot::channel();
         let mut submission = Submission::new(Op::from(prompt), None);
         submission.finished = Some(finished);
-        submission.overrides = overrides;
+        submission.patch = patch.map(Box::new);
+        submission.hooks = hooks.map(Box::new);
         self.submit_with(submission).await?;
         outcome.await.map_err(|_| self.lost())
     }
@@ -178,9 +194,10 @@ impl AgentHandle {
     /// Answers the question the call `request_id` asked
     /// ([`ToolError::NeedsInput`](tiller_core::ToolError::NeedsInput)): a run starts
     /// that gives the answer to the model, which calls the tool again. Returns once
-    /// the run is accepted; [`AgentError::NothingToReply`] when no request waits,
-    /// [`AgentError::NoSuchRequest`] when none has that id,
-    /// [`AgentError::ReplyDoesNotFit`] when it is an approval.
+    /// the run is accepted; [`ContinueError::NothingToReply`](tiller_core::ContinueError::NothingToReply) when no request waits,
+    /// [`ContinueError::NoSuchRequest`](tiller_core::ContinueError::NoSuchRequest) when none has that id,
+    /// [`ContinueError::ReplyDoesNotFit`](tiller_core::ContinueError::ReplyDoesNotFit) when it is an approval (each within
+    /// [`AgentError::CannotStart`]).
     pub async fn answer(
         &self,
         request_id: impl Into<String>,
@@ -288,7 +305,18 @@ impl AgentHandle {
         self.ask(AgentMsg::State).await
     }
 
-    /// Changes settings; runs already started keep the settings they started with.
+    /// Changes the agent's definition by `patch`; runs already started keep the
+    /// settings they started with. Returns once the new definition is stored;
+    /// [`AgentError::InvalidPatch`] (and nothing changed) when it cannot be used.
+    pub async fn patch(&self, patch: DefinitionPatch) -> Result<(), AgentError> {
+        self.submit(Op::UpdateSettings {
+            patch: Box::new(patch),
+        })
+        .await
+    }
+
+    /// Changes settings with code (tools, hooks, anything of the definition);
+    /// runs already started keep the settings they started with.
     /// Returns once the new definition is stored.
     pub async fn update_settings(
         &self,

@@ -62,7 +62,7 @@ mod handle;
 mod llm;
 mod message;
 mod op;
-mod overrides;
+mod patch;
 mod route;
 mod runtime;
 mod settings;
@@ -76,15 +76,15 @@ pub mod runtime_semantics {}
 
 pub use command_tool::CommandTool;
 pub use compress::{Compression, LOOKUP_TOOL};
-pub use definition::AgentDefinition;
+pub use definition::{AgentDefinition, QueueLimits, QueueMode};
 pub use definitions::{Definitions, DefinitionsError};
 pub use error::{AgentError, SpawnError};
 pub use handle::AgentHandle;
-pub use llm::{LlmConfig, LlmConfigs, LlmError};
+pub use llm::LlmConfigs;
 pub use message::{AgentMsg, SettingsChange, Submission};
 pub use op::{Op, Queues};
-pub use overrides::RunOverrides;
-pub use settings::{AgentSettings, OnMessage, QueueLimits, QueueMode, SystemPromptFn};
+pub use patch::{DefinitionPatch, PatchError};
+pub use settings::{AgentCode, AgentSettings, OnMessage, SystemPromptFn};
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor, SupervisorConfig};

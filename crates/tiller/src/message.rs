@@ -22,12 +22,13 @@
 use std::fmt;
 
 use ractor::RpcReplyPort;
+use tiller_core::RunHooks;
 use tokio::sync::oneshot;
 
 use crate::actor::Internal;
 use crate::error::AgentError;
 use crate::op::Op;
-use crate::overrides::RunOverrides;
+use crate::patch::DefinitionPatch;
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, RunOutcome};
 use crate::subscription::Subscription;
@@ -37,7 +38,8 @@ pub type SettingsChange = Box<dyn FnOnce(&mut AgentSettings) + Send>;
 
 /// An [`Op`] on its way to an agent's actor, with what travels beside it in
 /// process: where the acknowledgement goes, and for an op that starts a run, its
-/// per-run settings, who hears its outcome and the caller's span.
+/// own settings (a serializable patch, and hooks), who hears its outcome and the
+/// caller's span.
 pub struct Submission {
     /// What to do.
     pub op: Op,
@@ -46,8 +48,10 @@ pub struct Submission {
     pub reply: Option<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's outcome, once the run ended and its messages are stored.
     pub finished: Option<oneshot::Sender<RunOutcome>>,
-    /// Settings for this run only.
-    pub overrides: Option<Box<RunOverrides>>,
+    /// Changes to the definition for this run only (for an op that starts one).
+    pub patch: Option<Box<DefinitionPatch>>,
+    /// Hooks for this run only, each in place of the agent's.
+    pub hooks: Option<Box<RunHooks>>,
     /// The span the run's own `run` span (agent, session, run number) goes
     /// under: the caller's, such as an HTTP request's.
     pub span: tracing::Span,
@@ -60,7 +64,8 @@ impl Submission {
             op,
             reply,
             finished: None,
-            overrides: None,
+            patch: None,
+            hooks: None,
             span: tracing::Span::current(),
         }
     }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use tiller_core::{Prompt, Reply};
 
 use crate::AgentMessage;
+use crate::patch::DefinitionPatch;
 
 /// One of the agent's two queues, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -74,6 +75,11 @@ pub enum Op {
     SetMessages {
         /// The new transcript.
         messages: Vec<AgentMessage>,
+    },
+    /// Change the agent's definition; runs already started keep theirs.
+    UpdateSettings {
+        /// What changes.
+        patch: Box<DefinitionPatch>,
     },
     /// The user's reply to a request a parked run left open, which starts a run:
     /// on the wire `{"type": "answer" | "approve" | "deny", "request_id": …}`.

@@ -8,7 +8,6 @@ use ractor::ActorCell;
 use tiller_store::{Definition, StoreWriter};
 use tokio_util::sync::CancellationToken;
 
-use crate::definition::AgentDefinition;
 use crate::route::lock;
 use crate::settings::AgentSettings;
 use crate::supervisor::SupervisorConfig;
@@ -35,7 +34,7 @@ impl Runtime {
         {
             return definition.clone();
         }
-        let definition = Definition::new(&AgentDefinition::of(settings)).unwrap_or_default();
+        let definition = Definition::new(&settings.definition.stored()).unwrap_or_default();
         *last = Some((settings.clone(), definition.clone()));
         definition
     }

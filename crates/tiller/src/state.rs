@@ -3,30 +3,32 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller_ai::{AssistantMessage, Model, StopReason, ThinkingLevel, ToolCall, Usage};
-use tiller_core::{ContextIds, Output, OutputError, RunEnd, ToolSet, UserRequest};
+use tiller_ai::{AssistantMessage, StopReason, ToolCall, Usage};
+use tiller_core::{ContextIds, Output, OutputError, RunEnd, UserRequest};
 
 use crate::AgentMessage;
-use crate::llm::LlmConfig;
+use crate::definition::AgentDefinition;
 use crate::subscription::AgentId;
 
-/// A snapshot of an agent's state.
-#[derive(Debug, Clone)]
+/// A snapshot of an agent's state; serializes as the server shows it (the
+/// model's headers, the key and the approvals are never part of it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentState {
-    /// Instructions sent ahead of the conversation.
-    pub system_prompt: Option<String>,
-    /// The model.
-    pub model: Option<Model>,
-    /// How hard the model thinks.
-    pub thinking_level: ThinkingLevel,
-    /// The tools.
-    pub tools: ToolSet,
+    /// Its id.
+    pub id: AgentId,
+    /// Its unique name, if it has one.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Whether it is working, or waits for the user.
+    #[serde(flatten)]
+    pub status: AgentStatus,
     /// The session the store keeps the agent in.
     pub session_id: String,
     /// Who the agent works for (its extensions are not shown).
     pub context: ContextIds,
-    /// The model configuration its runs use (never a key).
-    pub llm: LlmConfig,
+    /// Its data: model, instructions, tool names and options.
+    #[serde(serialize_with = "AgentDefinition::serialize_shown")]
+    pub definition: AgentDefinition,
     /// The transcript; grows by one message each `message_end`.
     pub messages: Vec<AgentMessage>,
     /// Queued steering messages, oldest first.
@@ -36,10 +38,12 @@ pub struct AgentState {
     /// Whether a run is active.
     pub is_streaming: bool,
     /// The assistant message being streamed, as far as it got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming_message: Option<AssistantMessage>,
     /// Ids of tool calls started and not yet finished.
     pub pending_tool_calls: Vec<String>,
     /// The error of the last run's last turn, if it ended in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Tool calls parked on the user's reply, oldest first (see
     /// [`tiller_core::request`]); a reply names the one it resolves by its
@@ -55,7 +59,7 @@ impl AgentState {
 }
 
 /// Whether an agent is working.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum AgentStatus {
     /// Waiting for work.

@@ -463,13 +463,17 @@ impl Supervisor {
                     )));
                 } else if let Ok(definition) = stored.record.definition.decode::<AgentDefinition>()
                 {
-                    let applied = definition.apply_to(&spec.settings).map_err(|missing| {
-                        SpawnError::MissingTools {
-                            session: session.to_string(),
-                            missing,
-                        }
-                    })?;
-                    settings = Arc::new(applied);
+                    let resumed =
+                        definition
+                            .resumed_by(&spec.settings.definition)
+                            .map_err(|missing| SpawnError::MissingTools {
+                                session: session.to_string(),
+                                missing,
+                            })?;
+                    settings = Arc::new(AgentSettings {
+                        definition: resumed,
+                        code: spec.settings.code.clone(),
+                    });
                 }
                 let loaded = Loaded::from_store(agent, &settings, stored);
                 writer.write(writes).await?;

@@ -87,7 +87,7 @@ async fn requests_racing_a_restart_are_kept_or_refused_never_lost() {
     let (_supervisor, agent, faux) = agent(|s| {
         let mut settings = s.with_on_message(hooks);
         // Room for every steer: the bound is not what this test is about.
-        settings.queue_limits.max_messages = 1_000;
+        settings.definition.queue_limits.max_messages = 1_000;
         settings
     })
     .await;

@@ -22,10 +22,10 @@ async fn default_state() {
         .await
         .unwrap();
     let state = agent.state().await.unwrap();
-    assert_eq!(state.system_prompt, None);
-    assert_eq!(state.model, None);
-    assert_eq!(state.thinking_level, ThinkingLevel::Off);
-    assert!(state.tools.is_empty());
+    assert_eq!(state.definition.system_prompt, None);
+    assert_eq!(state.definition.model, None);
+    assert_eq!(state.definition.run.stream.thinking, ThinkingLevel::Off);
+    assert!(state.definition.tools.is_empty());
     assert!(state.messages.is_empty());
     assert!(!state.is_streaming);
     assert_eq!(state.streaming_message, None);
@@ -47,11 +47,11 @@ async fn custom_initial_state() {
         .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(
-        state.system_prompt.as_deref(),
+        state.definition.system_prompt.as_deref(),
         Some("You are a helpful assistant.")
     );
-    assert_eq!(state.model, Some(model));
-    assert_eq!(state.thinking_level, ThinkingLevel::Low);
+    assert_eq!(state.definition.model, Some(model));
+    assert_eq!(state.definition.run.stream.thinking, ThinkingLevel::Low);
     assert_eq!(roles(&state.messages), ["user"]);
 }
 
@@ -65,8 +65,8 @@ async fn subscribing_sends_nothing_and_setters_emit_no_events() {
     );
     agent
         .update_settings(|s| {
-            s.system_prompt = Some("Test prompt".into());
-            s.run.stream.thinking = ThinkingLevel::High;
+            s.definition.system_prompt = Some("Test prompt".into());
+            s.definition.run.stream.thinking = ThinkingLevel::High;
         })
         .await
         .unwrap();
@@ -79,7 +79,13 @@ async fn subscribing_sends_nothing_and_setters_emit_no_events() {
         "setters emit nothing"
     );
     assert_eq!(
-        agent.state().await.unwrap().system_prompt.as_deref(),
+        agent
+            .state()
+            .await
+            .unwrap()
+            .definition
+            .system_prompt
+            .as_deref(),
         Some("Test prompt")
     );
 }
@@ -104,7 +110,7 @@ async fn message_setters() {
         .await
         .unwrap();
     assert_eq!(roles(&agent.state().await.unwrap().messages), ["user"]);
-    let model = agent.state().await.unwrap().model.unwrap();
+    let model = agent.state().await.unwrap().definition.model.unwrap();
     let answer = tiller::AssistantMessage::empty(&model);
     agent
         .set_messages(vec![AgentMessage::user("Hello"), answer.into()])
@@ -216,7 +222,7 @@ async fn continue_runs_queued_steering_one_message_at_a_time() {
     });
     agent.run("hello").await.unwrap();
     agent
-        .update_settings(|s| s.steering_mode = QueueMode::OneAtATime)
+        .update_settings(|s| s.definition.steering_mode = QueueMode::OneAtATime)
         .await
         .unwrap();
     agent.steer("a").await.unwrap();
@@ -241,14 +247,14 @@ async fn continue_runs_queued_steering_one_message_at_a_time() {
 #[tokio::test]
 async fn the_session_id_reaches_the_provider_and_can_change() {
     let (_supervisor, agent, faux) = agent(|mut s| {
-        s.run.stream.session_id = Some("session-abc".into());
+        s.definition.run.stream.session_id = Some("session-abc".into());
         s
     })
     .await;
     faux.push(FauxTurn::text("ok")).push(FauxTurn::text("ok"));
     agent.run("hello").await.unwrap();
     agent
-        .update_settings(|s| s.run.stream.session_id = Some("session-def".into()))
+        .update_settings(|s| s.definition.run.stream.session_id = Some("session-def".into()))
         .await
         .unwrap();
     agent.run("hello again").await.unwrap();
@@ -340,7 +346,7 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     let (_supervisor, agent, faux) = agent(|s| s).await;
     agent
         .update_settings(|s| {
-            s.run.hooks = RunHooks {
+            s.code.hooks = RunHooks {
                 transform_context: Some(hook::transform_context(|_, _| async {
                     Err("the summariser is down".into())
                 })),
@@ -357,7 +363,7 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
 
     agent
         .update_settings(|s| {
-            s.run.hooks = RunHooks {
+            s.code.hooks = RunHooks {
                 transform_context: Some(hook::transform_context(|_, _| async {
                     panic!("compaction bug")
                 })),
@@ -383,7 +389,7 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     assert!(faux.requests().is_empty(), "no model call was made");
 
     agent
-        .update_settings(|s| s.run.hooks = RunHooks::default())
+        .update_settings(|s| s.code.hooks = RunHooks::default())
         .await
         .unwrap();
     faux.push(FauxTurn::text("fine"));

@@ -230,6 +230,7 @@ async fn approvals_park_the_call_until_approved_or_denied() {
     };
     let mut settings = AgentSettings::new(faux.model()).with_tools(tools(vec![delete]));
     settings
+        .definition
         .run
         .approvals
         .insert("delete".into(), Approval::Ask);

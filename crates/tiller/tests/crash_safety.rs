@@ -383,6 +383,7 @@ async fn an_approved_call_caught_mid_tool_is_answered_interrupted_not_asked_agai
     faux.push(FauxTurn::tool_call("charge", json!({})));
     let mut settings = AgentSettings::new(faux.model()).with_tools(tools(vec![charge]));
     settings
+        .definition
         .run
         .approvals
         .insert("charge".to_owned(), tiller::Approval::Ask);

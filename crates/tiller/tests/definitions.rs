@@ -12,8 +12,8 @@ use serde_json::json;
 use tiller::agent_file::AgentFileError;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    Definitions, DefinitionsError, LlmConfig, LlmConfigs, Supervisor, ThinkingLevel, ToolError,
-    ToolRegistry, ToolSet, tool,
+    DefinitionPatch, Definitions, DefinitionsError, LlmConfigs, Supervisor, ThinkingLevel,
+    ToolError, ToolRegistry, ToolSet, tool,
 };
 
 /// The sample agent of the design the format follows: its tools named only.
@@ -114,7 +114,7 @@ async fn the_sample_loads_and_runs_with_the_hosts_search_tool() {
         .with_tools(registry())
         .spec("my-agent", None)
         .unwrap();
-    assert_eq!(names(&spec.settings.tools), ["search", "action"]);
+    assert_eq!(names(&spec.settings.code.tools), ["search", "action"]);
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor.spawn(spec).await.unwrap();
     let outcome = agent.run("What do we know about agents?").await.unwrap();
@@ -157,7 +157,7 @@ async fn include_and_exclude_narrow_the_tools() {
         .with_tools(registry())
         .spec("files", None)
         .unwrap();
-    assert_eq!(names(&spec.settings.tools), ["search", "fs_read"]);
+    assert_eq!(names(&spec.settings.code.tools), ["search", "fs_read"]);
 }
 
 #[test]
@@ -181,15 +181,16 @@ fn versions_are_kept_apart_and_the_latest_is_the_default() {
     folder.write("notes.txt", "not an agent");
     let definitions = Definitions::load_dir(folder.path()).unwrap();
     assert_eq!(
-        definitions.get("helper", None).unwrap().system_prompt,
-        "New."
+        definitions.get("helper", None).unwrap().patch.system_prompt,
+        Some("New.".into())
     );
     assert_eq!(
         definitions
             .get("helper", Some("1.9.0"))
             .unwrap()
+            .patch
             .system_prompt,
-        "Old."
+        Some("Old.".into())
     );
     assert!(definitions.get("helper", Some("2.0.0")).is_none());
     assert_eq!(definitions.iter().count(), 2);
@@ -267,15 +268,15 @@ async fn a_file_names_an_llm_configuration_and_overrides_its_fields() {
 
     let careful = definitions.spec("careful", None).unwrap().settings;
     assert_eq!(
-        LlmConfig::of(&careful),
-        LlmConfig {
+        DefinitionPatch::of(&careful.definition),
+        DefinitionPatch {
             provider: Some("openai-compatible".into()),
             model: Some("smollm2".into()),
             base_url: Some("http://127.0.0.1:9/v1".into()),
-            api_key_env: None,
             temperature: Some(0.1),
             max_tokens: Some(512),
             thinking: Some(ThinkingLevel::Off),
+            ..DefinitionPatch::default()
         }
     );
 
@@ -285,15 +286,14 @@ async fn a_file_names_an_llm_configuration_and_overrides_its_fields() {
     let agent = supervisor.spawn(scripted).await.unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(
-        state.llm,
-        LlmConfig {
+        DefinitionPatch::of(&state.definition),
+        DefinitionPatch {
             provider: Some("faux".into()),
             model: Some("faux".into()),
             base_url: Some("faux://local".into()),
-            api_key_env: None,
-            temperature: None,
             max_tokens: Some(64),
             thinking: Some(ThinkingLevel::Low),
+            ..DefinitionPatch::default()
         }
     );
     supervisor.shutdown().await;

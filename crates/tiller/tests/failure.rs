@@ -62,7 +62,7 @@ async fn a_steering_message_the_loop_took_is_queued_again_when_the_actor_fails()
         let mut settings = s
             .with_tools(tools(vec![gated(&gate), echo()]))
             .with_on_message(hooks);
-        settings.run.tool_execution = ToolExecutionMode::Sequential;
+        settings.definition.run.tool_execution = ToolExecutionMode::Sequential;
         settings
     })
     .await;

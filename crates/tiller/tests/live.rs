@@ -29,8 +29,8 @@ static LLAMA_CPP_PYTHON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(
 /// Settings for `server`'s model: greedy sampling and at most `max_tokens` per answer.
 fn settings(server: LocalServer, max_tokens: u32) -> AgentSettings {
     let mut settings = AgentSettings::new(server.model());
-    settings.run.stream.temperature = Some(0.0);
-    settings.run.stream.max_tokens = Some(max_tokens);
+    settings.definition.run.stream.temperature = Some(0.0);
+    settings.definition.run.stream.max_tokens = Some(max_tokens);
     settings
 }
 
@@ -413,7 +413,7 @@ async fn abort_mid_generation(server: LocalServer) {
     assert!(!partial.text().is_empty(), "the text so far is kept");
 
     agent
-        .update_settings(|s| s.run.stream.max_tokens = Some(16))
+        .update_settings(|s| s.definition.run.stream.max_tokens = Some(16))
         .await
         .unwrap();
     let next = agent.run("Say hi.").await.unwrap();

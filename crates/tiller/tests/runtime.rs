@@ -122,9 +122,9 @@ async fn steer_during_a_batch(delivery: SteeringDelivery) -> (Vec<String>, Vec<A
     let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
     let gate = gate(&release, &ran);
     let (_supervisor, agent, faux) = agent(|mut s| {
-        s.tools = tools(vec![gate]);
-        s.run.steering_delivery = delivery;
-        s.run.tool_execution = ToolExecutionMode::Sequential;
+        s.set_tools(tools(vec![gate]));
+        s.definition.run.steering_delivery = delivery;
+        s.definition.run.tool_execution = ToolExecutionMode::Sequential;
         s
     })
     .await;
@@ -630,7 +630,7 @@ async fn events_last(agent: &tiller::AgentHandle) -> Arc<tiller::Envelope> {
     faux.push(FauxTurn::text("bye"));
     let model = faux.model();
     agent
-        .update_settings(move |s| s.model = Some(model))
+        .update_settings(move |s| s.definition.model = Some(model))
         .await
         .unwrap();
     agent.prompt("bye").await.unwrap();

@@ -65,7 +65,7 @@ async fn resumes_in_a_new_supervisor(store: Arc<dyn SessionStore>) {
     agent.steer("steer later").await.unwrap();
     agent.follow_up("follow later").await.unwrap();
     agent
-        .update_settings(|s| s.system_prompt = Some("Be brief.".into()))
+        .update_settings(|s| s.definition.system_prompt = Some("Be brief.".into()))
         .await
         .unwrap();
     let before = agent.state().await.unwrap();
@@ -90,7 +90,7 @@ async fn resumes_in_a_new_supervisor(store: Arc<dyn SessionStore>) {
     );
     assert_eq!(after.steering_queue, before.steering_queue);
     assert_eq!(after.follow_up_queue, before.follow_up_queue);
-    assert_eq!(after.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(after.definition.system_prompt.as_deref(), Some("Be brief."));
 
     // The queued messages go first: steering, then the follow-up.
     faux.push(FauxTurn::text("Steered."));
@@ -386,7 +386,7 @@ async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
     faux.push(FauxTurn::text(long.clone()));
     let compressed = || {
         let mut settings = settings(&faux);
-        settings.compression = Some(tiller::Compression::default());
+        settings.code.compression = Some(tiller::Compression::default());
         settings
     };
     let first = Supervisor::with_store(SupervisorConfig::default(), store.clone())
@@ -416,13 +416,7 @@ async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
             long.chars().count() - 400
         )
     );
-    assert!(
-        state
-            .tools
-            .definitions()
-            .iter()
-            .any(|tool| tool.name == "lookup")
-    );
+    assert!(state.definition.tools.iter().any(|tool| tool == "lookup"));
 
     faux.push(FauxTurn::tool_call("lookup", json!({"name": "message:1"})));
     faux.push(FauxTurn::text("Step one is to do the next thing."));

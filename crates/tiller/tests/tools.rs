@@ -11,7 +11,7 @@ use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::tiller_core::RUN_UNTIL_NUDGE;
 use tiller::{
     AgentContext, AgentError, AgentMessage, AgentSettings, AgentSpec, AgentTool, ContextIds,
-    LlmConfig, Message, OutputSchema, RunEnd, RunHooks, RunOverrides, Supervisor, ToolContext,
+    DefinitionPatch, Message, OutputSchema, PatchError, RunEnd, RunHooks, Supervisor, ToolContext,
     ToolError, ToolExecution, ToolOutput, ToolSet, hook, tool,
 };
 use tokio_util::sync::CancellationToken;
@@ -186,7 +186,10 @@ async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
         );
     }
     let state = agent.state().await.unwrap();
-    assert_eq!(state.system_prompt.as_deref(), Some("stored instructions"));
+    assert_eq!(
+        state.definition.system_prompt.as_deref(),
+        Some("stored instructions")
+    );
     assert_eq!(
         state.context,
         ContextIds {
@@ -223,14 +226,11 @@ async fn a_run_takes_overrides_for_itself_alone() {
     let outcome = agent
         .run_with(
             "Capital of Norway?",
-            RunOverrides {
+            DefinitionPatch {
                 system_prompt: Some("Answer in JSON.".into()),
                 output_schema: Some(schema.clone()),
-                llm: Some(LlmConfig {
-                    temperature: Some(0.0),
-                    ..LlmConfig::default()
-                }),
-                ..RunOverrides::default()
+                temperature: Some(0.0),
+                ..DefinitionPatch::default()
             },
         )
         .await
@@ -268,24 +268,24 @@ async fn a_run_takes_overrides_for_itself_alone() {
         (Some("Be helpful."), None)
     );
     let state = agent.state().await.unwrap();
-    assert_eq!(state.system_prompt.as_deref(), Some("Be helpful."));
+    assert_eq!(
+        state.definition.system_prompt.as_deref(),
+        Some("Be helpful.")
+    );
 
     let error = agent
         .run_with(
             "hi",
-            RunOverrides {
-                llm: Some(LlmConfig {
-                    api_key_env: Some("TILLER_TEST_NO_SUCH_KEY".into()),
-                    ..LlmConfig::default()
-                }),
-                ..RunOverrides::default()
+            DefinitionPatch {
+                api_key_env: Some("TILLER_TEST_NO_SUCH_KEY".into()),
+                ..DefinitionPatch::default()
             },
         )
         .await
         .unwrap_err();
     assert_eq!(
         error,
-        AgentError::InvalidOverrides("TILLER_TEST_NO_SUCH_KEY is not set".into())
+        AgentError::InvalidPatch(PatchError::MissingKey("TILLER_TEST_NO_SUCH_KEY".into()))
     );
     supervisor.shutdown().await;
 }
@@ -301,11 +301,14 @@ async fn run_until_keeps_the_run_going_within_the_turn_limit() {
         .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
         .await
         .unwrap();
-    let until_done = || RunOverrides {
+    let until_done = || RunHooks {
         run_until: Some(hook::stop_when(|turn| turn.text().contains("DONE"))),
-        ..RunOverrides::default()
+        ..RunHooks::default()
     };
-    let outcome = agent.run_with("Do the task.", until_done()).await.unwrap();
+    let outcome = agent
+        .run_with_hooks("Do the task.", DefinitionPatch::default(), until_done())
+        .await
+        .unwrap();
     assert_eq!(outcome.end, RunEnd::Completed);
     let texts: Vec<String> = outcome
         .messages
@@ -333,12 +336,13 @@ async fn run_until_keeps_the_run_going_within_the_turn_limit() {
     faux.push(FauxTurn::text("Still going."));
     faux.push(FauxTurn::text("Still going."));
     let limited = agent
-        .run_with(
+        .run_with_hooks(
             "Again.",
-            RunOverrides {
+            DefinitionPatch {
                 max_turns: Some(2),
-                ..until_done()
+                ..DefinitionPatch::default()
             },
+            until_done(),
         )
         .await
         .unwrap();

@@ -35,14 +35,14 @@ use crate::error::AgentError;
 use crate::message::{AgentMsg, Submission};
 use crate::op::{Op, Queues};
 use crate::settings::AgentSettings;
-use crate::state::AgentState;
+use crate::state::{AgentState, AgentStatus};
 use crate::supervisor::Failure;
 
 mod queues;
 mod run;
 mod session;
 
-use run::{ActiveRun, RunItem};
+use run::{ActiveRun, RunItem, RunRequest};
 pub(crate) use session::{Loaded, appends};
 
 /// The runtime's own messages to an agent's actor.
@@ -229,9 +229,7 @@ impl ActorState {
             AgentMsg::Submit(submission) => self.submit(*submission),
             AgentMsg::UpdateSettings(change, reply) => {
                 change(Arc::make_mut(&mut self.settings));
-                let definition = self.agent.runtime.definition_of(&self.settings);
-                let write = self.agent.write(Change::SetDefinition(definition));
-                self.commit(vec![write], Some(reply));
+                self.store_definition(Some(reply));
             }
             AgentMsg::State(reply) => {
                 let _ = reply.send(self.snapshot());
@@ -255,20 +253,27 @@ impl ActorState {
             op,
             reply,
             finished,
-            overrides,
+            patch,
+            hooks,
             span,
         } = submission;
+        let run = RunRequest {
+            finished,
+            patch,
+            hooks,
+            caller: span,
+        };
         match op {
             Op::Prompt { messages } => {
-                let started = self.start(Prompt::Messages(messages), finished, overrides, &span);
+                let started = self.start(Prompt::Messages(messages), run);
                 answer(reply, started);
             }
             Op::Continue => {
-                let started = self.start(Prompt::Continue, finished, overrides, &span);
+                let started = self.start(Prompt::Continue, run);
                 answer(reply, started);
             }
             Op::Reply(given) => {
-                let started = self.start(Prompt::Reply(given), finished, overrides, &span);
+                let started = self.start(Prompt::Reply(given), run);
                 answer(reply, started);
             }
             Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply),
@@ -304,6 +309,14 @@ impl ActorState {
                     self.commit(writes, reply);
                 }
             },
+            Op::UpdateSettings { patch } => {
+                let mut definition = self.settings.definition.clone();
+                if let Err(error) = patch.apply(&mut definition) {
+                    return answer(reply, Err(error.into()));
+                }
+                Arc::make_mut(&mut self.settings).definition = definition;
+                self.store_definition(reply);
+            }
             Op::SetMessages { messages } => {
                 if self.run.is_some() {
                     return answer(reply, Err(AgentError::Busy));
@@ -319,6 +332,13 @@ impl ActorState {
         }
     }
 
+    /// Stores the definition as it now stands; `reply` hears once it is committed.
+    fn store_definition(&self, reply: Option<RpcReplyPort<Result<(), AgentError>>>) {
+        let definition = self.agent.runtime.definition_of(&self.settings);
+        let write = self.agent.write(Change::SetDefinition(definition));
+        self.commit(vec![write], reply);
+    }
+
     /// Whether a request waits for the user, told to the agent's status (no run
     /// is active).
     fn sync_waiting(&self) {
@@ -328,18 +348,24 @@ impl ActorState {
     }
 
     fn snapshot(&self) -> AgentState {
-        let settings = &self.settings;
         let queued = |queue: &VecDeque<(u64, AgentMessage)>| {
             queue.iter().map(|(_, message)| message.clone()).collect()
         };
+        let waiting = open_requests(&self.messages);
+        let agent = &self.agent;
         AgentState {
-            system_prompt: settings.system_prompt.clone(),
-            model: settings.model.clone(),
-            thinking_level: settings.run.stream.thinking,
-            tools: settings.tools.clone(),
-            session_id: self.agent.session.to_string(),
-            context: self.agent.context_ids(),
-            llm: crate::LlmConfig::of(settings),
+            id: agent.id.clone(),
+            name: agent.name.as_deref().map(str::to_owned),
+            status: if self.run.is_some() {
+                AgentStatus::Running
+            } else if !waiting.is_empty() {
+                AgentStatus::WaitingForInput
+            } else {
+                AgentStatus::Idle
+            },
+            session_id: agent.session.to_string(),
+            context: agent.context_ids(),
+            definition: self.settings.definition.clone(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),
             follow_up_queue: queued(&self.follow_up),
@@ -355,7 +381,7 @@ impl ActorState {
                 .map(|run| run.pending_tool_calls.clone())
                 .unwrap_or_default(),
             error: self.error.clone(),
-            waiting: open_requests(&self.messages),
+            waiting,
         }
     }
 

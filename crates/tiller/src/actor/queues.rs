@@ -9,8 +9,8 @@ use tiller_store::{Change, QueueKind};
 
 use super::ActorState;
 use crate::AgentMessage;
+use crate::definition::QueueMode;
 use crate::error::AgentError;
-use crate::settings::QueueMode;
 
 /// What one delivery of `queue` takes from `source` under `mode`, each message
 /// recorded in `in_flight` until it joins the transcript.
@@ -68,7 +68,7 @@ impl ActorState {
         queue: QueueKind,
         message: &AgentMessage,
     ) -> Result<(), AgentError> {
-        let limits = self.settings.queue_limits;
+        let limits = self.settings.definition.queue_limits;
         let (held, name) = match queue {
             QueueKind::Steering => (&self.steering, "steering"),
             QueueKind::FollowUp => (&self.follow_up, "follow-up"),
@@ -112,8 +112,8 @@ impl ActorState {
     /// How many messages one delivery of `queue` takes.
     pub(super) fn mode(&self, queue: QueueKind) -> QueueMode {
         match queue {
-            QueueKind::Steering => self.settings.steering_mode,
-            QueueKind::FollowUp => self.settings.follow_up_mode,
+            QueueKind::Steering => self.settings.definition.steering_mode,
+            QueueKind::FollowUp => self.settings.definition.follow_up_mode,
         }
     }
 }

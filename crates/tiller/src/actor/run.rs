@@ -25,11 +25,24 @@ use super::{ActorState, Internal, Signal};
 use crate::AgentMessage;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
-use crate::overrides::RunOverrides;
+use crate::patch::DefinitionPatch;
 use crate::route::lock;
 use crate::settings::AgentSettings;
 use crate::state::RunOutcome;
 use crate::subscription::Delivered;
+use tiller_core::RunHooks;
+
+/// What a run is started with besides its prompt.
+pub(super) struct RunRequest {
+    /// Hears the run's outcome.
+    pub(super) finished: Option<oneshot::Sender<RunOutcome>>,
+    /// Changes to the definition for this run.
+    pub(super) patch: Option<Box<DefinitionPatch>>,
+    /// Hooks for this run, each in place of the agent's.
+    pub(super) hooks: Option<Box<RunHooks>>,
+    /// The span the run's own span goes under.
+    pub(super) caller: tracing::Span,
+}
 
 pub(super) struct ActiveRun {
     pub(super) id: u64,
@@ -94,25 +107,36 @@ impl RunEvents {
 }
 
 impl ActorState {
-    pub(super) fn start(
-        &mut self,
-        prompt: Prompt,
-        finished: Option<oneshot::Sender<RunOutcome>>,
-        overrides: Option<Box<RunOverrides>>,
-        caller: &tracing::Span,
-    ) -> Result<(), AgentError> {
+    pub(super) fn start(&mut self, prompt: Prompt, request: RunRequest) -> Result<(), AgentError> {
         if self.run.is_some() {
             return Err(AgentError::Busy);
         }
-        let settings = match overrides {
-            Some(overrides) => Arc::new(
-                overrides
-                    .applied_to(&self.settings)
-                    .map_err(|error| AgentError::InvalidOverrides(error.to_string()))?,
-            ),
-            None => self.settings.clone(),
+        let RunRequest {
+            finished,
+            patch,
+            hooks,
+            caller,
+        } = request;
+        let settings = if patch.is_none() && hooks.is_none() {
+            self.settings.clone()
+        } else {
+            let mut settings = (*self.settings).clone();
+            if let Some(patch) = patch {
+                patch.apply(&mut settings.definition)?;
+                if patch.system_prompt.is_some() {
+                    settings.code.system_prompt_fn = None;
+                }
+            }
+            if let Some(hooks) = hooks {
+                settings.code.hooks = settings.code.hooks.merged(&hooks);
+            }
+            Arc::new(settings)
         };
-        let model = settings.model.clone().ok_or(AgentError::NoModel)?;
+        let model = settings
+            .definition
+            .model
+            .clone()
+            .ok_or(AgentError::NoModel)?;
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
         let replying = matches!(prompt, Prompt::Reply(_));
@@ -161,12 +185,12 @@ impl ActorState {
         }
         let agent_context = self.agent.run_context();
         let context = LoopContext {
-            system_prompt: match &settings.system_prompt_fn {
+            system_prompt: match &settings.code.system_prompt_fn {
                 Some(write) => Some(write(&agent_context)),
-                None => settings.system_prompt.clone(),
+                None => settings.definition.system_prompt.clone(),
             },
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
-            tools: settings.tools.clone(),
+            tools: settings.run_tools(),
         };
         self.error = None;
         self.runs = run_id;
@@ -191,7 +215,7 @@ impl ActorState {
         };
         let run_token = token.clone();
         let span = tracing::info_span!(
-            parent: caller,
+            parent: &caller,
             "run",
             agent = %self.agent.id,
             session = %self.agent.session,
@@ -281,7 +305,7 @@ impl ActorState {
                     let _ = done.send(result);
                 });
                 self.agent.runtime.writer.submit(vec![write], Some(ack));
-                if let Some(hook) = &self.settings.on_message {
+                if let Some(hook) = &self.settings.code.on_message {
                     hook(&self.agent.id, message);
                 }
             }
@@ -415,7 +439,8 @@ pub(super) fn loop_config(
 ) -> LoopConfig {
     LoopConfig {
         model,
-        run: settings.run.clone(),
+        run: settings.definition.run.clone(),
+        hooks: settings.code.hooks.clone(),
         steering: Some(queue_source(actor, run, QueueKind::Steering)),
         first_steering,
         follow_up: Some(queue_source(actor, run, QueueKind::FollowUp)),

@@ -46,7 +46,7 @@ impl Loaded {
         stored: StoredSession,
     ) -> Self {
         let mut messages = stored.messages;
-        if let Some(compression) = settings.compression {
+        if let Some(compression) = settings.code.compression {
             compress(&mut messages, compression.max_chars);
         }
         let answered = answer_open(

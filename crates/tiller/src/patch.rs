@@ -1,0 +1,293 @@
+//! [`DefinitionPatch`]: changes to an [`AgentDefinition`], every field optional.
+//! The one shape for a named LLM configuration, a run's own settings, an agent
+//! file's model and options, and the command line's flags; patches layer with
+//! [`DefinitionPatch::merged`] and land with [`DefinitionPatch::apply`].
+//!
+//! ```
+//! use tiller::{AgentSettings, DefinitionPatch};
+//!
+//! let local = DefinitionPatch {
+//!     base_url: Some("http://127.0.0.1:8080/v1".into()),
+//!     model: Some("smollm2".into()),
+//!     temperature: Some(0.2),
+//!     ..DefinitionPatch::default()
+//! };
+//! let careful = local.merged(&DefinitionPatch {
+//!     temperature: Some(0.0),
+//!     ..DefinitionPatch::default()
+//! });
+//! let settings = AgentSettings::default().with_patch(&careful).unwrap();
+//! assert_eq!(settings.definition.model.as_ref().unwrap().id, "smollm2");
+//! assert_eq!(settings.definition.run.stream.temperature, Some(0.0));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice};
+
+use crate::definition::AgentDefinition;
+
+/// Changes to an agent's definition: a field set here replaces the definition's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DefinitionPatch {
+    /// The provider: `openai`, `anthropic`, `llamacpp`, … (see
+    /// [`catalog::providers`](crate::catalog::providers)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model: `provider/id` or, with `provider` or `base_url`, its id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Any OpenAI-compatible server (`http://127.0.0.1:8080/v1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The environment variable holding the key to send; the provider's own
+    /// variable when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Instructions in place of the definition's (and, for a run, of the agent's
+    /// system-prompt function).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// The most tokens an answer may hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// How hard a reasoning model thinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingLevel>,
+    /// The most turns a run makes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// The tool choice at the start of each run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// The tool choice once a forced call was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice_after_tools: Option<ToolChoice>,
+    /// A schema the final answer must match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<OutputSchema>,
+}
+
+/// Why a patch cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatchError {
+    /// No named configuration has that name.
+    #[error("no LLM configuration `{name}` ({})", if known.is_empty() { "there are none".to_owned() } else { format!("known: {}", known.join(", ")) })]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// Its model cannot be made (an unknown provider or model).
+    #[error("{0}")]
+    Model(String),
+    /// The key variable it names is not set.
+    #[error("{0} is not set")]
+    MissingKey(String),
+    /// A file of configurations could not be read.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl DefinitionPatch {
+    /// This patch with `over`'s fields where `over` sets them; naming a model or a
+    /// provider in `over` starts the model over (its server too).
+    pub fn merged(&self, over: &DefinitionPatch) -> DefinitionPatch {
+        let new_model = over.provider.is_some() || over.model.is_some();
+        let pick = |mine: &Option<String>, theirs: &Option<String>| {
+            theirs.clone().or_else(|| mine.clone())
+        };
+        let (provider, model, base_url) = if new_model {
+            (
+                over.provider.clone(),
+                over.model.clone(),
+                over.base_url.clone(),
+            )
+        } else {
+            (
+                self.provider.clone(),
+                self.model.clone(),
+                pick(&self.base_url, &over.base_url),
+            )
+        };
+        DefinitionPatch {
+            provider,
+            model,
+            base_url,
+            api_key_env: pick(&self.api_key_env, &over.api_key_env),
+            system_prompt: pick(&self.system_prompt, &over.system_prompt),
+            temperature: over.temperature.or(self.temperature),
+            max_tokens: over.max_tokens.or(self.max_tokens),
+            thinking: over.thinking.or(self.thinking),
+            max_turns: over.max_turns.or(self.max_turns),
+            tool_choice: over
+                .tool_choice
+                .clone()
+                .or_else(|| self.tool_choice.clone()),
+            tool_choice_after_tools: over
+                .tool_choice_after_tools
+                .clone()
+                .or_else(|| self.tool_choice_after_tools.clone()),
+            output_schema: over
+                .output_schema
+                .clone()
+                .or_else(|| self.output_schema.clone()),
+        }
+    }
+
+    /// The model it names, if it names one (`faux` is the scripted demo model).
+    pub fn model(&self) -> Result<Option<Model>, PatchError> {
+        if self.provider.is_none() && self.model.is_none() && self.base_url.is_none() {
+            return Ok(None);
+        }
+        if crate::faux::is_named(self.provider.as_deref(), self.model.as_deref()) {
+            return Ok(Some(crate::faux::demo_model()));
+        }
+        crate::env::model_from(|variable| match variable {
+            "TILLER_PROVIDER" => self.provider.clone(),
+            "TILLER_MODEL" => self.model.clone(),
+            "TILLER_BASE_URL" => self.base_url.clone(),
+            _ => None,
+        })
+        .map_err(|error| PatchError::Model(error.reason))
+    }
+
+    /// Sets what it sets in `definition`: the model when it names one, the key
+    /// its variable holds, the instructions and the options. Nothing changes when
+    /// it cannot be used.
+    pub fn apply(&self, definition: &mut AgentDefinition) -> Result<(), PatchError> {
+        let model = self.model()?;
+        let key = match &self.api_key_env {
+            Some(variable) => Some(
+                std::env::var(variable)
+                    .ok()
+                    .filter(|key| !key.trim().is_empty())
+                    .map(|key| ApiKey::new(key.trim()))
+                    .ok_or_else(|| PatchError::MissingKey(variable.clone()))?,
+            ),
+            None => None,
+        };
+        if model.is_some() {
+            definition.model = model;
+        }
+        if let Some(prompt) = &self.system_prompt {
+            definition.system_prompt = Some(prompt.clone());
+        }
+        let run = &mut definition.run;
+        if let Some(max_turns) = self.max_turns {
+            run.max_turns = max_turns;
+        }
+        if let Some(after) = &self.tool_choice_after_tools {
+            run.tool_choice_after_tools = Some(after.clone());
+        }
+        let stream = &mut run.stream;
+        stream.temperature = self.temperature.or(stream.temperature);
+        stream.max_tokens = self.max_tokens.or(stream.max_tokens);
+        if let Some(thinking) = self.thinking {
+            stream.thinking = thinking;
+        }
+        if let Some(choice) = &self.tool_choice {
+            stream.tool_choice = Some(choice.clone());
+        }
+        if let Some(schema) = &self.output_schema {
+            stream.output_schema = Some(schema.clone());
+        }
+        if key.is_some() {
+            stream.api_key = key;
+        }
+        Ok(())
+    }
+
+    /// The model and request options `definition` runs with, as a patch (never a
+    /// key).
+    pub fn of(definition: &AgentDefinition) -> DefinitionPatch {
+        let stream = &definition.run.stream;
+        let model = definition.model.as_ref();
+        DefinitionPatch {
+            provider: model.map(|m| m.provider.clone()),
+            model: model.map(|m| m.id.clone()),
+            base_url: model.map(|m| m.base_url.clone()),
+            temperature: stream.temperature,
+            max_tokens: stream.max_tokens,
+            thinking: Some(stream.thinking),
+            ..DefinitionPatch::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn later_patches_win_field_by_field_and_a_new_model_drops_the_server() {
+        let base = DefinitionPatch {
+            base_url: Some("http://127.0.0.1:8080/v1".into()),
+            model: Some("smollm2".into()),
+            temperature: Some(0.7),
+            max_tokens: Some(256),
+            ..DefinitionPatch::default()
+        };
+        assert_eq!(
+            base.merged(&DefinitionPatch {
+                temperature: Some(0.0),
+                max_turns: Some(3),
+                ..DefinitionPatch::default()
+            }),
+            DefinitionPatch {
+                temperature: Some(0.0),
+                max_turns: Some(3),
+                ..base.clone()
+            }
+        );
+        assert_eq!(
+            base.merged(&DefinitionPatch {
+                model: Some("openai/gpt-4o-mini".into()),
+                ..DefinitionPatch::default()
+            }),
+            DefinitionPatch {
+                model: Some("openai/gpt-4o-mini".into()),
+                temperature: Some(0.7),
+                max_tokens: Some(256),
+                ..DefinitionPatch::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_patch_that_cannot_be_used_changes_nothing() {
+        let mut definition = AgentDefinition::new(crate::faux::demo_model());
+        let before = serde_json::to_value(&definition).unwrap();
+        let error = DefinitionPatch {
+            temperature: Some(0.1),
+            api_key_env: Some("TILLER_TEST_NO_SUCH_KEY".into()),
+            ..DefinitionPatch::default()
+        }
+        .apply(&mut definition)
+        .unwrap_err();
+        assert_eq!(
+            error,
+            PatchError::MissingKey("TILLER_TEST_NO_SUCH_KEY".into())
+        );
+        let error = DefinitionPatch {
+            model: Some("nowhere/none".into()),
+            ..DefinitionPatch::default()
+        }
+        .apply(&mut definition)
+        .unwrap_err();
+        assert!(matches!(error, PatchError::Model(_)), "{error:?}");
+        assert_eq!(serde_json::to_value(&definition).unwrap(), before);
+    }
+}
