@@ -59,6 +59,11 @@ pub struct ContextIds {
     /// Whether this is an evaluation run rather than real use.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evaluation: bool,
+    /// The agents the run works through, from the first one asked to the one
+    /// running (by name, else id), such as `["planner", "researcher"]`: a run's
+    /// own agent ends it, and an agent asking another extends it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
 }
 
 impl AgentContext {
@@ -118,6 +123,7 @@ impl AgentContext {
             session_id: None,
             client_id: None,
             evaluation: false,
+            agents: Vec::new(),
         };
         self.data.as_ref().map_or(&NONE, |data| &data.ids)
     }
@@ -168,6 +174,17 @@ impl AgentContext {
     /// The same context from this client.
     pub fn with_client_id(mut self, id: impl Into<String>) -> Self {
         self.data_mut().ids.client_id = Some(id.into());
+        self
+    }
+
+    /// The agents the run works through (see [`ContextIds::agents`]).
+    pub fn agents(&self) -> &[String] {
+        &self.ids().agents
+    }
+
+    /// The same context working through one more agent, `name`.
+    pub fn through(mut self, name: impl Into<String>) -> Self {
+        self.data_mut().ids.agents.push(name.into());
         self
     }
 
@@ -263,6 +280,7 @@ mod tests {
                 session_id: None,
                 client_id: Some("web".into()),
                 evaluation: true,
+                agents: Vec::new(),
             }
         );
         assert!(!AgentContext::from_headers([("x-evaluation", "yes")]).is_evaluation());

@@ -304,13 +304,14 @@ pub(crate) async fn reply(
 }
 
 /// Refuses the ops a client may not send: the transcript is the agent's, so a
-/// client neither replaces it nor sends anything but user messages.
+/// client neither replaces it nor sends anything but user messages; and a
+/// definition is the operator's (its model, server and key).
 pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
     let messages: &[AgentMessage] = match op {
-        Op::SetMessages { .. } => {
+        Op::SetMessages { .. } | Op::UpdateSettings { .. } => {
             return Err(Problem::invalid(
                 Some("type".to_owned()),
-                "set_messages is not available to clients",
+                "set_messages and update_settings are not available to clients",
             ));
         }
         Op::Prompt { messages } => messages,

@@ -125,6 +125,7 @@ impl Definition {
     }
 
     /// Text a store kept, checked to be JSON (it is not decoded).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn stored(text: String) -> Result<Self, serde_json::Error> {
         serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
         Ok(Definition(text.into()))

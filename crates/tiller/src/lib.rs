@@ -45,54 +45,27 @@
 //! # }
 //! ```
 //!
-//! The guarantees — what happens on abort, reset, failure, lag and shutdown — are
-//! written down in [`runtime_semantics`].
+//! This crate is a facade: the runtime is [`tiller_runtime`], agents as
+//! definitions (agent files, delegation, LLM configurations, command tools) are
+//! [`tiller_agents`], the loop is [`tiller_core`] and the wire [`tiller_ai`]. The
+//! guarantees — what happens on abort, reset, failure, lag and shutdown — are
+//! written down in [`runtime_semantics`]; the layers, the path of one prompt and
+//! where each fact lives, in [`architecture`].
+//!
+//! Features: `sqlite` and `postgres`, the session stores (both on by default).
 
-mod actor;
-mod agent;
-pub mod agent_file;
-mod agent_tool;
-mod ask_agent;
-pub mod command_tool;
-mod compress;
-mod definition;
-mod definitions;
-mod error;
-mod handle;
-mod llm;
-mod message;
-mod op;
-mod patch;
-mod route;
-mod runtime;
-mod settings;
-mod state;
-mod subscription;
-mod supervisor;
-mod tool_registry;
+pub use tiller_runtime::{
+    self, AgentCode, AgentDefinition, AgentError, AgentHandle, AgentId, AgentInfo, AgentMsg,
+    AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope,
+    MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits, QueueMode, Queues,
+    Relay, RunOutcome, RunSummary, SettingsChange, SpawnError, Submission, Subscription,
+    Supervisor, SupervisorConfig, SystemPromptFn, architecture, runtime_semantics,
+};
 
-#[doc = include_str!("../../../docs/runtime-semantics.md")]
-pub mod runtime_semantics {}
-
-pub use command_tool::CommandTool;
-pub use compress::{Compression, LOOKUP_TOOL};
-pub use definition::{AgentDefinition, QueueLimits, QueueMode};
-pub use definitions::{Definitions, DefinitionsError};
-pub use error::{AgentError, SpawnError};
-pub use handle::AgentHandle;
-pub use llm::LlmConfigs;
-pub use message::{AgentMsg, SettingsChange, Submission};
-pub use op::{Op, Queues};
-pub use patch::{DefinitionPatch, PatchError};
-pub use settings::{AgentCode, AgentSettings, OnMessage, SystemPromptFn};
-pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
-pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
-pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor, SupervisorConfig};
-pub use tiller_core::ToolFilter;
-pub use tool_registry::ToolRegistry;
-
-pub use agent_tool::AgentAsTool;
-pub use ask_agent::{ASK_AGENT_TOOL, AgentPath, AskAgent, AskAgentConfig};
+pub use tiller_agents::{
+    self, ASK_AGENT_TOOL, AgentAsTool, AskAgent, AskAgentConfig, CommandTool, Compression,
+    Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigs, ToolRegistry, agent_file, command_tool,
+};
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
     OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
@@ -102,7 +75,7 @@ pub use tiller_core::{
     self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, ContextIds,
     ContinueError, CustomMessage, FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply,
     RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecution,
-    ToolExecutionMode, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest,
+    ToolExecutionMode, ToolFilter, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest,
     check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named

@@ -13,9 +13,8 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentContext, AgentEvent, AgentHandle, AgentPath, AgentTool, AskAgentConfig, Definitions,
-    Delivered, Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput,
-    ToolRegistry,
+    AgentContext, AgentEvent, AgentHandle, AgentTool, AskAgentConfig, Definitions, Delivered,
+    Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput, ToolRegistry,
 };
 
 /// An agent file named `name` listing `tools`.
@@ -42,12 +41,7 @@ fn registry(seen: &Arc<Mutex<Vec<Value>>>) -> ToolRegistry {
             move |_, ctx| {
                 let seen = seen.clone();
                 async move {
-                    let path = ctx
-                        .agent()
-                        .extension::<AgentPath>()
-                        .unwrap()
-                        .agents()
-                        .to_vec();
+                    let path = ctx.agent().agents().to_vec();
                     seen.lock().unwrap().push(json!({
                         "user": ctx.agent().user_id(),
                         "tenant": ctx.agent().tenant_id(),

@@ -384,11 +384,7 @@ async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
         "do the next thing. ".repeat(40)
     );
     faux.push(FauxTurn::text(long.clone()));
-    let compressed = || {
-        let mut settings = settings(&faux);
-        settings.code.compression = Some(tiller::Compression::default());
-        settings
-    };
+    let compressed = || tiller::Compression::default().applied_to(settings(&faux), store.clone());
     let first = Supervisor::with_store(SupervisorConfig::default(), store.clone())
         .await
         .unwrap();

@@ -196,8 +196,7 @@ async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
             user_id: Some("u-1".into()),
             tenant_id: Some("acme".into()),
             session_id: Some("helper".into()),
-            client_id: None,
-            evaluation: false,
+            ..ContextIds::default()
         }
     );
     // The session keeps the owner.

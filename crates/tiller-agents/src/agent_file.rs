@@ -51,7 +51,6 @@ use std::time::Duration;
 
 use crate::command_tool::CommandTool;
 use crate::llm::LlmConfigs;
-use crate::patch::{DefinitionPatch, PatchError};
 use crate::tool_registry::ToolRegistry;
 use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
@@ -62,6 +61,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tiller_core::{Approval, ToolFilter};
 use tiller_mcp::McpServer;
+use tiller_runtime::{DefinitionPatch, PatchError};
 
 /// How long a command tool may run when its file does not say.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);

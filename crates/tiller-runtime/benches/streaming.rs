@@ -19,8 +19,8 @@
 //!    (target <= 500 µs).
 //!
 //! ```text
-//! cargo bench -p tiller --bench streaming
-//! cargo bench -p tiller --bench streaming -- spaced current-thread   # only these
+//! cargo bench -p tiller-runtime --bench streaming
+//! cargo bench -p tiller-runtime --bench streaming -- spaced current-thread   # only these
 //! ```
 //!
 //! Words after `--` keep only the figures (`spaced`, `floor`, `whole`, `agents`,
@@ -32,10 +32,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use tiller::{
-    AgentEvent, AgentHandle, AgentSettings, AgentSpec, AssistantEvent, Delivered, Model, Notice,
-    Supervisor,
-};
+use tiller_ai::{AssistantEvent, Model};
+use tiller_core::AgentEvent;
+use tiller_runtime::{AgentHandle, AgentSettings, AgentSpec, Delivered, Notice, Supervisor};
 use tiller_test_support::paced::{self, PacedProcess};
 use tiller_test_support::workload::{add_tool, cpu_time, runtimes};
 

@@ -12,7 +12,7 @@
 //!   approves what it asked);
 //! - every event it publishes reaches the caller's subscribers as a
 //!   [`AgentEvent::ChildEvent`] with the path of agents it came through
-//!   ([`AgentPath`]), in order, among the caller's own events;
+//!   ([`AgentContext::agents`]), in order, among the caller's own events;
 //! - its final answer is the call's result (structured output in the details),
 //!   marked [`ToolOutput::streamed`]: the caller's `tool_execution_end` does not
 //!   repeat what the sub-agent streamed, while the transcript keeps it for the model;
@@ -38,31 +38,13 @@ use tiller_core::{
 
 use crate::agent_tool::answer;
 use crate::definitions::Definitions;
-use crate::error::{AgentError, SpawnError};
-use crate::subscription::Delivered;
 use crate::{AgentHandle, Supervisor};
+use tiller_runtime::Delivered;
+use tiller_runtime::{AgentError, SpawnError};
 use tiller_store::SessionFilter;
 
 /// The tool's name, as agent files list it.
 pub const ASK_AGENT_TOOL: &str = "ask_agent";
-
-/// The agents a run works through: the root agent's name (or id), then each
-/// sub-agent's definition. Every run's context carries one;
-/// [`ToolContext::agent`] shows it to tools.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentPath(Vec<String>);
-
-impl AgentPath {
-    /// A path starting at `root`.
-    pub(crate) fn root(root: &str) -> Self {
-        AgentPath(vec![root.to_owned()])
-    }
-
-    /// The agents, from the root to this one.
-    pub fn agents(&self) -> &[String] {
-        &self.0
-    }
-}
 
 /// The bounds of `ask_agent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,16 +125,15 @@ impl AskAgent {
             .definitions
             .get()
             .ok_or_else(|| ToolError::new("ask_agent has no definitions to run"))?;
-        let caller = ctx
-            .agent()
-            .extension::<AgentPath>()
-            .cloned()
-            .unwrap_or_else(|| AgentPath::root("agent"));
-        if caller.0.len() > self.config.max_depth {
+        let caller = match ctx.agent().agents() {
+            [] => vec!["agent".to_owned()],
+            agents => agents.to_vec(),
+        };
+        if caller.len() > self.config.max_depth {
             return Err(ToolError::new(format!(
                 "cannot ask `{name}`: agents may delegate at most {} levels deep ({})",
                 self.config.max_depth,
-                caller.0.join(" → ")
+                caller.join(" → ")
             )));
         }
         let _running = self.running.clone().try_acquire_owned().map_err(|_| {
@@ -161,26 +142,23 @@ impl AskAgent {
                 self.config.max_running
             ))
         })?;
-        if caller.0.iter().any(|agent| agent == name) {
+        if caller.iter().any(|agent| agent == name) {
             return Err(ToolError::new(format!(
                 "cannot ask `{name}`: it is already working on this request ({} → {name}), which would be a cycle",
-                caller.0.join(" → ")
+                caller.join(" → ")
             )));
         }
         let spec = definitions.spec(name, None).map_err(|error| {
             let known: Vec<&str> = definitions.iter().map(|file| file.name.as_str()).collect();
             ToolError::new(format!("{error} (known agents: {})", known.join(", ")))
         })?;
-        let mut path = caller.0.clone();
+        let mut path = caller;
         path.push(name.to_owned());
         let mut session = format!(
             "{}/{name}",
             ctx.agent().session_id().unwrap_or(ctx.call_id())
         );
-        let mut context: AgentContext = ctx
-            .agent()
-            .child_context()
-            .with_extension(AgentPath(path.clone()));
+        let mut context: AgentContext = ctx.agent().child_context().through(name);
         if let Some(user) = args["user_id"]
             .as_str()
             .filter(|_| self.config.allow_user_override)
@@ -356,5 +334,24 @@ impl AgentTool for AskAgent {
         ctx: ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.ask(args, ctx))
+    }
+}
+
+impl Definitions {
+    /// The same definitions with the built-in `ask_agent` tool ([`AskAgent`]) in
+    /// their registry, running these definitions' agents under `supervisor`:
+    /// agent files list it (`- name: ask_agent`) to hand work to each other. Call
+    /// it last: the tool runs the definitions as they are then (and keeps them
+    /// alive as long as it lives).
+    pub fn with_ask_agent(mut self, supervisor: &Supervisor, config: AskAgentConfig) -> Self {
+        let definitions = Arc::new(OnceLock::new());
+        self.tools.register(Arc::new(AskAgent::new(
+            supervisor.clone(),
+            definitions.clone(),
+            config,
+        )));
+        // The tool keeps these definitions (with itself) for as long as it lives.
+        let _ = definitions.set(self.clone());
+        self
     }
 }

@@ -1,7 +1,17 @@
 //! Compressing a transcript as it is reloaded from the store: long assistant
 //! answers are cut, each with a marker naming the stored message, and the built-in
 //! `lookup` tool fetches a cut message whole by that name. Tool results are never
-//! cut, and the store keeps every message whole.
+//! cut, and the store keeps every message whole. It is made of what the runtime
+//! offers any host: a reload hook ([`crate::AgentCode::on_reload`]) and a tool.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tiller::{AgentSettings, Compression, SessionStore};
+//! # let model = tiller::faux::FauxProvider::new().model();
+//! let store: Arc<dyn SessionStore> = Arc::new(tiller::tiller_store::MemoryStore::new());
+//! let settings = Compression::default().applied_to(AgentSettings::new(model), store);
+//! assert_eq!(settings.definition.tools, ["lookup"]);
+//! ```
 
 use std::sync::Arc;
 
@@ -11,10 +21,10 @@ use tiller_core::{AgentTool, FnTool, ToolError, ToolOutput, ToolSet};
 use tiller_store::SessionStore;
 
 use crate::AgentMessage;
-use crate::settings::AgentSettings;
+use tiller_runtime::AgentSettings;
 
 /// How a transcript reloaded from the store (on resume, restart or thaw) is
-/// compressed. Off unless set in [`crate::AgentCode::compression`].
+/// compressed: off unless [`Compression::applied_to`] an agent's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Compression {
@@ -37,9 +47,37 @@ fn name_of(seq: usize) -> String {
     format!("message:{seq}")
 }
 
+impl Compression {
+    /// `settings` compressing their reloaded transcripts, with the `lookup` tool
+    /// reading cut messages from `store` (unless their tools have one already).
+    pub fn applied_to(
+        self,
+        mut settings: AgentSettings,
+        store: Arc<dyn SessionStore>,
+    ) -> AgentSettings {
+        settings.code.on_reload = Some(Arc::new(move |messages: &mut [Arc<AgentMessage>]| {
+            compress(messages, self.max_chars);
+        }));
+        if settings
+            .code
+            .tools
+            .definitions()
+            .iter()
+            .any(|tool| tool.name == LOOKUP_TOOL)
+        {
+            return settings;
+        }
+        let tools = settings.code.tools.tools().cloned().chain([lookup(store)]);
+        if let Ok(tools) = ToolSet::new(tools) {
+            settings.set_tools(tools);
+        }
+        settings
+    }
+}
+
 /// Cuts, in place, the assistant messages of `messages` longer than `max_chars`;
 /// answers how many were cut.
-pub(crate) fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) -> usize {
+fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) -> usize {
     let mut cut = 0;
     for (seq, message) in messages.iter_mut().enumerate() {
         let Some(assistant) = message.as_assistant() else {
@@ -69,23 +107,9 @@ pub(crate) fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) -> 
     cut
 }
 
-/// `settings` with the `lookup` tool reading session `session` of `store` (unless
-/// its tools have one already).
-pub(crate) fn with_lookup(
-    settings: &AgentSettings,
-    store: Arc<dyn SessionStore>,
-    session: Arc<str>,
-) -> AgentSettings {
-    let mut settings = settings.clone();
-    if settings
-        .code
-        .tools
-        .definitions()
-        .iter()
-        .any(|tool| tool.name == LOOKUP_TOOL)
-    {
-        return settings;
-    }
+/// The `lookup` tool: reads a cut message of the calling agent's session from
+/// `store`.
+fn lookup(store: Arc<dyn SessionStore>) -> Arc<dyn AgentTool> {
     let lookup = FnTool::new(
         LOOKUP_TOOL,
         "Reads a message of this conversation that was cut short, by the name its marker gives (such as \"message:3\").",
@@ -94,10 +118,13 @@ pub(crate) fn with_lookup(
             "properties": {"name": {"type": "string", "description": "The message's name, as \"message:N\"."}},
             "required": ["name"]
         }),
-        move |args, _| {
+        move |args, ctx| {
             let store = store.clone();
-            let session = session.clone();
             async move {
+                let session = ctx
+                    .agent()
+                    .session_id()
+                    .ok_or_else(|| ToolError::new("this agent has no session to read"))?;
                 let name = args["name"].as_str().unwrap_or_default();
                 let seq = name
                     .strip_prefix("message:")
@@ -106,7 +133,7 @@ pub(crate) fn with_lookup(
                         ToolError::new(format!("`{name}` names no message: expected \"message:N\""))
                     })?;
                 let message = store
-                    .messages(&session, seq, 1)
+                    .messages(session, seq, 1)
                     .await
                     .map_err(|error| ToolError::new(error.to_string()))?
                     .pop()
@@ -118,14 +145,5 @@ pub(crate) fn with_lookup(
             }
         },
     );
-    let tools = settings
-        .code
-        .tools
-        .tools()
-        .cloned()
-        .chain([Arc::new(lookup) as Arc<dyn AgentTool>]);
-    if let Ok(tools) = ToolSet::new(tools) {
-        settings.set_tools(tools);
-    }
-    settings
+    Arc::new(lookup)
 }

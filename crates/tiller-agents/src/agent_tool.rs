@@ -11,8 +11,8 @@ use tiller_ai::AssistantEvent;
 use tiller_core::{AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError, ToolOutput};
 
 use crate::agent_file::model_safe_name;
-use crate::subscription::Delivered;
 use crate::{AgentSpec, RunOutcome, Supervisor};
+use tiller_runtime::Delivered;
 
 /// An agent definition as a tool (see the module docs).
 pub struct AgentAsTool {

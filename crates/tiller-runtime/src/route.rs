@@ -14,9 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{ActorId, ActorRef, MessagingErr};
 
-use crate::actor::Internal;
 use crate::error::AgentError;
-use crate::message::AgentMsg;
+use crate::message::{AgentMsg, Internal};
 use crate::settings::AgentSettings;
 use crate::state::AgentStatus;
 

@@ -1,6 +1,7 @@
 //! What outlives any one actor process of an agent: its id and name, its session's
 //! id and claim on it, its subscribers, who it works for, and the [`Route`] to its
-//! actor. Starting an actor (the first, a thaw, a restart) happens here.
+//! actor. Starting an actor (a thaw, a restart) is the actor module's
+//! (`actor/start.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,14 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ractor::ActorRef;
 use tiller_store::{Change, SessionWrite};
 
-use crate::actor::{AgentActor, Boot, Loaded};
-use crate::ask_agent::AgentPath;
-use crate::compress::with_lookup;
 use crate::error::AgentError;
-use crate::message::AgentMsg;
+use crate::message::{AgentMsg, Internal};
 use crate::route::{Route, Routed};
 use crate::runtime::Runtime;
-use crate::settings::AgentSettings;
 use crate::subscription::{AgentId, Delivered, Hub, Notice};
 use crate::{AgentContext, ContextIds};
 
@@ -34,14 +31,6 @@ pub(crate) struct Agent {
     /// (see [`tiller_store::SessionRecord::epoch`]): every write of the session
     /// carries it, and a thaw or restart finding another in the store stops.
     epoch: AtomicU64,
-}
-
-/// Why an actor is being started.
-pub(crate) enum Start {
-    /// After hibernation.
-    Thaw,
-    /// After a failure.
-    Restart(String),
 }
 
 impl Agent {
@@ -86,17 +75,16 @@ impl Agent {
         ids
     }
 
-    /// Who a run works for: the agent's context in its session, with the path of
-    /// agents it works through (`ask_agent`; made here, per run, rather than kept
-    /// by every idle agent).
+    /// Who a run works for: the agent's context in its session, working through
+    /// this agent when no other agent asked it (made here, per run, rather than
+    /// kept by every idle agent).
     pub(crate) fn run_context(&self) -> AgentContext {
         let mut context = self.context.clone();
         if context.session_id() != Some(&*self.session) {
             context = context.with_session_id(&*self.session);
         }
-        if context.extension::<AgentPath>().is_none() {
-            let root = self.name.as_deref().unwrap_or(self.id.as_str());
-            context = context.with_extension(AgentPath::root(root));
+        if context.agents().is_empty() {
+            context = context.through(self.name.as_deref().unwrap_or(self.id.as_str()));
         }
         context
     }
@@ -105,7 +93,7 @@ impl Agent {
     /// a start, or thawing a hibernated agent. Never waits.
     pub(crate) fn send(self: &Arc<Self>, message: AgentMsg) -> Result<(), AgentError> {
         if let Routed::Thaw(settings) = self.route.send(message)? {
-            self.start(settings, Start::Thaw);
+            self.thaw(settings);
         }
         Ok(())
     }
@@ -115,7 +103,7 @@ impl Agent {
     /// neither thawed nor waited for.
     pub(crate) fn halt_run(&self) {
         if let Some(actor) = self.route.live() {
-            let _ = actor.send_message(AgentMsg::Internal(crate::actor::Internal::halt()));
+            let _ = actor.send_message(AgentMsg::Internal(Internal::halt()));
         }
     }
 
@@ -130,96 +118,6 @@ impl Agent {
             self.send(AgentMsg::State(reply.into()))?;
             let _ = answered.await;
         }
-    }
-
-    /// Starts an actor with `settings` for this agent in a task: its state is
-    /// loaded from the store (after every write submitted so far is committed),
-    /// then the requests waiting in the route are delivered in order.
-    pub(crate) fn start(self: &Arc<Self>, settings: Arc<AgentSettings>, why: Start) {
-        let agent = self.clone();
-        tokio::spawn(async move {
-            match agent.boot(settings).await {
-                Ok(actor) => {
-                    if !agent.route.go_live(&actor) {
-                        // Stopped meanwhile.
-                        actor.stop(None);
-                        return;
-                    }
-                    if let Start::Restart(reason) = why {
-                        agent.hub.publish(
-                            &agent.id,
-                            Delivered::Notice(Notice::AgentRestarted { reason }),
-                        );
-                    }
-                }
-                Err(reason) => {
-                    tracing::error!(agent = %agent.id, %reason, "agent could not be started");
-                    agent.stop(reason);
-                }
-            }
-        });
-    }
-
-    /// Loads the session and spawns an actor linked to the supervisor.
-    async fn boot(
-        self: &Arc<Self>,
-        settings: Arc<AgentSettings>,
-    ) -> Result<ActorRef<AgentMsg>, String> {
-        let writer = &self.runtime.writer;
-        writer
-            .flush()
-            .await
-            .map_err(|error| format!("the session store failed: {error}"))?;
-        let stored = writer
-            .store()
-            .load(&self.session)
-            .await
-            .map_err(|error| format!("the session store failed: {error}"))?
-            .ok_or_else(|| format!("its session `{}` is gone from the store", self.session))?;
-        if stored.record.epoch != self.epoch() {
-            return Err(tiller_store::StoreError::TakenOver {
-                session: self.session.to_string(),
-                epoch: self.epoch(),
-                current: stored.record.epoch,
-            }
-            .to_string());
-        }
-        let loaded = Loaded::from_store(self, &settings, stored);
-        self.spawn_actor(settings, loaded).await
-    }
-
-    /// Spawns an actor with `settings` holding `loaded`, linked to the supervisor.
-    pub(crate) async fn spawn_actor(
-        self: &Arc<Self>,
-        settings: Arc<AgentSettings>,
-        loaded: Loaded,
-    ) -> Result<ActorRef<AgentMsg>, String> {
-        let settings = match settings.code.compression {
-            Some(_) => Arc::new(with_lookup(
-                &settings,
-                self.runtime.writer.store().clone(),
-                self.session.clone(),
-            )),
-            None => settings,
-        };
-        let boot = Boot {
-            agent: self.clone(),
-            settings,
-            loaded,
-        };
-        AgentActor::spawn(boot, self.runtime.supervisor.clone())
-            .await
-            .map_err(|error| format!("the actor runtime could not start an actor: {error}"))
-    }
-
-    /// The actor failed and the supervisor's restart budget allows another:
-    /// restart it with `settings`, unless the agent was stopped meanwhile.
-    pub(crate) fn restart(self: &Arc<Self>, settings: Arc<AgentSettings>, reason: String) {
-        if !self.route.is_starting() {
-            return;
-        }
-        tracing::warn!(agent = %self.id, %reason, "agent failed; restarting from its stored session");
-        self.start(settings, Start::Restart(reason));
     }
 
     /// Stops the agent for good: requests get [`AgentError::Stopped`], and

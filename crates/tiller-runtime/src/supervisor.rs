@@ -25,42 +25,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AgentContext;
 use crate::AgentMessage;
-use crate::actor::{Loaded, appends};
+use crate::actor::{Failure, Loaded, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
 use crate::handle::AgentHandle;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, SupervisorConfig};
 use crate::settings::AgentSettings;
 use crate::state::AgentInfo;
 use crate::subscription::AgentId;
-
-/// How a supervisor looks after its agents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SupervisorConfig {
-    /// Failures an agent may have within `restart_window` and still be restarted.
-    pub max_restarts: u32,
-    /// The window failures are counted in.
-    pub restart_window: Duration,
-    /// Events a subscriber may leave unread before the oldest are dropped (and it is
-    /// told it lagged), unless it asks for another bound.
-    pub subscriber_buffer: usize,
-    /// How long an agent stays idle before it hibernates: its actor stops and its
-    /// state leaves memory, to come back from the store on the next request. `None`
-    /// (the default) keeps agents resident; zero also spawns agents hibernated.
-    pub hibernate_after: Option<Duration>,
-}
-
-impl Default for SupervisorConfig {
-    fn default() -> Self {
-        SupervisorConfig {
-            max_restarts: 3,
-            restart_window: Duration::from_secs(60),
-            subscriber_buffer: 1024,
-            hibernate_after: None,
-        }
-    }
-}
 
 /// What an agent is spawned with.
 #[derive(Debug, Clone)]
@@ -162,31 +135,6 @@ struct Inner {
     names: DashMap<Arc<str>, AgentId>,
     shut_down: AtomicBool,
 }
-
-/// Why an agent's actor failed: the error its handler returns, which reaches the
-/// supervisor with the agent and the settings to restart it with.
-pub(crate) struct Failure {
-    pub(crate) agent: Arc<Agent>,
-    pub(crate) settings: Arc<AgentSettings>,
-    pub(crate) reason: String,
-}
-
-impl std::fmt::Debug for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Failure")
-            .field("agent", &self.agent.id)
-            .field("reason", &self.reason)
-            .finish()
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
-impl std::error::Error for Failure {}
 
 /// The supervisor actor's state: the restart budgets, as the times each agent
 /// failed within the restart window.

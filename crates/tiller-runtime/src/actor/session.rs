@@ -10,12 +10,12 @@ use ractor::RpcReplyPort;
 use tiller_core::{answer_open_calls, cancel_requests};
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoreError, StoredSession};
 
-use super::{ActorState, Internal, Signal};
+use super::ActorState;
 use crate::AgentMessage;
 use crate::agent::Agent;
-use crate::compress::compress;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
+use crate::message::{Internal, Signal};
 use crate::settings::AgentSettings;
 
 /// A session as an actor starts from.
@@ -46,8 +46,8 @@ impl Loaded {
         stored: StoredSession,
     ) -> Self {
         let mut messages = stored.messages;
-        if let Some(compression) = settings.code.compression {
-            compress(&mut messages, compression.max_chars);
+        if let Some(reload) = &settings.code.on_reload {
+            reload(&mut messages);
         }
         let answered = answer_open(
             agent,

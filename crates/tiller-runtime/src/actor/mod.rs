@@ -26,69 +26,48 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_core::{Prompt, open_requests, panic_text};
-use tiller_store::{Change, QueueKind, StoreError};
-use tokio::sync::oneshot;
+use tiller_store::{Change, QueueKind};
 
 use crate::AgentMessage;
 use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Submission};
+use crate::message::{AgentMsg, Internal, Signal, Submission};
 use crate::op::{Op, Queues};
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, AgentStatus};
-use crate::supervisor::Failure;
 
 mod queues;
 mod run;
 mod session;
+mod start;
 
 use run::{ActiveRun, RunItem, RunRequest};
 pub(crate) use session::{Loaded, appends};
 
-/// The runtime's own messages to an agent's actor.
-pub struct Internal(Signal);
-
-pub(crate) enum Signal {
-    /// A request routed through the agent's slot (counted, for hibernation).
-    Routed(Box<AgentMsg>),
-    /// The run has queued events.
-    Events,
-    /// The run `run` asks for what one delivery of a queue takes.
-    Take {
-        run: u64,
-        queue: QueueKind,
-        reply: oneshot::Sender<Vec<AgentMessage>>,
-    },
-    /// Everything the run `run` wrote is committed.
-    Committed(u64),
-    /// A write of the actor's was refused: its session was taken over.
-    TakenOver(StoreError),
-    /// Idle since activity number `activity`: time to hibernate if nothing happened since.
-    Hibernate(u64),
-    /// Abort the active run, if any, for a stop or a shutdown: unlike
-    /// [`AgentMsg::Abort`], a request waiting for the user stays open, for whoever
-    /// resumes the session.
-    Halt,
+/// Why an agent's actor failed: the error its handler returns, which reaches the
+/// supervisor with the agent and the settings to restart it with.
+pub(crate) struct Failure {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) settings: Arc<AgentSettings>,
+    pub(crate) reason: String,
 }
 
-impl Internal {
-    pub(crate) fn routed(message: AgentMsg) -> Self {
-        Internal(Signal::Routed(Box::new(message)))
-    }
-
-    /// See [`Signal::Halt`].
-    pub(crate) fn halt() -> Self {
-        Internal(Signal::Halt)
-    }
-
-    /// The request a routed message carries.
-    pub(crate) fn unrouted(message: AgentMsg) -> AgentMsg {
-        match message {
-            AgentMsg::Internal(Internal(Signal::Routed(message))) => *message,
-            other => other,
-        }
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failure")
+            .field("agent", &self.agent.id)
+            .field("reason", &self.reason)
+            .finish()
     }
 }
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Failure {}
 
 /// Sends `result` to `reply`, if anyone waits for it.
 fn answer(reply: Option<RpcReplyPort<Result<(), AgentError>>>, result: Result<(), AgentError>) {

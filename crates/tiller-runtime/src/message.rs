@@ -23,9 +23,10 @@ use std::fmt;
 
 use ractor::RpcReplyPort;
 use tiller_core::RunHooks;
+use tiller_store::{QueueKind, StoreError};
 use tokio::sync::oneshot;
 
-use crate::actor::Internal;
+use crate::AgentMessage;
 use crate::error::AgentError;
 use crate::op::Op;
 use crate::patch::DefinitionPatch;
@@ -114,5 +115,50 @@ impl fmt::Debug for AgentMsg {
             AgentMsg::Internal(_) => "Internal",
         };
         f.write_str(name)
+    }
+}
+
+/// The runtime's own messages to an agent's actor.
+pub struct Internal(pub(crate) Signal);
+
+pub(crate) enum Signal {
+    /// A request routed through the agent's slot (counted, for hibernation).
+    Routed(Box<AgentMsg>),
+    /// The run has queued events.
+    Events,
+    /// The run `run` asks for what one delivery of a queue takes.
+    Take {
+        run: u64,
+        queue: QueueKind,
+        reply: oneshot::Sender<Vec<AgentMessage>>,
+    },
+    /// Everything the run `run` wrote is committed.
+    Committed(u64),
+    /// A write of the actor's was refused: its session was taken over.
+    TakenOver(StoreError),
+    /// Idle since activity number `activity`: time to hibernate if nothing happened since.
+    Hibernate(u64),
+    /// Abort the active run, if any, for a stop or a shutdown: unlike
+    /// [`Op::Abort`](crate::Op::Abort), a request waiting for the user stays open, for whoever
+    /// resumes the session.
+    Halt,
+}
+
+impl Internal {
+    pub(crate) fn routed(message: AgentMsg) -> Self {
+        Internal(Signal::Routed(Box::new(message)))
+    }
+
+    /// See [`Signal::Halt`].
+    pub(crate) fn halt() -> Self {
+        Internal(Signal::Halt)
+    }
+
+    /// The request a routed message carries.
+    pub(crate) fn unrouted(message: AgentMsg) -> AgentMsg {
+        match message {
+            AgentMsg::Internal(Internal(Signal::Routed(message))) => *message,
+            other => other,
+        }
     }
 }

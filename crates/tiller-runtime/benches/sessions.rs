@@ -19,8 +19,8 @@
 //! rounds), and the rounds timed again are printed with their share.
 //!
 //! ```text
-//! cargo bench -p tiller --bench sessions              # 1,000,000 agents
-//! cargo bench -p tiller --bench sessions -- 100000    # fewer
+//! cargo bench -p tiller-runtime --bench sessions              # 1,000,000 agents
+//! cargo bench -p tiller-runtime --bench sessions -- 100000    # fewer
 //! ```
 
 #![allow(clippy::unwrap_used)]
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tiller::faux::FauxProvider;
-use tiller::tiller_store::SqlStore;
-use tiller::{AgentSettings, AgentSpec, AgentStatus, Supervisor, SupervisorConfig};
+use tiller_ai::faux::FauxProvider;
+use tiller_runtime::{AgentSettings, AgentSpec, AgentStatus, Supervisor, SupervisorConfig};
+use tiller_store::SqlStore;
 use tiller_test_support::workload::{CpuTicks, rss, transcript};
 
 fn main() {

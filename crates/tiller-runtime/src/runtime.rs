@@ -3,6 +3,7 @@
 //! stored form of the settings they were last spawned with.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ractor::ActorCell;
 use tiller_store::{Definition, StoreWriter};
@@ -10,7 +11,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::route::lock;
 use crate::settings::AgentSettings;
-use crate::supervisor::SupervisorConfig;
+
+/// How a supervisor looks after its agents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorConfig {
+    /// Failures an agent may have within `restart_window` and still be restarted.
+    pub max_restarts: u32,
+    /// The window failures are counted in.
+    pub restart_window: Duration,
+    /// Events a subscriber may leave unread before the oldest are dropped (and it is
+    /// told it lagged), unless it asks for another bound.
+    pub subscriber_buffer: usize,
+    /// How long an agent stays idle before it hibernates: its actor stops and its
+    /// state leaves memory, to come back from the store on the next request. `None`
+    /// (the default) keeps agents resident; zero also spawns agents hibernated.
+    pub hibernate_after: Option<Duration>,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        SupervisorConfig {
+            max_restarts: 3,
+            restart_window: Duration::from_secs(60),
+            subscriber_buffer: 1024,
+            hibernate_after: None,
+        }
+    }
+}
 
 pub(crate) struct Runtime {
     /// The supervisor actor; agent actors are linked to it.

@@ -17,8 +17,8 @@
 //!    adds one per tool batch.
 //!
 //! ```text
-//! cargo bench -p tiller --bench agents
-//! cargo bench -p tiller --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
+//! cargo bench -p tiller-runtime --bench agents
+//! cargo bench -p tiller-runtime --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
 //!                                                  # and 3 again with models streaming
 //! ```
 
@@ -29,12 +29,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
-use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{MemoryStore, SqlStore};
-use tiller::{
-    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, SessionStore,
-    Supervisor, SupervisorConfig, ToolSet,
-};
+use tiller_ai::faux::{FauxProvider, FauxTurn};
+use tiller_core::{AgentEvent, AgentMessage, AgentTool, FnTool, ToolSet};
+use tiller_runtime::{AgentSettings, AgentSpec, Delivered, Supervisor, SupervisorConfig};
+use tiller_store::{MemoryStore, SessionStore, SqlStore};
 use tiller_test_support::sqlite::TempSqlite;
 use tiller_test_support::workload::{
     CpuTicks, add_tool, cpu_time, rss, runtimes, transcript, two_tool_rounds,
@@ -281,13 +279,13 @@ async fn store_cost() {
 
 async fn bare_run(tools: &ToolSet) {
     let faux = two_tool_rounds();
-    let context = tiller::tiller_core::LoopContext {
+    let context = tiller_core::LoopContext {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
         tools: tools.clone(),
     };
-    let config = tiller::tiller_core::LoopConfig::new(faux.model());
-    let messages = tiller::tiller_core::agent_loop(
+    let config = tiller_core::LoopConfig::new(faux.model());
+    let messages = tiller_core::agent_loop(
         vec![AgentMessage::user("What is (2 + 3) + 8?")],
         context,
         config,
@@ -306,7 +304,7 @@ async fn abort_latency() {
         json!({"type": "object"}),
         |_, ctx| async move {
             ctx.cancel().cancelled().await;
-            Err(tiller::ToolError::new("cancelled"))
+            Err(tiller_core::ToolError::new("cancelled"))
         },
     );
     let faux = FauxProvider::new();
@@ -388,7 +386,10 @@ async fn one_agent_on_sqlite(runtime: &str) {
         agent.follow_up("later").await.unwrap();
         let write = written.elapsed();
         agent.set_messages(Vec::new()).await.unwrap();
-        agent.clear_queues(tiller::Queues::Both).await.unwrap();
+        agent
+            .clear_queues(tiller_runtime::Queues::Both)
+            .await
+            .unwrap();
         // The first rounds warm the caches.
         if round >= 50 {
             walls.push(wall);

@@ -28,7 +28,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::patch::{DefinitionPatch, PatchError};
+use tiller_runtime::{DefinitionPatch, PatchError};
 
 /// Named [`DefinitionPatch`]es: the LLM configurations agent files refer to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

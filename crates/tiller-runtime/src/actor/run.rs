@@ -19,12 +19,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
+use super::ActorState;
 use super::queues::deliver_from;
 use super::session::answer_open;
-use super::{ActorState, Internal, Signal};
 use crate::AgentMessage;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
+use crate::message::{Internal, Signal};
 use crate::patch::DefinitionPatch;
 use crate::route::lock;
 use crate::settings::AgentSettings;

@@ -20,11 +20,10 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
-use crate::ask_agent::{AskAgent, AskAgentConfig};
 use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
 use tiller_mcp::{McpError, McpServer};
 
@@ -35,7 +34,7 @@ use tiller_mcp::{McpError, McpServer};
 pub struct Definitions {
     /// Each name's files, oldest version first.
     by_name: BTreeMap<String, Vec<AgentFile>>,
-    tools: ToolRegistry,
+    pub(crate) tools: ToolRegistry,
     llms: LlmConfigs,
     default_model: Option<Model>,
     /// The key passed with the default model.
@@ -190,25 +189,8 @@ impl Definitions {
             .collect()
     }
 
-    /// The same definitions with the built-in `ask_agent` tool ([`AskAgent`]) in
-    /// their registry, running these definitions' agents under `supervisor`:
-    /// agent files list it (`- name: ask_agent`) to hand work to each other. Call
-    /// it last: the tool runs the definitions as they are then (and keeps them
-    /// alive as long as it lives).
-    pub fn with_ask_agent(mut self, supervisor: &Supervisor, config: AskAgentConfig) -> Self {
-        let definitions = Arc::new(OnceLock::new());
-        self.tools.register(Arc::new(AskAgent::new(
-            supervisor.clone(),
-            definitions.clone(),
-            config,
-        )));
-        // The tool keeps these definitions (with itself) for as long as it lives.
-        let _ = definitions.set(self.clone());
-        self
-    }
-
     /// The tool of these definitions' registry named `name` (such as the
-    /// `ask_agent` that [`Definitions::with_ask_agent`] added).
+    /// `ask_agent` that `with_ask_agent` added).
     pub fn tool(&self, name: &str) -> Option<Arc<dyn AgentTool>> {
         self.tools.get(name)
     }
@@ -231,7 +213,7 @@ impl Definitions {
     }
 
     /// The same definitions passing `key` with the default model (the key
-    /// [`crate::env::from_env`] chose with it, say); agents of files naming a
+    /// [`tiller_ai::env::from_env`] chose with it, say); agents of files naming a
     /// model of their own do not get it.
     pub fn with_default_key(mut self, key: Option<ApiKey>) -> Self {
         self.default_key = key;

@@ -11,8 +11,6 @@ use serde_json::Value;
 use tiller_ai::Model;
 use tiller_core::RunOptions;
 
-use crate::compress::LOOKUP_TOOL;
-
 /// How many queued messages one delivery takes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,8 +103,7 @@ impl AgentDefinition {
     }
 
     /// The form the session store keeps: the fields that differ from the
-    /// defaults, the model without its headers (which may hold secrets), and the
-    /// tool names without the built-in `lookup` (which comes with compression).
+    /// defaults, and the model without its headers (which may hold secrets).
     pub fn stored(&self) -> Value {
         static DEFAULTS: OnceLock<Value> = OnceLock::new();
         let defaults = DEFAULTS
@@ -115,7 +112,6 @@ impl AgentDefinition {
         if let Some(model) = &mut kept.model {
             model.headers = Default::default();
         }
-        kept.tools.retain(|name| name != LOOKUP_TOOL);
         let mut value = serde_json::to_value(&kept).unwrap_or_default();
         without_defaults(&mut value, defaults);
         value

@@ -31,7 +31,7 @@ use crate::definition::AgentDefinition;
 #[serde(default, deny_unknown_fields)]
 pub struct DefinitionPatch {
     /// The provider: `openai`, `anthropic`, `llamacpp`, … (see
-    /// [`catalog::providers`](crate::catalog::providers)).
+    /// [`catalog::providers`](tiller_ai::catalog::providers)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// The model: `provider/id` or, with `provider` or `base_url`, its id.

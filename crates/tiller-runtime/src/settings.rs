@@ -11,7 +11,6 @@ use tiller_ai::{Model, OutputSchema, ThinkingLevel, ToolChoice};
 use tiller_core::{AgentContext, RunHooks, ToolSet};
 
 use crate::AgentMessage;
-use crate::compress::Compression;
 use crate::definition::AgentDefinition;
 use crate::patch::{DefinitionPatch, PatchError};
 use crate::subscription::AgentId;
@@ -20,6 +19,9 @@ use crate::subscription::AgentId;
 /// subscribers see it (after the store was given it). A panic here fails the agent,
 /// which its supervisor restarts from its session.
 pub type OnMessage = Arc<dyn Fn(&AgentId, &AgentMessage) + Send + Sync>;
+
+/// Changes, in place, a transcript reloaded from the store.
+pub type OnReload = Arc<dyn Fn(&mut [Arc<AgentMessage>]) + Send + Sync>;
 
 /// Writes a run's instructions from the agent's context, at the start of each run.
 pub type SystemPromptFn = Arc<dyn Fn(&AgentContext) -> String + Send + Sync>;
@@ -37,10 +39,10 @@ pub struct AgentCode {
     pub system_prompt_fn: Option<SystemPromptFn>,
     /// Runs for every message added to the transcript.
     pub on_message: Option<OnMessage>,
-    /// How a transcript reloaded from the store is compressed (long assistant
-    /// answers cut, the `lookup` tool to read them whole); `None`, the default,
-    /// reloads everything as it is.
-    pub compression: Option<Compression>,
+    /// Runs on a transcript reloaded from the store (a resume, a restart, a
+    /// thaw) before the agent holds it: to shorten it, say (see
+    /// `tiller_agents::Compression`). The store keeps every message as it was.
+    pub on_reload: Option<OnReload>,
 }
 
 impl fmt::Debug for AgentCode {
@@ -51,7 +53,7 @@ impl fmt::Debug for AgentCode {
             .field("hooks", &self.hooks)
             .field("system_prompt_fn", &set(self.system_prompt_fn.is_some()))
             .field("on_message", &set(self.on_message.is_some()))
-            .field("compression", &self.compression)
+            .field("on_reload", &set(self.on_reload.is_some()))
             .finish()
     }
 }
