@@ -2,7 +2,7 @@
 //! answers are cut, each with a marker naming the stored message, and the built-in
 //! `lookup` tool fetches a cut message whole by that name. Tool results are never
 //! cut, and the store keeps every message whole. It is made of what the runtime
-//! offers any host: a reload hook ([`crate::AgentCode::on_reload`]) and a tool.
+//! offers any host: a reload hook ([`AgentCode::on_reload`](tiller_runtime::AgentCode::on_reload)) and a tool.
 //!
 //! ```
 //! use std::sync::Arc;

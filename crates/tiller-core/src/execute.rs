@@ -7,7 +7,7 @@
 //! an error result. Tool futures are polled on the run's own task, each behind
 //! `catch_unwind`, so a panicking tool becomes an error result. When the run is
 //! aborted, or steering interrupts, unfinished tools are cancelled and get
-//! [`LoopConfig::cancel_grace`](crate::LoopConfig::cancel_grace) to return before
+//! [`RunOptions::cancel_grace`](crate::RunOptions::cancel_grace) to return before
 //! they are dropped; no tool starts after that point.
 
 use std::panic::AssertUnwindSafe;

@@ -1,8 +1,9 @@
 //! The runtime's figures:
 //!
 //! 1. memory per resident idle agent holding a 10-message transcript, its actor and
-//!    its session in the in-memory store included (target <= 12 KiB), and the spawn
-//!    rate, over 100,000 agents;
+//!    its session in the in-memory store included (target <= 6 KiB), beside its
+//!    floor (a bare ractor actor, and the transcript alone, measured in a process
+//!    of their own), and the spawn rate, over 100,000 agents;
 //! 2. deliveries per second from one agent streaming 100,000 deltas to 100
 //!    subscribers (target >= 5 million/s);
 //! 3. 10,000 agents running at once against `faux` (3 model calls, 2 tool rounds):
@@ -18,6 +19,7 @@
 //!
 //! ```text
 //! cargo bench -p tiller-runtime --bench agents
+//! cargo bench -p tiller-runtime --bench agents -- memory   # figure 1 alone
 //! cargo bench -p tiller-runtime --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
 //!                                                  # and 3 again with models streaming
 //! ```
@@ -39,6 +41,26 @@ use tiller_test_support::workload::{
 };
 
 fn main() {
+    // `floor`: figure 1's floor alone (run in a process of its own by figure 1,
+    // so that neither measure reuses the other's freed memory); `memory`: figure 1
+    // alone.
+    for (arg, only) in [("floor", true), ("memory", false)] {
+        if std::env::args().skip(1).any(|given| given == arg) {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if only {
+                    bare_actors().await;
+                } else {
+                    idle_agents().await;
+                }
+            });
+            return;
+        }
+    }
     // `sqlite`: only what the SQLite store costs a run (write-ahead's figures), on
     // tokio's multi-thread runtime and on a current-thread one.
     if std::env::args().skip(1).any(|arg| arg == "sqlite") {
@@ -127,10 +149,59 @@ async fn idle_agents() {
     let elapsed = started.elapsed();
     let per_agent = (rss() - before) / AGENTS;
     println!(
-        "{AGENTS} resident idle agents with a 10-message transcript: {per_agent} bytes per agent, actor and in-memory session included (target <= 12288); spawned at {:.0} agents/s (each session written before its spawn returns)",
+        "{AGENTS} resident idle agents with a 10-message transcript: {per_agent} bytes per agent, actor and in-memory session included (target <= 6144); spawned at {:.0} agents/s (each session written before its spawn returns)",
         AGENTS as f64 / elapsed.as_secs_f64()
     );
+    let floor = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("floor")
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&floor.stdout));
     supervisor.shutdown().await;
+}
+
+/// The floor under figure 1: what a bare ractor actor (a `u64` of state), linked
+/// to a supervisor, costs, and what a 10-message transcript alone costs.
+async fn bare_actors() {
+    const ACTORS: usize = 100_000;
+    struct Bare;
+    impl ractor::Actor for Bare {
+        type Msg = ();
+        type State = u64;
+        type Arguments = ();
+        async fn pre_start(
+            &self,
+            _myself: ractor::ActorRef<()>,
+            _: (),
+        ) -> Result<u64, ractor::ActorProcessingErr> {
+            Ok(0)
+        }
+    }
+    let (supervisor, _) = ractor::Actor::spawn(None, Bare, ()).await.unwrap();
+    let before = rss();
+    let mut actors = Vec::with_capacity(ACTORS);
+    for _ in 0..ACTORS {
+        let (actor, _) = ractor::Actor::spawn_linked(None, Bare, (), supervisor.get_cell())
+            .await
+            .unwrap();
+        actors.push(actor);
+    }
+    let per_actor = (rss() - before) / ACTORS;
+    let template = transcript(&FauxProvider::new().model());
+    let before = rss();
+    let transcripts: Vec<Vec<Arc<AgentMessage>>> = (0..ACTORS)
+        .map(|_| template.iter().cloned().map(Arc::new).collect())
+        .collect();
+    let per_transcript = (rss() - before) / ACTORS;
+    println!(
+        "  floor: a bare ractor actor linked to a supervisor, {per_actor} bytes, and a 10-message transcript alone, {per_transcript} bytes: {} bytes",
+        per_actor + per_transcript
+    );
+    drop(transcripts);
+    for actor in actors {
+        actor.stop(None);
+    }
+    supervisor.stop(None);
 }
 
 async fn fan_out() {

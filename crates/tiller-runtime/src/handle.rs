@@ -81,17 +81,17 @@ impl AgentHandle {
 
     /// Sends `submission`, acknowledged to this call.
     async fn submit_with(&self, mut submission: Submission) -> Result<(), AgentError> {
-        self.ask(|reply| {
-            submission.reply = Some(reply);
-            AgentMsg::Submit(Box::new(submission))
-        })
-        .await?
+        let (reply, answer) = oneshot::channel();
+        submission.reply = Some(reply.into());
+        self.agent.send(AgentMsg::Submit(Box::new(submission)))?;
+        answer.await.map_err(|_| self.lost())?
     }
 
     /// Starts a run and returns once it is accepted: from text, a message, messages,
     /// or [`Prompt::Continue`] (the transcript as it stands).
     pub async fn prompt(&self, prompt: impl Into<Prompt>) -> Result<(), AgentError> {
-        self.submit(Op::from(prompt.into())).await
+        self.submit_with(Submission::new(Op::from(prompt.into()), None))
+            .await
     }
 
     /// Starts a run with its own settings: `patch` over the agent's definition

@@ -198,11 +198,15 @@ impl ActorState {
             },
             request => request,
         };
-        self.request(request);
+        match request {
+            AgentMsg::Submit(submission) => self.submit(*submission),
+            request => self.request(request),
+        }
         self.activity += 1;
         self.schedule_hibernation();
     }
 
+    /// The requests besides ops.
     fn request(&mut self, request: AgentMsg) {
         match request {
             AgentMsg::Submit(submission) => self.submit(*submission),
