@@ -188,10 +188,19 @@ struct Shared {
     fallback: Mutex<Option<MockResponse>>,
     requests: Mutex<Vec<CapturedRequest>>,
     arrived: Notify,
+    /// Requests let through that break the transcript rules.
+    lenient: std::sync::atomic::AtomicBool,
+    /// Why requests broke the transcript rules, in order.
+    violations: Mutex<Vec<String>>,
 }
 
 /// A real HTTP/1.1 server on `127.0.0.1`, answering every path with the next queued
 /// response (or `500 no scripted response` when the queue is empty). Stops when dropped.
+///
+/// Every request is checked against the transcript rules providers hold requests
+/// to ([`crate::rules`]): one that breaks them is answered `400`, as a provider
+/// would, and recorded ([`MockServer::violations`]); [`MockServer::lenient`] lets
+/// such requests through, for a test that sends one on purpose.
 pub struct MockServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -263,6 +272,19 @@ impl MockServer {
         }
     }
 
+    /// Lets requests that break the transcript rules through to the script.
+    pub fn lenient(&self) -> &Self {
+        self.shared
+            .lenient
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// Why requests broke the transcript rules, in order.
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.violations.lock().unwrap().clone()
+    }
+
     /// How many queued responses have not been sent.
     pub fn remaining(&self) -> usize {
         self.shared.queue.lock().unwrap().len()
@@ -293,6 +315,13 @@ async fn respond(
     };
     shared.requests.lock().unwrap().push(captured.clone());
     shared.arrived.notify_waiters();
+    if !shared.lenient.load(std::sync::atomic::Ordering::Relaxed)
+        && let Err(reason) = crate::rules::check_request(&captured.path, &captured.body)
+    {
+        shared.violations.lock().unwrap().push(reason.clone());
+        let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": format!("the request breaks the transcript rules: {reason}")}});
+        return Ok(MockResponse::json(400, &body).into_response());
+    }
     let next = shared.queue.lock().unwrap().pop_front();
     let responder = shared.responder.lock().unwrap().clone();
     let next = next

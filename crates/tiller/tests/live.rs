@@ -21,6 +21,7 @@ use tiller::{
     Supervisor, ToolChoice, ToolOutput, ToolSet,
 };
 use tiller_test_support::live::LocalServer;
+use tiller_test_support::transcript::roles;
 
 /// llama-cpp-python's server serves one request at a time and interrupts a running
 /// one when the next arrives, so its tests take turns.
@@ -122,10 +123,6 @@ fn assistants(messages: &[AgentMessage]) -> Vec<&AssistantMessage> {
         .iter()
         .filter_map(AgentMessage::as_assistant)
         .collect()
-}
-
-fn roles(messages: &[AgentMessage]) -> Vec<&'static str> {
-    messages.iter().map(AgentMessage::role).collect()
 }
 
 fn finished(message: &AssistantMessage) -> bool {

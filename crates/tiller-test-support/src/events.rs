@@ -1,0 +1,105 @@
+//! Events as lines of text, so that whole sequences compare exactly.
+
+use tiller_core::{AgentEvent, RunEnd};
+
+use crate::transcript::label;
+
+/// One line per event: its type and what identifies it.
+pub fn describe(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|event| match event {
+            AgentEvent::AgentStart => "agent_start".to_owned(),
+            AgentEvent::TurnStart => "turn_start".to_owned(),
+            AgentEvent::MessageStart { message } => format!("message_start {}", label(message)),
+            AgentEvent::MessageEnd { message } => format!("message_end {}", label(message)),
+            AgentEvent::MessageUpdate {
+                assistant_message_event,
+            } => {
+                let value = serde_json::to_value(assistant_message_event).unwrap();
+                format!("message_update {}", value["type"].as_str().unwrap())
+            }
+            AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
+                format!("tool_execution_start {tool_call_id}")
+            }
+            AgentEvent::ToolExecutionUpdate {
+                tool_call_id,
+                partial_result,
+                ..
+            } => {
+                format!(
+                    "tool_execution_update {tool_call_id} {}",
+                    partial_result.text_content()
+                )
+            }
+            AgentEvent::Action {
+                tool_call_id,
+                action_type,
+                payload,
+            } => format!("action {tool_call_id} {action_type} {payload}"),
+            AgentEvent::ToolExecutionEnd {
+                tool_call_id,
+                is_error,
+                ..
+            } => {
+                format!(
+                    "tool_execution_end {tool_call_id}{}",
+                    if *is_error { " error" } else { "" }
+                )
+            }
+            AgentEvent::InputRequested {
+                tool_call_id,
+                field,
+                ..
+            } => format!("input_requested {tool_call_id} {field}"),
+            AgentEvent::ApprovalRequested { tool_call_id, .. } => {
+                format!("approval_requested {tool_call_id}")
+            }
+            AgentEvent::ChildEvent { path, event, .. } => {
+                format!(
+                    "child {} {}",
+                    path.join("/"),
+                    describe(std::slice::from_ref(event))[0]
+                )
+            }
+            AgentEvent::TurnEnd {
+                message,
+                tool_results,
+            } => format!(
+                "turn_end {:?} {:?}",
+                message.stop_reason,
+                tool_results
+                    .iter()
+                    .map(|r| r.tool_call_id.as_str())
+                    .collect::<Vec<_>>()
+            ),
+            AgentEvent::AgentEnd {
+                messages,
+                reason,
+                output: None,
+            } => format!("agent_end {reason:?} {}", messages.len()),
+            AgentEvent::AgentEnd {
+                messages,
+                reason,
+                output: Some(output),
+            } => format!(
+                "agent_end {reason:?} {} {}",
+                messages.len(),
+                serde_json::to_string(output).unwrap()
+            ),
+        })
+        .collect()
+}
+
+/// The reason of the last `agent_end`.
+pub fn end_reason(events: &[AgentEvent]) -> RunEnd {
+    match events.last() {
+        Some(AgentEvent::AgentEnd { reason, .. }) => *reason,
+        other => panic!("not agent_end: {other:?}"),
+    }
+}
+
+/// Strings, for comparing with [`describe`].
+pub fn lines(lines: &[&str]) -> Vec<String> {
+    lines.iter().map(|l| (*l).to_owned()).collect()
+}

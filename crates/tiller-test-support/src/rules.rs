@@ -1,0 +1,142 @@
+//! The transcript rules a provider holds a request to, checked on every request the
+//! [`MockServer`](crate::MockServer) receives: each tool result follows its call,
+//! every call is answered before the conversation goes on, and, for Anthropic's
+//! messages, the roles alternate and start with the user. A request that breaks
+//! them is answered `400`, as a provider would, and recorded.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// Why the request to `path` with `body` breaks the transcript rules, if it does.
+/// Requests of other shapes than chat completions and Anthropic messages pass.
+pub fn check_request(path: &str, body: &Value) -> Result<(), String> {
+    let Some(messages) = body["messages"].as_array() else {
+        return Ok(());
+    };
+    if path.ends_with("/chat/completions") {
+        check_chat(messages)
+    } else if path.ends_with("/messages") {
+        check_anthropic(messages)
+    } else {
+        Ok(())
+    }
+}
+
+/// Chat completions: a `tool` message answers a call of the assistant message
+/// before it; the calls are all answered before any other message.
+fn check_chat(messages: &[Value]) -> Result<(), String> {
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    for (index, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or_default();
+        if role == "tool" {
+            let id = message["tool_call_id"].as_str().unwrap_or_default();
+            if !open.remove(id) {
+                return Err(format!(
+                    "messages[{index}]: a tool result for `{id}`, which no open call of the assistant message before it has"
+                ));
+            }
+            continue;
+        }
+        if !open.is_empty() {
+            return Err(format!(
+                "messages[{index}]: a {role} message while calls are unanswered: {}",
+                open.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if role == "assistant" {
+            open = call_ids(&message["tool_calls"]);
+        }
+    }
+    Ok(())
+}
+
+/// Anthropic messages: user first, roles alternating; each `tool_use` answered by
+/// a `tool_result` in the next (user) message, which answers nothing else.
+fn check_anthropic(messages: &[Value]) -> Result<(), String> {
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    let mut last_role = "assistant";
+    for (index, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or_default();
+        if role == last_role {
+            return Err(format!(
+                "messages[{index}]: two {role} messages in a row (the roles alternate, the user first)"
+            ));
+        }
+        let blocks = message["content"].as_array().cloned().unwrap_or_default();
+        let answered: BTreeSet<String> = blocks
+            .iter()
+            .filter(|block| block["type"] == "tool_result")
+            .filter_map(|block| block["tool_use_id"].as_str().map(str::to_owned))
+            .collect();
+        if answered != open {
+            return Err(format!(
+                "messages[{index}]: answers the calls {answered:?}; the assistant message before it left {open:?} open"
+            ));
+        }
+        open = if role == "assistant" {
+            tool_use_ids(&blocks)
+        } else {
+            BTreeSet::new()
+        };
+        last_role = role;
+    }
+    Ok(())
+}
+
+/// The ids of the entries of a `tool_calls` array.
+fn call_ids(calls: &Value) -> BTreeSet<String> {
+    calls
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .filter_map(|call| call["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ids of the `tool_use` blocks among `blocks`.
+fn tool_use_ids(blocks: &[Value]) -> BTreeSet<String> {
+    blocks
+        .iter()
+        .filter(|block| block["type"] == "tool_use")
+        .filter_map(|block| block["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn chat_results_follow_their_calls() {
+        let call = json!({"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]});
+        let result = |id: &str| json!({"role": "tool", "tool_call_id": id});
+        let user = json!({"role": "user", "content": "hi"});
+        let good = json!({"messages": [user, call, result("c2"), result("c1"), user]});
+        assert_eq!(check_request("/v1/chat/completions", &good), Ok(()));
+        let unanswered = json!({"messages": [user, call, result("c1"), user]});
+        assert!(check_request("/v1/chat/completions", &unanswered).is_err());
+        let stray = json!({"messages": [user, result("c1")]});
+        assert!(check_request("/v1/chat/completions", &stray).is_err());
+    }
+
+    #[test]
+    fn anthropic_roles_alternate_and_results_answer_the_calls_before_them() {
+        let user = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+        let call = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]});
+        let result =
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]});
+        let answer = json!({"role": "assistant", "content": [{"type": "text", "text": "ok"}]});
+        let good = json!({"messages": [user, call, result, answer]});
+        assert_eq!(check_request("/v1/messages", &good), Ok(()));
+        let twice = json!({"messages": [user, user]});
+        assert!(check_request("/v1/messages", &twice).is_err());
+        let unanswered = json!({"messages": [user, call, user]});
+        assert!(check_request("/v1/messages", &unanswered).is_err());
+    }
+}
