@@ -56,12 +56,8 @@ fn env_var(name: &str) -> Option<String> {
         .filter(|value| !value.trim().is_empty())
 }
 
-/// The model alone of [`from_env`]; `None` when nothing is set.
-pub fn model_from_env() -> Result<Option<Model>, EnvError> {
-    model_from(env_var)
-}
-
-/// [`model_from_env`] over any source of variables.
+/// The model alone of [`from_env`], over any source of variables; `None` when
+/// nothing is set.
 pub fn model_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Model>, EnvError> {
     let spec = var("TILLER_MODEL");
     let provider = var("TILLER_PROVIDER");

@@ -46,11 +46,6 @@ impl Output {
         self
     }
 
-    /// Whether stdout carries JSON lines (and nothing else may be written there).
-    pub fn is_jsonl(&self) -> bool {
-        self.format == EventFormat::Jsonl
-    }
-
     /// Writes one envelope. An error means stdout is gone.
     pub fn write(&mut self, envelope: &Envelope) -> io::Result<()> {
         match self.format {
