@@ -31,6 +31,7 @@ pub mod command_tool;
 mod compress;
 mod definitions;
 mod llm;
+mod model_choice;
 mod tool_registry;
 
 pub use agent_tool::AgentAsTool;
@@ -39,6 +40,7 @@ pub use command_tool::CommandTool;
 pub use compress::{Compression, LOOKUP_TOOL};
 pub use definitions::{Definitions, DefinitionsError};
 pub use llm::LlmConfigs;
+pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use tool_registry::ToolRegistry;
 
 // Paths the modules name the runtime's, the loop's and the wire's types by.

@@ -191,14 +191,17 @@ fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions
         }
         None => LlmConfigs::new(),
     };
-    let (model, key) = match tiller::env::from_env().map_err(|error| error.to_string())? {
-        Some(chosen) => (chosen.model, chosen.api_key),
-        None => (tiller::faux::demo_model(), None),
-    };
+    // Chosen as `tiller run` chooses it.
+    let chosen = tiller::choose_model(tiller::ModelSources::default(), |name| {
+        std::env::var(name)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+    })
+    .map_err(|error| error.to_string())?;
     Ok(definitions
         .with_llms(llms)
-        .with_default_model(model)
-        .with_default_key(key))
+        .with_default_model(chosen.model)
+        .with_default_key(chosen.api_key))
 }
 
 /// Completes at Ctrl-C or SIGTERM.

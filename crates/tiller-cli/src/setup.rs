@@ -1,25 +1,17 @@
 //! From options, environment and agent file to an agent's settings.
 //!
-//! The model is chosen from the first of these that says anything: the
-//! `--provider`/`--model`/`--base-url` options, each falling back to its
-//! `TILLER_PROVIDER`/`TILLER_MODEL`/`TILLER_BASE_URL` variable; the agent file's
-//! `model`; a provider whose API key is set. With none, the scripted faux model
-//! answers.
-//!
-//! The model and key are read the way every command and host reads them
-//! ([`tiller::env::chosen_from`]), the options over their variables. A provider's
-//! key from the environment goes only to the provider's own host (the library
-//! withholds it otherwise). Pointing a provider elsewhere with `--base-url` or
-//! `TILLER_BASE_URL` is the user's own choice, so the key goes there too; an agent
-//! file's `base_url` is not, so its key must be named with `api_key_env` (without
-//! one, no key is sent there).
+//! The model is chosen as every command and host chooses it
+//! ([`tiller::choose_model`]): the `--provider`/`--model`/`--base-url` options
+//! over their variables, then the agent file's `model`, then a provider whose API
+//! key is set; with none, the scripted faux model answers. An agent file's
+//! `base_url` gets a key only when the file names one with `api_key_env`.
 
 use std::path::Path;
 
-use tiller::env::{EnvError, EnvModel, chosen_from};
 use tiller::{
     ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, DefinitionPatch, Definitions,
-    DefinitionsError, LlmConfigs, Model, Supervisor, ToolRegistry,
+    DefinitionsError, LlmConfigs, Model, ModelChoice, ModelSources, Named, Supervisor,
+    ToolRegistry,
 };
 
 use crate::cli::AgentOptions;
@@ -72,7 +64,11 @@ impl Setup {
             Some(file) => Some((file, file_llm(options, file, var)?)),
             None => None,
         };
-        let (EnvModel { model, api_key }, notice) = choose_model(options, llm.as_ref(), var)?;
+        let ModelChoice {
+            model,
+            api_key,
+            notice,
+        } = choose_model(options, llm.as_ref(), var)?;
         let api_key = file_key(llm.as_ref(), var)?.or(api_key);
         // The file first, then the options over it.
         let mut settings = AgentSettings::new(model);
@@ -158,12 +154,6 @@ async fn delegating(
     Ok(definitions.tools().clone())
 }
 
-/// Where a model setting came from, for error messages.
-struct Named {
-    value: String,
-    source: String,
-}
-
 /// The agent file's model configuration: the one its `llm` names in `--llms` (or
 /// $TILLER_LLMS), with the file's own fields over it.
 fn file_llm(
@@ -189,100 +179,29 @@ fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
     })
 }
 
-/// The model the options, the agent file and the environment (`var`) choose, with
-/// the key to pass with it, and a notice when it is the faux model by default.
+/// The model the options, the agent file and the environment (`var`) choose
+/// ([`tiller::choose_model`]), each option named by its flag.
 fn choose_model(
     options: &AgentOptions,
     file: Option<&(&AgentFile, DefinitionPatch)>,
     var: impl Fn(&str) -> Option<String>,
-) -> Result<(EnvModel, Option<String>), SetupError> {
-    let pick = |option: &Option<String>, flag: &str, variable: &str| {
-        let from_option = option.clone().map(|value| Named {
+) -> Result<ModelChoice, SetupError> {
+    let named = |value: &Option<String>, flag: &str| {
+        value.clone().map(|value| Named {
+            source: format!("--{flag} {value}"),
             value,
-            source: format!("--{flag} {}", option.as_deref().unwrap_or_default()),
-        });
-        from_option.or_else(|| {
-            var(variable).map(|value| Named {
-                source: format!("{variable}={value}"),
-                value,
-            })
         })
     };
-    let mut provider = pick(&options.provider, "provider", "TILLER_PROVIDER");
-    let mut model = pick(&options.model, "model", "TILLER_MODEL");
-    let mut base_url = pick(&options.base_url, "base-url", "TILLER_BASE_URL");
-    let from_file = provider.is_none() && model.is_none() && base_url.is_none();
-    if from_file && let Some((file, llm)) = file {
-        let own = file.patch.model.is_some() || file.patch.provider.is_some();
-        let field = if own { "model" } else { "llm" };
-        let source = format!("{}: json_schema_extra.{field}", file.path.display());
-        let named = |value: &Option<String>| {
-            value.clone().map(|value| Named {
-                value,
-                source: source.clone(),
-            })
-        };
-        provider = named(&llm.provider);
-        model = named(&llm.model);
-        base_url = named(&llm.base_url);
-    }
-    if tiller::faux::is_named(
-        provider.as_ref().map(|n| n.value.as_str()),
-        model.as_ref().map(|n| n.value.as_str()),
-    ) {
-        return Ok((faux(), None));
-    }
-    let chosen = chosen_from(|name| match name {
-        "TILLER_PROVIDER" => provider.as_ref().map(|n| n.value.clone()),
-        "TILLER_MODEL" => model.as_ref().map(|n| n.value.clone()),
-        "TILLER_BASE_URL" => base_url.as_ref().map(|n| n.value.clone()),
-        key => var(key),
+    let sources = ModelSources {
+        provider: named(&options.provider, "provider"),
+        model: named(&options.model, "model"),
+        base_url: named(&options.base_url, "base-url"),
+        file: file.map(|(file, patch)| (*file, patch)),
+    };
+    tiller::choose_model(sources, var).map_err(|error| SetupError::Model {
+        origin: error.origin,
+        reason: error.reason,
     })
-    .map_err(
-        |EnvError {
-             variable, reason, ..
-         }| {
-            let named = match variable {
-                "TILLER_PROVIDER" => &provider,
-                "TILLER_BASE_URL" => &base_url,
-                _ => &model,
-            };
-            SetupError::Model {
-                origin: named
-                    .as_ref()
-                    .map_or_else(|| variable.to_owned(), |n| n.source.clone()),
-                reason,
-            }
-        },
-    )?;
-    Ok(match chosen {
-        // A file's server is not the user's own choice: it gets no key unless the
-        // file names one (`api_key_env`).
-        Some(chosen) if from_file => (
-            EnvModel {
-                api_key: None,
-                ..chosen
-            },
-            None,
-        ),
-        Some(chosen) => (chosen, None),
-        None => (
-            faux(),
-            Some(
-                "no provider configured (use --provider, --base-url or --model, or set \
-                 OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
-                    .to_owned(),
-            ),
-        ),
-    })
-}
-
-/// The scripted faux model, with no key.
-fn faux() -> EnvModel {
-    EnvModel {
-        model: tiller::faux::demo_model(),
-        api_key: None,
-    }
 }
 
 /// The key the agent file names with `api_key_env` (itself or through its LLM
@@ -330,7 +249,7 @@ mod tests {
         choose_model(&options, None, |name| {
             env.get(name).map(|v| (*v).to_owned())
         })
-        .map(|(chosen, notice)| (describe(&chosen.model), notice.is_some()))
+        .map(|chosen| (describe(&chosen.model), chosen.notice.is_some()))
         .map_err(|error| error.to_string())
     }
 
@@ -407,9 +326,9 @@ mod tests {
             base_url: Some("http://127.0.0.1:9/v1".to_owned()),
             ..AgentOptions::default()
         };
-        let (chosen, _) = choose_model(&chosen, None, env).unwrap();
+        let chosen = choose_model(&chosen, None, env).unwrap();
         assert_eq!(chosen.api_key, Some(ApiKey::new("sk-ant")));
-        let (own, _) = choose_model(&AgentOptions::default(), None, env).unwrap();
+        let own = choose_model(&AgentOptions::default(), None, env).unwrap();
         assert_eq!(
             (own.model.provider.as_str(), own.api_key),
             ("anthropic", None),
