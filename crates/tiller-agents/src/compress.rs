@@ -10,7 +10,8 @@
 //! # let model = tiller::faux::FauxProvider::new().model();
 //! let store: Arc<dyn SessionStore> = Arc::new(tiller::tiller_store::MemoryStore::new());
 //! let settings = Compression::default().applied_to(AgentSettings::new(model), store);
-//! assert_eq!(settings.definition.tools, ["lookup"]);
+//! assert!(settings.code.tools.tools().any(|tool| tool.name() == "lookup"));
+//! assert!(settings.definition.tools.is_empty(), "the session does not store it");
 //! ```
 
 use std::sync::Arc;
@@ -50,6 +51,8 @@ fn name_of(seq: usize) -> String {
 impl Compression {
     /// `settings` compressing their reloaded transcripts, with the `lookup` tool
     /// reading cut messages from `store` (unless their tools have one already).
+    /// The tool comes with the compression, not the definition: the session does
+    /// not store its name, so a host may resume without compression.
     pub fn applied_to(
         self,
         mut settings: AgentSettings,
@@ -69,7 +72,7 @@ impl Compression {
         }
         let tools = settings.code.tools.tools().cloned().chain([lookup(store)]);
         if let Ok(tools) = ToolSet::new(tools) {
-            settings.set_tools(tools);
+            settings.code.tools = tools;
         }
         settings
     }

@@ -39,7 +39,7 @@ pub use ask_agent::{ASK_AGENT_TOOL, AskAgent, AskAgentConfig};
 pub use command_tool::CommandTool;
 pub use compress::{Compression, LOOKUP_TOOL};
 pub use definitions::{Definitions, DefinitionsError};
-pub use llm::LlmConfigs;
+pub use llm::{LlmConfigError, LlmConfigs};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use tool_registry::ToolRegistry;
 

@@ -28,7 +28,29 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use tiller_runtime::{DefinitionPatch, PatchError};
+use tiller_runtime::DefinitionPatch;
+
+/// Why a named configuration cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmConfigError {
+    /// No configuration has that name.
+    #[error("no LLM configuration `{name}` ({})", if known.is_empty() { "there are none".to_owned() } else { format!("known: {}", known.join(", ")) })]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// A file of configurations could not be read.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
 
 /// Named [`DefinitionPatch`]es: the LLM configurations agent files refer to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -51,9 +73,9 @@ impl LlmConfigs {
 
     /// Reads a YAML (or, for a `.json` file, JSON) map of names to
     /// configurations.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, PatchError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LlmConfigError> {
         let path = path.as_ref();
-        let failed = |reason: String| PatchError::File {
+        let failed = |reason: String| LlmConfigError::File {
             path: path.display().to_string(),
             reason,
         };
@@ -73,10 +95,12 @@ impl LlmConfigs {
     }
 
     /// The configuration named `name`.
-    pub fn get(&self, name: &str) -> Result<&DefinitionPatch, PatchError> {
-        self.by_name.get(name).ok_or_else(|| PatchError::Unknown {
-            name: name.to_owned(),
-            known: self.by_name.keys().cloned().collect(),
-        })
+    pub fn get(&self, name: &str) -> Result<&DefinitionPatch, LlmConfigError> {
+        self.by_name
+            .get(name)
+            .ok_or_else(|| LlmConfigError::Unknown {
+                name: name.to_owned(),
+                known: self.by_name.keys().cloned().collect(),
+            })
     }
 }

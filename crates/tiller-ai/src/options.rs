@@ -235,6 +235,7 @@ pub struct UnknownThinkingLevel(pub String);
 
 /// Thinking token budgets per level, for providers that take a budget (Anthropic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ThinkingBudgets {
     /// Budget for `minimal`.
     pub minimal: u32,

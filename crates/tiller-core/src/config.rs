@@ -304,7 +304,9 @@ pub struct LoopConfig {
     /// Where steering messages come from.
     pub steering: Option<MessageSource>,
     /// Steering messages the caller took for the run's start: read in place of
-    /// `steering`'s first read, so the first turn waits on no round trip.
+    /// `steering`'s first read, so the first turn waits on no round trip. Not
+    /// delivered when the run is aborted before its first turn; the caller keeps
+    /// them.
     pub first_steering: Option<Vec<AgentMessage>>,
     /// Where follow-up messages come from.
     pub follow_up: Option<MessageSource>,

@@ -409,6 +409,8 @@ impl Run {
             RunEnd::Parked
         } else {
             let pending = match self.config.first_steering.take() {
+                // Aborted already: nothing taken is delivered (the caller keeps it).
+                Some(_) if self.cancel.is_cancelled() => Vec::new(),
                 Some(taken) => taken,
                 None => self.take(&self.config.steering).await,
             };

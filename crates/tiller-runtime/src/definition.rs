@@ -117,26 +117,53 @@ impl AgentDefinition {
         value
     }
 
-    /// Serializes `definition` as it may be shown: the model without its headers
-    /// (which may hold secrets).
+    /// Serializes `definition` as it may be shown to whoever reads an agent's
+    /// state: the model without its headers (which may hold secrets) and without
+    /// its server (the operator's address; shown empty).
     pub(crate) fn serialize_shown<S: serde::Serializer>(
         definition: &AgentDefinition,
         to: S,
     ) -> Result<S::Ok, S::Error> {
-        match definition
-            .model
-            .as_ref()
-            .filter(|model| !model.headers.is_empty())
-        {
-            None => definition.serialize(to),
-            Some(_) => {
-                let mut shown = definition.clone();
-                if let Some(model) = &mut shown.model {
-                    model.headers = Default::default();
-                }
-                shown.serialize(to)
-            }
+        if definition.model.is_none() {
+            return definition.serialize(to);
         }
+        let mut shown = definition.clone();
+        if let Some(model) = &mut shown.model {
+            model.headers = Default::default();
+            model.base_url = String::new();
+        }
+        shown.serialize(to)
+    }
+
+    /// Reads a definition a session store kept: the form [`AgentDefinition::stored`]
+    /// writes, or the flat one sessions were stored in before (its thinking level,
+    /// temperature, token and turn limits, steering delivery and tool execution
+    /// at the top).
+    pub fn from_stored(stored: &str) -> Result<AgentDefinition, serde_json::Error> {
+        let mut value: Value = serde_json::from_str(stored)?;
+        if let Value::Object(fields) = &mut value
+            && fields.contains_key("thinking_level")
+        {
+            let mut run = serde_json::Map::new();
+            let mut stream = serde_json::Map::new();
+            for (old, new) in [
+                ("thinking_level", "thinking"),
+                ("temperature", "temperature"),
+                ("max_tokens", "max_tokens"),
+            ] {
+                if let Some(field) = fields.remove(old) {
+                    stream.insert(new.to_owned(), field);
+                }
+            }
+            for name in ["max_turns", "steering_delivery", "tool_execution"] {
+                if let Some(field) = fields.remove(name) {
+                    run.insert(name.to_owned(), field);
+                }
+            }
+            run.insert("stream".to_owned(), Value::Object(stream));
+            fields.insert("run".to_owned(), Value::Object(run));
+        }
+        serde_json::from_value(value)
     }
 
     /// This definition, as a session stored it, taken up by an agent whose own
@@ -189,6 +216,58 @@ fn without_defaults(value: &mut Value, defaults: &Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_definition_stored_in_the_flat_shape_of_before_reads_back() {
+        let old = r#"{"model": null, "system_prompt": "Be brief.", "thinking_level": "low", "tools": ["add"],
+            "temperature": 0.5, "max_tokens": 64, "max_turns": 7, "steering_mode": "all",
+            "follow_up_mode": "one_at_a_time", "steering_delivery": "after_turn", "tool_execution": "sequential"}"#;
+        let definition = AgentDefinition::from_stored(old).unwrap();
+        let stream = &definition.run.stream;
+        assert_eq!(
+            (
+                stream.thinking,
+                stream.temperature,
+                stream.max_tokens,
+                definition.run.max_turns
+            ),
+            (tiller_ai::ThinkingLevel::Low, Some(0.5), Some(64), 7)
+        );
+        assert_eq!(definition.steering_mode, QueueMode::All);
+        assert_eq!(definition.tools, ["add"]);
+        assert_eq!(
+            serde_json::to_value(definition.run.tool_execution).unwrap(),
+            serde_json::json!("sequential")
+        );
+    }
+
+    #[test]
+    fn a_shown_definition_holds_neither_headers_nor_the_server() {
+        #[derive(Serialize)]
+        struct Shown(#[serde(serialize_with = "AgentDefinition::serialize_shown")] AgentDefinition);
+        let mut definition = AgentDefinition::new(tiller_ai::faux::demo_model());
+        let model = definition.model.as_mut().unwrap();
+        model.headers.insert("authorization", "secret");
+        model.base_url = "http://10.0.0.7:8080/v1".into();
+        let shown = serde_json::to_string(&Shown(definition)).unwrap();
+        assert!(
+            !shown.contains("secret") && !shown.contains("10.0.0.7"),
+            "{shown}"
+        );
+        assert!(shown.contains(r#""base_url":"""#), "{shown}");
+    }
+
+    #[test]
+    fn a_changed_field_deep_in_the_options_reads_back() {
+        let mut definition = AgentDefinition::default();
+        definition.run.stream.thinking_budgets.high = 20_000;
+        let stored = definition.stored().to_string();
+        let back = AgentDefinition::from_stored(&stored).unwrap();
+        assert_eq!(
+            back.run.stream.thinking_budgets,
+            definition.run.stream.thinking_budgets
+        );
+    }
+
     use pretty_assertions::assert_eq;
     use serde_json::json;
 

@@ -29,9 +29,9 @@ pub enum AgentError {
     /// be ahead of the store until the next successful write.
     #[error(transparent)]
     Store(#[from] tiller_store::StoreError),
-    /// A run's own settings cannot be used (an unknown model, a key variable not
-    /// set); nothing started.
-    #[error("the run's settings cannot be used: {0}")]
+    /// A patch of the definition (a run's own settings, an update) cannot be
+    /// used: an unknown model, a key variable not set; nothing changed.
+    #[error("the settings cannot be used: {0}")]
     InvalidPatch(#[from] crate::patch::PatchError),
     /// The steering or follow-up queue holds as much as its
     /// [`crate::QueueLimits`] allow; the message was not queued.

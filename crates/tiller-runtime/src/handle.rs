@@ -72,11 +72,18 @@ impl AgentHandle {
     /// queued and stored, an abort's run ended. Every other method that changes
     /// the agent is sugar over this one.
     pub async fn submit(&self, op: Op) -> Result<(), AgentError> {
-        if op == Op::Abort && !self.agent.route.is_running() && !self.agent.route.is_waiting() {
+        if op != Op::Abort {
+            return self.submit_with(Submission::new(op, None)).await;
+        }
+        if !self.agent.route.is_running() && !self.agent.route.is_waiting() {
             // Nothing to abort: an idle or hibernated agent is not woken for it.
             return Ok(());
         }
-        self.submit_with(Submission::new(op, None)).await
+        match self.submit_with(Submission::new(op, None)).await {
+            // Stopped or failed meanwhile: its run is over all the same.
+            Err(AgentError::Stopped { .. } | AgentError::Failed { .. }) => Ok(()),
+            done => done,
+        }
     }
 
     /// Sends `submission`, acknowledged to this call.

@@ -88,16 +88,6 @@ pub enum Op {
 }
 
 impl Op {
-    /// What a run starts from, when this op starts one.
-    pub fn prompt(&self) -> Option<Prompt> {
-        match self {
-            Op::Prompt { messages } => Some(Prompt::Messages(messages.clone())),
-            Op::Continue => Some(Prompt::Continue),
-            Op::Reply(reply) => Some(Prompt::Reply(reply.clone())),
-            _ => None,
-        }
-    }
-
     /// Whether this op starts a run.
     pub fn starts_run(&self) -> bool {
         matches!(self, Op::Prompt { .. } | Op::Continue | Op::Reply(_))

@@ -75,28 +75,12 @@ pub struct DefinitionPatch {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PatchError {
-    /// No named configuration has that name.
-    #[error("no LLM configuration `{name}` ({})", if known.is_empty() { "there are none".to_owned() } else { format!("known: {}", known.join(", ")) })]
-    Unknown {
-        /// The name asked for.
-        name: String,
-        /// The names there are.
-        known: Vec<String>,
-    },
     /// Its model cannot be made (an unknown provider or model).
     #[error("{0}")]
     Model(String),
     /// The key variable it names is not set.
     #[error("{0} is not set")]
     MissingKey(String),
-    /// A file of configurations could not be read.
-    #[error("{path}: {reason}")]
-    File {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
 }
 
 impl DefinitionPatch {

@@ -131,7 +131,8 @@ impl AgentSettings {
     }
 
     /// Gives the agent these tools: their code, and their names in the
-    /// definition.
+    /// definition (what the session stores and a resuming host must supply). Set
+    /// tools this way rather than through `code.tools` alone.
     pub fn set_tools(&mut self, tools: ToolSet) {
         self.definition.tools = tools
             .definitions()
@@ -171,27 +172,5 @@ impl AgentSettings {
     pub fn with_patch(mut self, patch: &DefinitionPatch) -> Result<Self, PatchError> {
         patch.apply(&mut self.definition)?;
         Ok(self)
-    }
-
-    /// The tools a run gets: the code's tools the definition names (all of them
-    /// unless a patch or a stored definition narrowed the names).
-    pub(crate) fn run_tools(&self) -> ToolSet {
-        let code = &self.code.tools;
-        let names = &self.definition.tools;
-        let same = code.definitions().len() == names.len()
-            && code
-                .definitions()
-                .iter()
-                .zip(names)
-                .all(|(tool, name)| &tool.name == name);
-        if same {
-            return code.clone();
-        }
-        ToolSet::new(
-            code.tools()
-                .filter(|tool| names.iter().any(|name| name == tool.name()))
-                .cloned(),
-        )
-        .unwrap_or_else(|_| code.clone())
     }
 }

@@ -200,8 +200,13 @@ impl Actor for SupervisorActor {
         let SupervisionEvent::ActorFailed(_, error) = event else {
             return Ok(());
         };
-        let Ok(failure) = error.downcast::<Failure>() else {
-            return Ok(());
+        let failure = match error.downcast::<Failure>() {
+            Ok(failure) => failure,
+            Err(error) => {
+                // Every agent actor's handler catches its panics into a `Failure`.
+                tracing::error!(%error, "an actor failed outside its handler");
+                return Ok(());
+            }
         };
         let Failure {
             agent,
@@ -237,6 +242,20 @@ fn check_owner(
     Err(SpawnError::NotOwner {
         session: record.id.clone(),
     })
+}
+
+/// The definition `record` keeps, if it keeps one; one that cannot be read is
+/// reported and left (the spawn's settings stand).
+fn stored_definition(record: &SessionRecord) -> Option<AgentDefinition> {
+    let json = record.definition.as_json();
+    if json == "null" {
+        return None;
+    }
+    AgentDefinition::from_stored(json)
+        .inspect_err(|error| {
+            tracing::warn!(session = %record.id, %error, "the stored definition cannot be read; the spawn's settings stand");
+        })
+        .ok()
 }
 
 /// The longest id, session id or agent name a spec may give, in bytes.
@@ -409,8 +428,7 @@ impl Supervisor {
                     writes.push(agent.write(Change::SetDefinition(
                         self.inner.runtime.definition_of(&spec.settings),
                     )));
-                } else if let Ok(definition) = stored.record.definition.decode::<AgentDefinition>()
-                {
+                } else if let Some(definition) = stored_definition(&stored.record) {
                     let resumed =
                         definition
                             .resumed_by(&spec.settings.definition)

@@ -308,15 +308,15 @@ pub(crate) async fn reply(
 /// definition is the operator's (its model, server and key).
 pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
     let messages: &[AgentMessage] = match op {
-        Op::SetMessages { .. } | Op::UpdateSettings { .. } => {
-            return Err(Problem::invalid(
-                Some("type".to_owned()),
-                "set_messages and update_settings are not available to clients",
-            ));
-        }
         Op::Prompt { messages } => messages,
         Op::Steer { message } | Op::FollowUp { message } => std::slice::from_ref(message),
-        _ => &[],
+        Op::Continue | Op::ClearQueues { .. } | Op::Abort | Op::Reset | Op::Reply(_) => &[],
+        _ => {
+            return Err(Problem::invalid(
+                Some("type".to_owned()),
+                "only prompt, continue, steer, follow_up, clear_queues, abort, reset, answer, approve and deny are available to clients",
+            ));
+        }
     };
     if messages.iter().any(|message| message.role() != "user") {
         return Err(Problem::invalid(

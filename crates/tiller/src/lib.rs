@@ -64,8 +64,8 @@ pub use tiller_runtime::{
 
 pub use tiller_agents::{
     self, ASK_AGENT_TOOL, AgentAsTool, AskAgent, AskAgentConfig, CommandTool, Compression,
-    Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigs, ModelChoice, ModelChoiceError,
-    ModelSources, Named, ToolRegistry, agent_file, choose_model, command_tool,
+    Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigError, LlmConfigs, ModelChoice,
+    ModelChoiceError, ModelSources, Named, ToolRegistry, agent_file, choose_model, command_tool,
 };
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,

@@ -209,9 +209,11 @@ impl ActorState {
     /// The requests besides ops.
     fn request(&mut self, request: AgentMsg) {
         match request {
-            AgentMsg::Submit(submission) => self.submit(*submission),
             AgentMsg::UpdateSettings(change, reply) => {
-                change(Arc::make_mut(&mut self.settings));
+                // Changed on a copy: a change that panics leaves the settings whole.
+                let mut changed = (*self.settings).clone();
+                change(&mut changed);
+                self.settings = Arc::new(changed);
                 self.store_definition(Some(reply));
             }
             AgentMsg::State(reply) => {
@@ -226,7 +228,8 @@ impl ActorState {
             AgentMsg::Subscribe(buffer, reply) => {
                 let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
             }
-            AgentMsg::Internal(_) => {}
+            // Dispatched by `handle`.
+            AgentMsg::Submit(_) | AgentMsg::Internal(_) => {}
         }
     }
 

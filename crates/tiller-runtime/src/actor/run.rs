@@ -191,7 +191,7 @@ impl ActorState {
                 None => settings.definition.system_prompt.clone(),
             },
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
-            tools: settings.run_tools(),
+            tools: settings.code.tools.clone(),
         };
         self.error = None;
         self.runs = run_id;
