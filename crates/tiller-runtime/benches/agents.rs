@@ -46,12 +46,7 @@ fn main() {
     // alone.
     for (arg, only) in [("floor", true), ("memory", false)] {
         if std::env::args().skip(1).any(|given| given == arg) {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
+            two_workers().block_on(async {
                 if only {
                     bare_actors().await;
                 } else {
@@ -98,12 +93,7 @@ fn main() {
         }
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    two_workers().block_on(async {
         idle_agents().await;
         fan_out().await;
         // Three rounds of each, alternated; medians (this machine's CPU time is noisy).
@@ -125,6 +115,15 @@ fn main() {
         abort_latency().await;
         one_agent_on_sqlite("multi-thread").await;
     });
+}
+
+/// tokio's multi-thread runtime on this machine's two cores.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 async fn idle_agents() {
