@@ -108,12 +108,9 @@ impl Route {
                 waiting.push(message);
                 Ok(Routed::Sent)
             }
-            Slot::Hibernated(_) => {
-                let Slot::Hibernated(settings) =
-                    std::mem::replace(&mut routing.slot, Slot::Starting(vec![message]))
-                else {
-                    unreachable!("matched above")
-                };
+            Slot::Hibernated(settings) => {
+                let settings = settings.clone();
+                routing.slot = Slot::Starting(vec![message]);
                 Ok(Routed::Thaw(settings))
             }
             Slot::Stopped(reason) => Err(AgentError::Stopped {
