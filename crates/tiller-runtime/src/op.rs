@@ -6,10 +6,11 @@
 //! On the wire an op is tagged by `type`; a message may be given as its text:
 //!
 //! ```
-//! use tiller::{AgentMessage, Op, Reply};
+//! use tiller::{Op, Reply};
 //!
 //! let steer: Op = serde_json::from_str(r#"{"type": "steer", "text": "shorter"}"#)?;
-//! assert_eq!(steer, Op::Steer { message: AgentMessage::user("shorter") });
+//! let Op::Steer { message } = steer else { unreachable!() };
+//! assert_eq!(message.as_user().unwrap().text_content(), "shorter");
 //! let approve: Op = serde_json::from_str(r#"{"type": "approve", "request_id": "call_1"}"#)?;
 //! assert_eq!(approve, Op::Reply(Reply::approve("call_1")));
 //! # Ok::<(), serde_json::Error>(())
