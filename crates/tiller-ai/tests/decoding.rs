@@ -415,6 +415,28 @@ fn anthropic_events_without_names_still_decode() {
     assert_eq!(final_message(&events).text(), "hi");
 }
 
+/// A block index started twice ends its first block before the second starts: no
+/// block is left open when the response ends (found by the property test).
+#[test]
+fn a_repeated_block_index_ends_the_block_it_had() {
+    let start = json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "t", "name": "n", "input": {}}});
+    let events = [
+        sse::named("content_block_start", &start),
+        sse::named("content_block_start", &start),
+        sse::named(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 18}}),
+        ),
+    ];
+    let decoded = decode_events(&anthropic_model(), &events);
+    let ends = decoded
+        .iter()
+        .filter(|event| matches!(event, AssistantEvent::ToolCallEnd { .. }))
+        .count();
+    assert_eq!(ends, 2, "{decoded:#?}");
+    assert!(matches!(decoded.last(), Some(AssistantEvent::Done { .. })));
+}
+
 /// A consumer that applies each event to a `PartialMessage` holds exactly the
 /// message the stream built, before the terminal event hands it over.
 #[test]

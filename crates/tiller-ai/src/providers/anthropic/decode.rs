@@ -164,6 +164,9 @@ impl Decoder {
         if self.blocks.len() >= max || start.index >= max as u64 {
             return Err(Limit::ContentBlocks.exceeded(max));
         }
+        // A repeated index ends the block it had before the new one starts, so no
+        // block is left open.
+        self.block_stop(start.index, out);
         let block = start.content_block;
         let kind = match block.kind.as_ref() {
             "text" => {
@@ -217,7 +220,7 @@ impl Decoder {
             kind,
         });
         match self.blocks.iter_mut().find(|(at, _)| *at == start.index) {
-            // A repeated index starts the block afresh; the old one stays as it was.
+            // A repeated index starts the block afresh; the old one ended above.
             Some((_, old)) => *old = slot,
             None => self.blocks.push((start.index, slot)),
         }
