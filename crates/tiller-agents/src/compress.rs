@@ -78,10 +78,8 @@ impl Compression {
     }
 }
 
-/// Cuts, in place, the assistant messages of `messages` longer than `max_chars`;
-/// answers how many were cut.
-fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) -> usize {
-    let mut cut = 0;
+/// Cuts, in place, the assistant messages of `messages` longer than `max_chars`.
+fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) {
     for (seq, message) in messages.iter_mut().enumerate() {
         let Some(assistant) = message.as_assistant() else {
             continue;
@@ -105,9 +103,7 @@ fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) -> usize {
             .content
             .insert(0, AssistantContent::Text(TextContent::new(marker)));
         *message = Arc::new(shortened.into());
-        cut += 1;
     }
-    cut
 }
 
 /// The `lookup` tool: reads a cut message of the calling agent's session from

@@ -102,17 +102,6 @@ pub fn choose_model(
         model = named(&patch.model);
         base_url = named(&patch.base_url);
     }
-    let faux = |notice: Option<String>| ModelChoice {
-        model: tiller_ai::faux::demo_model(),
-        api_key: None,
-        notice,
-    };
-    if tiller_ai::faux::is_named(
-        provider.as_ref().map(|n| n.value.as_str()),
-        model.as_ref().map(|n| n.value.as_str()),
-    ) {
-        return Ok(faux(None));
-    }
     let chosen = chosen_from(|name| match name {
         "TILLER_PROVIDER" => provider.as_ref().map(|n| n.value.clone()),
         "TILLER_MODEL" => model.as_ref().map(|n| n.value.clone()),
@@ -144,10 +133,14 @@ pub fn choose_model(
             api_key: if from_file { None } else { chosen.api_key },
             notice: None,
         },
-        None => faux(Some(
-            "no provider configured (use --provider, --base-url or --model, or set \
-             OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
-                .to_owned(),
-        )),
+        None => ModelChoice {
+            model: tiller_ai::faux::demo_model(),
+            api_key: None,
+            notice: Some(
+                "no provider configured (use --provider, --base-url or --model, or set \
+                 OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
+                    .to_owned(),
+            ),
+        },
     })
 }

@@ -57,10 +57,14 @@ fn env_var(name: &str) -> Option<String> {
 }
 
 /// The model alone of [`from_env`], over any source of variables; `None` when
-/// nothing is set.
+/// nothing is set. `faux` (as the provider, or the model without one) is the
+/// scripted demo model.
 pub fn model_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Model>, EnvError> {
     let spec = var("TILLER_MODEL");
     let provider = var("TILLER_PROVIDER");
+    if crate::faux::is_named(provider.as_deref(), spec.as_deref()) {
+        return Ok(Some(crate::faux::demo_model()));
+    }
     if let Some(base_url) = var("TILLER_BASE_URL") {
         let provider_name = provider.as_deref().unwrap_or("openai-compatible");
         let api = catalog::provider(provider_name).map_or(Api::OpenAiCompletions, |p| p.api);

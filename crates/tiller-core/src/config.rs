@@ -182,29 +182,17 @@ pub const RUN_UNTIL_NUDGE: &str = "The task is not finished yet: keep going.";
 impl RunHooks {
     /// These hooks with each one `over` sets in place of this one's.
     pub fn merged(&self, over: &RunHooks) -> RunHooks {
+        fn pick<T: Clone>(mine: &Option<T>, theirs: &Option<T>) -> Option<T> {
+            theirs.as_ref().or(mine.as_ref()).cloned()
+        }
         RunHooks {
-            convert_to_llm: over
-                .convert_to_llm
-                .clone()
-                .or_else(|| self.convert_to_llm.clone()),
-            transform_context: over
-                .transform_context
-                .clone()
-                .or_else(|| self.transform_context.clone()),
-            api_key_resolver: over
-                .api_key_resolver
-                .clone()
-                .or_else(|| self.api_key_resolver.clone()),
-            before_tool_call: over
-                .before_tool_call
-                .clone()
-                .or_else(|| self.before_tool_call.clone()),
-            after_tool_call: over
-                .after_tool_call
-                .clone()
-                .or_else(|| self.after_tool_call.clone()),
-            stop_when: over.stop_when.clone().or_else(|| self.stop_when.clone()),
-            run_until: over.run_until.clone().or_else(|| self.run_until.clone()),
+            convert_to_llm: pick(&self.convert_to_llm, &over.convert_to_llm),
+            transform_context: pick(&self.transform_context, &over.transform_context),
+            api_key_resolver: pick(&self.api_key_resolver, &over.api_key_resolver),
+            before_tool_call: pick(&self.before_tool_call, &over.before_tool_call),
+            after_tool_call: pick(&self.after_tool_call, &over.after_tool_call),
+            stop_when: pick(&self.stop_when, &over.stop_when),
+            run_until: pick(&self.run_until, &over.run_until),
         }
     }
 }

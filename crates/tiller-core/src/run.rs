@@ -245,20 +245,9 @@ pub async fn run_loop(
 }
 
 /// Runs the loop to its end from `start`, which [`check_start`] decided on
-/// `context`'s transcript; like [`run_loop`] otherwise.
+/// `context`'s transcript; like [`run_loop`] otherwise. Should the loop itself
+/// panic, the run still ends with an error message and `agent_end`.
 pub async fn run_from(
-    start: Start,
-    context: LoopContext,
-    config: LoopConfig,
-    cancel: CancellationToken,
-    sink: EventSink,
-) -> Vec<AgentMessage> {
-    guarded(start, context, config, cancel, sink).await
-}
-
-/// A run that, should the loop itself panic, still ends with an error message and
-/// `agent_end`.
-async fn guarded(
     start: Start,
     context: LoopContext,
     config: LoopConfig,

@@ -65,6 +65,5 @@ pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor};
 
-// Paths the modules name the loop's and the wire's types by.
-use tiller_ai::{env, faux};
+// Paths the modules name the loop's types by.
 use tiller_core::{AgentContext, AgentMessage, ContextIds};

@@ -129,15 +129,13 @@ impl DefinitionPatch {
         }
     }
 
-    /// The model it names, if it names one (`faux` is the scripted demo model).
+    /// The model it names, if it names one (`faux` is the scripted demo model;
+    /// see [`tiller_ai::env::model_from`]).
     pub fn model(&self) -> Result<Option<Model>, PatchError> {
         if self.provider.is_none() && self.model.is_none() && self.base_url.is_none() {
             return Ok(None);
         }
-        if crate::faux::is_named(self.provider.as_deref(), self.model.as_deref()) {
-            return Ok(Some(crate::faux::demo_model()));
-        }
-        crate::env::model_from(|variable| match variable {
+        tiller_ai::env::model_from(|variable| match variable {
             "TILLER_PROVIDER" => self.provider.clone(),
             "TILLER_MODEL" => self.model.clone(),
             "TILLER_BASE_URL" => self.base_url.clone(),
@@ -252,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_patch_that_cannot_be_used_changes_nothing() {
-        let mut definition = AgentDefinition::new(crate::faux::demo_model());
+        let mut definition = AgentDefinition::new(tiller_ai::faux::demo_model());
         let before = serde_json::to_value(&definition).unwrap();
         let error = DefinitionPatch {
             temperature: Some(0.1),

@@ -83,7 +83,7 @@ pub struct AgentSettings {
 
 impl From<tiller_ai::env::EnvModel> for AgentSettings {
     /// Default settings with the model the environment chose
-    /// ([`crate::env::from_env`]), passing the key it chose to pass.
+    /// ([`tiller_ai::env::from_env`]), passing the key it chose to pass.
     fn from(chosen: tiller_ai::env::EnvModel) -> Self {
         let mut settings = AgentSettings::new(chosen.model);
         settings.definition.run.stream.api_key = chosen.api_key;

@@ -200,15 +200,6 @@ impl ActorState {
         };
         match request {
             AgentMsg::Submit(submission) => self.submit(*submission),
-            request => self.request(request),
-        }
-        self.activity += 1;
-        self.schedule_hibernation();
-    }
-
-    /// The requests besides ops.
-    fn request(&mut self, request: AgentMsg) {
-        match request {
             AgentMsg::UpdateSettings(change, reply) => {
                 // Changed on a copy: a change that panics leaves the settings whole.
                 let mut changed = (*self.settings).clone();
@@ -228,9 +219,11 @@ impl ActorState {
             AgentMsg::Subscribe(buffer, reply) => {
                 let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
             }
-            // Dispatched by `handle`.
-            AgentMsg::Submit(_) | AgentMsg::Internal(_) => {}
+            // A routed request is never one of the runtime's own signals.
+            AgentMsg::Internal(_) => {}
         }
+        self.activity += 1;
+        self.schedule_hibernation();
     }
 
     /// Carries out an op; its reply hears once it is done (and durable).
