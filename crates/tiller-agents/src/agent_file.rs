@@ -60,6 +60,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tiller_core::{Approval, ToolFilter};
+#[cfg(feature = "mcp")]
 use tiller_mcp::McpServer;
 use tiller_runtime::{DefinitionPatch, PatchError};
 
@@ -93,6 +94,7 @@ pub struct AgentFile {
     pub tool_filter: ToolFilter,
     /// The MCP servers whose tools it uses (`mcp_servers`), connected by
     /// [`crate::Definitions::connect_mcp`] or [`ToolRegistry::connect_mcp`].
+    #[cfg(feature = "mcp")]
     pub mcp_servers: Vec<McpServer>,
     /// Which tools' calls wait for the user's approval (`approvals`), by name.
     pub approvals: BTreeMap<String, ApprovalRule>,
@@ -326,6 +328,7 @@ impl AgentFile {
                 tools.push(tool);
             }
         }
+        #[cfg(feature = "mcp")]
         for (index, server) in self.mcp_servers.iter().enumerate() {
             let client = registry.mcp(&server.name).ok_or_else(|| {
                 error(
@@ -479,8 +482,13 @@ struct Extra {
     include_tools: Vec<String>,
     #[serde(default)]
     exclude_tools: Vec<String>,
+    #[cfg(feature = "mcp")]
     #[serde(default)]
     mcp_servers: Vec<McpServer>,
+    /// Read only to say that this build cannot connect them.
+    #[cfg(not(feature = "mcp"))]
+    #[serde(default)]
+    mcp_servers: Vec<Value>,
     #[serde(default)]
     approvals: BTreeMap<String, ApprovalRule>,
     max_asks_per_tool: Option<u32>,
@@ -541,6 +549,14 @@ impl RawAgentFile {
             .collect::<Result<Vec<_>, _>>()?;
         check_tools(&tools)?;
         check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
+        #[cfg(not(feature = "mcp"))]
+        if !extra.mcp_servers.is_empty() {
+            return Err((
+                "json_schema_extra.mcp_servers".to_owned(),
+                "this build of Tiller has no MCP support: enable the `mcp` feature".to_owned(),
+            ));
+        }
+        #[cfg(feature = "mcp")]
         for (index, server) in extra.mcp_servers.iter().enumerate() {
             let field = format!("json_schema_extra.mcp_servers[{index}]");
             server.check().map_err(|message| (field.clone(), message))?;
@@ -603,6 +619,7 @@ impl RawAgentFile {
                 include: extra.include_tools,
                 exclude: extra.exclude_tools,
             },
+            #[cfg(feature = "mcp")]
             mcp_servers: extra.mcp_servers,
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,

@@ -91,21 +91,6 @@ impl CommandTool {
         self
     }
 
-    /// The program run.
-    pub fn program(&self) -> &PathBuf {
-        &self.program
-    }
-
-    /// Its arguments.
-    pub fn args(&self) -> &[String] {
-        &self.args
-    }
-
-    /// How long a call may take.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let input = serde_json::to_vec(&args)?;
         let mut command = Command::new(&self.program);

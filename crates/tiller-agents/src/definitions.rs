@@ -25,6 +25,7 @@ use std::sync::Arc;
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
 use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
+#[cfg(feature = "mcp")]
 use tiller_mcp::{McpError, McpServer};
 
 /// Agent definitions by name, each in one or more versions, with what their
@@ -80,6 +81,7 @@ pub enum DefinitionsError {
     #[error(transparent)]
     Unusable(AgentFileError),
     /// An MCP server a definition lists could not be connected to.
+    #[cfg(feature = "mcp")]
     #[error(transparent)]
     Mcp(#[from] McpError),
 }
@@ -141,6 +143,7 @@ impl Definitions {
     /// Connects to every MCP server the definitions list (once per name), so that
     /// their agents get its tools; the connections stay up while the definitions
     /// (or a clone of them) live.
+    #[cfg(feature = "mcp")]
     pub async fn connect_mcp(&mut self) -> Result<(), DefinitionsError> {
         let servers: Vec<McpServer> = self
             .iter()

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(feature = "mcp")]
 use tiller_mcp::{McpClient, McpError, McpServer};
 
 use crate::AgentTool;
@@ -30,6 +31,7 @@ use crate::AgentTool;
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn AgentTool>>,
+    #[cfg(feature = "mcp")]
     mcp: BTreeMap<String, McpClient>,
 }
 
@@ -63,17 +65,20 @@ impl ToolRegistry {
     /// The same registry with an MCP server's connection: agent files listing
     /// the server (by name, in `mcp_servers`) take its tools from it, as listed
     /// when each agent is made.
+    #[cfg(feature = "mcp")]
     pub fn with_mcp(mut self, client: McpClient) -> Self {
         self.mcp.insert(client.name().to_owned(), client);
         self
     }
 
     /// The connection to the MCP server `name`.
+    #[cfg(feature = "mcp")]
     pub fn mcp(&self, name: &str) -> Option<&McpClient> {
         self.mcp.get(name)
     }
 
     /// Connects to those of `servers` it has no connection to (by name).
+    #[cfg(feature = "mcp")]
     pub async fn connect_mcp(&mut self, servers: &[McpServer]) -> Result<(), McpError> {
         for server in servers {
             if !self.mcp.contains_key(&server.name) {
@@ -87,9 +92,10 @@ impl ToolRegistry {
 
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolRegistry")
-            .field("tools", &self.tools.keys().collect::<Vec<_>>())
-            .field("mcp", &self.mcp.keys().collect::<Vec<_>>())
-            .finish()
+        let mut shown = f.debug_struct("ToolRegistry");
+        shown.field("tools", &self.tools.keys().collect::<Vec<_>>());
+        #[cfg(feature = "mcp")]
+        shown.field("mcp", &self.mcp.keys().collect::<Vec<_>>());
+        shown.finish()
     }
 }

@@ -53,11 +53,6 @@ impl PartialMessage {
         &self.message
     }
 
-    /// The message as it stands, by value.
-    pub fn into_message(self) -> AssistantMessage {
-        self.message
-    }
-
     /// Applies one event. Events that do not fit the message (a delta for a block
     /// that does not exist, say) are ignored rather than trusted.
     pub fn apply(&mut self, event: &AssistantEvent) {

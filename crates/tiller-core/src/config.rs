@@ -327,12 +327,6 @@ impl LoopConfig {
         }
     }
 
-    /// Runs for `context`.
-    pub fn with_context(mut self, context: AgentContext) -> Self {
-        self.context = context;
-        self
-    }
-
     /// Sets what the model sees of the transcript.
     pub fn with_convert_to_llm(
         mut self,

@@ -80,15 +80,6 @@ impl UserRequest {
         }
     }
 
-    /// Its tool.
-    pub fn tool_name(&self) -> &str {
-        match self {
-            UserRequest::Input { tool_name, .. } | UserRequest::Approval { tool_name, .. } => {
-                tool_name
-            }
-        }
-    }
-
     /// The request in brief, for messages to people: what the tool asks, or
     /// that it needs approval.
     pub fn describe(&self) -> String {

@@ -61,11 +61,6 @@ pub enum ToolSetError {
 }
 
 impl ToolSet {
-    /// No tools.
-    pub fn empty() -> Self {
-        ToolSet::default()
-    }
-
     /// Checks and compiles `tools`.
     pub fn new(tools: impl IntoIterator<Item = Arc<dyn AgentTool>>) -> Result<Self, ToolSetError> {
         let mut registered = Vec::new();
@@ -116,16 +111,6 @@ impl ToolSet {
     /// The tools, in order.
     pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn AgentTool>> {
         self.tools.iter().map(|r| &r.tool)
-    }
-
-    /// How many tools there are.
-    pub fn len(&self) -> usize {
-        self.tools.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
     }
 
     /// Checks arguments for the tool `name` as a run does before calling it:

@@ -131,14 +131,6 @@ pub struct Relay {
     starts_at: u64,
 }
 
-impl Relay {
-    /// The sequence number of the first delivery it sees: everything numbered
-    /// below was published before it was made.
-    pub fn starts_at(&self) -> u64 {
-        self.starts_at
-    }
-}
-
 impl fmt::Debug for Relay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Relay")
@@ -322,11 +314,6 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    /// The agent this subscription follows.
-    pub fn agent_id(&self) -> &AgentId {
-        &self.agent_id
-    }
-
     /// The sequence number of the first delivery this subscription can see:
     /// everything numbered below it was published before it subscribed.
     pub fn starts_at(&self) -> u64 {

@@ -258,11 +258,6 @@ impl Server {
         }
     }
 
-    /// The supervisor whose agents it serves.
-    pub fn supervisor(&self) -> &Supervisor {
-        &self.shared.supervisor
-    }
-
     /// The routes, for a host to serve or nest in its own router.
     pub fn router(&self) -> Router {
         Router::new()

@@ -52,7 +52,8 @@
 //! written down in [`runtime_semantics`]; the layers, the path of one prompt and
 //! where each fact lives, in [`architecture`].
 //!
-//! Features: `sqlite` and `postgres`, the session stores (both on by default).
+//! Features (all on by default): `sqlite` and `postgres`, the session stores;
+//! `mcp`, tools from MCP servers and tools served to MCP hosts ([`tiller_mcp`]).
 
 pub use tiller_runtime::{
     self, AgentCode, AgentDefinition, AgentError, AgentHandle, AgentId, AgentInfo, AgentMsg,
@@ -110,6 +111,7 @@ pub use tiller_core::{
 /// `Ok` is a `String`, a `serde_json::Value` or a [`ToolOutput`], and whose `Err`
 /// converts into a [`ToolError`].
 pub use tiller_macros::tool;
+#[cfg(feature = "mcp")]
 pub use tiller_mcp::{self, McpClient, McpServer, McpToolServer};
 pub use tiller_store::{self, SessionStore};
 
