@@ -147,6 +147,16 @@ impl MessageBuilder {
         }
     }
 
+    /// Attaches the provider's signature to a tool call before it ends (Gemini's
+    /// thought signature, sent back with the call).
+    pub(crate) fn sign_tool_call(&mut self, content_index: usize, signature: &str) {
+        if let Some(AssistantContent::ToolCall(call)) =
+            self.partial.message_mut().content.get_mut(content_index)
+        {
+            call.signature = Some(signature.to_owned());
+        }
+    }
+
     pub(crate) fn tool_call_delta(&mut self, content_index: usize, delta: &str) {
         self.emit(AssistantEvent::ToolCallDelta {
             content_index,
@@ -257,5 +267,6 @@ fn finished_call(
         name: call.name.clone(),
         arguments,
         arguments_error,
+        signature: call.signature.clone(),
     }
 }

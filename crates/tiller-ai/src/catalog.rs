@@ -24,8 +24,9 @@ pub struct ProviderInfo {
     pub api: Api,
     /// Its API address.
     pub base_url: &'static str,
-    /// The environment variable holding its API key; `None` for local servers that need none.
-    pub api_key_env: Option<&'static str>,
+    /// The environment variables holding its API key, the first set one winning;
+    /// none for local servers that need no key.
+    pub api_key_env: &'static [&'static str],
     /// The model used when only the provider is named.
     pub default_model: &'static str,
 }
@@ -37,11 +38,20 @@ impl ProviderInfo {
         if let Some(model) = find_listed(self.name, id) {
             return model;
         }
-        let described = match self.api {
-            Api::AnthropicMessages => Model::anthropic_compatible(self.base_url, id),
-            _ => Model::openai_compatible(self.base_url, id),
-        };
-        described.with_provider(self.name)
+        Model::speaking(self.api, self.base_url, id).with_provider(self.name)
+    }
+
+    /// Its API key as `var` reads it, with the variable it came from: the first
+    /// of [`ProviderInfo::api_key_env`] holding a key.
+    pub fn api_key_from(
+        &self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Option<(&'static str, String)> {
+        self.api_key_env.iter().find_map(|name| {
+            let key = var(name)?;
+            let key = key.trim();
+            (!key.is_empty()).then(|| (*name, key.to_owned()))
+        })
     }
 }
 
@@ -50,63 +60,70 @@ const PROVIDERS: &[ProviderInfo] = &[
         name: "openai",
         api: Api::OpenAiCompletions,
         base_url: "https://api.openai.com/v1",
-        api_key_env: Some("OPENAI_API_KEY"),
+        api_key_env: &["OPENAI_API_KEY"],
         default_model: "gpt-4o-mini",
     },
     ProviderInfo {
         name: "anthropic",
         api: Api::AnthropicMessages,
         base_url: "https://api.anthropic.com/v1",
-        api_key_env: Some("ANTHROPIC_API_KEY"),
+        api_key_env: &["ANTHROPIC_API_KEY"],
         default_model: "claude-haiku-4-5",
+    },
+    ProviderInfo {
+        name: "gemini",
+        api: Api::GoogleGenerativeAi,
+        base_url: "https://generativelanguage.googleapis.com/v1beta",
+        api_key_env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        default_model: "gemini-2.5-flash",
     },
     ProviderInfo {
         name: "openrouter",
         api: Api::OpenAiCompletions,
         base_url: "https://openrouter.ai/api/v1",
-        api_key_env: Some("OPENROUTER_API_KEY"),
+        api_key_env: &["OPENROUTER_API_KEY"],
         default_model: "openai/gpt-4o-mini",
     },
     ProviderInfo {
         name: "groq",
         api: Api::OpenAiCompletions,
         base_url: "https://api.groq.com/openai/v1",
-        api_key_env: Some("GROQ_API_KEY"),
+        api_key_env: &["GROQ_API_KEY"],
         default_model: "llama-3.3-70b-versatile",
     },
     ProviderInfo {
         name: "deepseek",
         api: Api::OpenAiCompletions,
         base_url: "https://api.deepseek.com/v1",
-        api_key_env: Some("DEEPSEEK_API_KEY"),
+        api_key_env: &["DEEPSEEK_API_KEY"],
         default_model: "deepseek-chat",
     },
     ProviderInfo {
         name: "mistral",
         api: Api::OpenAiCompletions,
         base_url: "https://api.mistral.ai/v1",
-        api_key_env: Some("MISTRAL_API_KEY"),
+        api_key_env: &["MISTRAL_API_KEY"],
         default_model: "mistral-small-latest",
     },
     ProviderInfo {
         name: "llamacpp",
         api: Api::OpenAiCompletions,
         base_url: "http://127.0.0.1:8080/v1",
-        api_key_env: None,
+        api_key_env: &[],
         default_model: "default",
     },
     ProviderInfo {
         name: "vllm",
         api: Api::OpenAiCompletions,
         base_url: "http://127.0.0.1:8000/v1",
-        api_key_env: None,
+        api_key_env: &[],
         default_model: "default",
     },
     ProviderInfo {
         name: "ollama",
         api: Api::OpenAiCompletions,
         base_url: "http://127.0.0.1:11434/v1",
-        api_key_env: None,
+        api_key_env: &[],
         default_model: "llama3.2",
     },
 ];
@@ -172,6 +189,11 @@ const MODELS: &[Listed] = &[
     listed("anthropic", "claude-sonnet-4-5", "Claude Sonnet 4.5", true, [3.00, 15.00, 0.30, 3.75], 200_000, 64_000),
     listed("anthropic", "claude-haiku-4-5", "Claude Haiku 4.5", true, [1.00, 5.00, 0.10, 1.25], 200_000, 64_000),
     listed("anthropic", "claude-opus-4-1", "Claude Opus 4.1", true, [15.00, 75.00, 1.50, 18.75], 200_000, 32_000),
+    listed("gemini", "gemini-3-pro-preview", "Gemini 3 Pro (preview)", true, [2.00, 12.00, 0.20, 0.0], 1_048_576, 65_536),
+    listed("gemini", "gemini-3-flash-preview", "Gemini 3 Flash (preview)", true, [0.50, 3.00, 0.05, 0.0], 1_048_576, 65_536),
+    listed("gemini", "gemini-2.5-pro", "Gemini 2.5 Pro", true, [1.25, 10.00, 0.125, 0.0], 1_048_576, 65_536),
+    listed("gemini", "gemini-2.5-flash", "Gemini 2.5 Flash", true, [0.30, 2.50, 0.03, 0.0], 1_048_576, 65_536),
+    listed("gemini", "gemini-2.5-flash-lite", "Gemini 2.5 Flash-Lite", true, [0.10, 0.40, 0.01, 0.0], 1_048_576, 65_536),
 ];
 
 fn to_model(entry: &Listed) -> Option<Model> {

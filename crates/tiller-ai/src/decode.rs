@@ -11,13 +11,14 @@ use crate::event::AssistantEvent;
 use crate::limits::StreamLimits;
 use crate::message::AssistantMessage;
 use crate::model::{Api, Model};
-use crate::providers::{anthropic, openai, pi_proxy};
+use crate::providers::{anthropic, gemini, openai, pi_proxy};
 use crate::sse::{Flow, SseDecoder, SseEvent};
 
 /// A provider's reading of its event stream.
 pub(crate) enum WireDecoder {
     OpenAi(openai::Decoder),
     Anthropic(anthropic::Decoder),
+    Gemini(gemini::Decoder),
     PiProxy(pi_proxy::Decoder),
 }
 
@@ -27,6 +28,7 @@ impl WireDecoder {
         match model.api {
             Api::OpenAiCompletions => Some(WireDecoder::OpenAi(openai::Decoder::new(model))),
             Api::AnthropicMessages => Some(WireDecoder::Anthropic(anthropic::Decoder::new(model))),
+            Api::GoogleGenerativeAi => Some(WireDecoder::Gemini(gemini::Decoder::new(model))),
             Api::PiProxy => Some(WireDecoder::PiProxy(pi_proxy::Decoder::new(model))),
             Api::Faux => None,
         }
@@ -48,6 +50,7 @@ impl WireDecoder {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_event(event, out),
             WireDecoder::Anthropic(decoder) => decoder.on_event(event, out),
+            WireDecoder::Gemini(decoder) => decoder.on_event(event, out),
             WireDecoder::PiProxy(decoder) => decoder.on_event(event, out),
         }
     }
@@ -57,6 +60,7 @@ impl WireDecoder {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_end(out),
             WireDecoder::Anthropic(decoder) => decoder.on_end(out),
+            WireDecoder::Gemini(decoder) => decoder.on_end(out),
             WireDecoder::PiProxy(decoder) => decoder.on_end(out),
         }
     }
@@ -115,7 +119,7 @@ impl BodyDecoder {
     }
 }
 
-/// Decodes a recorded response body of an OpenAI or Anthropic stream into the
+/// Decodes a recorded response body of an OpenAI, Anthropic or Gemini stream into the
 /// events a live stream would yield.
 ///
 /// ```

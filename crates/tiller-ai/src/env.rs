@@ -6,7 +6,7 @@
 //! | `TILLER_MODEL` | `provider/model-id`, such as `openai/gpt-4o-mini` or `anthropic/claude-sonnet-4-5`; a bare model id with `TILLER_PROVIDER` or `TILLER_BASE_URL` |
 //! | `TILLER_PROVIDER` | a provider from [`crate::catalog::providers`] (its default model unless `TILLER_MODEL` names one) |
 //! | `TILLER_BASE_URL` | any OpenAI-compatible server (llama.cpp, vLLM, Ollama): `http://127.0.0.1:8080/v1` |
-//! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, … | the provider's key; when only a key is set, its provider's default model is used |
+//! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY` (or `GOOGLE_API_KEY`), … | the provider's key; when only a key is set, its provider's default model is used |
 //!
 //! With none of these set, [`from_env`] answers `None` and the caller picks its own
 //! default (Tiller's examples use the scripted faux model).
@@ -45,8 +45,8 @@ pub fn chosen_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<EnvMod
         return Ok(None);
     };
     let api_key = var("TILLER_BASE_URL")
-        .and_then(|_| var(catalog::provider(&model.provider)?.api_key_env?))
-        .map(|key| ApiKey::new(key.trim()));
+        .and_then(|_| catalog::provider(&model.provider)?.api_key_from(&var))
+        .map(|(_, key)| ApiKey::new(key));
     Ok(Some(EnvModel { model, api_key }))
 }
 
@@ -73,11 +73,9 @@ pub fn model_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Model>,
                 .and_then(|rest| rest.strip_prefix('/'))
                 .unwrap_or(spec)
         });
-        let model = match api {
-            Api::AnthropicMessages => Model::anthropic_compatible(base_url, id),
-            _ => Model::openai_compatible(base_url, id),
-        };
-        return Ok(Some(model.with_provider(provider_name)));
+        return Ok(Some(
+            Model::speaking(api, base_url, id).with_provider(provider_name),
+        ));
     }
     if let Some(spec) = spec {
         let resolved = match &provider {
@@ -108,7 +106,7 @@ pub fn model_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Model>,
     }
     let keyed = catalog::providers()
         .iter()
-        .find(|p| p.api_key_env.is_some_and(|env| var(env).is_some()));
+        .find(|p| p.api_key_from(&var).is_some());
     Ok(keyed.map(|p| p.model(p.default_model)))
 }
 

@@ -58,24 +58,22 @@ pub(crate) fn api_key(
     let Some(provider) = catalog::provider(&model.provider) else {
         return Ok(None);
     };
-    let Some(env_var) = provider.api_key_env else {
+    if provider.api_key_env.is_empty() {
         return Ok(None);
-    };
-    let key = std::env::var(env_var)
-        .ok()
-        .filter(|key| !key.trim().is_empty());
+    }
+    let key = provider.api_key_from(|name| std::env::var(name).ok());
     let host = origin(&model.base_url);
     let own_host = host == origin(provider.base_url);
     match key {
-        Some(key) if own_host => Ok(Some(ApiKey::new(key.trim()))),
-        Some(_) => Err(StreamError::KeyWithheld {
+        Some((_, key)) if own_host => Ok(Some(ApiKey::new(key))),
+        Some((env_var, _)) => Err(StreamError::KeyWithheld {
             provider: model.provider.clone(),
             env_var: env_var.to_owned(),
             host: host.map_or_else(|| "an invalid address".to_owned(), |(host, _)| host),
         }),
         None if own_host => Err(StreamError::MissingApiKey {
             provider: model.provider.clone(),
-            env_var: env_var.to_owned(),
+            env_var: provider.api_key_env.join(" or "),
         }),
         None => Ok(None),
     }

@@ -176,6 +176,10 @@ pub struct ToolCall {
     /// Why the arguments could not be used, when they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_error: Option<ArgumentsError>,
+    /// An opaque provider signature that must be sent back with the call, if any
+    /// (Gemini's thought signature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// Why a tool call's streamed arguments could not be used.

@@ -18,6 +18,9 @@ pub enum Api {
     /// Anthropic's messages API.
     #[serde(rename = "anthropic-messages")]
     AnthropicMessages,
+    /// Google's Gemini API (`streamGenerateContent`).
+    #[serde(rename = "google-generative-ai")]
+    GoogleGenerativeAi,
     /// The scripted in-process provider of [`crate::faux`], for tests and demos.
     #[serde(rename = "faux")]
     Faux,
@@ -33,6 +36,7 @@ impl Api {
         match self {
             Api::OpenAiCompletions => "openai-completions",
             Api::AnthropicMessages => "anthropic-messages",
+            Api::GoogleGenerativeAi => "google-generative-ai",
             Api::Faux => "faux",
             Api::PiProxy => "pi-proxy",
         }
@@ -43,6 +47,7 @@ impl Api {
         [
             Api::OpenAiCompletions,
             Api::AnthropicMessages,
+            Api::GoogleGenerativeAi,
             Api::Faux,
             Api::PiProxy,
         ]
@@ -133,6 +138,27 @@ impl Model {
     /// A model on any server speaking Anthropic messages, with no known prices.
     pub fn anthropic_compatible(base_url: impl Into<String>, id: impl Into<String>) -> Self {
         Self::hand_described(Api::AnthropicMessages, "anthropic-compatible", base_url, id)
+    }
+
+    /// A model on any server speaking `api`, with no known prices, under the
+    /// provider name `<api>-compatible` (`openai-compatible` for APIs without
+    /// compatible servers of their own: the faux and proxy APIs).
+    ///
+    /// ```
+    /// use tiller_ai::{Api, Model};
+    /// let model = Model::speaking(Api::GoogleGenerativeAi, "http://127.0.0.1:9000/v1beta", "gemini-2.5-flash");
+    /// assert_eq!(model.provider, "google-generative-ai-compatible");
+    /// ```
+    pub fn speaking(api: Api, base_url: impl Into<String>, id: impl Into<String>) -> Self {
+        match api {
+            Api::AnthropicMessages => Self::anthropic_compatible(base_url, id),
+            Api::GoogleGenerativeAi => {
+                Self::hand_described(api, "google-generative-ai-compatible", base_url, id)
+            }
+            Api::OpenAiCompletions | Api::Faux | Api::PiProxy => {
+                Self::openai_compatible(base_url, id)
+            }
+        }
     }
 
     /// The model `provider`/`id` reached through a pi proxy at `proxy_url` (such

@@ -124,6 +124,7 @@ impl PartialMessage {
                         name: name.clone(),
                         arguments: Value::Object(Map::new()),
                         arguments_error: None,
+                        signature: None,
                     })));
                     self.arguments.push(ArgumentText {
                         content_index: *content_index,

@@ -208,6 +208,7 @@ pub enum PiAssistantContent<'a> {
         redacted: bool,
     },
     /// A tool call.
+    #[serde(rename_all = "camelCase")]
     ToolCall {
         /// The call's id.
         id: Cow<'a, str>,
@@ -216,6 +217,9 @@ pub enum PiAssistantContent<'a> {
         /// The arguments.
         #[serde(default)]
         arguments: Cow<'a, Value>,
+        /// Gemini's signature over the call, sent back with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thought_signature: Option<Cow<'a, str>>,
     },
 }
 
@@ -612,11 +616,13 @@ impl From<PiAssistantContent<'_>> for AssistantContent {
                 id,
                 name,
                 arguments,
+                thought_signature,
             } => AssistantContent::ToolCall(Box::new(ToolCall {
                 id: id.into_owned(),
                 name: name.into_owned(),
                 arguments: arguments.into_owned(),
                 arguments_error: None,
+                signature: thought_signature.map(Cow::into_owned),
             })),
         }
     }
@@ -635,6 +641,7 @@ impl<'a> From<&'a AssistantContent> for PiAssistantContent<'a> {
                 id: Cow::Borrowed(&call.id),
                 name: Cow::Borrowed(&call.name),
                 arguments: Cow::Borrowed(&call.arguments),
+                thought_signature: call.signature.as_deref().map(Cow::Borrowed),
             },
         }
     }

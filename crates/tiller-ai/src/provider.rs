@@ -65,6 +65,25 @@ pub struct OpenAiCompletions;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AnthropicMessages;
 
+/// Google's Gemini API over HTTP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GoogleGenerativeAi;
+
+impl Provider for GoogleGenerativeAi {
+    fn stream(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        options: &StreamOptions,
+    ) -> AssistantStream {
+        AssistantStream::over_http(
+            crate::providers::gemini::request(model, context, options),
+            model,
+            options,
+        )
+    }
+}
+
 /// pi's proxy endpoint over HTTP ([`Model::pi_proxy`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PiProxy;

@@ -16,7 +16,9 @@ use crate::http::{HttpRequest, HttpSource};
 use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
-use crate::provider::{AnthropicMessages, OpenAiCompletions, PiProxy, Provider, ProviderEvent};
+use crate::provider::{
+    AnthropicMessages, GoogleGenerativeAi, OpenAiCompletions, PiProxy, Provider, ProviderEvent,
+};
 
 /// Streams one response of `model` to `context`.
 ///
@@ -54,6 +56,7 @@ pub fn stream_ref(
     match model.api {
         Api::OpenAiCompletions => OpenAiCompletions.stream(model, context, options),
         Api::AnthropicMessages => AnthropicMessages.stream(model, context, options),
+        Api::GoogleGenerativeAi => GoogleGenerativeAi.stream(model, context, options),
         Api::PiProxy => PiProxy.stream(model, context, options),
         Api::Faux => AssistantStream::failed(
             model,

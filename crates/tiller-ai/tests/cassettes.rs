@@ -176,6 +176,7 @@ fn the_exact_events_of_a_zero_argument_call() {
         name: "ping".into(),
         arguments: json!({}),
         arguments_error: None,
+        signature: None,
     };
     let mut message = final_message(&events).clone();
     assert_eq!(

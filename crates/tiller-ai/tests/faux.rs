@@ -196,6 +196,7 @@ async fn a_scripted_length_stop_truncates_unfinished_arguments() {
             arguments_error: Some(ArgumentsError::Truncated {
                 received: "{\"path\": \"a.txt\", \"body\": \"Onc".into()
             }),
+            signature: None,
         }
     );
 }

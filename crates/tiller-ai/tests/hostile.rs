@@ -7,9 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anthropic, openai, options};
+use common::{anthropic, gemini, openai, options};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
+use serde_json::json;
 use tiller_ai::{
     AssistantEvent, AssistantMessage, Context, Limit, Message, Model, StopReason, StreamError,
     StreamLimits, StreamOptions,
@@ -207,4 +208,76 @@ async fn errors_never_show_a_urls_user_info_or_query() {
         "{shown}"
     );
     assert!(!message.error_message.unwrap().contains("sk-secret"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gemini_stream_meets_the_same_limits() {
+    // A stall: the text so far is kept.
+    let server = MockServer::start().await;
+    server.push(MockResponse::sse(sse::gemini_chunk(json!([{"text": "Hel"}]), None)).stall());
+    let stalling = StreamOptions {
+        idle_timeout: Some(Duration::from_secs(5)),
+        ..options()
+    };
+    let (message, error) = run(&gemini(&server), &stalling).await;
+    assert_eq!(
+        error,
+        Some(StreamError::Stalled {
+            idle_timeout_ms: 5000
+        })
+    );
+    assert_eq!(message.text(), "Hel");
+
+    // A response that never ends.
+    let server = MockServer::start().await;
+    server.push(hostile::gemini_endless_text(Duration::from_millis(100)));
+    let deadline = StreamOptions {
+        idle_timeout: Some(Duration::from_secs(5)),
+        response_deadline: Some(Duration::from_secs(2)),
+        ..options()
+    };
+    let (message, error) = run(&gemini(&server), &deadline).await;
+    assert_eq!(
+        error,
+        Some(StreamError::DeadlineExceeded { deadline_ms: 2000 })
+    );
+    assert!(
+        message.text().starts_with("Hello lo lo "),
+        "{}",
+        message.text()
+    );
+}
+
+#[tokio::test]
+async fn a_gemini_stream_meets_the_body_and_block_limits() {
+    let server = MockServer::start().await;
+    server.push(hostile::gemini_endless_text(Duration::ZERO));
+    let options_256k = StreamOptions {
+        limits: StreamLimits {
+            max_body_bytes: 256 * 1024,
+            ..StreamLimits::default()
+        },
+        ..options()
+    };
+    let (message, error) = run(&gemini(&server), &options_256k).await;
+    assert_eq!(
+        error,
+        Some(StreamError::LimitExceeded {
+            limit: Limit::BodyBytes,
+            max: 256 * 1024
+        })
+    );
+    assert!(message.text().starts_with("Hello lo "));
+
+    let server = MockServer::start().await;
+    server.push(hostile::gemini_many_tool_calls(5000));
+    let (message, error) = run(&gemini(&server), &options()).await;
+    assert_eq!(
+        error,
+        Some(StreamError::LimitExceeded {
+            limit: Limit::ContentBlocks,
+            max: 1024
+        })
+    );
+    assert_eq!(message.tool_calls().count(), 1024);
 }

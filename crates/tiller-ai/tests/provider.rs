@@ -148,6 +148,7 @@ async fn reported_events_become_the_usual_stream() {
             name: "add".into(),
             arguments: json!({"a": 2, "b": 3}),
             arguments_error: None,
+            signature: None,
         }]
     );
     assert_eq!(

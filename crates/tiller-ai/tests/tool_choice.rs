@@ -104,6 +104,7 @@ async fn a_turn_of_tool_calls_alone_says_empty_content() {
         name: "add".into(),
         arguments: json!({"a": 2, "b": 3}),
         arguments_error: None,
+        signature: None,
     };
     let mut assistant = AssistantMessage::empty(&openai(String::new()));
     assistant.content = vec![AssistantContent::ToolCall(Box::new(call.clone()))];

@@ -116,6 +116,7 @@ fn provider_contexts(tools: &ToolSet) -> Vec<Context> {
             name: "add".into(),
             arguments: json!({"a": a, "b": b}),
             arguments_error: None,
+            signature: None,
         };
         context = context
             .with_message(reply)

@@ -101,6 +101,7 @@ fn missing_result(id: &str, name: &str) -> ToolResultMessage {
         name: name.to_owned(),
         arguments: serde_json::Value::Null,
         arguments_error: None,
+        signature: None,
     };
     ToolResultMessage {
         content: vec![Content::text(MISSING_RESULT)],
@@ -120,6 +121,7 @@ fn synthesized_call(result: &ToolResultMessage, model: &Model) -> Message {
         name: result.tool_name.clone(),
         arguments: serde_json::json!({}),
         arguments_error: None,
+        signature: None,
     }))];
     message.into()
 }
@@ -149,6 +151,7 @@ pub(crate) mod tests {
                     name: "t".into(),
                     arguments: serde_json::json!({}),
                     arguments_error: None,
+                    signature: None,
                 }))
             })
             .collect();
@@ -162,6 +165,7 @@ pub(crate) mod tests {
             name: "t".into(),
             arguments: serde_json::Value::Null,
             arguments_error: None,
+            signature: None,
         };
         ToolResultMessage::text(&call, "ok", false).into()
     }

@@ -171,6 +171,7 @@ fn assistant_calling(ids: &[&str]) -> AgentMessage {
                 name: "echo".into(),
                 arguments: json!({"value": "v"}),
                 arguments_error: None,
+                signature: None,
             }))
         })
         .collect();
@@ -183,6 +184,7 @@ fn result_for(id: &str) -> AgentMessage {
         name: "echo".into(),
         arguments: json!({}),
         arguments_error: None,
+        signature: None,
     };
     ToolResultMessage::text(&call, "old result", false).into()
 }

@@ -8,7 +8,8 @@ use serde_json::Value;
 /// One recorded conversation: requests in order, each answered by its response.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Cassette {
-    /// The provider folder it was loaded from (`openai`, `anthropic`, `llamacpp`).
+    /// The provider folder it was loaded from (`openai`, `anthropic`, `llamacpp`,
+    /// `gemini`).
     #[serde(skip)]
     pub provider: String,
     /// The file name without `.json`.
@@ -52,11 +53,13 @@ pub struct RecordedResponse {
 }
 
 impl Exchange {
-    /// Whether the request asked for a stream of the chat-completions or messages API.
+    /// Whether the request asked for a stream of the chat-completions, messages or
+    /// Gemini API.
     pub fn is_streaming_chat(&self) -> bool {
-        self.request.body.get("stream") == Some(&Value::Bool(true))
-            && (self.request.path.ends_with("/chat/completions")
-                || self.request.path.ends_with("/messages"))
+        let path = &self.request.path;
+        let streamed = self.request.body.get("stream") == Some(&Value::Bool(true));
+        (streamed && (path.ends_with("/chat/completions") || path.ends_with("/messages")))
+            || path.ends_with(":streamGenerateContent")
     }
 }
 

@@ -85,3 +85,22 @@ pub fn many_tool_calls(count: u32) -> MockResponse {
     body.push_str(sse::OPENAI_DONE);
     MockResponse::sse(body)
 }
+
+/// A Gemini stream of text chunks, one every `every`, forever.
+pub fn gemini_endless_text(every: Duration) -> MockResponse {
+    MockResponse::sse("")
+        .chunks(vec![
+            sse::gemini_chunk(json!([{"text": "Hel"}]), None),
+            sse::gemini_chunk(json!([{"text": "lo "}]), None),
+        ])
+        .chunk_delay(every)
+        .repeat_last()
+}
+
+/// A Gemini stream whose one chunk holds `count` function calls.
+pub fn gemini_many_tool_calls(count: u32) -> MockResponse {
+    let calls: Vec<_> = (0..count)
+        .map(|index| json!({"functionCall": {"name": "noop", "args": {"n": index}}}))
+        .collect();
+    MockResponse::sse(sse::gemini_chunk(json!(calls), Some("STOP")))
+}

@@ -1,16 +1,22 @@
 //! The transcript rules a provider holds a request to, checked on every request the
 //! [`MockServer`](crate::MockServer) receives: each tool result follows its call,
 //! every call is answered before the conversation goes on, and, for Anthropic's
-//! messages, the roles alternate and start with the user. A request that breaks
-//! them is answered `400`, as a provider would, and recorded.
+//! messages and Gemini's contents, the roles alternate and start with the user. A
+//! request that breaks them is answered `400`, as a provider would, and recorded.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 /// Why the request to `path` with `body` breaks the transcript rules, if it does.
-/// Requests of other shapes than chat completions and Anthropic messages pass.
+/// Requests of other shapes than chat completions, Anthropic messages and Gemini's
+/// `streamGenerateContent` pass.
 pub fn check_request(path: &str, body: &Value) -> Result<(), String> {
+    if path.ends_with(":streamGenerateContent")
+        && let Some(contents) = body["contents"].as_array()
+    {
+        return check_gemini(contents);
+    }
     let Some(messages) = body["messages"].as_array() else {
         return Ok(());
     };
@@ -84,6 +90,43 @@ fn check_anthropic(messages: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
+/// Gemini contents: user first, roles (`user`, `model`) alternating; the function
+/// calls of a model turn answered, one response each, in the next (user) turn.
+fn check_gemini(contents: &[Value]) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    let mut last_role = "model";
+    for (index, turn) in contents.iter().enumerate() {
+        let role = turn["role"].as_str().unwrap_or_default();
+        if role == last_role {
+            return Err(format!(
+                "contents[{index}]: two {role} turns in a row (the roles alternate, the user first)"
+            ));
+        }
+        let parts = turn["parts"].as_array().cloned().unwrap_or_default();
+        let named = |kind: &str| -> Vec<String> {
+            let mut names: Vec<String> = parts
+                .iter()
+                .filter_map(|part| part[kind]["name"].as_str().map(str::to_owned))
+                .collect();
+            names.sort();
+            names
+        };
+        let answered = named("functionResponse");
+        if answered != open {
+            return Err(format!(
+                "contents[{index}]: answers the calls {answered:?}; the model turn before it left {open:?} open"
+            ));
+        }
+        open = if role == "model" {
+            named("functionCall")
+        } else {
+            Vec::new()
+        };
+        last_role = role;
+    }
+    Ok(())
+}
+
 /// The ids of the entries of a `tool_calls` array.
 fn call_ids(calls: &Value) -> BTreeSet<String> {
     calls
@@ -138,5 +181,29 @@ mod tests {
         assert!(check_request("/v1/messages", &twice).is_err());
         let unanswered = json!({"messages": [user, call, user]});
         assert!(check_request("/v1/messages", &unanswered).is_err());
+    }
+
+    #[test]
+    fn gemini_turns_alternate_and_answer_every_call() {
+        let path = "/v1beta/models/m:streamGenerateContent";
+        let user = json!({"role": "user", "parts": [{"text": "hi"}]});
+        let calls = json!({"role": "model", "parts": [
+            {"functionCall": {"name": "a", "args": {}}},
+            {"functionCall": {"name": "b", "args": {}}},
+        ]});
+        let response = |names: &[&str]| {
+            json!({"role": "user", "parts": names.iter()
+            .map(|name| json!({"functionResponse": {"name": name, "response": {}}}))
+            .collect::<Vec<_>>()})
+        };
+        let answer = json!({"role": "model", "parts": [{"text": "done"}]});
+        let good = json!({"contents": [user, calls, response(&["b", "a"]), answer]});
+        assert_eq!(check_request(path, &good), Ok(()));
+        let short = json!({"contents": [user, calls, response(&["a"]), answer]});
+        assert!(check_request(path, &short).is_err());
+        let twice = json!({"contents": [user, user]});
+        assert!(check_request(path, &twice).is_err());
+        let model_first = json!({"contents": [answer]});
+        assert!(check_request(path, &model_first).is_err());
     }
 }

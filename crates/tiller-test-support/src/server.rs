@@ -220,6 +220,11 @@ impl MockServer {
         MockServer { addr, shared, task }
     }
 
+    /// The server's address, without a path: `http://127.0.0.1:<port>`.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// The server's API root: `http://127.0.0.1:<port>/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)

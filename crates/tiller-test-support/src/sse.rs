@@ -133,3 +133,25 @@ pub fn anthropic_tool_call(id: &str, name: &str, input: &Value) -> String {
     ]
     .concat()
 }
+
+/// A Gemini `streamGenerateContent` chunk: `parts` of candidate 0, with a
+/// `finishReason` when given.
+pub fn gemini_chunk(parts: Value, finish_reason: Option<&str>) -> String {
+    let mut candidate = json!({"index": 0, "content": {"role": "model", "parts": parts}});
+    if let Some(reason) = finish_reason {
+        candidate["finishReason"] = json!(reason);
+    }
+    data(&json!({"candidates": [candidate]}))
+}
+
+/// A Gemini stream of the text `pieces`, one chunk each, the last finishing it.
+pub fn gemini_text_events(pieces: &[&str]) -> Vec<String> {
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(i, piece)| {
+            let last = i + 1 == pieces.len();
+            gemini_chunk(json!([{"text": piece}]), last.then_some("STOP"))
+        })
+        .collect()
+}

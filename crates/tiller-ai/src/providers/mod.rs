@@ -6,6 +6,7 @@
 //! shared and live outside this folder.
 
 pub(crate) mod anthropic;
+pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod pi_proxy;
 

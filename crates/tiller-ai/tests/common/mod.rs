@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use tiller_ai::{
-    ApiKey, ArgumentsError, AssistantContent, AssistantEvent, AssistantMessage, Content, Context,
-    ImageContent, Message, Model, ResponseDecoder, StopReason, StreamError, StreamOptions,
-    TextContent, Tool, ToolChoice, ToolResultMessage, UserMessage,
+    Api, ApiKey, ArgumentsError, AssistantContent, AssistantEvent, AssistantMessage, Content,
+    Context, ImageContent, Message, Model, ResponseDecoder, StopReason, StreamError, StreamOptions,
+    TextContent, ThinkingContent, Tool, ToolCall, ToolChoice, ToolResultMessage, UserMessage,
 };
 use tiller_test_support::{Cassette, Exchange, MockServer};
 
@@ -24,6 +24,16 @@ pub(crate) fn anthropic(server: &MockServer) -> Model {
     Model::anthropic_compatible(server.base_url(), "claude-test").with_provider("anthropic")
 }
 
+/// A Gemini model served by `server`.
+pub(crate) fn gemini(server: &MockServer) -> Model {
+    Model::speaking(
+        Api::GoogleGenerativeAi,
+        format!("{}/v1beta", server.origin()),
+        "gemini-test",
+    )
+    .with_provider("gemini")
+}
+
 /// Options with a key and no idle timeout, for the loopback-server tests.
 pub(crate) fn options() -> StreamOptions {
     StreamOptions {
@@ -33,12 +43,43 @@ pub(crate) fn options() -> StreamOptions {
     }
 }
 
-/// The model a cassette's requests were made to, served by `base_url`.
+/// The model a cassette's requests were made to, served by `base_url` (a server's
+/// `/v1` root; Gemini's recordings name their own version in the path).
 pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &str) -> Model {
+    if cassette.provider == "gemini" {
+        let path = &cassette.exchanges[0].request.path;
+        let (version, rest) = path.split_once("/models/").unwrap();
+        let id = rest.strip_suffix(":streamGenerateContent").unwrap();
+        let base = format!("{}{version}", base_url.strip_suffix("/v1").unwrap());
+        return Model::speaking(Api::GoogleGenerativeAi, base, id).with_provider("gemini");
+    }
     let id = request_body["model"].as_str().unwrap();
     match cassette.provider.as_str() {
         "anthropic" => Model::anthropic_compatible(base_url, id).with_provider("anthropic"),
         provider => Model::openai_compatible(base_url, id).with_provider(provider),
+    }
+}
+
+/// What a tool call id is compared as: an id this library made up (a UUID, for a
+/// call the provider gave none) is `generated`, as it differs on every decode.
+pub(crate) fn shown_id(id: &str) -> String {
+    let made_up = id.len() == 36
+        && id.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    if made_up {
+        "generated".to_owned()
+    } else {
+        id.to_owned()
+    }
+}
+
+fn without_generated_ids(message: &mut AssistantMessage) {
+    for block in &mut message.content {
+        if let AssistantContent::ToolCall(call) = block {
+            call.id = shown_id(&call.id);
+        }
     }
 }
 
@@ -57,7 +98,8 @@ pub(crate) fn decode(model: &Model, body: &[u8], chunk_sizes: &[usize]) -> Vec<A
     std::iter::from_fn(|| decoder.next_event()).collect()
 }
 
-/// Events with every timestamp zeroed, for comparing two decodes.
+/// Events with every timestamp zeroed and every made-up call id shown as
+/// `generated` ([`shown_id`]), for comparing two decodes.
 pub(crate) fn without_timestamps(events: Vec<AssistantEvent>) -> Vec<AssistantEvent> {
     events
         .into_iter()
@@ -65,7 +107,14 @@ pub(crate) fn without_timestamps(events: Vec<AssistantEvent>) -> Vec<AssistantEv
             match &mut event {
                 AssistantEvent::Start { message }
                 | AssistantEvent::Done { message, .. }
-                | AssistantEvent::Error { message, .. } => message.timestamp = 0,
+                | AssistantEvent::Error { message, .. } => {
+                    message.timestamp = 0;
+                    without_generated_ids(message);
+                }
+                AssistantEvent::ToolCallStart { id, .. } => *id = shown_id(id),
+                AssistantEvent::ToolCallEnd { tool_call, .. } => {
+                    tool_call.id = shown_id(&tool_call.id)
+                }
                 _ => {}
             }
             event
@@ -164,7 +213,7 @@ pub(crate) fn summarize(message: &AssistantMessage, error: Option<&StreamError>)
                 thinking.push((t.thinking.clone(), t.signature.clone(), t.redacted))
             }
             AssistantContent::ToolCall(c) => tool_calls.push((
-                c.id.clone(),
+                shown_id(&c.id),
                 c.name.clone(),
                 c.arguments.clone(),
                 c.arguments_error.clone(),
@@ -221,10 +270,10 @@ pub(crate) fn expected(provider: &str, exchange: &Exchange) -> Expected {
             usage: [0; 5],
         };
     }
-    if provider == "anthropic" {
-        expected_anthropic(&response.body)
-    } else {
-        expected_openai(&response.body)
+    match provider {
+        "anthropic" => expected_anthropic(&response.body),
+        "gemini" => expected_gemini(&response.body),
+        _ => expected_openai(&response.body),
     }
 }
 
@@ -314,6 +363,73 @@ fn expected_openai(body: &str) -> Expected {
         } else {
             vec![(reasoning, None, false)]
         },
+        tool_calls,
+        outcome,
+        usage,
+    }
+}
+
+fn expected_gemini(body: &str) -> Expected {
+    let mut text = String::new();
+    let mut thinking: Vec<(String, Option<String>, bool)> = Vec::new();
+    let mut tool_calls = Vec::new();
+    let mut finish = String::new();
+    let mut usage = [0; 5];
+    // Whether the last part was thought text (thinking parts in a row make one block).
+    let mut in_thought = false;
+    for (_, chunk) in recorded_events(body) {
+        if let Some(report) = chunk.get("usageMetadata") {
+            let cached = u(&report["cachedContentTokenCount"]);
+            let thoughts = u(&report["thoughtsTokenCount"]);
+            usage = [
+                u(&report["promptTokenCount"]) + u(&report["toolUsePromptTokenCount"]) - cached,
+                u(&report["candidatesTokenCount"]) + thoughts,
+                cached,
+                0,
+                thoughts,
+            ];
+        }
+        let candidate = &chunk["candidates"][0];
+        for part in candidate["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(call) = part.get("functionCall") {
+                let id = call["id"].as_str().unwrap_or("generated").to_owned();
+                let name = call["name"].as_str().unwrap().to_owned();
+                tool_calls.push((id, name, call["args"].clone(), None));
+                in_thought = false;
+            } else if let Some(piece) = part["text"].as_str() {
+                if part["thought"] == true {
+                    if !in_thought {
+                        thinking.push((String::new(), None, false));
+                    }
+                    let block = thinking.last_mut().unwrap();
+                    block.0.push_str(piece);
+                    if let Some(signature) = part["thoughtSignature"].as_str() {
+                        block.1 = Some(signature.to_owned());
+                    }
+                    in_thought = true;
+                } else {
+                    text.push_str(piece);
+                    in_thought = in_thought && piece.is_empty();
+                }
+            }
+        }
+        if let Some(reason) = candidate["finishReason"].as_str() {
+            finish = reason.to_owned();
+        }
+    }
+    let outcome = Outcome::Done(match finish.as_str() {
+        "STOP" if !tool_calls.is_empty() => StopReason::ToolUse,
+        "STOP" => StopReason::Stop,
+        "MAX_TOKENS" => StopReason::Length,
+        other => panic!("unexpected recorded finish reason {other}"),
+    });
+    Expected {
+        text,
+        thinking,
         tool_calls,
         outcome,
         usage,
@@ -438,6 +554,9 @@ pub(crate) fn import_request(
         }
         context.messages.push(message.clone().into());
     };
+    if provider == "gemini" {
+        return import_gemini_request(body, decoded);
+    }
     if provider == "anthropic" {
         context.system_prompt = body.get("system").map(joined_text);
         for turn in body["messages"].as_array().unwrap() {
@@ -518,6 +637,130 @@ pub(crate) fn import_request(
     (context, options)
 }
 
+/// A model turn of a recorded request as the assistant message it stands for.
+fn gemini_history_turn(turn: &Value) -> AssistantMessage {
+    let mut message = AssistantMessage::empty(&Model::speaking(Api::GoogleGenerativeAi, "", ""));
+    for part in turn["parts"].as_array().unwrap() {
+        let signature = part["thoughtSignature"].as_str().map(str::to_owned);
+        message
+            .content
+            .push(if let Some(call) = part.get("functionCall") {
+                AssistantContent::ToolCall(Box::new(ToolCall {
+                    id: call["id"]
+                        .as_str()
+                        .map_or_else(tiller_ai::new_id, str::to_owned),
+                    name: call["name"].as_str().unwrap().to_owned(),
+                    arguments: call["args"].clone(),
+                    arguments_error: None,
+                    signature,
+                }))
+            } else if part["thought"] == true {
+                AssistantContent::Thinking(ThinkingContent {
+                    thinking: part["text"].as_str().unwrap().to_owned(),
+                    signature,
+                    redacted: false,
+                })
+            } else {
+                AssistantContent::Text(TextContent {
+                    text: part["text"].as_str().unwrap().to_owned(),
+                    signature,
+                })
+            });
+    }
+    message
+}
+
+/// [`import_request`] for Gemini: a function response answers the first call of
+/// the model turn before it with its name that no response answered yet.
+fn import_gemini_request(body: &Value, decoded: &[AssistantMessage]) -> (Context, StreamOptions) {
+    let mut context = Context::new();
+    context.system_prompt = body["systemInstruction"]["parts"].as_array().map(|parts| {
+        parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let mut assistants = decoded.iter();
+    let mut open_calls: Vec<(String, String)> = Vec::new();
+    for turn in body["contents"].as_array().unwrap() {
+        if turn["role"] == "model" {
+            // A turn the recording's client wrote itself (history it was given) is
+            // taken from the recording.
+            let message = assistants
+                .next()
+                .cloned()
+                .unwrap_or_else(|| gemini_history_turn(turn));
+            open_calls = message
+                .tool_calls()
+                .map(|call| (call.id.clone(), call.name.clone()))
+                .collect();
+            context.messages.push(message.clone().into());
+            continue;
+        }
+        let mut user = Vec::new();
+        for part in turn["parts"].as_array().unwrap() {
+            if let Some(response) = part.get("functionResponse") {
+                let name = response["name"].as_str().unwrap();
+                let at = open_calls.iter().position(|(_, n)| n == name).unwrap();
+                let (id, name) = open_calls.remove(at);
+                context.messages.push(Message::from(ToolResultMessage {
+                    tool_call_id: id,
+                    tool_name: name,
+                    content: vec![Content::text(response["response"].to_string())],
+                    details: Value::Null,
+                    is_error: false,
+                    timestamp: 0,
+                }));
+            } else if let Some(text) = part["text"].as_str() {
+                user.push(Content::text(text));
+            } else {
+                panic!("unexpected user part {part}");
+            }
+        }
+        if !user.is_empty() {
+            context.messages.push(Message::User(UserMessage {
+                content: user,
+                timestamp: 0,
+            }));
+        }
+    }
+    for tools in body["tools"].as_array().into_iter().flatten() {
+        for declaration in tools["functionDeclarations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            context.tools.push(Tool::new(
+                declaration["name"].as_str().unwrap(),
+                declaration["description"].as_str().unwrap_or(""),
+                declaration["parameters"].clone(),
+            ));
+        }
+    }
+    let calling = &body["toolConfig"]["functionCallingConfig"];
+    let tool_choice = calling["mode"].as_str().map(|mode| match mode {
+        "AUTO" => ToolChoice::Auto,
+        "NONE" => ToolChoice::None,
+        "ANY" => match calling["allowedFunctionNames"].as_array() {
+            Some(names) if names.len() == 1 => {
+                ToolChoice::Tool(names[0].as_str().unwrap().to_owned())
+            }
+            _ => ToolChoice::Required,
+        },
+        other => panic!("unexpected function calling mode {other}"),
+    });
+    let generation = &body["generationConfig"];
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        max_tokens: generation["maxOutputTokens"].as_u64().map(|n| n as u32),
+        temperature: generation["temperature"].as_f64().map(|t| t as f32),
+        tool_choice,
+        ..StreamOptions::default()
+    };
+    (context, options)
+}
+
 /// A recorded `tool_choice` of either dialect.
 fn tool_choice(wire: &Value) -> ToolChoice {
     let kind = wire["type"].as_str().or(wire.as_str()).unwrap();
@@ -573,6 +816,9 @@ fn content(block: &Value) -> Content {
 /// carried back with its signature, and the tool choice. Transport details (stream
 /// options, caching marks, token limits) are left out.
 pub(crate) fn project(provider: &str, body: &Value) -> Value {
+    if provider == "gemini" {
+        return project_gemini(body);
+    }
     if provider == "anthropic" {
         let project_blocks = |content: &Value| -> Vec<Value> {
             blocks(content)
@@ -638,4 +884,45 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
             "stream": body["stream"],
         })
     }
+}
+
+/// [`project`] for Gemini: roles and parts (text and thought text with their
+/// signatures, function calls with their arguments and signatures, function
+/// responses by name, in order), the system instruction, the declarations and the
+/// tool config.
+fn project_gemini(body: &Value) -> Value {
+    let part = |part: &Value| -> Value {
+        let signature = &part["thoughtSignature"];
+        if let Some(call) = part.get("functionCall") {
+            json!({"call": call["name"], "args": call["args"], "signature": signature})
+        } else if let Some(response) = part.get("functionResponse") {
+            json!({"response": response["name"]})
+        } else if part["thought"] == true {
+            json!({"thought": part["text"], "signature": signature})
+        } else {
+            json!({"text": part["text"], "signature": signature})
+        }
+    };
+    // Turns of one role in a row say what one merged turn says.
+    let mut contents: Vec<(Value, Vec<Value>)> = Vec::new();
+    for turn in body["contents"].as_array().unwrap() {
+        let parts = turn["parts"].as_array().unwrap().iter().map(part);
+        match contents.last_mut() {
+            Some((role, merged)) if *role == turn["role"] => merged.extend(parts),
+            _ => contents.push((turn["role"].clone(), parts.collect())),
+        }
+    }
+    json!({
+        "system": body["systemInstruction"]["parts"].as_array().map(|parts| {
+            parts.iter().map(|p| p["text"].clone()).collect::<Vec<_>>()
+        }),
+        "contents": contents.into_iter()
+            .map(|(role, parts)| json!({"role": role, "parts": parts}))
+            .collect::<Vec<_>>(),
+        "tools": body["tools"].as_array().into_iter().flatten()
+            .flat_map(|tools| tools["functionDeclarations"].as_array().into_iter().flatten())
+            .cloned()
+            .collect::<Vec<_>>(),
+        "toolConfig": body["toolConfig"],
+    })
 }
