@@ -19,7 +19,7 @@ seen = set()
 schemas = set()
 for path in sorted(glob.glob(os.path.join(root, "fixtures", "cassettes", "*", "*.json"))):
     dialect = os.path.basename(os.path.dirname(path))
-    target = "anthropic_sse" if dialect == "anthropic" else "openai_sse"
+    target = {"anthropic": "anthropic_sse", "gemini": "gemini_sse"}.get(dialect, "openai_sse")
     stem = os.path.splitext(os.path.basename(path))[0][:60]
     for i, exchange in enumerate(json.load(open(path))["exchanges"]):
         body = exchange["response"]["body"]
@@ -27,8 +27,13 @@ for path in sorted(glob.glob(os.path.join(root, "fixtures", "cassettes", "*", "*
             seen.add(body)
             write(target, f"{stem}-{i}", body)
         request = exchange["request"]["body"]
-        for tool in request.get("tools", []):
-            schema = tool.get("function", {}).get("parameters") or tool.get("input_schema")
+        tools = request.get("tools") or []
+        # Gemini declares its functions inside one tools entry.
+        tools = [d for t in tools for d in (t.get("functionDeclarations") or [])] + \
+                [t for t in tools if "functionDeclarations" not in t and "codeExecution" not in t]
+        for tool in tools:
+            schema = (tool.get("function", {}).get("parameters") or tool.get("input_schema")
+                      or tool.get("parameters"))
             if schema and json.dumps(schema, sort_keys=True) not in schemas:
                 schemas.add(json.dumps(schema, sort_keys=True))
                 write("tool_args", f"{stem}-{i}-{tool.get('function', tool).get('name')}",

@@ -11,7 +11,7 @@ use common::{
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller_test_support::{MockResponse, MockServer, sse};
+use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
 
 #[tokio::test]
 async fn a_text_reply_streams_to_stdout() {
@@ -357,6 +357,42 @@ async fn a_provider_error_exits_1_with_its_message() {
             && run.stderr.contains("Incorrect API key provided"),
         "{}",
         run.stderr
+    );
+}
+
+/// `tiller run --provider gemini` against a replay of a recorded Gemini exchange,
+/// the key from `GEMINI_API_KEY` going to the base URL the user named.
+#[tokio::test]
+async fn gemini_answers_from_a_replayed_recording() {
+    let cassette = Cassette::load(
+        "gemini",
+        "streaming__final_metadata_exposes_finish_reason_and_model_version",
+    );
+    let server = MockServer::start().await;
+    server.push_cassette(&cassette);
+    let base_url = format!("{}/v1beta", server.origin());
+    let mut command = tiller(&[
+        "run",
+        "--provider",
+        "gemini",
+        "--base-url",
+        &base_url,
+        "--model",
+        "gemini-2.5-flash",
+        "Say: final metadata ok",
+    ]);
+    command.env("GEMINI_API_KEY", "test-key");
+    let run = finish(command).await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (Some(0), "final metadata ok\n", "")
+    );
+    let request = &server.requests()[0];
+    assert_eq!(request.path, cassette.exchanges[0].request.path);
+    assert_eq!(request.header("x-goog-api-key"), Some("test-key"));
+    assert_eq!(
+        request.body["contents"],
+        json!([{"role": "user", "parts": [{"text": "Say: final metadata ok"}]}])
     );
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tiller_ai::{
-    AssistantEvent, AssistantMessage, Model, PartialMessage, ResponseDecoder, StreamLimits,
+    Api, AssistantEvent, AssistantMessage, Model, PartialMessage, ResponseDecoder, StreamLimits,
 };
 use tiller_core::{AgentTool, FnTool, ToolOutput, ToolSet};
 
@@ -68,6 +68,14 @@ pub fn openai_sse(body: &[u8]) {
 pub fn anthropic_sse(body: &[u8]) {
     decode(
         &Model::anthropic_compatible("http://127.0.0.1/v1", "m"),
+        body,
+    );
+}
+
+/// A Gemini `streamGenerateContent` event stream.
+pub fn gemini_sse(body: &[u8]) {
+    decode(
+        &Model::speaking(Api::GoogleGenerativeAi, "http://127.0.0.1/v1beta", "m"),
         body,
     );
 }
@@ -144,9 +152,10 @@ pub fn tool_args(input: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the driver runs them.
-pub const ALL: [(&str, Target); 6] = [
+pub const ALL: [(&str, Target); 7] = [
     ("openai_sse", openai_sse),
     ("anthropic_sse", anthropic_sse),
+    ("gemini_sse", gemini_sse),
     ("pi_proxy_sse", pi_proxy_sse),
     ("partial_json", partial_json),
     ("agent_file", agent_file),
