@@ -78,6 +78,13 @@ const PROVIDERS: &[ProviderInfo] = &[
         default_model: "gemini-2.5-flash",
     },
     ProviderInfo {
+        name: "openai-responses",
+        api: Api::OpenAiResponses,
+        base_url: "https://api.openai.com/v1",
+        api_key_env: &["OPENAI_API_KEY"],
+        default_model: "gpt-5-mini",
+    },
+    ProviderInfo {
         name: "openrouter",
         api: Api::OpenAiCompletions,
         base_url: "https://openrouter.ai/api/v1",
@@ -183,6 +190,14 @@ const MODELS: &[Listed] = &[
     listed("openai", "gpt-5", "GPT-5", true, [1.25, 10.00, 0.125, 0.0], 400_000, 128_000),
     listed("openai", "gpt-5-mini", "GPT-5 mini", true, [0.25, 2.00, 0.025, 0.0], 400_000, 128_000),
     listed("openai", "gpt-5-nano", "GPT-5 nano", true, [0.05, 0.40, 0.005, 0.0], 400_000, 128_000),
+    listed("openai-responses", "gpt-5.1", "GPT-5.1", true, [1.25, 10.00, 0.125, 0.0], 400_000, 128_000),
+    listed("openai-responses", "gpt-5", "GPT-5", true, [1.25, 10.00, 0.125, 0.0], 400_000, 128_000),
+    listed("openai-responses", "gpt-5-mini", "GPT-5 mini", true, [0.25, 2.00, 0.025, 0.0], 400_000, 128_000),
+    listed("openai-responses", "gpt-5-nano", "GPT-5 nano", true, [0.05, 0.40, 0.005, 0.0], 400_000, 128_000),
+    listed("openai-responses", "o3", "o3", true, [2.00, 8.00, 0.50, 0.0], 200_000, 100_000),
+    listed("openai-responses", "o4-mini", "o4-mini", true, [1.10, 4.40, 0.275, 0.0], 200_000, 100_000),
+    listed("openai-responses", "gpt-4.1", "GPT-4.1", false, [2.00, 8.00, 0.50, 0.0], 1_047_576, 32_768),
+    listed("openai-responses", "gpt-4o", "GPT-4o", false, [2.50, 10.00, 1.25, 0.0], 128_000, 16_384),
     listed("anthropic", "claude-opus-4-6", "Claude Opus 4.6", true, [5.00, 25.00, 0.50, 6.25], 1_000_000, 128_000),
     listed("anthropic", "claude-sonnet-4-6", "Claude Sonnet 4.6", true, [3.00, 15.00, 0.30, 3.75], 1_000_000, 64_000),
     listed("anthropic", "claude-opus-4-5", "Claude Opus 4.5", true, [5.00, 25.00, 0.50, 6.25], 200_000, 64_000),
@@ -292,6 +307,28 @@ mod tests {
         assert_eq!(model.api, Api::AnthropicMessages);
         let err = resolve("nobody/x").unwrap_err();
         assert!(err.to_string().contains("openai, anthropic"), "{err}");
+    }
+
+    #[test]
+    fn a_key_comes_from_the_first_of_its_variables_that_holds_one() {
+        let gemini = provider("gemini").unwrap();
+        let vars = |set: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            gemini.api_key_from(vars(&[("GOOGLE_API_KEY", "g"), ("GEMINI_API_KEY", "m")])),
+            Some(("GEMINI_API_KEY", "m".to_owned()))
+        );
+        assert_eq!(
+            gemini.api_key_from(vars(&[("GOOGLE_API_KEY", "g"), ("GEMINI_API_KEY", " ")])),
+            Some(("GOOGLE_API_KEY", "g".to_owned()))
+        );
+        assert_eq!(gemini.api_key_from(vars(&[])), None);
+        assert_eq!(provider("llamacpp").unwrap().api_key_from(vars(&[])), None);
     }
 
     #[test]

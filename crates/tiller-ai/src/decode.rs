@@ -11,12 +11,13 @@ use crate::event::AssistantEvent;
 use crate::limits::StreamLimits;
 use crate::message::AssistantMessage;
 use crate::model::{Api, Model};
-use crate::providers::{anthropic, gemini, openai, pi_proxy};
+use crate::providers::{anthropic, gemini, openai, openai_responses, pi_proxy};
 use crate::sse::{Flow, SseDecoder, SseEvent};
 
 /// A provider's reading of its event stream.
 pub(crate) enum WireDecoder {
     OpenAi(openai::Decoder),
+    OpenAiResponses(openai_responses::Decoder),
     Anthropic(anthropic::Decoder),
     Gemini(gemini::Decoder),
     PiProxy(pi_proxy::Decoder),
@@ -27,6 +28,9 @@ impl WireDecoder {
     pub(crate) fn for_model(model: &Model) -> Option<Self> {
         match model.api {
             Api::OpenAiCompletions => Some(WireDecoder::OpenAi(openai::Decoder::new(model))),
+            Api::OpenAiResponses => Some(WireDecoder::OpenAiResponses(
+                openai_responses::Decoder::new(model),
+            )),
             Api::AnthropicMessages => Some(WireDecoder::Anthropic(anthropic::Decoder::new(model))),
             Api::GoogleGenerativeAi => Some(WireDecoder::Gemini(gemini::Decoder::new(model))),
             Api::PiProxy => Some(WireDecoder::PiProxy(pi_proxy::Decoder::new(model))),
@@ -49,6 +53,7 @@ impl WireDecoder {
     fn on_event(&mut self, event: SseEvent<'_>, out: &mut MessageBuilder) -> Flow {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_event(event, out),
+            WireDecoder::OpenAiResponses(decoder) => decoder.on_event(event, out),
             WireDecoder::Anthropic(decoder) => decoder.on_event(event, out),
             WireDecoder::Gemini(decoder) => decoder.on_event(event, out),
             WireDecoder::PiProxy(decoder) => decoder.on_event(event, out),
@@ -59,6 +64,7 @@ impl WireDecoder {
     fn on_end(&mut self, out: &mut MessageBuilder) -> Result<(), StreamError> {
         match self {
             WireDecoder::OpenAi(decoder) => decoder.on_end(out),
+            WireDecoder::OpenAiResponses(decoder) => decoder.on_end(out),
             WireDecoder::Anthropic(decoder) => decoder.on_end(out),
             WireDecoder::Gemini(decoder) => decoder.on_end(out),
             WireDecoder::PiProxy(decoder) => decoder.on_end(out),
@@ -119,7 +125,8 @@ impl BodyDecoder {
     }
 }
 
-/// Decodes a recorded response body of an OpenAI, Anthropic or Gemini stream into the
+/// Decodes a recorded response body of an OpenAI (chat or Responses), Anthropic or
+/// Gemini stream into the
 /// events a live stream would yield.
 ///
 /// ```

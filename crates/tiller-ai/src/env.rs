@@ -151,6 +151,38 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(chosen.provider, "openai");
+        let chosen = model(&[("GOOGLE_API_KEY", "k")]).unwrap().unwrap();
+        assert_eq!(
+            (chosen.provider.as_str(), chosen.id.as_str(), chosen.api),
+            ("gemini", "gemini-2.5-flash", Api::GoogleGenerativeAi)
+        );
+    }
+
+    #[test]
+    fn a_gemini_base_url_speaks_gemini_and_takes_its_key() {
+        let vars: HashMap<&str, &str> = [
+            ("TILLER_PROVIDER", "gemini"),
+            ("TILLER_BASE_URL", "http://127.0.0.1:9/v1beta"),
+            ("TILLER_MODEL", "gemini-2.5-pro"),
+            ("GOOGLE_API_KEY", " g-key "),
+        ]
+        .into();
+        let chosen = chosen_from(|name| vars.get(name).map(|v| (*v).to_owned()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                chosen.model.api,
+                chosen.model.id.as_str(),
+                chosen.model.base_url.as_str()
+            ),
+            (
+                Api::GoogleGenerativeAi,
+                "gemini-2.5-pro",
+                "http://127.0.0.1:9/v1beta"
+            )
+        );
+        assert_eq!(chosen.api_key.unwrap().expose(), "g-key");
     }
 
     #[test]

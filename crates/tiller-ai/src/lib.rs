@@ -84,8 +84,8 @@ pub use options::{
 };
 pub use partial::PartialMessage;
 pub use provider::{
-    AnthropicMessages, CustomProvider, GoogleGenerativeAi, OpenAiCompletions, PiProxy, Provider,
-    ProviderEvent,
+    AnthropicMessages, CustomProvider, GoogleGenerativeAi, OpenAiCompletions, OpenAiResponses,
+    PiProxy, Provider, ProviderEvent,
 };
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};

@@ -15,6 +15,9 @@ pub enum Api {
     /// (llama.cpp, vLLM, Ollama's `/v1`, OpenRouter, Groq, DeepSeek, Mistral).
     #[serde(rename = "openai-completions")]
     OpenAiCompletions,
+    /// OpenAI's Responses API, which carries reasoning items between turns.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
     /// Anthropic's messages API.
     #[serde(rename = "anthropic-messages")]
     AnthropicMessages,
@@ -35,6 +38,7 @@ impl Api {
     pub fn as_str(self) -> &'static str {
         match self {
             Api::OpenAiCompletions => "openai-completions",
+            Api::OpenAiResponses => "openai-responses",
             Api::AnthropicMessages => "anthropic-messages",
             Api::GoogleGenerativeAi => "google-generative-ai",
             Api::Faux => "faux",
@@ -46,6 +50,7 @@ impl Api {
     pub fn named(name: &str) -> Option<Api> {
         [
             Api::OpenAiCompletions,
+            Api::OpenAiResponses,
             Api::AnthropicMessages,
             Api::GoogleGenerativeAi,
             Api::Faux,
@@ -154,6 +159,9 @@ impl Model {
             Api::AnthropicMessages => Self::anthropic_compatible(base_url, id),
             Api::GoogleGenerativeAi => {
                 Self::hand_described(api, "google-generative-ai-compatible", base_url, id)
+            }
+            Api::OpenAiResponses => {
+                Self::hand_described(api, "openai-responses-compatible", base_url, id)
             }
             Api::OpenAiCompletions | Api::Faux | Api::PiProxy => {
                 Self::openai_compatible(base_url, id)

@@ -773,7 +773,7 @@ mod tests {
                 "system_prompt": "Be brief.",
                 "messages": [
                     {"role": "user", "content": [{"type": "text", "text": "What time is it?"}], "timestamp": 1},
-                    {"role": "assistant", "api": "openai-completions", "provider": "openai", "model": "m",
+                    {"role": "assistant", "api": "openai-responses", "provider": "openai", "model": "m",
                      "content": [{"type": "thinking", "thinking": "hm", "signature": "sig"},
                                  {"type": "tool_call", "id": "call_1", "name": "clock", "arguments": {"zone": "UTC"}}],
                      "usage": {"input": 3, "output": 4, "cache_read": 0, "cache_write": 0, "reasoning": 0,

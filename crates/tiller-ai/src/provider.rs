@@ -65,6 +65,25 @@ pub struct OpenAiCompletions;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AnthropicMessages;
 
+/// OpenAI's Responses API over HTTP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenAiResponses;
+
+impl Provider for OpenAiResponses {
+    fn stream(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        options: &StreamOptions,
+    ) -> AssistantStream {
+        AssistantStream::over_http(
+            crate::providers::openai_responses::request(model, context, options),
+            model,
+            options,
+        )
+    }
+}
+
 /// Google's Gemini API over HTTP.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GoogleGenerativeAi;

@@ -17,7 +17,8 @@ use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
 use crate::provider::{
-    AnthropicMessages, GoogleGenerativeAi, OpenAiCompletions, PiProxy, Provider, ProviderEvent,
+    AnthropicMessages, GoogleGenerativeAi, OpenAiCompletions, OpenAiResponses, PiProxy, Provider,
+    ProviderEvent,
 };
 
 /// Streams one response of `model` to `context`.
@@ -55,6 +56,7 @@ pub fn stream_ref(
     }
     match model.api {
         Api::OpenAiCompletions => OpenAiCompletions.stream(model, context, options),
+        Api::OpenAiResponses => OpenAiResponses.stream(model, context, options),
         Api::AnthropicMessages => AnthropicMessages.stream(model, context, options),
         Api::GoogleGenerativeAi => GoogleGenerativeAi.stream(model, context, options),
         Api::PiProxy => PiProxy.stream(model, context, options),

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    Expected, Outcome, assert_well_formed, decode, expected, final_message, import_request,
-    model_for, project, summarize, without_timestamps,
+    Expected, Outcome, assert_well_formed, decode, dialect, expected, final_message,
+    import_request, model_for, project, summarize, without_timestamps,
 };
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
@@ -33,7 +33,7 @@ fn recorded_streams() -> Vec<(String, tiller_ai::Model, String, Expected)> {
                     format!("{}/{}#{i}", cassette.provider, cassette.name),
                     model,
                     exchange.response.body.clone(),
-                    expected(&cassette.provider, exchange),
+                    expected(dialect(&cassette), exchange),
                 ));
             }
         }
@@ -393,7 +393,7 @@ async fn recorded_conversations_send_the_recorded_requests() {
         for (i, exchange) in cassette.exchanges.iter().enumerate() {
             let name = format!("{}/{}#{i}", cassette.provider, cassette.name);
             let (context, options) =
-                import_request(&cassette.provider, &exchange.request.body, &decoded);
+                import_request(dialect(&cassette), &exchange.request.body, &decoded);
             let events: Vec<_> = tiller_ai::stream(&model, &context, &options)
                 .collect()
                 .await;
@@ -402,14 +402,14 @@ async fn recorded_conversations_send_the_recorded_requests() {
             let sent = &server.requests()[i];
             assert_eq!(sent.path, exchange.request.path, "{name}");
             assert_eq!(
-                project(&cassette.provider, &sent.body),
-                project(&cassette.provider, &exchange.request.body),
+                project(dialect(&cassette), &sent.body),
+                project(dialect(&cassette), &exchange.request.body),
                 "{name}"
             );
             let decoded_now = summarize(final_message(&events), stream_error(&events));
             assert_eq!(
                 decoded_now,
-                expected(&cassette.provider, exchange),
+                expected(dialect(&cassette), exchange),
                 "{name}"
             );
             decoded.push(final_message(&events).clone());

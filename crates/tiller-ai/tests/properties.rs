@@ -6,28 +6,32 @@
 
 mod common;
 
-use common::{assert_well_formed, decode};
+use common::{assert_well_formed, decode, dialect};
 use proptest::prelude::*;
-use tiller_ai::Model;
+use tiller_ai::{Api, Model};
 use tiller_test_support::Cassette;
 
-fn models() -> [Model; 2] {
+/// A model of each dialect: OpenAI chat, Anthropic, Gemini, OpenAI Responses.
+fn models() -> [Model; 4] {
     [
         Model::openai_compatible("http://unused/v1", "m"),
         Model::anthropic_compatible("http://unused/v1", "m"),
+        Model::speaking(Api::GoogleGenerativeAi, "http://unused/v1beta", "m"),
+        Model::speaking(Api::OpenAiResponses, "http://unused/v1", "m"),
     ]
 }
 
 /// Every recorded 200 body, with its dialect's model.
 fn recorded() -> Vec<(Model, String)> {
-    let [openai, anthropic] = models();
+    let [openai, anthropic, gemini, responses] = models();
     Cassette::all()
         .iter()
         .flat_map(|cassette| {
-            let model = if cassette.provider == "anthropic" {
-                anthropic.clone()
-            } else {
-                openai.clone()
+            let model = match dialect(cassette) {
+                "anthropic" => anthropic.clone(),
+                "gemini" => gemini.clone(),
+                "openai-responses" => responses.clone(),
+                _ => openai.clone(),
             };
             cassette
                 .exchanges
@@ -76,9 +80,9 @@ proptest! {
     fn random_bytes_in_random_splits_end_in_one_terminal_event(
         bytes in prop::collection::vec(any::<u8>(), 0..2048),
         sizes in prop::collection::vec(1usize..300, 1..16),
-        anthropic in any::<bool>(),
+        dialect in 0usize..4,
     ) {
-        let model = &models()[usize::from(anthropic)];
+        let model = &models()[dialect];
         assert_well_formed(&decode(model, &bytes, &sizes));
     }
 
@@ -91,14 +95,22 @@ proptest! {
             Just("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"x\\\"\"}}".to_owned()),
             Just("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":18446744073709551615}}".to_owned()),
             Just("data: [DONE]".to_owned()),
+            Just("data: {\"candidates\":[{\"index\":0,\"content\":{\"parts\":[{\"text\":\"a\",\"thought\":true},{\"functionCall\":{\"name\":\"t\",\"args\":{\"x\":1}},\"thoughtSignature\":\"s\"},{\"text\":\"\",\"thoughtSignature\":\"s\"}]}}]}".to_owned()),
+            Just("data: {\"candidates\":[{\"index\":0,\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":18446744073709551615,\"thoughtsTokenCount\":18446744073709551615}}".to_owned()),
+            Just("data: {\"type\":\"response.output_item.added\",\"output_index\":1,\"item\":{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"t\",\"arguments\":\"\"}}".to_owned()),
+            Just("data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":1,\"delta\":\"{\\\"a\\\":\"}".to_owned()),
+            Just("data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"reasoning\",\"id\":\"rs\"}}".to_owned()),
+            Just("data: {\"type\":\"response.content_part.added\",\"output_index\":2,\"content_index\":0,\"part\":{\"type\":\"output_text\"}}".to_owned()),
+            Just("data: {\"type\":\"response.output_text.delta\",\"output_index\":2,\"content_index\":0,\"delta\":\"a\"}".to_owned()),
+            Just("data: {\"type\":\"response.incomplete\",\"response\":{\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"usage\":{\"input_tokens\":18446744073709551615}}}".to_owned()),
             Just(": keep-alive".to_owned()),
             Just(String::new()),
             "[ -~]{0,40}",
         ], 0..40),
-        anthropic in any::<bool>(),
+        dialect in 0usize..4,
     ) {
         let body = lines.join("\n");
-        let model = &models()[usize::from(anthropic)];
+        let model = &models()[dialect];
         assert_well_formed(&decode(model, body.as_bytes(), &[usize::MAX]));
     }
 }

@@ -180,8 +180,9 @@ pub struct AgentOptions {
     /// The provider; `faux` is Tiller's scripted model. Default: $TILLER_PROVIDER.
     #[arg(long, value_name = "NAME", value_parser = provider_names())]
     pub provider: Option<String>,
-    /// The server, for any OpenAI-compatible one (llama.cpp, vLLM, Ollama) or an
-    /// Anthropic-compatible one with --provider anthropic. Default: $TILLER_BASE_URL.
+    /// The server, for any OpenAI-compatible one (llama.cpp, vLLM, Ollama), or one
+    /// speaking the API of --provider (anthropic; gemini, at its /v1beta root).
+    /// Default: $TILLER_BASE_URL.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The model: `provider/model-id`, or a model id with --provider or --base-url.

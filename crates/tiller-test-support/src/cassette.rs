@@ -8,8 +8,8 @@ use serde_json::Value;
 /// One recorded conversation: requests in order, each answered by its response.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Cassette {
-    /// The provider folder it was loaded from (`openai`, `anthropic`, `llamacpp`,
-    /// `gemini`).
+    /// The provider folder it was loaded from (`openai`, `openai-responses`,
+    /// `anthropic`, `llamacpp`, `gemini`).
     #[serde(skip)]
     pub provider: String,
     /// The file name without `.json`.
@@ -53,12 +53,13 @@ pub struct RecordedResponse {
 }
 
 impl Exchange {
-    /// Whether the request asked for a stream of the chat-completions, messages or
-    /// Gemini API.
+    /// Whether the request asked for a stream of the chat-completions, Responses,
+    /// messages or Gemini API.
     pub fn is_streaming_chat(&self) -> bool {
         let path = &self.request.path;
         let streamed = self.request.body.get("stream") == Some(&Value::Bool(true));
-        (streamed && (path.ends_with("/chat/completions") || path.ends_with("/messages")))
+        let api = ["/chat/completions", "/responses", "/messages"];
+        (streamed && api.iter().any(|end| path.ends_with(end)))
             || path.ends_with(":streamGenerateContent")
     }
 }

@@ -9,13 +9,18 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 /// Why the request to `path` with `body` breaks the transcript rules, if it does.
-/// Requests of other shapes than chat completions, Anthropic messages and Gemini's
-/// `streamGenerateContent` pass.
+/// Requests of other shapes than chat completions, Responses, Anthropic messages
+/// and Gemini's `streamGenerateContent` pass.
 pub fn check_request(path: &str, body: &Value) -> Result<(), String> {
     if path.ends_with(":streamGenerateContent")
         && let Some(contents) = body["contents"].as_array()
     {
         return check_gemini(contents);
+    }
+    if path.ends_with("/responses")
+        && let Some(input) = body["input"].as_array()
+    {
+        return check_responses(input);
     }
     let Some(messages) = body["messages"].as_array() else {
         return Ok(());
@@ -86,6 +91,35 @@ fn check_anthropic(messages: &[Value]) -> Result<(), String> {
             BTreeSet::new()
         };
         last_role = role;
+    }
+    Ok(())
+}
+
+/// Responses input: a `function_call_output` answers an earlier `function_call`
+/// not yet answered; every call is answered before the next message.
+fn check_responses(input: &[Value]) -> Result<(), String> {
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    for (index, item) in input.iter().enumerate() {
+        let call_id = item["call_id"].as_str().unwrap_or_default().to_owned();
+        match item["type"].as_str().unwrap_or("message") {
+            "function_call" => {
+                open.insert(call_id);
+            }
+            "function_call_output" => {
+                if !open.remove(&call_id) {
+                    return Err(format!(
+                        "input[{index}]: an output for `{call_id}`, which no open call has"
+                    ));
+                }
+            }
+            "message" if !open.is_empty() => {
+                return Err(format!(
+                    "input[{index}]: a message while calls are unanswered: {}",
+                    open.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -181,6 +215,21 @@ mod tests {
         assert!(check_request("/v1/messages", &twice).is_err());
         let unanswered = json!({"messages": [user, call, user]});
         assert!(check_request("/v1/messages", &unanswered).is_err());
+    }
+
+    #[test]
+    fn responses_calls_are_answered_before_the_next_message() {
+        let path = "/v1/responses";
+        let user = json!({"type": "message", "role": "user", "content": "hi"});
+        let call = |id: &str| json!({"type": "function_call", "call_id": id, "name": "t", "arguments": "{}"});
+        let output =
+            |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "x"});
+        let good = json!({"input": [user, call("a"), call("b"), output("b"), output("a"), user]});
+        assert_eq!(check_request(path, &good), Ok(()));
+        let unanswered = json!({"input": [user, call("a"), user]});
+        assert!(check_request(path, &unanswered).is_err());
+        let stray = json!({"input": [user, output("a")]});
+        assert!(check_request(path, &stray).is_err());
     }
 
     #[test]

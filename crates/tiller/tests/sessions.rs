@@ -152,6 +152,7 @@ async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
             name: "echo".into(),
             arguments: json!({"value": "x"}),
             arguments_error: None,
+            signature: None,
         },
     ))];
     let and_then = AgentMessage::user("and then");

@@ -8,6 +8,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
 pub(crate) mod openai;
+pub(crate) mod openai_responses;
 pub(crate) mod pi_proxy;
 
 use serde::Deserialize;

@@ -43,6 +43,16 @@ pub(crate) fn options() -> StreamOptions {
     }
 }
 
+/// The dialect a cassette speaks: its provider folder's, except for OpenAI's
+/// Responses API, which the `openai` folder holds some recordings of too.
+pub(crate) fn dialect(cassette: &Cassette) -> &str {
+    if cassette.exchanges[0].request.path.ends_with("/responses") {
+        "openai-responses"
+    } else {
+        &cassette.provider
+    }
+}
+
 /// The model a cassette's requests were made to, served by `base_url` (a server's
 /// `/v1` root; Gemini's recordings name their own version in the path).
 pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &str) -> Model {
@@ -54,8 +64,10 @@ pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &st
         return Model::speaking(Api::GoogleGenerativeAi, base, id).with_provider("gemini");
     }
     let id = request_body["model"].as_str().unwrap();
-    match cassette.provider.as_str() {
+    match dialect(cassette) {
         "anthropic" => Model::anthropic_compatible(base_url, id).with_provider("anthropic"),
+        "openai-responses" => Model::speaking(Api::OpenAiResponses, base_url, id)
+            .with_provider(cassette.provider.as_str()),
         provider => Model::openai_compatible(base_url, id).with_provider(provider),
     }
 }
@@ -273,6 +285,7 @@ pub(crate) fn expected(provider: &str, exchange: &Exchange) -> Expected {
     match provider {
         "anthropic" => expected_anthropic(&response.body),
         "gemini" => expected_gemini(&response.body),
+        "openai-responses" => expected_responses(&response.body),
         _ => expected_openai(&response.body),
     }
 }
@@ -365,6 +378,76 @@ fn expected_openai(body: &str) -> Expected {
         },
         tool_calls,
         outcome,
+        usage,
+    }
+}
+
+fn expected_responses(body: &str) -> Expected {
+    let mut text = String::new();
+    let mut refusal = String::new();
+    let mut thinking = Vec::new();
+    let mut summaries: BTreeMap<u64, String> = BTreeMap::new();
+    let mut tool_calls = Vec::new();
+    let mut outcome = None;
+    let mut usage = [0; 5];
+    for (_, event) in recorded_events(body) {
+        let index = u(&event["output_index"]);
+        match event["type"].as_str().unwrap() {
+            "response.output_text.delta" => text.push_str(event["delta"].as_str().unwrap()),
+            "response.refusal.delta" => refusal.push_str(event["delta"].as_str().unwrap()),
+            "response.reasoning_summary_text.delta" => summaries
+                .entry(index)
+                .or_default()
+                .push_str(event["delta"].as_str().unwrap()),
+            "response.output_item.done" => {
+                let item = &event["item"];
+                match item["type"].as_str().unwrap() {
+                    "reasoning" => thinking.push((
+                        summaries.remove(&index).unwrap_or_default(),
+                        Some(item.to_string()),
+                        false,
+                    )),
+                    "function_call" => {
+                        let arguments = item["arguments"].as_str().unwrap();
+                        let (arguments, error) = finished_arguments(arguments, false);
+                        tool_calls.push((
+                            item["call_id"].as_str().unwrap().to_owned(),
+                            item["name"].as_str().unwrap().to_owned(),
+                            arguments,
+                            error,
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            kind @ ("response.completed" | "response.incomplete") => {
+                let report = &event["response"]["usage"];
+                let cached = u(&report["input_tokens_details"]["cached_tokens"]);
+                usage = [
+                    u(&report["input_tokens"]) - cached,
+                    u(&report["output_tokens"]),
+                    cached,
+                    0,
+                    u(&report["output_tokens_details"]["reasoning_tokens"]),
+                ];
+                outcome = Some(if !refusal.is_empty() {
+                    Outcome::Refused(refusal.clone())
+                } else if kind == "response.incomplete" {
+                    Outcome::Done(StopReason::Length)
+                } else if tool_calls.is_empty() {
+                    Outcome::Done(StopReason::Stop)
+                } else {
+                    Outcome::Done(StopReason::ToolUse)
+                });
+            }
+            _ => {}
+        }
+    }
+    Expected {
+        text: text + &refusal,
+        thinking,
+        tool_calls,
+        outcome: outcome.expect("a recorded response ends"),
         usage,
     }
 }
@@ -557,6 +640,9 @@ pub(crate) fn import_request(
     if provider == "gemini" {
         return import_gemini_request(body, decoded);
     }
+    if provider == "openai-responses" {
+        return import_responses_request(body, decoded);
+    }
     if provider == "anthropic" {
         context.system_prompt = body.get("system").map(joined_text);
         for turn in body["messages"].as_array().unwrap() {
@@ -632,6 +718,83 @@ pub(crate) fn import_request(
         output_schema: body
             .get("response_format")
             .map(|format| serde_json::from_value(format["json_schema"].clone()).unwrap()),
+        ..StreamOptions::default()
+    };
+    (context, options)
+}
+
+/// [`import_request`] for the Responses API: the items an answer gave (reasoning,
+/// assistant messages, function calls) in a row stand for one decoded message.
+fn import_responses_request(
+    body: &Value,
+    decoded: &[AssistantMessage],
+) -> (Context, StreamOptions) {
+    let mut context = Context::new();
+    context.system_prompt = body["instructions"].as_str().map(str::to_owned);
+    let mut assistants = decoded.iter();
+    let mut call_names: BTreeMap<String, String> = BTreeMap::new();
+    let mut in_answer = false;
+    for item in body["input"].as_array().unwrap() {
+        let kind = item["type"].as_str().unwrap_or("message");
+        let answers = kind == "reasoning"
+            || kind == "function_call"
+            || (kind == "message" && item["role"] == "assistant");
+        if answers {
+            if !in_answer {
+                let message = assistants
+                    .next()
+                    .expect("an assistant message for each one recorded");
+                for call in message.tool_calls() {
+                    call_names.insert(call.id.clone(), call.name.clone());
+                }
+                context.messages.push(message.clone().into());
+            }
+            in_answer = true;
+            continue;
+        }
+        in_answer = false;
+        match kind {
+            "function_call_output" => {
+                let id = item["call_id"].as_str().unwrap();
+                context.messages.push(Message::from(ToolResultMessage {
+                    tool_call_id: id.to_owned(),
+                    tool_name: call_names[id].clone(),
+                    content: vec![Content::text(item["output"].as_str().unwrap())],
+                    details: Value::Null,
+                    is_error: false,
+                    timestamp: 0,
+                }));
+            }
+            "message" => {
+                let content = match &item["content"] {
+                    Value::String(text) => vec![Content::text(text)],
+                    parts => parts
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|part| Content::text(part["text"].as_str().unwrap()))
+                        .collect(),
+                };
+                context.messages.push(Message::User(UserMessage {
+                    content,
+                    timestamp: 0,
+                }));
+            }
+            other => panic!("unexpected input item {other}"),
+        }
+    }
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        context.tools.push(Tool::new(
+            tool["name"].as_str().unwrap(),
+            tool["description"].as_str().unwrap_or(""),
+            tool["parameters"].clone(),
+        ));
+    }
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        max_tokens: body["max_output_tokens"].as_u64().map(|n| n as u32),
+        temperature: body["temperature"].as_f64().map(|t| t as f32),
+        tool_choice: body.get("tool_choice").map(tool_choice),
         ..StreamOptions::default()
     };
     (context, options)
@@ -819,6 +982,9 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
     if provider == "gemini" {
         return project_gemini(body);
     }
+    if provider == "openai-responses" {
+        return project_responses(body);
+    }
     if provider == "anthropic" {
         let project_blocks = |content: &Value| -> Vec<Value> {
             blocks(content)
@@ -924,5 +1090,43 @@ fn project_gemini(body: &Value) -> Value {
             .cloned()
             .collect::<Vec<_>>(),
         "toolConfig": body["toolConfig"],
+    })
+}
+
+/// [`project`] for the Responses API: the instructions, and each input item: a
+/// user message's parts, an assistant message's text and id, a reasoning item's id,
+/// summary and encrypted content, a call with its ids, name and arguments, an
+/// output tied by `call_id`; the tools and the tool choice.
+fn project_responses(body: &Value) -> Value {
+    let item = |item: &Value| -> Value {
+        match item["type"].as_str().unwrap_or("message") {
+            "message" if item["role"] == "assistant" => json!({
+                "assistant": item["content"].as_array().unwrap().iter()
+                    .map(|part| part["text"].clone()).collect::<Vec<_>>(),
+                "id": item["id"],
+            }),
+            "message" => json!({"role": item["role"], "content": item["content"]}),
+            "reasoning" => json!({
+                "reasoning": item["id"],
+                "summary": item["summary"],
+                "encrypted_content": item["encrypted_content"],
+            }),
+            "function_call" => json!({
+                "call": item["call_id"],
+                "id": item["id"],
+                "name": item["name"],
+                "arguments": serde_json::from_str::<Value>(item["arguments"].as_str().unwrap()).unwrap(),
+            }),
+            "function_call_output" => json!({"output": item["call_id"], "text": item["output"]}),
+            other => panic!("unexpected input item {other}"),
+        }
+    };
+    json!({
+        "model": body["model"],
+        "instructions": body["instructions"],
+        "input": body["input"].as_array().unwrap().iter().map(item).collect::<Vec<_>>(),
+        "tools": body["tools"],
+        "tool_choice": body["tool_choice"],
+        "stream": body["stream"],
     })
 }

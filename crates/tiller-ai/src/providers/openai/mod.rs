@@ -5,4 +5,4 @@ mod decode;
 mod request;
 
 pub(crate) use decode::Decoder;
-pub(crate) use request::request;
+pub(crate) use request::{DataUrl, IMAGE_OMITTED, reasoning_effort, request, tool_result_text};

@@ -20,7 +20,7 @@ use crate::model::Model;
 use crate::options::{OutputSchema, StreamOptions, ThinkingLevel, ToolChoice};
 
 /// Said in place of images a model cannot take.
-const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
+pub(crate) const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
 
 pub(crate) fn request(
     model: &Model,
@@ -132,7 +132,8 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
     }
 }
 
-fn reasoning_effort(level: ThinkingLevel) -> Option<&'static str> {
+/// OpenAI's `reasoning_effort` (chat) and `reasoning.effort` (Responses) for a level.
+pub(crate) fn reasoning_effort(level: ThinkingLevel) -> Option<&'static str> {
     match level {
         ThinkingLevel::Off => None,
         ThinkingLevel::Minimal => Some("minimal"),
@@ -171,7 +172,8 @@ fn joined_text(content: &[AssistantContent]) -> Option<Cow<'_, str>> {
     }))
 }
 
-fn tool_result_text(result: &ToolResultMessage) -> Cow<'_, str> {
+/// A tool result's text blocks, one per line.
+pub(crate) fn tool_result_text(result: &ToolResultMessage) -> Cow<'_, str> {
     join_lines(result.content.iter().filter_map(Content::as_text)).unwrap_or(Cow::Borrowed(""))
 }
 
@@ -315,7 +317,7 @@ struct ImageUrl<'a> {
 }
 
 /// An image as a `data:` URL, written straight into the body without a copy.
-struct DataUrl<'a>(&'a ImageContent);
+pub(crate) struct DataUrl<'a>(pub(crate) &'a ImageContent);
 
 impl Serialize for DataUrl<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

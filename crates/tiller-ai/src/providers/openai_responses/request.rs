@@ -1,0 +1,325 @@
+//! Writing a Responses request.
+//!
+//! The system prompt is `instructions`; the conversation is `input`, a list of
+//! items: user messages (`input_text`, `input_image`), and for each assistant
+//! message its reasoning items, its text as `message` items and its calls as
+//! `function_call` items, each answered by a `function_call_output` tied by
+//! `call_id`. Items from a Responses answer go back as they came: a message and a
+//! call with their item ids, a reasoning item whole, with its `encrypted_content`;
+//! reasoning from another API is dropped. Images returned by tools follow the
+//! outputs as a user message. Nothing is stored at OpenAI (`store: false`): a
+//! reasoning model's reasoning comes back encrypted instead, to be sent again.
+
+use std::borrow::Cow;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::context::{ContextRef, Tool};
+use crate::error::StreamError;
+use crate::http::{self, HttpRequest};
+use crate::message::{AssistantContent, Content, ImageContent, Message};
+use crate::model::{Api, Model};
+use crate::options::{OutputSchema, StreamOptions, ToolChoice};
+use crate::providers::openai::{DataUrl, IMAGE_OMITTED, reasoning_effort, tool_result_text};
+
+pub(crate) fn request(
+    model: &Model,
+    context: ContextRef<'_>,
+    options: &StreamOptions,
+) -> Result<HttpRequest, StreamError> {
+    let auth = http::api_key(model, options)?
+        .map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let body = body(model, context, options);
+    http::post_json(model, "responses", &body, &[], auth, options)
+}
+
+fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
+    let accepts_images = model.accepts_images();
+    let mut input: Vec<Item<'a>> = Vec::with_capacity(context.messages.len());
+    let mut tool_images: Vec<&'a ImageContent> = Vec::new();
+    for message in context.messages {
+        if !matches!(message, Message::ToolResult(_)) {
+            flush_tool_images(&mut input, &mut tool_images);
+        }
+        match message {
+            Message::User(user) => {
+                let content: Vec<InputPart<'a>> = user
+                    .content
+                    .iter()
+                    .filter_map(|content| input_part(content, accepts_images))
+                    .collect();
+                if !content.is_empty() {
+                    input.push(Item::Message {
+                        role: "user",
+                        content,
+                    });
+                }
+            }
+            Message::Assistant(assistant) => {
+                let own = assistant.api == Api::OpenAiResponses;
+                for block in &assistant.content {
+                    if let Some(item) = assistant_item(block, own) {
+                        input.push(item);
+                    }
+                }
+            }
+            Message::ToolResult(result) => {
+                input.push(Item::FunctionCallOutput {
+                    call_id: &result.tool_call_id,
+                    output: tool_result_text(result),
+                });
+                if accepts_images {
+                    tool_images.extend(result.content.iter().filter_map(|c| match c {
+                        Content::Image(image) => Some(image),
+                        Content::Text(_) => None,
+                    }));
+                }
+            }
+        }
+    }
+    flush_tool_images(&mut input, &mut tool_images);
+
+    let reasoning = model
+        .reasoning
+        .then(|| reasoning_effort(options.thinking))
+        .flatten()
+        .map(|effort| Reasoning {
+            effort,
+            summary: "auto",
+        });
+    Body {
+        model: &model.id,
+        instructions: context.system_prompt.filter(|prompt| !prompt.is_empty()),
+        input,
+        tools: context.tools.iter().map(FunctionTool::from).collect(),
+        tool_choice: options
+            .tool_choice
+            .as_ref()
+            .filter(|_| !context.tools.is_empty())
+            .map(WireToolChoice),
+        max_output_tokens: options.max_tokens,
+        temperature: options.temperature,
+        include: if model.reasoning {
+            &["reasoning.encrypted_content"]
+        } else {
+            &[]
+        },
+        reasoning,
+        text: options.output_schema.as_ref().map(|schema| Text {
+            format: Format {
+                kind: "json_schema",
+                schema,
+            },
+        }),
+        prompt_cache_key: options.session_id.as_deref(),
+        store: false,
+        stream: true,
+    }
+}
+
+fn input_part(content: &Content, accepts_images: bool) -> Option<InputPart<'_>> {
+    match content {
+        Content::Text(text) if text.text.is_empty() => None,
+        Content::Text(text) => Some(InputPart::InputText { text: &text.text }),
+        Content::Image(image) if accepts_images => Some(InputPart::InputImage {
+            image_url: DataUrl(image),
+        }),
+        Content::Image(_) => Some(InputPart::InputText {
+            text: IMAGE_OMITTED,
+        }),
+    }
+}
+
+/// A block of an assistant message as an input item; `own` when the Responses API
+/// wrote it, so its item ids and reasoning go back.
+fn assistant_item(block: &AssistantContent, own: bool) -> Option<Item<'_>> {
+    match block {
+        AssistantContent::Text(text) if text.text.is_empty() => None,
+        AssistantContent::Text(text) => Some(Item::AssistantMessage {
+            role: "assistant",
+            id: text.signature.as_deref().filter(|_| own),
+            status: "completed",
+            content: [OutputText {
+                kind: "output_text",
+                text: &text.text,
+            }],
+        }),
+        AssistantContent::Thinking(thinking) if own => {
+            let item: Value = serde_json::from_str(thinking.signature.as_deref()?).ok()?;
+            // Without its encrypted content a reasoning item cannot go back: nothing
+            // is stored at OpenAI to find it by.
+            Some(Item::Reasoning {
+                id: Cow::Owned(item.get("id")?.as_str()?.to_owned()),
+                summary: item
+                    .get("summary")
+                    .cloned()
+                    .unwrap_or(Value::Array(Vec::new())),
+                encrypted_content: item.get("encrypted_content")?.clone(),
+            })
+        }
+        AssistantContent::Thinking(_) => None,
+        AssistantContent::ToolCall(call) => Some(Item::FunctionCall {
+            id: call.signature.as_deref().filter(|_| own),
+            call_id: &call.id,
+            name: &call.name,
+            arguments: call.arguments.to_string(),
+            status: "completed",
+        }),
+    }
+}
+
+/// Sends the images of the tool outputs just written as one user message.
+fn flush_tool_images<'a>(input: &mut Vec<Item<'a>>, images: &mut Vec<&'a ImageContent>) {
+    if images.is_empty() {
+        return;
+    }
+    let mut content = vec![InputPart::InputText {
+        text: "Images returned by the tools above:",
+    }];
+    content.extend(images.drain(..).map(|image| InputPart::InputImage {
+        image_url: DataUrl(image),
+    }));
+    input.push(Item::Message {
+        role: "user",
+        content,
+    });
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: Vec<Item<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<FunctionTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    include: &'static [&'static str],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Reasoning>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<Text<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    store: bool,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Item<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<InputPart<'a>>,
+    },
+    #[serde(rename = "message")]
+    AssistantMessage {
+        role: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        status: &'static str,
+        content: [OutputText<'a>; 1],
+    },
+    Reasoning {
+        id: Cow<'a, str>,
+        summary: Value,
+        encrypted_content: Value,
+    },
+    FunctionCall {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        call_id: &'a str,
+        name: &'a str,
+        arguments: String,
+        status: &'static str,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Cow<'a, str>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputPart<'a> {
+    InputText { text: &'a str },
+    InputImage { image_url: DataUrl<'a> },
+}
+
+#[derive(Serialize)]
+struct OutputText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> From<&'a Tool> for FunctionTool<'a> {
+    fn from(tool: &'a Tool) -> Self {
+        FunctionTool {
+            kind: "function",
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+        }
+    }
+}
+
+/// `"auto"`, `"none"`, `"required"` or `{"type": "function", "name": ...}`.
+struct WireToolChoice<'a>(&'a ToolChoice);
+
+impl Serialize for WireToolChoice<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            name: &'a str,
+        }
+        match self.0 {
+            ToolChoice::Auto => serializer.serialize_str("auto"),
+            ToolChoice::None => serializer.serialize_str("none"),
+            ToolChoice::Required => serializer.serialize_str("required"),
+            ToolChoice::Tool(name) => Named {
+                kind: "function",
+                name,
+            }
+            .serialize(serializer),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Reasoning {
+    effort: &'static str,
+    summary: &'static str,
+}
+
+#[derive(Serialize)]
+struct Text<'a> {
+    format: Format<'a>,
+}
+
+/// `{"type": "json_schema", "name": …, "schema": …, "strict": …}`.
+#[derive(Serialize)]
+struct Format<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    schema: &'a OutputSchema,
+}
