@@ -19,9 +19,11 @@ seen = set()
 schemas = set()
 for path in sorted(glob.glob(os.path.join(root, "fixtures", "cassettes", "*", "*.json"))):
     dialect = os.path.basename(os.path.dirname(path))
-    target = {"anthropic": "anthropic_sse", "gemini": "gemini_sse"}.get(dialect, "openai_sse")
     stem = os.path.splitext(os.path.basename(path))[0][:60]
     for i, exchange in enumerate(json.load(open(path))["exchanges"]):
+        target = {"anthropic": "anthropic_sse", "gemini": "gemini_sse"}.get(dialect, "openai_sse")
+        if exchange["request"]["path"].endswith("/responses"):
+            target = "openai_responses_sse"
         body = exchange["response"]["body"]
         if 0 < len(body) <= MAX and body not in seen:
             seen.add(body)

@@ -5,8 +5,8 @@
 //! 2. one streamed reply of 110 text deltas from a loopback server in another
 //!    process, end to end (request, decode, final message): client CPU per reply
 //!    (target: at most 300 µs; pi-ai spends about 10 ms), in the OpenAI chat
-//!    dialect and in Gemini's, whose CPU per event must stay within 1.5× of the
-//!    OpenAI decoder's on the same text.
+//!    dialect, in Gemini's and in OpenAI's Responses API, whose CPU per event must
+//!    stay within 1.5× of the OpenAI chat decoder's on the same text.
 //!
 //! ```text
 //! cargo bench -p tiller-ai --bench stream
@@ -52,14 +52,20 @@ fn decode_throughput() {
             Model::speaking(Api::GoogleGenerativeAi, "http://unused/v1beta", "m"),
             Vec::new(),
         ),
+        (
+            "openai responses",
+            Model::speaking(Api::OpenAiResponses, "http://unused/v1", "m"),
+            Vec::new(),
+        ),
     ];
     for cassette in Cassette::all() {
-        let dialect = match cassette.provider.as_str() {
-            "anthropic" => 1,
-            "gemini" => 2,
-            _ => 0,
-        };
         for exchange in &cassette.exchanges {
+            let dialect = match cassette.provider.as_str() {
+                _ if exchange.request.path.ends_with("/responses") => 3,
+                "anthropic" => 1,
+                "gemini" => 2,
+                _ => 0,
+            };
             if exchange.is_streaming_chat() && exchange.response.status == 200 {
                 dialects[dialect]
                     .2
@@ -115,6 +121,32 @@ const WORDS: [&str; 11] = [
     " more",
     ".",
 ];
+
+/// The same reply as the Responses API streams it: typed events, each delta with
+/// its item, part and sequence number.
+fn responses_reply_body() -> String {
+    let mut events = vec![
+        json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_bench", "object": "response", "status": "in_progress", "model": "gpt-4.1-mini"}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
+               "item": {"type": "message", "id": "msg_bench", "role": "assistant", "status": "in_progress", "content": []}}),
+        json!({"type": "response.content_part.added", "output_index": 0, "content_index": 0, "item_id": "msg_bench",
+               "sequence_number": 2, "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
+    ];
+    for i in 0..DELTAS {
+        events.push(json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+            "item_id": "msg_bench", "logprobs": [], "obfuscation": "abcdef", "sequence_number": 3 + i,
+            "delta": WORDS[i % WORDS.len()]}));
+    }
+    events.push(json!({"type": "response.output_item.done", "output_index": 0, "sequence_number": 3 + DELTAS,
+        "item": {"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "…", "annotations": [], "logprobs": []}]}}));
+    events.push(json!({"type": "response.completed", "sequence_number": 4 + DELTAS,
+        "response": {"id": "resp_bench", "object": "response", "status": "completed", "model": "gpt-4.1-mini",
+                     "usage": {"input_tokens": 24, "input_tokens_details": {"cached_tokens": 0},
+                               "output_tokens": DELTAS, "output_tokens_details": {"reasoning_tokens": 0},
+                               "total_tokens": 24 + DELTAS}}}));
+    events.iter().map(sse::data).collect()
+}
 
 /// The same reply as Gemini streams it: one text part per chunk, with the usage so
 /// far and the model's version in each.
@@ -177,10 +209,13 @@ fn serve() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let server = MockServer::start().await;
-        let (openai, gemini) = (reply_body(), gemini_reply_body());
+        let (openai, responses, gemini) =
+            (reply_body(), responses_reply_body(), gemini_reply_body());
         server.respond_with(move |request| {
             MockResponse::sse(if request.path.ends_with(":streamGenerateContent") {
                 gemini.clone()
+            } else if request.path.ends_with("/responses") {
+                responses.clone()
             } else {
                 openai.clone()
             })
@@ -190,14 +225,26 @@ fn serve() {
     });
 }
 
+/// The server process, killed when dropped (also when a figure's check panics).
+struct ServerProcess(std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn reply_cpu() {
-    let mut server = Command::new(std::env::current_exe().unwrap())
-        .arg("--serve")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = ServerProcess(
+        Command::new(std::env::current_exe().unwrap())
+            .arg("--serve")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut origin = String::new();
-    BufReader::new(server.stdout.take().unwrap())
+    BufReader::new(server.0.stdout.take().unwrap())
         .read_line(&mut origin)
         .unwrap();
     let origin = origin.trim();
@@ -214,6 +261,11 @@ fn reply_cpu() {
                 "gemini-2.5-flash",
             )
             .with_provider("gemini"),
+        ),
+        (
+            "openai responses",
+            Model::speaking(Api::OpenAiResponses, format!("{origin}/v1"), "gpt-4.1-mini")
+                .with_provider("openai-responses"),
         ),
     ];
     let context = Context::new()
@@ -259,11 +311,12 @@ fn reply_cpu() {
                 wall.as_secs_f64() * 1e6 / replies as f64,
             );
         }
-        println!(
-            "gemini / openai chat CPU per event ({runtime_label}): {:.2}×  (target <= 1.5×)",
-            per_event[1] / per_event[0]
-        );
+        for (index, dialect) in [(1, "gemini"), (2, "openai responses")] {
+            println!(
+                "{dialect} / openai chat CPU per event ({runtime_label}): {:.2}×  (target <= 1.5×)",
+                per_event[index] / per_event[0]
+            );
+        }
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
 }

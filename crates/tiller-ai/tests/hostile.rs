@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anthropic, gemini, openai, options};
+use common::{anthropic, gemini, openai, options, responses};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -280,4 +280,59 @@ async fn a_gemini_stream_meets_the_body_and_block_limits() {
         })
     );
     assert_eq!(message.tool_calls().count(), 1024);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_responses_stream_meets_the_same_limits() {
+    let server = MockServer::start().await;
+    server.push(hostile::responses_endless_text(Duration::from_millis(100)));
+    let deadline = StreamOptions {
+        idle_timeout: Some(Duration::from_secs(5)),
+        response_deadline: Some(Duration::from_secs(2)),
+        ..options()
+    };
+    let (message, error) = run(&responses(&server), &deadline).await;
+    assert_eq!(
+        error,
+        Some(StreamError::DeadlineExceeded { deadline_ms: 2000 })
+    );
+    assert!(
+        message.text().starts_with("Hello lo lo "),
+        "{}",
+        message.text()
+    );
+
+    let server = MockServer::start().await;
+    server.push(hostile::responses_many_tool_calls(5000));
+    let (message, error) = run(&responses(&server), &options()).await;
+    assert_eq!(
+        error,
+        Some(StreamError::LimitExceeded {
+            limit: Limit::ContentBlocks,
+            max: 1024
+        })
+    );
+    assert_eq!(message.tool_calls().count(), 1024);
+}
+
+#[tokio::test]
+async fn a_responses_stream_meets_the_body_limit() {
+    let server = MockServer::start().await;
+    server.push(hostile::responses_endless_text(Duration::ZERO));
+    let options_256k = StreamOptions {
+        limits: StreamLimits {
+            max_body_bytes: 256 * 1024,
+            ..StreamLimits::default()
+        },
+        ..options()
+    };
+    let (message, error) = run(&responses(&server), &options_256k).await;
+    assert_eq!(
+        error,
+        Some(StreamError::LimitExceeded {
+            limit: Limit::BodyBytes,
+            max: 256 * 1024
+        })
+    );
+    assert!(message.text().starts_with("Hello lo "));
 }

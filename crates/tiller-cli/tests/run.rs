@@ -396,6 +396,48 @@ async fn gemini_answers_from_a_replayed_recording() {
     );
 }
 
+/// `tiller run --provider openai-responses` against a replay of a recorded
+/// exchange of OpenAI's Responses API.
+#[tokio::test]
+async fn openai_responses_answers_from_a_replayed_recording() {
+    let cassette = Cassette::load(
+        "openai-responses",
+        "raw_stream_capture_matrix__responses_stream_raw_round_trips_typed",
+    );
+    let server = MockServer::start().await;
+    server.push_cassette(&cassette);
+    let base_url = server.base_url();
+    let mut command = tiller(&[
+        "run",
+        "--provider",
+        "openai-responses",
+        "--base-url",
+        &base_url,
+        "--model",
+        "gpt-4.1-mini",
+        "Say hello",
+    ]);
+    command.env("OPENAI_API_KEY", "test-key");
+    let run = finish(command).await;
+    let recorded: String = cassette.exchanges[0]
+        .response
+        .body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+        .filter(|event| event["type"] == "response.output_text.delta")
+        .map(|event| event["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (Some(0), format!("{recorded}\n").as_str(), "")
+    );
+    let request = &server.requests()[0];
+    assert_eq!(request.path, "/v1/responses");
+    assert_eq!(request.header("authorization"), Some("Bearer test-key"));
+    assert_eq!(request.body["model"], "gpt-4.1-mini");
+}
+
 #[tokio::test]
 async fn bad_usage_exits_2() {
     let run = finish(tiller(&["run", "--thinking", "extreme", "Hello"])).await;

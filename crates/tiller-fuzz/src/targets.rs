@@ -72,6 +72,14 @@ pub fn anthropic_sse(body: &[u8]) {
     );
 }
 
+/// An OpenAI Responses event stream.
+pub fn openai_responses_sse(body: &[u8]) {
+    decode(
+        &Model::speaking(Api::OpenAiResponses, "http://127.0.0.1/v1", "m"),
+        body,
+    );
+}
+
 /// A Gemini `streamGenerateContent` event stream.
 pub fn gemini_sse(body: &[u8]) {
     decode(
@@ -152,8 +160,9 @@ pub fn tool_args(input: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the driver runs them.
-pub const ALL: [(&str, Target); 7] = [
+pub const ALL: [(&str, Target); 8] = [
     ("openai_sse", openai_sse),
+    ("openai_responses_sse", openai_responses_sse),
     ("anthropic_sse", anthropic_sse),
     ("gemini_sse", gemini_sse),
     ("pi_proxy_sse", pi_proxy_sse),

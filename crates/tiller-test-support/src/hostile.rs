@@ -104,3 +104,40 @@ pub fn gemini_many_tool_calls(count: u32) -> MockResponse {
         .collect();
     MockResponse::sse(sse::gemini_chunk(json!(calls), Some("STOP")))
 }
+
+/// An OpenAI Responses stream of text deltas, one every `every`, forever.
+pub fn responses_endless_text(every: Duration) -> MockResponse {
+    let event = |value: serde_json::Value| sse::data(&value);
+    MockResponse::sse("")
+        .chunks(vec![
+            event(json!({"type": "response.output_item.added", "output_index": 0,
+                         "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}})),
+            event(json!({"type": "response.content_part.added", "output_index": 0, "content_index": 0,
+                         "part": {"type": "output_text", "text": ""}})),
+            event(json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hel"})),
+            event(json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "lo "})),
+        ])
+        .chunk_delay(every)
+        .repeat_last()
+}
+
+/// An OpenAI Responses stream that adds `count` function calls, each its own item.
+pub fn responses_many_tool_calls(count: u32) -> MockResponse {
+    let mut body = String::new();
+    for index in 0..count {
+        body.push_str(&sse::data(&json!({
+            "type": "response.output_item.added", "output_index": index,
+            "item": {"type": "function_call", "id": format!("fc_{index}"), "call_id": format!("call_{index}"),
+                     "name": "noop", "arguments": ""}
+        })));
+        body.push_str(&sse::data(&json!({
+            "type": "response.output_item.done", "output_index": index,
+            "item": {"type": "function_call", "id": format!("fc_{index}"), "call_id": format!("call_{index}"),
+                     "name": "noop", "arguments": "{}"}
+        })));
+    }
+    body.push_str(&sse::data(
+        &json!({"type": "response.completed", "response": {}}),
+    ));
+    MockResponse::sse(body)
+}

@@ -24,6 +24,12 @@ pub(crate) fn anthropic(server: &MockServer) -> Model {
     Model::anthropic_compatible(server.base_url(), "claude-test").with_provider("anthropic")
 }
 
+/// A model of OpenAI's Responses API served by `server`.
+pub(crate) fn responses(server: &MockServer) -> Model {
+    Model::speaking(Api::OpenAiResponses, server.base_url(), "gpt-test")
+        .with_provider("openai-responses")
+}
+
 /// A Gemini model served by `server`.
 pub(crate) fn gemini(server: &MockServer) -> Model {
     Model::speaking(
