@@ -1,17 +1,18 @@
 //! From response bytes to assistant events, without I/O.
 //!
-//! [`BodyDecoder`] pairs the SSE decoder with the provider's wire decoder and feeds
-//! a [`MessageBuilder`]; the HTTP stream drives it as bytes arrive, and
+//! [`BodyDecoder`] pairs the framing (SSE, or AWS's binary event stream for
+//! Bedrock) with the provider's wire decoder and feeds a [`MessageBuilder`]; the HTTP stream drives it as bytes arrive, and
 //! [`ResponseDecoder`] exposes the same path for recorded bodies (replays, tests,
 //! benchmarks).
 
 use crate::builder::MessageBuilder;
 use crate::error::StreamError;
 use crate::event::AssistantEvent;
+use crate::eventstream::EventStreamDecoder;
 use crate::limits::StreamLimits;
 use crate::message::AssistantMessage;
 use crate::model::{Api, Model};
-use crate::providers::{anthropic, gemini, openai, openai_responses, pi_proxy};
+use crate::providers::{anthropic, bedrock, gemini, openai, openai_responses, pi_proxy};
 use crate::sse::{Flow, SseDecoder, SseEvent};
 
 /// A provider's reading of its event stream.
@@ -20,6 +21,7 @@ pub(crate) enum WireDecoder {
     OpenAiResponses(openai_responses::Decoder),
     Anthropic(anthropic::Decoder),
     Gemini(gemini::Decoder),
+    Bedrock(bedrock::Decoder),
     PiProxy(pi_proxy::Decoder),
 }
 
@@ -33,6 +35,7 @@ impl WireDecoder {
             )),
             Api::AnthropicMessages => Some(WireDecoder::Anthropic(anthropic::Decoder::new(model))),
             Api::GoogleGenerativeAi => Some(WireDecoder::Gemini(gemini::Decoder::new(model))),
+            Api::BedrockConverseStream => Some(WireDecoder::Bedrock(bedrock::Decoder::new(model))),
             Api::PiProxy => Some(WireDecoder::PiProxy(pi_proxy::Decoder::new(model))),
             Api::Faux => None,
         }
@@ -56,6 +59,7 @@ impl WireDecoder {
             WireDecoder::OpenAiResponses(decoder) => decoder.on_event(event, out),
             WireDecoder::Anthropic(decoder) => decoder.on_event(event, out),
             WireDecoder::Gemini(decoder) => decoder.on_event(event, out),
+            WireDecoder::Bedrock(decoder) => decoder.on_event(event, out),
             WireDecoder::PiProxy(decoder) => decoder.on_event(event, out),
         }
     }
@@ -67,22 +71,57 @@ impl WireDecoder {
             WireDecoder::OpenAiResponses(decoder) => decoder.on_end(out),
             WireDecoder::Anthropic(decoder) => decoder.on_end(out),
             WireDecoder::Gemini(decoder) => decoder.on_end(out),
+            WireDecoder::Bedrock(decoder) => decoder.on_end(out),
             WireDecoder::PiProxy(decoder) => decoder.on_end(out),
         }
     }
 }
 
-/// SSE decoding and the provider's wire decoding of one response body.
+/// How a body is cut into events.
+enum Framing {
+    Sse(SseDecoder),
+    EventStream(EventStreamDecoder),
+}
+
+impl Framing {
+    fn feed<F>(&mut self, bytes: &[u8], on_event: &mut F) -> Flow
+    where
+        F: FnMut(SseEvent<'_>) -> Flow,
+    {
+        match self {
+            Framing::Sse(sse) => sse.feed(bytes, on_event),
+            Framing::EventStream(frames) => frames.feed(bytes, on_event),
+        }
+    }
+
+    fn finish<F>(&mut self, on_event: &mut F) -> Flow
+    where
+        F: FnMut(SseEvent<'_>) -> Flow,
+    {
+        match self {
+            Framing::Sse(sse) => sse.finish(on_event),
+            Framing::EventStream(frames) => frames.finish(on_event),
+        }
+    }
+}
+
+/// The framing's and the provider's wire decoding of one response body.
 pub(crate) struct BodyDecoder {
-    sse: SseDecoder,
+    framing: Framing,
     wire: WireDecoder,
     events: u64,
 }
 
 impl BodyDecoder {
     pub(crate) fn new(wire: WireDecoder, limits: &StreamLimits) -> Self {
+        let framing = match wire {
+            WireDecoder::Bedrock(_) => {
+                Framing::EventStream(EventStreamDecoder::new(limits.max_event_bytes))
+            }
+            _ => Framing::Sse(SseDecoder::new(limits.max_event_bytes)),
+        };
         BodyDecoder {
-            sse: SseDecoder::new(limits.max_event_bytes),
+            framing,
             wire,
             events: 0,
         }
@@ -104,7 +143,7 @@ impl BodyDecoder {
             // A builder that failed on its own (a limit) ends the body too.
             Ok(wire.on_event(event, out)? || out.is_finished())
         };
-        if let Err(error) = self.sse.feed(bytes, &mut on_event) {
+        if let Err(error) = self.framing.feed(bytes, &mut on_event) {
             out.fail(error);
         }
     }
@@ -116,7 +155,7 @@ impl BodyDecoder {
         }
         let wire = &mut self.wire;
         let result = self
-            .sse
+            .framing
             .finish(&mut |event| wire.on_event(event, out))
             .and_then(|complete| if complete { Ok(()) } else { wire.on_end(out) });
         if let Err(error) = result {
@@ -125,8 +164,8 @@ impl BodyDecoder {
     }
 }
 
-/// Decodes a recorded response body of an OpenAI (chat or Responses), Anthropic or
-/// Gemini stream into the
+/// Decodes a recorded response body of an OpenAI (chat or Responses), Anthropic,
+/// Gemini or Bedrock stream into the
 /// events a live stream would yield.
 ///
 /// ```

@@ -132,6 +132,13 @@ pub(crate) fn post_json<T: Serialize>(
     })
 }
 
+impl HttpRequest {
+    /// The URL, the headers (to add a signature to) and the body, for signing.
+    pub(crate) fn signing_parts(&mut self) -> (&str, &mut HeaderMap, &[u8]) {
+        (&self.url, &mut self.headers, &self.body)
+    }
+}
+
 /// A response being fetched and decoded.
 pub(crate) struct HttpSource {
     phase: Phase,

@@ -50,6 +50,7 @@ mod context;
 mod decode;
 mod error;
 mod event;
+mod eventstream;
 mod http;
 mod id;
 mod json;
@@ -84,8 +85,8 @@ pub use options::{
 };
 pub use partial::PartialMessage;
 pub use provider::{
-    AnthropicMessages, CustomProvider, GoogleGenerativeAi, OpenAiCompletions, OpenAiResponses,
-    PiProxy, Provider, ProviderEvent,
+    AnthropicMessages, BedrockConverseStream, CustomProvider, GoogleGenerativeAi,
+    OpenAiCompletions, OpenAiResponses, PiProxy, Provider, ProviderEvent,
 };
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};

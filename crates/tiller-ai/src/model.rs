@@ -24,6 +24,9 @@ pub enum Api {
     /// Google's Gemini API (`streamGenerateContent`).
     #[serde(rename = "google-generative-ai")]
     GoogleGenerativeAi,
+    /// Amazon Bedrock's Converse API, streamed, signed with SigV4.
+    #[serde(rename = "bedrock-converse-stream")]
+    BedrockConverseStream,
     /// The scripted in-process provider of [`crate::faux`], for tests and demos.
     #[serde(rename = "faux")]
     Faux,
@@ -41,6 +44,7 @@ impl Api {
             Api::OpenAiResponses => "openai-responses",
             Api::AnthropicMessages => "anthropic-messages",
             Api::GoogleGenerativeAi => "google-generative-ai",
+            Api::BedrockConverseStream => "bedrock-converse-stream",
             Api::Faux => "faux",
             Api::PiProxy => "pi-proxy",
         }
@@ -53,6 +57,7 @@ impl Api {
             Api::OpenAiResponses,
             Api::AnthropicMessages,
             Api::GoogleGenerativeAi,
+            Api::BedrockConverseStream,
             Api::Faux,
             Api::PiProxy,
         ]
@@ -163,6 +168,7 @@ impl Model {
             Api::OpenAiResponses => {
                 Self::hand_described(api, "openai-responses-compatible", base_url, id)
             }
+            Api::BedrockConverseStream => Self::hand_described(api, "bedrock", base_url, id),
             Api::OpenAiCompletions | Api::Faux | Api::PiProxy => {
                 Self::openai_compatible(base_url, id)
             }

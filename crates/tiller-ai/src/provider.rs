@@ -84,6 +84,25 @@ impl Provider for OpenAiResponses {
     }
 }
 
+/// Amazon Bedrock's Converse API over HTTP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BedrockConverseStream;
+
+impl Provider for BedrockConverseStream {
+    fn stream(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        options: &StreamOptions,
+    ) -> AssistantStream {
+        AssistantStream::over_http(
+            crate::providers::bedrock::request(model, context, options),
+            model,
+            options,
+        )
+    }
+}
+
 /// Google's Gemini API over HTTP.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GoogleGenerativeAi;

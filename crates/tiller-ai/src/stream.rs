@@ -17,8 +17,8 @@ use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
 use crate::provider::{
-    AnthropicMessages, GoogleGenerativeAi, OpenAiCompletions, OpenAiResponses, PiProxy, Provider,
-    ProviderEvent,
+    AnthropicMessages, BedrockConverseStream, GoogleGenerativeAi, OpenAiCompletions,
+    OpenAiResponses, PiProxy, Provider, ProviderEvent,
 };
 
 /// Streams one response of `model` to `context`.
@@ -59,6 +59,7 @@ pub fn stream_ref(
         Api::OpenAiResponses => OpenAiResponses.stream(model, context, options),
         Api::AnthropicMessages => AnthropicMessages.stream(model, context, options),
         Api::GoogleGenerativeAi => GoogleGenerativeAi.stream(model, context, options),
+        Api::BedrockConverseStream => BedrockConverseStream.stream(model, context, options),
         Api::PiProxy => PiProxy.stream(model, context, options),
         Api::Faux => AssistantStream::failed(
             model,

@@ -23,7 +23,7 @@ use tiller_ai::{
 use tiller_test_support::{Cassette, MockServer};
 
 /// Every streamed exchange with a 200 response, with the model it was made to.
-fn recorded_streams() -> Vec<(String, tiller_ai::Model, String, Expected)> {
+fn recorded_streams() -> Vec<(String, tiller_ai::Model, Vec<u8>, Expected)> {
     let mut streams = Vec::new();
     for cassette in Cassette::all() {
         for (i, exchange) in cassette.exchanges.iter().enumerate() {
@@ -32,7 +32,7 @@ fn recorded_streams() -> Vec<(String, tiller_ai::Model, String, Expected)> {
                 streams.push((
                     format!("{}/{}#{i}", cassette.provider, cassette.name),
                     model,
-                    exchange.response.body.clone(),
+                    exchange.response.bytes(),
                     expected(dialect(&cassette), exchange),
                 ));
             }
@@ -57,7 +57,7 @@ fn every_recorded_stream_decodes_to_what_it_holds() {
         streams.len()
     );
     for (name, model, body, expected) in streams {
-        let events = decode(&model, body.as_bytes(), &[usize::MAX]);
+        let events = decode(&model, &body, &[usize::MAX]);
         assert_well_formed(&events);
         let decoded = summarize(final_message(&events), stream_error(&events));
         assert_eq!(decoded, expected, "{name}");
@@ -68,11 +68,11 @@ fn every_recorded_stream_decodes_to_what_it_holds() {
 fn any_split_of_a_recorded_body_decodes_to_the_same_events() {
     let chunk_sizes = prop::collection::vec(prop_oneof![1usize..4, 1usize..512], 1..48);
     for (name, model, body, _) in recorded_streams() {
-        let whole = without_timestamps(decode(&model, body.as_bytes(), &[usize::MAX]));
+        let whole = without_timestamps(decode(&model, &body, &[usize::MAX]));
         let mut runner = TestRunner::new(Config::with_cases(12));
         runner
             .run(&chunk_sizes, |sizes| {
-                let split = without_timestamps(decode(&model, body.as_bytes(), &sizes));
+                let split = without_timestamps(decode(&model, &body, &sizes));
                 prop_assert_eq!(&split, &whole, "{} split as {:?}", name, sizes);
                 Ok(())
             })
@@ -84,7 +84,7 @@ fn decode_recorded(provider: &str, name: &str, exchange: usize) -> Vec<Assistant
     let cassette = Cassette::load(provider, name);
     let exchange = &cassette.exchanges[exchange];
     let model = model_for(&cassette, &exchange.request.body, "http://unused/v1");
-    let events = decode(&model, exchange.response.body.as_bytes(), &[usize::MAX]);
+    let events = decode(&model, &exchange.response.bytes(), &[usize::MAX]);
     assert_well_formed(&events);
     events
 }

@@ -448,7 +448,7 @@ fn applying_the_events_rebuilds_every_recorded_message() {
             .filter(|e| e.is_streaming_chat() && e.response.status == 200)
         {
             let model = model_for(&cassette, &exchange.request.body, "http://unused/v1");
-            let events = decode(&model, exchange.response.body.as_bytes(), &[7]);
+            let events = decode(&model, &exchange.response.bytes(), &[7]);
             let AssistantEvent::Start { message } = &events[0] else {
                 panic!("start first")
             };

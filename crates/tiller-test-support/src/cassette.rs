@@ -9,7 +9,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Deserialize)]
 pub struct Cassette {
     /// The provider folder it was loaded from (`openai`, `openai-responses`,
-    /// `anthropic`, `llamacpp`, `gemini`).
+    /// `anthropic`, `llamacpp`, `gemini`, `bedrock`).
     #[serde(skip)]
     pub provider: String,
     /// The file name without `.json`.
@@ -48,19 +48,37 @@ pub struct RecordedResponse {
     pub status: u16,
     /// The content type.
     pub content_type: String,
-    /// The body, byte for byte.
+    /// The body, byte for byte; base64 when `body_encoding` says so (a binary
+    /// event stream).
     pub body: String,
+    /// `base64` for a binary body.
+    #[serde(default)]
+    pub body_encoding: Option<String>,
+}
+
+impl RecordedResponse {
+    /// The body's bytes, decoded from base64 when it is binary.
+    pub fn bytes(&self) -> Vec<u8> {
+        use base64::Engine;
+        match self.body_encoding.as_deref() {
+            Some("base64") => base64::engine::general_purpose::STANDARD
+                .decode(&self.body)
+                .unwrap_or_else(|error| panic!("a recorded base64 body: {error}")),
+            _ => self.body.clone().into_bytes(),
+        }
+    }
 }
 
 impl Exchange {
     /// Whether the request asked for a stream of the chat-completions, Responses,
-    /// messages or Gemini API.
+    /// messages, Gemini or Bedrock Converse API.
     pub fn is_streaming_chat(&self) -> bool {
         let path = &self.request.path;
         let streamed = self.request.body.get("stream") == Some(&Value::Bool(true));
         let api = ["/chat/completions", "/responses", "/messages"];
         (streamed && api.iter().any(|end| path.ends_with(end)))
             || path.ends_with(":streamGenerateContent")
+            || path.ends_with("/converse-stream")
     }
 }
 

@@ -129,8 +129,12 @@ impl MockResponse {
     }
 
     /// The same response as a recorded one.
-    pub fn recorded(status: u16, content_type: &str, body: &str) -> Self {
-        MockResponse::status(status, body).header("content-type", content_type)
+    pub fn recorded(status: u16, content_type: &str, body: impl Into<Bytes>) -> Self {
+        MockResponse {
+            chunks: vec![body.into()],
+            ..MockResponse::status(status, "")
+        }
+        .header("content-type", content_type)
     }
 
     fn into_response(self) -> Response {
@@ -240,7 +244,7 @@ impl MockServer {
     pub fn push_cassette(&self, cassette: &Cassette) -> &Self {
         for exchange in &cassette.exchanges {
             let r = &exchange.response;
-            self.push(MockResponse::recorded(r.status, &r.content_type, &r.body));
+            self.push(MockResponse::recorded(r.status, &r.content_type, r.bytes()));
         }
         self
     }

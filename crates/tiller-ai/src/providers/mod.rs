@@ -2,10 +2,11 @@
 //!
 //! Each provider has a `request` module (context and options to an HTTP request,
 //! borrowing from the context rather than copying it) and a `decode` module (its
-//! event stream to builder calls). SSE framing, HTTP, retries and JSON repair are
-//! shared and live outside this folder.
+//! event stream to builder calls). SSE and event-stream framing, HTTP, retries and
+//! JSON repair are shared and live outside this folder.
 
 pub(crate) mod anthropic;
+pub(crate) mod bedrock;
 pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod openai_responses;

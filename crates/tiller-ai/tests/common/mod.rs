@@ -69,6 +69,16 @@ pub(crate) fn model_for(cassette: &Cassette, request_body: &Value, base_url: &st
         let base = format!("{}{version}", base_url.strip_suffix("/v1").unwrap());
         return Model::speaking(Api::GoogleGenerativeAi, base, id).with_provider("gemini");
     }
+    if cassette.provider == "bedrock" {
+        let path = &cassette.exchanges[0].request.path;
+        let id = path
+            .strip_prefix("/model/")
+            .and_then(|rest| rest.strip_suffix("/converse-stream"))
+            .unwrap()
+            .replace("%3A", ":");
+        let origin = base_url.strip_suffix("/v1").unwrap();
+        return Model::speaking(Api::BedrockConverseStream, origin, id).with_provider("bedrock");
+    }
     let id = request_body["model"].as_str().unwrap();
     match dialect(cassette) {
         "anthropic" => Model::anthropic_compatible(base_url, id).with_provider("anthropic"),
@@ -292,6 +302,7 @@ pub(crate) fn expected(provider: &str, exchange: &Exchange) -> Expected {
         "anthropic" => expected_anthropic(&response.body),
         "gemini" => expected_gemini(&response.body),
         "openai-responses" => expected_responses(&response.body),
+        "bedrock" => expected_bedrock(&response.bytes()),
         _ => expected_openai(&response.body),
     }
 }
@@ -382,6 +393,97 @@ fn expected_openai(body: &str) -> Expected {
         } else {
             vec![(reasoning, None, false)]
         },
+        tool_calls,
+        outcome,
+        usage,
+    }
+}
+
+/// The messages of an AWS event stream, read plainly (no CRC checks): each
+/// message's `:event-type` and JSON payload.
+fn event_stream_messages(mut body: &[u8]) -> Vec<(String, Value)> {
+    let be32 = |bytes: &[u8]| u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let mut messages = Vec::new();
+    while body.len() >= 12 {
+        let (total, headers_len) = (be32(body), be32(&body[4..]));
+        let (mut headers, payload) = body[12..total - 4].split_at(headers_len);
+        let mut event_type = String::new();
+        while !headers.is_empty() {
+            let name_len = headers[0] as usize;
+            let name = std::str::from_utf8(&headers[1..1 + name_len]).unwrap();
+            assert_eq!(headers[1 + name_len], 7, "a string header");
+            let value_len =
+                u16::from_be_bytes([headers[2 + name_len], headers[3 + name_len]]) as usize;
+            let value = &headers[4 + name_len..4 + name_len + value_len];
+            if name == ":event-type" {
+                event_type = String::from_utf8(value.to_vec()).unwrap();
+            }
+            headers = &headers[4 + name_len + value_len..];
+        }
+        messages.push((event_type, serde_json::from_slice(payload).unwrap()));
+        body = &body[total..];
+    }
+    messages
+}
+
+fn expected_bedrock(body: &[u8]) -> Expected {
+    let mut text = String::new();
+    let mut calls: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+    let mut stop = String::new();
+    let mut usage = [0; 5];
+    for (event, data) in event_stream_messages(body) {
+        let index = u(&data["contentBlockIndex"]);
+        match event.as_str() {
+            "contentBlockStart" => {
+                let tool = &data["start"]["toolUse"];
+                calls.insert(
+                    index,
+                    (
+                        tool["toolUseId"].as_str().unwrap().to_owned(),
+                        tool["name"].as_str().unwrap().to_owned(),
+                        String::new(),
+                    ),
+                );
+            }
+            "contentBlockDelta" => {
+                let delta = &data["delta"];
+                text.push_str(delta["text"].as_str().unwrap_or(""));
+                if let Some(input) = delta["toolUse"]["input"].as_str() {
+                    calls.get_mut(&index).unwrap().2.push_str(input);
+                }
+            }
+            "messageStop" => stop = data["stopReason"].as_str().unwrap().to_owned(),
+            "metadata" => {
+                let report = &data["usage"];
+                usage = [
+                    u(&report["inputTokens"]),
+                    u(&report["outputTokens"]),
+                    u(&report["cacheReadInputTokens"]),
+                    u(&report["cacheWriteInputTokens"]),
+                    0,
+                ];
+            }
+            _ => {}
+        }
+    }
+    let cut_off = stop == "max_tokens";
+    let tool_calls: Vec<_> = calls
+        .into_values()
+        .map(|(id, name, input)| {
+            let (arguments, error) = finished_arguments(&input, cut_off);
+            (id, name, arguments, error)
+        })
+        .collect();
+    let outcome = Outcome::Done(match stop.as_str() {
+        "end_turn" if !tool_calls.is_empty() => StopReason::ToolUse,
+        "end_turn" => StopReason::Stop,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" => StopReason::Length,
+        other => panic!("unexpected recorded stop reason {other}"),
+    });
+    Expected {
+        text,
+        thinking: vec![],
         tool_calls,
         outcome,
         usage,
@@ -649,6 +751,9 @@ pub(crate) fn import_request(
     if provider == "openai-responses" {
         return import_responses_request(body, decoded);
     }
+    if provider == "bedrock" {
+        return import_bedrock_request(body, decoded);
+    }
     if provider == "anthropic" {
         context.system_prompt = body.get("system").map(joined_text);
         for turn in body["messages"].as_array().unwrap() {
@@ -801,6 +906,84 @@ fn import_responses_request(
         max_tokens: body["max_output_tokens"].as_u64().map(|n| n as u32),
         temperature: body["temperature"].as_f64().map(|t| t as f32),
         tool_choice: body.get("tool_choice").map(tool_choice),
+        ..StreamOptions::default()
+    };
+    (context, options)
+}
+
+/// [`import_request`] for Bedrock's Converse API.
+fn import_bedrock_request(body: &Value, decoded: &[AssistantMessage]) -> (Context, StreamOptions) {
+    let mut context = Context::new();
+    context.system_prompt = body["system"].as_array().map(|blocks| {
+        blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let mut assistants = decoded.iter();
+    let mut call_names: BTreeMap<String, String> = BTreeMap::new();
+    for message in body["messages"].as_array().unwrap() {
+        if message["role"] == "assistant" {
+            let message = assistants
+                .next()
+                .expect("an assistant message for each one recorded");
+            for call in message.tool_calls() {
+                call_names.insert(call.id.clone(), call.name.clone());
+            }
+            context.messages.push(message.clone().into());
+            continue;
+        }
+        let mut user = Vec::new();
+        for block in message["content"].as_array().unwrap() {
+            if let Some(result) = block.get("toolResult") {
+                let id = result["toolUseId"].as_str().unwrap();
+                context.messages.push(Message::from(ToolResultMessage {
+                    tool_call_id: id.to_owned(),
+                    tool_name: call_names[id].clone(),
+                    content: vec![Content::text(
+                        result["content"][0]["text"].as_str().unwrap(),
+                    )],
+                    details: Value::Null,
+                    is_error: result["status"] == "error",
+                    timestamp: 0,
+                }));
+            } else {
+                user.push(Content::text(block["text"].as_str().unwrap()));
+            }
+        }
+        if !user.is_empty() {
+            context.messages.push(Message::User(UserMessage {
+                content: user,
+                timestamp: 0,
+            }));
+        }
+    }
+    let config = &body["toolConfig"];
+    for tool in config["tools"].as_array().into_iter().flatten() {
+        let spec = &tool["toolSpec"];
+        context.tools.push(Tool::new(
+            spec["name"].as_str().unwrap(),
+            spec["description"].as_str().unwrap_or(""),
+            spec["inputSchema"]["json"].clone(),
+        ));
+    }
+    let choice = &config["toolChoice"];
+    let tool_choice = if choice.get("any").is_some() {
+        Some(ToolChoice::Required)
+    } else if choice.get("auto").is_some() {
+        Some(ToolChoice::Auto)
+    } else {
+        choice["tool"]["name"]
+            .as_str()
+            .map(|name| ToolChoice::Tool(name.to_owned()))
+    };
+    let inference = &body["inferenceConfig"];
+    let options = StreamOptions {
+        api_key: Some(ApiKey::new("test-key")),
+        max_tokens: inference["maxTokens"].as_u64().map(|n| n as u32),
+        temperature: inference["temperature"].as_f64().map(|t| t as f32),
+        tool_choice,
         ..StreamOptions::default()
     };
     (context, options)
@@ -990,6 +1173,14 @@ pub(crate) fn project(provider: &str, body: &Value) -> Value {
     }
     if provider == "openai-responses" {
         return project_responses(body);
+    }
+    if provider == "bedrock" {
+        return json!({
+            "messages": body["messages"],
+            "system": body["system"],
+            "toolConfig": body["toolConfig"],
+            "temperature": body["inferenceConfig"]["temperature"],
+        });
     }
     if provider == "anthropic" {
         let project_blocks = |content: &Value| -> Vec<Value> {

@@ -1,0 +1,252 @@
+//! Who a Bedrock request is from, and where it goes.
+//!
+//! - **Region**: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the one in the base
+//!   URL's host (`bedrock-runtime.{region}.amazonaws.com`), else `us-east-1`. A
+//!   model at the catalog's endpoint goes to its region's.
+//! - **Credentials**: `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (with
+//!   `AWS_SESSION_TOKEN`), else the profile `AWS_PROFILE` (or `default`) of the
+//!   shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
+//!   `~/.aws/credentials`), read at each request so rotated keys are picked up.
+//!   The request is signed with SigV4 for the service `bedrock` by `aws-sigv4`.
+//! - **A Bedrock API key** ([`StreamOptions::api_key`], else
+//!   `AWS_BEARER_TOKEN_BEDROCK`) is sent as a bearer token instead of a signature.
+//!
+//! Secrets never reach an error message: a missing credential names the
+//! variables and the file to set, nothing more.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign as sigv4};
+use aws_sigv4::sign::v4;
+use reqwest::header::{HeaderName, HeaderValue};
+
+use crate::error::StreamError;
+use crate::http::HttpRequest;
+use crate::model::Model;
+use crate::options::{ApiKey, StreamOptions};
+
+/// The endpoint the catalog gives Bedrock's models.
+pub(crate) const DEFAULT_ENDPOINT: &str = "https://bedrock-runtime.us-east-1.amazonaws.com";
+
+/// Where credentials are said to be missing from.
+const WHERE_CREDENTIALS_LIVE: &str =
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials (AWS_PROFILE)";
+
+/// The region a request is signed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Region(String);
+
+impl Region {
+    /// The region for `model`, from the environment or its endpoint.
+    pub(crate) fn for_model(model: &Model) -> Region {
+        Self::from_sources(|name| std::env::var(name).ok(), &model.base_url)
+    }
+
+    fn from_sources(var: impl Fn(&str) -> Option<String>, base_url: &str) -> Region {
+        let named = ["AWS_REGION", "AWS_DEFAULT_REGION"]
+            .into_iter()
+            .filter_map(&var)
+            .map(|region| region.trim().to_owned())
+            .find(|region| !region.is_empty());
+        let from_host = || {
+            let host = reqwest::Url::parse(base_url).ok()?.host_str()?.to_owned();
+            let region = host
+                .strip_prefix("bedrock-runtime.")?
+                .strip_suffix(".amazonaws.com")?;
+            Some(region.split('.').next()?.to_owned())
+        };
+        Region(
+            named
+                .or_else(from_host)
+                .unwrap_or_else(|| "us-east-1".to_owned()),
+        )
+    }
+
+    /// The regional endpoint when `base_url` is the catalog's default and the
+    /// region is another; `None` keeps `base_url`.
+    pub(crate) fn endpoint_for(&self, base_url: &str) -> Option<String> {
+        (base_url.trim_end_matches('/') == DEFAULT_ENDPOINT && self.0 != "us-east-1")
+            .then(|| format!("https://bedrock-runtime.{}.amazonaws.com", self.0))
+    }
+}
+
+/// A Bedrock API key, given or from `AWS_BEARER_TOKEN_BEDROCK`.
+pub(crate) fn api_key(options: &StreamOptions) -> Option<ApiKey> {
+    options.api_key.clone().or_else(|| {
+        std::env::var("AWS_BEARER_TOKEN_BEDROCK")
+            .ok()
+            .filter(|key| !key.trim().is_empty())
+            .map(|key| ApiKey::new(key.trim()))
+    })
+}
+
+/// Signs `request` with SigV4 for `region`, adding its `authorization`,
+/// `x-amz-date` and (for temporary credentials) `x-amz-security-token` headers.
+pub(crate) fn sign(
+    request: &mut HttpRequest,
+    region: &Region,
+    provider: &str,
+) -> Result<(), StreamError> {
+    let credentials =
+        credentials(|name| std::env::var(name).ok()).ok_or_else(|| StreamError::MissingApiKey {
+            provider: provider.to_owned(),
+            env_var: WHERE_CREDENTIALS_LIVE.to_owned(),
+        })?;
+    let identity = credentials.into();
+    let invalid = |message: String| StreamError::InvalidRequest { message };
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(&region.0)
+        .name("bedrock")
+        .time(SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|error| invalid(format!("cannot sign the request: {error}")))?
+        .into();
+    let (url, headers, body) = request.signing_parts();
+    let signed_headers: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    let signable = SignableRequest::new(
+        "POST",
+        url,
+        signed_headers.into_iter(),
+        SignableBody::Bytes(body),
+    )
+    .map_err(|error| invalid(format!("cannot sign the request: {error}")))?;
+    let (instructions, _) = sigv4(signable, &params)
+        .map_err(|error| invalid(format!("cannot sign the request: {error}")))?
+        .into_parts();
+    let mut added = Vec::new();
+    for (name, value) in instructions.headers() {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid(format!("the signature's header `{name}` is not valid")))?;
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| invalid(format!("the signature's header `{name}` is not valid")))?;
+        value.set_sensitive(true);
+        added.push((name, value));
+    }
+    let (_, headers, _) = request.signing_parts();
+    for (name, value) in added {
+        headers.insert(name, value);
+    }
+    Ok(())
+}
+
+/// The credentials `var` and the shared credentials file hold, if any.
+fn credentials(var: impl Fn(&str) -> Option<String>) -> Option<Credentials> {
+    let set = |name: &str| {
+        var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    if let (Some(id), Some(secret)) = (set("AWS_ACCESS_KEY_ID"), set("AWS_SECRET_ACCESS_KEY")) {
+        return Some(Credentials::new(
+            id,
+            secret,
+            set("AWS_SESSION_TOKEN"),
+            None,
+            "environment",
+        ));
+    }
+    let path = set("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(set("HOME")?).join(".aws/credentials")))?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let profile = set("AWS_PROFILE").unwrap_or_else(|| "default".to_owned());
+    let field = |key: &str| profile_field(&text, &profile, key);
+    Some(Credentials::new(
+        field("aws_access_key_id")?,
+        field("aws_secret_access_key")?,
+        field("aws_session_token"),
+        None,
+        "shared credentials file",
+    ))
+}
+
+/// `key` of the section `[profile]` in an INI file's `text`.
+fn profile_field(text: &str, profile: &str, key: &str) -> Option<String> {
+    let mut in_profile = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_profile = section.trim() == profile;
+        } else if in_profile
+            && let Some((name, value)) = line.split_once('=')
+            && name.trim() == key
+        {
+            return Some(value.trim().to_owned()).filter(|v| !v.is_empty());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_region_comes_from_the_environment_else_the_endpoint() {
+        let none = |_: &str| None;
+        assert_eq!(Region::from_sources(none, DEFAULT_ENDPOINT).0, "us-east-1");
+        let host = "https://bedrock-runtime.eu-west-3.amazonaws.com";
+        assert_eq!(Region::from_sources(none, host).0, "eu-west-3");
+        let named = |name: &str| (name == "AWS_DEFAULT_REGION").then(|| "ap-south-1".to_owned());
+        let region = Region::from_sources(named, DEFAULT_ENDPOINT);
+        assert_eq!(region.0, "ap-south-1");
+        assert_eq!(
+            region.endpoint_for(DEFAULT_ENDPOINT).as_deref(),
+            Some("https://bedrock-runtime.ap-south-1.amazonaws.com")
+        );
+        assert_eq!(region.endpoint_for("http://127.0.0.1:9"), None);
+    }
+
+    #[test]
+    fn credentials_come_from_the_environment_else_the_profile() {
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKID".to_owned()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".to_owned()),
+            _ => None,
+        };
+        let found = credentials(env).unwrap();
+        assert_eq!(
+            (found.access_key_id(), found.session_token()),
+            ("AKID", None)
+        );
+
+        let dir = std::env::temp_dir().join(format!("tiller-aws-{}", crate::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = DEFAULT\naws_secret_access_key = d\n\n[work]\naws_access_key_id=WORK\naws_secret_access_key=w\naws_session_token = tok\n",
+        )
+        .unwrap();
+        let shared = |profile: Option<&'static str>| {
+            let file = file.clone();
+            move |name: &str| match name {
+                "AWS_SHARED_CREDENTIALS_FILE" => Some(file.display().to_string()),
+                "AWS_PROFILE" => profile.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let work = credentials(shared(Some("work"))).unwrap();
+        assert_eq!(
+            (
+                work.access_key_id(),
+                work.secret_access_key(),
+                work.session_token()
+            ),
+            ("WORK", "w", Some("tok"))
+        );
+        assert_eq!(
+            credentials(shared(None)).unwrap().access_key_id(),
+            "DEFAULT"
+        );
+        assert!(credentials(shared(Some("nobody"))).is_none());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

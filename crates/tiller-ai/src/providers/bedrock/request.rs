@@ -1,0 +1,352 @@
+//! Writing a `converse-stream` request.
+//!
+//! `POST {base}/model/{id}/converse-stream`, where the base is the regional
+//! endpoint (`https://bedrock-runtime.{region}.amazonaws.com`) or the server a
+//! user names. Roles alternate: consecutive messages of one role merge, and tool
+//! results become `toolResult` blocks of a user message. Reasoning from a Bedrock
+//! answer goes back with its signature (redacted reasoning as its data); reasoning
+//! without one, or from another API, is dropped, as Bedrock would refuse it. Tool
+//! ids are reduced to the characters Bedrock accepts, the same way in calls and
+//! results. `ToolChoice::None` sends the tools without a choice (Bedrock has no
+//! "none"): the model is free not to call them, not forbidden to.
+//!
+//! The request is signed with SigV4 ([`super::credentials`]), or carries a
+//! Bedrock API key as a bearer token when one is given.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::context::{ContextRef, Tool};
+use crate::error::StreamError;
+use crate::http::{self, HttpRequest};
+use crate::message::{AssistantContent, Content, Message};
+use crate::model::{Api, Model};
+use crate::options::{StreamOptions, ToolChoice};
+use crate::providers::bedrock::credentials::{self, Region};
+
+/// The content type of AWS's binary event stream.
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
+pub(crate) fn request(
+    model: &Model,
+    context: ContextRef<'_>,
+    options: &StreamOptions,
+) -> Result<HttpRequest, StreamError> {
+    let region = Region::for_model(model);
+    let mut routed = Cow::Borrowed(model);
+    if let Some(endpoint) = region.endpoint_for(&model.base_url) {
+        routed.to_mut().base_url = endpoint;
+    }
+    let body = body(model, context, options);
+    let path = format!("model/{}/converse-stream", path_segment(&model.id));
+    let bearer = credentials::api_key(options)
+        .map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let signed = bearer.is_none();
+    let mut request = http::post_json(
+        &routed,
+        &path,
+        &body,
+        &[("accept", EVENT_STREAM)],
+        bearer,
+        options,
+    )?;
+    if signed {
+        credentials::sign(&mut request, &region, &model.provider)?;
+    }
+    Ok(request)
+}
+
+fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
+    let mut messages: Vec<Turn<'a>> = Vec::with_capacity(context.messages.len());
+    for message in context.messages {
+        let (role, content) = match message {
+            Message::User(user) => (
+                "user",
+                user.content.iter().filter_map(content_block).collect(),
+            ),
+            Message::Assistant(assistant) => {
+                let own = assistant.api == Api::BedrockConverseStream;
+                let blocks = assistant
+                    .content
+                    .iter()
+                    .filter_map(|block| assistant_block(block, own))
+                    .collect();
+                ("assistant", blocks)
+            }
+            Message::ToolResult(result) => {
+                let mut content: Vec<Block<'a>> =
+                    result.content.iter().filter_map(content_block).collect();
+                if content.is_empty() {
+                    content.push(Block::Text(""));
+                }
+                let block = Block::ToolResult(ToolResult {
+                    tool_use_id: tool_id(&result.tool_call_id),
+                    content,
+                    status: if result.is_error { "error" } else { "success" },
+                });
+                ("user", vec![block])
+            }
+        };
+        push_turn(&mut messages, role, content);
+    }
+    let system: Vec<Block<'a>> = context
+        .system_prompt
+        .filter(|prompt| !prompt.is_empty())
+        .map(Block::Text)
+        .into_iter()
+        .collect();
+    let tool_config = (!context.tools.is_empty()).then(|| ToolConfig {
+        tools: context.tools.iter().map(ToolSpec::from).collect(),
+        tool_choice: options
+            .tool_choice
+            .as_ref()
+            .and_then(|choice| match choice {
+                ToolChoice::Auto => Some(WireToolChoice::Auto {}),
+                ToolChoice::None => None,
+                ToolChoice::Required => Some(WireToolChoice::Any {}),
+                ToolChoice::Tool(name) => Some(WireToolChoice::Tool { name }),
+            }),
+    });
+    let thinking = model
+        .reasoning
+        .then(|| options.thinking_budgets.for_level(options.thinking))
+        .flatten();
+    Body {
+        messages,
+        system,
+        inference_config: InferenceConfig {
+            max_tokens: options.max_tokens,
+            // Claude takes no temperature while it thinks.
+            temperature: options.temperature.filter(|_| thinking.is_none()),
+        },
+        tool_config,
+        additional_model_request_fields: thinking.map(|budget_tokens| AdditionalFields {
+            thinking: Thinking {
+                kind: "enabled",
+                budget_tokens,
+            },
+        }),
+    }
+}
+
+fn push_turn<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, content: Vec<Block<'a>>) {
+    if content.is_empty() {
+        return;
+    }
+    match turns.last_mut() {
+        Some(last) if last.role == role => last.content.extend(content),
+        _ => turns.push(Turn { role, content }),
+    }
+}
+
+fn content_block(content: &Content) -> Option<Block<'_>> {
+    match content {
+        Content::Text(text) if text.text.is_empty() => None,
+        Content::Text(text) => Some(Block::Text(&text.text)),
+        Content::Image(image) => Some(Block::Image(Image {
+            format: image.mime_type.strip_prefix("image/").unwrap_or("png"),
+            source: ImageSource { bytes: &image.data },
+        })),
+    }
+}
+
+/// A block of an assistant message; `own` when Bedrock wrote it, so its reasoning
+/// goes back.
+fn assistant_block(block: &AssistantContent, own: bool) -> Option<Block<'_>> {
+    match block {
+        AssistantContent::Text(text) if text.text.is_empty() => None,
+        AssistantContent::Text(text) => Some(Block::Text(&text.text)),
+        AssistantContent::Thinking(thinking) => {
+            let signature = thinking.signature.as_deref().filter(|_| own)?;
+            Some(Block::ReasoningContent(if thinking.redacted {
+                Reasoning::RedactedContent(signature)
+            } else {
+                Reasoning::ReasoningText {
+                    text: &thinking.thinking,
+                    signature,
+                }
+            }))
+        }
+        AssistantContent::ToolCall(call) => Some(Block::ToolUse(ToolUse {
+            tool_use_id: tool_id(&call.id),
+            name: &call.name,
+            input: if call.arguments.is_object() {
+                Cow::Borrowed(&call.arguments)
+            } else {
+                Cow::Owned(Value::Object(Map::new()))
+            },
+        })),
+    }
+}
+
+/// A tool call id in the characters Bedrock accepts (`[a-zA-Z0-9_-]`).
+fn tool_id(id: &str) -> Cow<'_, str> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if id.chars().all(valid) {
+        Cow::Borrowed(id)
+    } else {
+        Cow::Owned(id.chars().map(|c| if valid(c) { c } else { '_' }).collect())
+    }
+}
+
+/// `id` as one path segment: everything but unreserved characters
+/// percent-encoded (`amazon.nova-lite-v1:0` → `amazon.nova-lite-v1%3A0`).
+fn path_segment(id: &str) -> String {
+    let mut segment = String::with_capacity(id.len() + 4);
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            segment.push(char::from(byte));
+        } else {
+            segment.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    segment
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    messages: Vec<Turn<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<Block<'a>>,
+    inference_config: InferenceConfig,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_config: Option<ToolConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    additional_model_request_fields: Option<AdditionalFields>,
+}
+
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'a str,
+    content: Vec<Block<'a>>,
+}
+
+/// `{"text": …}`, `{"image": …}`, `{"toolUse": …}`, `{"toolResult": …}` or
+/// `{"reasoningContent": …}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Block<'a> {
+    Text(&'a str),
+    Image(Image<'a>),
+    ToolUse(ToolUse<'a>),
+    ToolResult(ToolResult<'a>),
+    ReasoningContent(Reasoning<'a>),
+}
+
+#[derive(Serialize)]
+struct Image<'a> {
+    format: &'a str,
+    source: ImageSource<'a>,
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    bytes: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolUse<'a> {
+    tool_use_id: Cow<'a, str>,
+    name: &'a str,
+    input: Cow<'a, Value>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolResult<'a> {
+    tool_use_id: Cow<'a, str>,
+    content: Vec<Block<'a>>,
+    status: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Reasoning<'a> {
+    ReasoningText { text: &'a str, signature: &'a str },
+    RedactedContent(&'a str),
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InferenceConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolConfig<'a> {
+    tools: Vec<ToolSpec<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+}
+
+/// `{"toolSpec": {"name", "description", "inputSchema": {"json": …}}}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum ToolSpec<'a> {
+    ToolSpec {
+        name: &'a str,
+        description: &'a str,
+        #[serde(rename = "inputSchema")]
+        input_schema: Json<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct Json<'a> {
+    json: &'a Value,
+}
+
+impl<'a> From<&'a Tool> for ToolSpec<'a> {
+    fn from(tool: &'a Tool) -> Self {
+        ToolSpec::ToolSpec {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: Json {
+                json: &tool.parameters,
+            },
+        }
+    }
+}
+
+/// `{"auto": {}}`, `{"any": {}}` or `{"tool": {"name": …}}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum WireToolChoice<'a> {
+    Auto {},
+    Any {},
+    Tool { name: &'a str },
+}
+
+#[derive(Serialize)]
+struct AdditionalFields {
+    thinking: Thinking,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids_are_one_path_segment() {
+        assert_eq!(
+            path_segment("amazon.nova-lite-v1:0"),
+            "amazon.nova-lite-v1%3A0"
+        );
+        assert_eq!(path_segment("a/../b"), "a%2F..%2Fb");
+    }
+}
