@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeds corpus/ from the recorded provider exchanges (fixtures/cassettes, a copy of
 ../shared/fixtures) and the example agent files. Run from anywhere; rewrites corpus/."""
-import glob, json, os, shutil
+import base64, glob, json, os, shutil
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.join(here, "..", "..")
@@ -21,24 +21,29 @@ for path in sorted(glob.glob(os.path.join(root, "fixtures", "cassettes", "*", "*
     dialect = os.path.basename(os.path.dirname(path))
     stem = os.path.splitext(os.path.basename(path))[0][:60]
     for i, exchange in enumerate(json.load(open(path))["exchanges"]):
-        target = {"anthropic": "anthropic_sse", "gemini": "gemini_sse"}.get(dialect, "openai_sse")
+        target = {"anthropic": "anthropic_sse", "gemini": "gemini_sse",
+                  "bedrock": "bedrock_eventstream"}.get(dialect, "openai_sse")
         if exchange["request"]["path"].endswith("/responses"):
             target = "openai_responses_sse"
         body = exchange["response"]["body"]
+        if exchange["response"].get("body_encoding") == "base64":
+            body = base64.b64decode(body)
         if 0 < len(body) <= MAX and body not in seen:
             seen.add(body)
             write(target, f"{stem}-{i}", body)
         request = exchange["request"]["body"]
-        tools = request.get("tools") or []
+        tools = request.get("tools") or (request.get("toolConfig") or {}).get("tools") or []
         # Gemini declares its functions inside one tools entry.
         tools = [d for t in tools for d in (t.get("functionDeclarations") or [])] + \
                 [t for t in tools if "functionDeclarations" not in t and "codeExecution" not in t]
         for tool in tools:
             schema = (tool.get("function", {}).get("parameters") or tool.get("input_schema")
-                      or tool.get("parameters"))
+                      or tool.get("parameters")
+                      or tool.get("toolSpec", {}).get("inputSchema", {}).get("json"))
             if schema and json.dumps(schema, sort_keys=True) not in schemas:
                 schemas.add(json.dumps(schema, sort_keys=True))
-                write("tool_args", f"{stem}-{i}-{tool.get('function', tool).get('name')}",
+                name = tool.get("function", tool.get("toolSpec", tool)).get("name")
+                write("tool_args", f"{stem}-{i}-{name}",
                       json.dumps(schema) + "\n" + json.dumps({"value": "red", "n": 3}))
         for message in request.get("messages", []):
             for call in message.get("tool_calls") or []:

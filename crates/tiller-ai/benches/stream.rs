@@ -1,12 +1,14 @@
 //! The wire layer's figures:
 //!
-//! 1. SSE-to-events decoding of every recorded response body, on one core, per
+//! 1. SSE-to-events (or event-stream-to-events) decoding of every recorded
+//!    response body, on one core, per
 //!    dialect (target: at least 200 MB/s each);
 //! 2. one streamed reply of 110 text deltas from a loopback server in another
 //!    process, end to end (request, decode, final message): client CPU per reply
 //!    (target: at most 300 µs; pi-ai spends about 10 ms), in the OpenAI chat
-//!    dialect, in Gemini's and in OpenAI's Responses API, whose CPU per event must
-//!    stay within 1.5× of the OpenAI chat decoder's on the same text.
+//!    dialect, in Gemini's, in OpenAI's Responses API and in Bedrock's binary event
+//!    stream, whose CPU per event must stay within 1.5× of the OpenAI chat
+//!    decoder's on the same text.
 //!
 //! ```text
 //! cargo bench -p tiller-ai --bench stream
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tiller_ai::{Api, ApiKey, Context, Message, Model, ResponseDecoder, StreamOptions};
 use tiller_test_support::workload::cpu_time;
-use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
+use tiller_test_support::{Cassette, MockResponse, MockServer, eventstream, sse};
 
 const DELTAS: usize = 110;
 
@@ -57,6 +59,11 @@ fn decode_throughput() {
             Model::speaking(Api::OpenAiResponses, "http://unused/v1", "m"),
             Vec::new(),
         ),
+        (
+            "bedrock",
+            Model::speaking(Api::BedrockConverseStream, "http://unused", "m"),
+            Vec::new(),
+        ),
     ];
     for cassette in Cassette::all() {
         for exchange in &cassette.exchanges {
@@ -64,12 +71,11 @@ fn decode_throughput() {
                 _ if exchange.request.path.ends_with("/responses") => 3,
                 "anthropic" => 1,
                 "gemini" => 2,
+                "bedrock" => 4,
                 _ => 0,
             };
             if exchange.is_streaming_chat() && exchange.response.status == 200 {
-                dialects[dialect]
-                    .2
-                    .push(exchange.response.body.clone().into_bytes());
+                dialects[dialect].2.push(exchange.response.bytes());
             }
         }
     }
@@ -148,6 +154,34 @@ fn responses_reply_body() -> String {
     events.iter().map(sse::data).collect()
 }
 
+/// The same reply as Bedrock streams it: one event-stream message per delta.
+fn bedrock_reply_body() -> Vec<u8> {
+    let mut messages = vec![eventstream::event(
+        "messageStart",
+        &json!({"role": "assistant", "p": "abcdefghij"}),
+    )];
+    for i in 0..DELTAS {
+        messages.push(eventstream::event(
+            "contentBlockDelta",
+            &json!({"contentBlockIndex": 0, "delta": {"text": WORDS[i % WORDS.len()]}, "p": "abcdefghijklmnopqrstuvwxyz"}),
+        ));
+    }
+    messages.push(eventstream::event(
+        "contentBlockStop",
+        &json!({"contentBlockIndex": 0, "p": "abcdef"}),
+    ));
+    messages.push(eventstream::event(
+        "messageStop",
+        &json!({"stopReason": "end_turn", "p": "abc"}),
+    ));
+    messages.push(eventstream::event(
+        "metadata",
+        &json!({"usage": {"inputTokens": 24, "outputTokens": DELTAS, "totalTokens": 24 + DELTAS},
+                "metrics": {"latencyMs": 300}, "p": "abcdefghijklmnop"}),
+    ));
+    messages.concat()
+}
+
 /// The same reply as Gemini streams it: one text part per chunk, with the usage so
 /// far and the model's version in each.
 fn gemini_reply_body() -> String {
@@ -211,7 +245,15 @@ fn serve() {
         let server = MockServer::start().await;
         let (openai, responses, gemini) =
             (reply_body(), responses_reply_body(), gemini_reply_body());
+        let bedrock = bytes::Bytes::from(bedrock_reply_body());
         server.respond_with(move |request| {
+            if request.path.ends_with("/converse-stream") {
+                return MockResponse::recorded(
+                    200,
+                    "application/vnd.amazon.eventstream",
+                    bedrock.clone(),
+                );
+            }
             MockResponse::sse(if request.path.ends_with(":streamGenerateContent") {
                 gemini.clone()
             } else if request.path.ends_with("/responses") {
@@ -267,6 +309,11 @@ fn reply_cpu() {
             Model::speaking(Api::OpenAiResponses, format!("{origin}/v1"), "gpt-4.1-mini")
                 .with_provider("openai-responses"),
         ),
+        (
+            "bedrock",
+            Model::speaking(Api::BedrockConverseStream, origin, "amazon.nova-lite-v1:0")
+                .with_provider("bedrock"),
+        ),
     ];
     let context = Context::new()
         .with_system_prompt("You are a helpful assistant.")
@@ -311,7 +358,7 @@ fn reply_cpu() {
                 wall.as_secs_f64() * 1e6 / replies as f64,
             );
         }
-        for (index, dialect) in [(1, "gemini"), (2, "openai responses")] {
+        for (index, dialect) in [(1, "gemini"), (2, "openai responses"), (3, "bedrock")] {
             println!(
                 "{dialect} / openai chat CPU per event ({runtime_label}): {:.2}×  (target <= 1.5×)",
                 per_event[index] / per_event[0]

@@ -92,10 +92,10 @@ impl EventStreamDecoder {
         if self.done || (!self.in_frame && !self.buffer.has_remaining()) {
             return Ok(self.done);
         }
+        let arrived = self.buffer.len() + if self.in_frame { PRELUDE_BYTES } else { 0 };
         Err(StreamError::Incomplete {
             message: format!(
-                "the body ended inside an event-stream frame ({} bytes of it arrived)",
-                self.buffer.len()
+                "the body ended inside an event-stream frame ({arrived} bytes of it arrived)"
             ),
         })
     }

@@ -438,6 +438,104 @@ async fn openai_responses_answers_from_a_replayed_recording() {
     assert_eq!(request.body["model"], "gpt-4.1-mini");
 }
 
+/// `tiller run --provider bedrock` against a replay of a recorded Bedrock
+/// exchange: the request is signed with SigV4 from the environment's credentials,
+/// or from a profile of the shared credentials file.
+#[tokio::test]
+async fn bedrock_signs_its_requests_and_answers_from_a_replayed_recording() {
+    let cassette = Cassette::load("bedrock", "raw_streaming__raw_stream_text_response_smoke");
+    let scratch = Scratch::new();
+    let credentials = scratch.write(
+        "credentials",
+        "[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = d\n[work]\naws_access_key_id = WORKKEY\naws_secret_access_key = w\n",
+    );
+    let environment = [
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+        ("AWS_SESSION_TOKEN", "session-token"),
+        ("AWS_REGION", "eu-west-1"),
+    ];
+    let profile = [
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()),
+        ("AWS_PROFILE", "work"),
+    ];
+    for (variables, key_id, region) in [
+        (&environment[..], "AKIDEXAMPLE", "eu-west-1"),
+        (&profile[..], "WORKKEY", "us-east-1"),
+    ] {
+        let server = MockServer::start().await;
+        server.push_cassette(&cassette);
+        let base_url = server.origin();
+        let mut command = tiller(&[
+            "run",
+            "--provider",
+            "bedrock",
+            "--base-url",
+            &base_url,
+            "--model",
+            "amazon.nova-lite-v1:0",
+            "Reply with two lines",
+        ]);
+        command.envs(variables.iter().copied());
+        let run = finish(command).await;
+        assert_eq!(
+            (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+            (Some(0), "cedar\nmaple\n", "")
+        );
+        let request = &server.requests()[0];
+        assert_eq!(request.path, cassette.exchanges[0].request.path);
+        let authorization = request.header("authorization").unwrap();
+        let date = request.header("x-amz-date").unwrap();
+        let scope = format!("{key_id}/{}/{region}/bedrock/aws4_request", &date[..8]);
+        assert!(
+            authorization.starts_with(&format!(
+                "AWS4-HMAC-SHA256 Credential={scope}, SignedHeaders="
+            )),
+            "{authorization}"
+        );
+        let signature = authorization.rsplit("Signature=").next().unwrap();
+        assert!(
+            signature.len() == 64 && signature.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{authorization}"
+        );
+        for signed in ["content-type", "host", "x-amz-date"] {
+            assert!(
+                authorization.contains(signed),
+                "{signed} unsigned: {authorization}"
+            );
+        }
+        let token = (key_id == "AKIDEXAMPLE").then_some("session-token");
+        assert_eq!(request.header("x-amz-security-token"), token);
+    }
+
+    // No credentials: a typed error naming where they go, and no request.
+    let server = MockServer::start().await;
+    let base_url = server.origin();
+    let mut command = tiller(&[
+        "run",
+        "--provider",
+        "bedrock",
+        "--base-url",
+        &base_url,
+        "--model",
+        "amazon.nova-lite-v1:0",
+        "Hi",
+    ]);
+    command.env("HOME", scratch.path());
+    let run = finish(command).await;
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        "{}",
+        run.stderr
+    );
+    assert!(server.requests().is_empty());
+}
+
 #[tokio::test]
 async fn bad_usage_exits_2() {
     let run = finish(tiller(&["run", "--thinking", "extreme", "Hello"])).await;

@@ -1,7 +1,8 @@
 //! Fuzzing Tiller's decoders of outside input on stable Rust.
 //!
 //! Each [`targets`] function takes arbitrary bytes and drives one decoder the way
-//! production does — an OpenAI (chat or Responses), Anthropic or Gemini event stream fed in random splits, tool
+//! production does — an OpenAI (chat or Responses), Anthropic or Gemini event stream or
+//! a Bedrock binary event stream fed in random splits, tool
 //! arguments streamed as partial JSON, an agent file, a tool's schema and its
 //! arguments — and checks what must hold whatever the bytes: no panic, and an answer
 //! that is an event or a typed error (a stream always ends with exactly one terminal

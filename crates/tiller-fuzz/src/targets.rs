@@ -80,6 +80,14 @@ pub fn openai_responses_sse(body: &[u8]) {
     );
 }
 
+/// A Bedrock `converse-stream` body: AWS's binary event stream.
+pub fn bedrock_eventstream(body: &[u8]) {
+    decode(
+        &Model::speaking(Api::BedrockConverseStream, "http://127.0.0.1", "m"),
+        body,
+    );
+}
+
 /// A Gemini `streamGenerateContent` event stream.
 pub fn gemini_sse(body: &[u8]) {
     decode(
@@ -160,11 +168,12 @@ pub fn tool_args(input: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the driver runs them.
-pub const ALL: [(&str, Target); 8] = [
+pub const ALL: [(&str, Target); 9] = [
     ("openai_sse", openai_sse),
     ("openai_responses_sse", openai_responses_sse),
     ("anthropic_sse", anthropic_sse),
     ("gemini_sse", gemini_sse),
+    ("bedrock_eventstream", bedrock_eventstream),
     ("pi_proxy_sse", pi_proxy_sse),
     ("partial_json", partial_json),
     ("agent_file", agent_file),

@@ -6,7 +6,7 @@
 //! tests' shared kit; [`runtime`] their fixtures for agents. [`live`] finds or
 //! starts the real local LLM servers of the end-to-end tests; [`workload`] is the
 //! run the benchmarks measure; [`paced`] streams as a model does, for the
-//! event-path benchmark.
+//! event-path benchmark; [`eventstream`] writes Bedrock's binary event stream.
 //!
 //! ```no_run
 //! use tiller_test_support::{MockResponse, MockServer, sse};
@@ -23,6 +23,7 @@
 
 mod cassette;
 pub mod events;
+pub mod eventstream;
 pub mod heap;
 pub mod hostile;
 pub mod live;
