@@ -4,7 +4,8 @@
 //!
 //! The same events come from every API: OpenAI chat completions (OpenAI and every
 //! compatible server: llama.cpp, vLLM, Ollama, OpenRouter, Groq, DeepSeek, Mistral),
-//! Anthropic messages, and the scripted [`faux`] provider for tests and demos. A
+//! OpenAI's Responses API, Anthropic messages, Google's Gemini API, Amazon Bedrock's
+//! Converse API, and the scripted [`faux`] provider for tests and demos. A
 //! stream never fails to deliver a final message: a missing key, an error status, a
 //! cut connection, a stall or an abort ends it with an [`AssistantEvent::Error`] that
 //! carries what arrived. Requests are retried before the first byte of a response

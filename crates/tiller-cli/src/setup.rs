@@ -348,7 +348,7 @@ mod tests {
         );
         assert_eq!(
             chosen(AgentOptions::default(), &[("TILLER_MODEL", "nowhere/x")]),
-            Err("TILLER_MODEL=nowhere/x: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, gemini, openai-responses, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama".to_owned())
+            Err("TILLER_MODEL=nowhere/x: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, gemini, openai-responses, bedrock, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama".to_owned())
         );
     }
 }

@@ -256,7 +256,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown model",
         "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: h, model: nowhere/x}\n",
-        "json_schema_extra.model: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, gemini, openai-responses, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama",
+        "json_schema_extra.model: unknown model `nowhere/x`: expected `provider/model-id` with a provider among openai, anthropic, gemini, openai-responses, bedrock, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama",
     ),
     (
         "required but not a property",

@@ -272,4 +272,65 @@ mod tests {
         assert!(matches!(error, PatchError::Model(_)), "{error:?}");
         assert_eq!(serde_json::to_value(&definition).unwrap(), before);
     }
+
+    #[test]
+    fn a_patch_names_a_model_of_every_provider() {
+        use tiller_ai::Api;
+        for (provider, id, base_url, api, at) in [
+            (
+                "gemini",
+                "gemini-2.5-pro",
+                None,
+                Api::GoogleGenerativeAi,
+                "https://generativelanguage.googleapis.com/v1beta",
+            ),
+            (
+                "openai-responses",
+                "gpt-5-mini",
+                None,
+                Api::OpenAiResponses,
+                "https://api.openai.com/v1",
+            ),
+            (
+                "bedrock",
+                "amazon.nova-lite-v1:0",
+                None,
+                Api::BedrockConverseStream,
+                "https://bedrock-runtime.us-east-1.amazonaws.com",
+            ),
+            (
+                "gemini",
+                "g",
+                Some("http://127.0.0.1:9/v1beta"),
+                Api::GoogleGenerativeAi,
+                "http://127.0.0.1:9/v1beta",
+            ),
+            (
+                "bedrock",
+                "b",
+                Some("http://127.0.0.1:9"),
+                Api::BedrockConverseStream,
+                "http://127.0.0.1:9",
+            ),
+        ] {
+            let model = DefinitionPatch {
+                provider: Some(provider.into()),
+                model: Some(id.into()),
+                base_url: base_url.map(str::to_owned),
+                ..DefinitionPatch::default()
+            }
+            .model()
+            .unwrap()
+            .unwrap();
+            assert_eq!(
+                (
+                    model.api,
+                    model.id.as_str(),
+                    model.base_url.as_str(),
+                    model.provider.as_str()
+                ),
+                (api, id, at, provider)
+            );
+        }
+    }
 }
