@@ -105,12 +105,10 @@ fn check_responses(input: &[Value]) -> Result<(), String> {
             "function_call" => {
                 open.insert(call_id);
             }
-            "function_call_output" => {
-                if !open.remove(&call_id) {
-                    return Err(format!(
-                        "input[{index}]: an output for `{call_id}`, which no open call has"
-                    ));
-                }
+            "function_call_output" if !open.remove(&call_id) => {
+                return Err(format!(
+                    "input[{index}]: an output for `{call_id}`, which no open call has"
+                ));
             }
             "message" if !open.is_empty() => {
                 return Err(format!(

@@ -122,15 +122,14 @@ impl Decoder {
                 out.text_delta(content_index, &text);
             }
         }
-        if let Some(tool) = delta.tool_use {
-            if let Some(block) = self
+        if let Some(tool) = delta.tool_use
+            && !tool.input.is_empty()
+            && let Some(block) = self
                 .blocks
                 .iter()
                 .find(|b| b.open && b.index == index && b.kind == Kind::ToolUse)
-                && !tool.input.is_empty()
-            {
-                out.tool_call_delta(block.content_index, &tool.input);
-            }
+        {
+            out.tool_call_delta(block.content_index, &tool.input);
         }
         if let Some(reasoning) = delta.reasoning_content {
             let content_index = self.open(index, Kind::Thinking { signature: None }, out);
