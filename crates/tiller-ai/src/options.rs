@@ -289,6 +289,11 @@ impl ApiKey {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// The key as an `authorization: Bearer …` header, for the request builder.
+    pub(crate) fn bearer(&self) -> (&'static str, String) {
+        ("authorization", format!("Bearer {}", self.expose()))
+    }
 }
 
 impl fmt::Debug for ApiKey {

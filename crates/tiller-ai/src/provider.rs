@@ -57,119 +57,55 @@ pub trait Provider: Send + Sync + 'static {
     ) -> AssistantStream;
 }
 
-/// OpenAI chat completions over HTTP: OpenAI and every compatible server.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OpenAiCompletions;
+/// A built-in provider over HTTP: its request is written by the dialect's
+/// `request` module and its stream read by the shared HTTP source.
+macro_rules! http_provider {
+    ($(#[$doc:meta])* $name:ident => $dialect:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $name;
 
-/// Anthropic messages over HTTP.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AnthropicMessages;
-
-/// OpenAI's Responses API over HTTP.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OpenAiResponses;
-
-impl Provider for OpenAiResponses {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::openai_responses::request(model, context, options),
-            model,
-            options,
-        )
-    }
+        impl Provider for $name {
+            fn stream(
+                &self,
+                model: &Model,
+                context: ContextRef<'_>,
+                options: &StreamOptions,
+            ) -> AssistantStream {
+                AssistantStream::over_http(
+                    crate::providers::$dialect::request(model, context, options),
+                    model,
+                    options,
+                )
+            }
+        }
+    };
 }
 
-/// Amazon Bedrock's Converse API over HTTP.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BedrockConverseStream;
-
-impl Provider for BedrockConverseStream {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::bedrock::request(model, context, options),
-            model,
-            options,
-        )
-    }
-}
-
-/// Google's Gemini API over HTTP.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GoogleGenerativeAi;
-
-impl Provider for GoogleGenerativeAi {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::gemini::request(model, context, options),
-            model,
-            options,
-        )
-    }
-}
-
-/// pi's proxy endpoint over HTTP ([`Model::pi_proxy`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PiProxy;
-
-impl Provider for PiProxy {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::pi_proxy::request(model, context, options),
-            model,
-            options,
-        )
-    }
-}
-
-impl Provider for OpenAiCompletions {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::openai::request(model, context, options),
-            model,
-            options,
-        )
-    }
-}
-
-impl Provider for AnthropicMessages {
-    fn stream(
-        &self,
-        model: &Model,
-        context: ContextRef<'_>,
-        options: &StreamOptions,
-    ) -> AssistantStream {
-        AssistantStream::over_http(
-            crate::providers::anthropic::request(model, context, options),
-            model,
-            options,
-        )
-    }
-}
+http_provider!(
+    /// OpenAI chat completions over HTTP: OpenAI and every compatible server.
+    OpenAiCompletions => openai
+);
+http_provider!(
+    /// OpenAI's Responses API over HTTP.
+    OpenAiResponses => openai_responses
+);
+http_provider!(
+    /// Anthropic messages over HTTP.
+    AnthropicMessages => anthropic
+);
+http_provider!(
+    /// Google's Gemini API over HTTP.
+    GoogleGenerativeAi => gemini
+);
+http_provider!(
+    /// Amazon Bedrock's Converse API over HTTP.
+    BedrockConverseStream => bedrock
+);
+http_provider!(
+    /// pi's proxy endpoint over HTTP ([`Model::pi_proxy`]).
+    PiProxy => pi_proxy
+);
 
 /// What a provider of its own reports, for [`AssistantStream::from_events`]. Text
 /// and thinking pieces in a row make one block; the stream ends at `Done` or

@@ -8,29 +8,14 @@
 
 mod common;
 
-use common::options;
-use futures::StreamExt;
+use common::{options, run_to_end};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::{
-    Api, AssistantContent, AssistantEvent, AssistantMessage, Context, Limit, Message, Model,
-    StopReason, StreamError, StreamLimits, StreamOptions, ThinkingLevel, Tool, ToolChoice,
-    ToolResultMessage,
+    Api, AssistantContent, Context, Limit, Message, Model, StopReason, StreamError, StreamLimits,
+    StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
 };
 use tiller_test_support::{MockServer, eventstream};
-
-async fn run(
-    model: &Model,
-    context: &Context,
-    options: &StreamOptions,
-) -> (AssistantMessage, Option<StreamError>) {
-    let events: Vec<_> = tiller_ai::stream(model, context, options).collect().await;
-    match events.last().unwrap() {
-        AssistantEvent::Done { message, .. } => ((**message).clone(), None),
-        AssistantEvent::Error { message, error, .. } => ((**message).clone(), Some(error.clone())),
-        other => panic!("not terminal: {other:?}"),
-    }
-}
 
 fn model(server: &MockServer) -> Model {
     Model::speaking(
@@ -110,7 +95,7 @@ async fn reasoning_keeps_its_signature_and_goes_back_with_it() {
         ..options()
     };
     let context = hi().with_tool(Tool::new("search", "Searches.", json!({"type": "object"})));
-    let (message, error) = run(&model, &context, &options).await;
+    let (message, error) = run_to_end(&model, &context, &options).await;
     assert_eq!((error, message.stop_reason), (None, StopReason::ToolUse));
     let AssistantContent::Thinking(thinking) = &message.content[0] else {
         panic!("{:?}", message.content);
@@ -125,7 +110,7 @@ async fn reasoning_keeps_its_signature_and_goes_back_with_it() {
     let context = context
         .with_message(message)
         .with_message(ToolResultMessage::text(&call, "no index", true));
-    let (answer, error) = run(&model, &context, &options).await;
+    let (answer, error) = run_to_end(&model, &context, &options).await;
     assert_eq!((error, answer.text()), (None, "Done.".to_owned()));
     assert_eq!(
         (answer.usage.input, answer.usage.cache_read),
@@ -214,14 +199,14 @@ async fn exceptions_and_broken_streams_end_in_typed_errors() {
     for (messages, expected, kept) in cases {
         let server = MockServer::start().await;
         server.push(eventstream::response(messages));
-        let (message, error) = run(&model(&server), &hi(), &options()).await;
+        let (message, error) = run_to_end(&model(&server), &hi(), &options()).await;
         assert_eq!(error, Some(expected));
         assert_eq!(message.text(), kept);
     }
 
     let server = MockServer::start().await;
     server.push(eventstream::response(corrupt));
-    let (_, error) = run(&model(&server), &hi(), &options()).await;
+    let (_, error) = run_to_end(&model(&server), &hi(), &options()).await;
     assert!(
         matches!(&error, Some(StreamError::Malformed { message }) if message.starts_with("a broken event-stream frame")),
         "{error:?}"
@@ -241,7 +226,7 @@ async fn a_frame_claiming_more_than_the_limit_fails_before_it_is_buffered() {
         },
         ..options()
     };
-    let (_, error) = run(&model(&server), &hi(), &options).await;
+    let (_, error) = run_to_end(&model(&server), &hi(), &options).await;
     assert_eq!(
         error,
         Some(StreamError::LimitExceeded {

@@ -6,29 +6,14 @@
 
 mod common;
 
-use common::{gemini, model_for, options};
-use futures::StreamExt;
+use common::{gemini, model_for, options, run_to_end};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::{
-    AssistantContent, AssistantEvent, AssistantMessage, Context, Message, Model, OutputSchema,
-    StopReason, StreamError, StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
+    AssistantContent, AssistantMessage, Context, Message, Model, OutputSchema, StopReason,
+    StreamError, StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
 };
 use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
-
-/// Streams `context` to the end: the final message and the terminal error, if any.
-async fn run(
-    model: &Model,
-    context: &Context,
-    options: &StreamOptions,
-) -> (AssistantMessage, Option<StreamError>) {
-    let events: Vec<_> = tiller_ai::stream(model, context, options).collect().await;
-    match events.last().unwrap() {
-        AssistantEvent::Done { message, .. } => ((**message).clone(), None),
-        AssistantEvent::Error { message, error, .. } => ((**message).clone(), Some(error.clone())),
-        other => panic!("not terminal: {other:?}"),
-    }
-}
 
 /// The response to the recording `name`'s first request, as decoded from a replay.
 async fn replayed(name: &str) -> (AssistantMessage, Option<StreamError>) {
@@ -40,7 +25,7 @@ async fn replayed(name: &str) -> (AssistantMessage, Option<StreamError>) {
         &cassette.exchanges[0].request.body,
         &server.base_url(),
     );
-    run(
+    run_to_end(
         &model,
         &Context::new().with_message(Message::user("Hi")),
         &options(),
@@ -90,7 +75,7 @@ async fn signatures_and_call_ids_are_kept_and_sent_back_exactly() {
     );
     let tool = Tool::new("lookup_harbor_label", "", json!({"type": "object"}));
     let context = hi().with_tool(tool);
-    let (message, error) = run(&model, &context, &options()).await;
+    let (message, error) = run_to_end(&model, &context, &options()).await;
     assert_eq!(error, None);
     assert_eq!(message.stop_reason, StopReason::ToolUse);
     let call = message.tool_calls().next().unwrap().clone();
@@ -102,7 +87,7 @@ async fn signatures_and_call_ids_are_kept_and_sent_back_exactly() {
 
     let result = ToolResultMessage::text(&call, "crimson-harbor", false);
     let context = context.with_message(message).with_message(result);
-    let (answer, error) = run(&model, &context, &options()).await;
+    let (answer, error) = run_to_end(&model, &context, &options()).await;
     assert_eq!((error, answer.text()), (None, "done".to_owned()));
 
     let sent = &server.requests()[1].body;
@@ -162,7 +147,7 @@ async fn the_request_says_what_the_options_say() {
         thinking: ThinkingLevel::Low,
         ..options()
     };
-    let (_, error) = run(&model, &context, &options).await;
+    let (_, error) = run_to_end(&model, &context, &options).await;
     assert_eq!(error, None);
     let sent = &server.requests()[0];
     assert_eq!(
@@ -205,7 +190,7 @@ async fn gemini_3_thinks_by_level_and_a_structured_answer_by_schema() {
         output_schema: Some(OutputSchema::new("answer", schema.clone())),
         ..options()
     };
-    let (message, error) = run(&model, &hi(), &options).await;
+    let (message, error) = run_to_end(&model, &hi(), &options).await;
     assert_eq!((error, message.text()), (None, "{\"n\":1}".to_owned()));
     assert_eq!(
         server.requests()[0].body["generationConfig"],
@@ -241,7 +226,7 @@ async fn a_failed_call_answers_with_an_error_and_foreign_thinking_stays_home() {
     let context = hi()
         .with_message(earlier)
         .with_message(ToolResultMessage::text(&call, "no index", true));
-    let (_, error) = run(&model, &context, &options()).await;
+    let (_, error) = run_to_end(&model, &context, &options()).await;
     assert_eq!(error, None);
     let contents = &server.requests()[0].body["contents"];
     assert_eq!(
@@ -305,7 +290,7 @@ async fn streams_that_end_badly_end_in_typed_errors() {
     for (body, expected, text) in cases {
         let server = MockServer::start().await;
         server.push(MockResponse::sse(body.clone()));
-        let (message, error) = run(&gemini(&server), &hi(), &options()).await;
+        let (message, error) = run_to_end(&gemini(&server), &hi(), &options()).await;
         assert_eq!(error.as_ref(), Some(&expected), "{body}");
         assert_eq!(message.text(), text, "{body}");
     }

@@ -7,30 +7,22 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anthropic, gemini, openai, options, responses};
-use futures::StreamExt;
+use common::{anthropic, gemini, openai, options, responses, run_to_end};
 use pretty_assertions::assert_eq;
-use serde_json::json;
 use tiller_ai::{
-    AssistantEvent, AssistantMessage, Context, Limit, Message, Model, StopReason, StreamError,
-    StreamLimits, StreamOptions,
+    AssistantMessage, Context, Limit, Message, Model, StopReason, StreamError, StreamLimits,
+    StreamOptions,
 };
 use tiller_test_support::{MockResponse, MockServer, closed_port_url, hostile, sse};
 
-/// Streams to the end: the final message and the terminal error, if any.
+/// Streams a greeting to the end: the final message and the terminal error, if any.
 async fn run(model: &Model, options: &StreamOptions) -> (AssistantMessage, Option<StreamError>) {
-    let events: Vec<_> = tiller_ai::stream(
+    run_to_end(
         model,
         &Context::new().with_message(Message::user("Hi")),
         options,
     )
-    .collect()
-    .await;
-    match events.last().unwrap() {
-        AssistantEvent::Done { message, .. } => ((**message).clone(), None),
-        AssistantEvent::Error { message, error, .. } => ((**message).clone(), Some(error.clone())),
-        other => panic!("not terminal: {other:?}"),
-    }
+    .await
 }
 
 #[tokio::test]
@@ -112,33 +104,67 @@ async fn keep_alive_comments_do_not_keep_a_stalled_stream_alive() {
         })
     );
     assert_eq!(message.text(), "Hel");
+
+    // The other dialects' streams stall the same way after their first text.
+    for (model, response) in endless_dialects(&server, Duration::ZERO)
+        .into_iter()
+        .skip(1)
+    {
+        server.push(response.stall_after_first());
+        let (message, error) = run(&model, &options).await;
+        assert_eq!(
+            error,
+            Some(StreamError::Stalled {
+                idle_timeout_ms: 5000
+            }),
+            "{}",
+            model.api
+        );
+        assert_eq!(message.text(), "Hel", "{}", model.api);
+    }
+}
+
+/// The dialects whose endless streams the limits are held to: a model of each on
+/// `server`, and its stream of `Hel`, `lo `, `lo `, … one every `every`.
+fn endless_dialects(
+    server: &MockServer,
+    every: Duration,
+) -> [(Model, tiller_test_support::MockResponse); 3] {
+    [
+        (openai(server), hostile::endless_text(every)),
+        (gemini(server), hostile::gemini_endless_text(every)),
+        (responses(server), hostile::responses_endless_text(every)),
+    ]
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_response_that_never_ends_meets_its_deadline() {
-    let server = MockServer::start().await;
-    server.push(hostile::endless_text(Duration::from_millis(100)));
     let options = StreamOptions {
         idle_timeout: Some(Duration::from_secs(5)),
         response_deadline: Some(Duration::from_secs(2)),
         ..options()
     };
-    let (message, error) = run(&openai(&server), &options).await;
-    assert_eq!(
-        error,
-        Some(StreamError::DeadlineExceeded { deadline_ms: 2000 })
-    );
-    assert!(
-        message.text().starts_with("Hello lo lo "),
-        "{}",
-        message.text()
-    );
+    let server = MockServer::start().await;
+    for (model, response) in endless_dialects(&server, Duration::from_millis(100)) {
+        server.push(response);
+        let (message, error) = run(&model, &options).await;
+        assert_eq!(
+            error,
+            Some(StreamError::DeadlineExceeded { deadline_ms: 2000 }),
+            "{}",
+            model.api
+        );
+        assert!(
+            message.text().starts_with("Hello lo lo "),
+            "{}: {}",
+            model.api,
+            message.text()
+        );
+    }
 }
 
 #[tokio::test]
 async fn an_endless_body_stops_at_the_body_limit() {
-    let server = MockServer::start().await;
-    server.push(hostile::endless_text(Duration::ZERO));
     let options = StreamOptions {
         limits: StreamLimits {
             max_body_bytes: 256 * 1024,
@@ -146,15 +172,21 @@ async fn an_endless_body_stops_at_the_body_limit() {
         },
         ..options()
     };
-    let (message, error) = run(&openai(&server), &options).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::BodyBytes,
-            max: 256 * 1024
-        })
-    );
-    assert!(message.text().starts_with("Hello lo "));
+    let server = MockServer::start().await;
+    for (model, response) in endless_dialects(&server, Duration::ZERO) {
+        server.push(response);
+        let (message, error) = run(&model, &options).await;
+        assert_eq!(
+            error,
+            Some(StreamError::LimitExceeded {
+                limit: Limit::BodyBytes,
+                max: 256 * 1024
+            }),
+            "{}",
+            model.api
+        );
+        assert!(message.text().starts_with("Hello lo "), "{}", model.api);
+    }
 }
 
 #[tokio::test]
@@ -183,16 +215,24 @@ async fn an_endless_line_or_event_stops_at_the_event_limit() {
 #[tokio::test]
 async fn thousands_of_tool_calls_stop_at_the_block_limit() {
     let server = MockServer::start().await;
-    server.push(hostile::many_tool_calls(5000));
-    let (message, error) = run(&openai(&server), &options()).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::ContentBlocks,
-            max: 1024
-        })
-    );
-    assert_eq!(message.tool_calls().count(), 1024);
+    for (model, response) in [
+        (openai(&server), hostile::many_tool_calls(5000)),
+        (gemini(&server), hostile::gemini_many_tool_calls(5000)),
+        (responses(&server), hostile::responses_many_tool_calls(5000)),
+    ] {
+        server.push(response);
+        let (message, error) = run(&model, &options()).await;
+        assert_eq!(
+            error,
+            Some(StreamError::LimitExceeded {
+                limit: Limit::ContentBlocks,
+                max: 1024
+            }),
+            "{}",
+            model.api
+        );
+        assert_eq!(message.tool_calls().count(), 1024, "{}", model.api);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,131 +248,4 @@ async fn errors_never_show_a_urls_user_info_or_query() {
         "{shown}"
     );
     assert!(!message.error_message.unwrap().contains("sk-secret"));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_gemini_stream_meets_the_same_limits() {
-    // A stall: the text so far is kept.
-    let server = MockServer::start().await;
-    server.push(MockResponse::sse(sse::gemini_chunk(json!([{"text": "Hel"}]), None)).stall());
-    let stalling = StreamOptions {
-        idle_timeout: Some(Duration::from_secs(5)),
-        ..options()
-    };
-    let (message, error) = run(&gemini(&server), &stalling).await;
-    assert_eq!(
-        error,
-        Some(StreamError::Stalled {
-            idle_timeout_ms: 5000
-        })
-    );
-    assert_eq!(message.text(), "Hel");
-
-    // A response that never ends.
-    let server = MockServer::start().await;
-    server.push(hostile::gemini_endless_text(Duration::from_millis(100)));
-    let deadline = StreamOptions {
-        idle_timeout: Some(Duration::from_secs(5)),
-        response_deadline: Some(Duration::from_secs(2)),
-        ..options()
-    };
-    let (message, error) = run(&gemini(&server), &deadline).await;
-    assert_eq!(
-        error,
-        Some(StreamError::DeadlineExceeded { deadline_ms: 2000 })
-    );
-    assert!(
-        message.text().starts_with("Hello lo lo "),
-        "{}",
-        message.text()
-    );
-}
-
-#[tokio::test]
-async fn a_gemini_stream_meets_the_body_and_block_limits() {
-    let server = MockServer::start().await;
-    server.push(hostile::gemini_endless_text(Duration::ZERO));
-    let options_256k = StreamOptions {
-        limits: StreamLimits {
-            max_body_bytes: 256 * 1024,
-            ..StreamLimits::default()
-        },
-        ..options()
-    };
-    let (message, error) = run(&gemini(&server), &options_256k).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::BodyBytes,
-            max: 256 * 1024
-        })
-    );
-    assert!(message.text().starts_with("Hello lo "));
-
-    let server = MockServer::start().await;
-    server.push(hostile::gemini_many_tool_calls(5000));
-    let (message, error) = run(&gemini(&server), &options()).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::ContentBlocks,
-            max: 1024
-        })
-    );
-    assert_eq!(message.tool_calls().count(), 1024);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_responses_stream_meets_the_same_limits() {
-    let server = MockServer::start().await;
-    server.push(hostile::responses_endless_text(Duration::from_millis(100)));
-    let deadline = StreamOptions {
-        idle_timeout: Some(Duration::from_secs(5)),
-        response_deadline: Some(Duration::from_secs(2)),
-        ..options()
-    };
-    let (message, error) = run(&responses(&server), &deadline).await;
-    assert_eq!(
-        error,
-        Some(StreamError::DeadlineExceeded { deadline_ms: 2000 })
-    );
-    assert!(
-        message.text().starts_with("Hello lo lo "),
-        "{}",
-        message.text()
-    );
-
-    let server = MockServer::start().await;
-    server.push(hostile::responses_many_tool_calls(5000));
-    let (message, error) = run(&responses(&server), &options()).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::ContentBlocks,
-            max: 1024
-        })
-    );
-    assert_eq!(message.tool_calls().count(), 1024);
-}
-
-#[tokio::test]
-async fn a_responses_stream_meets_the_body_limit() {
-    let server = MockServer::start().await;
-    server.push(hostile::responses_endless_text(Duration::ZERO));
-    let options_256k = StreamOptions {
-        limits: StreamLimits {
-            max_body_bytes: 256 * 1024,
-            ..StreamLimits::default()
-        },
-        ..options()
-    };
-    let (message, error) = run(&responses(&server), &options_256k).await;
-    assert_eq!(
-        error,
-        Some(StreamError::LimitExceeded {
-            limit: Limit::BodyBytes,
-            max: 256 * 1024
-        })
-    );
-    assert!(message.text().starts_with("Hello lo "));
 }

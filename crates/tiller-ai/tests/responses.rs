@@ -6,28 +6,14 @@
 
 mod common;
 
-use common::{model_for, options};
-use futures::StreamExt;
+use common::{model_for, options, run_to_end};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_ai::{
-    Api, AssistantContent, AssistantEvent, AssistantMessage, Context, Message, Model, OutputSchema,
-    StopReason, StreamError, StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
+    Api, AssistantContent, Context, Message, Model, OutputSchema, StopReason, StreamError,
+    StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
 };
 use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
-
-async fn run(
-    model: &Model,
-    context: &Context,
-    options: &StreamOptions,
-) -> (AssistantMessage, Option<StreamError>) {
-    let events: Vec<_> = tiller_ai::stream(model, context, options).collect().await;
-    match events.last().unwrap() {
-        AssistantEvent::Done { message, .. } => ((**message).clone(), None),
-        AssistantEvent::Error { message, error, .. } => ((**message).clone(), Some(error.clone())),
-        other => panic!("not terminal: {other:?}"),
-    }
-}
 
 fn model(server: &MockServer, id: &str) -> Model {
     Model::speaking(Api::OpenAiResponses, server.base_url(), id).with_provider("openai-responses")
@@ -67,7 +53,7 @@ async fn reasoning_goes_back_encrypted_with_the_answer_and_its_ids() {
         ..options()
     };
     let context = hi();
-    let (first, error) = run(&model, &context, &options).await;
+    let (first, error) = run_to_end(&model, &context, &options).await;
     assert_eq!(error, None);
     let AssistantContent::Thinking(thinking) = &first.content[0] else {
         panic!("{:?}", first.content);
@@ -83,7 +69,7 @@ async fn reasoning_goes_back_encrypted_with_the_answer_and_its_ids() {
     let context = context
         .with_message(first)
         .with_message(Message::user("And then?"));
-    let (_, error) = run(&model, &context, &options).await;
+    let (_, error) = run_to_end(&model, &context, &options).await;
     assert_eq!(error, None);
     let sent = &server.requests()[1].body;
     assert_eq!(
@@ -114,7 +100,7 @@ async fn calls_keep_their_item_ids_and_outputs_answer_them_by_call_id() {
     for tool in tools {
         context = context.with_tool(Tool::new(tool, "", json!({"type": "object"})));
     }
-    let (message, error) = run(&model, &context, &options()).await;
+    let (message, error) = run_to_end(&model, &context, &options()).await;
     assert_eq!((error, message.stop_reason), (None, StopReason::ToolUse));
     let calls: Vec<_> = message.tool_calls().cloned().collect();
     assert_eq!(
@@ -131,7 +117,7 @@ async fn calls_keep_their_item_ids_and_outputs_answer_them_by_call_id() {
     for (call, output) in calls.iter().zip(["crimson-harbor", "silver-orchard"]) {
         context = context.with_message(ToolResultMessage::text(call, output, false));
     }
-    let (answer, error) = run(&model, &context, &options()).await;
+    let (answer, error) = run_to_end(&model, &context, &options()).await;
     assert_eq!(error, None);
     assert!(
         answer.text().contains("silver-orchard"),
@@ -167,7 +153,7 @@ async fn the_request_says_what_the_options_say() {
         session_id: Some("s1".to_owned()),
         ..options()
     };
-    let (message, error) = run(&model(&server, "gpt-4.1"), &context, &options).await;
+    let (message, error) = run_to_end(&model(&server, "gpt-4.1"), &context, &options).await;
     assert_eq!((error, message.text()), (None, "{\"n\":1}".to_owned()));
     assert_eq!(
         (
@@ -248,7 +234,7 @@ async fn streams_that_end_badly_end_in_typed_errors() {
     for (stream, expected) in cases {
         let server = MockServer::start().await;
         server.push(events(&stream));
-        let (message, error) = run(&model(&server, "gpt-4.1"), &hi(), &options()).await;
+        let (message, error) = run_to_end(&model(&server, "gpt-4.1"), &hi(), &options()).await;
         match expected {
             Ok(reason) => assert_eq!((error, message.stop_reason), (None, reason)),
             Err(expected) => assert_eq!(error, Some(expected)),
@@ -265,7 +251,7 @@ async fn a_call_cut_off_by_the_token_limit_is_marked_truncated() {
         json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": "{\"q\": \"ru"}),
         json!({"type": "response.incomplete", "response": {"incomplete_details": {"reason": "max_output_tokens"}}}),
     ]));
-    let (message, error) = run(&model(&server, "gpt-4.1"), &hi(), &options()).await;
+    let (message, error) = run_to_end(&model(&server, "gpt-4.1"), &hi(), &options()).await;
     assert_eq!((error, message.stop_reason), (None, StopReason::Length));
     let call = message.tool_calls().next().unwrap();
     assert_eq!(

@@ -121,6 +121,13 @@ impl MockResponse {
         self
     }
 
+    /// Sends the chunks but the last, then nothing more, ever: an endless stream
+    /// that stops after its first text.
+    pub fn stall_after_first(mut self) -> Self {
+        self.chunks.pop();
+        self.stall()
+    }
+
     /// Sends the chunks, then the last one again and again, forever (each after the
     /// chunk delay): a keep-alive flood, or an endless body.
     pub fn repeat_last(mut self) -> Self {

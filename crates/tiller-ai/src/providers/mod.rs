@@ -34,3 +34,44 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
     }
     format!("{}…", &text[..end])
 }
+
+/// `id` as one path segment: everything but unreserved characters percent-encoded
+/// (`amazon.nova-lite-v1:0` → `amazon.nova-lite-v1%3A0`), so a model id cannot
+/// reach another endpoint.
+pub(crate) fn path_segment(id: &str) -> String {
+    let mut segment = String::with_capacity(id.len() + 4);
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            segment.push(char::from(byte));
+        } else {
+            segment.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    segment
+}
+
+/// A tool call id in the characters Anthropic and Bedrock accept (`[A-Za-z0-9_-]`),
+/// the others replaced the same way in calls and results.
+pub(crate) fn safe_tool_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if id.chars().all(valid) {
+        std::borrow::Cow::Borrowed(id)
+    } else {
+        std::borrow::Cow::Owned(id.chars().map(|c| if valid(c) { c } else { '_' }).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids_stay_in_their_path_segment() {
+        assert_eq!(path_segment("gemini-2.5-flash"), "gemini-2.5-flash");
+        assert_eq!(
+            path_segment("amazon.nova-lite-v1:0"),
+            "amazon.nova-lite-v1%3A0"
+        );
+        assert_eq!(path_segment("../files?x=1"), "..%2Ffiles%3Fx%3D1");
+    }
+}

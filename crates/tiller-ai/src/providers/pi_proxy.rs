@@ -31,7 +31,7 @@ pub(crate) fn request(
             .filter(|token| !token.trim().is_empty())
             .map(|token| ApiKey::new(token.trim()))
     });
-    let auth = token.map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let auth = token.map(|key| key.bearer());
     let body = ProxyRequest {
         model: ProxyModel {
             id: Cow::Borrowed(&model.id),

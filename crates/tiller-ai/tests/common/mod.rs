@@ -40,6 +40,21 @@ pub(crate) fn gemini(server: &MockServer) -> Model {
     .with_provider("gemini")
 }
 
+/// Streams `context` to the end: the final message and the terminal error, if any.
+pub(crate) async fn run_to_end(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+) -> (AssistantMessage, Option<StreamError>) {
+    use futures::StreamExt;
+    let events: Vec<_> = tiller_ai::stream(model, context, options).collect().await;
+    match events.last().unwrap() {
+        AssistantEvent::Done { message, .. } => ((**message).clone(), None),
+        AssistantEvent::Error { message, error, .. } => ((**message).clone(), Some(error.clone())),
+        other => panic!("not terminal: {other:?}"),
+    }
+}
+
 /// Options with a key and no idle timeout, for the loopback-server tests.
 pub(crate) fn options() -> StreamOptions {
     StreamOptions {

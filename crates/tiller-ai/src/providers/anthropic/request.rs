@@ -19,6 +19,7 @@ use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
+use crate::providers::safe_tool_id;
 
 const API_VERSION: &str = "2023-06-01";
 /// What the model reads of the tool that carries a structured answer.
@@ -63,7 +64,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
             }
             Message::ToolResult(result) => {
                 let block = Block::ToolResult {
-                    tool_use_id: tool_id(&result.tool_call_id),
+                    tool_use_id: safe_tool_id(&result.tool_call_id),
                     content: result.content.iter().filter_map(content_block).collect(),
                     is_error: result.is_error,
                     cache_control: None,
@@ -207,7 +208,7 @@ fn assistant_block(block: &AssistantContent, replay_thinking: bool) -> Option<Bl
             })
         }
         AssistantContent::ToolCall(call) => Some(Block::ToolUse {
-            id: tool_id(&call.id),
+            id: safe_tool_id(&call.id),
             name: &call.name,
             input: if call.arguments.is_object() {
                 Cow::Borrowed(&call.arguments)
@@ -215,16 +216,6 @@ fn assistant_block(block: &AssistantContent, replay_thinking: bool) -> Option<Bl
                 Cow::Owned(Value::Object(Map::new()))
             },
         }),
-    }
-}
-
-/// A tool call id in the characters Anthropic accepts (`[A-Za-z0-9_-]`).
-fn tool_id(id: &str) -> Cow<'_, str> {
-    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if id.chars().all(valid) {
-        Cow::Borrowed(id)
-    } else {
-        Cow::Owned(id.chars().map(|c| if valid(c) { c } else { '_' }).collect())
     }
 }
 

@@ -25,6 +25,7 @@ use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
 use crate::providers::bedrock::credentials::{self, Region};
+use crate::providers::{path_segment, safe_tool_id};
 
 /// The content type of AWS's binary event stream.
 const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
@@ -41,8 +42,7 @@ pub(crate) fn request(
     }
     let body = body(model, context, options);
     let path = format!("model/{}/converse-stream", path_segment(&model.id));
-    let bearer = credentials::api_key(options)
-        .map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let bearer = credentials::api_key(options).map(|key| key.bearer());
     let signed = bearer.is_none();
     let mut request = http::post_json(
         &routed,
@@ -82,7 +82,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                     content.push(Block::Text(""));
                 }
                 let block = Block::ToolResult(ToolResult {
-                    tool_use_id: tool_id(&result.tool_call_id),
+                    tool_use_id: safe_tool_id(&result.tool_call_id),
                     content,
                     status: if result.is_error { "error" } else { "success" },
                 });
@@ -170,7 +170,7 @@ fn assistant_block(block: &AssistantContent, own: bool) -> Option<Block<'_>> {
             }))
         }
         AssistantContent::ToolCall(call) => Some(Block::ToolUse(ToolUse {
-            tool_use_id: tool_id(&call.id),
+            tool_use_id: safe_tool_id(&call.id),
             name: &call.name,
             input: if call.arguments.is_object() {
                 Cow::Borrowed(&call.arguments)
@@ -179,30 +179,6 @@ fn assistant_block(block: &AssistantContent, own: bool) -> Option<Block<'_>> {
             },
         })),
     }
-}
-
-/// A tool call id in the characters Bedrock accepts (`[a-zA-Z0-9_-]`).
-fn tool_id(id: &str) -> Cow<'_, str> {
-    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if id.chars().all(valid) {
-        Cow::Borrowed(id)
-    } else {
-        Cow::Owned(id.chars().map(|c| if valid(c) { c } else { '_' }).collect())
-    }
-}
-
-/// `id` as one path segment: everything but unreserved characters
-/// percent-encoded (`amazon.nova-lite-v1:0` → `amazon.nova-lite-v1%3A0`).
-fn path_segment(id: &str) -> String {
-    let mut segment = String::with_capacity(id.len() + 4);
-    for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            segment.push(char::from(byte));
-        } else {
-            segment.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    segment
 }
 
 #[derive(Serialize)]
@@ -335,18 +311,4 @@ struct Thinking {
     #[serde(rename = "type")]
     kind: &'static str,
     budget_tokens: u32,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_ids_are_one_path_segment() {
-        assert_eq!(
-            path_segment("amazon.nova-lite-v1:0"),
-            "amazon.nova-lite-v1%3A0"
-        );
-        assert_eq!(path_segment("a/../b"), "a%2F..%2Fb");
-    }
 }

@@ -25,6 +25,7 @@ use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
+use crate::providers::path_segment;
 
 /// How deep `$ref`s are inlined before a reference is left as a plain object.
 const MAX_REF_DEPTH: usize = 8;
@@ -321,20 +322,6 @@ fn convert_schema(schema: &Value, defs: Option<&Map<String, Value>>, depth: usiz
     Value::Object(converted)
 }
 
-/// `id` as one path segment: characters other than unreserved ones are
-/// percent-encoded, so a model id cannot reach another endpoint.
-fn path_segment(id: &str) -> String {
-    let mut segment = String::with_capacity(id.len());
-    for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            segment.push(char::from(byte));
-        } else {
-            segment.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    segment
-}
-
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Body<'a> {
@@ -499,11 +486,5 @@ mod tests {
             depth += 1;
         }
         assert_eq!((depth, tree), (MAX_REF_DEPTH, &json!({"type": "object"})));
-    }
-
-    #[test]
-    fn model_ids_stay_in_their_path_segment() {
-        assert_eq!(path_segment("gemini-2.5-flash"), "gemini-2.5-flash");
-        assert_eq!(path_segment("../files?x=1"), "..%2Ffiles%3Fx%3D1");
     }
 }

@@ -27,8 +27,7 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
-    let auth = http::api_key(model, options)?
-        .map(|key| ("authorization", format!("Bearer {}", key.expose())));
+    let auth = http::api_key(model, options)?.map(|key| key.bearer());
     let body = body(model, context, options);
     http::post_json(model, "chat/completions", &body, &[], auth, options)
 }
