@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anthropic, gemini, openai, options, responses, run_to_end};
+use common::{anthropic, bedrock, gemini, openai, options, responses, run_to_end};
 use pretty_assertions::assert_eq;
 use tiller_ai::{
     AssistantMessage, Context, Limit, Message, Model, StopReason, StreamError, StreamLimits,
@@ -129,11 +129,12 @@ async fn keep_alive_comments_do_not_keep_a_stalled_stream_alive() {
 fn endless_dialects(
     server: &MockServer,
     every: Duration,
-) -> [(Model, tiller_test_support::MockResponse); 3] {
+) -> [(Model, tiller_test_support::MockResponse); 4] {
     [
         (openai(server), hostile::endless_text(every)),
         (gemini(server), hostile::gemini_endless_text(every)),
         (responses(server), hostile::responses_endless_text(every)),
+        (bedrock(server), hostile::bedrock_endless_text(every)),
     ]
 }
 
@@ -219,6 +220,7 @@ async fn thousands_of_tool_calls_stop_at_the_block_limit() {
         (openai(&server), hostile::many_tool_calls(5000)),
         (gemini(&server), hostile::gemini_many_tool_calls(5000)),
         (responses(&server), hostile::responses_many_tool_calls(5000)),
+        (bedrock(&server), hostile::bedrock_many_tool_calls(5000)),
     ] {
         server.push(response);
         let (message, error) = run(&model, &options()).await;

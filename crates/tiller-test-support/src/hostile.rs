@@ -141,3 +141,42 @@ pub fn responses_many_tool_calls(count: u32) -> MockResponse {
     ));
     MockResponse::sse(body)
 }
+
+/// A Bedrock stream (AWS's binary event stream) of text deltas, one every
+/// `every`, forever.
+pub fn bedrock_endless_text(every: Duration) -> MockResponse {
+    use crate::eventstream::event;
+    let delta = |text: &str| {
+        event(
+            "contentBlockDelta",
+            &json!({"contentBlockIndex": 0, "delta": {"text": text}}),
+        )
+    };
+    MockResponse::recorded(200, "application/vnd.amazon.eventstream", Vec::new())
+        .chunks(vec![
+            event("messageStart", &json!({"role": "assistant"})),
+            delta("Hel"),
+            delta("lo "),
+        ])
+        .chunk_delay(every)
+        .repeat_last()
+}
+
+/// A Bedrock stream that starts `count` tool uses, each at its own block index.
+pub fn bedrock_many_tool_calls(count: u32) -> MockResponse {
+    use crate::eventstream::{event, response};
+    let mut messages = vec![event("messageStart", &json!({"role": "assistant"}))];
+    for index in 0..count {
+        messages.push(event(
+            "contentBlockStart",
+            &json!({"contentBlockIndex": index,
+            "start": {"toolUse": {"toolUseId": format!("tooluse_{index}"), "name": "noop"}}}),
+        ));
+        messages.push(event(
+            "contentBlockStop",
+            &json!({"contentBlockIndex": index}),
+        ));
+    }
+    messages.push(event("messageStop", &json!({"stopReason": "tool_use"})));
+    response(messages)
+}

@@ -92,8 +92,11 @@ impl MockResponse {
     }
 
     /// Sends the body as these separate chunks instead of one.
-    pub fn chunks<S: Into<String>>(mut self, chunks: impl IntoIterator<Item = S>) -> Self {
-        self.chunks = chunks.into_iter().map(|c| Bytes::from(c.into())).collect();
+    pub fn chunks<S: AsRef<[u8]>>(mut self, chunks: impl IntoIterator<Item = S>) -> Self {
+        self.chunks = chunks
+            .into_iter()
+            .map(|chunk| Bytes::copy_from_slice(chunk.as_ref()))
+            .collect();
         self
     }
 

@@ -30,6 +30,16 @@ pub(crate) fn responses(server: &MockServer) -> Model {
         .with_provider("openai-responses")
 }
 
+/// A Bedrock model served by `server`.
+pub(crate) fn bedrock(server: &MockServer) -> Model {
+    Model::speaking(
+        Api::BedrockConverseStream,
+        server.origin(),
+        "amazon.nova-lite-v1:0",
+    )
+    .with_provider("bedrock")
+}
+
 /// A Gemini model served by `server`.
 pub(crate) fn gemini(server: &MockServer) -> Model {
     Model::speaking(
