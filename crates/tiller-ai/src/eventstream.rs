@@ -2,7 +2,8 @@
 //! bytes arrive, by the maintained `aws-smithy-eventstream` crate (framing, header
 //! types and both CRCs are its). Each message becomes the same borrowed event the
 //! SSE decoder lends: its `:event-type` (or, for an exception, its
-//! `:exception-type`) and its payload as text.
+//! `:exception-type`) and its payload as text; an error message becomes an
+//! `error` event whose message is its `:error-code` and `:error-message`.
 //!
 //! A message claiming more than the limit is [`StreamError::LimitExceeded`] as
 //! soon as its prelude is read, before its bytes are buffered; a corrupt frame (a
@@ -116,9 +117,18 @@ where
                 _ => None,
             })
     };
+    if header(":message-type") == Some("error") {
+        // An error message says what went wrong in its headers, not its payload.
+        let code = header(":error-code").unwrap_or("error");
+        let said = header(":error-message").unwrap_or("");
+        let data = serde_json::json!({ "message": format!("{code}: {said}") }).to_string();
+        return on_event(SseEvent {
+            event: "error",
+            data: &data,
+        });
+    }
     let event = match header(":message-type") {
         Some("exception") => header(":exception-type").unwrap_or("exception"),
-        Some("error") => header(":error-code").unwrap_or("error"),
         _ => header(":event-type").unwrap_or(""),
     };
     let data = std::str::from_utf8(message.payload()).map_err(|_| StreamError::Malformed {

@@ -91,7 +91,7 @@ async fn reasoning_keeps_its_signature_and_goes_back_with_it() {
     let options = StreamOptions {
         thinking: ThinkingLevel::Low,
         temperature: Some(0.3),
-        tool_choice: Some(ToolChoice::Required),
+        tool_choice: Some(ToolChoice::Auto),
         ..options()
     };
     let context = hi().with_tool(Tool::new("search", "Searches.", json!({"type": "object"})));
@@ -142,13 +142,62 @@ async fn reasoning_keeps_its_signature_and_goes_back_with_it() {
                     {"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "no index"}], "status": "error"}},
                 ]},
             ],
-            "inferenceConfig": {},
+            // Thinking within the output limit, and no temperature while thinking.
+            "inferenceConfig": {"maxTokens": model.max_tokens},
             "toolConfig": {
                 "tools": [{"toolSpec": {"name": "search", "description": "Searches.", "inputSchema": {"json": {"type": "object"}}}}],
-                "toolChoice": {"any": {}},
+                "toolChoice": {"auto": {}},
             },
             "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": low}},
         })
+    );
+
+    // A forced tool turns thinking off, as Claude requires; the temperature stays.
+    server.push(eventstream::response(text(&["ok"], "end_turn")));
+    let forced = StreamOptions {
+        tool_choice: Some(ToolChoice::Required),
+        ..options
+    };
+    run_to_end(&model, &context, &forced).await;
+    let sent = &server.requests()[2].body;
+    assert_eq!(sent["inferenceConfig"], json!({"temperature": 0.3}));
+    assert_eq!(sent.get("additionalModelRequestFields"), None);
+}
+
+#[tokio::test]
+async fn redacted_reasoning_goes_back_as_redacted_content() {
+    let server = MockServer::start().await;
+    server.push(eventstream::response([
+        eventstream::event("messageStart", &json!({"role": "assistant"})),
+        eventstream::event(
+            "contentBlockDelta",
+            &json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": "ZW5j"}}}),
+        ),
+        eventstream::event("contentBlockStop", &json!({"contentBlockIndex": 0})),
+        eventstream::event(
+            "contentBlockDelta",
+            &json!({"contentBlockIndex": 1, "delta": {"text": "Hi."}}),
+        ),
+        eventstream::event("messageStop", &json!({"stopReason": "end_turn"})),
+    ]));
+    server.push(eventstream::response(text(&["ok"], "end_turn")));
+    let model = model(&server);
+    let (message, error) = run_to_end(&model, &hi(), &options()).await;
+    assert_eq!(error, None);
+    let AssistantContent::Thinking(thinking) = &message.content[0] else {
+        panic!("{:?}", message.content);
+    };
+    assert_eq!(
+        (thinking.redacted, thinking.signature.as_deref()),
+        (true, Some("ZW5j"))
+    );
+    let context = hi()
+        .with_message(message)
+        .with_message(Message::user("Again"));
+    run_to_end(&model, &context, &options()).await;
+    assert_eq!(
+        server.requests()[1].body["messages"][1]["content"],
+        json!([{"reasoningContent": {"redactedContent": "ZW5j"}}, {"text": "Hi."}])
     );
 }
 

@@ -233,6 +233,16 @@ async fn a_failed_call_answers_with_an_error_and_foreign_thinking_stays_home() {
         contents[1],
         json!({"role": "model", "parts": [{"functionCall": {"id": "toolu_1", "name": "search", "args": {"q": "x"}}}]})
     );
+
+    // Gemini 3 takes another model's call only with the documented placeholder.
+    server.push(MockResponse::sse(sse::gemini_text_events(&["ok"]).concat()));
+    let mut gemini_3 = model.clone();
+    gemini_3.id = "gemini-3-flash-preview".to_owned();
+    run_to_end(&gemini_3, &context, &options()).await;
+    assert_eq!(
+        server.requests()[1].body["contents"][1]["parts"][0]["thoughtSignature"],
+        "skip_thought_signature_validator"
+    );
     assert_eq!(
         contents[2]["parts"][0]["functionResponse"]["response"],
         json!({"error": "no index"})

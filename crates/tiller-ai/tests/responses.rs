@@ -10,8 +10,8 @@ use common::{model_for, options, run_to_end};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_ai::{
-    Api, AssistantContent, Context, Message, Model, OutputSchema, StopReason, StreamError,
-    StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
+    Api, AssistantContent, AssistantMessage, Context, Message, Model, OutputSchema, StopReason,
+    StreamError, StreamOptions, ThinkingLevel, Tool, ToolChoice, ToolResultMessage,
 };
 use tiller_test_support::{Cassette, MockResponse, MockServer, sse};
 
@@ -259,5 +259,34 @@ async fn a_call_cut_off_by_the_token_limit_is_marked_truncated() {
         Some(tiller_ai::ArgumentsError::Truncated {
             received: "{\"q\": \"ru".to_owned()
         })
+    );
+}
+
+#[tokio::test]
+async fn items_whose_reasoning_cannot_go_back_go_without_their_ids() {
+    let server = MockServer::start().await;
+    server.push(events(&text_reply("ok")));
+    let mut earlier = AssistantMessage::empty(&model(&server, "o4-mini"));
+    earlier.content = vec![
+        AssistantContent::Thinking(tiller_ai::ThinkingContent {
+            thinking: String::new(),
+            // Not asked for its encrypted content: nothing to send back.
+            signature: Some(json!({"type": "reasoning", "id": "rs_1", "summary": []}).to_string()),
+            redacted: false,
+        }),
+        AssistantContent::Text(tiller_ai::TextContent {
+            text: "Hello.".to_owned(),
+            signature: Some("msg_1".to_owned()),
+        }),
+    ];
+    let context = hi()
+        .with_message(earlier)
+        .with_message(Message::user("Again"));
+    let (_, error) = run_to_end(&model(&server, "o4-mini"), &context, &options()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        server.requests()[0].body["input"][1],
+        json!({"type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Hello."}]})
     );
 }

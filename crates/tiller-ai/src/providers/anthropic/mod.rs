@@ -4,4 +4,4 @@ mod decode;
 mod request;
 
 pub(crate) use decode::Decoder;
-pub(crate) use request::request;
+pub(crate) use request::{request, token_limits};

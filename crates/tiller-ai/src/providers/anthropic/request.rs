@@ -91,7 +91,11 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
         block.mark_cached();
     }
 
-    let (max_tokens, thinking) = token_limits(model, options);
+    let (max_tokens, budget) = token_limits(model, options);
+    let thinking = budget.map(|budget_tokens| Thinking {
+        kind: "enabled",
+        budget_tokens,
+    });
     let mut tools: Vec<ToolDefinition<'a>> =
         context.tools.iter().map(ToolDefinition::from).collect();
     let mut tool_choice = options
@@ -137,9 +141,10 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
     }
 }
 
-/// The output limit and thinking budget. A budget comes on top of the answer's own
-/// limit, within the model's maximum, and always leaves room for an answer.
-fn token_limits(model: &Model, options: &StreamOptions) -> (u32, Option<Thinking>) {
+/// The output limit and thinking budget of a Claude model (on Anthropic's API or
+/// Bedrock's). A budget comes on top of the answer's own limit, within the model's
+/// maximum, and always leaves room for an answer.
+pub(crate) fn token_limits(model: &Model, options: &StreamOptions) -> (u32, Option<u32>) {
     let budget = model
         .reasoning
         .then(|| options.thinking_budgets.for_level(options.thinking))
@@ -151,11 +156,10 @@ fn token_limits(model: &Model, options: &StreamOptions) -> (u32, Option<Thinking
         answer.saturating_add(budget).min(model.max_tokens)
     });
     let budget = budget.min(max_tokens.saturating_sub(MIN_THINKING_BUDGET));
-    let thinking = (budget >= MIN_THINKING_BUDGET).then_some(Thinking {
-        kind: "enabled",
-        budget_tokens: budget,
-    });
-    (max_tokens, thinking)
+    (
+        max_tokens,
+        (budget >= MIN_THINKING_BUDGET).then_some(budget),
+    )
 }
 
 fn push_turn<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>>) {

@@ -1,8 +1,9 @@
 //! Who a Bedrock request is from, and where it goes.
 //!
-//! - **Region**: `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the one in the base
-//!   URL's host (`bedrock-runtime.{region}.amazonaws.com`), else `us-east-1`. A
-//!   model at the catalog's endpoint goes to its region's.
+//! - **Region**: the one in a regional endpoint's host
+//!   (`bedrock-runtime.{region}.amazonaws.com`) the model names, else
+//!   `AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`. A model at the
+//!   catalog's endpoint goes to its region's.
 //! - **Credentials**: `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (with
 //!   `AWS_SESSION_TOKEN`), else the profile `AWS_PROFILE` (or `default`) of the
 //!   shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
@@ -11,6 +12,9 @@
 //! - **A Bedrock API key** ([`StreamOptions::api_key`], else
 //!   `AWS_BEARER_TOKEN_BEDROCK`) is sent as a bearer token instead of a signature.
 //!
+//! Credentials from the environment or the file go only to AWS (a host under
+//! `amazonaws.com`) or to this machine (a loopback address): a model at any other
+//! host gets [`StreamError::KeyWithheld`], unless the caller passes a key itself.
 //! Secrets never reach an error message: a missing credential names the
 //! variables and the file to set, nothing more.
 
@@ -45,21 +49,26 @@ impl Region {
     }
 
     fn from_sources(var: impl Fn(&str) -> Option<String>, base_url: &str) -> Region {
-        let named = ["AWS_REGION", "AWS_DEFAULT_REGION"]
-            .into_iter()
-            .filter_map(&var)
-            .map(|region| region.trim().to_owned())
-            .find(|region| !region.is_empty());
         let from_host = || {
+            if base_url.trim_end_matches('/') == DEFAULT_ENDPOINT {
+                return None;
+            }
             let host = reqwest::Url::parse(base_url).ok()?.host_str()?.to_owned();
             let region = host
                 .strip_prefix("bedrock-runtime.")?
                 .strip_suffix(".amazonaws.com")?;
             Some(region.split('.').next()?.to_owned())
         };
+        let named = || {
+            ["AWS_REGION", "AWS_DEFAULT_REGION"]
+                .into_iter()
+                .filter_map(&var)
+                .map(|region| region.trim().to_owned())
+                .find(|region| !region.is_empty())
+        };
         Region(
-            named
-                .or_else(from_host)
+            from_host()
+                .or_else(named)
                 .unwrap_or_else(|| "us-east-1".to_owned()),
         )
     }
@@ -72,13 +81,51 @@ impl Region {
     }
 }
 
-/// A Bedrock API key, given or from `AWS_BEARER_TOKEN_BEDROCK`.
-pub(crate) fn api_key(options: &StreamOptions) -> Option<ApiKey> {
-    options.api_key.clone().or_else(|| {
-        std::env::var("AWS_BEARER_TOKEN_BEDROCK")
-            .ok()
-            .filter(|key| !key.trim().is_empty())
-            .map(|key| ApiKey::new(key.trim()))
+/// A Bedrock API key: the one given, else `AWS_BEARER_TOKEN_BEDROCK` (for AWS or
+/// this machine only).
+pub(crate) fn api_key(
+    model: &Model,
+    options: &StreamOptions,
+) -> Result<Option<ApiKey>, StreamError> {
+    if let Some(key) = &options.api_key {
+        return Ok(Some(key.clone()));
+    }
+    let Some(key) = std::env::var("AWS_BEARER_TOKEN_BEDROCK")
+        .ok()
+        .filter(|key| !key.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    trusted(model, "AWS_BEARER_TOKEN_BEDROCK")?;
+    Ok(Some(ApiKey::new(key.trim())))
+}
+
+/// Whether credentials from the environment may go to `model`'s host: AWS's own,
+/// or this machine's.
+fn trusted(model: &Model, source: &str) -> Result<(), StreamError> {
+    let url = reqwest::Url::parse(&model.base_url).ok();
+    let host = url
+        .as_ref()
+        .and_then(|url| url.host_str())
+        .map(str::to_ascii_lowercase);
+    let allowed = host.as_deref().is_some_and(|host| {
+        let ip = host.trim_start_matches('[').trim_end_matches(']');
+        match ip.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.is_loopback(),
+            Err(_) => {
+                host == "localhost"
+                    || host.ends_with(".amazonaws.com")
+                    || host.ends_with(".amazonaws.com.cn")
+            }
+        }
+    });
+    if allowed {
+        return Ok(());
+    }
+    Err(StreamError::KeyWithheld {
+        provider: model.provider.clone(),
+        env_var: source.to_owned(),
+        host: host.unwrap_or_else(|| "an invalid address".to_owned()),
     })
 }
 
@@ -87,13 +134,14 @@ pub(crate) fn api_key(options: &StreamOptions) -> Option<ApiKey> {
 pub(crate) fn sign(
     request: &mut HttpRequest,
     region: &Region,
-    provider: &str,
+    model: &Model,
 ) -> Result<(), StreamError> {
     let credentials =
         credentials(|name| std::env::var(name).ok()).ok_or_else(|| StreamError::MissingApiKey {
-            provider: provider.to_owned(),
+            provider: model.provider.clone(),
             env_var: WHERE_CREDENTIALS_LIVE.to_owned(),
         })?;
+    trusted(model, "AWS credentials")?;
     let identity = credentials.into();
     let invalid = |message: String| StreamError::InvalidRequest { message };
     let params = v4::SigningParams::builder()
@@ -189,12 +237,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_region_comes_from_the_environment_else_the_endpoint() {
+    fn the_region_comes_from_a_regional_endpoint_else_the_environment() {
         let none = |_: &str| None;
         assert_eq!(Region::from_sources(none, DEFAULT_ENDPOINT).0, "us-east-1");
         let host = "https://bedrock-runtime.eu-west-3.amazonaws.com";
         assert_eq!(Region::from_sources(none, host).0, "eu-west-3");
         let named = |name: &str| (name == "AWS_DEFAULT_REGION").then(|| "ap-south-1".to_owned());
+        assert_eq!(Region::from_sources(named, host).0, "eu-west-3");
+        assert_eq!(
+            Region::from_sources(named, "http://127.0.0.1:9").0,
+            "ap-south-1"
+        );
         let region = Region::from_sources(named, DEFAULT_ENDPOINT);
         assert_eq!(region.0, "ap-south-1");
         assert_eq!(
@@ -202,6 +255,33 @@ mod tests {
             Some("https://bedrock-runtime.ap-south-1.amazonaws.com")
         );
         assert_eq!(region.endpoint_for("http://127.0.0.1:9"), None);
+    }
+
+    #[test]
+    fn credentials_from_the_environment_go_to_aws_or_this_machine_only() {
+        let at = |url: &str| Model::speaking(crate::Api::BedrockConverseStream, url, "m");
+        for url in [
+            DEFAULT_ENDPOINT,
+            "https://bedrock-runtime.vpce-1.eu-west-1.vpce.amazonaws.com",
+            "http://127.0.0.1:9",
+            "http://localhost:9",
+            "http://[::1]:9",
+        ] {
+            assert_eq!(trusted(&at(url), "AWS credentials"), Ok(()), "{url}");
+        }
+        for url in [
+            "https://amazonaws.com.evil.example",
+            "http://10.0.0.2",
+            "not a url",
+        ] {
+            assert!(
+                matches!(
+                    trusted(&at(url), "AWS credentials"),
+                    Err(StreamError::KeyWithheld { .. })
+                ),
+                "{url}"
+            );
+        }
     }
 
     #[test]

@@ -35,7 +35,11 @@ struct Block {
 #[derive(PartialEq)]
 enum Kind {
     Text,
-    Thinking { signature: Option<String> },
+    /// Reasoning, with its signature (for redacted reasoning, its encrypted data).
+    Thinking {
+        signature: Option<String>,
+        redacted: bool,
+    },
     ToolUse,
 }
 
@@ -132,16 +136,21 @@ impl Decoder {
             out.tool_call_delta(block.content_index, &tool.input);
         }
         if let Some(reasoning) = delta.reasoning_content {
-            let content_index = self.open(index, Kind::Thinking { signature: None }, out);
+            let redacted = reasoning.redacted_content.is_some();
+            let kind = Kind::Thinking {
+                signature: None,
+                redacted,
+            };
+            let content_index = self.open(index, kind, out);
             if let Some(text) = reasoning.text.filter(|t| !t.is_empty()) {
                 out.thinking_delta(content_index, &text);
             }
-            let signature = reasoning.signature.or(reasoning.redacted_content);
-            if let Some(signature) = signature
+            let piece = reasoning.signature.or(reasoning.redacted_content);
+            if let Some(piece) = piece
                 && let Some(block) = self.blocks.iter_mut().find(|b| b.open && b.index == index)
-                && let Kind::Thinking { signature: kept } = &mut block.kind
+                && let Kind::Thinking { signature, .. } = &mut block.kind
             {
-                *kept = Some(signature.into_owned());
+                signature.get_or_insert_default().push_str(&piece);
             }
         }
     }
@@ -161,7 +170,7 @@ impl Decoder {
         }
         self.close(index, out);
         let content_index = match kind {
-            Kind::Thinking { .. } => out.thinking_start(false),
+            Kind::Thinking { redacted, .. } => out.thinking_start(redacted),
             _ => out.text_start(),
         };
         self.blocks.push(Block {
@@ -210,7 +219,7 @@ impl Decoder {
 fn end(block: &mut Block, out: &mut MessageBuilder, cut_off: bool) {
     match &mut block.kind {
         Kind::Text => out.text_end(block.content_index, None),
-        Kind::Thinking { signature } => out.thinking_end(block.content_index, signature.take()),
+        Kind::Thinking { signature, .. } => out.thinking_end(block.content_index, signature.take()),
         Kind::ToolUse => out.tool_call_end(block.content_index, cut_off),
     }
 }

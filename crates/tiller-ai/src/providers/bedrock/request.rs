@@ -11,7 +11,9 @@
 //! "none"): the model is free not to call them, not forbidden to.
 //!
 //! The request is signed with SigV4 ([`super::credentials`]), or carries a
-//! Bedrock API key as a bearer token when one is given.
+//! Bedrock API key as a bearer token when one is given. When thinking is on (a
+//! Claude model), the output limit leaves room for the budget, as on Anthropic's
+//! own API, and a forced tool choice turns thinking off, which Claude requires.
 
 use std::borrow::Cow;
 
@@ -25,7 +27,7 @@ use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
 use crate::providers::bedrock::credentials::{self, Region};
-use crate::providers::{path_segment, safe_tool_id};
+use crate::providers::{anthropic, path_segment, safe_tool_id};
 
 /// The content type of AWS's binary event stream.
 const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
@@ -42,7 +44,7 @@ pub(crate) fn request(
     }
     let body = body(model, context, options);
     let path = format!("model/{}/converse-stream", path_segment(&model.id));
-    let bearer = credentials::api_key(options).map(|key| key.bearer());
+    let bearer = credentials::api_key(&routed, options)?.map(|key| key.bearer());
     let signed = bearer.is_none();
     let mut request = http::post_json(
         &routed,
@@ -53,7 +55,7 @@ pub(crate) fn request(
         options,
     )?;
     if signed {
-        credentials::sign(&mut request, &region, &model.provider)?;
+        credentials::sign(&mut request, &region, &routed)?;
     }
     Ok(request)
 }
@@ -109,15 +111,22 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                 ToolChoice::Tool(name) => Some(WireToolChoice::Tool { name }),
             }),
     });
-    let thinking = model
-        .reasoning
-        .then(|| options.thinking_budgets.for_level(options.thinking))
-        .flatten();
+    // Claude thinks within the output limit, never while a tool is forced.
+    let forced = options
+        .tool_choice
+        .as_ref()
+        .is_some_and(ToolChoice::forces_a_call);
+    let (limit, thinking) = anthropic::token_limits(model, options);
+    let thinking = thinking.filter(|_| !forced);
     Body {
         messages,
         system,
         inference_config: InferenceConfig {
-            max_tokens: options.max_tokens,
+            max_tokens: if thinking.is_some() {
+                Some(limit)
+            } else {
+                options.max_tokens
+            },
             // Claude takes no temperature while it thinks.
             temperature: options.temperature.filter(|_| thinking.is_none()),
         },

@@ -9,11 +9,13 @@
 //! received; thinking from another API is dropped, as Gemini would not take it.
 //!
 //! Tool schemas are converted to the OpenAPI subset `parameters` accepts:
-//! `const` becomes a one-value `enum`, `oneOf` becomes `anyOf`, a type list with
-//! `"null"` becomes `nullable`, local `$ref`s into `$defs`/`definitions` are
-//! inlined (a cycle becomes a plain object), and keywords outside the subset
-//! (`additionalProperties`, `$schema`, `$id`, `allOf`, `not`, `patternProperties`,
-//! `if`/`then`/`else`, exclusive bounds, …) are dropped. A structured answer's
+//! a string `const` becomes a one-value `enum`, `oneOf` becomes `anyOf`, a type
+//! list with `"null"` becomes `nullable`, local `$ref`s into `$defs`/`definitions`
+//! are inlined (a cycle becomes a plain object), and what the subset lacks is
+//! dropped: `additionalProperties`, `$schema`, `$id`, `allOf`, `not`,
+//! `patternProperties`, `if`/`then`/`else`, exclusive bounds, enums of other than
+//! strings, and formats other than `enum`, `date-time`, `int32`, `int64`, `float`
+//! and `double`. A structured answer's
 //! schema goes unconverted as `responseJsonSchema`, which takes JSON Schema.
 
 use serde::Serialize;
@@ -27,17 +29,18 @@ use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
 use crate::providers::path_segment;
 
+/// The thought signature Google documents for a function call Gemini did not make.
+const UNSIGNED_CALL: &str = "skip_thought_signature_validator";
+
 /// How deep `$ref`s are inlined before a reference is left as a plain object.
 const MAX_REF_DEPTH: usize = 8;
 
 /// The schema keywords Gemini's `parameters` take as they are.
 const KEPT_KEYWORDS: &[&str] = &[
     "type",
-    "format",
     "title",
     "description",
     "nullable",
-    "enum",
     "maxItems",
     "minItems",
     "minProperties",
@@ -68,6 +71,7 @@ pub(crate) fn request(
 }
 
 fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
+    let gemini_3 = model.id.starts_with("gemini-3");
     let mut contents: Vec<Turn<'a>> = Vec::with_capacity(context.messages.len());
     for message in context.messages {
         let (role, parts) = match message {
@@ -80,7 +84,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                 let parts = assistant
                     .content
                     .iter()
-                    .filter_map(|block| assistant_part(block, own))
+                    .filter_map(|block| assistant_part(block, own, gemini_3))
                     .collect();
                 ("model", parts)
             }
@@ -170,10 +174,15 @@ fn thinking_config(model: &Model, options: &StreamOptions) -> Option<ThinkingCon
             thinking_level: None,
         });
     }
+    // Gemini 3 Pro thinks `low` or `high`; Flash also `minimal` and `medium`.
+    let pro = model.id.contains("-pro");
     let level = match options.thinking {
+        ThinkingLevel::Minimal if !pro => "minimal",
         ThinkingLevel::Minimal | ThinkingLevel::Low => "low",
-        ThinkingLevel::Medium => "medium",
-        ThinkingLevel::Off | ThinkingLevel::High | ThinkingLevel::Xhigh => "high",
+        ThinkingLevel::Medium if !pro => "medium",
+        ThinkingLevel::Off | ThinkingLevel::Medium | ThinkingLevel::High | ThinkingLevel::Xhigh => {
+            "high"
+        }
     };
     Some(ThinkingConfig {
         include_thoughts: true,
@@ -210,8 +219,8 @@ fn content_part(content: &Content) -> Option<Part<'_>> {
 }
 
 /// A block of an assistant message; `own` when Gemini wrote it, so its thinking
-/// and signatures go back.
-fn assistant_part(block: &AssistantContent, own: bool) -> Option<Part<'_>> {
+/// and signatures go back; `gemini_3` when the request is to a Gemini 3 model.
+fn assistant_part(block: &AssistantContent, own: bool, gemini_3: bool) -> Option<Part<'_>> {
     match block {
         AssistantContent::Text(text) => {
             let signature = text.signature.as_deref().filter(|_| own);
@@ -234,7 +243,13 @@ fn assistant_part(block: &AssistantContent, own: bool) -> Option<Part<'_>> {
                 name: &call.name,
                 args: &call.arguments,
             }),
-            thought_signature: call.signature.as_deref().filter(|_| own),
+            // Gemini 3 refuses a call without a signature; one it did not sign
+            // (another model's) carries the placeholder Google documents for that.
+            thought_signature: call
+                .signature
+                .as_deref()
+                .filter(|_| own)
+                .or_else(|| gemini_3.then_some(UNSIGNED_CALL)),
             ..Part::default()
         }),
     }
@@ -286,8 +301,25 @@ fn convert_schema(schema: &Value, defs: Option<&Map<String, Value>>, depth: usiz
                     converted.insert("type".to_owned(), other.clone());
                 }
             },
-            "const" => {
+            // Gemini takes an enum of strings only.
+            "const" if value.is_string() => {
                 converted.insert("enum".to_owned(), Value::Array(vec![value.clone()]));
+            }
+            "enum"
+                if value
+                    .as_array()
+                    .is_some_and(|v| v.iter().all(Value::is_string)) =>
+            {
+                converted.insert(key.clone(), value.clone());
+            }
+            // And these formats only.
+            "format"
+                if matches!(
+                    value.as_str(),
+                    Some("enum" | "date-time" | "int32" | "int64" | "float" | "double")
+                ) =>
+            {
+                converted.insert(key.clone(), value.clone());
             }
             "properties" => {
                 let properties = value
@@ -453,6 +485,8 @@ mod tests {
             "additionalProperties": false,
             "properties": {
                 "mode": {"const": "fast"},
+                "level": {"type": "integer", "const": 3, "format": "int32"},
+                "site": {"type": "string", "format": "uri", "enum": ["a", "b"]},
                 "note": {"type": ["string", "null"], "description": "optional"},
                 "shape": {"oneOf": [{"$ref": "#/$defs/circle"}, {"type": "integer", "exclusiveMinimum": 0}]},
                 "tree": {"$ref": "#/$defs/tree"}
@@ -466,6 +500,14 @@ mod tests {
         let defs = schema.get("$defs").and_then(Value::as_object);
         let converted = convert_schema(&schema, defs, 0);
         assert_eq!(converted["properties"]["mode"], json!({"enum": ["fast"]}));
+        assert_eq!(
+            converted["properties"]["level"],
+            json!({"type": "integer", "format": "int32"})
+        );
+        assert_eq!(
+            converted["properties"]["site"],
+            json!({"type": "string", "enum": ["a", "b"]})
+        );
         assert_eq!(
             converted["properties"]["note"],
             json!({"type": "string", "nullable": true, "description": "optional"})

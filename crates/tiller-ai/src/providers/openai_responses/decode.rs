@@ -138,9 +138,11 @@ impl Decoder {
                 return Err(self.provider_error(error));
             }
             "error" => {
+                // The error's fields, at the top or (in newer streams) nested.
+                let nested = event.error.unwrap_or_default();
                 return Err(self.provider_error(ErrorBody {
-                    code: event.code,
-                    message: event.message,
+                    code: event.code.or(nested.code),
+                    message: event.message.or(nested.message),
                 }));
             }
             _ => {}
@@ -304,6 +306,8 @@ struct Event<'a> {
     code: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     message: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    error: Option<ErrorBody<'a>>,
 }
 
 #[derive(Deserialize)]

@@ -57,10 +57,26 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
             }
             Message::Assistant(assistant) => {
                 let own = assistant.api == Api::OpenAiResponses;
+                let reasoning: Vec<Option<Item<'a>>> = assistant
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        AssistantContent::Thinking(thinking) => {
+                            Some(reasoning_item(thinking.signature.as_deref()).filter(|_| own))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                // Item ids refer to the reasoning before them: without all of it
+                // (nothing is stored to find it by), they go without their ids.
+                let with_ids = own && reasoning.iter().all(Option::is_some);
+                let mut reasoning = reasoning.into_iter().flatten();
                 for block in &assistant.content {
-                    if let Some(item) = assistant_item(block, own) {
-                        input.push(item);
-                    }
+                    let item = match block {
+                        AssistantContent::Thinking(_) => reasoning.next(),
+                        other => assistant_item(other, with_ids),
+                    };
+                    input.extend(item);
                 }
             }
             Message::ToolResult(result) => {
@@ -130,36 +146,42 @@ fn input_part(content: &Content, accepts_images: bool) -> Option<InputPart<'_>> 
     }
 }
 
-/// A block of an assistant message as an input item; `own` when the Responses API
-/// wrote it, so its item ids and reasoning go back.
-fn assistant_item(block: &AssistantContent, own: bool) -> Option<Item<'_>> {
+/// The reasoning item a thinking block's signature holds, if it can go back: it
+/// needs its id and its encrypted content, as nothing is stored at OpenAI to find
+/// it by.
+fn reasoning_item(signature: Option<&str>) -> Option<Item<'static>> {
+    let item: Value = serde_json::from_str(signature?).ok()?;
+    let encrypted = item.get("encrypted_content")?.as_str()?;
+    if encrypted.is_empty() {
+        return None;
+    }
+    Some(Item::Reasoning {
+        id: Cow::Owned(item.get("id")?.as_str()?.to_owned()),
+        summary: item
+            .get("summary")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new())),
+        encrypted_content: Value::String(encrypted.to_owned()),
+    })
+}
+
+/// A text or call block of an assistant message as an input item, with its item
+/// id when `with_ids` (the Responses API wrote it, and its reasoning goes back).
+fn assistant_item(block: &AssistantContent, with_ids: bool) -> Option<Item<'_>> {
     match block {
         AssistantContent::Text(text) if text.text.is_empty() => None,
         AssistantContent::Text(text) => Some(Item::AssistantMessage {
             role: "assistant",
-            id: text.signature.as_deref().filter(|_| own),
+            id: text.signature.as_deref().filter(|_| with_ids),
             status: "completed",
             content: [OutputText {
                 kind: "output_text",
                 text: &text.text,
             }],
         }),
-        AssistantContent::Thinking(thinking) if own => {
-            let item: Value = serde_json::from_str(thinking.signature.as_deref()?).ok()?;
-            // Without its encrypted content a reasoning item cannot go back: nothing
-            // is stored at OpenAI to find it by.
-            Some(Item::Reasoning {
-                id: Cow::Owned(item.get("id")?.as_str()?.to_owned()),
-                summary: item
-                    .get("summary")
-                    .cloned()
-                    .unwrap_or(Value::Array(Vec::new())),
-                encrypted_content: item.get("encrypted_content")?.clone(),
-            })
-        }
         AssistantContent::Thinking(_) => None,
         AssistantContent::ToolCall(call) => Some(Item::FunctionCall {
-            id: call.signature.as_deref().filter(|_| own),
+            id: call.signature.as_deref().filter(|_| with_ids),
             call_id: &call.id,
             name: &call.name,
             arguments: call.arguments.to_string(),
