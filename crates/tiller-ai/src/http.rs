@@ -39,7 +39,14 @@ pub(crate) struct HttpRequest {
     headers: HeaderMap,
     body: Bytes,
     provider: String,
+    /// Signs the request (adds its signature headers) before each attempt, for
+    /// providers whose signatures expire (AWS's, after five minutes).
+    signer: Option<Signer>,
 }
+
+/// What signs a request: its URL, its headers to add to, its body.
+pub(crate) type Signer =
+    Box<dyn Fn(&str, &mut HeaderMap, &[u8]) -> Result<(), StreamError> + Send + Sync>;
 
 /// The API key for `model`: the one in the options, else the provider's environment
 /// variable. Providers without a known variable (local servers) need none. A key from
@@ -129,13 +136,17 @@ pub(crate) fn post_json<T: Serialize>(
         headers,
         body: Bytes::from(body),
         provider: model.provider.clone(),
+        signer: None,
     })
 }
 
 impl HttpRequest {
-    /// The URL, the headers (to add a signature to) and the body, for signing.
-    pub(crate) fn signing_parts(&mut self) -> (&str, &mut HeaderMap, &[u8]) {
-        (&self.url, &mut self.headers, &self.body)
+    /// The same request, signed by `signer` now (so a request that cannot be
+    /// signed fails before it is sent) and again before each retry.
+    pub(crate) fn signed_by(mut self, signer: Signer) -> Result<Self, StreamError> {
+        signer(&self.url, &mut self.headers, &self.body)?;
+        self.signer = Some(signer);
+        Ok(self)
     }
 }
 
@@ -318,9 +329,15 @@ async fn send(
 ) -> Result<reqwest::Response, StreamError> {
     let mut attempt: u32 = 0;
     loop {
+        let mut headers = request.headers.clone();
+        if attempt > 0
+            && let Some(sign) = &request.signer
+        {
+            sign(&request.url, &mut headers, &request.body)?;
+        }
         let pending = client
             .post(&request.url)
-            .headers(request.headers.clone())
+            .headers(headers)
             .body(request.body.clone())
             .send();
         let result =

@@ -467,6 +467,8 @@ async fn bedrock_signs_its_requests_and_answers_from_a_replayed_recording() {
         (&profile[..], "WORKKEY", "us-east-1"),
     ] {
         let server = MockServer::start().await;
+        // A 503 first: the retry is signed anew.
+        server.push(MockResponse::status(503, "busy"));
         server.push_cassette(&cassette);
         let base_url = server.origin();
         let mut command = tiller(&[
@@ -485,7 +487,17 @@ async fn bedrock_signs_its_requests_and_answers_from_a_replayed_recording() {
             (run.code(), run.stdout.as_str(), run.stderr.as_str()),
             (Some(0), "cedar\nmaple\n", "")
         );
-        let request = &server.requests()[0];
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        for request in &requests {
+            let signatures = request
+                .headers
+                .iter()
+                .filter(|(name, _)| name == "authorization")
+                .count();
+            assert_eq!(signatures, 1, "one signature per attempt");
+        }
+        let request = &requests[1];
         assert_eq!(request.path, cassette.exchanges[0].request.path);
         let authorization = request.header("authorization").unwrap();
         let date = request.header("x-amz-date").unwrap();

@@ -24,10 +24,9 @@ use std::time::SystemTime;
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign as sigv4};
 use aws_sigv4::sign::v4;
-use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::StreamError;
-use crate::http::HttpRequest;
 use crate::model::Model;
 use crate::options::{ApiKey, StreamOptions};
 
@@ -129,10 +128,13 @@ fn trusted(model: &Model, source: &str) -> Result<(), StreamError> {
     })
 }
 
-/// Signs `request` with SigV4 for `region`, adding its `authorization`,
-/// `x-amz-date` and (for temporary credentials) `x-amz-security-token` headers.
+/// Signs a request to `model` (its `url`, `headers` and `body`) with SigV4 for
+/// `region`, adding its `authorization`, `x-amz-date` and (for temporary
+/// credentials) `x-amz-security-token` headers, in place of any earlier ones.
 pub(crate) fn sign(
-    request: &mut HttpRequest,
+    url: &str,
+    headers: &mut HeaderMap,
+    body: &[u8],
     region: &Region,
     model: &Model,
 ) -> Result<(), StreamError> {
@@ -153,7 +155,9 @@ pub(crate) fn sign(
         .build()
         .map_err(|error| invalid(format!("cannot sign the request: {error}")))?
         .into();
-    let (url, headers, body) = request.signing_parts();
+    for stale in ["authorization", "x-amz-date", "x-amz-security-token"] {
+        headers.remove(stale);
+    }
     let signed_headers: Vec<(&str, &str)> = headers
         .iter()
         .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
@@ -177,7 +181,6 @@ pub(crate) fn sign(
         value.set_sensitive(true);
         added.push((name, value));
     }
-    let (_, headers, _) = request.signing_parts();
     for (name, value) in added {
         headers.insert(name, value);
     }

@@ -46,7 +46,7 @@ pub(crate) fn request(
     let path = format!("model/{}/converse-stream", path_segment(&model.id));
     let bearer = credentials::api_key(&routed, options)?.map(|key| key.bearer());
     let signed = bearer.is_none();
-    let mut request = http::post_json(
+    let request = http::post_json(
         &routed,
         &path,
         &body,
@@ -54,10 +54,13 @@ pub(crate) fn request(
         bearer,
         options,
     )?;
-    if signed {
-        credentials::sign(&mut request, &region, &routed)?;
+    if !signed {
+        return Ok(request);
     }
-    Ok(request)
+    let model = routed.into_owned();
+    request.signed_by(Box::new(move |url, headers, body| {
+        credentials::sign(url, headers, body, &region, &model)
+    }))
 }
 
 fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
