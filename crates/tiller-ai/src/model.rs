@@ -151,8 +151,9 @@ impl Model {
     }
 
     /// A model on any server speaking `api`, with no known prices, under the
-    /// provider name `<api>-compatible` (`openai-compatible` for APIs without
-    /// compatible servers of their own: the faux and proxy APIs).
+    /// provider name `<api>-compatible`; `bedrock` for Bedrock's (an endpoint of
+    /// AWS's, or one standing in for it), and `openai-compatible` for the APIs
+    /// without servers of their own (faux, pi's proxy).
     ///
     /// ```
     /// use tiller_ai::{Api, Model};
