@@ -67,8 +67,10 @@ use tiller_runtime::{DefinitionPatch, PatchError};
 /// How long a command tool may run when its file does not say.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An agent, as declared in a file.
+/// An agent, as declared in a file (made by [`AgentFile::parse`] and
+/// [`AgentFile::load`]). Non-exhaustive: the `mcp` feature adds a field.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AgentFile {
     /// Where it was read from.
     pub path: PathBuf,

@@ -42,8 +42,10 @@ pub struct Definitions {
     default_key: Option<ApiKey>,
 }
 
-/// Why definitions could not be read or used.
+/// Why definitions could not be read or used. Non-exhaustive: the `mcp` feature
+/// adds a variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DefinitionsError {
     /// The folder could not be read.
     #[error("cannot read the folder {}: {reason}", folder.display())]

@@ -137,8 +137,9 @@ pub fn choose_model(
             model: tiller_ai::faux::demo_model(),
             api_key: None,
             notice: Some(
-                "no provider configured (use --provider, --base-url or --model, or set \
-                 OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model"
+                "no provider configured (use --provider, --base-url or --model, or set a \
+                 provider's key such as OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY): \
+                 using the scripted faux model"
                     .to_owned(),
             ),
         },

@@ -3,8 +3,8 @@
 //! Models are named `provider/model-id`. [`find`] answers only for models in the
 //! built-in table (with context window, output limit and prices); [`resolve`] also
 //! accepts any model id of a known provider, with that provider's address and
-//! unknown prices. Anything else is described by hand with [`Model::openai_compatible`]
-//! or [`Model::anthropic_compatible`].
+//! unknown prices. Anything else is described by hand with [`Model::openai_compatible`],
+//! [`Model::anthropic_compatible`] or, for any API, [`Model::speaking`].
 //!
 //! ```
 //! let model = tiller_ai::catalog::find("openai/gpt-4o-mini").unwrap();

@@ -42,11 +42,14 @@ impl WireDecoder {
     }
 
     /// The same decoder, for a request whose structured answer comes as a call of
-    /// the tool `name` (Anthropic's way; OpenAI's answer is plain text).
+    /// the tool `name` (Anthropic's and Bedrock's way; the others' is plain text).
     pub(crate) fn with_output_tool(self, name: Option<&str>) -> Self {
         match (self, name) {
             (WireDecoder::Anthropic(decoder), Some(name)) => {
                 WireDecoder::Anthropic(decoder.with_output_tool(name))
+            }
+            (WireDecoder::Bedrock(decoder), Some(name)) => {
+                WireDecoder::Bedrock(decoder.with_output_tool(name))
             }
             (decoder, _) => decoder,
         }

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `TILLER_MODEL` | `provider/model-id`, such as `openai/gpt-4o-mini` or `anthropic/claude-sonnet-4-5`; a bare model id with `TILLER_PROVIDER` or `TILLER_BASE_URL` |
 //! | `TILLER_PROVIDER` | a provider from [`crate::catalog::providers`] (its default model unless `TILLER_MODEL` names one) |
-//! | `TILLER_BASE_URL` | any OpenAI-compatible server (llama.cpp, vLLM, Ollama): `http://127.0.0.1:8080/v1` |
+//! | `TILLER_BASE_URL` | any OpenAI-compatible server (llama.cpp, vLLM, Ollama): `http://127.0.0.1:8080/v1`; with `TILLER_PROVIDER`, a server of that provider's API |
 //! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY` (or `GOOGLE_API_KEY`), … | the provider's key; when only a key is set, its provider's default model is used |
 //!
 //! With none of these set, [`from_env`] answers `None` and the caller picks its own

@@ -17,7 +17,8 @@ pub enum StreamError {
     MissingApiKey {
         /// The provider that needs a key.
         provider: String,
-        /// The environment variable it is read from.
+        /// Where the key is read from: the environment variable (or variables), or,
+        /// for Bedrock, where its credentials live.
         env_var: String,
     },
     /// The provider's key from the environment was not sent, because the model is

@@ -116,9 +116,9 @@ pub fn demo_model() -> Model {
         let prompt = request.last_user_text().unwrap_or_default();
         FauxTurn::text(format!(
             "You said: \"{prompt}\". I am Tiller's scripted faux model, streaming this reply \
-             in small chunks exactly as a real provider would. Set OPENAI_API_KEY or \
-             ANTHROPIC_API_KEY, or point TILLER_BASE_URL at an OpenAI-compatible server, to \
-             talk to a real model."
+             in small chunks exactly as a real provider would. Set OPENAI_API_KEY, \
+             ANTHROPIC_API_KEY or GEMINI_API_KEY, or point TILLER_BASE_URL at an \
+             OpenAI-compatible server, to talk to a real model."
         ))
         .chunk_size(6)
         .delay(Duration::from_millis(15))

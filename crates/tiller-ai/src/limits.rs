@@ -22,7 +22,7 @@ use crate::error::StreamError;
 #[serde(default)]
 pub struct StreamLimits {
     /// The longest SSE line, and the most data one SSE event may carry (its `data:`
-    /// lines joined). Default 8 MiB.
+    /// lines joined); for Bedrock, the largest event-stream message. Default 8 MiB.
     pub max_event_bytes: usize,
     /// The most bytes of one response body. Default 64 MiB.
     pub max_body_bytes: u64,

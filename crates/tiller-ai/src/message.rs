@@ -147,7 +147,9 @@ pub struct ThinkingContent {
     /// The reasoning text; empty when the provider redacted it.
     pub thinking: String,
     /// The provider's signature over the reasoning (for redacted thinking, the
-    /// encrypted reasoning itself). Required to replay thinking to Anthropic.
+    /// encrypted reasoning itself; for OpenAI's Responses API, the whole reasoning
+    /// item with its encrypted content). Required to replay thinking to the API
+    /// that wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
     /// Whether the provider redacted the reasoning.
@@ -176,8 +178,8 @@ pub struct ToolCall {
     /// Why the arguments could not be used, when they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_error: Option<ArgumentsError>,
-    /// An opaque provider signature that must be sent back with the call, if any
-    /// (Gemini's thought signature).
+    /// An opaque provider token that must be sent back with the call, if any
+    /// (Gemini's thought signature, the Responses API's item id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
 }

@@ -60,9 +60,10 @@ pub struct StreamOptions {
     #[serde(skip)]
     pub http_client: Option<reqwest::Client>,
     /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
-    /// it as `response_format` (llama.cpp turns it into a grammar); Anthropic gets a
-    /// tool whose input schema it is, the call forced (`any` beside other tools,
-    /// that tool alone otherwise; not with thinking on), and the call comes back as
+    /// it as `response_format` (llama.cpp turns it into a grammar), the Responses
+    /// API as `text.format`, Gemini as `responseJsonSchema`; Anthropic and Bedrock
+    /// get a tool whose input schema it is, the call forced (`any` beside other
+    /// tools, that tool alone otherwise; thinking off), and the call comes back as
     /// the answer's text; the faux model reads [`OutputSchema::instructions`] after
     /// the system prompt (a provider of the host's gets this field and does as it
     /// sees fit). Tool calls stay possible; the schema applies to the answer.

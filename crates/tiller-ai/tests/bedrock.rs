@@ -284,3 +284,39 @@ async fn a_frame_claiming_more_than_the_limit_fails_before_it_is_buffered() {
         })
     );
 }
+
+#[tokio::test]
+async fn a_structured_answer_comes_as_a_forced_call_read_as_text() {
+    let server = MockServer::start().await;
+    server.push(eventstream::response([
+        eventstream::event("messageStart", &json!({"role": "assistant"})),
+        eventstream::event(
+            "contentBlockStart",
+            &json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_9", "name": "answer"}}}),
+        ),
+        eventstream::event(
+            "contentBlockDelta",
+            &json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"n\": 1}"}}}),
+        ),
+        eventstream::event("contentBlockStop", &json!({"contentBlockIndex": 0})),
+        eventstream::event("messageStop", &json!({"stopReason": "tool_use"})),
+    ]));
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let options = StreamOptions {
+        output_schema: Some(tiller_ai::OutputSchema::new("answer", schema.clone())),
+        ..options()
+    };
+    let (message, error) = run_to_end(&model(&server), &hi(), &options).await;
+    assert_eq!(
+        (error, message.stop_reason, message.text()),
+        (None, StopReason::Stop, "{\"n\": 1}".to_owned())
+    );
+    assert_eq!(message.tool_calls().count(), 0);
+    assert_eq!(
+        server.requests()[0].body["toolConfig"],
+        json!({
+            "tools": [{"toolSpec": {"name": "answer", "description": "Give your final answer by calling this tool: its input is the answer.", "inputSchema": {"json": schema}}}],
+            "toolChoice": {"tool": {"name": "answer"}},
+        })
+    );
+}

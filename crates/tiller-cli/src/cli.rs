@@ -9,8 +9,9 @@ use tiller::ThinkingLevel;
 /// Run agents from a terminal or a script.
 ///
 /// With no provider configured (no --provider, --base-url or --model, no TILLER_*
-/// variables, no OPENAI_API_KEY or ANTHROPIC_API_KEY) the agent talks to Tiller's
-/// scripted `faux` model, and says so on stderr.
+/// variables, no provider's API key such as OPENAI_API_KEY, ANTHROPIC_API_KEY or
+/// GEMINI_API_KEY) the agent talks to Tiller's scripted `faux` model, and says so
+/// on stderr.
 #[derive(Debug, Parser)]
 #[command(name = "tiller", version, propagate_version = true)]
 pub struct Cli {
@@ -181,7 +182,8 @@ pub struct AgentOptions {
     #[arg(long, value_name = "NAME", value_parser = provider_names())]
     pub provider: Option<String>,
     /// The server, for any OpenAI-compatible one (llama.cpp, vLLM, Ollama), or one
-    /// speaking the API of --provider (anthropic; gemini, at its /v1beta root).
+    /// speaking the API of --provider (anthropic, openai-responses, bedrock; gemini
+    /// at its /v1beta root).
     /// Default: $TILLER_BASE_URL.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,

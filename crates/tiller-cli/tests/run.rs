@@ -338,7 +338,7 @@ async fn without_a_provider_the_faux_model_answers_and_says_so() {
     );
     assert_eq!(
         run.stderr,
-        "tiller: no provider configured (use --provider, --base-url or --model, or set OPENAI_API_KEY or ANTHROPIC_API_KEY): using the scripted faux model\n"
+        "tiller: no provider configured (use --provider, --base-url or --model, or set a provider's key such as OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY): using the scripted faux model\n"
     );
 }
 

@@ -16,6 +16,11 @@ use serde::Deserialize;
 
 use crate::error::StreamError;
 
+/// What the model reads of the tool that carries a structured answer, where the
+/// answer comes as a forced call of it (Anthropic, Bedrock).
+pub(crate) const OUTPUT_TOOL_DESCRIPTION: &str =
+    "Give your final answer by calling this tool: its input is the answer.";
+
 /// Parses one event's JSON data, naming the event's start when it is malformed.
 pub(crate) fn parse_data<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, StreamError> {
     serde_json::from_str(data).map_err(|error| StreamError::Malformed {

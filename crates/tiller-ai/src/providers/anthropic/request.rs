@@ -19,12 +19,9 @@ use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
-use crate::providers::safe_tool_id;
+use crate::providers::{OUTPUT_TOOL_DESCRIPTION, safe_tool_id};
 
 const API_VERSION: &str = "2023-06-01";
-/// What the model reads of the tool that carries a structured answer.
-const OUTPUT_TOOL_DESCRIPTION: &str =
-    "Give your final answer by calling this tool: its input is the answer.";
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u32 = 1_024;
 

@@ -12,9 +12,10 @@
 //! - **A Bedrock API key** ([`StreamOptions::api_key`], else
 //!   `AWS_BEARER_TOKEN_BEDROCK`) is sent as a bearer token instead of a signature.
 //!
-//! Credentials from the environment or the file go only to AWS (a host under
-//! `amazonaws.com`) or to this machine (a loopback address): a model at any other
-//! host gets [`StreamError::KeyWithheld`], unless the caller passes a key itself.
+//! Credentials from the environment or the file go only to Bedrock's own runtime
+//! endpoints (regional, FIPS or a VPC endpoint) or to this machine (a loopback
+//! address): a model at any other host gets [`StreamError::KeyWithheld`], unless
+//! the caller passes a Bedrock API key itself.
 //! Secrets never reach an error message: a missing credential names the
 //! variables and the file to set, nothing more.
 
@@ -99,26 +100,17 @@ pub(crate) fn api_key(
     Ok(Some(ApiKey::new(key.trim())))
 }
 
-/// Whether credentials from the environment may go to `model`'s host: AWS's own,
-/// or this machine's.
+/// Whether credentials from the environment may go to `model`'s host: Bedrock's
+/// own runtime endpoints (`bedrock-runtime[-fips].{region}.amazonaws.com[.cn]`, or
+/// a VPC endpoint `….bedrock-runtime.{region}.vpce.amazonaws.com`), or this
+/// machine (a loopback address, which the user runs).
 fn trusted(model: &Model, source: &str) -> Result<(), StreamError> {
     let url = reqwest::Url::parse(&model.base_url).ok();
     let host = url
         .as_ref()
         .and_then(|url| url.host_str())
         .map(str::to_ascii_lowercase);
-    let allowed = host.as_deref().is_some_and(|host| {
-        let ip = host.trim_start_matches('[').trim_end_matches(']');
-        match ip.parse::<std::net::IpAddr>() {
-            Ok(ip) => ip.is_loopback(),
-            Err(_) => {
-                host == "localhost"
-                    || host.ends_with(".amazonaws.com")
-                    || host.ends_with(".amazonaws.com.cn")
-            }
-        }
-    });
-    if allowed {
+    if host.as_deref().is_some_and(is_trusted_host) {
         return Ok(());
     }
     Err(StreamError::KeyWithheld {
@@ -126,6 +118,29 @@ fn trusted(model: &Model, source: &str) -> Result<(), StreamError> {
         env_var: source.to_owned(),
         host: host.unwrap_or_else(|| "an invalid address".to_owned()),
     })
+}
+
+fn is_trusted_host(host: &str) -> bool {
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = ip.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    if host == "localhost" {
+        return true;
+    }
+    let Some(name) = host
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| host.strip_suffix(".amazonaws.com.cn"))
+    else {
+        return false;
+    };
+    let labels: Vec<&str> = name.split('.').collect();
+    let runtime = |label: &str| label == "bedrock-runtime" || label == "bedrock-runtime-fips";
+    match labels.as_slice() {
+        [service, _region] => runtime(service),
+        [_endpoint @ .., service, _region, "vpce"] => runtime(service),
+        _ => false,
+    }
 }
 
 /// Signs a request to `model` (its `url`, `headers` and `body`) with SigV4 for
@@ -261,11 +276,13 @@ mod tests {
     }
 
     #[test]
-    fn credentials_from_the_environment_go_to_aws_or_this_machine_only() {
+    fn credentials_from_the_environment_go_to_bedrock_or_this_machine_only() {
         let at = |url: &str| Model::speaking(crate::Api::BedrockConverseStream, url, "m");
         for url in [
             DEFAULT_ENDPOINT,
-            "https://bedrock-runtime.vpce-1.eu-west-1.vpce.amazonaws.com",
+            "https://bedrock-runtime-fips.us-west-2.amazonaws.com",
+            "https://vpce-0a1b-xyz.bedrock-runtime.eu-west-1.vpce.amazonaws.com",
+            "https://bedrock-runtime.cn-north-1.amazonaws.com.cn",
             "http://127.0.0.1:9",
             "http://localhost:9",
             "http://[::1]:9",
@@ -274,6 +291,9 @@ mod tests {
         }
         for url in [
             "https://amazonaws.com.evil.example",
+            "https://abc123.execute-api.us-east-1.amazonaws.com",
+            "https://ec2-1-2-3-4.compute-1.amazonaws.com",
+            "https://bedrock-runtime.evil.example",
             "http://10.0.0.2",
             "not a url",
         ] {

@@ -23,6 +23,11 @@ pub(crate) struct Decoder {
     /// The blocks in the order they started, with Bedrock's index.
     blocks: Vec<Block>,
     stop_reason: Option<String>,
+    /// The tool whose input is a structured answer (see the request): its call is
+    /// decoded as the answer's text.
+    output_tool: Option<String>,
+    /// Whether the response called a tool other than the output tool.
+    called_tools: bool,
 }
 
 struct Block {
@@ -41,6 +46,8 @@ enum Kind {
         redacted: bool,
     },
     ToolUse,
+    /// A call of the output tool, read as text.
+    Answer,
 }
 
 impl Decoder {
@@ -49,7 +56,15 @@ impl Decoder {
             provider: model.provider.clone(),
             blocks: Vec::new(),
             stop_reason: None,
+            output_tool: None,
+            called_tools: false,
         }
+    }
+
+    /// The same decoder, reading calls of the tool `name` as the answer's text.
+    pub(crate) fn with_output_tool(mut self, name: &str) -> Self {
+        self.output_tool = Some(name.to_owned());
+        self
     }
 
     pub(crate) fn on_event(&mut self, event: SseEvent<'_>, out: &mut MessageBuilder) -> Flow {
@@ -59,11 +74,20 @@ impl Decoder {
                 let start: BlockStart<'_> = parse_data(event.data)?;
                 if let Some(tool) = start.start.and_then(|s| s.tool_use) {
                     self.close(start.content_block_index, out);
-                    let content_index = out.tool_call_start(&tool.tool_use_id, &tool.name);
+                    let (content_index, kind) =
+                        if self.output_tool.as_deref() == Some(tool.name.as_ref()) {
+                            (out.text_start(), Kind::Answer)
+                        } else {
+                            self.called_tools = true;
+                            (
+                                out.tool_call_start(&tool.tool_use_id, &tool.name),
+                                Kind::ToolUse,
+                            )
+                        };
                     self.blocks.push(Block {
                         index: start.content_block_index,
                         content_index,
-                        kind: Kind::ToolUse,
+                        kind,
                         open: true,
                     });
                 }
@@ -128,12 +152,15 @@ impl Decoder {
         }
         if let Some(tool) = delta.tool_use
             && !tool.input.is_empty()
-            && let Some(block) = self
-                .blocks
-                .iter()
-                .find(|b| b.open && b.index == index && b.kind == Kind::ToolUse)
+            && let Some(block) = self.blocks.iter().find(|b| {
+                b.open && b.index == index && matches!(b.kind, Kind::ToolUse | Kind::Answer)
+            })
         {
-            out.tool_call_delta(block.content_index, &tool.input);
+            if block.kind == Kind::Answer {
+                out.text_delta(block.content_index, &tool.input);
+            } else {
+                out.tool_call_delta(block.content_index, &tool.input);
+            }
         }
         if let Some(reasoning) = delta.reasoning_content {
             let redacted = reasoning.redacted_content.is_some();
@@ -200,6 +227,8 @@ impl Decoder {
         let stop = match reason.as_str() {
             "end_turn" | "stop_sequence" if out.has_tool_calls() => StopReason::ToolUse,
             "end_turn" | "stop_sequence" => StopReason::Stop,
+            // Only the output tool called: the answer is complete.
+            "tool_use" if !self.called_tools && self.output_tool.is_some() => StopReason::Stop,
             "tool_use" => StopReason::ToolUse,
             "max_tokens" | "model_context_window_exceeded" => StopReason::Length,
             "guardrail_intervened" | "content_filtered" => {
@@ -218,7 +247,7 @@ impl Decoder {
 
 fn end(block: &mut Block, out: &mut MessageBuilder, cut_off: bool) {
     match &mut block.kind {
-        Kind::Text => out.text_end(block.content_index, None),
+        Kind::Text | Kind::Answer => out.text_end(block.content_index, None),
         Kind::Thinking { signature, .. } => out.thinking_end(block.content_index, signature.take()),
         Kind::ToolUse => out.tool_call_end(block.content_index, cut_off),
     }

@@ -8,7 +8,9 @@
 //! without one, or from another API, is dropped, as Bedrock would refuse it. Tool
 //! ids are reduced to the characters Bedrock accepts, the same way in calls and
 //! results. `ToolChoice::None` sends the tools without a choice (Bedrock has no
-//! "none"): the model is free not to call them, not forbidden to.
+//! "none"): the model is free not to call them, not forbidden to. A structured
+//! answer comes as a forced call of a tool whose input schema is the output
+//! schema, as on Anthropic's API; the decoder reads that call as the answer's text.
 //!
 //! The request is signed with SigV4 ([`super::credentials`]), or carries a
 //! Bedrock API key as a bearer token when one is given. When thinking is on (a
@@ -27,7 +29,7 @@ use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
 use crate::providers::bedrock::credentials::{self, Region};
-use crate::providers::{anthropic, path_segment, safe_tool_id};
+use crate::providers::{OUTPUT_TOOL_DESCRIPTION, anthropic, path_segment, safe_tool_id};
 
 /// The content type of AWS's binary event stream.
 const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
@@ -102,25 +104,46 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
         .map(Block::Text)
         .into_iter()
         .collect();
-    let tool_config = (!context.tools.is_empty()).then(|| ToolConfig {
-        tools: context.tools.iter().map(ToolSpec::from).collect(),
-        tool_choice: options
-            .tool_choice
-            .as_ref()
-            .and_then(|choice| match choice {
-                ToolChoice::Auto => Some(WireToolChoice::Auto {}),
-                ToolChoice::None => None,
-                ToolChoice::Required => Some(WireToolChoice::Any {}),
-                ToolChoice::Tool(name) => Some(WireToolChoice::Tool { name }),
-            }),
-    });
+    let mut tools: Vec<ToolSpec<'a>> = context.tools.iter().map(ToolSpec::from).collect();
+    let mut tool_choice = options
+        .tool_choice
+        .as_ref()
+        .filter(|_| !context.tools.is_empty())
+        .and_then(|choice| match choice {
+            ToolChoice::Auto => Some(WireToolChoice::Auto {}),
+            ToolChoice::None => None,
+            ToolChoice::Required => Some(WireToolChoice::Any {}),
+            ToolChoice::Tool(name) => Some(WireToolChoice::Tool { name }),
+        });
     // Claude thinks within the output limit, never while a tool is forced.
-    let forced = options
+    let forced_by_caller = options
         .tool_choice
         .as_ref()
         .is_some_and(ToolChoice::forces_a_call);
-    let (limit, thinking) = anthropic::token_limits(model, options);
-    let thinking = thinking.filter(|_| !forced);
+    let (limit, mut thinking) = anthropic::token_limits(model, options);
+    // Structured output: the answer is a call of a tool whose input schema is the
+    // output schema, forced unless the caller forces a tool of its own.
+    if let Some(output) = &options.output_schema {
+        tools.push(ToolSpec::ToolSpec {
+            name: &output.name,
+            description: OUTPUT_TOOL_DESCRIPTION,
+            input_schema: Json {
+                json: &output.schema,
+            },
+        });
+        if !forced_by_caller {
+            tool_choice = Some(if context.tools.is_empty() {
+                WireToolChoice::Tool { name: &output.name }
+            } else {
+                WireToolChoice::Any {}
+            });
+            thinking = None;
+        }
+    }
+    if forced_by_caller {
+        thinking = None;
+    }
+    let tool_config = (!tools.is_empty()).then_some(ToolConfig { tools, tool_choice });
     Body {
         messages,
         system,
