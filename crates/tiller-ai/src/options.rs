@@ -286,6 +286,14 @@ impl ApiKey {
         ApiKey(key.into())
     }
 
+    /// The key the environment variable `name` holds, trimmed; `None` when it is
+    /// unset or blank.
+    pub(crate) fn from_env(name: &str) -> Option<Self> {
+        let key = std::env::var(name).ok()?;
+        let key = key.trim();
+        (!key.is_empty()).then(|| ApiKey::new(key))
+    }
+
     /// The key itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0

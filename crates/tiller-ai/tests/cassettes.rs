@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    Expected, Outcome, assert_well_formed, decode, dialect, expected, final_message,
-    import_request, model_for, project, summarize, without_timestamps,
+    Expected, Outcome, assert_well_formed, comparable, decode, dialect, expected, final_message,
+    import_request, model_for, project, summarize,
 };
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
@@ -68,11 +68,11 @@ fn every_recorded_stream_decodes_to_what_it_holds() {
 fn any_split_of_a_recorded_body_decodes_to_the_same_events() {
     let chunk_sizes = prop::collection::vec(prop_oneof![1usize..4, 1usize..512], 1..48);
     for (name, model, body, _) in recorded_streams() {
-        let whole = without_timestamps(decode(&model, &body, &[usize::MAX]));
+        let whole = comparable(decode(&model, &body, &[usize::MAX]));
         let mut runner = TestRunner::new(Config::with_cases(12));
         runner
             .run(&chunk_sizes, |sizes| {
-                let split = without_timestamps(decode(&model, &body, &sizes));
+                let split = comparable(decode(&model, &body, &sizes));
                 prop_assert_eq!(&split, &whole, "{} split as {:?}", name, sizes);
                 Ok(())
             })
@@ -166,7 +166,7 @@ fn a_zero_argument_call_has_empty_object_arguments() {
 
 #[test]
 fn the_exact_events_of_a_zero_argument_call() {
-    let events = without_timestamps(decode_recorded(
+    let events = comparable(decode_recorded(
         "anthropic",
         "messages_tool_args__zero_argument_tool_use_streaming",
         0,

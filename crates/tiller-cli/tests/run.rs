@@ -360,6 +360,25 @@ async fn a_provider_error_exits_1_with_its_message() {
     );
 }
 
+/// `tiller run --provider PROVIDER --base-url BASE_URL --model MODEL PROMPT`.
+fn run_with_provider(
+    provider: &str,
+    base_url: &str,
+    model: &str,
+    prompt: &str,
+) -> tokio::process::Command {
+    tiller(&[
+        "run",
+        "--provider",
+        provider,
+        "--base-url",
+        base_url,
+        "--model",
+        model,
+        prompt,
+    ])
+}
+
 /// `tiller run --provider gemini` against a replay of a recorded Gemini exchange,
 /// the key from `GEMINI_API_KEY` going to the base URL the user named.
 #[tokio::test]
@@ -371,16 +390,12 @@ async fn gemini_answers_from_a_replayed_recording() {
     let server = MockServer::start().await;
     server.push_cassette(&cassette);
     let base_url = format!("{}/v1beta", server.origin());
-    let mut command = tiller(&[
-        "run",
-        "--provider",
+    let mut command = run_with_provider(
         "gemini",
-        "--base-url",
         &base_url,
-        "--model",
         "gemini-2.5-flash",
         "Say: final metadata ok",
-    ]);
+    );
     command.env("GEMINI_API_KEY", "test-key");
     let run = finish(command).await;
     assert_eq!(
@@ -407,16 +422,7 @@ async fn openai_responses_answers_from_a_replayed_recording() {
     let server = MockServer::start().await;
     server.push_cassette(&cassette);
     let base_url = server.base_url();
-    let mut command = tiller(&[
-        "run",
-        "--provider",
-        "openai-responses",
-        "--base-url",
-        &base_url,
-        "--model",
-        "gpt-4.1-mini",
-        "Say hello",
-    ]);
+    let mut command = run_with_provider("openai-responses", &base_url, "gpt-4.1-mini", "Say hello");
     command.env("OPENAI_API_KEY", "test-key");
     let run = finish(command).await;
     let recorded: String = cassette.exchanges[0]
@@ -471,16 +477,12 @@ async fn bedrock_signs_its_requests_and_answers_from_a_replayed_recording() {
         server.push(MockResponse::status(503, "busy"));
         server.push_cassette(&cassette);
         let base_url = server.origin();
-        let mut command = tiller(&[
-            "run",
-            "--provider",
+        let mut command = run_with_provider(
             "bedrock",
-            "--base-url",
             &base_url,
-            "--model",
             "amazon.nova-lite-v1:0",
             "Reply with two lines",
-        ]);
+        );
         command.envs(variables.iter().copied());
         let run = finish(command).await;
         assert_eq!(
@@ -526,16 +528,7 @@ async fn bedrock_signs_its_requests_and_answers_from_a_replayed_recording() {
     // No credentials: a typed error naming where they go, and no request.
     let server = MockServer::start().await;
     let base_url = server.origin();
-    let mut command = tiller(&[
-        "run",
-        "--provider",
-        "bedrock",
-        "--base-url",
-        &base_url,
-        "--model",
-        "amazon.nova-lite-v1:0",
-        "Hi",
-    ]);
+    let mut command = run_with_provider("bedrock", &base_url, "amazon.nova-lite-v1:0", "Hi");
     command.env("HOME", scratch.path());
     let run = finish(command).await;
     assert_eq!(run.code(), Some(1), "{}", run.stderr);

@@ -25,12 +25,10 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
-    let token = options.api_key.clone().or_else(|| {
-        std::env::var(TOKEN_ENV)
-            .ok()
-            .filter(|token| !token.trim().is_empty())
-            .map(|token| ApiKey::new(token.trim()))
-    });
+    let token = options
+        .api_key
+        .clone()
+        .or_else(|| ApiKey::from_env(TOKEN_ENV));
     let auth = token.map(|key| key.bearer());
     let body = ProxyRequest {
         model: ProxyModel {

@@ -153,7 +153,7 @@ pub(crate) fn decode(model: &Model, body: &[u8], chunk_sizes: &[usize]) -> Vec<A
 
 /// Events with every timestamp zeroed and every made-up call id shown as
 /// `generated` ([`shown_id`]), for comparing two decodes.
-pub(crate) fn without_timestamps(events: Vec<AssistantEvent>) -> Vec<AssistantEvent> {
+pub(crate) fn comparable(events: Vec<AssistantEvent>) -> Vec<AssistantEvent> {
     events
         .into_iter()
         .map(|mut event| {

@@ -90,14 +90,11 @@ pub(crate) fn api_key(
     if let Some(key) = &options.api_key {
         return Ok(Some(key.clone()));
     }
-    let Some(key) = std::env::var("AWS_BEARER_TOKEN_BEDROCK")
-        .ok()
-        .filter(|key| !key.trim().is_empty())
-    else {
+    let Some(key) = ApiKey::from_env("AWS_BEARER_TOKEN_BEDROCK") else {
         return Ok(None);
     };
     trusted(model, "AWS_BEARER_TOKEN_BEDROCK")?;
-    Ok(Some(ApiKey::new(key.trim())))
+    Ok(Some(key))
 }
 
 /// Whether credentials from the environment may go to `model`'s host: Bedrock's

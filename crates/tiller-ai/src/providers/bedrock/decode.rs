@@ -20,7 +20,7 @@ use crate::sse::{Flow, SseEvent};
 
 pub(crate) struct Decoder {
     provider: String,
-    /// The blocks in the order they started, with Bedrock's index.
+    /// The open blocks, with Bedrock's index (a closed block is dropped).
     blocks: Vec<Block>,
     stop_reason: Option<String>,
     /// The tool whose input is a structured answer (see the request): its call is
@@ -34,7 +34,6 @@ struct Block {
     index: u64,
     content_index: usize,
     kind: Kind,
-    open: bool,
 }
 
 #[derive(PartialEq)]
@@ -88,7 +87,6 @@ impl Decoder {
                         index: start.content_block_index,
                         content_index,
                         kind,
-                        open: true,
                     });
                 }
             }
@@ -152,9 +150,10 @@ impl Decoder {
         }
         if let Some(tool) = delta.tool_use
             && !tool.input.is_empty()
-            && let Some(block) = self.blocks.iter().find(|b| {
-                b.open && b.index == index && matches!(b.kind, Kind::ToolUse | Kind::Answer)
-            })
+            && let Some(block) = self
+                .blocks
+                .iter()
+                .find(|b| b.index == index && matches!(b.kind, Kind::ToolUse | Kind::Answer))
         {
             if block.kind == Kind::Answer {
                 out.text_delta(block.content_index, &tool.input);
@@ -174,7 +173,7 @@ impl Decoder {
             }
             let piece = reasoning.signature.or(reasoning.redacted_content);
             if let Some(piece) = piece
-                && let Some(block) = self.blocks.iter_mut().find(|b| b.open && b.index == index)
+                && let Some(block) = self.blocks.iter_mut().find(|b| b.index == index)
                 && let Kind::Thinking { signature, .. } = &mut block.kind
             {
                 signature.get_or_insert_default().push_str(&piece);
@@ -191,7 +190,7 @@ impl Decoder {
         if let Some(block) = self
             .blocks
             .iter()
-            .find(|b| b.open && b.index == index && same_kind(b))
+            .find(|b| b.index == index && same_kind(b))
         {
             return block.content_index;
         }
@@ -204,24 +203,21 @@ impl Decoder {
             index,
             content_index,
             kind,
-            open: true,
         });
         content_index
     }
 
     /// Closes the open block at `index`, if any.
     fn close(&mut self, index: u64, out: &mut MessageBuilder) {
-        if let Some(block) = self.blocks.iter_mut().find(|b| b.open && b.index == index) {
-            block.open = false;
-            end(block, out, false);
+        if let Some(at) = self.blocks.iter().position(|b| b.index == index) {
+            end(self.blocks.remove(at), out, false);
         }
     }
 
     fn complete(&mut self, out: &mut MessageBuilder) -> Result<(), StreamError> {
         let reason = self.stop_reason.take().unwrap_or_default();
         let cut_off = reason == "max_tokens";
-        for block in self.blocks.iter_mut().filter(|b| b.open) {
-            block.open = false;
+        for block in std::mem::take(&mut self.blocks) {
             end(block, out, cut_off);
         }
         let stop = match reason.as_str() {
@@ -245,10 +241,10 @@ impl Decoder {
     }
 }
 
-fn end(block: &mut Block, out: &mut MessageBuilder, cut_off: bool) {
-    match &mut block.kind {
+fn end(block: Block, out: &mut MessageBuilder, cut_off: bool) {
+    match block.kind {
         Kind::Text | Kind::Answer => out.text_end(block.content_index, None),
-        Kind::Thinking { signature, .. } => out.thinking_end(block.content_index, signature.take()),
+        Kind::Thinking { signature, .. } => out.thinking_end(block.content_index, signature),
         Kind::ToolUse => out.tool_call_end(block.content_index, cut_off),
     }
 }

@@ -5,4 +5,6 @@ mod decode;
 mod request;
 
 pub(crate) use decode::Decoder;
-pub(crate) use request::{DataUrl, IMAGE_OMITTED, reasoning_effort, request, tool_result_text};
+pub(crate) use request::{
+    DataUrl, IMAGE_OMITTED, TOOL_IMAGES, reasoning_effort, request, tool_result_text,
+};

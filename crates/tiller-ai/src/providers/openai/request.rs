@@ -19,6 +19,10 @@ use crate::message::{AssistantContent, Content, ImageContent, Message, ToolResul
 use crate::model::Model;
 use crate::options::{OutputSchema, StreamOptions, ThinkingLevel, ToolChoice};
 
+/// Said before the images tools returned, sent as a user message after their
+/// results (the result messages themselves carry only text).
+pub(crate) const TOOL_IMAGES: &str = "Images returned by the tools above:";
+
 /// Said in place of images a model cannot take.
 pub(crate) const IMAGE_OMITTED: &str = "(image omitted: this model does not accept images)";
 
@@ -195,9 +199,7 @@ fn flush_tool_images<'a>(messages: &mut Vec<Msg<'a>>, images: &mut Vec<&'a Image
     if images.is_empty() {
         return;
     }
-    let mut parts = vec![Part::Text {
-        text: "Images returned by the tools above:",
-    }];
+    let mut parts = vec![Part::Text { text: TOOL_IMAGES }];
     parts.extend(images.drain(..).map(|image| Part::ImageUrl {
         image_url: ImageUrl {
             url: DataUrl(image),

@@ -27,7 +27,8 @@ use crate::sse::{Flow, SseEvent};
 
 pub(crate) struct Decoder {
     provider: String,
-    /// The blocks of the output items, in the order they started.
+    /// The open blocks of the output items, in the order they started (a closed
+    /// block is dropped).
     blocks: Vec<Block>,
     refusal: Option<String>,
     saw_event: bool,
@@ -40,7 +41,6 @@ struct Block {
     part: u64,
     content_index: usize,
     kind: Kind,
-    open: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -80,7 +80,6 @@ impl Decoder {
                     part: event.content_index,
                     content_index,
                     kind: Kind::Text,
-                    open: true,
                 });
             }
             "response.output_text.delta" | "response.refusal.delta" => {
@@ -182,34 +181,33 @@ impl Decoder {
             part: 0,
             content_index,
             kind,
-            open: true,
         });
     }
 
     fn item_done(&mut self, output_index: u64, item: Item, out: &mut MessageBuilder) {
         match item.kind() {
             "message" => {
-                for block in self
-                    .blocks
-                    .iter_mut()
-                    .filter(|b| b.open && b.output_index == output_index && b.kind == Kind::Text)
-                {
-                    block.open = false;
+                let (ended, open): (Vec<Block>, Vec<Block>) = std::mem::take(&mut self.blocks)
+                    .into_iter()
+                    .partition(|b| b.output_index == output_index && b.kind == Kind::Text);
+                self.blocks = open;
+                for block in ended {
                     out.text_end(block.content_index, item.text("id").map(str::to_owned));
                 }
             }
             "reasoning" => {
-                if let Some(block) = self.block(output_index, 0, Kind::Thinking) {
-                    block.open = false;
-                    let content_index = block.content_index;
-                    out.thinking_end(content_index, Some(item.0.to_string()));
+                if let Some(block) =
+                    self.take(|b| b.output_index == output_index && b.kind == Kind::Thinking)
+                {
+                    out.thinking_end(block.content_index, Some(item.0.to_string()));
                 }
             }
             "function_call" => {
-                let Some(block) = self.call(output_index) else {
+                let Some(block) = self.take(|b| {
+                    b.output_index == output_index && matches!(b.kind, Kind::Call { .. })
+                }) else {
                     return;
                 };
-                block.open = false;
                 let content_index = block.content_index;
                 if block.kind == (Kind::Call { streamed: false })
                     && let Some(arguments) = item.text("arguments").filter(|a| !a.is_empty())
@@ -229,14 +227,20 @@ impl Decoder {
     fn block(&mut self, output_index: u64, part: u64, kind: Kind) -> Option<&mut Block> {
         self.blocks
             .iter_mut()
-            .find(|b| b.open && b.output_index == output_index && b.part == part && b.kind == kind)
+            .find(|b| b.output_index == output_index && b.part == part && b.kind == kind)
     }
 
     /// The open function call of `output_index`.
     fn call(&mut self, output_index: u64) -> Option<&mut Block> {
-        self.blocks.iter_mut().find(|b| {
-            b.open && b.output_index == output_index && matches!(b.kind, Kind::Call { .. })
-        })
+        self.blocks
+            .iter_mut()
+            .find(|b| b.output_index == output_index && matches!(b.kind, Kind::Call { .. }))
+    }
+
+    /// Takes out the first open block `which` picks, as it closes.
+    fn take(&mut self, which: impl Fn(&Block) -> bool) -> Option<Block> {
+        let at = self.blocks.iter().position(which)?;
+        Some(self.blocks.remove(at))
     }
 
     fn complete(
@@ -247,8 +251,7 @@ impl Decoder {
         let reason = incomplete.and_then(|details| details.reason);
         let cut_off = reason.as_deref() == Some("max_output_tokens");
         // Blocks a done item did not close (a cut-off response) close here.
-        for block in self.blocks.iter_mut().filter(|b| b.open) {
-            block.open = false;
+        for block in std::mem::take(&mut self.blocks) {
             match block.kind {
                 Kind::Text => out.text_end(block.content_index, None),
                 Kind::Thinking => out.thinking_end(block.content_index, None),

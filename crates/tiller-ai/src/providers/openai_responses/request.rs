@@ -21,7 +21,9 @@ use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, ImageContent, Message};
 use crate::model::{Api, Model};
 use crate::options::{OutputSchema, StreamOptions, ToolChoice};
-use crate::providers::openai::{DataUrl, IMAGE_OMITTED, reasoning_effort, tool_result_text};
+use crate::providers::openai::{
+    DataUrl, IMAGE_OMITTED, TOOL_IMAGES, reasoning_effort, tool_result_text,
+};
 
 pub(crate) fn request(
     model: &Model,
@@ -195,9 +197,7 @@ fn flush_tool_images<'a>(input: &mut Vec<Item<'a>>, images: &mut Vec<&'a ImageCo
     if images.is_empty() {
         return;
     }
-    let mut content = vec![InputPart::InputText {
-        text: "Images returned by the tools above:",
-    }];
+    let mut content = vec![InputPart::InputText { text: TOOL_IMAGES }];
     content.extend(images.drain(..).map(|image| InputPart::InputImage {
         image_url: DataUrl(image),
     }));
