@@ -44,6 +44,7 @@ pub fn verdict(
         },
         RunEnd::TurnLimit => Err("the run reached its turn limit with work left".to_owned()),
         RunEnd::Aborted => Err("the run was aborted".to_owned()),
+        RunEnd::Paused => Err("the run was paused between two turns, with work left".to_owned()),
         RunEnd::Parked => Err(
             "a tool call waits for the user's answer or approval, which `tiller run` cannot give: use `tiller chat`"
                 .to_owned(),

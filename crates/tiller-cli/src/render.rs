@@ -162,6 +162,10 @@ pub fn notice_text(notice: &Notice) -> String {
             format!("the agent failed and was restarted: {reason}")
         }
         Notice::AgentStopped { reason } => format!("the agent stopped: {reason}"),
+        Notice::OwnerChanged { host, epoch } => {
+            format!("the agent is held by host {host} now (epoch {epoch})")
+        }
+        Notice::TurnRestarted => "the turn in progress is run again from its start".to_owned(),
     }
 }
 

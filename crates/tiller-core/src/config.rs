@@ -307,6 +307,12 @@ pub struct LoopConfig {
     /// run with an error. An abort meanwhile stops the wait (the calls are then
     /// answered "aborted").
     pub write_ahead: Option<WriteAhead>,
+    /// Once cancelled, the run ends where its next turn would start, with
+    /// [`RunEnd::Paused`](crate::RunEnd::Paused): the turn in progress finishes
+    /// (its tool results included), messages already taken from a queue join the
+    /// transcript, and a later run goes on from there as if nothing had stopped.
+    /// A host moving the agent elsewhere between two turns uses it.
+    pub pause: Option<CancellationToken>,
     /// Who the run works for; tools and hooks see it.
     pub context: AgentContext,
 }
@@ -323,6 +329,7 @@ impl LoopConfig {
             first_steering: None,
             follow_up: None,
             write_ahead: None,
+            pause: None,
             context: AgentContext::default(),
         }
     }

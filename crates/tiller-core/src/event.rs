@@ -175,6 +175,9 @@ pub enum RunEnd {
     /// A tool call waits for the user: an answer or an approval (see
     /// [`crate::request`]); a [`Prompt::Reply`](crate::Prompt::Reply) goes on.
     Parked,
+    /// Paused between two turns ([`LoopConfig::pause`](crate::LoopConfig::pause)),
+    /// work left: [`Prompt::Continue`](crate::Prompt::Continue) goes on.
+    Paused,
 }
 
 impl AgentEvent {

@@ -96,7 +96,8 @@ pub struct LoopContext {
 }
 
 /// Why a run cannot start from what it was given on the transcript it has.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ContinueError {
     /// A prompt without messages.
@@ -553,6 +554,15 @@ impl Run {
             if self.turns >= self.config.run.max_turns {
                 self.deliver_all(Some(pending));
                 return RunEnd::TurnLimit;
+            }
+            if self
+                .config
+                .pause
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+            {
+                self.deliver_all(Some(pending));
+                return RunEnd::Paused;
             }
             self.emit(AgentEvent::TurnStart);
         }

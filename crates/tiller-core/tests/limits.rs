@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{config, context, describe, echo, end_reason, lines, log, prompt, roles};
+use common::{config, context, describe, echo, end_reason, lines, log, logged, prompt, roles};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
@@ -302,4 +302,45 @@ async fn a_failed_model_response_ends_the_run() {
     assert!(
         matches!(events[events.len() - 2], tiller_core::AgentEvent::TurnEnd { ref tool_results, .. } if tool_results.is_empty())
     );
+}
+
+/// A pause asked during a turn ends the run where the next turn would start: the
+/// turn finishes with its tool results, a steering message already taken joins
+/// the transcript, and no further model call is made. A run that would end
+/// anyway ends as it would.
+#[tokio::test]
+async fn a_pause_ends_the_run_between_two_turns() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("echo", json!({"value": "work"})));
+    faux.push(FauxTurn::text("Never asked."));
+    let pause = tokio_util::sync::CancellationToken::new();
+    let mut config = {
+        let pause = pause.clone();
+        config(&faux).with_steering(move || {
+            // Asked after the tool ran, at the turn's end.
+            pause.cancel();
+            async { vec![AgentMessage::user("and then?")] }
+        })
+    };
+    config.first_steering = Some(Vec::new());
+    config.pause = Some(pause);
+    let ran = log();
+    let (events, messages) = prompt("go", context(vec![echo(&ran)], vec![]), config).await;
+    assert_eq!(end_reason(&events), RunEnd::Paused);
+    assert_eq!(faux.requests().len(), 1);
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "tool_result", "user"]
+    );
+    assert_eq!(logged(&ran), ["work"]);
+
+    // Paused before it starts: a run that answers at once completes.
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Done."));
+    let mut config = common::config(&faux);
+    let pause = tokio_util::sync::CancellationToken::new();
+    pause.cancel();
+    config.pause = Some(pause);
+    let (events, _) = prompt("go", context(vec![], vec![]), config).await;
+    assert_eq!(end_reason(&events), RunEnd::Completed);
 }

@@ -10,7 +10,7 @@ use ractor::ActorRef;
 use tiller_store::{Change, SessionWrite};
 
 use crate::error::AgentError;
-use crate::message::{AgentMsg, Internal};
+use crate::message::{AgentMsg, Internal, Signal};
 use crate::route::{Route, Routed};
 use crate::runtime::Runtime;
 use crate::subscription::{AgentId, Delivered, Hub, Notice};
@@ -40,12 +40,13 @@ impl Agent {
         session: Arc<str>,
         context: AgentContext,
         runtime: Arc<Runtime>,
+        first_event: u64,
     ) -> Self {
         Agent {
             id,
             name,
             session,
-            hub: Hub::new(),
+            hub: Hub::starting_at(first_event),
             route: Route::starting(),
             context,
             runtime,
@@ -126,6 +127,19 @@ impl Agent {
         let (live, stopping) = self.route.stop(reason.clone());
         if let Some(actor) = live {
             actor.stop(None);
+        }
+        if stopping {
+            self.hub
+                .publish(&self.id, Delivered::Notice(Notice::AgentStopped { reason }));
+        }
+    }
+
+    /// Stops the agent for good at once, writing nothing more for it (see
+    /// [`crate::Supervisor::evict`]).
+    pub(crate) fn evict(&self, reason: String) {
+        let (live, stopping) = self.route.stop(reason.clone());
+        if let Some(actor) = live {
+            let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::Evict)));
         }
         if stopping {
             self.hub

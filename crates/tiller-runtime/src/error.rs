@@ -2,8 +2,10 @@
 
 use tiller_core::ContinueError;
 
-/// Why an agent refused or could not carry out a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why an agent refused or could not carry out a request. Serializable, so that
+/// it can answer an [`Op`](crate::Op) sent from another process.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AgentError {
     /// The run cannot start from what it was given on the transcript the agent
@@ -52,6 +54,16 @@ pub enum AgentError {
     Failed {
         /// What failed.
         reason: String,
+    },
+    /// An op with this idempotency key was applied already (see
+    /// [`Submission::key`](crate::Submission::key)), and the run it started told
+    /// its outcome to whoever sent it then: it is in the transcript.
+    #[error(
+        "the op with idempotency key `{key}` was applied already; its run's messages are in the transcript"
+    )]
+    Duplicate {
+        /// The key.
+        key: String,
     },
 }
 

@@ -14,7 +14,7 @@ use crate::message::{AgentMsg, Submission};
 use crate::op::{Op, Queues};
 use crate::patch::DefinitionPatch;
 use crate::settings::AgentSettings;
-use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome};
+use crate::state::{AgentInfo, AgentState, AgentStatus, RunOutcome, Workload};
 use crate::subscription::{AgentId, Relay, Subscription};
 use tiller_core::{Prompt, Reply, RunHooks};
 
@@ -84,6 +84,31 @@ impl AgentHandle {
             Err(AgentError::Stopped { .. } | AgentError::Failed { .. }) => Ok(()),
             done => done,
         }
+    }
+
+    /// [`AgentHandle::submit`] with an idempotency key (see [`Submission::key`]):
+    /// sent again with the same key — after a timeout, to whichever process holds
+    /// the agent then — the op is acknowledged without being applied twice.
+    pub async fn submit_keyed(&self, op: Op, key: impl Into<Arc<str>>) -> Result<(), AgentError> {
+        self.submit_with(Submission::new(op, None).with_key(key))
+            .await
+    }
+
+    /// Carries out `op`, one that starts a run ([`Op::starts_run`]), and waits for
+    /// the run to end, as [`AgentHandle::run`] does; with an idempotency key, as
+    /// [`AgentHandle::submit_keyed`] takes it ([`AgentError::Duplicate`] when an
+    /// op with that key started a run already). An op that starts no run is
+    /// refused with [`ContinueError::EmptyPrompt`](tiller_core::ContinueError::EmptyPrompt).
+    pub async fn run_op(&self, op: Op, key: Option<Arc<str>>) -> Result<RunOutcome, AgentError> {
+        if !op.starts_run() {
+            return Err(tiller_core::ContinueError::EmptyPrompt.into());
+        }
+        let (finished, outcome) = oneshot::channel();
+        let mut submission = Submission::new(op, None);
+        submission.finished = Some(finished);
+        submission.key = key;
+        self.submit_with(submission).await?;
+        outcome.await.map_err(|_| self.lost())
     }
 
     /// Sends `submission`, acknowledged to this call.
@@ -249,6 +274,22 @@ impl AgentHandle {
     /// there (a subscriber that has read up to here has seen them all).
     pub fn next_seq(&self) -> u64 {
         self.agent.hub.next_seq()
+    }
+
+    /// Publishes `notice` to the agent's subscribers, numbered among its events:
+    /// for a host that adds to the agent's story, such as a cluster saying that
+    /// the agent's owner changed.
+    pub fn notify(&self, notice: crate::Notice) {
+        self.agent
+            .hub
+            .publish(&self.agent.id, crate::Delivered::Notice(notice));
+    }
+
+    /// What the agent has to do, in brief: whether a run is active or a request
+    /// waits for the user, and how many messages are queued. Unlike
+    /// [`AgentHandle::state`], it copies no transcript.
+    pub async fn workload(&self) -> Result<Workload, AgentError> {
+        self.ask(AgentMsg::Workload).await
     }
 
     /// Calls `relay` with every delivery of the agent from now on — on the thread

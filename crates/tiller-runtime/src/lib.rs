@@ -61,7 +61,7 @@ pub use op::{Op, Queues};
 pub use patch::{DefinitionPatch, PatchError};
 pub use runtime::SupervisorConfig;
 pub use settings::{AgentCode, AgentSettings, OnMessage, OnReload, SystemPromptFn};
-pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary};
+pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary, Workload};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor};
 

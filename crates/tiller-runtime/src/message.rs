@@ -20,6 +20,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 use ractor::RpcReplyPort;
 use tiller_core::RunHooks;
@@ -31,7 +32,7 @@ use crate::error::AgentError;
 use crate::op::Op;
 use crate::patch::DefinitionPatch;
 use crate::settings::AgentSettings;
-use crate::state::{AgentState, RunOutcome};
+use crate::state::{AgentState, RunOutcome, Workload};
 use crate::subscription::Subscription;
 
 /// A change to an agent's settings, applied by its actor.
@@ -56,6 +57,12 @@ pub struct Submission {
     /// The span the run's own `run` span (agent, session, run number) goes
     /// under: the caller's, such as an HTTP request's.
     pub span: tracing::Span,
+    /// The op's idempotency key: an op whose key the agent has seen applied (in
+    /// this process or, through its session, in another) is acknowledged without
+    /// being applied again. The key is written with the op's change, in one
+    /// transaction, and remembered for the session's newest
+    /// [`tiller_store::MAX_OP_KEYS`] ops.
+    pub key: Option<Arc<str>>,
 }
 
 impl Submission {
@@ -68,7 +75,14 @@ impl Submission {
             patch: None,
             hooks: None,
             span: tracing::Span::current(),
+            key: None,
         }
+    }
+
+    /// The same submission carrying the idempotency key `key`.
+    pub fn with_key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.key = Some(key.into());
+        self
     }
 }
 
@@ -85,6 +99,8 @@ pub enum AgentMsg {
     WaitForIdle(RpcReplyPort<()>),
     /// A new subscription holding up to this many unread events.
     Subscribe(usize, RpcReplyPort<Subscription>),
+    /// What the agent has to do, in brief.
+    Workload(RpcReplyPort<Workload>),
     /// The runtime's own traffic (runs reporting back, timers).
     #[doc(hidden)]
     Internal(Internal),
@@ -112,6 +128,7 @@ impl fmt::Debug for AgentMsg {
             AgentMsg::State(_) => "State",
             AgentMsg::WaitForIdle(_) => "WaitForIdle",
             AgentMsg::Subscribe(..) => "Subscribe",
+            AgentMsg::Workload(_) => "Workload",
             AgentMsg::Internal(_) => "Internal",
         };
         f.write_str(name)
@@ -142,6 +159,12 @@ pub(crate) enum Signal {
     /// [`Op::Abort`](crate::Op::Abort), a request waiting for the user stays open, for whoever
     /// resumes the session.
     Halt,
+    /// End the active run, if any, where its next turn would start
+    /// ([`tiller_core::RunEnd::Paused`]), for a hand-off to another process.
+    Pause,
+    /// Stop at once, writing nothing more: the run is cancelled and dropped
+    /// with whatever it had not handed over yet.
+    Evict,
 }
 
 impl Internal {

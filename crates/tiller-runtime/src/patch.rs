@@ -72,7 +72,8 @@ pub struct DefinitionPatch {
 }
 
 /// Why a patch cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum PatchError {
     /// Its model cannot be made (an unknown provider or model).

@@ -81,6 +81,25 @@ pub enum AgentStatus {
     },
 }
 
+/// What an agent has to do, in brief: no transcript is copied to tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Workload {
+    /// Whether a run is active.
+    pub running: bool,
+    /// Whether a request waits for the user's reply.
+    pub waiting: bool,
+    /// Steering and follow-up messages queued.
+    pub queued: usize,
+}
+
+impl Workload {
+    /// Whether the agent has work left without a user's reply: a run, or queued
+    /// messages for one.
+    pub fn is_busy(&self) -> bool {
+        self.running || self.queued > 0
+    }
+}
+
 /// An agent as a supervisor lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentInfo {

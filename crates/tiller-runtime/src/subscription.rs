@@ -106,6 +106,17 @@ pub enum Notice {
         /// Why.
         reason: String,
     },
+    /// Another host holds the agent from here on (a cluster's failover or
+    /// drain, published by `tiller-cluster`); its events follow.
+    OwnerChanged {
+        /// The host that holds it now.
+        host: String,
+        /// The epoch of its claim, higher than any claim before.
+        epoch: u64,
+    },
+    /// The turn the previous owner had in progress when it stopped is run again
+    /// from its start: a client drops what it showed of that turn.
+    TurnRestarted,
 }
 
 /// An agent's publisher.
@@ -203,10 +214,11 @@ impl Mailbox {
 }
 
 impl Hub {
-    pub(crate) fn new() -> Self {
+    /// A hub whose first delivery is numbered `first`.
+    pub(crate) fn starting_at(first: u64) -> Self {
         Hub {
             subscribers: Mutex::new(Vec::new()),
-            next_seq: AtomicU64::new(0),
+            next_seq: AtomicU64::new(first),
         }
     }
 

@@ -18,8 +18,8 @@ use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tiller_core::open_requests;
 use tiller_store::{
-    Change, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus, SessionStore,
-    StoreWriter,
+    Change, Definition, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
+    SessionStore, StoreWriter,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +30,7 @@ use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
 use crate::handle::AgentHandle;
+use crate::message::{AgentMsg, Internal, Signal};
 use crate::runtime::{Runtime, SupervisorConfig};
 use crate::settings::AgentSettings;
 use crate::state::AgentInfo;
@@ -55,6 +56,18 @@ pub struct AgentSpec {
     /// When resuming, these settings as they are (and stored as the session's new
     /// definition) rather than the stored definition.
     pub own_settings: bool,
+    /// The epoch to hold the session at (see [`SessionRecord::epoch`]): a
+    /// cluster lease's revision, so that the store fences out whoever held the
+    /// session under an older lease. `None`: one past the stored epoch (a new
+    /// session: 0).
+    pub epoch: Option<u64>,
+    /// The number of the agent's first event: 0, or, for an agent whose events
+    /// another process published before (a cluster's failover), the number after
+    /// the last one it published, so that numbers keep rising.
+    pub first_event: u64,
+    /// Kept with a new session as its [`SessionRecord::origin`]: how a host brings
+    /// the agent up again in another process.
+    pub origin: Option<Definition>,
 }
 
 impl AgentSpec {
@@ -68,6 +81,9 @@ impl AgentSpec {
             session: None,
             context: AgentContext::default(),
             own_settings: false,
+            epoch: None,
+            first_event: 0,
+            origin: None,
         }
     }
 
@@ -118,6 +134,26 @@ impl AgentSpec {
     /// [`AgentSettings::with_system_prompt_fn`] see it).
     pub fn with_context(mut self, context: AgentContext) -> Self {
         self.context = context;
+        self
+    }
+
+    /// The same spec holding its session at `epoch` (see [`AgentSpec::epoch`]).
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The same spec numbering its events from `first` (see
+    /// [`AgentSpec::first_event`]).
+    pub fn with_first_event(mut self, first: u64) -> Self {
+        self.first_event = first;
+        self
+    }
+
+    /// The same spec keeping `origin` with a new session (see
+    /// [`AgentSpec::origin`]).
+    pub fn with_origin(mut self, origin: Definition) -> Self {
+        self.origin = Some(origin);
         self
     }
 }
@@ -355,6 +391,7 @@ impl Supervisor {
             session,
             spec.context.clone(),
             inner.runtime.clone(),
+            spec.first_event,
         ));
         self.reserve(&agent)?;
         match self.bring_up(&agent, spec).await {
@@ -411,7 +448,7 @@ impl Supervisor {
                 if let Some(info) = found.first() {
                     check_owner(&info.record, owner)?;
                 }
-                let stored = writer.store().claim(session, None).await?;
+                let stored = writer.store().claim(session, spec.epoch).await?;
                 if let Some(stored) = &stored {
                     check_owner(&stored.record, owner)?;
                 }
@@ -446,11 +483,13 @@ impl Supervisor {
                 loaded
             }
             None => {
+                agent.claimed(spec.epoch.unwrap_or(0));
                 let record = SessionRecord {
                     tenant_id: spec.context.tenant_id().map(str::to_owned),
                     user_id: spec.context.user_id().map(str::to_owned),
                     name: spec.name,
                     definition: self.inner.runtime.definition_of(&spec.settings),
+                    origin: spec.origin.unwrap_or_default(),
                     ..SessionRecord::new(&*session)
                 };
                 let messages: Vec<Arc<AgentMessage>> =
@@ -588,6 +627,39 @@ impl Supervisor {
             }
         }
         true
+    }
+
+    /// Stops one agent at once and writes nothing more for it: its run is dropped
+    /// where it stands (no aborted message, no result for a call in progress),
+    /// its subscribers get `agent_stopped` with `reason`, and its session stays
+    /// active for whoever holds it next. For a host that lost its claim on the
+    /// session (a cluster host that fenced itself): what it would write now
+    /// belongs to the next holder. Returns whether the agent existed.
+    pub fn evict(&self, id: &str, reason: &str) -> bool {
+        let Some((_, agent)) = self.inner.agents.remove(id) else {
+            return false;
+        };
+        if let Some(name) = &agent.name {
+            self.inner.names.remove(name);
+        }
+        agent.evict(reason.to_owned());
+        true
+    }
+
+    /// Hands one agent over to another process at a turn boundary: its run, if
+    /// any, ends where its next turn would start (`RunEnd::Paused`, everything it
+    /// did stored), then the agent is evicted ([`Supervisor::evict`]), its session
+    /// left active for the next holder to go on with `Op::Continue`. Returns
+    /// whether the agent existed.
+    pub async fn hand_off(&self, id: &str, reason: &str) -> bool {
+        let Some(agent) = self.inner.agents.get(id).map(|entry| entry.value().clone()) else {
+            return false;
+        };
+        if let Some(actor) = agent.route.live() {
+            let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::Pause)));
+        }
+        AgentHandle::new(agent).wait_for_idle().await;
+        self.evict(id, reason)
     }
 
     /// Halts `agent` (removed from the map already) and closes its session.

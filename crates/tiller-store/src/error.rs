@@ -1,7 +1,8 @@
 //! What can go wrong in a store.
 
 /// Why a store could not read or write.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StoreError {
     /// The URL names no store this build can open.

@@ -51,7 +51,7 @@ pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SqlStore;
 pub use types::{
-    Change, Definition, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionStatus, SessionWrite, StoredSession,
 };
 pub use writer::{Ack, StoreWriter};

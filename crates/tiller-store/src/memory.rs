@@ -1,14 +1,14 @@
 //! [`MemoryStore`]: sessions in the process's memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::future::{BoxFuture, ready};
 use tiller_core::AgentMessage;
 
 use crate::types::{
-    Change, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord, SessionWrite,
-    StoredSession, now,
+    Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    SessionWrite, StoredSession, now,
 };
 use crate::{SessionStore, StoreError};
 
@@ -25,6 +25,8 @@ struct Session {
     messages: Vec<Arc<AgentMessage>>,
     /// Queued messages by queue number.
     queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
+    /// The newest idempotency keys, oldest first, at most [`MAX_OP_KEYS`].
+    op_keys: VecDeque<Arc<str>>,
 }
 
 impl Session {
@@ -45,6 +47,7 @@ impl Session {
             messages: self.messages.clone(),
             steering: queue(QueueKind::Steering),
             follow_up: queue(QueueKind::FollowUp),
+            op_keys: self.op_keys.iter().cloned().collect(),
         }
     }
 }
@@ -110,6 +113,7 @@ impl SessionStore for MemoryStore {
                         record,
                         messages: Vec::new(),
                         queued: BTreeMap::new(),
+                        op_keys: VecDeque::new(),
                     },
                 );
                 continue;
@@ -153,6 +157,14 @@ impl SessionStore for MemoryStore {
                     session.record.definition = definition.clone();
                 }
                 Change::SetStatus(status) => session.record.status = *status,
+                Change::OpKey(key) => {
+                    if !session.op_keys.contains(key) {
+                        if session.op_keys.len() == MAX_OP_KEYS {
+                            session.op_keys.pop_front();
+                        }
+                        session.op_keys.push_back(key.clone());
+                    }
+                }
             }
         }
         Box::pin(ready(Ok(())))

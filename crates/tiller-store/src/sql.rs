@@ -20,7 +20,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
 use tiller_core::AgentMessage;
 
 use crate::types::{
-    Change, Definition, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionStatus, SessionWrite, StoredSession, now,
 };
 use crate::{SessionStore, StoreError, redact_url};
@@ -63,6 +63,15 @@ const MIGRATIONS: &[&[&str]] = &[
     ],
     &["ALTER TABLE tiller_messages ADD COLUMN message_count BIGINT NOT NULL DEFAULT 1"],
     &["ALTER TABLE tiller_sessions ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0"],
+    &[
+        "ALTER TABLE tiller_sessions ADD COLUMN origin TEXT",
+        "CREATE TABLE tiller_op_keys (
+            session_id TEXT NOT NULL,
+            op_key TEXT NOT NULL,
+            at BIGINT NOT NULL,
+            PRIMARY KEY (session_id, op_key)
+        ){clustered}",
+    ],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -376,6 +385,7 @@ impl SqlStore {
             runs: Vec::new(),
             queued: Vec::new(),
             dequeued: Vec::new(),
+            op_keys: Vec::new(),
         };
         for write in batch {
             let session = &*write.session;
@@ -400,6 +410,7 @@ impl SqlStore {
                 // No foreign keys: a session and its messages may be inserted in
                 // any order within the transaction.
                 Change::Create(record) => pending.sessions.push((session, write.epoch, record)),
+                Change::OpKey(key) => pending.op_keys.push((session, key)),
                 change => {
                     pending.flush(&mut tx).await?;
                     apply_one(&mut tx, session, change).await?;
@@ -562,6 +573,8 @@ struct Pending<'a> {
     runs: Vec<Run<'a>>,
     queued: Vec<(&'a str, u64, QueueKind, &'a AgentMessage)>,
     dequeued: Vec<(&'a str, u64)>,
+    /// Idempotency keys to record.
+    op_keys: Vec<(&'a str, &'a str)>,
 }
 
 /// Consecutive messages of one session among [`Pending::messages`].
@@ -602,7 +615,7 @@ impl<'a> Pending<'a> {
         let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
-                values(backend, chunk.len(), 9)
+                values(backend, chunk.len(), 10)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, epoch, record) in chunk {
@@ -616,7 +629,8 @@ impl<'a> Pending<'a> {
                     .bind(record.status.as_str())
                     .bind(record.created_at)
                     .bind(now)
-                    .bind(to_i64(*epoch));
+                    .bind(to_i64(*epoch))
+                    .bind(origin(record));
             }
             Ok(Statement {
                 query,
@@ -670,7 +684,19 @@ impl<'a> Pending<'a> {
             }
             Ok(Statement::new(query))
         });
-        execute_all(tx, sessions.chain(messages).chain(queued)).await?;
+        let op_keys = self.op_keys.chunks(ROWS_PER_INSERT).map(|chunk| {
+            let sql = format!(
+                "INSERT INTO tiller_op_keys (session_id, op_key, at) VALUES {} \
+                 ON CONFLICT (session_id, op_key) DO NOTHING",
+                values(backend, chunk.len(), 3)
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (session, key) in chunk {
+                query = query.bind(*session).bind(*key).bind(now);
+            }
+            Ok(Statement::new(query))
+        });
+        execute_all(tx, sessions.chain(messages).chain(queued).chain(op_keys)).await?;
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(*session)
@@ -684,6 +710,7 @@ impl<'a> Pending<'a> {
         self.runs.clear();
         self.queued.clear();
         self.dequeued.clear();
+        self.op_keys.clear();
         Ok(())
     }
 }
@@ -977,7 +1004,9 @@ async fn apply_one(
                 .bind(session)
                 .bind(status.as_str())
         }
-        Change::Create(_) | Change::Append { .. } | Change::Enqueue { .. } => return Ok(()),
+        Change::Create(_) | Change::Append { .. } | Change::Enqueue { .. } | Change::OpKey(_) => {
+            return Ok(());
+        }
     };
     query.execute(&mut **tx).await.map_err(database)?;
     Ok(())
@@ -1059,10 +1088,16 @@ fn decode_run<'t, T: serde::Deserialize<'t>>(
 }
 
 const RECORD_COLUMNS: &str =
-    "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch";
+    "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch, origin";
 
 /// [`RECORD_COLUMNS`]' places in a row that holds no record.
-const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+
+/// A record's origin as stored: `NULL` for none.
+fn origin(record: &SessionRecord) -> Option<&str> {
+    let json = record.origin.as_json();
+    (json != "null").then_some(json)
+}
 
 fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     let id: String = row.try_get("id").map_err(database)?;
@@ -1072,6 +1107,15 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     };
     let definition: String = row.try_get("definition").map_err(database)?;
     let status: String = row.try_get("status").map_err(database)?;
+    let origin = match row
+        .try_get::<Option<String>, _>("origin")
+        .map_err(database)?
+    {
+        Some(text) => {
+            Definition::stored(text).map_err(|error| corrupt(format!("its origin: {error}")))?
+        }
+        None => Definition::default(),
+    };
     Ok(SessionRecord {
         tenant_id: row.try_get("tenant_id").map_err(database)?,
         user_id: row.try_get("user_id").map_err(database)?,
@@ -1083,6 +1127,7 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
         created_at: row.try_get("created_at").map_err(database)?,
         updated_at: row.try_get("updated_at").map_err(database)?,
         epoch: u64::try_from(row.try_get::<i64, _>("epoch").map_err(database)?).unwrap_or(0),
+        origin,
         id,
     })
 }
@@ -1113,6 +1158,9 @@ impl SessionStore for SqlStore {
                  FROM tiller_sessions WHERE id = $1 \
                  UNION ALL \
                  SELECT 2, seq, queue, message, {NO_RECORD} FROM tiller_queued WHERE session_id = $1 \
+                 UNION ALL \
+                 SELECT 3, at, NULL, op_key, {NO_RECORD} FROM (SELECT at, op_key FROM tiller_op_keys \
+                  WHERE session_id = $1 ORDER BY at DESC, op_key LIMIT {MAX_OP_KEYS}) AS newest \
                  ORDER BY kind, seq"
             );
             let query = sqlx::query(AssertSqlSafe(sql)).bind(id);
@@ -1141,9 +1189,14 @@ impl SessionStore for SqlStore {
             };
             let mut steering = Vec::new();
             let mut follow_up = Vec::new();
+            let mut op_keys = Vec::new();
             for row in rows {
                 let seq: i64 = row.try_get(1).map_err(database)?;
                 let text: String = row.try_get(3).map_err(database)?;
+                if row.try_get::<i32, _>(0).map_err(database)? == 3 {
+                    op_keys.push(Arc::from(text));
+                    continue;
+                }
                 let stored = decode(id, &text)?;
                 let queue: String = row.try_get(2).map_err(database)?;
                 let queued = Queued {
@@ -1166,6 +1219,7 @@ impl SessionStore for SqlStore {
                 messages,
                 steering,
                 follow_up,
+                op_keys,
             }))
         })
     }
@@ -1209,6 +1263,17 @@ impl SessionStore for SqlStore {
                         };
                     };
                     let claimed: i64 = row.try_get(0).map_err(database)?;
+                    // The keys past the newest `MAX_OP_KEYS` are forgotten here,
+                    // once per holder, rather than on every write.
+                    sqlx::query(AssertSqlSafe(format!(
+                        "DELETE FROM tiller_op_keys WHERE session_id = $1 AND op_key NOT IN \
+                         (SELECT op_key FROM tiller_op_keys WHERE session_id = $1 \
+                          ORDER BY at DESC, op_key LIMIT {MAX_OP_KEYS})"
+                    )))
+                    .bind(id)
+                    .execute(&mut *connection)
+                    .await
+                    .map_err(database)?;
                     Ok(Some(u64::try_from(claimed).unwrap_or(0)))
                 })
                 .await?;
@@ -1339,6 +1404,7 @@ impl SessionStore for SqlStore {
             for (table, column) in [
                 ("tiller_messages", "session_id"),
                 ("tiller_queued", "session_id"),
+                ("tiller_op_keys", "session_id"),
                 ("tiller_sessions", "id"),
             ] {
                 sqlx::query(AssertSqlSafe(format!(
@@ -1361,7 +1427,7 @@ impl SessionStore for SqlStore {
             const OLD: &str =
                 "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
             let mut tx = self.pool.begin().await.map_err(database)?;
-            for table in ["tiller_messages", "tiller_queued"] {
+            for table in ["tiller_messages", "tiller_queued", "tiller_op_keys"] {
                 sqlx::query(AssertSqlSafe(format!(
                     "DELETE FROM {table} WHERE session_id IN ({OLD})"
                 )))

@@ -92,6 +92,11 @@ pub struct SessionRecord {
     ///
     /// [`SessionStore::claim`]: crate::SessionStore::claim
     pub epoch: u64,
+    /// What the host that created the session keeps to bring its agent up again
+    /// in another process (`tiller serve`: the definition's name and version, or
+    /// the agent file sent inline, and who asked), as JSON the store does not
+    /// read; `null` when it keeps nothing.
+    pub origin: Definition,
 }
 
 impl SessionRecord {
@@ -108,6 +113,7 @@ impl SessionRecord {
             created_at: now,
             updated_at: now,
             epoch: 0,
+            origin: Definition::default(),
         }
     }
 }
@@ -194,7 +200,15 @@ pub struct StoredSession {
     pub steering: Vec<Queued>,
     /// The queued follow-up messages, oldest first.
     pub follow_up: Vec<Queued>,
+    /// The idempotency keys of the ops last applied to the session (see
+    /// [`Change::OpKey`]), at most [`MAX_OP_KEYS`], oldest first.
+    pub op_keys: Vec<Arc<str>>,
 }
+
+/// The most idempotency keys a session remembers: a store keeps (and loads) the
+/// newest this many, and forgets older ones when the session is claimed. An op
+/// retried after this many others were applied to its session is applied again.
+pub const MAX_OP_KEYS: usize = 1_024;
 
 /// A session as listed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -301,6 +315,10 @@ pub enum Change {
     SetDefinition(Definition),
     /// Sets the status.
     SetStatus(SessionStatus),
+    /// Records that the op carrying this idempotency key is applied, in the same
+    /// transaction as what it changed: a retry of the op finds the key when the
+    /// session is loaded (see [`StoredSession::op_keys`]) and is not applied twice.
+    OpKey(Arc<str>),
 }
 
 /// Milliseconds since the Unix epoch.

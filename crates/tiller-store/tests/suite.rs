@@ -8,8 +8,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_core::AgentMessage;
 use tiller_store::{
-    Change, MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus,
-    SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
+    Change, MAX_OP_KEYS, MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord,
+    SessionStatus, SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -111,6 +111,7 @@ async fn keeps_messages_queues_and_definition(store: Arc<dyn SessionStore>, tena
             seq: 1,
             message: user("later"),
         }],
+        op_keys: Vec::new(),
     };
     let loaded = store.load(&id).await.unwrap().unwrap();
     assert_eq!(same_time(loaded, &expected), expected);
@@ -590,7 +591,88 @@ async fn deletes_sub_sessions_and_prunes_closed_ones(store: Arc<dyn SessionStore
     assert_eq!(listed(&store).await, [ids[4].clone()]);
 }
 
+/// A session keeps its origin as given, and the idempotency keys of the ops
+/// applied to it: with their op's change, or not at all; each once; the newest
+/// `MAX_OP_KEYS`, older ones forgotten when the session is claimed.
+async fn keeps_origins_and_idempotency_keys(store: Arc<dyn SessionStore>, tenant: &str) {
+    let id = format!("{tenant}-keyed");
+    let writer = StoreWriter::for_store(store.clone());
+    let origin = json!({"definition": "helper", "version": "2"});
+    writer
+        .write(vec![write(
+            &id,
+            Change::Create(SessionRecord {
+                origin: origin.clone().into(),
+                ..record(&id, tenant, "ada")
+            }),
+        )])
+        .await
+        .unwrap();
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.record.origin, origin.clone().into());
+    assert!(loaded.op_keys.is_empty());
+    let listed = store.list(&SessionFilter::only(&id)).await.unwrap();
+    assert_eq!(listed[0].record.origin, origin.into());
+
+    let key = |n: usize| -> Arc<str> { Arc::from(format!("key-{n:05}")) };
+    let keyed = |text: &str, seq: u64, n: usize| {
+        vec![
+            write(
+                &id,
+                Change::Enqueue {
+                    queue: QueueKind::FollowUp,
+                    seq,
+                    message: user(text),
+                },
+            ),
+            write(&id, Change::OpKey(key(n))),
+        ]
+    };
+    writer.write(keyed("one", 0, 1)).await.unwrap();
+    // The same key again is kept once.
+    writer.write(keyed("one", 0, 1)).await.unwrap();
+    // A refused batch keeps neither its change nor its key.
+    let mut refused = keyed("two", 1, 2);
+    refused.push(write(
+        &format!("{tenant}-nobody"),
+        Change::ClearQueue(QueueKind::Steering),
+    ));
+    assert!(writer.write(refused).await.is_err());
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.op_keys, vec![key(1)]);
+    assert_eq!(loaded.follow_up.len(), 1);
+
+    // Past the bound, the oldest go (in one batch, so their times tie: any
+    // `MAX_OP_KEYS` of them may stay, and the newest is among them).
+    let many: Vec<SessionWrite> = (2..MAX_OP_KEYS + 10)
+        .map(|n| write(&id, Change::OpKey(key(n))))
+        .collect();
+    writer.write(many).await.unwrap();
+    let claimed = store.claim(&id, None).await.unwrap().unwrap();
+    assert!(
+        claimed.op_keys.len() <= MAX_OP_KEYS,
+        "{}",
+        claimed.op_keys.len()
+    );
+    assert!(claimed.op_keys.len() >= MAX_OP_KEYS - 1);
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.op_keys.len(), claimed.op_keys.len());
+    writer
+        .write(vec![
+            write(&id, Change::OpKey(key(99_999))).at_epoch(claimed.record.epoch),
+        ])
+        .await
+        .unwrap();
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.op_keys.last(), Some(&key(99_999)));
+    assert!(loaded.op_keys.len() <= MAX_OP_KEYS);
+
+    assert!(store.delete(&id).await.unwrap());
+    assert_eq!(store.load(&id).await.unwrap(), None);
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    keeps_origins_and_idempotency_keys(store.clone(), tenant).await;
     deletes_sub_sessions_and_prunes_closed_ones(store.clone(), tenant).await;
     a_claim_fences_the_writer_before(store.clone(), tenant).await;
     keeps_messages_queues_and_definition(store.clone(), tenant).await;

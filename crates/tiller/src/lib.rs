@@ -60,7 +60,7 @@ pub use tiller_runtime::{
     AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope,
     MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits, QueueMode, Queues,
     Relay, RunOutcome, RunSummary, SettingsChange, SpawnError, Submission, Subscription,
-    Supervisor, SupervisorConfig, SystemPromptFn, architecture, runtime_semantics,
+    Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture, runtime_semantics,
 };
 
 pub use tiller_agents::{

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use tiller_core::{Prompt, open_requests, panic_text};
-use tiller_store::{Change, QueueKind};
+use tiller_store::{Change, QueueKind, SessionWrite};
 
 use crate::AgentMessage;
 use crate::agent::Agent;
@@ -34,12 +34,15 @@ use crate::error::AgentError;
 use crate::message::{AgentMsg, Internal, Signal, Submission};
 use crate::op::{Op, Queues};
 use crate::settings::AgentSettings;
-use crate::state::{AgentState, AgentStatus};
+use crate::state::{AgentState, AgentStatus, Workload};
 
+mod keys;
 mod queues;
 mod run;
 mod session;
 mod start;
+
+use keys::OpKeys;
 
 use run::{ActiveRun, RunItem, RunRequest};
 pub(crate) use session::{Loaded, appends};
@@ -114,6 +117,8 @@ pub(crate) struct ActorState {
     activity: u64,
     /// A spare buffer swapped with the run's queue, so batches reuse memory.
     batch: Vec<RunItem>,
+    /// The idempotency keys of the ops applied last.
+    keys: OpKeys,
 }
 
 impl Actor for AgentActor {
@@ -146,6 +151,7 @@ impl Actor for AgentActor {
             handled: 0,
             activity: 0,
             batch: Vec::new(),
+            keys: OpKeys::loaded(loaded.op_keys),
         };
         state.sync_waiting();
         state.schedule_hibernation();
@@ -195,6 +201,21 @@ impl ActorState {
                     }
                     return;
                 }
+                Signal::Pause => {
+                    if let Some(run) = &self.run {
+                        run.pause.cancel();
+                    }
+                    return;
+                }
+                Signal::Evict => {
+                    // No tool starts after this; what the run sends back is
+                    // never applied, so nothing more is written.
+                    if let Some(run) = self.run.take() {
+                        run.token.cancel();
+                    }
+                    self.myself.stop(None);
+                    return;
+                }
             },
             request => request,
         };
@@ -205,7 +226,7 @@ impl ActorState {
                 let mut changed = (*self.settings).clone();
                 change(&mut changed);
                 self.settings = Arc::new(changed);
-                self.store_definition(Some(reply));
+                self.store_definition(Some(reply), None);
             }
             AgentMsg::State(reply) => {
                 let _ = reply.send(self.snapshot());
@@ -219,6 +240,13 @@ impl ActorState {
             AgentMsg::Subscribe(buffer, reply) => {
                 let _ = reply.send(self.agent.hub.subscribe(&self.agent.id, buffer));
             }
+            AgentMsg::Workload(reply) => {
+                let _ = reply.send(Workload {
+                    running: self.run.is_some(),
+                    waiting: self.run.is_none() && !open_requests(&self.messages).is_empty(),
+                    queued: self.steering.len() + self.follow_up.len(),
+                });
+            }
             // A routed request is never one of the runtime's own signals.
             AgentMsg::Internal(_) => {}
         }
@@ -226,7 +254,9 @@ impl ActorState {
         self.schedule_hibernation();
     }
 
-    /// Carries out an op; its reply hears once it is done (and durable).
+    /// Carries out an op; its reply hears once it is done (and durable). An op
+    /// whose idempotency key was applied already is acknowledged once everything
+    /// before it is committed, and not applied again.
     fn submit(&mut self, submission: Submission) {
         let Submission {
             op,
@@ -235,28 +265,48 @@ impl ActorState {
             patch,
             hooks,
             span,
+            key,
         } = submission;
+        if let Some(key) = key.as_ref().filter(|key| self.keys.seen(key)) {
+            if finished.is_some() {
+                // Its run's outcome went to whoever sent it first.
+                return answer(
+                    reply,
+                    Err(AgentError::Duplicate {
+                        key: key.to_string(),
+                    }),
+                );
+            }
+            return self.commit(Vec::new(), reply);
+        }
         let run = RunRequest {
             finished,
             patch,
             hooks,
             caller: span,
+            reply,
+            key,
         };
         match op {
-            Op::Prompt { messages } => {
-                let started = self.start(Prompt::Messages(messages), run);
-                answer(reply, started);
-            }
-            Op::Continue => {
-                let started = self.start(Prompt::Continue, run);
-                answer(reply, started);
-            }
-            Op::Reply(given) => {
-                let started = self.start(Prompt::Reply(given), run);
-                answer(reply, started);
-            }
-            Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply),
-            Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply),
+            Op::Prompt { messages } => self.start(Prompt::Messages(messages), run),
+            Op::Continue => self.start(Prompt::Continue, run),
+            Op::Reply(given) => self.start(Prompt::Reply(given), run),
+            op => self.apply_op(op, run.reply, run.key),
+        }
+    }
+
+    /// Carries out an op that starts no run; `key`, its idempotency key, is
+    /// written with its change.
+    fn apply_op(
+        &mut self,
+        op: Op,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+        key: Option<Arc<str>>,
+    ) {
+        match op {
+            Op::Prompt { .. } | Op::Continue | Op::Reply(_) => {}
+            Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply, key),
+            Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply, key),
             Op::ClearQueues { queues } => {
                 let mut writes = Vec::new();
                 if queues != Queues::FollowUp {
@@ -267,23 +317,37 @@ impl ActorState {
                     self.follow_up.clear();
                     writes.push(self.agent.write(Change::ClearQueue(QueueKind::FollowUp)));
                 }
+                let writes = self.keyed(writes, key);
                 self.commit(writes, reply);
             }
-            Op::Abort => match self.run.as_mut() {
-                Some(run) => {
-                    run.token.cancel();
-                    run.after_end.extend(reply);
+            Op::Abort => {
+                // Written at once: a retry must not abort a run started since.
+                let writes = self.keyed(Vec::new(), key);
+                match self.run.as_mut() {
+                    Some(run) => {
+                        run.token.cancel();
+                        run.after_end.extend(reply);
+                        if !writes.is_empty() {
+                            self.commit(writes, None);
+                        }
+                    }
+                    None => self.give_up_requests(writes, reply),
                 }
-                None => self.give_up_requests(reply),
-            },
+            }
             Op::Reset => match self.run.as_mut() {
                 Some(run) => {
                     run.token.cancel();
                     run.reset = true;
                     run.after_end.extend(reply);
+                    if let Some(key) = key {
+                        // Written with the clearing, once the run has ended.
+                        run.reset_keys.push(key.clone());
+                        self.keys.remember(key);
+                    }
                 }
                 None => {
                     let writes = self.clear();
+                    let writes = self.keyed(writes, key);
                     self.sync_waiting();
                     self.commit(writes, reply);
                 }
@@ -294,7 +358,7 @@ impl ActorState {
                     return answer(reply, Err(error.into()));
                 }
                 Arc::make_mut(&mut self.settings).definition = definition;
-                self.store_definition(reply);
+                self.store_definition(reply, key);
             }
             Op::SetMessages { messages } => {
                 if self.run.is_some() {
@@ -303,6 +367,7 @@ impl ActorState {
                 let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
                 writes.extend(appends(&self.agent, 0, &messages));
+                let writes = self.keyed(writes, key);
                 self.messages = messages;
                 self.error = None;
                 self.sync_waiting();
@@ -311,11 +376,27 @@ impl ActorState {
         }
     }
 
-    /// Stores the definition as it now stands; `reply` hears once it is committed.
-    fn store_definition(&self, reply: Option<RpcReplyPort<Result<(), AgentError>>>) {
+    /// `writes` with the write that records `key`, the idempotency key of the op
+    /// they carry out (remembered from now on), when there is one.
+    fn keyed(&mut self, mut writes: Vec<SessionWrite>, key: Option<Arc<str>>) -> Vec<SessionWrite> {
+        if let Some(key) = key {
+            writes.push(self.agent.write(Change::OpKey(key.clone())));
+            self.keys.remember(key);
+        }
+        writes
+    }
+
+    /// Stores the definition as it now stands (with the idempotency key of the
+    /// op that changed it); `reply` hears once it is committed.
+    fn store_definition(
+        &mut self,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+        key: Option<Arc<str>>,
+    ) {
         let definition = self.agent.runtime.definition_of(&self.settings);
-        let write = self.agent.write(Change::SetDefinition(definition));
-        self.commit(vec![write], reply);
+        let writes = vec![self.agent.write(Change::SetDefinition(definition))];
+        let writes = self.keyed(writes, key);
+        self.commit(writes, reply);
     }
 
     /// Whether a request waits for the user, told to the agent's status (no run

@@ -39,6 +39,7 @@ impl ActorState {
         queue: QueueKind,
         message: AgentMessage,
         reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+        key: Option<std::sync::Arc<str>>,
     ) {
         if let Err(full) = self.room_for(queue, &message) {
             match reply {
@@ -59,7 +60,8 @@ impl ActorState {
             message: message.clone(),
         });
         self.queue_mut(queue).push_back((seq, message));
-        self.commit(vec![write], reply);
+        let writes = self.keyed(vec![write], key);
+        self.commit(writes, reply);
     }
 
     /// Whether `queue` has room for `message` under the settings' limits.

