@@ -4,6 +4,14 @@ use tiller_core::ContinueError;
 
 /// Why an agent refused or could not carry out a request. Serializable, so that
 /// it can answer an [`Op`](crate::Op) sent from another process.
+///
+/// ```
+/// # use tiller_runtime::AgentError;
+/// let full = AgentError::QueueFull { queue: "steering".into(), max_messages: 2, max_bytes: 10 };
+/// let json = serde_json::to_string(&full)?;
+/// assert_eq!(serde_json::from_str::<AgentError>(&json)?, full);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -42,7 +50,7 @@ pub enum AgentError {
     )]
     QueueFull {
         /// `steering` or `follow-up`.
-        queue: &'static str,
+        queue: std::borrow::Cow<'static, str>,
         /// The most messages it holds.
         max_messages: usize,
         /// The most bytes it holds.

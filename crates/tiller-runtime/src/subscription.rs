@@ -77,6 +77,21 @@ pub struct Envelope {
     pub event: Delivered,
 }
 
+impl Envelope {
+    /// The type of the event in an envelope's JSON (`message_update`,
+    /// `lagged`, …), without decoding it; `event` when there is none. An
+    /// envelope's fields come in order (`agent_id`, `seq`, `event`) and an
+    /// event's `type` first, and inside a JSON string a quote is escaped, so the
+    /// first `"event":{"type":"` is the one.
+    pub fn type_in(json: &str) -> &str {
+        const EVENT: &str = "\"event\":{\"type\":\"";
+        json.find(EVENT)
+            .map(|at| &json[at + EVENT.len()..])
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or("event")
+    }
+}
+
 /// What an envelope carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]

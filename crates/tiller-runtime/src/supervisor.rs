@@ -646,19 +646,31 @@ impl Supervisor {
         true
     }
 
-    /// Hands one agent over to another process at a turn boundary: its run, if
-    /// any, ends where its next turn would start (`RunEnd::Paused`, everything it
-    /// did stored), then the agent is evicted ([`Supervisor::evict`]), its session
-    /// left active for the next holder to go on with `Op::Continue`. Returns
-    /// whether the agent existed.
-    pub async fn hand_off(&self, id: &str, reason: &str) -> bool {
+    /// Asks the agent's run, if any, to end where its next turn would start
+    /// (`RunEnd::Paused`, everything it did stored), without waiting for it; see
+    /// [`Supervisor::hand_off`]. Returns whether the agent exists.
+    pub fn pause(&self, id: &str) -> bool {
         let Some(agent) = self.inner.agents.get(id).map(|entry| entry.value().clone()) else {
             return false;
         };
         if let Some(actor) = agent.route.live() {
             let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::Pause)));
         }
-        AgentHandle::new(agent).wait_for_idle().await;
+        true
+    }
+
+    /// Hands one agent over to another process at a turn boundary: its run, if
+    /// any, ends where its next turn would start ([`Supervisor::pause`]), then
+    /// the agent is evicted ([`Supervisor::evict`]), its session left active for
+    /// the next holder to go on with `Op::Continue`. Returns whether the agent
+    /// existed.
+    pub async fn hand_off(&self, id: &str, reason: &str) -> bool {
+        if !self.pause(id) {
+            return false;
+        }
+        if let Some(agent) = self.get(id) {
+            agent.wait_for_idle().await;
+        }
         self.evict(id, reason)
     }
 

@@ -176,7 +176,7 @@ pub(crate) fn to_sse(envelope: &Envelope) -> Event {
 /// agents, whose numbers are each agent's own).
 pub(crate) fn unnumbered(envelope: &Envelope) -> Event {
     let data = serde_json::to_string(envelope).unwrap_or_default();
-    Event::default().event(event_type(&data)).data(data)
+    Event::default().event(Envelope::type_in(&data)).data(data)
 }
 
 /// Every event of the agents `visible` allows, as they come, agents created
@@ -236,17 +236,6 @@ pub(crate) fn following(
     })
 }
 
-/// The type of the event in an envelope's JSON: the envelope's fields come in
-/// order (`agent_id`, `seq`, `event`) and an event's `type` first, and inside a
-/// JSON string a quote is escaped, so the first `"event":{"type":"` is the one.
-fn event_type(data: &str) -> &str {
-    const EVENT: &str = "\"event\":{\"type\":\"";
-    data.find(EVENT)
-        .map(|at| &data[at + EVENT.len()..])
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or("event")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +283,6 @@ mod tests {
             event: Delivered::Notice(Notice::Lagged { missed: 2 }),
         };
         let data = serde_json::to_string(&envelope).unwrap_or_default();
-        assert_eq!(event_type(&data), "lagged");
+        assert_eq!(Envelope::type_in(&data), "lagged");
     }
 }

@@ -4,7 +4,8 @@
 //! exchanges under `fixtures/cassettes`; the server holds every request to the
 //! transcript rules ([`rules`]). [`transcript`], [`events`] and [`tools`] are the
 //! tests' shared kit; [`runtime`] their fixtures for agents. [`live`] finds or
-//! starts the real local LLM servers of the end-to-end tests; [`workload`] is the
+//! starts the real local LLM servers of the end-to-end tests, [`postgres`] and
+//! [`nats`] the PostgreSQL server and NATS clusters; [`workload`] is the
 //! run the benchmarks measure; [`paced`] streams as a model does, for the
 //! event-path benchmark; [`eventstream`] writes Bedrock's binary event stream.
 //!
@@ -27,6 +28,7 @@ pub mod eventstream;
 pub mod heap;
 pub mod hostile;
 pub mod live;
+pub mod nats;
 pub mod paced;
 pub mod postgres;
 pub mod rules;

@@ -84,7 +84,7 @@ impl ActorState {
             return Ok(());
         }
         Err(AgentError::QueueFull {
-            queue: name,
+            queue: name.into(),
             max_messages: limits.max_messages,
             max_bytes: limits.max_bytes,
         })

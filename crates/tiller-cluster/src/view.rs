@@ -1,0 +1,235 @@
+//! The hosts and the leases as this host last saw them, kept by a watcher of
+//! each bucket: which hosts are live (placement), who owns which agent (lists,
+//! failover). The view may lag the buckets by a moment; every decision that
+//! matters (a claim, a takeover) is made again by compare-and-set on the bucket
+//! itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+use async_nats::jetstream::kv::{self, Operation};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::StreamExt;
+use tokio::sync::Notify;
+
+use crate::error::ClusterError;
+use crate::wire::{HostRecord, LeaseRecord};
+use crate::{Inner, Leased};
+
+/// A lease as the view holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct Lease {
+    pub(crate) record: LeaseRecord,
+}
+
+#[derive(Default)]
+struct ViewState {
+    hosts: HashMap<String, HostRecord>,
+    leases: HashMap<String, Lease>,
+}
+
+/// What the watchers saw.
+#[derive(Default)]
+pub(crate) struct View {
+    state: RwLock<ViewState>,
+    /// Told when a host's life ends (its heartbeat expired, or it started anew):
+    /// the failover looks for its busy agents.
+    pub(crate) lost: Arc<Notify>,
+}
+
+impl View {
+    fn read(&self) -> RwLockReadGuard<'_, ViewState> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, ViewState> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live hosts that take agents (not draining), sorted.
+    pub(crate) fn placing(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .read()
+            .hosts
+            .iter()
+            .filter(|(_, record)| !record.draining)
+            .map(|(host, _)| host.clone())
+            .collect();
+        hosts.sort();
+        hosts
+    }
+
+    /// How many hosts are live.
+    pub(crate) fn live(&self) -> usize {
+        self.read().hosts.len()
+    }
+
+    /// The agents whose lease is busy and whose owner's life has ended.
+    pub(crate) fn busy_orphans(&self) -> Vec<String> {
+        let state = self.read();
+        state
+            .leases
+            .iter()
+            .filter(|(_, lease)| {
+                lease.record.busy
+                    && state
+                        .hosts
+                        .get(&lease.record.host)
+                        .is_none_or(|host| host.incarnation != lease.record.incarnation)
+            })
+            .map(|(agent, _)| agent.clone())
+            .collect()
+    }
+
+    /// Whether `agent`'s lease is busy and its owner's life has ended.
+    pub(crate) fn is_busy_orphan(&self, agent: &str) -> bool {
+        let state = self.read();
+        state.leases.get(agent).is_some_and(|lease| {
+            lease.record.busy
+                && state
+                    .hosts
+                    .get(&lease.record.host)
+                    .is_none_or(|host| host.incarnation != lease.record.incarnation)
+        })
+    }
+
+    /// Every leased agent, sorted by id.
+    pub(crate) fn leased(&self) -> Vec<Leased> {
+        let mut leased: Vec<Leased> = self
+            .read()
+            .leases
+            .iter()
+            .map(|(id, lease)| Leased {
+                id: id.clone(),
+                host: lease.record.host.clone(),
+                busy: lease.record.busy,
+            })
+            .collect();
+        leased.sort_by(|a, b| a.id.cmp(&b.id));
+        leased
+    }
+
+    /// The owner `agent`'s lease names.
+    pub(crate) fn owner_of(&self, agent: &str) -> Option<String> {
+        self.read()
+            .leases
+            .get(agent)
+            .map(|lease| lease.record.host.clone())
+    }
+
+    /// Applies a heartbeat entry; whether a life ended with it.
+    fn host(&self, host: String, record: Option<HostRecord>) -> bool {
+        let mut state = self.write();
+        let before = match record {
+            Some(record) => state
+                .hosts
+                .insert(host, record.clone())
+                .filter(|old| old.incarnation != record.incarnation),
+            None => state.hosts.remove(&host),
+        };
+        before.is_some()
+    }
+
+    /// Applies a lease entry.
+    fn lease(&self, agent: String, record: Option<LeaseRecord>) {
+        let mut state = self.write();
+        match record {
+            Some(record) => {
+                state.leases.insert(agent, Lease { record });
+            }
+            None => {
+                state.leases.remove(&agent);
+            }
+        }
+    }
+}
+
+/// The id a key stands for.
+pub(crate) fn id_of(key: &str) -> Option<String> {
+    URL_SAFE_NO_PAD
+        .decode(key)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+}
+
+/// One watched entry: its id and value, `None` when deleted.
+fn entry<T: serde::de::DeserializeOwned>(entry: &kv::Entry) -> Option<(String, Option<T>)> {
+    let id = id_of(&entry.key)?;
+    match entry.operation {
+        Operation::Put => serde_json::from_slice(&entry.value)
+            .ok()
+            .map(|value| (id, Some(value))),
+        Operation::Delete | Operation::Purge => Some((id, None)),
+    }
+}
+
+/// Starts the watchers, returning once the view holds both buckets as they
+/// stand.
+pub(crate) async fn watch(inner: &Arc<Inner>) -> Result<(), ClusterError> {
+    let hosts = watcher(&inner.hosts).await?;
+    let leases = watcher(&inner.leases).await?;
+    let mut hosts = load(inner, hosts, &inner.hosts, |view, entry| {
+        if let Some((host, record)) = self::entry(entry) {
+            view.host(host, record);
+        }
+    })
+    .await?;
+    let mut leases = load(inner, leases, &inner.leases, |view, entry| {
+        if let Some((agent, record)) = self::entry(entry) {
+            view.lease(agent, record);
+        }
+    })
+    .await?;
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    inner.keep(tokio::spawn(async move {
+        while let Some(Ok(entry)) = hosts.next().await {
+            let Some(inner) = weak.upgrade() else { return };
+            if let Some((host, record)) = self::entry(&entry)
+                && inner.view.host(host, record)
+            {
+                inner.view.lost.notify_one();
+            }
+        }
+        tracing::warn!("the hosts bucket's watcher ended");
+    }));
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    inner.keep(tokio::spawn(async move {
+        while let Some(Ok(entry)) = leases.next().await {
+            let Some(inner) = weak.upgrade() else { return };
+            if let Some((agent, record)) = self::entry(&entry) {
+                inner.view.lease(agent, record);
+            }
+        }
+        tracing::warn!("the leases bucket's watcher ended");
+    }));
+    Ok(())
+}
+
+async fn watcher(store: &kv::Store) -> Result<kv::Watch, ClusterError> {
+    store.watch_all().await.map_err(ClusterError::nats)
+}
+
+/// Reads `watch` until it has delivered what `store` held when it started.
+async fn load(
+    inner: &Inner,
+    mut watch: kv::Watch,
+    store: &kv::Store,
+    apply: impl Fn(&View, &kv::Entry),
+) -> Result<kv::Watch, ClusterError> {
+    let held = store.status().await.map_err(ClusterError::nats)?.values();
+    if held == 0 {
+        return Ok(watch);
+    }
+    // Entries that expired meanwhile are never delivered: the wait has an end.
+    while let Ok(Some(entry)) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), watch.next()).await
+    {
+        let entry = entry.map_err(ClusterError::nats)?;
+        apply(&inner.view, &entry);
+        if entry.delta == 0 {
+            break;
+        }
+    }
+    Ok(watch)
+}
