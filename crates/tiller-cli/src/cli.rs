@@ -117,6 +117,27 @@ pub enum CliCommand {
         /// every hour). Default: keep them.
         #[arg(long, value_name = "DAYS")]
         retain_closed_days: Option<u64>,
+        /// Be one host of a cluster on these NATS servers (JetStream; URLs
+        /// separated by commas): any host takes any request, each agent has one
+        /// owner, and a dead host's agents come back on the others. Needs
+        /// --store postgres://… shared by every host.
+        #[arg(long, value_name = "URLS")]
+        cluster: Option<String>,
+        /// This host's id in the cluster (letters, digits, `-`, `_`, `.`). A host
+        /// restarted under its id takes its place back at once. Default: a new id.
+        #[arg(long, value_name = "ID", requires = "cluster")]
+        host_id: Option<String>,
+        /// In a cluster, on Ctrl-C or SIGTERM, first move this host's agents to
+        /// the other hosts, each between two turns (POST /admin/drain does the
+        /// same while serving).
+        #[arg(long, requires = "cluster")]
+        drain: bool,
+        /// How long a silent host's agents wait before the others take them over;
+        /// every host of a cluster must be given the same. Must exceed a NATS
+        /// leader election (see docs/cluster.md).
+        #[arg(long, value_name = "SECS", default_value_t = 15, requires = "cluster",
+              value_parser = clap::value_parser!(u64).range(2..=3_600))]
+        lease_ttl: u64,
     },
     /// Offer agents to MCP hosts (an editor, a desktop assistant) over stdio: each
     /// agent definition of --agents is a tool that runs the agent on the call's

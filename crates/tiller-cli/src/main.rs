@@ -34,6 +34,10 @@ fn main() -> ExitCode {
                 trust_inline_definitions,
                 max_connections,
                 retain_closed_days,
+                cluster,
+                host_id,
+                drain,
+                lease_ttl,
             } => {
                 let options = tiller_cli::serve::ServeOptions {
                     listen,
@@ -50,6 +54,12 @@ fn main() -> ExitCode {
                     max_connections: *max_connections as usize,
                     retain_closed: retain_closed_days.map(|days| {
                         std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))
+                    }),
+                    cluster: cluster.as_deref().map(|servers| tiller_cli::serve::ClusterOptions {
+                        servers,
+                        host_id: host_id.as_deref(),
+                        drain: *drain,
+                        lease_ttl: std::time::Duration::from_secs(*lease_ttl),
                     }),
                 };
                 tiller_cli::serve::serve(options).await

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tiller::tiller_store::MemoryStore;
 use tiller::{AskAgentConfig, Definitions, LlmConfigs, SessionStore, Supervisor, SupervisorConfig};
+use tiller_cluster::ClusterConfig;
 use tiller_server::{Server, ServerConfig, Tokens};
 
 use crate::outcome::Exit;
@@ -40,6 +41,38 @@ pub struct ServeOptions<'a> {
     pub max_connections: usize,
     /// How long closed sessions are kept (forever: `None`).
     pub retain_closed: Option<std::time::Duration>,
+    /// The cluster to be a host of, if any.
+    pub cluster: Option<ClusterOptions<'a>>,
+}
+
+/// What `tiller serve --cluster` was given.
+#[derive(Debug)]
+pub struct ClusterOptions<'a> {
+    /// The NATS servers, separated by commas.
+    pub servers: &'a str,
+    /// This host's id (a new one when `None`).
+    pub host_id: Option<&'a str>,
+    /// Whether shutdown moves the agents away first.
+    pub drain: bool,
+    /// The lease TTL every host of the cluster shares.
+    pub lease_ttl: std::time::Duration,
+}
+
+impl ClusterOptions<'_> {
+    /// The cluster configuration these options make.
+    fn config(&self) -> ClusterConfig {
+        let host_id = self.host_id.map_or_else(
+            || format!("host-{}", &tiller::tiller_ai::new_id()[24..]),
+            str::to_owned,
+        );
+        let mut config = ClusterConfig::new(ClusterConfig::servers_from(self.servers), host_id);
+        config.lease_ttl = self.lease_ttl;
+        // The margin and the renewal scale down with a short TTL (tests), never
+        // below what NATS counts in.
+        config.fence_margin = (self.lease_ttl / 5).max(std::time::Duration::from_secs(1));
+        config.renew_every = (config.fence_after() / 4).min(std::time::Duration::from_secs(1));
+        config
+    }
 }
 
 /// Runs `tiller serve`.
@@ -58,6 +91,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         trust_inline_definitions,
         max_connections,
         retain_closed,
+        cluster,
     } = options;
     // `TILLER_LOG=info` logs each request and each run it starts, in their spans.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TILLER_LOG")
@@ -78,6 +112,10 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Usage;
         }
     };
+    if cluster.is_some() && !store.is_some_and(|url| url.starts_with("postgres")) {
+        say!("tiller: --cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL");
+        return Exit::Usage;
+    }
     let store: Arc<dyn SessionStore> = match store {
         None => Arc::new(MemoryStore::new()),
         Some(url) => match open_store(Some(url)).await {
@@ -141,9 +179,30 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         trust_inline_definitions,
         max_connections,
         retain_closed,
+        drain_on_shutdown: cluster.as_ref().is_some_and(|cluster| cluster.drain),
         ..defaults
     };
-    let server = Server::new(supervisor, definitions, config);
+    let server = match cluster {
+        None => Server::new(supervisor, definitions, config),
+        Some(cluster) => {
+            let cluster = cluster.config();
+            let host = cluster.host_id.clone();
+            match Server::clustered(supervisor, definitions, config, cluster).await {
+                Ok(server) => {
+                    say!("tiller: host {host} joined the cluster");
+                    server
+                }
+                Err(error @ tiller_cluster::ClusterError::Config(_)) => {
+                    say!("tiller: {error}");
+                    return Exit::Usage;
+                }
+                Err(error) => {
+                    say!("tiller: {error}");
+                    return Exit::Failed;
+                }
+            }
+        }
+    };
     match server.serve(listener, stop_signal()).await {
         Ok(()) => {
             say!("tiller: stopped");

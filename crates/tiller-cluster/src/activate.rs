@@ -242,6 +242,9 @@ async fn bring_up(
     };
     inner.owned.insert(agent.clone(), owned.clone());
     inner.counters.activated();
+    if reason.is_some() {
+        inner.activator.held(&owned.handle);
+    }
     tracing::info!(%agent, epoch, reason = ?reason, "agent held here");
     if reason.is_some() {
         go_on(&owned, reason == Some(Reason::HandOff)).await;

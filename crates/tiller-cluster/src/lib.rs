@@ -101,6 +101,10 @@ use view::View;
 pub trait Activator: Send + Sync + 'static {
     /// The spec to bring `session`'s agent up with, or why it cannot be.
     fn spec(&self, session: &SessionRecord) -> Result<AgentSpec, String>;
+
+    /// Told once an agent is held here — spawned, taken over or moved here —
+    /// for the host to follow it as its own (record its events, count its runs).
+    fn held(&self, _agent: &AgentHandle) {}
 }
 
 /// This host's part in a cluster. Cheap to clone; clones share it.

@@ -1,7 +1,7 @@
 //! The agents API: create, list, read, prompt, steer, follow up, abort, reset,
-//! delete, and the event stream. Every handler is a message to the agent's actor
-//! through its handle; nothing about an agent is kept here but its replay buffer
-//! and the tenant it belongs to.
+//! delete, and the event stream. Every handler is an `Op` (or a state request) to
+//! the agent, wherever it lives ([`crate::placement`]); nothing about an agent is
+//! kept here but its replay buffer and the tenant it belongs to.
 
 use std::sync::Arc;
 
@@ -21,7 +21,8 @@ use tiller::{
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::events::{Replay, envelopes, to_sse};
+use crate::events::{Replay, envelopes};
+use crate::placement::Origin;
 use crate::shutdown::until_closing;
 use crate::tenants::{Caller, Scope, caller};
 
@@ -120,17 +121,6 @@ impl Shared {
         }
     }
 
-    /// Spawns the agent `spec` says for `owner`, and starts recording its events
-    /// and announcing it to those following every agent.
-    pub(crate) async fn spawn(&self, spec: AgentSpec, owner: Scope) -> Result<AgentInfo, Problem> {
-        let agent = self.supervisor.spawn(spec).await?;
-        self.owners.insert(agent.id().clone(), owner);
-        // No one following every agent is no error.
-        let _ = self.created.send(agent.id().clone());
-        self.replays.insert(agent.id().clone(), self.record(&agent));
-        Ok(agent.info())
-    }
-
     /// Starts recording `agent`'s events for clients that come back (and, the
     /// first time, the task that forgets recordings of agents that stop).
     pub(crate) fn record(&self, agent: &AgentHandle) -> Arc<Replay> {
@@ -150,20 +140,6 @@ impl Shared {
         )
     }
 
-    /// Stops the agent `id` and forgets what the server kept of it; whether there
-    /// was one.
-    pub(crate) async fn stop(&self, id: &str) -> bool {
-        let stopped = self.supervisor.stop(id).await;
-        self.replays.remove(id);
-        self.owners.remove(id);
-        stopped
-    }
-
-    /// The agent `id` for the caller of `headers`.
-    pub(crate) fn agent_for(&self, headers: &HeaderMap, id: &str) -> Result<AgentHandle, Problem> {
-        let caller = self.caller(headers)?;
-        self.agent(&caller, id)
-    }
 }
 
 pub(crate) async fn create(
@@ -201,6 +177,12 @@ pub(crate) async fn create(
         ));
     }
     let owner = caller.scope();
+    let origin = Origin {
+        definition: request.definition,
+        version: request.version,
+        inline: request.inline,
+        context: caller.context.ids().clone(),
+    };
     let spec = spec.with_context(caller.context);
     let spec = match request.id {
         Some(id) => spec.with_id(id),
@@ -210,7 +192,7 @@ pub(crate) async fn create(
         Some(name) => spec.with_name(name),
         None => spec,
     };
-    let agent = shared.spawn(spec, owner).await?;
+    let agent = shared.spawn(spec, owner, &origin).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 
@@ -243,9 +225,7 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<Json<Vec<AgentInfo>>, Problem> {
     let caller = shared.caller(&headers)?;
-    let mut agents = shared.supervisor.list();
-    agents.retain(|agent| shared.owns(&caller, agent.id.as_str()));
-    Ok(Json(agents))
+    Ok(Json(shared.agents_of(&caller).await?))
 }
 
 pub(crate) async fn get(
@@ -253,8 +233,8 @@ pub(crate) async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<AgentState>, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
-    Ok(Json(agent.state().await?))
+    let caller = shared.caller(&headers)?;
+    Ok(Json(shared.state(&caller, &id).await?))
 }
 
 pub(crate) async fn prompt(
@@ -264,10 +244,11 @@ pub(crate) async fn prompt(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
+    let caller = shared.caller(&headers)?;
+    shared.reach(&caller, &id).await?;
     let wait = wait_of(wait)?;
     let Text { text } = decode(body)?;
-    start(&agent, wait, Prompt::from(text)).await
+    start(&shared, &caller, &headers, &id, wait, Prompt::from(text)).await
 }
 
 /// The `?wait=` of a request, or why it is not one.
@@ -277,13 +258,22 @@ fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait, Problem> {
     Ok(wait)
 }
 
-/// Starts a run from `prompt`: 202 once accepted, or its outcome with `?wait=true`.
-async fn start(agent: &AgentHandle, wait: Wait, prompt: Prompt) -> Result<Response, Problem> {
+/// Starts a run from `prompt`: 202 once accepted (and durable), or its outcome
+/// with `?wait=true`.
+async fn start(
+    shared: &Shared,
+    caller: &Caller,
+    headers: &HeaderMap,
+    id: &str,
+    wait: Wait,
+    prompt: Prompt,
+) -> Result<Response, Problem> {
+    let op = Op::from(prompt);
     if wait.wait {
-        let outcome = agent.run(prompt).await?;
+        let outcome = shared.run(caller, headers, id, op).await?;
         return Ok(Json(outcome).into_response());
     }
-    agent.prompt(prompt).await?;
+    shared.submit(caller, headers, id, || Ok(op)).await?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -297,10 +287,11 @@ pub(crate) async fn reply(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let agent = shared.agent_for(&headers, &id)?;
+    let caller = shared.caller(&headers)?;
+    shared.reach(&caller, &id).await?;
     let wait = wait_of(wait)?;
     let reply: Reply = decode(body)?;
-    start(&agent, wait, Prompt::Reply(reply)).await
+    start(&shared, &caller, &headers, &id, wait, Prompt::Reply(reply)).await
 }
 
 /// Refuses the ops a client may not send: the transcript is the agent's, so a
@@ -336,8 +327,8 @@ async fn op_route(
     headers: &HeaderMap,
     op: impl FnOnce() -> Result<Op, Problem>,
 ) -> Result<StatusCode, Problem> {
-    let agent = shared.agent_for(headers, id)?;
-    agent.submit(op()?).await?;
+    let caller = shared.caller(headers)?;
+    shared.submit(&caller, headers, id, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -392,8 +383,9 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    shared.agent_for(&headers, &id)?;
-    if !shared.stop(&id).await {
+    let caller = shared.caller(&headers)?;
+    shared.reach(&caller, &id).await?;
+    if !shared.stop(&id).await? {
         return Err(Problem::unknown_agent(&id));
     }
     Ok(StatusCode::NO_CONTENT)
@@ -405,7 +397,7 @@ pub(crate) async fn events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    let agent = shared.agent(&caller, &id)?;
+    shared.reach(&caller, &id).await?;
     let last_seen = match headers.get("last-event-id") {
         None => None,
         Some(value) => Some(
@@ -423,13 +415,13 @@ pub(crate) async fn events(
     };
     let slot = shared.stream_slot(&caller)?;
     let counted = shared.clone();
-    let events =
-        until_closing(shared.follow(&agent, last_seen), &shared.closing).map(move |envelope| {
-            // Held while the stream is.
-            let _ = &slot;
-            counted.metrics.event_streamed();
-            Ok::<_, std::convert::Infallible>(to_sse(&envelope))
-        });
+    let following = shared.events_of(&caller, &id, last_seen).await?;
+    let events = until_closing(following, &shared.closing).map(move |outgoing| {
+        // Held while the stream is.
+        let _ = &slot;
+        counted.metrics.event_streamed();
+        Ok::<_, std::convert::Infallible>(outgoing.sse(true))
+    });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
         .into_response())
@@ -444,18 +436,13 @@ pub(crate) async fn all_events(
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
     let slot = shared.stream_slot(&caller)?;
-    let scope = caller.scope();
-    let visible = {
-        let shared = shared.clone();
-        move |id: &str| shared.visible(&scope, id)
-    };
     let counted = shared.clone();
-    let following = Box::pin(crate::events::following(shared.clone(), visible));
-    let events = until_closing(following, &shared.closing).map(move |envelope| {
+    let following = shared.all_events_of(&caller).await?;
+    let events = until_closing(following, &shared.closing).map(move |outgoing| {
         // Held while the stream is.
         let _ = &slot;
         counted.metrics.event_streamed();
-        Ok::<_, std::convert::Infallible>(crate::events::unnumbered(&envelope))
+        Ok::<_, std::convert::Infallible>(outgoing.sse(false))
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))

@@ -61,6 +61,7 @@ mod inline;
 mod mcp;
 mod metrics;
 mod origin;
+mod placement;
 mod proxy;
 mod quota;
 mod sessions;
@@ -169,6 +170,11 @@ pub struct ServerConfig {
     /// servers, and models the server does not serve (see the `inline` rules in
     /// the README's "Exposing `tiller serve`"). Off by default.
     pub trust_inline_definitions: bool,
+    /// In a cluster ([`Server::clustered`]), whether shutdown first moves this
+    /// host's agents to the other hosts between two turns (`tiller serve
+    /// --drain`); without it, they are left to their leases' expiry, and the
+    /// other hosts run again the turns they had in progress.
+    pub drain_on_shutdown: bool,
 }
 
 impl Default for ServerConfig {
@@ -193,6 +199,7 @@ impl Default for ServerConfig {
             max_mcp_sessions: 256,
             max_mcp_sessions_per_tenant: 64,
             mcp_idle_timeout: Duration::from_secs(300),
+            drain_on_shutdown: false,
         }
     }
 }
@@ -200,6 +207,8 @@ impl Default for ServerConfig {
 /// What every handler shares.
 pub(crate) struct Shared {
     supervisor: Supervisor,
+    /// The cluster this host is part of, if any: its agents are reached through it.
+    cluster: Option<tiller_cluster::Cluster>,
     definitions: Definitions,
     config: ServerConfig,
     replays: DashMap<AgentId, Arc<Replay>>,
@@ -236,6 +245,39 @@ pub struct Server {
 impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
+        Server::made(supervisor, None, definitions, config)
+    }
+
+    /// A server that is one host of a cluster (see [`tiller_cluster`]): it joins
+    /// the cluster `cluster` names with `supervisor` (whose store must be the
+    /// cluster's PostgreSQL), creates agents on this host, and reaches every
+    /// other agent of the cluster through its owner. Any host answers any
+    /// request; `POST /admin/drain` moves this host's agents away.
+    pub async fn clustered(
+        supervisor: Supervisor,
+        definitions: Definitions,
+        config: ServerConfig,
+        cluster: tiller_cluster::ClusterConfig,
+    ) -> Result<Self, tiller_cluster::ClusterError> {
+        let activations = Arc::new(placement::Activations::default());
+        let joined =
+            tiller_cluster::Cluster::join(cluster, supervisor.clone(), activations.clone()).await?;
+        let server = Server::made(supervisor, Some(joined), definitions, config);
+        activations.serve(&server.shared);
+        Ok(server)
+    }
+
+    /// The cluster this server is a host of, if any.
+    pub fn cluster(&self) -> Option<&tiller_cluster::Cluster> {
+        self.shared.cluster.as_ref()
+    }
+
+    fn made(
+        supervisor: Supervisor,
+        cluster: Option<tiller_cluster::Cluster>,
+        definitions: Definitions,
+        config: ServerConfig,
+    ) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
         let (stopped, stops) = tokio::sync::mpsc::unbounded_channel();
         Server {
@@ -244,6 +286,7 @@ impl Server {
                 stopped,
                 stops: std::sync::Mutex::new(Some(stops)),
                 supervisor,
+                cluster,
                 definitions,
                 config,
                 proxy_models,
@@ -294,6 +337,7 @@ impl Server {
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))
+            .route("/admin/drain", post(placement::drain))
             .nest("/mcp", mcp::router(&self.shared))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
@@ -339,6 +383,11 @@ impl Server {
         .await;
         if let Some(pruning) = pruning {
             pruning.abort();
+        }
+        if let Some(cluster) = &self.shared.cluster {
+            // What is left is not written to any more: the other hosts take the
+            // busy agents over when this host's heartbeat lapses.
+            cluster.leave().await;
         }
         self.shared.supervisor.shutdown().await;
         Ok(())

@@ -18,10 +18,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus, ago, is_within};
-use tiller::{AgentHandle, AgentInfo, AgentMessage};
+use tiller::{AgentInfo, AgentMessage};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::placement::Origin;
 use crate::tenants::{Caller, Scope};
 
 /// The most sessions, or messages, one page holds.
@@ -127,15 +128,8 @@ impl Shared {
         found.pop().ok_or_else(|| Problem::unknown_session(id))
     }
 
-    /// The agent holding session `id`, if one does.
-    fn holder(&self, id: &str) -> Option<AgentHandle> {
-        self.supervisor
-            .get(id)
-            .filter(|agent| agent.session_id() == id)
-    }
-
     fn view(&self, info: SessionInfo) -> SessionView {
-        let agent = self.holder(&info.record.id).map(|agent| agent.info());
+        let agent = self.holder_info(&info.record.id);
         SessionView { info, agent }
     }
 }
@@ -209,9 +203,15 @@ pub(crate) async fn resume(
         tenant: info.record.tenant_id.clone(),
         user: info.record.user_id.clone(),
     };
-    if let Some(agent) = shared.holder(&id) {
-        return Ok(Json(agent.info()).into_response());
+    if let Some(agent) = shared.holder_info(&id) {
+        return Ok(Json(agent).into_response());
     }
+    let origin = Origin {
+        definition: request.definition.clone(),
+        version: request.version.clone(),
+        inline: request.inline.clone(),
+        context: caller.context.ids().clone(),
+    };
     let mut spec = shared
         .spec(
             request.definition.as_deref(),
@@ -223,7 +223,7 @@ pub(crate) async fn resume(
         .with_id(id.clone())
         .with_session(id);
     spec.name = info.record.name;
-    let agent = shared.spawn(spec, owner).await?;
+    let agent = shared.spawn(spec, owner, &origin).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 
@@ -237,8 +237,12 @@ pub(crate) async fn delete(
     // The agent holding it and its sub-agents (whose sessions go with it).
     for agent in shared.supervisor.list() {
         if is_within(agent.id.as_str(), &id) {
-            shared.stop(agent.id.as_str()).await;
+            shared.stop(agent.id.as_str()).await?;
         }
+    }
+    if shared.cluster.is_some() {
+        // Wherever in the cluster it is held.
+        shared.stop(&id).await?;
     }
     if !shared.supervisor.store().delete(&id).await? {
         return Err(Problem::unknown_session(&id));

@@ -45,6 +45,12 @@ impl Shared {
     /// agent to be idle, then ends the event streams.
     pub(crate) async fn drain(&self) {
         self.stopping.cancel();
+        if let Some(cluster) = &self.cluster
+            && self.config.drain_on_shutdown
+        {
+            let drained = cluster.drain().await;
+            tracing::info!(moved = drained.moved.len(), failed = drained.failed.len(), "moved this host's agents away");
+        }
         let supervisor = &self.supervisor;
         let runs = supervisor
             .list()

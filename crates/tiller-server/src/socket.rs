@@ -24,13 +24,15 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tiller::{AgentHandle, Op};
+use tiller::Op;
 
 use crate::Shared;
 use crate::agents::from_client;
 use crate::error::Problem;
+use crate::placement::Outgoings;
 use crate::quota::StreamSlot;
-use crate::shutdown::until_closing;
+use crate::shutdown::{UntilClosing, until_closing};
+use crate::tenants::Caller;
 
 /// `?after=N`: resume after event `N`.
 #[derive(Debug, Deserialize)]
@@ -47,40 +49,41 @@ pub(crate) async fn socket(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    let agent = shared.agent(&caller, &id)?;
+    shared.reach(&caller, &id).await?;
     let upgrade = upgrade.map_err(|rejection| {
         Problem::new(rejection.status(), "not-a-websocket", rejection.body_text())
     })?;
     let slot = shared.stream_slot(&caller)?;
     let Query(After { after }) = after
         .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
+    // Ends when the server closes its streams, after the events published by then.
+    let events = until_closing(shared.events_of(&caller, &id, after).await?, &shared.closing);
     Ok(upgrade
         .max_message_size(shared.config.max_body_bytes)
-        .on_upgrade(move |socket| serve(shared, agent, after, socket, slot)))
+        .on_upgrade(move |socket| serve(shared, caller, id, events, socket, slot)))
 }
 
 /// Serves one socket, holding its caller's stream `_slot` until it closes.
 async fn serve(
     shared: Arc<Shared>,
-    agent: AgentHandle,
-    after: Option<u64>,
+    caller: Caller,
+    id: String,
+    mut events: UntilClosing<Outgoings>,
     socket: WebSocket,
     _slot: StreamSlot,
 ) {
     let (mut outgoing, mut incoming) = socket.split();
-    // Ends when the server closes its streams, after the events published by then.
-    let mut events = until_closing(shared.follow(&agent, after), &shared.closing);
     loop {
         let frame = tokio::select! {
-            envelope = events.next() => match envelope {
-                Some(envelope) => {
+            event = events.next() => match event {
+                Some(event) => {
                     shared.metrics.event_streamed();
-                    serde_json::to_string(&*envelope).unwrap_or_default()
+                    event.text()
                 }
                 None => break,
             },
             received = incoming.next() => match received {
-                Some(Ok(Message::Text(text))) => match command(&shared, &agent, text.as_str()).await {
+                Some(Ok(Message::Text(text))) => match command(&shared, &caller, &id, text.as_str()).await {
                     Ok(()) => continue,
                     Err(problem) => {
                         let mut frame = serde_json::to_value(&problem).unwrap_or_default();
@@ -102,7 +105,7 @@ async fn serve(
 
 /// Carries out one frame from the client, an [`Op`] (one that starts a run only
 /// while the server is not shutting down).
-async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<(), Problem> {
+async fn command(shared: &Shared, caller: &Caller, id: &str, frame: &str) -> Result<(), Problem> {
     let mut json = serde_json::Deserializer::from_str(frame);
     let op: Op = serde_path_to_error::deserialize(&mut json).map_err(|error| {
         let path = error.path().to_string();
@@ -115,5 +118,7 @@ async fn command(shared: &Shared, agent: &AgentHandle, frame: &str) -> Result<()
     if op.starts_run() {
         shared.accepting()?;
     }
-    Ok(agent.submit(op).await?)
+    shared
+        .submit(caller, &axum::http::HeaderMap::new(), id, || Ok(op))
+        .await
 }

@@ -1,0 +1,495 @@
+//! Where the server's agents live: in this process's supervisor, or — with
+//! `tiller serve --cluster` — on whichever host of a cluster holds each one
+//! ([`tiller_cluster`]). The routes reach agents only through the methods here,
+//! so each route is the same either way: in a cluster a request is forwarded to
+//! its agent's owner as an `Op` with an idempotency key (the client's
+//! `Idempotency-Key`, or one made per request), and events are read from the
+//! cluster's stream, on whichever host the client reached.
+
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock, Weak};
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::Event;
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller::tiller_store::{Definition, SessionFilter, SessionRecord, SessionStatus};
+use tiller::{
+    AgentContext, AgentHandle, AgentId, AgentInfo, AgentSpec, AgentState, AgentStatus,
+    ContextIds, Delivered, Envelope, Notice, Op, RunOutcome,
+};
+use tiller_cluster::{Activator, ClusterError, EventSubject, Followed};
+
+use crate::Shared;
+use crate::error::Problem;
+use crate::events::to_sse;
+use crate::tenants::{Caller, Scope};
+
+/// The longest `Idempotency-Key` a client may send, in bytes.
+pub(crate) const MAX_KEY_BYTES: usize = 255;
+
+/// How the server made an agent, kept with its session so that another host
+/// can make it again: the definition's name and version, or the agent file sent
+/// inline, and who it works for.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Origin {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) definition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) inline: Option<Value>,
+    #[serde(default)]
+    pub(crate) context: ContextIds,
+}
+
+impl Origin {
+    /// The origin as a session keeps it.
+    pub(crate) fn stored(&self) -> Definition {
+        Definition::new(self).unwrap_or_default()
+    }
+}
+
+/// What a client reads of an agent's events.
+pub(crate) enum Outgoing {
+    /// An event of an agent of this process.
+    Local(Arc<Envelope>),
+    /// An event as a cluster published it.
+    Published(AgentId, Followed),
+}
+
+impl Outgoing {
+    /// The event as a server-sent event: with `id:` when `numbered`.
+    pub(crate) fn sse(&self, numbered: bool) -> Event {
+        match self {
+            Outgoing::Local(envelope) if numbered => to_sse(envelope),
+            Outgoing::Local(envelope) => crate::events::unnumbered(envelope),
+            Outgoing::Published(agent, followed) => {
+                let json = self.text_of(agent, followed);
+                let event = Event::default()
+                    .event(followed.event_type())
+                    .data(json);
+                match followed {
+                    Followed::Event { seq, .. } | Followed::Lagged { seq, .. } if numbered => {
+                        event.id(seq.to_string())
+                    }
+                    _ => event,
+                }
+            }
+        }
+    }
+
+    /// The envelope's JSON (a WebSocket frame).
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Outgoing::Local(envelope) => serde_json::to_string(&**envelope).unwrap_or_default(),
+            Outgoing::Published(agent, followed) => self.text_of(agent, followed),
+        }
+    }
+
+    fn text_of(&self, agent: &AgentId, followed: &Followed) -> String {
+        match followed {
+            Followed::Event { json, .. } => String::from_utf8_lossy(json).into_owned(),
+            Followed::Lagged { seq, missed } => serde_json::to_string(&Envelope {
+                agent_id: agent.clone(),
+                seq: *seq,
+                event: Delivered::Notice(Notice::Lagged { missed: *missed }),
+            })
+            .unwrap_or_default(),
+        }
+    }
+}
+
+/// A client's stream of events.
+pub(crate) type Outgoings = Pin<Box<dyn Stream<Item = Outgoing> + Send>>;
+
+impl From<ClusterError> for Problem {
+    fn from(error: ClusterError) -> Self {
+        let detail = error.to_string();
+        match error {
+            ClusterError::Agent(error) => error.into(),
+            ClusterError::Spawn(error) => error.into(),
+            ClusterError::NoSuchAgent(agent) => Problem::unknown_agent(&agent),
+            ClusterError::Unavailable { .. } | ClusterError::Nats(_) | ClusterError::Leaving => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
+            }
+            _ => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail),
+        }
+    }
+}
+
+/// The idempotency key of a request: the client's `Idempotency-Key`, else a new
+/// one (a retry of the forwarding within the request).
+pub(crate) fn key_of(headers: &HeaderMap) -> Result<String, Problem> {
+    match headers.get("idempotency-key") {
+        None => Ok(tiller::tiller_ai::new_id()),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|key| !key.is_empty() && key.len() <= MAX_KEY_BYTES)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                Problem::invalid(
+                    Some("Idempotency-Key".to_owned()),
+                    format!("an idempotency key is 1 to {MAX_KEY_BYTES} bytes of visible text"),
+                )
+            }),
+    }
+}
+
+impl Shared {
+    /// Who owns the agent `id` in a cluster: from what this host knows, else
+    /// from its session; `None` when there is no such active agent.
+    async fn cluster_owner(&self, id: &str) -> Result<Option<Scope>, Problem> {
+        if let Some(owner) = self.owners.get(id) {
+            return Ok(Some(owner.clone()));
+        }
+        let found = self
+            .supervisor
+            .store()
+            .list(&SessionFilter::only(id))
+            .await?;
+        let Some(info) = found
+            .into_iter()
+            .find(|info| info.record.status == SessionStatus::Active)
+        else {
+            return Ok(None);
+        };
+        let owner = Scope {
+            tenant: info.record.tenant_id,
+            user: info.record.user_id,
+        };
+        self.owners.insert(AgentId::from(id), owner.clone());
+        Ok(Some(owner))
+    }
+
+    /// Where the agent `id` is, if `caller` may see it: the cluster's agent and
+    /// its event subject, or this process's.
+    pub(crate) async fn reach(&self, caller: &Caller, id: &str) -> Result<Reached, Problem> {
+        match &self.cluster {
+            None => self.agent(caller, id).map(Reached::Local),
+            Some(_) => {
+                let owner = self
+                    .cluster_owner(id)
+                    .await?
+                    .filter(|owner| caller.scope().sees(owner))
+                    .ok_or_else(|| Problem::unknown_agent(id))?;
+                Ok(Reached::Cluster(EventSubject {
+                    agent: id.to_owned(),
+                    tenant: owner.tenant,
+                    user: owner.user,
+                }))
+            }
+        }
+    }
+
+    /// Carries out `op` on the agent `id` (found for `caller`), once it is
+    /// durable.
+    pub(crate) async fn submit(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &str,
+        op: impl FnOnce() -> Result<Op, Problem>,
+    ) -> Result<(), Problem> {
+        match (self.reach(caller, id).await?, &self.cluster) {
+            (Reached::Local(agent), _) => {
+                let op = op()?;
+                match headers.get("idempotency-key") {
+                    None => agent.submit(op).await?,
+                    Some(_) => agent.submit_keyed(op, key_of(headers)?).await?,
+                }
+            }
+            (Reached::Cluster(subject), Some(cluster)) => {
+                let op = op()?;
+                cluster.submit(&subject.agent, op, &key_of(headers)?).await?;
+            }
+            (Reached::Cluster(_), None) => unreachable_placement(),
+        }
+        Ok(())
+    }
+
+    /// Carries out `op`, one that starts a run, and waits for the run's outcome.
+    pub(crate) async fn run(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &str,
+        op: Op,
+    ) -> Result<RunOutcome, Problem> {
+        match (self.reach(caller, id).await?, &self.cluster) {
+            (Reached::Local(agent), _) => {
+                let key = headers
+                    .get("idempotency-key")
+                    .map(|_| key_of(headers))
+                    .transpose()?;
+                Ok(agent.run_op(op, key.map(Into::into)).await?)
+            }
+            (Reached::Cluster(subject), Some(cluster)) => {
+                Ok(cluster.run(&subject, op, &key_of(headers)?).await?)
+            }
+            (Reached::Cluster(_), None) => unreachable_placement(),
+        }
+    }
+
+    /// The agent's state.
+    pub(crate) async fn state(&self, caller: &Caller, id: &str) -> Result<AgentState, Problem> {
+        match (self.reach(caller, id).await?, &self.cluster) {
+            (Reached::Local(agent), _) => Ok(agent.state().await?),
+            (Reached::Cluster(subject), Some(cluster)) => Ok(cluster.state(&subject.agent).await?),
+            (Reached::Cluster(_), None) => unreachable_placement(),
+        }
+    }
+
+    /// Stops the agent `id` for good and forgets what the server kept of it;
+    /// whether there was one.
+    pub(crate) async fn stop(&self, id: &str) -> Result<bool, Problem> {
+        let stopped = match &self.cluster {
+            None => self.supervisor.stop(id).await,
+            Some(cluster) => cluster.stop(id).await?,
+        };
+        self.replays.remove(id);
+        self.owners.remove(id);
+        Ok(stopped)
+    }
+
+    /// The agent's events for a client that last saw `last_seen`.
+    pub(crate) async fn events_of(
+        &self,
+        caller: &Caller,
+        id: &str,
+        last_seen: Option<u64>,
+    ) -> Result<Outgoings, Problem> {
+        match (self.reach(caller, id).await?, &self.cluster) {
+            (Reached::Local(agent), _) => Ok(Box::pin(
+                self.follow(&agent, last_seen).map(Outgoing::Local),
+            )),
+            (Reached::Cluster(subject), Some(cluster)) => {
+                let agent = AgentId::from(id);
+                let following = cluster.follow(&subject, last_seen).await?;
+                Ok(Box::pin(following.map(move |followed| {
+                    Outgoing::Published(agent.clone(), followed)
+                })))
+            }
+            (Reached::Cluster(_), None) => unreachable_placement(),
+        }
+    }
+
+    /// Every event of every agent `caller` may see, agents created later joining.
+    pub(crate) async fn all_events_of(&self, caller: &Caller) -> Result<Outgoings, Problem> {
+        let scope = caller.scope();
+        match &self.cluster {
+            None => {
+                let shared = self.me.upgrade().ok_or_else(|| {
+                    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is stopping")
+                })?;
+                let visible = {
+                    let shared = shared.clone();
+                    move |id: &str| shared.visible(&scope, id)
+                };
+                Ok(Box::pin(
+                    crate::events::following(shared, visible).map(Outgoing::Local),
+                ))
+            }
+            Some(cluster) => {
+                let following = cluster
+                    .follow_all(scope.tenant.as_deref(), scope.user.as_deref())
+                    .await?;
+                Ok(Box::pin(following.map(|followed| {
+                    Outgoing::Published(AgentId::from(""), followed)
+                })))
+            }
+        }
+    }
+
+    /// Spawns the agent `spec` says for `owner`, made as `origin` says (kept with
+    /// its session), and starts recording its events and announcing it to those
+    /// following every agent.
+    pub(crate) async fn spawn(
+        &self,
+        spec: AgentSpec,
+        owner: Scope,
+        origin: &Origin,
+    ) -> Result<AgentInfo, Problem> {
+        let spec = spec.with_origin(origin.stored());
+        let agent = match &self.cluster {
+            None => self.supervisor.spawn(spec).await?,
+            Some(cluster) => cluster.spawn(spec).await?,
+        };
+        self.owners.insert(agent.id().clone(), owner);
+        // No one following every agent is no error.
+        let _ = self.created.send(agent.id().clone());
+        self.replays.insert(agent.id().clone(), self.record(&agent));
+        Ok(agent.info())
+    }
+
+    /// The agents `caller` may see, sorted by id: this process's, or, in a
+    /// cluster, the active sessions of the caller with the status their leases
+    /// say.
+    pub(crate) async fn agents_of(&self, caller: &Caller) -> Result<Vec<AgentInfo>, Problem> {
+        let Some(cluster) = &self.cluster else {
+            let mut agents = self.supervisor.list();
+            agents.retain(|agent| self.visible(&caller.scope(), agent.id.as_str()));
+            return Ok(agents);
+        };
+        let scope = caller.scope();
+        let sessions = self
+            .supervisor
+            .store()
+            .list(&SessionFilter {
+                tenant_id: scope.tenant.clone(),
+                user_id: scope.user.clone(),
+                status: Some(SessionStatus::Active),
+                limit: Some(crate::MAX_PAGE),
+                ..SessionFilter::default()
+            })
+            .await?;
+        let leased: std::collections::HashMap<String, bool> = cluster
+            .leased()
+            .into_iter()
+            .map(|leased| (leased.id, leased.busy))
+            .collect();
+        let mut agents: Vec<AgentInfo> = sessions
+            .into_iter()
+            .filter(|info| !info.record.id.contains('/'))
+            .map(|info| AgentInfo {
+                status: match leased.get(&info.record.id) {
+                    Some(true) => AgentStatus::Running,
+                    Some(false) => AgentStatus::Idle,
+                    None => AgentStatus::Hibernated,
+                },
+                id: AgentId::from(info.record.id),
+                name: info.record.name,
+            })
+            .collect();
+        agents.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(agents)
+    }
+
+    /// The agent holding session `id` on this host or, in a cluster, anywhere.
+    pub(crate) fn holder_info(&self, id: &str) -> Option<AgentInfo> {
+        if let Some(agent) = self.supervisor.get(id).filter(|agent| agent.session_id() == id) {
+            return Some(agent.info());
+        }
+        let cluster = self.cluster.as_ref()?;
+        cluster.owner_of(id).map(|_| AgentInfo {
+            id: AgentId::from(id),
+            name: None,
+            status: AgentStatus::Idle,
+        })
+    }
+}
+
+/// Where a request found its agent.
+pub(crate) enum Reached {
+    /// In this process.
+    Local(AgentHandle),
+    /// Somewhere in the cluster, its events on this subject.
+    Cluster(EventSubject),
+}
+
+/// A cluster's agent when the server has no cluster: [`Shared::reach`] never
+/// answers so.
+fn unreachable_placement() -> ! {
+    unreachable!("an agent is reached in a cluster only when the server has one")
+}
+
+/// Brings up, on this host, the agents of other hosts of the cluster: from the
+/// origin their sessions keep, as the server made them.
+#[derive(Default)]
+pub(crate) struct Activations {
+    shared: OnceLock<Weak<Shared>>,
+}
+
+impl Activations {
+    /// From now on, agents are made by `shared`.
+    pub(crate) fn serve(&self, shared: &Arc<Shared>) {
+        let _ = self.shared.set(Arc::downgrade(shared));
+    }
+}
+
+impl Activator for Activations {
+    fn spec(&self, session: &SessionRecord) -> Result<AgentSpec, String> {
+        let shared = self
+            .shared
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or("the server is starting or stopping")?;
+        let origin: Origin = match session.origin.as_json() {
+            "null" => {
+                return Err(
+                    "it was not made through the server's API: resume its session with a definition"
+                        .to_owned(),
+                );
+            }
+            _ => session
+                .origin
+                .decode()
+                .map_err(|error| format!("its origin cannot be read: {error}"))?,
+        };
+        let spec = shared
+            .spec(
+                origin.definition.as_deref(),
+                origin.version.as_deref(),
+                origin.inline.as_ref(),
+            )
+            .map_err(|problem| problem.detail)?;
+        Ok(spec.with_context(AgentContext::from_ids(origin.context)))
+    }
+
+    fn held(&self, agent: &AgentHandle) {
+        if let Some(shared) = self.shared.get().and_then(Weak::upgrade) {
+            shared
+                .replays
+                .insert(agent.id().clone(), shared.record(agent));
+        }
+    }
+}
+
+/// What `POST /admin/drain` answers.
+#[derive(Debug, Serialize)]
+pub(crate) struct DrainReport {
+    /// The agents now held by other hosts.
+    moved: Vec<String>,
+    /// Those that could not be moved, and why.
+    failed: Vec<(String, String)>,
+    /// Each move's time from its turn's end to its new owner holding it, in
+    /// milliseconds.
+    took_ms: Vec<f64>,
+}
+
+/// `POST /admin/drain`: moves this host's agents to the other hosts of its
+/// cluster, each between two turns, and takes no new ones (an operator's
+/// request: a token marked `metrics: true`).
+pub(crate) async fn drain(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Result<axum::Json<DrainReport>, Problem> {
+    let caller = shared.caller(&headers)?;
+    if !caller.reads_metrics {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a drain is an operator's: it needs a token marked `metrics: true`",
+        ));
+    }
+    let Some(cluster) = &shared.cluster else {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-clustered",
+            "this server is not a host of a cluster (`tiller serve --cluster`)",
+        ));
+    };
+    let drained = cluster.drain().await;
+    Ok(axum::Json(DrainReport {
+        moved: drained.moved,
+        failed: drained.failed,
+        took_ms: drained
+            .took
+            .iter()
+            .map(|took| took.as_secs_f64() * 1_000.0)
+            .collect(),
+    }))
+}
