@@ -57,6 +57,7 @@
 //! ```
 
 mod activate;
+mod audit;
 mod config;
 mod drain;
 mod error;
@@ -81,6 +82,7 @@ use tiller::tiller_store::SessionRecord;
 use tiller::{AgentHandle, AgentSpec, AgentState, Op, RunOutcome, Supervisor};
 use tokio_util::task::AbortOnDropHandle;
 
+pub use audit::{PublishedBatch, published};
 pub use config::{ClusterConfig, MAX_HOST_ID_BYTES};
 pub use drain::Drained;
 pub use error::ClusterError;
