@@ -25,7 +25,7 @@ use tiller::{AgentHandle, AgentId, AgentSpec, Delivered, Envelope, Notice, Op};
 use crate::error::ClusterError;
 use crate::names::{EventSubject, FIRST_HEADER, activate_subject, token};
 use crate::owned::{Held, Owned, release};
-use crate::publish::Channel;
+use crate::publish::{Channel, LIVE_LEAD};
 use crate::wire::{Activate, Activated, LeaseRecord, Reason, Reply, Request};
 use crate::{Inner, membership};
 
@@ -177,7 +177,9 @@ async fn announce(
     let name = subject.subject();
     for _ in 0..CLAIM_ATTEMPTS {
         let (last, last_event) = last_event(inner, &name).await?;
-        let seq = last_event.map_or(0, |seq| seq + 1);
+        // Past what the previous owner may have published live only (all of
+        // its events, when the stream has none yet).
+        let seq = last_event.map_or(LIVE_LEAD, |seq| seq + 1 + LIVE_LEAD);
         let envelope = Envelope {
             agent_id: AgentId::from(subject.agent.as_str()),
             seq,
@@ -189,6 +191,7 @@ async fn announce(
         let payload = serde_json::to_vec(&envelope).map_err(ClusterError::nats)?;
         let mut channel = Channel {
             subject: name.clone(),
+            live: subject.live(),
             id_prefix: format!("{}.{epoch}", token(&subject.agent)),
             epoch,
             last,
@@ -219,9 +222,10 @@ async fn bring_up(
     let placed = async {
         let (last, first_event) = match reason {
             Some(_) => announce(inner, &subject, epoch).await?,
+            // A new agent: no owner before (an id used before keeps rising).
             None => {
                 let (last, last_event) = last_event(inner, &subject.subject()).await?;
-                (last, last_event.map_or(0, |seq| seq + 1))
+                (last, last_event.map_or(0, |seq| seq + 1 + LIVE_LEAD))
             }
         };
         let spec = spec.with_epoch(epoch).with_first_event(first_event);
@@ -404,7 +408,12 @@ pub(crate) async fn serve(inner: &Arc<Inner>) -> Result<(), ClusterError> {
 /// Asks the host rendezvous hashing prefers (then the next, while one does not
 /// answer) to bring `agent` up.
 pub(crate) async fn place(inner: &Arc<Inner>, agent: &str, reason: Reason) -> Activated {
-    let hosts = inner.view.placing();
+    let mut hosts = inner.view.placing();
+    // A host that takes no agent (draining, fenced) is passed by, whatever its
+    // view says of itself yet.
+    if claiming(inner).is_err() {
+        hosts.retain(|host| host != inner.me());
+    }
     let ranked = crate::names::preferred(agent, hosts.iter().map(String::as_str));
     if ranked.is_empty() {
         return Activated::Failed {

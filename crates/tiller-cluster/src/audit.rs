@@ -34,15 +34,16 @@ pub async fn published(
         .await
         .map_err(ClusterError::nats)?;
     let js = async_nats::jetstream::new(client);
-    let stream = js.get_stream(EVENTS).await.map_err(ClusterError::nats)?;
-    let consumer = stream
-        .create_consumer(OrderedConfig {
+    // A node just lost leaves JetStream electing a while.
+    let stream = crate::while_electing(|| js.get_stream(EVENTS)).await?;
+    let consumer = crate::while_electing(|| {
+        stream.create_consumer(OrderedConfig {
             filter_subject: subject.subject(),
             deliver_policy: DeliverPolicy::All,
             ..OrderedConfig::default()
         })
-        .await
-        .map_err(ClusterError::nats)?;
+    })
+    .await?;
     let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
     let mut batches = Vec::new();
     loop {

@@ -47,6 +47,10 @@ pub struct ClusterConfig {
     /// The most bytes one published batch of events holds (under NATS's message
     /// size limit, 1 MiB by default).
     pub max_batch_bytes: usize,
+    /// How long an owner gathers its agent's events before it writes them to
+    /// the stream as one batch (they reach followers at once on the live path;
+    /// the stream serves resumes and fences owners).
+    pub durable_window: Duration,
     /// How many agents a failover or a drain brings up or moves at once.
     pub parallel_moves: usize,
 }
@@ -69,6 +73,7 @@ impl ClusterConfig {
             event_retention: Duration::from_secs(3_600),
             max_unpublished_events: 65_536,
             max_batch_bytes: 512 << 10,
+            durable_window: Duration::from_millis(250),
             parallel_moves: 32,
         }
     }

@@ -1,26 +1,49 @@
-//! Following agents' events from any host: an ordered consumer of the events
-//! stream, filtered to one agent's subject (or a tenant's), read as the owner
-//! published it — batches of envelopes, one per line, numbered from the batch's
-//! `Tiller-First` header. Events are passed on as the JSON they were published
-//! as (no decoding, no encoding again). A resuming client's stream starts from
-//! the oldest batch JetStream keeps and skips what it has seen; a gap in the
-//! numbers (events past the owner's bound, or gone from the stream) is told as
-//! a `lagged` notice, numbered like the first event missed. Across a change of
-//! owner the subject stays the same, so a follower reads on without a break.
+//! Following agents' events from any host.
+//!
+//! A follower subscribes to the agent's live subject first (core NATS: each
+//! batch as soon as its owner publishes it), then, when it resumes after a
+//! `Last-Event-ID` or finds a gap in the numbers, reads the stream (an ordered
+//! consumer of the agent's subject, from the oldest batch kept) until the gap is
+//! filled, and goes on live. Events are passed on as the JSON they were
+//! published as, each once, in order.
+//!
+//! - A batch of an older owner than one already seen is dropped: once a follower
+//!   has seen `owner_changed`, the previous owner's late batches do not count.
+//! - A new owner numbers its events from past what the previous one may have
+//!   published live only ([`LIVE_LEAD`](crate::publish::LIVE_LEAD)); a gap that
+//!   the stream ends with `owner_changed` is that jump, not a loss.
+//! - A gap the stream cannot fill (events past the owner's bound, or gone from
+//!   the stream) is told as a `lagged` notice, numbered like the first event
+//!   missed.
+//!
+//! Across a change of owner the subjects stay the same, so a follower reads on
+//! without a break.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tiller::Envelope;
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::Inner;
 use crate::error::ClusterError;
-use crate::names::{EventSubject, FIRST_HEADER};
+use crate::names::{EPOCH_HEADER, EventSubject, FIRST_HEADER};
+
+/// How long a gap may wait for the stream to fill it before it is told as
+/// missed: more than a leader election, during which the stream takes nothing.
+const GAP_WAIT: Duration = Duration::from_secs(30);
+
+/// Items a follower holds for its reader (backpressure beyond: the live
+/// subscription's buffer, then the stream).
+const READ_AHEAD: usize = 1_024;
 
 /// One item a follower reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +76,147 @@ impl Followed {
     }
 }
 
-type Messages = Pin<
+/// An agent's (or agents') events, as they are published. Ends after an
+/// `agent_stopped` of the one agent it follows, or when NATS gives up.
+pub struct Following {
+    items: mpsc::Receiver<Followed>,
+    _task: AbortOnDropHandle<()>,
+}
+
+impl Stream for Following {
+    type Item = Followed;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Followed>> {
+        self.items.poll_recv(cx)
+    }
+}
+
+/// A batch as published: its owner's epoch, its first number, its lines.
+struct Batch {
+    epoch: u64,
+    first: u64,
+    payload: Bytes,
+}
+
+impl Batch {
+    fn of(message: &async_nats::Message) -> Option<Batch> {
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get(name))
+                .and_then(|value| value.as_str().parse::<u64>().ok())
+        };
+        Some(Batch {
+            epoch: header(EPOCH_HEADER)?,
+            first: header(FIRST_HEADER)?,
+            payload: message.payload.clone(),
+        })
+    }
+
+    /// Its events: number and JSON.
+    fn events(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
+        let payload = &self.payload;
+        payload
+            .split(|byte| *byte == b'\n')
+            .enumerate()
+            .map(move |(n, line)| {
+                let start = line.as_ptr() as usize - payload.as_ptr() as usize;
+                (self.first + n as u64, payload.slice(start..start + line.len()))
+            })
+    }
+}
+
+fn is_owner_changed(json: &Bytes) -> bool {
+    std::str::from_utf8(json).is_ok_and(|json| Envelope::type_in(json) == "owner_changed")
+}
+
+/// One agent's events put in order from the two paths.
+struct Order {
+    /// The number of the next event to pass on (`None`: the first one seen).
+    next: Option<u64>,
+    /// The newest owner seen.
+    epoch: u64,
+    /// Live events past a gap, waiting for it to be filled.
+    held: BTreeMap<u64, Bytes>,
+    ready: Vec<Followed>,
+}
+
+impl Order {
+    fn pass(&mut self, seq: u64, json: Bytes) {
+        self.ready.push(Followed::Event { seq, json });
+        self.next = Some(seq + 1);
+    }
+
+    /// Passes on the held events that follow.
+    fn drain(&mut self) {
+        while let Some(next) = self.next {
+            match self.held.first_key_value() {
+                Some((&seq, _)) if seq < next => {
+                    self.held.pop_first();
+                }
+                Some((&seq, _)) if seq == next => {
+                    if let Some((seq, json)) = self.held.pop_first() {
+                        self.pass(seq, json);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Takes a batch from the live path (`durable` false) or the stream.
+    fn offer(&mut self, batch: &Batch, durable: bool) {
+        // The stream fenced its batches itself, and is read from its start.
+        if !durable && batch.epoch < self.epoch {
+            return;
+        }
+        self.epoch = self.epoch.max(batch.epoch);
+        for (seq, json) in batch.events() {
+            let next = *self.next.get_or_insert(seq);
+            if seq < next {
+                continue;
+            }
+            if seq == next {
+                self.pass(seq, json);
+                self.drain();
+            } else if !durable {
+                self.held.insert(seq, json);
+            } else {
+                // The stream has nothing between: a new owner's jump, or a loss.
+                if !is_owner_changed(&json) {
+                    self.ready.push(Followed::Lagged {
+                        seq: next,
+                        missed: seq - next,
+                    });
+                }
+                self.held.retain(|held, _| *held > seq);
+                self.pass(seq, json);
+                self.drain();
+            }
+        }
+    }
+
+    /// Whether live events wait for a gap to be filled.
+    fn gapped(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Gives the gap up: what the stream did not bring is told as missed.
+    fn give_up(&mut self) {
+        let (Some(next), Some((&seq, _))) = (self.next, self.held.first_key_value()) else {
+            return;
+        };
+        self.ready.push(Followed::Lagged {
+            seq: next,
+            missed: seq - next,
+        });
+        self.next = Some(seq);
+        self.drain();
+    }
+}
+
+type Consumer = Pin<
     Box<
         dyn Stream<
                 Item = Result<
@@ -64,101 +227,8 @@ type Messages = Pin<
     >,
 >;
 
-/// An agent's (or agents') events, as they are published. Ends after an
-/// `agent_stopped` of the one agent it follows, or when NATS gives up.
-pub struct Following {
-    messages: Messages,
-    ready: VecDeque<Followed>,
-    /// The number each followed agent's next event should have (one agent's,
-    /// when it follows one; none for several, whose numbers are each their own).
-    next: Option<u64>,
-    /// Whether it follows one agent (numbers checked, stop at its end).
-    single: bool,
-    done: bool,
-}
-
-impl Following {
-    fn new(messages: Messages, after: Option<u64>, single: bool) -> Self {
-        Following {
-            messages,
-            ready: VecDeque::new(),
-            next: after.map(|seen| seen.saturating_add(1)),
-            single,
-            done: false,
-        }
-    }
-
-    /// Takes one published batch apart.
-    fn unpack(&mut self, message: &async_nats::Message) {
-        let Some(first) = message
-            .headers
-            .as_ref()
-            .and_then(|headers| headers.get(FIRST_HEADER))
-            .and_then(|value| value.as_str().parse::<u64>().ok())
-        else {
-            return;
-        };
-        let payload = &message.payload;
-        let mut seq = first;
-        for line in payload.split(|byte| *byte == b'\n') {
-            let this = seq;
-            seq += 1;
-            if self.single {
-                match self.next {
-                    Some(next) if this < next => continue,
-                    Some(next) if this > next => self.ready.push_back(Followed::Lagged {
-                        seq: next,
-                        missed: this - next,
-                    }),
-                    _ => {}
-                }
-                self.next = Some(this + 1);
-            }
-            let start = line.as_ptr() as usize - payload.as_ptr() as usize;
-            self.ready.push_back(Followed::Event {
-                seq: this,
-                json: payload.slice(start..start + line.len()),
-            });
-        }
-    }
-}
-
-impl Stream for Following {
-    type Item = Followed;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Followed>> {
-        loop {
-            if let Some(item) = self.ready.pop_front() {
-                if self.single && item.event_type() == "agent_stopped" {
-                    self.done = true;
-                    self.ready.clear();
-                }
-                return Poll::Ready(Some(item));
-            }
-            if self.done {
-                return Poll::Ready(None);
-            }
-            match self.messages.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(message))) => self.unpack(&message),
-                Poll::Ready(Some(Err(error))) => {
-                    // The ordered consumer recreates itself after most errors.
-                    tracing::debug!(%error, "following events");
-                }
-                Poll::Ready(None) => {
-                    self.done = true;
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-}
-
-/// A consumer of `filter` from `policy` on.
-async fn consume(
-    inner: &Inner,
-    filter: String,
-    policy: DeliverPolicy,
-) -> Result<Messages, ClusterError> {
+/// A consumer of the stream's `filter` from `policy` on.
+async fn consume(inner: &Inner, filter: String, policy: DeliverPolicy) -> Result<Consumer, ClusterError> {
     let consumer = inner
         .events
         .create_consumer(OrderedConfig {
@@ -172,32 +242,232 @@ async fn consume(
     Ok(Box::pin(messages))
 }
 
-/// One agent's events: after `after` (replayed from what the stream keeps), or
-/// from now on.
+/// One agent's events: after `after` (read from the stream first), or from now
+/// on.
 pub(crate) async fn follow(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     subject: &EventSubject,
     after: Option<u64>,
 ) -> Result<Following, ClusterError> {
-    let policy = match after {
-        Some(_) => DeliverPolicy::All,
-        None => DeliverPolicy::New,
+    let live = inner
+        .client
+        .subscribe(subject.live())
+        .await
+        .map_err(ClusterError::nats)?;
+    let stream = match after {
+        Some(_) => Some(consume(inner, subject.subject(), DeliverPolicy::All).await?),
+        None => None,
     };
-    let messages = consume(inner, subject.subject(), policy).await?;
-    Ok(Following::new(messages, after, true))
+    let (sender, items) = mpsc::channel(READ_AHEAD);
+    let task = tokio::spawn(read(
+        inner.clone(),
+        subject.subject(),
+        live,
+        stream,
+        after,
+        sender,
+    ));
+    Ok(Following {
+        items,
+        _task: AbortOnDropHandle::new(task),
+    })
 }
 
-/// Every agent's events under `tenant` (and `user`), from now on.
+/// The follower's task: live batches in order, gaps filled from the stream.
+async fn read(
+    inner: Arc<Inner>,
+    durable_subject: String,
+    mut live: async_nats::Subscriber,
+    mut stream: Option<Consumer>,
+    after: Option<u64>,
+    sender: mpsc::Sender<Followed>,
+) {
+    let mut order = Order {
+        next: after.map(|seen| seen.saturating_add(1)),
+        epoch: 0,
+        held: BTreeMap::new(),
+        ready: Vec::new(),
+    };
+    // Until the stream has delivered what it held when it was opened.
+    let mut replaying = stream.is_some();
+    let mut gap_since: Option<tokio::time::Instant> = None;
+    loop {
+        let gap_deadline = gap_since.map(|since| since + GAP_WAIT);
+        tokio::select! {
+            message = live.next() => match message {
+                Some(message) => {
+                    if let Some(batch) = Batch::of(&message) {
+                        order.offer(&batch, false);
+                    }
+                }
+                None => return,
+            },
+            message = async { stream.as_mut().map(|stream| stream.next()).unwrap().await }, if stream.is_some() => match message {
+                Some(Ok(message)) => {
+                    if let Some(batch) = Batch::of(&message) {
+                        order.offer(&batch, true);
+                    }
+                    if message.info().is_ok_and(|info| info.pending == 0) {
+                        replaying = false;
+                    }
+                }
+                Some(Err(error)) => tracing::debug!(%error, "catching up on events"),
+                None => stream = None,
+            },
+            _ = async { tokio::time::sleep_until(gap_deadline.unwrap()).await }, if gap_deadline.is_some() => {
+                order.give_up();
+            },
+        }
+        for item in order.ready.drain(..) {
+            let stopped = item.event_type() == "agent_stopped";
+            if sender.send(item).await.is_err() || stopped {
+                return;
+            }
+        }
+        // A gap calls for the stream; once filled and caught up, live alone.
+        match (order.gapped(), stream.is_some()) {
+            (true, false) => {
+                stream = consume(&inner, durable_subject.clone(), DeliverPolicy::All)
+                    .await
+                    .ok();
+            }
+            (false, true) if !replaying => stream = None,
+            _ => {}
+        }
+        gap_since = match (order.gapped(), gap_since) {
+            (true, None) => Some(tokio::time::Instant::now()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+    }
+}
+
+/// Every agent's events under `tenant` (and `user`), from now on, as the live
+/// path carries them: for a dashboard, each agent's in its order, none filled.
 pub(crate) async fn follow_all(
     inner: &Inner,
     tenant: Option<&str>,
     user: Option<&str>,
 ) -> Result<Following, ClusterError> {
-    let messages = consume(
-        inner,
-        EventSubject::filter(tenant, user),
-        DeliverPolicy::New,
-    )
-    .await?;
-    Ok(Following::new(messages, None, false))
+    let mut live = inner
+        .client
+        .subscribe(EventSubject::live_filter(tenant, user))
+        .await
+        .map_err(ClusterError::nats)?;
+    let (sender, items) = mpsc::channel(READ_AHEAD);
+    let task = tokio::spawn(async move {
+        while let Some(message) = live.next().await {
+            let Some(batch) = Batch::of(&message) else {
+                continue;
+            };
+            for (seq, json) in batch.events() {
+                if sender.send(Followed::Event { seq, json }).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Following {
+        items,
+        _task: AbortOnDropHandle::new(task),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of `epoch` from event `first` on, `kinds` its events' types.
+    fn batch(epoch: u64, first: u64, kinds: &[&str]) -> Batch {
+        let lines: Vec<String> = kinds
+            .iter()
+            .enumerate()
+            .map(|(n, kind)| {
+                format!(
+                    r#"{{"agent_id":"a","seq":{},"event":{{"type":"{kind}"}}}}"#,
+                    first + n as u64
+                )
+            })
+            .collect();
+        Batch {
+            epoch,
+            first,
+            payload: Bytes::from(lines.join("\n")),
+        }
+    }
+
+    fn fresh(after: Option<u64>) -> Order {
+        Order {
+            next: after.map(|seen| seen + 1),
+            epoch: 0,
+            held: BTreeMap::new(),
+            ready: Vec::new(),
+        }
+    }
+
+    /// What was passed on: numbers, and `lagged` as `-missed`.
+    fn passed(order: &mut Order) -> Vec<i64> {
+        order
+            .ready
+            .drain(..)
+            .map(|item| match item {
+                Followed::Event { seq, .. } => seq as i64,
+                Followed::Lagged { missed, .. } => -(missed as i64),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn live_batches_pass_in_order_from_the_first_seen() {
+        let mut order = fresh(None);
+        order.offer(&batch(5, 10, &["a", "b"]), false);
+        order.offer(&batch(5, 12, &["c"]), false);
+        assert_eq!(passed(&mut order), [10, 11, 12]);
+        assert!(!order.gapped());
+    }
+
+    #[test]
+    fn a_live_gap_is_filled_from_the_stream() {
+        let mut order = fresh(None);
+        order.offer(&batch(5, 10, &["a"]), false);
+        order.offer(&batch(5, 13, &["d", "e"]), false);
+        assert_eq!(passed(&mut order), [10]);
+        assert!(order.gapped());
+        // The stream from its start: what was passed is skipped, the gap filled.
+        order.offer(&batch(5, 9, &["x", "a", "b", "c", "d"]), true);
+        assert_eq!(passed(&mut order), [11, 12, 13, 14]);
+        assert!(!order.gapped());
+    }
+
+    #[test]
+    fn a_new_owners_jump_is_no_loss_and_an_old_owners_late_batch_is_dropped() {
+        let mut order = fresh(None);
+        order.offer(&batch(5, 10, &["a", "b"]), false);
+        // Live-only events of the old owner, then the new owner's jump.
+        order.offer(&batch(5, 12, &["c"]), false);
+        order.offer(&batch(9, 5_000, &["owner_changed"]), false);
+        assert_eq!(passed(&mut order), [10, 11, 12]);
+        assert!(order.gapped());
+        // The stream had up to 11, then the new owner's owner_changed.
+        order.offer(&batch(5, 10, &["a", "b"]), true);
+        order.offer(&batch(9, 5_000, &["owner_changed"]), true);
+        assert_eq!(passed(&mut order), [5_000]);
+        order.offer(&batch(5, 13, &["late"]), false);
+        order.offer(&batch(9, 5_001, &["agent_start"]), false);
+        assert_eq!(passed(&mut order), [5_001]);
+    }
+
+    #[test]
+    fn what_the_stream_does_not_have_is_told_as_missed() {
+        let mut order = fresh(Some(3));
+        order.offer(&batch(5, 7, &["e", "f"]), true);
+        assert_eq!(passed(&mut order), [-3, 7, 8]);
+
+        let mut order = fresh(None);
+        order.offer(&batch(5, 1, &["a"]), false);
+        order.offer(&batch(5, 4, &["d"]), false);
+        order.give_up();
+        assert_eq!(passed(&mut order), [1, -2, 4]);
+        assert!(!order.gapped());
+    }
 }

@@ -61,6 +61,14 @@ impl Life {
         (state.registered && !state.record.draining).then(|| state.record.incarnation.clone())
     }
 
+    /// Whether this life may still act as an owner: registered, and renewed
+    /// within `fence_after` (a host woken from a pause is not, before its
+    /// heartbeat task has even run).
+    pub(crate) fn fresh(&self, fence_after: std::time::Duration) -> bool {
+        let state = self.lock();
+        state.registered && state.renewed.elapsed() < fence_after
+    }
+
     /// Marks the host as draining (written with the next renewal).
     pub(crate) fn drain(&self) {
         self.lock().record.draining = true;

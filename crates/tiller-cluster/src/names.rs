@@ -17,6 +17,10 @@ pub(crate) const EVENTS: &str = "TILLER_EVENTS";
 /// The subjects of [`EVENTS`].
 pub(crate) const EVENT_SUBJECTS: &str = "tiller.events.>";
 
+/// The live subjects: each batch of events as soon as it is published, on core
+/// NATS (see `publish.rs`).
+pub(crate) const LIVE_PREFIX: &str = "tiller.live";
+
 /// Headers of a batch of events.
 pub(crate) const EPOCH_HEADER: &str = "Tiller-Epoch";
 /// The number of a batch's first event.
@@ -45,23 +49,32 @@ pub struct EventSubject {
 }
 
 impl EventSubject {
-    /// The subject.
+    /// The subject of the stream (the durable batches).
     pub(crate) fn subject(&self) -> String {
+        self.under("tiller.events")
+    }
+
+    /// The live subject (core NATS).
+    pub(crate) fn live(&self) -> String {
+        self.under(LIVE_PREFIX)
+    }
+
+    fn under(&self, prefix: &str) -> String {
         format!(
-            "tiller.events.{}.{}.{}",
+            "{prefix}.{}.{}.{}",
             part(self.tenant.as_deref()),
             part(self.user.as_deref()),
             token(&self.agent)
         )
     }
 
-    /// The filter of every agent of `tenant` (and `user`, when given), or every
-    /// agent at all.
-    pub(crate) fn filter(tenant: Option<&str>, user: Option<&str>) -> String {
+    /// The live filter of every agent of `tenant` (and `user`, when given), or
+    /// every agent at all.
+    pub(crate) fn live_filter(tenant: Option<&str>, user: Option<&str>) -> String {
         match (tenant, user) {
-            (None, None) => EVENT_SUBJECTS.to_owned(),
-            (tenant, None) => format!("tiller.events.{}.>", part(tenant)),
-            (tenant, user) => format!("tiller.events.{}.{}.*", part(tenant), part(user)),
+            (None, None) => format!("{LIVE_PREFIX}.>"),
+            (tenant, None) => format!("{LIVE_PREFIX}.{}.>", part(tenant)),
+            (tenant, user) => format!("{LIVE_PREFIX}.{}.{}.*", part(tenant), part(user)),
         }
     }
 }
@@ -126,12 +139,16 @@ mod tests {
             user: Some("u".to_owned()),
         };
         assert_eq!(subject.subject(), "tiller.events.-.dQ.YQ");
-        assert_eq!(EventSubject::filter(Some("t"), None), "tiller.events.dA.>");
+        assert_eq!(subject.live(), "tiller.live.-.dQ.YQ");
         assert_eq!(
-            EventSubject::filter(Some("t"), Some("u")),
-            "tiller.events.dA.dQ.*"
+            EventSubject::live_filter(Some("t"), None),
+            "tiller.live.dA.>"
         );
-        assert_eq!(EventSubject::filter(None, None), "tiller.events.>");
+        assert_eq!(
+            EventSubject::live_filter(Some("t"), Some("u")),
+            "tiller.live.dA.dQ.*"
+        );
+        assert_eq!(EventSubject::live_filter(None, None), "tiller.live.>");
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl Owned {
             .map_err(crate::ClusterError::nats)?;
         let channel = Channel {
             subject: subject.subject(),
+            live: subject.live(),
             id_prefix: format!("{}.{epoch}", token(&agent)),
             epoch,
             last,
