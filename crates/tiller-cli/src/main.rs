@@ -55,12 +55,14 @@ fn main() -> ExitCode {
                     retain_closed: retain_closed_days.map(|days| {
                         std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))
                     }),
-                    cluster: cluster.as_deref().map(|servers| tiller_cli::serve::ClusterOptions {
-                        servers,
-                        host_id: host_id.as_deref(),
-                        drain: *drain,
-                        lease_ttl: std::time::Duration::from_secs(*lease_ttl),
-                    }),
+                    cluster: cluster
+                        .as_deref()
+                        .map(|servers| tiller_cli::serve::ClusterOptions {
+                            servers,
+                            host_id: host_id.as_deref(),
+                            drain: *drain,
+                            lease_ttl: std::time::Duration::from_secs(*lease_ttl),
+                        }),
                 };
                 tiller_cli::serve::serve(options).await
             }

@@ -113,7 +113,9 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         }
     };
     if cluster.is_some() && !store.is_some_and(|url| url.starts_with("postgres")) {
-        say!("tiller: --cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL");
+        say!(
+            "tiller: --cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL"
+        );
         return Exit::Usage;
     }
     let store: Arc<dyn SessionStore> = match store {

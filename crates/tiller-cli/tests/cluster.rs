@@ -57,7 +57,10 @@ const AGENT: &str = "type: object\n\
 
 /// The user texts a request carries after the model's last answer.
 fn unanswered(request: &CapturedRequest) -> Vec<String> {
-    let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let after = messages
         .iter()
         .rposition(|m| m["role"] == "assistant")
@@ -83,18 +86,21 @@ fn scripted(request: &CapturedRequest, pace: Duration) -> MockResponse {
         .is_some_and(|messages| messages.last().is_some_and(|m| m["role"] == "tool"));
     if !noted && asked.iter().any(|text| text.starts_with("note:")) {
         return MockResponse::sse(sse::openai_tool_call(
-            &format!("call-{}", request.body["messages"].as_array().map_or(0, Vec::len)),
+            &format!(
+                "call-{}",
+                request.body["messages"].as_array().map_or(0, Vec::len)
+            ),
             "note",
             &json!({}),
         ));
     }
     let answer = format!("Answer to: {}.", asked.join(" / "));
-    let words: Vec<String> = answer
-        .split_inclusive(' ')
-        .map(str::to_owned)
-        .collect();
+    let words: Vec<String> = answer.split_inclusive(' ').map(str::to_owned).collect();
     let per_piece = words.len().div_ceil(20).max(1);
-    let pieces: Vec<String> = words.chunks(per_piece).map(|chunk| chunk.concat()).collect();
+    let pieces: Vec<String> = words
+        .chunks(per_piece)
+        .map(|chunk| chunk.concat())
+        .collect();
     let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
     let body = sse::openai_text(&pieces);
     let events: Vec<String> = body.split_inclusive("\n\n").map(str::to_owned).collect();
@@ -419,7 +425,11 @@ impl Chaos {
         let (mut epoch, mut claimed, mut next) = (0, 0, None);
         for batch in &batches {
             assert!(batch.epoch >= epoch, "epoch {} after {epoch}", batch.epoch);
-            assert!(batch.epoch >= claimed, "a batch of epoch {} after the claim of {claimed}", batch.epoch);
+            assert!(
+                batch.epoch >= claimed,
+                "a batch of epoch {} after the claim of {claimed}",
+                batch.epoch
+            );
             epoch = batch.epoch;
             for (n, event) in batch.events.iter().enumerate() {
                 let seq = event["seq"].as_u64().unwrap();
@@ -434,7 +444,10 @@ impl Chaos {
                 next = Some(seq + 1);
                 if event["event"]["type"] == "owner_changed" {
                     let owner_epoch = event["event"]["epoch"].as_u64().unwrap();
-                    assert!(owner_epoch > claimed, "claims: {claimed} then {owner_epoch}");
+                    assert!(
+                        owner_epoch > claimed,
+                        "claims: {claimed} then {owner_epoch}"
+                    );
                     assert_eq!(owner_epoch, batch.epoch);
                     claimed = owner_epoch;
                 }
@@ -541,7 +554,12 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
     let on_h3 = chaos.follow("h3", &agent, None).await;
     let prompt = "why is the sky blue";
     let (status, _) = chaos
-        .post("h2", &format!("/agents/{agent}/prompt"), json!({"text": prompt}), Some("p1"))
+        .post(
+            "h2",
+            &format!("/agents/{agent}/prompt"),
+            json!({"text": prompt}),
+            Some("p1"),
+        )
         .await;
     assert_eq!(status, 202);
     let before = on_h2.until(|read| deltas(read) >= 3).await;
@@ -559,13 +577,21 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
         )
         .await;
     assert_eq!(steered, 204);
-    on_h2.until(|read| read.iter().any(|event| event.kind == "owner_changed")).await;
+    on_h2
+        .until(|read| read.iter().any(|event| event.kind == "owner_changed"))
+        .await;
     let took_over = killed.elapsed();
-    assert!(took_over <= TTL + Duration::from_secs(5), "took over after {took_over:?}");
+    assert!(
+        took_over <= TTL + Duration::from_secs(5),
+        "took over after {took_over:?}"
+    );
 
     for follower in [&on_h2, &on_h3] {
         let read = follower.until(finished_after_owner_change).await;
-        let changed = read.iter().position(|event| event.kind == "owner_changed").unwrap();
+        let changed = read
+            .iter()
+            .position(|event| event.kind == "owner_changed")
+            .unwrap();
         assert_eq!(
             kinds(&read[changed..changed + 3]),
             ["owner_changed", "turn_restarted", "agent_start"]
@@ -589,7 +615,10 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
             .await
             .unwrap();
         let events: Vec<&Value> = batches.iter().flat_map(|batch| &batch.events).collect();
-        if events.last().is_some_and(|event| event["event"]["type"] == "agent_end") {
+        if events
+            .last()
+            .is_some_and(|event| event["event"]["type"] == "agent_end")
+        {
             break events
                 .iter()
                 .map(|event| event["seq"].as_u64())
@@ -607,7 +636,10 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
         assert!(!kinds(&read).contains(&"lagged"));
     }
     let live_ids: Vec<Option<u64>> = live.iter().map(|event| event.id).collect();
-    assert!(kept.iter().all(|id| live_ids.contains(id)), "the live clients saw every kept event");
+    assert!(
+        kept.iter().all(|id| live_ids.contains(id)),
+        "the live clients saw every kept event"
+    );
 
     // One finished answer to the prompt in the store; the steer once.
     let answers = chaos.answers("h2", &agent).await;
@@ -640,7 +672,12 @@ async fn a_paused_owner_is_replaced_and_fences_itself_when_it_wakes() {
     let on_h2 = chaos.follow("h2", &agent, None).await;
     let prompt = "tell me about tides";
     let (status, _) = chaos
-        .post("h2", &format!("/agents/{agent}/prompt"), json!({"text": prompt}), Some("p1"))
+        .post(
+            "h2",
+            &format!("/agents/{agent}/prompt"),
+            json!({"text": prompt}),
+            Some("p1"),
+        )
         .await;
     assert_eq!(status, 202);
     on_h2.until(|read| deltas(read) >= 3).await;
@@ -649,11 +686,17 @@ async fn a_paused_owner_is_replaced_and_fences_itself_when_it_wakes() {
     let paused = Instant::now();
     on_h2.until(finished_after_owner_change).await;
     let took_over = paused.elapsed();
-    assert!(took_over <= TTL + Duration::from_secs(5) + Duration::from_secs(10), "{took_over:?}");
+    assert!(
+        took_over <= TTL + Duration::from_secs(5) + Duration::from_secs(10),
+        "{took_over:?}"
+    );
     signal(h1.pid(), libc::SIGCONT);
     h1.said("host fenced itself", Duration::from_secs(30)).await;
     let figures = chaos.metrics("h1").await;
-    assert!(figures["tiller_cluster_self_fences_total"] >= 1.0, "{figures:?}");
+    assert!(
+        figures["tiller_cluster_self_fences_total"] >= 1.0,
+        "{figures:?}"
+    );
     assert_eq!(figures["tiller_cluster_leases_held"], 0.0);
 
     // No interleaving: one answer, the new owner's.
@@ -683,7 +726,12 @@ async fn leader_of(chaos: &Chaos, stream: &str) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|account| account["stream_detail"].as_array().cloned().unwrap_or_default())
+        .flat_map(|account| {
+            account["stream_detail"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .find(|detail| detail["name"] == stream)
         .and_then(|detail| detail["cluster"]["leader"].as_str().map(str::to_owned))
         .unwrap_or_else(|| panic!("no leader of {stream} in {page}"))
@@ -697,7 +745,12 @@ async fn losing_the_nats_node_that_leads_the_leases_costs_nothing() {
     let agent = chaos.create("h1").await;
     let on_h2 = chaos.follow("h2", &agent, None).await;
     let (status, _) = chaos
-        .post("h2", &format!("/agents/{agent}/prompt"), json!({"text": "a long story"}), Some("p1"))
+        .post(
+            "h2",
+            &format!("/agents/{agent}/prompt"),
+            json!({"text": "a long story"}),
+            Some("p1"),
+        )
         .await;
     assert_eq!(status, 202);
     on_h2.until(|read| deltas(read) >= 1).await;
@@ -711,7 +764,10 @@ async fn losing_the_nats_node_that_leads_the_leases_costs_nothing() {
     assert!(!kinds(&read).contains(&"owner_changed"));
     for host in ["h1", "h2", "h3"] {
         let figures = chaos.metrics(host).await;
-        assert_eq!(figures["tiller_cluster_self_fences_total"], 0.0, "{host}: {figures:?}");
+        assert_eq!(
+            figures["tiller_cluster_self_fences_total"], 0.0,
+            "{host}: {figures:?}"
+        );
     }
     assert_eq!(chaos.metrics("h1").await["tiller_cluster_leases_held"], 1.0);
     chaos.check(&agent, "h2").await;
@@ -731,14 +787,22 @@ async fn a_drain_moves_every_agent_between_two_turns_to_the_other_hosts() {
     for agent in &agents[..2] {
         let follower = chaos.follow("h2", agent, None).await;
         let (status, _) = chaos
-            .post("h2", &format!("/agents/{agent}/prompt"), json!({"text": "note: this, then answer"}), None)
+            .post(
+                "h2",
+                &format!("/agents/{agent}/prompt"),
+                json!({"text": "note: this, then answer"}),
+                None,
+            )
             .await;
         assert_eq!(status, 202);
         followers.push(follower);
     }
     for follower in &followers {
         follower
-            .until(|read| read.iter().any(|event| event.kind == "tool_execution_start"))
+            .until(|read| {
+                read.iter()
+                    .any(|event| event.kind == "tool_execution_start")
+            })
             .await;
     }
     let (status, drained) = chaos.post("h1", "/admin/drain", json!({}), None).await;
@@ -752,7 +816,11 @@ async fn a_drain_moves_every_agent_between_two_turns_to_the_other_hosts() {
     assert!(took.iter().all(|ms| *ms < 1_000.0), "{took:?}");
     for follower in &followers {
         let read = follower.until(finished_after_owner_change).await;
-        assert!(!kinds(&read).contains(&"turn_restarted"), "{:?}", kinds(&read));
+        assert!(
+            !kinds(&read).contains(&"turn_restarted"),
+            "{:?}",
+            kinds(&read)
+        );
         consecutive(&read);
     }
     assert_eq!(chaos.metrics("h1").await["tiller_cluster_leases_held"], 0.0);
@@ -811,6 +879,12 @@ async fn fifty_concurrent_follow_ups_to_an_agent_no_host_holds_apply_once() {
         activations += chaos.metrics(host).await["tiller_cluster_activations_total"];
     }
     assert_eq!(activations, 1.0, "one owner");
-    chaos.hosts.insert(0, Host { child: h1_child, ..h1 });
+    chaos.hosts.insert(
+        0,
+        Host {
+            child: h1_child,
+            ..h1
+        },
+    );
     chaos.check(&agent, "h2").await;
 }

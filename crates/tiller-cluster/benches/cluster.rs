@@ -40,7 +40,7 @@ use tiller_server::{Server, ServerConfig};
 use tiller_test_support::nats::NatsCluster;
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
 use tiller_test_support::postgres::postgres_url;
-use tiller_test_support::workload::monotonic_ns;
+use tiller_test_support::workload::{CpuTicks, monotonic_ns};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Set in a host's environment: `ID NATS_URLS STORE MODEL_PORT HIBERNATE`.
@@ -93,7 +93,14 @@ fn host(given: &str) {
             max_connections_per_address: open,
             ..ServerConfig::default()
         };
-        let cluster = ClusterConfig::new(ClusterConfig::servers_from(urls), id);
+        let mut cluster = ClusterConfig::new(ClusterConfig::servers_from(urls), id);
+        // To compare windows: `TILLER_BENCH_DURABLE_WINDOW_MS`.
+        if let Some(window) = std::env::var("TILLER_BENCH_DURABLE_WINDOW_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+        {
+            cluster.durable_window = Duration::from_millis(window);
+        }
         let server = Server::clustered(
             supervisor,
             definitions(model_port.parse().unwrap()),
@@ -104,20 +111,28 @@ fn host(given: &str) {
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("http://{}", listener.local_addr().unwrap());
-        server.serve(listener, std::future::pending()).await.unwrap();
+        server
+            .serve(listener, std::future::pending())
+            .await
+            .unwrap();
     });
 }
 
 /// CPU time of process `pid` so far (user and system), from `/proc`.
 fn cpu_of(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<u64> = stat
+    // After the command's name: state (the 3rd field), … utime (14th), stime (15th).
+    let fields: Vec<&str> = stat
         .rsplit_once(") ")
-        .map(|(_, rest)| rest.split_whitespace().filter_map(|f| f.parse().ok()).collect())
+        .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    // utime and stime are the 14th and 15th fields (11th and 12th after state).
-    let ticks = fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((field(14) + field(15)) * 10)
 }
 
 /// The CPU of a set of processes, read before and after a stretch.
@@ -166,7 +181,8 @@ struct World {
 
 impl World {
     async fn start(hosts: usize, hibernate: bool) -> World {
-        let store = postgres_url().expect("the bench needs PostgreSQL: scripts/postgres.sh install");
+        let store =
+            postgres_url().expect("the bench needs PostgreSQL: scripts/postgres.sh install");
         let nats = NatsCluster::start(3).expect("the bench needs NATS: scripts/nats.sh install");
         let model = PacedProcess::start();
         let mut world = World {
@@ -235,7 +251,13 @@ impl World {
     }
 
     /// `count` agents of `definition` created on `host`, `parallel` at a time.
-    async fn create(&self, host: usize, definition: &str, count: usize, parallel: usize) -> Vec<String> {
+    async fn create(
+        &self,
+        host: usize,
+        definition: &str,
+        count: usize,
+        parallel: usize,
+    ) -> Vec<String> {
         futures::stream::iter(0..count)
             .map(|_| async move {
                 let (status, agent) = self
@@ -311,46 +333,148 @@ async fn forwarding() {
     // Warm: every host has reached every agent once.
     for agent in agents.iter().take(10) {
         for host in 0..3 {
-            world.post(host, &format!("/agents/{agent}/prompt?wait=true"), json!({"text": "warm"})).await;
+            world
+                .post(
+                    host,
+                    &format!("/agents/{agent}/prompt?wait=true"),
+                    json!({"text": "warm"}),
+                )
+                .await;
         }
     }
     world.idle(0).await;
-    let mut figures = Vec::new();
-    for (name, host) in [("owner", 0), ("another host", 1)] {
-        let hosts = Clock::start(&world.hosts_pids());
-        let nats = Clock::start(&world.nats_pids());
-        let mut latencies = Vec::with_capacity(agents.len());
-        for agent in &agents {
-            let started = Instant::now();
-            let (status, problem) = world
-                .post(host, &format!("/agents/{agent}/prompt"), json!({"text": "Hi"}))
-                .await;
-            latencies.push(started.elapsed().as_secs_f64() * 1e3);
-            assert_eq!(status, 202, "{problem}");
+    // Rounds alternate between the owner and another host, so that drift in
+    // the machine's load falls on both alike.
+    let mut figures = vec![(Vec::new(), Duration::ZERO, Duration::ZERO); 2];
+    for _round in 0..3 {
+        for (kind, host) in [(0, 0), (1, 1)] {
+            let hosts = Clock::start(&world.hosts_pids());
+            let nats = Clock::start(&world.nats_pids());
+            for agent in &agents {
+                let started = Instant::now();
+                let (status, problem) = world
+                    .post(
+                        host,
+                        &format!("/agents/{agent}/prompt"),
+                        json!({"text": "Hi"}),
+                    )
+                    .await;
+                figures[kind].0.push(started.elapsed().as_secs_f64() * 1e3);
+                assert_eq!(status, 202, "{problem}");
+            }
+            world.idle(0).await;
+            figures[kind].1 += hosts.elapsed();
+            figures[kind].2 += nats.elapsed();
         }
-        world.idle(0).await;
-        let (hosts, nats) = (hosts.elapsed(), nats.elapsed());
+    }
+    let prompts = (agents.len() * 3) as f64;
+    let mut written = [0.0; 3];
+    for host in 0..3 {
+        let figures = world.metrics(host).await;
+        for (n, name) in [
+            "tiller_cluster_live_batches_total",
+            "tiller_cluster_stream_batches_total",
+            "tiller_cluster_lease_writes_total",
+        ]
+        .iter()
+        .enumerate()
+        {
+            written[n] += figures.get(*name).copied().unwrap_or(0.0);
+        }
+    }
+    println!(
+        "forward: per prompt: {:.1} live batches, {:.1} stream batches, {:.2} lease writes",
+        written[0] / (prompts + 30.0),
+        written[1] / (prompts + 30.0),
+        written[2] / (prompts + 30.0)
+    );
+    for (name, (latencies, hosts, nats)) in ["owner", "another host"].iter().zip(&mut figures) {
         latencies.sort_by(f64::total_cmp);
         println!(
             "forward: a prompt to {name}: p50 {:.2} ms, p99 {:.2} ms; CPU per prompt (its run included): hosts {:.0} µs, NATS {:.0} µs",
-            quantile(&latencies, 0.5),
-            quantile(&latencies, 0.99),
-            micros(hosts) / agents.len() as f64,
-            micros(nats) / agents.len() as f64,
+            quantile(latencies, 0.5),
+            quantile(latencies, 0.99),
+            micros(*hosts) / prompts,
+            micros(*nats) / prompts,
         );
-        figures.push((latencies, hosts + nats));
     }
+    let (floor, floor_cpu) = request_floor(&world, agents.len() * 3).await;
+    println!(
+        "forward: floor, a bare NATS request and reply of the same size between connections to two nodes: p50 {:.2} ms, p99 {:.2} ms; CPU {:.0} µs each, both ends and NATS",
+        quantile(&floor, 0.5),
+        quantile(&floor, 0.99),
+        micros(floor_cpu) / floor.len() as f64
+    );
     let added = |q| quantile(&figures[1].0, q) - quantile(&figures[0].0, q);
+    let cpu = |kind: usize| micros(figures[kind].1 + figures[kind].2) / prompts;
     println!(
         "forward: added by another host: latency p50 {:.2} ms (target <= 1 ms), p99 {:.2} ms (target <= 5 ms); CPU {:.0} µs per prompt, hosts and NATS (target <= 200 µs)",
         added(0.5),
         added(0.99),
-        (micros(figures[1].1) - micros(figures[0].1)) / agents.len() as f64,
+        cpu(1) - cpu(0),
     );
 }
 
-/// Reads one SSE stream to its `agent_end`: events, whether any was missing or
-/// out of order, and each token's latency in ms.
+/// The number a stamped token carries, from the JSON around it: the digits
+/// after `key`.
+fn stamp_after(data: &str, key: &str) -> Option<u64> {
+    let at = data.find(key)? + key.len();
+    let digits: &str = data[at..].split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
+
+/// The floor of forwarding: `count` requests, one at a time, from a connection
+/// to one NATS node to a responder connected to another, each the size of a
+/// forwarded prompt and its answer; their latencies in ms, and the CPU of this
+/// process (both ends) and of NATS.
+async fn request_floor(world: &World, count: usize) -> (Vec<f64>, Duration) {
+    let asker = async_nats::connect(world.nats.urls[0].as_str())
+        .await
+        .unwrap();
+    let answerer = async_nats::connect(world.nats.urls[1].as_str())
+        .await
+        .unwrap();
+    let mut asked = answerer.subscribe("bench.floor").await.unwrap();
+    let answering = tokio::spawn(async move {
+        while let Some(message) = asked.next().await {
+            if let Some(reply) = message.reply {
+                answerer
+                    .publish(
+                        reply,
+                        bytes::Bytes::from_static(br#"{"ok":{"type":"done"}}"#),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let request = bytes::Bytes::from(
+        json!({"type": "submit", "op": {"type": "prompt", "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}], "timestamp": 0}]}, "key": "01a2140f-5a0e-7c3d-8f5e-2b1c4d5e6f70"})
+            .to_string(),
+    );
+    // The subscription reaches the other node a moment later.
+    while asker.request("bench.floor", request.clone()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut pids = world.nats_pids();
+    pids.push(std::process::id());
+    let clock = Clock::start(&pids);
+    let mut latencies = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        asker.request("bench.floor", request.clone()).await.unwrap();
+        latencies.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let cpu = clock.elapsed();
+    answering.abort();
+    latencies.sort_by(f64::total_cmp);
+    (latencies, cpu)
+}
+
+/// Reads one SSE stream of an agent to its `agent_end`: events, whether any was
+/// missing or out of order, and each token's latency in ms (from its stamp to
+/// the read of the chunk holding it). Only what it checks is looked at: the
+/// clients share the machine with what they measure.
 async fn read(response: reqwest::Response) -> (u64, bool, Vec<f64>) {
     let mut body = response.bytes_stream();
     let mut buffer = String::new();
@@ -368,23 +492,21 @@ async fn read(response: reqwest::Response) -> (u64, bool, Vec<f64>) {
                     .find_map(|line| line.strip_prefix(name))
                     .map(str::trim_start)
             };
-            let (Some(id), Some(data)) = (field("id:"), field("data:")) else {
+            let (Some(id), Some(kind), Some(data)) =
+                (field("id:"), field("event:"), field("data:"))
+            else {
                 continue;
             };
             let seq: u64 = id.parse().unwrap();
-            broken |= expected.is_some_and(|expected| expected != seq);
+            // A new owner numbers on from past the live lead.
+            broken |= kind != "owner_changed" && expected.is_some_and(|expected| expected != seq);
             expected = Some(seq + 1);
             events += 1;
-            let data: Value = serde_json::from_str(data).unwrap();
-            let event = &data["event"];
-            match event["type"].as_str().unwrap_or_default() {
+            match kind {
                 "lagged" => broken = true,
                 "agent_end" => return (events, broken, latencies),
-                "message_update" => {
-                    let update = &event["assistant_message_event"];
-                    if update["type"] == "text_delta"
-                        && let Ok(stamp) = update["delta"].as_str().unwrap_or_default().trim().parse::<u64>()
-                    {
+                "message_update" if data.contains("\"text_delta\"") => {
+                    if let Some(stamp) = stamp_after(data, "\"delta\":\"") {
                         latencies.push(read_at.saturating_sub(stamp) as f64 / 1e6);
                     }
                 }
@@ -395,12 +517,73 @@ async fn read(response: reqwest::Response) -> (u64, bool, Vec<f64>) {
     (events, true, latencies)
 }
 
+/// Reads one streamed answer straight from the model server: each token's
+/// latency in ms.
+async fn read_model(response: reqwest::Response) -> Vec<f64> {
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut latencies = Vec::new();
+    while let Some(Ok(chunk)) = body.next().await {
+        let read_at = monotonic_ns();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            if let Some(stamp) = stamp_after(&block, "\"content\":\"") {
+                latencies.push(read_at.saturating_sub(stamp) as f64 / 1e6);
+            }
+        }
+    }
+    latencies
+}
+
+/// The floor of the streaming figure: the same answers, started at the same
+/// rate, read by the same client code straight from the model server (no
+/// Tiller, no NATS): what the machine and the harness cost alone.
+async fn stream_floor(world: &World, count: usize) -> (Vec<f64>, Duration) {
+    let url = format!("http://127.0.0.1:{}/v1/chat/completions", world.model.port);
+    let body = json!({
+        "model": format!("stamped-{SPACING_US}"),
+        "stream": true,
+        "messages": [{"role": "user", "content": "Hi"}],
+    })
+    .to_string();
+    let others = Clock::start(&[std::process::id(), world.model.pid()]);
+    let mut ticks = tokio::time::interval(Duration::from_millis(2));
+    let mut readers = Vec::new();
+    for _ in 0..count {
+        ticks.tick().await;
+        let request = world
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send();
+        readers.push(tokio::spawn(async move {
+            read_model(request.await.unwrap()).await
+        }));
+    }
+    let mut latencies = Vec::new();
+    for reader in readers {
+        latencies.extend(reader.await.unwrap());
+    }
+    latencies.sort_by(f64::total_cmp);
+    (latencies, others.elapsed())
+}
+
 /// 2: 1,000 agents streaming, each to a client on another host.
 async fn streaming(agents_count: usize) {
     let world = World::start(3, false).await;
+    let (floor, floor_cpu) = stream_floor(&world, agents_count).await;
     let mut agents = Vec::new();
     for host in 0..3 {
-        let made = world.create(host, "stamped", agents_count / 3 + usize::from(host < agents_count % 3), 32).await;
+        let made = world
+            .create(
+                host,
+                "stamped",
+                agents_count / 3 + usize::from(host < agents_count % 3),
+                32,
+            )
+            .await;
         agents.extend(made.into_iter().map(|agent| (agent, host)));
     }
     let mut readers = Vec::new();
@@ -408,7 +591,10 @@ async fn streaming(agents_count: usize) {
         let follower = (owner + 1) % 3;
         let response = world
             .http
-            .get(format!("{}/agents/{agent}/events", world.hosts[follower].base))
+            .get(format!(
+                "{}/agents/{agent}/events",
+                world.hosts[follower].base
+            ))
             .send()
             .await
             .unwrap();
@@ -417,6 +603,8 @@ async fn streaming(agents_count: usize) {
     }
     let hosts = Clock::start(&world.hosts_pids());
     let nats = Clock::start(&world.nats_pids());
+    let others = Clock::start(&[std::process::id(), world.model.pid()]);
+    let machine = CpuTicks::now();
     let started = Instant::now();
     // 500 prompts a second, each to the agent's owner.
     let mut ticks = tokio::time::interval(Duration::from_millis(2));
@@ -425,7 +613,10 @@ async fn streaming(agents_count: usize) {
         ticks.tick().await;
         let request = world
             .http
-            .post(format!("{}/agents/{agent}/prompt", world.hosts[*owner].base))
+            .post(format!(
+                "{}/agents/{agent}/prompt",
+                world.hosts[*owner].base
+            ))
             .header("content-type", "application/json")
             .body(json!({"text": "Hi"}).to_string())
             .send();
@@ -444,7 +635,8 @@ async fn streaming(agents_count: usize) {
         latencies.extend(seen);
     }
     let wall = started.elapsed();
-    let (hosts, nats) = (hosts.elapsed(), nats.elapsed());
+    let (hosts, nats, others) = (hosts.elapsed(), nats.elapsed(), others.elapsed());
+    let busy = CpuTicks::now().busy_since(machine);
     latencies.sort_by(f64::total_cmp);
     println!(
         "stream: {} agents, {STAMPED_TOKENS} tokens {} ms apart each, a client each on another host than the owner: {:.1} s; {delivered} events delivered, {broken} streams broken",
@@ -459,9 +651,17 @@ async fn streaming(agents_count: usize) {
         quantile(&latencies, 1.0)
     );
     println!(
-        "stream: CPU per event delivered (the owner's run, its batches to JetStream, the follower's consumer and SSE): hosts {:.1} µs, NATS {:.1} µs",
+        "stream: floor, the same streams read straight from the model server: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; the clients and the model server {:.1} µs per token",
+        quantile(&floor, 0.5),
+        quantile(&floor, 0.99),
+        quantile(&floor, 1.0),
+        micros(floor_cpu) / floor.len() as f64
+    );
+    println!(
+        "stream: CPU per event delivered (the owner's run, its batches to JetStream, the follower's consumer and SSE): hosts {:.1} µs, NATS {:.1} µs; the clients and the model server {:.1} µs; the machine was {busy:.0}% busy",
         micros(hosts) / delivered as f64,
-        micros(nats) / delivered as f64
+        micros(nats) / delivered as f64,
+        micros(others) / delivered as f64,
     );
 }
 
@@ -474,7 +674,11 @@ async fn failover(agents_count: usize) {
             let world = &world;
             async move {
                 let (status, problem) = world
-                    .post(2, &format!("/agents/{agent}/prompt"), json!({"text": "a long answer"}))
+                    .post(
+                        2,
+                        &format!("/agents/{agent}/prompt"),
+                        json!({"text": "a long answer"}),
+                    )
                     .await;
                 assert_eq!(status, 202, "{problem}");
             }
@@ -499,7 +703,10 @@ async fn failover(agents_count: usize) {
         if failovers as usize >= agents.len() {
             break;
         }
-        assert!(at.elapsed() < Duration::from_secs(120), "{failovers} taken over");
+        assert!(
+            at.elapsed() < Duration::from_secs(120),
+            "{failovers} taken over"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
@@ -558,7 +765,9 @@ async fn renewal(owned: usize) {
         sent / hold.as_secs_f64()
     );
     // What renewing each lease on its own would take: one round of CAS writes.
-    let client = async_nats::connect(world.nats.urls.as_slice()).await.unwrap();
+    let client = async_nats::connect(world.nats.urls.as_slice())
+        .await
+        .unwrap();
     let js = async_nats::jetstream::new(client);
     let bucket = js
         .create_key_value(async_nats::jetstream::kv::Config {

@@ -23,10 +23,10 @@ use tiller::tiller_store::{SessionFilter, SessionStatus};
 use tiller::{AgentHandle, AgentId, AgentSpec, Delivered, Envelope, Notice, Op};
 
 use crate::error::ClusterError;
-use crate::names::{EventSubject, FIRST_HEADER, activate_subject, token};
+use crate::names::{EventSubject, FIRST_HEADER, host_subject, token};
 use crate::owned::{Held, Owned, release};
 use crate::publish::{Channel, LIVE_LEAD};
-use crate::wire::{Activate, Activated, LeaseRecord, Reason, Reply, Request};
+use crate::wire::{Activated, HostRequest, LeaseRecord, Reason, Reply, Request};
 use crate::{Inner, membership};
 
 /// How many times a claim is tried while other hosts race for the same lease.
@@ -377,11 +377,11 @@ async fn activate_now(inner: &Arc<Inner>, agent: &str, reason: Reason) -> Activa
     }
 }
 
-/// Answers the activations other hosts ask of this one.
+/// Answers what other hosts ask of this one: activations, statuses.
 pub(crate) async fn serve(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let mut asked = inner
         .client
-        .subscribe(activate_subject(inner.me()))
+        .subscribe(host_subject(inner.me()))
         .await
         .map_err(ClusterError::nats)?;
     let weak = Arc::downgrade(inner);
@@ -390,15 +390,22 @@ pub(crate) async fn serve(inner: &Arc<Inner>) -> Result<(), ClusterError> {
             let Some(inner) = weak.upgrade() else { return };
             let Some(reply) = message.reply else { continue };
             tokio::spawn(async move {
-                let answer = match serde_json::from_slice::<Activate>(&message.payload) {
-                    Ok(asked) => activate(&inner, &asked.agent, asked.reason).await,
-                    Err(error) => Activated::Failed {
-                        reason: format!("the activation could not be read: {error}"),
+                let answer = match serde_json::from_slice::<HostRequest>(&message.payload) {
+                    Ok(HostRequest::Activate { agent, reason }) => {
+                        serde_json::to_vec(&activate(&inner, &agent, reason).await)
+                    }
+                    Ok(HostRequest::Statuses { agents }) => {
+                        serde_json::to_vec(&crate::statuses_here(&inner, &agents))
+                    }
+                    Err(error) => serde_json::to_vec(&Activated::Failed {
+                        reason: format!("the request could not be read: {error}"),
                         retry: false,
-                    },
+                    }),
                 };
-                let payload = serde_json::to_vec(&answer).unwrap_or_default();
-                let _ = inner.client.publish(reply, payload.into()).await;
+                let _ = inner
+                    .client
+                    .publish(reply, answer.unwrap_or_default().into())
+                    .await;
             });
         }
     }));
@@ -425,7 +432,7 @@ pub(crate) async fn place(inner: &Arc<Inner>, agent: &str, reason: Reason) -> Ac
         if host == inner.me() {
             return activate(inner, agent, reason).await;
         }
-        let asked = serde_json::to_vec(&Activate {
+        let asked = serde_json::to_vec(&HostRequest::Activate {
             agent: agent.to_owned(),
             reason,
         })
@@ -433,11 +440,7 @@ pub(crate) async fn place(inner: &Arc<Inner>, agent: &str, reason: Reason) -> Ac
         let request = async_nats::Request::new()
             .payload(asked.into())
             .timeout(Some(Duration::from_secs(10)));
-        match inner
-            .client
-            .send_request(activate_subject(host), request)
-            .await
-        {
+        match inner.client.send_request(host_subject(host), request).await {
             Ok(message) => {
                 return serde_json::from_slice(&message.payload).unwrap_or(Activated::Failed {
                     reason: "the activation's answer could not be read".to_owned(),

@@ -53,6 +53,10 @@ pub struct ClusterConfig {
     pub durable_window: Duration,
     /// How many agents a failover or a drain brings up or moves at once.
     pub parallel_moves: usize,
+    /// How long an agent stays idle before its lease is marked idle (so that a
+    /// failover leaves it for its next request): one write of the lease per
+    /// idle spell, not per run.
+    pub idle_after: Duration,
 }
 
 /// The longest host id, in bytes.
@@ -75,6 +79,7 @@ impl ClusterConfig {
             max_batch_bytes: 512 << 10,
             durable_window: Duration::from_millis(250),
             parallel_moves: 32,
+            idle_after: Duration::from_secs(30),
         }
     }
 

@@ -122,7 +122,10 @@ impl Batch {
             .enumerate()
             .map(move |(n, line)| {
                 let start = line.as_ptr() as usize - payload.as_ptr() as usize;
-                (self.first + n as u64, payload.slice(start..start + line.len()))
+                (
+                    self.first + n as u64,
+                    payload.slice(start..start + line.len()),
+                )
             })
     }
 }
@@ -228,7 +231,11 @@ type Consumer = Pin<
 >;
 
 /// A consumer of the stream's `filter` from `policy` on.
-async fn consume(inner: &Inner, filter: String, policy: DeliverPolicy) -> Result<Consumer, ClusterError> {
+async fn consume(
+    inner: &Inner,
+    filter: String,
+    policy: DeliverPolicy,
+) -> Result<Consumer, ClusterError> {
     let consumer = inner
         .events
         .create_consumer(OrderedConfig {

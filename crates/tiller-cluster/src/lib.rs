@@ -72,6 +72,7 @@ mod route;
 mod view;
 mod wire;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -79,7 +80,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use dashmap::DashMap;
 use tiller::tiller_store::SessionRecord;
-use tiller::{AgentHandle, AgentSpec, AgentState, Op, RunOutcome, Supervisor};
+use tiller::{AgentHandle, AgentSpec, AgentState, AgentStatus, Op, RunOutcome, Supervisor};
 use tokio_util::task::AbortOnDropHandle;
 
 pub use audit::{PublishedBatch, published};
@@ -373,6 +374,45 @@ impl Cluster {
         self.inner.view.leased()
     }
 
+    /// The status of each of `agents` (those the leases name), asked of their
+    /// owners in one request per host: an agent no live host holds, or whose
+    /// owner does not answer in time, is `Hibernated`.
+    pub async fn statuses(&self, agents: &[String]) -> HashMap<String, AgentStatus> {
+        let inner = &self.inner;
+        let mut by_host: HashMap<String, Vec<String>> = HashMap::new();
+        for agent in agents {
+            if let Some(host) = inner.view.owner_of(agent) {
+                by_host.entry(host).or_default().push(agent.clone());
+            }
+        }
+        let mut statuses: HashMap<String, AgentStatus> = agents
+            .iter()
+            .map(|agent| (agent.clone(), AgentStatus::Hibernated))
+            .collect();
+        let asked = by_host.into_iter().map(|(host, agents)| async move {
+            if host == inner.me() {
+                return statuses_here(inner, &agents);
+            }
+            let request =
+                serde_json::to_vec(&wire::HostRequest::Statuses { agents }).unwrap_or_default();
+            let request = async_nats::Request::new()
+                .payload(request.into())
+                .timeout(Some(Duration::from_secs(2)));
+            match inner
+                .client
+                .send_request(names::host_subject(&host), request)
+                .await
+            {
+                Ok(answer) => serde_json::from_slice(&answer.payload).unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
+        });
+        for answered in futures::future::join_all(asked).await {
+            statuses.extend(answered);
+        }
+        statuses
+    }
+
     /// The owner of `agent`, as the lease view has it.
     pub fn owner_of(&self, agent: &str) -> Option<String> {
         self.inner.view.owner_of(agent)
@@ -405,6 +445,17 @@ impl Cluster {
     pub fn metrics(&self) -> ClusterMetrics {
         metrics::snapshot(&self.inner)
     }
+}
+
+/// The status of each of `agents` this host owns.
+pub(crate) fn statuses_here(inner: &Inner, agents: &[String]) -> Vec<(String, AgentStatus)> {
+    agents
+        .iter()
+        .filter_map(|agent| {
+            let owned = inner.owned.get(agent)?;
+            Some((agent.clone(), owned.handle.status()))
+        })
+        .collect()
 }
 
 /// An agent as the cluster's leases name it.

@@ -15,6 +15,9 @@ pub(crate) struct Counters {
     failovers: AtomicU64,
     refusals: AtomicU64,
     fenced: AtomicU64,
+    live_batches: AtomicU64,
+    stream_batches: AtomicU64,
+    lease_writes: AtomicU64,
 }
 
 impl Counters {
@@ -36,6 +39,18 @@ impl Counters {
 
     pub(crate) fn fenced(&self) {
         self.fenced.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn live_batch(&self) {
+        self.live_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_batch(&self) {
+        self.stream_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lease_write(&self) {
+        self.lease_writes.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -63,6 +78,12 @@ pub struct ClusterMetrics {
     pub self_fences: u64,
     /// Events dropped because JetStream did not take them in time.
     pub events_dropped: u64,
+    /// Batches of events published on the live path.
+    pub live_batches: u64,
+    /// Batches of events written to the stream.
+    pub stream_batches: u64,
+    /// Writes of leases (claims, busy and idle marks, releases).
+    pub lease_writes: u64,
 }
 
 pub(crate) fn snapshot(inner: &Inner) -> ClusterMetrics {
@@ -78,5 +99,8 @@ pub(crate) fn snapshot(inner: &Inner) -> ClusterMetrics {
         fencing_refusals: counters.refusals.load(Ordering::Relaxed),
         self_fences: counters.fenced.load(Ordering::Relaxed),
         events_dropped: inner.owned.iter().map(|owned| owned.outbox.dropped()).sum(),
+        live_batches: counters.live_batches.load(Ordering::Relaxed),
+        stream_batches: counters.stream_batches.load(Ordering::Relaxed),
+        lease_writes: counters.lease_writes.load(Ordering::Relaxed),
     }
 }

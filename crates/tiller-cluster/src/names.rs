@@ -84,9 +84,9 @@ pub(crate) fn op_subject(agent: &str) -> String {
     format!("tiller.op.{}", token(agent))
 }
 
-/// The subject a host takes activations on.
-pub(crate) fn activate_subject(host: &str) -> String {
-    format!("tiller.host.{}.activate", token(host))
+/// The subject a host takes requests of other hosts on (activations, statuses).
+pub(crate) fn host_subject(host: &str) -> String {
+    format!("tiller.host.{}", token(host))
 }
 
 /// FNV-1a over `parts`, each followed by a zero byte: the same in every process

@@ -4,8 +4,9 @@
 //! The agent's task is the one place its lease is written from: before an op
 //! that may leave the agent with work (a prompt, a steer) is carried out, the
 //! lease is marked busy — so that if this host dies, the agent is taken over at
-//! once rather than on its next request — and once a run ends with nothing
-//! queued, it is marked idle again. Requests are carried out each in a task of
+//! once rather than on its next request — and once it has been idle for
+//! `idle_after` after a run (nothing queued), it is marked idle again: one write
+//! per idle spell, not two per run. Requests are carried out each in a task of
 //! their own, so a long one never holds up the next; the agent's actor orders
 //! them as it would in one process.
 
@@ -238,6 +239,8 @@ async fn serve(
 ) {
     let agent = handle.id().to_string();
     let mut running = JoinSet::new();
+    // When to see whether the agent, idle since its last run, can be marked so.
+    let mut settle_at: Option<tokio::time::Instant> = None;
     loop {
         let (request, replier) = tokio::select! {
             Some(message) = subscription.next() => {
@@ -258,8 +261,10 @@ async fn serve(
             command = commands.recv() => match command {
                 Some(Command::Request(request, reply)) => (request, Replier::Local(reply)),
                 Some(Command::RunEnded) => {
-                    if let Some(inner) = inner.upgrade() {
-                        settle(&inner, &handle, &mut held).await;
+                    if held.record.busy {
+                        if let Some(inner) = inner.upgrade() {
+                            settle_at = Some(tokio::time::Instant::now() + inner.config.idle_after);
+                        }
                     }
                     continue;
                 }
@@ -270,6 +275,13 @@ async fn serve(
                 Some(Command::Stopped) | None => break,
             },
             Some(_) = running.join_next(), if !running.is_empty() => continue,
+            () = async { tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)).await }, if settle_at.is_some() => {
+                settle_at = None;
+                if let Some(inner) = inner.upgrade() {
+                    settle(&inner, &handle, &mut held).await;
+                }
+                continue;
+            }
         };
         let Some(inner) = inner.upgrade() else { return };
         if matches!(request, Request::Stop) {
@@ -357,6 +369,7 @@ async fn mark(inner: &Inner, agent: &str, held: &mut Held, busy: bool) -> Result
         ..held.record.clone()
     };
     let value = serde_json::to_vec(&record).map_err(|error| Lost::Nats(error.to_string()))?;
+    inner.counters.lease_write();
     match inner
         .leases
         .update(token(agent), value.into(), held.revision)

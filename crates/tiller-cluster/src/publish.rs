@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
-use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use bytes::{Bytes, BytesMut};
 use tiller::{Delivered, Envelope, Notice};
 use tokio::sync::Notify;
@@ -235,7 +235,11 @@ fn lines(events: &[Arc<Envelope>]) -> Bytes {
 /// Publishes `outbox`'s events on `channel`, live and to the stream, until the
 /// outbox closes (and everything is in the stream) or another owner has
 /// published on the subject.
-pub(crate) async fn publish(inner: Weak<Inner>, mut channel: Channel, outbox: Arc<Outbox>) -> Ended {
+pub(crate) async fn publish(
+    inner: Weak<Inner>,
+    mut channel: Channel,
+    outbox: Arc<Outbox>,
+) -> Ended {
     let Some((window, max_bytes, fence_after)) = inner.upgrade().map(|inner| {
         (
             inner.config.durable_window,
@@ -269,6 +273,7 @@ pub(crate) async fn publish(inner: Weak<Inner>, mut channel: Channel, outbox: Ar
                     });
                     let payload = lines(&events);
                     if inner.life.fresh(fence_after) {
+                        inner.counters.live_batch();
                         if let Err(error) = inner
                             .client
                             .publish_with_headers(channel.live.clone(), headers(channel.epoch, first), payload.clone())
@@ -344,7 +349,12 @@ pub(crate) async fn publish(inner: Weak<Inner>, mut channel: Channel, outbox: Ar
                 .expected_last_subject_sequence(channel.last)
                 .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
                 .header(FIRST_HEADER, batch.first.to_string().as_str());
-            match inner.js.send_publish(channel.subject.clone(), message).await {
+            inner.counters.stream_batch();
+            match inner
+                .js
+                .send_publish(channel.subject.clone(), message)
+                .await
+            {
                 Ok(ack) => {
                     in_flight = Some(InFlight {
                         ack: Box::pin(ack.into_future()),
@@ -397,7 +407,11 @@ pub(crate) async fn send_once(
             .expected_last_subject_sequence(channel.last)
             .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
             .header(FIRST_HEADER, first.to_string().as_str());
-        let acknowledged = match inner.js.send_publish(channel.subject.clone(), message).await {
+        let acknowledged = match inner
+            .js
+            .send_publish(channel.subject.clone(), message)
+            .await
+        {
             Ok(ack) => ack.await,
             Err(error) => Err(error),
         };
@@ -407,7 +421,11 @@ pub(crate) async fn send_once(
                 // Followers on the live path learn of the new owner at once.
                 let _ = inner
                     .client
-                    .publish_with_headers(channel.live.clone(), headers(channel.epoch, first), payload)
+                    .publish_with_headers(
+                        channel.live.clone(),
+                        headers(channel.epoch, first),
+                        payload,
+                    )
                     .await;
                 return Ok(true);
             }

@@ -106,11 +106,15 @@ pub(crate) enum Reason {
     HandOff,
 }
 
-/// An activation asked of a host.
+/// What a host asks of another.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Activate {
-    pub(crate) agent: String,
-    pub(crate) reason: Reason,
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum HostRequest {
+    /// Bring this agent up (answered with [`Activated`]).
+    Activate { agent: String, reason: Reason },
+    /// The status of each of these agents it owns (answered with a list of
+    /// pairs; an agent it does not own is left out).
+    Statuses { agents: Vec<String> },
 }
 
 /// What an activation came to.

@@ -139,7 +139,6 @@ impl Shared {
             &self.stopped,
         )
     }
-
 }
 
 pub(crate) async fn create(

@@ -244,21 +244,72 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
 /// The cluster's figures on this host.
 fn cluster_metrics(text: &mut String, metrics: &tiller_cluster::ClusterMetrics) {
     let gauges = [
-        ("tiller_cluster_hosts_live", "Live hosts of the cluster, as this host sees them.", metrics.hosts_live as u64),
-        ("tiller_cluster_leases_held", "Agents this host owns (leases it holds).", metrics.leases_held as u64),
-        ("tiller_cluster_leases", "Leases in the cluster.", metrics.leases_total as u64),
+        (
+            "tiller_cluster_hosts_live",
+            "Live hosts of the cluster, as this host sees them.",
+            metrics.hosts_live as u64,
+        ),
+        (
+            "tiller_cluster_leases_held",
+            "Agents this host owns (leases it holds).",
+            metrics.leases_held as u64,
+        ),
+        (
+            "tiller_cluster_leases",
+            "Leases in the cluster.",
+            metrics.leases_total as u64,
+        ),
     ];
     for (name, help, value) in gauges {
         header_of(text, name, "gauge", help);
         let _ = writeln!(text, "{name} {value}");
     }
     let counters = [
-        ("tiller_cluster_forwarded_requests_total", "Requests this host forwarded to another host's agent.", metrics.forwarded_requests),
-        ("tiller_cluster_activations_total", "Agents brought up on this host.", metrics.activations),
-        ("tiller_cluster_failovers_total", "Agents taken over here after their host died.", metrics.failovers),
-        ("tiller_cluster_fencing_refusals_total", "Lease writes and event batches refused because another host took over.", metrics.fencing_refusals),
-        ("tiller_cluster_self_fences_total", "Times this host fenced itself for want of a heartbeat.", metrics.self_fences),
-        ("tiller_cluster_events_dropped_total", "Events dropped because JetStream did not take them in time.", metrics.events_dropped),
+        (
+            "tiller_cluster_forwarded_requests_total",
+            "Requests this host forwarded to another host's agent.",
+            metrics.forwarded_requests,
+        ),
+        (
+            "tiller_cluster_activations_total",
+            "Agents brought up on this host.",
+            metrics.activations,
+        ),
+        (
+            "tiller_cluster_failovers_total",
+            "Agents taken over here after their host died.",
+            metrics.failovers,
+        ),
+        (
+            "tiller_cluster_fencing_refusals_total",
+            "Lease writes and event batches refused because another host took over.",
+            metrics.fencing_refusals,
+        ),
+        (
+            "tiller_cluster_self_fences_total",
+            "Times this host fenced itself for want of a heartbeat.",
+            metrics.self_fences,
+        ),
+        (
+            "tiller_cluster_events_dropped_total",
+            "Events dropped because JetStream did not take them in time.",
+            metrics.events_dropped,
+        ),
+        (
+            "tiller_cluster_live_batches_total",
+            "Batches of events published on the live path.",
+            metrics.live_batches,
+        ),
+        (
+            "tiller_cluster_stream_batches_total",
+            "Batches of events written to the stream.",
+            metrics.stream_batches,
+        ),
+        (
+            "tiller_cluster_lease_writes_total",
+            "Writes of leases: claims, busy and idle marks, releases.",
+            metrics.lease_writes,
+        ),
     ];
     for (name, help, value) in counters {
         header_of(text, name, "counter", help);

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::tiller_store::{Definition, SessionFilter, SessionRecord, SessionStatus};
 use tiller::{
-    AgentContext, AgentHandle, AgentId, AgentInfo, AgentSpec, AgentState, AgentStatus,
-    ContextIds, Delivered, Envelope, Notice, Op, RunOutcome,
+    AgentContext, AgentHandle, AgentId, AgentInfo, AgentSpec, AgentState, AgentStatus, ContextIds,
+    Delivered, Envelope, Notice, Op, RunOutcome,
 };
 use tiller_cluster::{Activator, ClusterError, EventSubject, Followed};
 
@@ -67,9 +67,7 @@ impl Outgoing {
             Outgoing::Local(envelope) => crate::events::unnumbered(envelope),
             Outgoing::Published(agent, followed) => {
                 let json = self.text_of(agent, followed);
-                let event = Event::default()
-                    .event(followed.event_type())
-                    .data(json);
+                let event = Event::default().event(followed.event_type()).data(json);
                 match followed {
                     Followed::Event { seq, .. } | Followed::Lagged { seq, .. } if numbered => {
                         event.id(seq.to_string())
@@ -204,7 +202,9 @@ impl Shared {
             }
             (Reached::Cluster(subject), Some(cluster)) => {
                 let op = op()?;
-                cluster.submit(&subject.agent, op, &key_of(headers)?).await?;
+                cluster
+                    .submit(&subject.agent, op, &key_of(headers)?)
+                    .await?;
             }
             (Reached::Cluster(_), None) => unreachable_placement(),
         }
@@ -283,7 +283,11 @@ impl Shared {
         match &self.cluster {
             None => {
                 let shared = self.me.upgrade().ok_or_else(|| {
-                    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is stopping")
+                    Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "the server is stopping",
+                    )
                 })?;
                 let visible = {
                     let shared = shared.clone();
@@ -326,8 +330,8 @@ impl Shared {
     }
 
     /// The agents `caller` may see, sorted by id: this process's, or, in a
-    /// cluster, the active sessions of the caller with the status their leases
-    /// say.
+    /// cluster, the caller's active sessions with the status their owners say
+    /// (`hibernated` for those no host holds).
     pub(crate) async fn agents_of(&self, caller: &Caller) -> Result<Vec<AgentInfo>, Problem> {
         let Some(cluster) = &self.cluster else {
             let mut agents = self.supervisor.list();
@@ -346,20 +350,19 @@ impl Shared {
                 ..SessionFilter::default()
             })
             .await?;
-        let leased: std::collections::HashMap<String, bool> = cluster
-            .leased()
-            .into_iter()
-            .map(|leased| (leased.id, leased.busy))
+        let ids: Vec<String> = sessions
+            .iter()
+            .map(|info| info.record.id.clone())
+            .filter(|id| !id.contains('/'))
             .collect();
+        let mut statuses = cluster.statuses(&ids).await;
         let mut agents: Vec<AgentInfo> = sessions
             .into_iter()
             .filter(|info| !info.record.id.contains('/'))
             .map(|info| AgentInfo {
-                status: match leased.get(&info.record.id) {
-                    Some(true) => AgentStatus::Running,
-                    Some(false) => AgentStatus::Idle,
-                    None => AgentStatus::Hibernated,
-                },
+                status: statuses
+                    .remove(&info.record.id)
+                    .unwrap_or(AgentStatus::Hibernated),
                 id: AgentId::from(info.record.id),
                 name: info.record.name,
             })
@@ -370,7 +373,11 @@ impl Shared {
 
     /// The agent holding session `id` on this host or, in a cluster, anywhere.
     pub(crate) fn holder_info(&self, id: &str) -> Option<AgentInfo> {
-        if let Some(agent) = self.supervisor.get(id).filter(|agent| agent.session_id() == id) {
+        if let Some(agent) = self
+            .supervisor
+            .get(id)
+            .filter(|agent| agent.session_id() == id)
+        {
             return Some(agent.info());
         }
         let cluster = self.cluster.as_ref()?;

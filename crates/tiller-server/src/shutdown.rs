@@ -49,7 +49,11 @@ impl Shared {
             && self.config.drain_on_shutdown
         {
             let drained = cluster.drain().await;
-            tracing::info!(moved = drained.moved.len(), failed = drained.failed.len(), "moved this host's agents away");
+            tracing::info!(
+                moved = drained.moved.len(),
+                failed = drained.failed.len(),
+                "moved this host's agents away"
+            );
         }
         let supervisor = &self.supervisor;
         let runs = supervisor

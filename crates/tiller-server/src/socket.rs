@@ -57,7 +57,10 @@ pub(crate) async fn socket(
     let Query(After { after }) = after
         .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
     // Ends when the server closes its streams, after the events published by then.
-    let events = until_closing(shared.events_of(&caller, &id, after).await?, &shared.closing);
+    let events = until_closing(
+        shared.events_of(&caller, &id, after).await?,
+        &shared.closing,
+    );
     Ok(upgrade
         .max_message_size(shared.config.max_body_bytes)
         .on_upgrade(move |socket| serve(shared, caller, id, events, socket, slot)))

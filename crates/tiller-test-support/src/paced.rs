@@ -141,6 +141,11 @@ impl PacedProcess {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// An OpenAI-compatible model on it; `id` picks what it answers.
     pub fn model(&self, id: &str) -> tiller_ai::Model {
         tiller_ai::Model::openai_compatible(format!("http://127.0.0.1:{}/v1", self.port), id)

@@ -103,6 +103,8 @@ pub struct CpuTicks {
     pub total: u64,
     /// The stolen ticks.
     pub stolen: u64,
+    /// The idle ticks (waiting for I/O included).
+    pub idle: u64,
 }
 
 impl CpuTicks {
@@ -123,7 +125,19 @@ impl CpuTicks {
         CpuTicks {
             total: ticks.iter().sum(),
             stolen: ticks.get(7).copied().unwrap_or(0),
+            idle: ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0),
         }
+    }
+
+    /// The percentage of the machine's CPU time since `earlier` that was busy
+    /// (neither idle nor waiting for I/O).
+    pub fn busy_since(self, earlier: CpuTicks) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        let idle = self.idle.saturating_sub(earlier.idle);
+        if total == 0 {
+            return 0.0;
+        }
+        (total - idle) as f64 * 100.0 / total as f64
     }
 
     /// The percentage of the machine's CPU time since `earlier` that was stolen.
