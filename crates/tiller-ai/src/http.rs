@@ -522,19 +522,22 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The client shared by every stream that brings none of its own.
+/// The client shared by every stream that brings none of its own, built once
+/// (loading the system's root certificates takes milliseconds: streams that
+/// start together wait for the one build rather than each making its own).
 fn shared_client() -> Result<reqwest::Client, StreamError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
-        return Ok(client.clone());
-    }
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|error| StreamError::InvalidRequest {
-            message: format!("could not create the HTTP client: {}", describe(&error)),
-        })?;
-    Ok(CLIENT.get_or_init(|| client).clone())
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|error| describe(&error))
+        })
+        .clone()
+        .map_err(|reason| StreamError::InvalidRequest {
+            message: format!("could not create the HTTP client: {reason}"),
+        })
 }
 
 #[cfg(test)]

@@ -24,6 +24,9 @@
 //! ```text
 //! cargo bench -p tiller-cluster --bench cluster [-- --only forward|stream|failover|renewal] [--agents N] [--owned N]
 //! ```
+//!
+//! `TILLER_BENCH_DURABLE_WINDOW_MS` and `TILLER_BENCH_LIVE_INTERVAL_MS` set the
+//! hosts' `ClusterConfig::durable_window` and `live_interval`, to compare them.
 
 #![allow(clippy::unwrap_used)]
 
@@ -62,7 +65,7 @@ fn definitions(model_port: u16) -> Definitions {
             "type: object\ndescription: You answer.\njson_schema_extra:\n  kind: agent\n  name: {name}\n  model: {{provider: openai, id: \"{model}\", base_url: \"http://127.0.0.1:{model_port}/v1\"}}\n"
         );
         definitions
-            .insert(AgentFile::parse(&format!("{name}.yaml"), &file).unwrap())
+            .insert(AgentFile::parse(format!("{name}.yaml"), &file).unwrap())
             .unwrap();
     }
     definitions
@@ -94,12 +97,19 @@ fn host(given: &str) {
             ..ServerConfig::default()
         };
         let mut cluster = ClusterConfig::new(ClusterConfig::servers_from(urls), id);
-        // To compare windows: `TILLER_BENCH_DURABLE_WINDOW_MS`.
-        if let Some(window) = std::env::var("TILLER_BENCH_DURABLE_WINDOW_MS")
-            .ok()
-            .and_then(|ms| ms.parse().ok())
-        {
-            cluster.durable_window = Duration::from_millis(window);
+        // To compare settings: `TILLER_BENCH_DURABLE_WINDOW_MS`,
+        // `TILLER_BENCH_LIVE_INTERVAL_MS`.
+        let millis = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis)
+        };
+        if let Some(window) = millis("TILLER_BENCH_DURABLE_WINDOW_MS") {
+            cluster.durable_window = window;
+        }
+        if let Some(interval) = millis("TILLER_BENCH_LIVE_INTERVAL_MS") {
+            cluster.live_interval = interval;
         }
         let server = Server::clustered(
             supervisor,
@@ -586,6 +596,18 @@ async fn streaming(agents_count: usize) {
             .await;
         agents.extend(made.into_iter().map(|agent| (agent, host)));
     }
+    // Warm: each host has made a model call (its HTTP client built, its
+    // connections to the model server open), as a host in service has.
+    for host in 0..3 {
+        let warm = world.create(host, "fast", 1, 1).await;
+        world
+            .post(
+                host,
+                &format!("/agents/{}/prompt?wait=true", warm[0]),
+                json!({"text": "warm"}),
+            )
+            .await;
+    }
     let mut readers = Vec::new();
     for (agent, owner) in &agents {
         let follower = (owner + 1) % 3;
@@ -636,6 +658,19 @@ async fn streaming(agents_count: usize) {
     }
     let wall = started.elapsed();
     let (hosts, nats, others) = (hosts.elapsed(), nats.elapsed(), others.elapsed());
+    let mut written = [0.0; 2];
+    for host in 0..3 {
+        let figures = world.metrics(host).await;
+        for (n, name) in [
+            "tiller_cluster_live_batches_total",
+            "tiller_cluster_stream_batches_total",
+        ]
+        .iter()
+        .enumerate()
+        {
+            written[n] += figures.get(*name).copied().unwrap_or(0.0);
+        }
+    }
     let busy = CpuTicks::now().busy_since(machine);
     latencies.sort_by(f64::total_cmp);
     println!(
@@ -656,6 +691,11 @@ async fn streaming(agents_count: usize) {
         quantile(&floor, 0.99),
         quantile(&floor, 1.0),
         micros(floor_cpu) / floor.len() as f64
+    );
+    println!(
+        "stream: NATS messages per event delivered: {:.2} on the hosts' buses, {:.3} batches to the stream",
+        written[0] / delivered as f64,
+        written[1] / delivered as f64,
     );
     println!(
         "stream: CPU per event delivered (the owner's run, its batches to JetStream, the follower's consumer and SSE): hosts {:.1} µs, NATS {:.1} µs; the clients and the model server {:.1} µs; the machine was {busy:.0}% busy",

@@ -191,7 +191,7 @@ async fn announce(
         let payload = serde_json::to_vec(&envelope).map_err(ClusterError::nats)?;
         let mut channel = Channel {
             subject: name.clone(),
-            live: subject.live(),
+            agent: subject.agent.clone(),
             id_prefix: format!("{}.{epoch}", token(&subject.agent)),
             epoch,
             last,

@@ -1,11 +1,13 @@
 //! Following agents' events from any host.
 //!
-//! A follower subscribes to the agent's live subject first (core NATS: each
-//! batch as soon as its owner publishes it), then, when it resumes after a
-//! `Last-Event-ID` or finds a gap in the numbers, reads the stream (an ordered
-//! consumer of the agent's subject, from the oldest batch kept) until the gap is
-//! filled, and goes on live. Events are passed on as the JSON they were
-//! published as, each once, in order.
+//! Each host has one listener on every host's bus (see `publish.rs`): it takes
+//! each bus message apart and hands each agent's section to the followers of
+//! that agent on this host. A follower registers with the listener first, then,
+//! when it resumes after a `Last-Event-ID` or finds a gap in the numbers (a
+//! section it was handed too late to keep, a bus message lost), reads the
+//! stream (an ordered consumer of the agent's subject, from the oldest batch
+//! kept) until the gap is filled, and goes on live. Events are passed on as the
+//! JSON they were published as, each once, in order.
 //!
 //! - A batch of an older owner than one already seen is dropped: once a follower
 //!   has seen `owner_changed`, the previous owner's late batches do not count.
@@ -35,7 +37,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::Inner;
 use crate::error::ClusterError;
-use crate::names::{EPOCH_HEADER, EventSubject, FIRST_HEADER};
+use crate::names::{BUSES, EPOCH_HEADER, EventSubject, FIRST_HEADER};
 
 /// How long a gap may wait for the stream to fill it before it is told as
 /// missed: more than a leader election, during which the stream takes nothing.
@@ -92,10 +94,41 @@ impl Stream for Following {
 }
 
 /// A batch as published: its owner's epoch, its first number, its lines.
-struct Batch {
+#[derive(Clone)]
+pub(crate) struct Batch {
     epoch: u64,
     first: u64,
     payload: Bytes,
+}
+
+/// The sections of a bus message: each agent's subject and batch.
+fn sections(payload: &Bytes) -> impl Iterator<Item = (&str, Batch)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = &payload[at..];
+        let end = rest.iter().position(|byte| *byte == b'\n')?;
+        let header = std::str::from_utf8(&rest[..end]).ok()?;
+        let mut fields = header.split(' ');
+        let (subject, epoch, first, length) = (
+            fields.next()?,
+            fields.next()?.parse().ok()?,
+            fields.next()?.parse().ok()?,
+            fields.next()?.parse::<usize>().ok()?,
+        );
+        let start = at + end + 1;
+        let stop = start
+            .checked_add(length)
+            .filter(|stop| *stop <= payload.len())?;
+        at = stop;
+        Some((
+            subject,
+            Batch {
+                epoch,
+                first,
+                payload: payload.slice(start..stop),
+            },
+        ))
+    })
 }
 
 impl Batch {
@@ -132,6 +165,94 @@ impl Batch {
 
 fn is_owner_changed(json: &Bytes) -> bool {
     std::str::from_utf8(json).is_ok_and(|json| Envelope::type_in(json) == "owner_changed")
+}
+
+/// Where the batches of many agents go, each with its agent's subject.
+type ManySender = mpsc::Sender<(Arc<str>, Batch)>;
+
+/// Where this host's listener hands what the buses carry: the followers of
+/// each agent (by its subject), and those of many agents (by a subject prefix).
+#[derive(Default)]
+pub(crate) struct Listeners {
+    agents: dashmap::DashMap<String, Vec<mpsc::Sender<Batch>>>,
+    many: std::sync::Mutex<Vec<(String, ManySender)>>,
+}
+
+impl Listeners {
+    /// Hands `batch`, `subject`'s, to its followers; a follower with no room
+    /// left misses it (and fills the gap from the stream), a gone one is dropped.
+    fn hand(&self, subject: &str, batch: Batch) {
+        let mut many = self
+            .many
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !many.is_empty() {
+            let shared: Arc<str> = Arc::from(subject);
+            many.retain(|(prefix, follower)| {
+                !subject.starts_with(prefix.as_str())
+                    || !matches!(
+                        follower.try_send((shared.clone(), batch.clone())),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+            });
+        }
+        drop(many);
+        if let Some(mut followers) = self.agents.get_mut(subject) {
+            followers.retain(|follower| {
+                !matches!(
+                    follower.try_send(batch.clone()),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            });
+        }
+        self.agents
+            .remove_if(subject, |_, followers| followers.is_empty());
+    }
+
+    /// Forgets the followers that are gone (of agents that published nothing
+    /// since).
+    fn sweep(&self) {
+        self.agents.retain(|_, followers| {
+            followers.retain(|follower| !follower.is_closed());
+            !followers.is_empty()
+        });
+        self.many
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(_, follower)| !follower.is_closed());
+    }
+}
+
+/// How often the listener forgets followers that are gone.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// Starts this host's listener on every host's bus.
+pub(crate) async fn listen(inner: &Arc<Inner>) -> Result<(), ClusterError> {
+    let mut buses = inner
+        .client
+        .subscribe(BUSES)
+        .await
+        .map_err(ClusterError::nats)?;
+    let weak = Arc::downgrade(inner);
+    inner.keep(tokio::spawn(async move {
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                message = buses.next() => {
+                    let Some(message) = message else { return };
+                    let Some(inner) = weak.upgrade() else { return };
+                    for (subject, batch) in sections(&message.payload) {
+                        inner.listeners.hand(subject, batch);
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(inner) = weak.upgrade() else { return };
+                    inner.listeners.sweep();
+                }
+            }
+        }
+    }));
+    Ok(())
 }
 
 /// One agent's events put in order from the two paths.
@@ -256,24 +377,20 @@ pub(crate) async fn follow(
     subject: &EventSubject,
     after: Option<u64>,
 ) -> Result<Following, ClusterError> {
-    let live = inner
-        .client
-        .subscribe(subject.live())
-        .await
-        .map_err(ClusterError::nats)?;
+    let name = subject.subject();
+    let (live_sender, live) = mpsc::channel(READ_AHEAD);
+    inner
+        .listeners
+        .agents
+        .entry(name.clone())
+        .or_default()
+        .push(live_sender);
     let stream = match after {
-        Some(_) => Some(consume(inner, subject.subject(), DeliverPolicy::All).await?),
+        Some(_) => Some(consume(inner, name.clone(), DeliverPolicy::All).await?),
         None => None,
     };
     let (sender, items) = mpsc::channel(READ_AHEAD);
-    let task = tokio::spawn(read(
-        inner.clone(),
-        subject.subject(),
-        live,
-        stream,
-        after,
-        sender,
-    ));
+    let task = tokio::spawn(read(inner.clone(), name, live, stream, after, sender));
     Ok(Following {
         items,
         _task: AbortOnDropHandle::new(task),
@@ -284,7 +401,7 @@ pub(crate) async fn follow(
 async fn read(
     inner: Arc<Inner>,
     durable_subject: String,
-    mut live: async_nats::Subscriber,
+    mut live: mpsc::Receiver<Batch>,
     mut stream: Option<Consumer>,
     after: Option<u64>,
     sender: mpsc::Sender<Followed>,
@@ -301,15 +418,11 @@ async fn read(
     loop {
         let gap_deadline = gap_since.map(|since| since + GAP_WAIT);
         tokio::select! {
-            message = live.next() => match message {
-                Some(message) => {
-                    if let Some(batch) = Batch::of(&message) {
-                        order.offer(&batch, false);
-                    }
-                }
+            batch = live.recv() => match batch {
+                Some(batch) => order.offer(&batch, false),
                 None => return,
             },
-            message = async { stream.as_mut().map(|stream| stream.next()).unwrap().await }, if stream.is_some() => match message {
+            message = next_of(stream.as_mut()) => match message {
                 Some(Ok(message)) => {
                     if let Some(batch) = Batch::of(&message) {
                         order.offer(&batch, true);
@@ -321,7 +434,7 @@ async fn read(
                 Some(Err(error)) => tracing::debug!(%error, "catching up on events"),
                 None => stream = None,
             },
-            _ = async { tokio::time::sleep_until(gap_deadline.unwrap()).await }, if gap_deadline.is_some() => {
+            () = until(gap_deadline) => {
                 order.give_up();
             },
         }
@@ -349,24 +462,19 @@ async fn read(
     }
 }
 
-/// Every agent's events under `tenant` (and `user`), from now on, as the live
-/// path carries them: for a dashboard, each agent's in its order, none filled.
-pub(crate) async fn follow_all(
-    inner: &Inner,
-    tenant: Option<&str>,
-    user: Option<&str>,
-) -> Result<Following, ClusterError> {
-    let mut live = inner
-        .client
-        .subscribe(EventSubject::live_filter(tenant, user))
-        .await
-        .map_err(ClusterError::nats)?;
+/// Every agent's events under `tenant` (and `user`), from now on, as the buses
+/// carry them: for a dashboard, each agent's in its order, none filled.
+pub(crate) fn follow_all(inner: &Inner, tenant: Option<&str>, user: Option<&str>) -> Following {
+    let (batches, mut taken) = mpsc::channel(READ_AHEAD);
+    inner
+        .listeners
+        .many
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((EventSubject::prefix(tenant, user), batches));
     let (sender, items) = mpsc::channel(READ_AHEAD);
     let task = tokio::spawn(async move {
-        while let Some(message) = live.next().await {
-            let Some(batch) = Batch::of(&message) else {
-                continue;
-            };
+        while let Some((_, batch)) = taken.recv().await {
             for (seq, json) in batch.events() {
                 if sender.send(Followed::Event { seq, json }).await.is_err() {
                     return;
@@ -374,10 +482,26 @@ pub(crate) async fn follow_all(
             }
         }
     });
-    Ok(Following {
+    Following {
         items,
         _task: AbortOnDropHandle::new(task),
-    })
+    }
+}
+
+/// The next item of `stream`; never, when there is no stream.
+async fn next_of<S: Stream + Unpin>(stream: Option<&mut S>) -> Option<S::Item> {
+    match stream {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `deadline`; forever, when there is none.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]
@@ -422,6 +546,31 @@ mod tests {
                 Followed::Lagged { missed, .. } => -(missed as i64),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_bus_message_is_taken_apart_into_each_agents_batch() {
+        let mut bus = bytes::BytesMut::new();
+        crate::publish::section(&mut bus, "tiller.events.t.u.a", 3, 7, b"{}\n{}");
+        crate::publish::section(&mut bus, "tiller.events.t.u.b", 4, 1, b"{}");
+        let bus = bus.freeze();
+        let found: Vec<(String, u64, u64, Vec<u64>)> = sections(&bus)
+            .map(|(subject, batch)| {
+                let seqs = batch.events().map(|(seq, _)| seq).collect();
+                (subject.to_owned(), batch.epoch, batch.first, seqs)
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("tiller.events.t.u.a".to_owned(), 3, 7, vec![7, 8]),
+                ("tiller.events.t.u.b".to_owned(), 4, 1, vec![1]),
+            ]
+        );
+        // A section cut short ends the message there.
+        let cut = bus.slice(..bus.len() - 1);
+        assert_eq!(sections(&cut).count(), 1);
+        assert_eq!(sections(&Bytes::from_static(b"garbage")).count(), 0);
     }
 
     #[test]

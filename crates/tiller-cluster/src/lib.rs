@@ -16,11 +16,13 @@
 //!   forwards to it. "No responders" means no one holds the agent: the request
 //!   asks the host rendezvous hashing prefers to bring it up, and is sent again.
 //!   Every op carries an idempotency key: a retry is never applied twice.
-//! - **Events from any host.** The owner publishes each agent's events to the
-//!   `TILLER_EVENTS` stream in batches, each conditional on the last one
-//!   (`Nats-Expected-Last-Subject-Sequence`), so a replaced owner cannot add to
-//!   the stream once its successor has said `owner_changed`; any host follows
-//!   an agent with an ordered consumer, and `Last-Event-ID` resumes anywhere.
+//! - **Events from any host.** The owner's host sends its agents' events live,
+//!   many agents to one message on its bus (core NATS), which every host reads;
+//!   and durably, to the `TILLER_EVENTS` stream in batches, each conditional on
+//!   the last one (`Nats-Expected-Last-Subject-Sequence`), so a replaced owner
+//!   cannot add to the stream once its successor has said `owner_changed`. A
+//!   follower on any host reads live and fills gaps from the stream, and
+//!   `Last-Event-ID` resumes anywhere.
 //! - **Failover and drain.** When a host's heartbeat expires, the live hosts take
 //!   over its busy agents (a run, or queued input) at once — the turn in progress
 //!   is run again, after `turn_restarted` — and the idle ones on their next
@@ -137,6 +139,10 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     /// Set once the host leaves (a drain, a shutdown): it takes no agent.
     pub(crate) leaving: AtomicBool,
+    /// Publishes the owned agents' events.
+    pub(crate) publisher: publish::Publisher,
+    /// Hands what the buses carry to this host's followers.
+    pub(crate) listeners: follow::Listeners,
     /// The host's own tasks (heartbeat, watchers, activations), stopped with it.
     tasks: std::sync::Mutex<Vec<AbortOnDropHandle<()>>>,
 }
@@ -230,7 +236,7 @@ impl Cluster {
             })
         })
         .await?;
-        let events = while_electing(|| {
+        while_electing(|| {
             js.create_or_update_stream(stream::Config {
                 name: names::EVENTS.to_owned(),
                 description: Some("Tiller agents' events".to_owned()),
@@ -248,29 +254,32 @@ impl Cluster {
         let events = js
             .get_stream(names::EVENTS)
             .await
-            .map_err(ClusterError::nats)
-            .map(|stream| {
-                let _ = events;
-                stream
-            })?;
-        let inner = Arc::new(Inner {
-            life: Life::new(),
-            config,
-            client,
-            js,
-            leases,
-            hosts,
-            events,
-            supervisor,
-            activator,
-            owned: DashMap::new(),
-            activating: DashMap::new(),
-            view: View::default(),
-            counters: Counters::default(),
-            leaving: AtomicBool::new(false),
-            tasks: std::sync::Mutex::new(Vec::new()),
+            .map_err(ClusterError::nats)?;
+        let inner = Arc::new_cyclic(|weak| {
+            let (publisher, publishing) =
+                publish::Publisher::start(weak.clone(), config.live_interval);
+            Inner {
+                life: Life::new(),
+                config,
+                client,
+                js,
+                leases,
+                hosts,
+                events,
+                supervisor,
+                activator,
+                owned: DashMap::new(),
+                activating: DashMap::new(),
+                view: View::default(),
+                counters: Counters::default(),
+                leaving: AtomicBool::new(false),
+                publisher,
+                listeners: follow::Listeners::default(),
+                tasks: std::sync::Mutex::new(vec![AbortOnDropHandle::new(publishing)]),
+            }
         });
         membership::register(&inner).await?;
+        follow::listen(&inner).await?;
         view::watch(&inner).await?;
         activate::serve(&inner).await?;
         membership::start(&inner);
@@ -352,12 +361,8 @@ impl Cluster {
 
     /// Every event of `tenant`'s agents (of `user`'s, when given; of every agent
     /// with neither) from now on.
-    pub async fn follow_all(
-        &self,
-        tenant: Option<&str>,
-        user: Option<&str>,
-    ) -> Result<Following, ClusterError> {
-        follow::follow_all(&self.inner, tenant, user).await
+    pub fn follow_all(&self, tenant: Option<&str>, user: Option<&str>) -> Following {
+        follow::follow_all(&self.inner, tenant, user)
     }
 
     /// The agent, when this host owns it.

@@ -17,9 +17,14 @@ pub(crate) const EVENTS: &str = "TILLER_EVENTS";
 /// The subjects of [`EVENTS`].
 pub(crate) const EVENT_SUBJECTS: &str = "tiller.events.>";
 
-/// The live subjects: each batch of events as soon as it is published, on core
-/// NATS (see `publish.rs`).
-pub(crate) const LIVE_PREFIX: &str = "tiller.live";
+/// Each host's bus: its agents' events as soon as they are published, on core
+/// NATS, one message for many agents (see `publish.rs`).
+pub(crate) fn bus_subject(host: &str) -> String {
+    format!("tiller.bus.{}", token(host))
+}
+
+/// Every host's bus.
+pub(crate) const BUSES: &str = "tiller.bus.*";
 
 /// Headers of a batch of events.
 pub(crate) const EPOCH_HEADER: &str = "Tiller-Epoch";
@@ -49,32 +54,24 @@ pub struct EventSubject {
 }
 
 impl EventSubject {
-    /// The subject of the stream (the durable batches).
+    /// The subject of the stream (the durable batches), which also names the
+    /// agent's sections on the buses.
     pub(crate) fn subject(&self) -> String {
-        self.under("tiller.events")
-    }
-
-    /// The live subject (core NATS).
-    pub(crate) fn live(&self) -> String {
-        self.under(LIVE_PREFIX)
-    }
-
-    fn under(&self, prefix: &str) -> String {
         format!(
-            "{prefix}.{}.{}.{}",
+            "tiller.events.{}.{}.{}",
             part(self.tenant.as_deref()),
             part(self.user.as_deref()),
             token(&self.agent)
         )
     }
 
-    /// The live filter of every agent of `tenant` (and `user`, when given), or
-    /// every agent at all.
-    pub(crate) fn live_filter(tenant: Option<&str>, user: Option<&str>) -> String {
+    /// The beginning every subject of `tenant`'s agents (of `user`'s, when
+    /// given; of every agent with neither) shares.
+    pub(crate) fn prefix(tenant: Option<&str>, user: Option<&str>) -> String {
         match (tenant, user) {
-            (None, None) => format!("{LIVE_PREFIX}.>"),
-            (tenant, None) => format!("{LIVE_PREFIX}.{}.>", part(tenant)),
-            (tenant, user) => format!("{LIVE_PREFIX}.{}.{}.*", part(tenant), part(user)),
+            (None, None) => "tiller.events.".to_owned(),
+            (tenant, None) => format!("tiller.events.{}.", part(tenant)),
+            (tenant, user) => format!("tiller.events.{}.{}.", part(tenant), part(user)),
         }
     }
 }
@@ -139,16 +136,17 @@ mod tests {
             user: Some("u".to_owned()),
         };
         assert_eq!(subject.subject(), "tiller.events.-.dQ.YQ");
-        assert_eq!(subject.live(), "tiller.live.-.dQ.YQ");
+        assert_eq!(EventSubject::prefix(Some("t"), None), "tiller.events.dA.");
         assert_eq!(
-            EventSubject::live_filter(Some("t"), None),
-            "tiller.live.dA.>"
+            EventSubject::prefix(Some("t"), Some("u")),
+            "tiller.events.dA.dQ."
         );
-        assert_eq!(
-            EventSubject::live_filter(Some("t"), Some("u")),
-            "tiller.live.dA.dQ.*"
+        assert_eq!(EventSubject::prefix(None, None), "tiller.events.");
+        assert!(
+            subject
+                .subject()
+                .starts_with(&EventSubject::prefix(None, Some("u")))
         );
-        assert_eq!(EventSubject::live_filter(None, None), "tiller.live.>");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::Inner;
 use crate::names::{EventSubject, op_subject, token};
-use crate::publish::{self, Channel, Ended, Outbox};
+use crate::publish::{Channel, Outbox};
 use crate::wire::{LeaseRecord, Reply, Request, Response};
 
 /// How long a released lease's marker stays in the bucket.
@@ -42,7 +42,7 @@ pub(crate) struct Owned {
     /// elsewhere.
     moving: Arc<AtomicBool>,
     relay: Mutex<Option<Relay>>,
-    _tasks: Vec<AbortOnDropHandle<()>>,
+    _task: AbortOnDropHandle<()>,
 }
 
 /// What the agent's task is asked.
@@ -78,7 +78,21 @@ impl Owned {
     ) -> Result<Arc<Owned>, crate::ClusterError> {
         let agent = handle.id().to_string();
         let (commands, commanded) = mpsc::unbounded_channel();
-        let outbox = Arc::new(Outbox::new(inner.config.max_unpublished_events));
+        let outbox = Arc::new(Outbox::new(
+            subject.subject(),
+            inner.config.max_unpublished_events,
+            inner.publisher.ready.clone(),
+        ));
+        inner.publisher.register(
+            outbox.clone(),
+            Channel {
+                agent: agent.clone(),
+                subject: subject.subject(),
+                id_prefix: format!("{}.{epoch}", token(&agent)),
+                epoch,
+                last,
+            },
+        );
         let moving = Arc::new(AtomicBool::new(false));
         let relay = {
             let outbox = outbox.clone();
@@ -104,32 +118,6 @@ impl Owned {
             .subscribe(op_subject(&agent))
             .await
             .map_err(crate::ClusterError::nats)?;
-        let channel = Channel {
-            subject: subject.subject(),
-            live: subject.live(),
-            id_prefix: format!("{}.{epoch}", token(&agent)),
-            epoch,
-            last,
-        };
-        let publisher = {
-            let weak = Arc::downgrade(inner);
-            let outbox = outbox.clone();
-            let commands = commands.clone();
-            let moving = moving.clone();
-            let agent = agent.clone();
-            tokio::spawn(async move {
-                if let Ended::Superseded = publish::publish(weak.clone(), channel, outbox).await
-                    && let Some(inner) = weak.upgrade()
-                {
-                    moving.store(true, Ordering::Release);
-                    inner.supervisor.evict(
-                        &agent,
-                        "another host published its events: it holds the agent now",
-                    );
-                    let _ = commands.send(Command::Stopped);
-                }
-            })
-        };
         let task = tokio::spawn(serve(
             Arc::downgrade(inner),
             handle.clone(),
@@ -146,10 +134,7 @@ impl Owned {
             commands,
             moving,
             relay: Mutex::new(Some(relay)),
-            _tasks: vec![
-                AbortOnDropHandle::new(task),
-                AbortOnDropHandle::new(publisher),
-            ],
+            _task: AbortOnDropHandle::new(task),
         }))
     }
 
@@ -261,10 +246,10 @@ async fn serve(
             command = commands.recv() => match command {
                 Some(Command::Request(request, reply)) => (request, Replier::Local(reply)),
                 Some(Command::RunEnded) => {
-                    if held.record.busy {
-                        if let Some(inner) = inner.upgrade() {
-                            settle_at = Some(tokio::time::Instant::now() + inner.config.idle_after);
-                        }
+                    if held.record.busy
+                        && let Some(inner) = inner.upgrade()
+                    {
+                        settle_at = Some(tokio::time::Instant::now() + inner.config.idle_after);
                     }
                     continue;
                 }

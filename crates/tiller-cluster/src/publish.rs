@@ -1,129 +1,163 @@
-//! An owned agent's events on their way to every host, by two paths.
+//! The host's agents' events on their way to every host, by two paths, from one
+//! task per host.
 //!
-//! The agent's relay puts each event in the agent's [`Outbox`] as it is
-//! published (no copy, no task woken but the publisher). One task per agent
-//! takes everything waiting as one batch — one JSON envelope per line, the
-//! batch's first number and the owner's epoch in its headers — and:
+//! Each owned agent's relay puts each event in the agent's [`Outbox`] as it is
+//! published (no copy, no task of the agent's woken); the first event that
+//! finds the outbox empty lists the outbox as ready for the host's publisher.
+//! The publisher takes everything the ready outboxes hold and:
 //!
-//! - **live**: publishes it at once on the agent's live subject (core NATS, a
-//!   few microseconds, in order), while this host's heartbeat is fresh: a host
-//!   woken from a pause past its lease publishes nothing more;
-//! - **durable**: adds it to what the stream will get. Batches for the stream are
-//!   coalesced over [`ClusterConfig::durable_window`] (token deltas come 20 to 50
-//!   a second per agent; a replicated write each would be most of the cluster's
-//!   work) or until a run ends, one in flight at a time, each conditional on the subject's last
-//!   message (`Nats-Expected-Last-Subject-Sequence`): once another owner has
+//! - **live**: sends it as one message on this host's bus subject (core NATS) —
+//!   at once after a quiet spell, otherwise
+//!   [`ClusterConfig::live_interval`](crate::ClusterConfig::live_interval)
+//!   after the last one — a section per agent — the agent's stream subject, the owner's epoch,
+//!   the first event's number and the events, one JSON envelope per line — while
+//!   this host's heartbeat is fresh: a host woken from a pause past its lease
+//!   publishes nothing more. Every host's listener reads every bus (see
+//!   `follow.rs`). So a busy host sends one NATS message for many agents' events,
+//!   not one per event;
+//! - **durable**: adds each agent's events to what its stream subject will get.
+//!   Batches for the stream are coalesced over
+//!   [`ClusterConfig::durable_window`](crate::ClusterConfig::durable_window) or
+//!   until a run ends, one in flight per agent, each conditional on the subject's
+//!   last message (`Nats-Expected-Last-Subject-Sequence`): once another owner has
 //!   published (its `owner_changed`), this one's next batch is refused and the
 //!   agent is stopped here. A batch that gets no answer (a leader election) is
 //!   sent again with the same message id, which JetStream deduplicates.
 //!
-//! The live path never runs more than [`LIVE_LEAD`] events ahead of what the
-//! stream has acknowledged; a new owner numbers its events from past that lead,
-//! so numbers keep rising even over events only the live path carried.
-//!
-//! [`ClusterConfig::durable_window`]: crate::ClusterConfig::durable_window
+//! The live path never runs more than [`LIVE_LEAD`] events of an agent ahead of
+//! what its stream has acknowledged; a new owner numbers its events from past
+//! that lead, so numbers keep rising even over events only the live path
+//! carried.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 use bytes::{Bytes, BytesMut};
-use tiller::{Delivered, Envelope, Notice};
-use tokio::sync::Notify;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tiller::{AgentEvent, Delivered, Envelope, Notice};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::Inner;
 use crate::error::ClusterError;
-use crate::names::{EPOCH_HEADER, FIRST_HEADER};
+use crate::names::{EPOCH_HEADER, FIRST_HEADER, bus_subject};
 
-/// The most events the live path runs ahead of what the stream has
+/// The most events the live path runs ahead of what an agent's stream has
 /// acknowledged. A new owner numbers its first event this far past the stream's
 /// last, so no number is used twice.
 pub(crate) const LIVE_LEAD: u64 = 4_096;
 
-/// Events waiting to be published, bounded: past `limit`, the oldest are
-/// dropped (followers see the gap in the numbers and are told how many they
-/// missed).
+/// The outboxes with events for the publisher.
+#[derive(Default)]
+pub(crate) struct Ready {
+    outboxes: Mutex<Vec<Arc<Outbox>>>,
+    notify: Notify,
+}
+
+impl Ready {
+    fn push(&self, outbox: Arc<Outbox>) {
+        lock(&self.outboxes).push(outbox);
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Vec<Arc<Outbox>> {
+        std::mem::take(&mut *lock(&self.outboxes))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One agent's events waiting to be published, bounded: past `limit`, the
+/// oldest are dropped (followers see the gap in the numbers and are told how
+/// many they missed).
 pub(crate) struct Outbox {
+    /// The agent's stream subject: who the events are for.
+    subject: String,
     state: Mutex<OutboxState>,
+    /// Told when the publisher settles the outbox (see [`Outbox::flushed`]).
     changed: Notify,
     limit: usize,
+    ready: Arc<Ready>,
 }
 
 #[derive(Default)]
 struct OutboxState {
     events: VecDeque<Arc<Envelope>>,
+    /// Whether it is on the publisher's ready list.
+    listed: bool,
     /// Whether the publisher holds events the stream has not acknowledged yet.
     unsettled: bool,
-    /// No more events: the publisher ends once it has sent what waits.
+    /// No more events: the publisher sends what waits, then lets the agent go.
     closed: bool,
     /// Events dropped for the bound, in all.
     dropped: u64,
 }
 
 impl Outbox {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new(subject: String, limit: usize, ready: Arc<Ready>) -> Self {
         Outbox {
+            subject,
             state: Mutex::new(OutboxState::default()),
             changed: Notify::new(),
             limit,
+            ready,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, OutboxState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Lists the outbox as ready, unless it is.
+    fn list(self: &Arc<Self>, state: &mut OutboxState) {
+        if !state.listed {
+            state.listed = true;
+            self.ready.push(self.clone());
+        }
     }
 
     /// Queues an event (the relay calls it on the publishing thread).
-    pub(crate) fn push(&self, envelope: &Arc<Envelope>) {
-        let was_empty = {
-            let mut state = self.lock();
-            if state.closed {
-                return;
-            }
-            if state.events.len() == self.limit {
-                state.events.pop_front();
-                state.dropped += 1;
-            }
-            state.events.push_back(envelope.clone());
-            state.events.len() == 1
-        };
-        if was_empty {
-            self.changed.notify_one();
+    pub(crate) fn push(self: &Arc<Self>, envelope: &Arc<Envelope>) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return;
         }
+        if state.events.len() == self.limit {
+            state.events.pop_front();
+            state.dropped += 1;
+        }
+        state.events.push_back(envelope.clone());
+        state.unsettled = true;
+        self.list(&mut state);
     }
 
-    /// What waits, at most `max` events, once something does; `None` once
-    /// closed and empty.
-    async fn take(&self, max: usize) -> Option<Vec<Arc<Envelope>>> {
-        loop {
-            let notified = self.changed.notified();
-            {
-                let mut state = self.lock();
-                if !state.events.is_empty() {
-                    state.unsettled = true;
-                    let count = state.events.len().min(max);
-                    return Some(state.events.drain(..count).collect());
-                }
-                if state.closed {
-                    return None;
-                }
-            }
-            notified.await;
-        }
+    /// At most `max` of the events waiting; whether it is closed (and empty).
+    fn take(&self, max: usize) -> (Vec<Arc<Envelope>>, bool) {
+        let mut state = lock(&self.state);
+        state.listed = false;
+        let count = state.events.len().min(max);
+        let events: Vec<Arc<Envelope>> = state.events.drain(..count).collect();
+        (events, state.closed && state.events.is_empty())
+    }
+
+    /// Whether events wait.
+    fn waiting(&self) -> bool {
+        !lock(&self.state).events.is_empty()
     }
 
     /// Everything taken so far is acknowledged by the stream (or given up).
     fn settled(&self) {
         let settled = {
-            let mut state = self.lock();
-            state.unsettled = false;
-            state.events.is_empty()
+            let mut state = lock(&self.state);
+            if state.events.is_empty() {
+                state.unsettled = false;
+            }
+            !state.unsettled
         };
         if settled {
             self.changed.notify_waiters();
@@ -134,41 +168,35 @@ impl Outbox {
     pub(crate) async fn flushed(&self) {
         loop {
             let notified = self.changed.notified();
-            {
-                let state = self.lock();
-                if state.events.is_empty() && !state.unsettled {
-                    return;
-                }
+            if !lock(&self.state).unsettled {
+                return;
             }
             notified.await;
         }
     }
 
     /// Takes no more events; what waits is still sent, unless `discard`.
-    pub(crate) fn close(&self, discard: bool) {
-        {
-            let mut state = self.lock();
-            state.closed = true;
-            if discard {
-                state.events.clear();
-            }
+    pub(crate) fn close(self: &Arc<Self>, discard: bool) {
+        let mut state = lock(&self.state);
+        state.closed = true;
+        if discard {
+            state.events.clear();
         }
-        self.changed.notify_waiters();
-        self.changed.notify_one();
+        self.list(&mut state);
     }
 
     /// Events dropped for the bound.
     pub(crate) fn dropped(&self) -> u64 {
-        self.lock().dropped
+        lock(&self.state).dropped
     }
 }
 
-/// Where one agent publishes.
+/// Where one agent's events go in the stream.
 pub(crate) struct Channel {
+    /// The agent.
+    pub(crate) agent: String,
     /// The agent's stream subject.
     pub(crate) subject: String,
-    /// The agent's live subject.
-    pub(crate) live: String,
     /// The message id prefix: the agent's token and the owner's epoch.
     pub(crate) id_prefix: String,
     pub(crate) epoch: u64,
@@ -176,207 +204,371 @@ pub(crate) struct Channel {
     pub(crate) last: u64,
 }
 
-/// Why a publisher ended.
-pub(crate) enum Ended {
-    /// The outbox closed and everything in it was sent.
-    Closed,
-    /// JetStream refused a batch: another owner published since.
-    Superseded,
-}
-
-/// What the stream is to get: batches joined, from event `first` on.
-#[derive(Default)]
-struct Pending {
-    payload: BytesMut,
-    first: u64,
-    events: u64,
-    /// When the oldest of them was taken.
-    since: Option<Instant>,
-}
-
-/// A batch on its way to the stream.
-struct InFlight {
-    ack: Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>,
-    first: u64,
-    events: u64,
-    payload: Bytes,
-}
-
-/// The headers of a batch.
-fn headers(epoch: u64, first: u64) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(EPOCH_HEADER, epoch.to_string().as_str());
-    headers.insert(FIRST_HEADER, first.to_string().as_str());
-    headers
-}
-
 /// `events` as lines of JSON: an event that cannot be encoded is told as one
 /// missed, so that numbers stay consecutive within a batch.
-fn lines(events: &[Arc<Envelope>]) -> Bytes {
-    let mut payload = Vec::with_capacity(events.len() * 256);
+fn lines(events: &[Arc<Envelope>], into: &mut BytesMut) {
+    let mut writer = bytes::BufMut::writer(into);
     for (n, event) in events.iter().enumerate() {
         if n > 0 {
-            payload.push(b'\n');
+            let _ = std::io::Write::write_all(&mut writer, b"\n");
         }
-        let start = payload.len();
-        if serde_json::to_writer(&mut payload, &**event).is_err() {
-            payload.truncate(start);
+        let start = writer.get_ref().len();
+        if serde_json::to_writer(&mut writer, &**event).is_err() {
+            writer.get_mut().truncate(start);
             let missed = Envelope {
                 agent_id: event.agent_id.clone(),
                 seq: event.seq,
                 event: Delivered::Notice(Notice::Lagged { missed: 1 }),
             };
-            let _ = serde_json::to_writer(&mut payload, &missed);
+            let _ = serde_json::to_writer(&mut writer, &missed);
         }
     }
-    payload.into()
 }
 
-/// Publishes `outbox`'s events on `channel`, live and to the stream, until the
-/// outbox closes (and everything is in the stream) or another owner has
-/// published on the subject.
-pub(crate) async fn publish(
-    inner: Weak<Inner>,
-    mut channel: Channel,
+/// Appends one section to a bus message: `SUBJECT EPOCH FIRST LENGTH\n` then
+/// `LENGTH` bytes of lines.
+pub(crate) fn section(bus: &mut BytesMut, subject: &str, epoch: u64, first: u64, payload: &[u8]) {
+    bus.extend_from_slice(format!("{subject} {epoch} {first} {}\n", payload.len()).as_bytes());
+    bus.extend_from_slice(payload);
+}
+
+/// What one agent's stream is to get, and how far it has got.
+struct Durable {
     outbox: Arc<Outbox>,
-) -> Ended {
-    let Some((window, max_bytes, fence_after)) = inner.upgrade().map(|inner| {
-        (
-            inner.config.durable_window,
-            inner.config.max_batch_bytes,
-            inner.config.fence_after(),
-        )
-    }) else {
-        return Ended::Closed;
-    };
-    let mut pending = Pending::default();
-    // Whether what waits holds a run's end: sent to the stream at once, so a
-    // client resuming right after a run reads it whole.
-    let mut ends_run = false;
-    let mut in_flight: Option<InFlight> = None;
-    let mut retry_at: Option<Instant> = None;
-    let mut wait = Duration::from_millis(50);
-    // Events the live path has carried that the stream has not acknowledged.
-    let mut lead = 0u64;
-    let mut open = true;
+    channel: Channel,
+    /// Batches joined, from event `first` on.
+    pending: BytesMut,
+    first: u64,
+    events: u64,
+    /// When the oldest pending event was taken.
+    since: Option<Instant>,
+    /// Whether what is pending holds a run's end: sent at once.
+    ends_run: bool,
+    /// Whether a batch is on its way to the stream.
+    in_flight: bool,
+    /// Not before then (after a failed send).
+    retry_at: Option<Instant>,
+    /// Events the live path carried that the stream has not acknowledged.
+    lead: u64,
+    /// The outbox closed: done once everything is in the stream.
+    closed: bool,
+}
+
+/// The answer to one batch sent to the stream.
+struct Sent {
+    subject: String,
+    first: u64,
+    events: u64,
+    payload: Bytes,
+    acknowledged: Result<PublishAck, PublishError>,
+}
+
+/// The host's publisher: the outboxes' ready list, and the way to register an
+/// agent's outbox with it.
+pub(crate) struct Publisher {
+    pub(crate) ready: Arc<Ready>,
+    register: mpsc::UnboundedSender<(Arc<Outbox>, Channel)>,
+}
+
+impl Publisher {
+    /// Starts the host's publisher while `inner` is still being made: the task
+    /// upgrades it only once told of an agent, so the bus interval comes apart.
+    pub(crate) fn start(
+        inner: Weak<Inner>,
+        interval: Duration,
+    ) -> (Publisher, tokio::task::JoinHandle<()>) {
+        let ready = Arc::new(Ready::default());
+        let (register, registered) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(inner, interval, ready.clone(), registered));
+        (Publisher { ready, register }, task)
+    }
+
+    /// Publishes `outbox`'s events on `channel` from now on, until it closes.
+    pub(crate) fn register(&self, outbox: Arc<Outbox>, channel: Channel) {
+        let _ = self.register.send((outbox, channel));
+    }
+}
+
+/// The publisher's task.
+async fn run(
+    inner: Weak<Inner>,
+    interval: Duration,
+    ready: Arc<Ready>,
+    mut registered: mpsc::UnboundedReceiver<(Arc<Outbox>, Channel)>,
+) {
+    let mut agents: HashMap<String, Durable> = HashMap::new();
+    let mut in_flight: FuturesUnordered<BoxFuture<'static, Sent>> = FuturesUnordered::new();
+    // When agents' pending events fall due (stale entries are skipped).
+    let mut dues: BinaryHeap<Reverse<(Instant, String)>> = BinaryHeap::new();
+    // Whether outboxes are ready, and when the bus may carry them.
+    let mut ready_waiting = false;
+    let mut bus_at = Instant::now();
     loop {
-        let Some(inner) = inner.upgrade() else {
-            return Ended::Closed;
-        };
-        let flush_at = pending.since.map(|since| since + window);
+        let next_due = dues.peek().map(|Reverse((at, _))| *at);
+        // What to look at after this wait.
+        let mut touched: Vec<String> = Vec::new();
         tokio::select! {
-            taken = outbox.take((LIVE_LEAD - lead) as usize), if open && lead < LIVE_LEAD => match taken {
-                Some(events) => {
-                    let first = events[0].seq;
-                    ends_run |= events.iter().any(|event| {
-                        matches!(event.event, Delivered::Event(tiller::AgentEvent::AgentEnd { .. }))
-                    });
-                    let payload = lines(&events);
-                    if inner.life.fresh(fence_after) {
-                        inner.counters.live_batch();
-                        if let Err(error) = inner
-                            .client
-                            .publish_with_headers(channel.live.clone(), headers(channel.epoch, first), payload.clone())
-                            .await
-                        {
-                            tracing::debug!(%error, "a batch was not published live");
-                        }
+            // An outbox is registered before its first event is pushed.
+            biased;
+            registration = registered.recv() => match registration {
+                Some((outbox, channel)) => {
+                    touched.push(outbox.subject.clone());
+                    if outbox.waiting() {
+                        let mut state = lock(&outbox.state);
+                        state.listed = false;
+                        outbox.list(&mut state);
                     }
-                    if pending.events == 0 {
-                        pending.first = first;
-                        pending.since = Some(Instant::now());
-                    } else {
-                        pending.payload.extend_from_slice(b"\n");
-                    }
-                    pending.payload.extend_from_slice(&payload);
-                    pending.events += events.len() as u64;
-                    lead += events.len() as u64;
-                }
-                None => open = false,
-            },
-            acknowledged = async { in_flight.as_mut().map(|sent| sent.ack.as_mut()).unwrap().await }, if in_flight.is_some() => {
-                let sent = in_flight.take().map(|sent| (sent.first, sent.events, sent.payload));
-                match acknowledged {
-                    Ok(ack) => {
-                        channel.last = ack.sequence;
-                        lead = lead.saturating_sub(sent.map_or(0, |(_, events, _)| events));
-                        wait = Duration::from_millis(50);
-                        if pending.events == 0 {
-                            outbox.settled();
-                        }
-                    }
-                    Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => {
-                        inner.counters.refused();
-                        tracing::warn!(subject = %channel.subject, epoch = channel.epoch, "events refused: another owner has published");
-                        outbox.close(true);
-                        outbox.settled();
-                        return Ended::Superseded;
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "a batch of events was not stored; sending it again");
-                        // Sent again, with its message id (and what came since), after a wait.
-                        if let Some((first, events, payload)) = sent {
-                            let mut again = BytesMut::from(&payload[..]);
-                            if pending.events > 0 {
-                                again.extend_from_slice(b"\n");
-                                again.extend_from_slice(&pending.payload);
-                            }
-                            pending = Pending {
-                                payload: again,
-                                first,
-                                events: events + pending.events,
-                                since: pending.since.or(Some(Instant::now())),
-                            };
-                        }
-                        retry_at = Some(Instant::now() + wait);
-                        wait = (wait * 2).min(Duration::from_secs(1));
-                    }
-                }
-            },
-            _ = sleep_until(retry_at.max(flush_at)), if in_flight.is_none() && pending.events > 0 => {}
-        }
-        let now = Instant::now();
-        let due = pending.since.is_some_and(|since| since + window <= now)
-            && retry_at.is_none_or(|at| at <= now);
-        let full = pending.payload.len() >= max_bytes;
-        if in_flight.is_none() && pending.events > 0 && (due || full || ends_run || !open) {
-            ends_run = false;
-            let batch = std::mem::take(&mut pending);
-            let payload = batch.payload.freeze();
-            let message = PublishMessage::build()
-                .payload(payload.clone())
-                .message_id(format!("{}.{}", channel.id_prefix, batch.first))
-                .expected_last_subject_sequence(channel.last)
-                .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
-                .header(FIRST_HEADER, batch.first.to_string().as_str());
-            inner.counters.stream_batch();
-            match inner
-                .js
-                .send_publish(channel.subject.clone(), message)
-                .await
-            {
-                Ok(ack) => {
-                    in_flight = Some(InFlight {
-                        ack: Box::pin(ack.into_future()),
-                        first: batch.first,
-                        events: batch.events,
-                        payload,
+                    agents.insert(outbox.subject.clone(), Durable {
+                        outbox,
+                        channel,
+                        pending: BytesMut::new(),
+                        first: 0,
+                        events: 0,
+                        since: None,
+                        ends_run: false,
+                        in_flight: false,
+                        retry_at: None,
+                        lead: 0,
+                        closed: false,
                     });
                 }
-                Err(error) => {
-                    tracing::debug!(%error, "a batch of events could not be sent; sending it again");
-                    pending = Pending {
-                        payload: BytesMut::from(&payload[..]),
-                        ..batch
-                    };
-                    retry_at = Some(Instant::now() + wait);
-                    wait = (wait * 2).min(Duration::from_secs(1));
+                None => return,
+            },
+            () = ready.notify.notified(), if !ready_waiting => ready_waiting = true,
+            () = tokio::time::sleep_until(bus_at), if ready_waiting => {}
+            Some(sent) = in_flight.next(), if !in_flight.is_empty() => {
+                let Some(inner) = inner.upgrade() else { return };
+                touched.push(sent.subject.clone());
+                acknowledged(&inner, &mut agents, &mut dues, sent);
+            }
+            () = sleep_until(next_due), if next_due.is_some() => {
+                let now = Instant::now();
+                while let Some(Reverse((at, _))) = dues.peek() {
+                    if *at > now {
+                        break;
+                    }
+                    if let Some(Reverse((_, subject))) = dues.pop() {
+                        touched.push(subject);
+                    }
                 }
             }
         }
-        if !open && pending.events == 0 && in_flight.is_none() {
-            outbox.settled();
-            return Ended::Closed;
+        let Some(inner) = inner.upgrade() else { return };
+        let now = Instant::now();
+        if ready_waiting && now >= bus_at {
+            ready_waiting = false;
+            if take_ready(&inner, &ready, &mut agents, &mut dues, &mut touched).await {
+                bus_at = now + interval;
+            }
+        }
+        for subject in touched {
+            let Some(durable) = agents.get_mut(&subject) else {
+                continue;
+            };
+            if let Some(sending) = send_due(&inner, durable).await {
+                in_flight.push(sending);
+            }
+            if durable.closed && durable.events == 0 && !durable.in_flight {
+                durable.outbox.settled();
+                agents.remove(&subject);
+            } else if durable.events == 0 && !durable.in_flight {
+                durable.outbox.settled();
+            }
+        }
+    }
+}
+
+/// Takes what the ready outboxes hold: one bus message for all of it, and each
+/// agent's share added to what its stream is to get. Whether the bus carried
+/// anything.
+async fn take_ready(
+    inner: &Inner,
+    ready: &Ready,
+    agents: &mut HashMap<String, Durable>,
+    dues: &mut BinaryHeap<Reverse<(Instant, String)>>,
+    touched: &mut Vec<String>,
+) -> bool {
+    let outboxes = ready.take();
+    if outboxes.is_empty() {
+        return false;
+    }
+    let window = inner.config.durable_window;
+    let fresh = inner.life.fresh(inner.config.fence_after());
+    let mut bus = BytesMut::new();
+    let mut sent_early = false;
+    let mut payload = BytesMut::new();
+    for outbox in outboxes {
+        let Some(durable) = agents.get_mut(&outbox.subject) else {
+            // Gone (its events refused): nothing more of it is sent.
+            outbox.take(0);
+            continue;
+        };
+        // Held back while the stream is behind (the lead used up, a batch's
+        // worth waiting): listed again once a batch is acknowledged.
+        let room = if durable.pending.len() >= inner.config.max_batch_bytes {
+            0
+        } else {
+            LIVE_LEAD.saturating_sub(durable.lead) as usize
+        };
+        let (events, closed) = outbox.take(room);
+        durable.closed |= closed;
+        touched.push(outbox.subject.clone());
+        if events.is_empty() {
+            continue;
+        }
+        let first = events[0].seq;
+        payload.clear();
+        lines(&events, &mut payload);
+        if fresh {
+            section(
+                &mut bus,
+                &outbox.subject,
+                durable.channel.epoch,
+                first,
+                &payload,
+            );
+            if bus.len() >= inner.config.max_batch_bytes {
+                publish_bus(inner, std::mem::take(&mut bus)).await;
+                sent_early = true;
+            }
+        }
+        if durable.events == 0 {
+            durable.first = first;
+            let since = Instant::now();
+            durable.since = Some(since);
+            dues.push(Reverse((since + window, outbox.subject.clone())));
+        } else {
+            durable.pending.extend_from_slice(b"\n");
+        }
+        durable.pending.extend_from_slice(&payload);
+        durable.events += events.len() as u64;
+        durable.lead += events.len() as u64;
+        durable.ends_run |= events
+            .iter()
+            .any(|event| matches!(event.event, Delivered::Event(AgentEvent::AgentEnd { .. })));
+    }
+    let sent = !bus.is_empty() || sent_early;
+    if !bus.is_empty() {
+        publish_bus(inner, bus).await;
+    }
+    sent
+}
+
+/// Sends one message on this host's bus.
+async fn publish_bus(inner: &Inner, bus: BytesMut) {
+    inner.counters.live_batch();
+    if let Err(error) = inner
+        .client
+        .publish(bus_subject(inner.me()), bus.freeze())
+        .await
+    {
+        tracing::debug!(%error, "a bus message was not published");
+    }
+}
+
+/// Sends `durable`'s pending events to the stream, if they are due (their
+/// window passed, a run ended, they fill a batch, the agent leaves) and none is
+/// in flight.
+async fn send_due(inner: &Inner, durable: &mut Durable) -> Option<BoxFuture<'static, Sent>> {
+    let now = Instant::now();
+    let due = durable
+        .since
+        .is_some_and(|since| since + inner.config.durable_window <= now)
+        || durable.ends_run
+        || durable.closed
+        || durable.pending.len() >= inner.config.max_batch_bytes;
+    if durable.in_flight
+        || durable.events == 0
+        || !due
+        || durable.retry_at.is_some_and(|at| at > now)
+    {
+        return None;
+    }
+    let payload = std::mem::take(&mut durable.pending).freeze();
+    let (first, events) = (durable.first, durable.events);
+    durable.events = 0;
+    durable.since = None;
+    durable.ends_run = false;
+    durable.retry_at = None;
+    let channel = &durable.channel;
+    let message = PublishMessage::build()
+        .payload(payload.clone())
+        .message_id(format!("{}.{first}", channel.id_prefix))
+        .expected_last_subject_sequence(channel.last)
+        .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
+        .header(FIRST_HEADER, first.to_string().as_str());
+    inner.counters.stream_batch();
+    durable.in_flight = true;
+    let subject = channel.subject.clone();
+    let acknowledging = match inner.js.send_publish(subject.clone(), message).await {
+        Ok(ack) => ack.into_future().boxed(),
+        Err(error) => futures::future::ready(Err(error)).boxed(),
+    };
+    Some(
+        async move {
+            Sent {
+                subject,
+                first,
+                events,
+                payload,
+                acknowledged: acknowledging.await,
+            }
+        }
+        .boxed(),
+    )
+}
+
+/// What the stream said of a batch.
+fn acknowledged(
+    inner: &Inner,
+    agents: &mut HashMap<String, Durable>,
+    dues: &mut BinaryHeap<Reverse<(Instant, String)>>,
+    sent: Sent,
+) {
+    let Some(durable) = agents.get_mut(&sent.subject) else {
+        return;
+    };
+    durable.in_flight = false;
+    match sent.acknowledged {
+        Ok(ack) => {
+            durable.channel.last = ack.sequence;
+            durable.lead = durable.lead.saturating_sub(sent.events);
+            // Events the lead held back.
+            if durable.outbox.waiting() {
+                let mut state = lock(&durable.outbox.state);
+                durable.outbox.list(&mut state);
+            }
+        }
+        Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => {
+            inner.counters.refused();
+            tracing::warn!(subject = %sent.subject, epoch = durable.channel.epoch, "events refused: another owner has published");
+            let agent = durable.channel.agent.clone();
+            durable.outbox.close(true);
+            durable.outbox.settled();
+            agents.remove(&sent.subject);
+            if let Some(owned) = inner.owned.get(&agent).map(|owned| owned.clone()) {
+                owned.leaving();
+            }
+            inner.supervisor.evict(
+                &agent,
+                "another host published its events: it holds the agent now",
+            );
+        }
+        Err(error) => {
+            tracing::debug!(%error, "a batch of events was not stored; sending it again");
+            // Sent again, with its message id (and what came since), after a wait.
+            let mut again = BytesMut::from(&sent.payload[..]);
+            if durable.events > 0 {
+                again.extend_from_slice(b"\n");
+                again.extend_from_slice(&durable.pending);
+            }
+            durable.pending = again;
+            durable.first = sent.first;
+            durable.events += sent.events;
+            let retry_at = Instant::now() + Duration::from_millis(250);
+            durable.retry_at = Some(retry_at);
+            durable.since = durable.since.or(Some(retry_at));
+            dues.push(Reverse((retry_at, sent.subject)));
         }
     }
 }
@@ -389,9 +581,10 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Publishes one batch to the stream alone (a new owner's `owner_changed`),
-/// sending it again (same message id) for at most ten seconds: whether it was
-/// taken (false: another owner published since the subject's last message).
+/// Publishes one batch to the stream alone (a new owner's `owner_changed`), and
+/// on this host's bus, sending it again (same message id) for at most ten
+/// seconds: whether the stream took it (false: another owner published since
+/// the subject's last message).
 pub(crate) async fn send_once(
     inner: &Inner,
     channel: &mut Channel,
@@ -419,14 +612,9 @@ pub(crate) async fn send_once(
             Ok(ack) => {
                 channel.last = ack.sequence;
                 // Followers on the live path learn of the new owner at once.
-                let _ = inner
-                    .client
-                    .publish_with_headers(
-                        channel.live.clone(),
-                        headers(channel.epoch, first),
-                        payload,
-                    )
-                    .await;
+                let mut bus = BytesMut::new();
+                section(&mut bus, &channel.subject, channel.epoch, first, &payload);
+                publish_bus(inner, bus).await;
                 return Ok(true);
             }
             Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => return Ok(false),

@@ -93,10 +93,10 @@ fn prompt(text: &str) -> Op {
 }
 
 /// The event types `following` reads up to and with the first `until`, with
-/// their numbers; fails after twenty seconds.
+/// their numbers; fails after forty seconds, naming what it read.
 async fn read_until(following: &mut Following, until: &str) -> Vec<(u64, String)> {
-    tokio::time::timeout(Duration::from_secs(40), async {
-        let mut seen = Vec::new();
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(40), async {
         while let Some(item) = following.next().await {
             let kind = item.event_type().to_owned();
             let seq = match &item {
@@ -104,13 +104,17 @@ async fn read_until(following: &mut Following, until: &str) -> Vec<(u64, String)
             };
             seen.push((seq, kind.clone()));
             if kind == until {
-                return seen;
+                return true;
             }
         }
-        panic!("the events ended before `{until}`: {seen:?}");
+        false
     })
-    .await
-    .expect("the awaited event never came")
+    .await;
+    match read {
+        Ok(true) => seen,
+        Ok(false) => panic!("the events ended before `{until}`: {seen:?}"),
+        Err(_) => panic!("`{until}` never came; read {seen:?}"),
+    }
 }
 
 fn kinds(events: &[(u64, String)]) -> Vec<&str> {
@@ -308,7 +312,7 @@ async fn a_drain_moves_a_run_between_two_turns_and_it_goes_on_elsewhere() {
         tokio::task::yield_now().await;
         gate.add_permits(1);
     });
-    assert_eq!(drained.moved, [id.clone()]);
+    assert_eq!(drained.moved, std::slice::from_ref(&id));
     assert!(drained.failed.is_empty(), "{:?}", drained.failed);
     let events = read_until(&mut following, "agent_end").await;
     let paused = kinds(&events);

@@ -298,9 +298,7 @@ impl Shared {
                 ))
             }
             Some(cluster) => {
-                let following = cluster
-                    .follow_all(scope.tenant.as_deref(), scope.user.as_deref())
-                    .await?;
+                let following = cluster.follow_all(scope.tenant.as_deref(), scope.user.as_deref());
                 Ok(Box::pin(following.map(|followed| {
                     Outgoing::Published(AgentId::from(""), followed)
                 })))
