@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::StreamExt;
 
 use crate::error::ClusterError;
 use crate::names::{EPOCH_HEADER, EVENTS, EventSubject, FIRST_HEADER};
+
+/// How long the audit waits for the stream's next batch (an election).
+const READ_WAIT: Duration = Duration::from_secs(30);
 
 /// One batch of an agent's events as JetStream keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +40,21 @@ pub async fn published(
     let js = async_nats::jetstream::new(client);
     // A node just lost leaves JetStream electing a while.
     let stream = crate::while_electing(|| js.get_stream(EVENTS)).await?;
+    // The subject's last batch as the audit begins: read up to it.
+    let last = crate::while_electing(|| async {
+        match stream
+            .get_last_raw_message_by_subject(&subject.subject())
+            .await
+        {
+            Ok(message) => Ok(Some(message.sequence)),
+            Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    })
+    .await?;
+    let Some(last) = last else {
+        return Ok(Vec::new());
+    };
     let consumer = crate::while_electing(|| {
         stream.create_consumer(OrderedConfig {
             filter_subject: subject.subject(),
@@ -47,12 +66,15 @@ pub async fn published(
     let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
     let mut batches = Vec::new();
     loop {
-        // An empty subject delivers nothing: the wait has an end.
-        let Ok(Some(message)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await
-        else {
-            return Ok(batches);
+        let message = match tokio::time::timeout(READ_WAIT, messages.next()).await {
+            Ok(Some(message)) => message.map_err(ClusterError::nats)?,
+            Ok(None) => return Err(ClusterError::Nats("the stream's consumer ended".to_owned())),
+            Err(_) => {
+                return Err(ClusterError::Nats(format!(
+                    "the stream gave nothing for {READ_WAIT:?} before its batch {last}"
+                )));
+            }
         };
-        let message = message.map_err(ClusterError::nats)?;
         let info = message.info().map_err(ClusterError::nats)?;
         let header = |name: &str| {
             message
@@ -72,7 +94,7 @@ pub async fn published(
                 .filter_map(|line| serde_json::from_slice(line).ok())
                 .collect(),
         });
-        if info.pending == 0 {
+        if info.stream_sequence >= last {
             return Ok(batches);
         }
     }
