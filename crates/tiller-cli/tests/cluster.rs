@@ -35,7 +35,7 @@ use common::{Scratch, exit_of, lines, python_tool, read_until, tiller};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller_cluster::EventSubject;
+use tiller_cluster::{EventSubject, PublishedBatch};
 use tiller_test_support::nats::NatsCluster;
 use tiller_test_support::postgres::postgres_url;
 use tiller_test_support::{CapturedRequest, MockResponse, MockServer, sse};
@@ -406,6 +406,32 @@ impl Chaos {
         }
     }
 
+    /// What the stream keeps of `subject` once its newest event is a `last`:
+    /// the durable path may lag the live one a moment (an election, longer).
+    async fn published_until(&self, subject: &EventSubject, last: &str) -> Vec<PublishedBatch> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let batches = tiller_cluster::published(&self.nats.urls, subject)
+                .await
+                .unwrap();
+            let newest = batches.last().and_then(|batch| batch.events.last());
+            if newest.is_some_and(|event| event["event"]["type"] == last) {
+                return batches;
+            }
+            if Instant::now() >= deadline {
+                let logs: Vec<(String, Vec<String>)> = self
+                    .hosts
+                    .iter()
+                    .map(|host| (host.id.clone(), host.log()))
+                    .collect();
+                panic!(
+                    "the stream does not end with `{last}`: {batches:?}; the hosts said {logs:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The invariant checker, over what the cluster published of `agent` and
     /// what the hosts logged: its epochs only rise; every batch after an owner's
     /// claim is that owner's (none of an older epoch is accepted after); events
@@ -420,23 +446,7 @@ impl Chaos {
             tenant: None,
             user: None,
         };
-        // A run's end goes to the stream at once, but an election (a lost node)
-        // may hold it back a while after clients had it live.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let batches = loop {
-            let batches = tiller_cluster::published(&self.nats.urls, &subject)
-                .await
-                .unwrap();
-            let newest = batches.last().and_then(|batch| batch.events.last());
-            if newest.is_some_and(|event| event["event"]["type"] == last) {
-                break batches;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the stream does not end with `{last}`: {batches:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        let batches = self.published_until(&subject, last).await;
         let (mut epoch, mut claimed, mut next) = (0, 0, None);
         for batch in &batches {
             assert!(batch.epoch >= epoch, "epoch {} after {epoch}", batch.epoch);
@@ -624,24 +634,14 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
         tenant: None,
         user: None,
     };
-    // The run's end is in the stream a moment after the live clients read it.
-    let kept = loop {
-        let batches = tiller_cluster::published(&chaos.nats.urls, &subject)
-            .await
-            .unwrap();
-        let events: Vec<&Value> = batches.iter().flat_map(|batch| &batch.events).collect();
-        if events
-            .last()
-            .is_some_and(|event| event["event"]["type"] == "agent_end")
-        {
-            break events
-                .iter()
-                .map(|event| event["seq"].as_u64())
-                .filter(|id| id.is_some_and(|id| id > resume_after))
-                .collect::<Vec<_>>();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let kept: Vec<Option<u64>> = chaos
+        .published_until(&subject, "agent_end")
+        .await
+        .iter()
+        .flat_map(|batch| &batch.events)
+        .map(|event| event["seq"].as_u64())
+        .filter(|id| id.is_some_and(|id| id > resume_after))
+        .collect();
     for host in ["h2", "h3"] {
         let resumed = chaos.follow(host, &agent, Some(resume_after)).await;
         let read = resumed.until(finished_after_owner_change).await;

@@ -471,9 +471,11 @@ async fn publish_bus(inner: &Inner, bus: BytesMut) {
 /// in flight.
 async fn send_due(inner: &Inner, durable: &mut Durable) -> Option<BoxFuture<'static, Sent>> {
     let now = Instant::now();
-    let due = durable
-        .since
-        .is_some_and(|since| since + inner.config.durable_window <= now)
+    // A batch to send again is due once its wait is over (checked below).
+    let due = durable.retry_at.is_some()
+        || durable
+            .since
+            .is_some_and(|since| since + inner.config.durable_window <= now)
         || durable.ends_run
         || durable.closed
         || durable.pending.len() >= inner.config.max_batch_bytes;
@@ -565,9 +567,10 @@ fn acknowledged(
             durable.pending = again;
             durable.first = sent.first;
             durable.events += sent.events;
-            let retry_at = Instant::now() + Duration::from_millis(250);
+            let now = Instant::now();
+            let retry_at = now + Duration::from_millis(250);
             durable.retry_at = Some(retry_at);
-            durable.since = durable.since.or(Some(retry_at));
+            durable.since = durable.since.or(Some(now));
             dues.push(Reverse((retry_at, sent.subject)));
         }
     }
