@@ -217,7 +217,7 @@ impl Cluster {
             })
         })
         .await?;
-        let ttl = hosts.status().await.map_err(ClusterError::nats)?.max_age();
+        let ttl = while_electing(|| hosts.status()).await?.max_age();
         if ttl != config.lease_ttl {
             return Err(ClusterError::Config(format!(
                 "the cluster's lease TTL is {ttl:?}; this host was given {:?}",
@@ -251,10 +251,7 @@ impl Cluster {
             })
         })
         .await?;
-        let events = js
-            .get_stream(names::EVENTS)
-            .await
-            .map_err(ClusterError::nats)?;
+        let events = while_electing(|| js.get_stream(names::EVENTS)).await?;
         let inner = Arc::new_cyclic(|weak| {
             let (publisher, publishing) =
                 publish::Publisher::start(weak.clone(), config.live_interval);
@@ -278,9 +275,10 @@ impl Cluster {
                 tasks: std::sync::Mutex::new(vec![AbortOnDropHandle::new(publishing)]),
             }
         });
-        membership::register(&inner).await?;
+        // Hosts started with the NATS cluster meet its first elections here too.
+        while_electing(|| membership::register(&inner)).await?;
         follow::listen(&inner).await?;
-        view::watch(&inner).await?;
+        while_electing(|| view::watch(&inner)).await?;
         activate::serve(&inner).await?;
         membership::start(&inner);
         failover::start(&inner);
