@@ -258,6 +258,14 @@ impl Chaos {
         self.hosts.iter().find(|host| host.id == id).unwrap()
     }
 
+    /// Prompts `agent` through host `on` (with `key` as its idempotency key):
+    /// accepted (202).
+    async fn prompt(&self, on: &str, agent: &str, text: &str, key: Option<&str>) {
+        let path = format!("/agents/{agent}/prompt");
+        let (status, body) = self.post(on, &path, json!({ "text": text }), key).await;
+        assert_eq!(status, 202, "{body}");
+    }
+
     /// `POST path` on host `on` with `body`, and an idempotency key if given.
     async fn post(&self, on: &str, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
         let mut request = self
@@ -578,15 +586,7 @@ async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
     let on_h2 = chaos.follow("h2", &agent, None).await;
     let on_h3 = chaos.follow("h3", &agent, None).await;
     let prompt = "why is the sky blue";
-    let (status, _) = chaos
-        .post(
-            "h2",
-            &format!("/agents/{agent}/prompt"),
-            json!({"text": prompt}),
-            Some("p1"),
-        )
-        .await;
-    assert_eq!(status, 202);
+    chaos.prompt("h2", &agent, prompt, Some("p1")).await;
     let before = on_h2.until(|read| deltas(read) >= 3).await;
     let resume_after = before[4].id.unwrap();
     signal(chaos.host("h1").pid(), libc::SIGKILL);
@@ -686,15 +686,7 @@ async fn a_paused_owner_is_replaced_and_fences_itself_when_it_wakes() {
     let agent = chaos.create("h1").await;
     let on_h2 = chaos.follow("h2", &agent, None).await;
     let prompt = "tell me about tides";
-    let (status, _) = chaos
-        .post(
-            "h2",
-            &format!("/agents/{agent}/prompt"),
-            json!({"text": prompt}),
-            Some("p1"),
-        )
-        .await;
-    assert_eq!(status, 202);
+    chaos.prompt("h2", &agent, prompt, Some("p1")).await;
     on_h2.until(|read| deltas(read) >= 3).await;
     let h1 = chaos.host("h1");
     signal(h1.pid(), libc::SIGSTOP);
@@ -759,15 +751,7 @@ async fn losing_the_nats_node_that_leads_the_leases_costs_nothing() {
     };
     let agent = chaos.create("h1").await;
     let on_h2 = chaos.follow("h2", &agent, None).await;
-    let (status, _) = chaos
-        .post(
-            "h2",
-            &format!("/agents/{agent}/prompt"),
-            json!({"text": "a long story"}),
-            Some("p1"),
-        )
-        .await;
-    assert_eq!(status, 202);
+    chaos.prompt("h2", &agent, "a long story", Some("p1")).await;
     on_h2.until(|read| deltas(read) >= 1).await;
     let leader = leader_of(&chaos, "KV_tiller_leases").await;
     chaos.nats.kill(&leader);
@@ -801,15 +785,9 @@ async fn a_drain_moves_every_agent_between_two_turns_to_the_other_hosts() {
     let mut followers = Vec::new();
     for agent in &agents[..2] {
         let follower = chaos.follow("h2", agent, None).await;
-        let (status, _) = chaos
-            .post(
-                "h2",
-                &format!("/agents/{agent}/prompt"),
-                json!({"text": "note: this, then answer"}),
-                None,
-            )
+        chaos
+            .prompt("h2", agent, "note: this, then answer", None)
             .await;
-        assert_eq!(status, 202);
         followers.push(follower);
     }
     for follower in &followers {

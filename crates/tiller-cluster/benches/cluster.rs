@@ -43,7 +43,7 @@ use tiller_server::{Server, ServerConfig};
 use tiller_test_support::nats::NatsCluster;
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
 use tiller_test_support::postgres::postgres_url;
-use tiller_test_support::workload::{CpuTicks, monotonic_ns};
+use tiller_test_support::workload::{CpuTicks, monotonic_ns, runtimes};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Set in a host's environment: `ID NATS_URLS STORE MODEL_PORT HIBERNATE`.
@@ -77,11 +77,7 @@ fn host(given: &str) {
     let [id, urls, store, model_port, hibernate] = parts[..] else {
         panic!("{given}");
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     runtime.block_on(async {
         let store = tiller::tiller_store::open(store).await.unwrap();
         let config = SupervisorConfig {
@@ -850,6 +846,12 @@ async fn renewal(owned: usize) {
     );
 }
 
+/// The benches' multi-thread runtime: two workers, this machine's cores.
+fn two_workers() -> tokio::runtime::Runtime {
+    let [(_, mut multi), _] = runtimes();
+    multi.build().unwrap()
+}
+
 fn main() {
     let reply = paced::recorded_reply();
     if paced::serve_if_asked(&reply) {
@@ -869,11 +871,7 @@ fn main() {
     let only = value("--only");
     let agents: usize = value("--agents").map_or(1_000, |n| n.parse().unwrap());
     let owned: usize = value("--owned").map_or(100_000, |n| n.parse().unwrap());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     runtime.block_on(async {
         let run = |name: &str| only.as_deref().is_none_or(|only| only == name);
         if run("forward") {

@@ -10,7 +10,7 @@ use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::StreamExt;
 
 use crate::error::ClusterError;
-use crate::names::{EPOCH_HEADER, EVENTS, EventSubject, FIRST_HEADER};
+use crate::names::{EVENTS, EventSubject, stamp_of};
 
 /// How long the audit waits for the stream's next batch (an election).
 const READ_WAIT: Duration = Duration::from_secs(30);
@@ -76,18 +76,11 @@ pub async fn published(
             }
         };
         let info = message.info().map_err(ClusterError::nats)?;
-        let header = |name: &str| {
-            message
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(name))
-                .and_then(|value| value.as_str().parse::<u64>().ok())
-                .unwrap_or_default()
-        };
+        let (epoch, first) = stamp_of(&message).unwrap_or_default();
         batches.push(PublishedBatch {
             stream_seq: info.stream_sequence,
-            epoch: header(EPOCH_HEADER),
-            first: header(FIRST_HEADER),
+            epoch,
+            first,
             events: message
                 .payload
                 .split(|byte| *byte == b'\n')

@@ -37,7 +37,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::Inner;
 use crate::error::ClusterError;
-use crate::names::{BUSES, EPOCH_HEADER, EventSubject, FIRST_HEADER};
+use crate::names::{BUSES, EventSubject, stamp_of};
 
 /// How long a gap may wait for the stream to fill it before it is told as
 /// missed: more than a leader election, during which the stream takes nothing.
@@ -133,16 +133,10 @@ fn sections(payload: &Bytes) -> impl Iterator<Item = (&str, Batch)> + '_ {
 
 impl Batch {
     fn of(message: &async_nats::Message) -> Option<Batch> {
-        let header = |name: &str| {
-            message
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(name))
-                .and_then(|value| value.as_str().parse::<u64>().ok())
-        };
+        let (epoch, first) = stamp_of(message)?;
         Some(Batch {
-            epoch: header(EPOCH_HEADER)?,
-            first: header(FIRST_HEADER)?,
+            epoch,
+            first,
             payload: message.payload.clone(),
         })
     }
@@ -197,16 +191,22 @@ impl Listeners {
             });
         }
         drop(many);
-        if let Some(mut followers) = self.agents.get_mut(subject) {
-            followers.retain(|follower| {
-                !matches!(
-                    follower.try_send(batch.clone()),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
-            });
+        let gone = match self.agents.get_mut(subject) {
+            Some(mut followers) => {
+                followers.retain(|follower| {
+                    !matches!(
+                        follower.try_send(batch.clone()),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+                });
+                followers.is_empty()
+            }
+            None => false,
+        };
+        if gone {
+            self.agents
+                .remove_if(subject, |_, followers| followers.is_empty());
         }
-        self.agents
-            .remove_if(subject, |_, followers| followers.is_empty());
     }
 
     /// Forgets the followers that are gone (of agents that published nothing

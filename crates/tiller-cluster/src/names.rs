@@ -31,6 +31,18 @@ pub(crate) const EPOCH_HEADER: &str = "Tiller-Epoch";
 /// The number of a batch's first event.
 pub(crate) const FIRST_HEADER: &str = "Tiller-First";
 
+/// A published batch's owner epoch and first event number, from its headers.
+pub(crate) fn stamp_of(message: &async_nats::Message) -> Option<(u64, u64)> {
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.get(name))
+            .and_then(|value| value.as_str().parse::<u64>().ok())
+    };
+    Some((header(EPOCH_HEADER)?, header(FIRST_HEADER)?))
+}
+
 /// `text` as one subject token or KV key.
 pub(crate) fn token(text: &str) -> String {
     URL_SAFE_NO_PAD.encode(text)

@@ -31,6 +31,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -204,6 +205,19 @@ pub(crate) struct Channel {
     pub(crate) last: u64,
 }
 
+impl Channel {
+    /// The stream's message for a batch from event `first` on: deduplicated by
+    /// its id, and refused unless the subject's last message is still `last`.
+    fn batch(&self, first: u64, payload: Bytes) -> PublishMessage {
+        PublishMessage::build()
+            .payload(payload)
+            .message_id(format!("{}.{first}", self.id_prefix))
+            .expected_last_subject_sequence(self.last)
+            .header(EPOCH_HEADER, self.epoch.to_string().as_str())
+            .header(FIRST_HEADER, first.to_string().as_str())
+    }
+}
+
 /// `events` as lines of JSON: an event that cannot be encoded is told as one
 /// missed, so that numbers stay consecutive within a batch.
 fn lines(events: &[Arc<Envelope>], into: &mut BytesMut) {
@@ -228,7 +242,7 @@ fn lines(events: &[Arc<Envelope>], into: &mut BytesMut) {
 /// Appends one section to a bus message: `SUBJECT EPOCH FIRST LENGTH\n` then
 /// `LENGTH` bytes of lines.
 pub(crate) fn section(bus: &mut BytesMut, subject: &str, epoch: u64, first: u64, payload: &[u8]) {
-    bus.extend_from_slice(format!("{subject} {epoch} {first} {}\n", payload.len()).as_bytes());
+    let _ = writeln!(bus, "{subject} {epoch} {first} {}", payload.len());
     bus.extend_from_slice(payload);
 }
 
@@ -493,12 +507,7 @@ async fn send_due(inner: &Inner, durable: &mut Durable) -> Option<BoxFuture<'sta
     durable.ends_run = false;
     durable.retry_at = None;
     let channel = &durable.channel;
-    let message = PublishMessage::build()
-        .payload(payload.clone())
-        .message_id(format!("{}.{first}", channel.id_prefix))
-        .expected_last_subject_sequence(channel.last)
-        .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
-        .header(FIRST_HEADER, first.to_string().as_str());
+    let message = channel.batch(first, payload.clone());
     inner.counters.stream_batch();
     durable.in_flight = true;
     let subject = channel.subject.clone();
@@ -597,12 +606,7 @@ pub(crate) async fn send_once(
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wait = Duration::from_millis(50);
     loop {
-        let message = PublishMessage::build()
-            .payload(payload.clone())
-            .message_id(format!("{}.{first}", channel.id_prefix))
-            .expected_last_subject_sequence(channel.last)
-            .header(EPOCH_HEADER, channel.epoch.to_string().as_str())
-            .header(FIRST_HEADER, first.to_string().as_str());
+        let message = channel.batch(first, payload.clone());
         let acknowledged = match inner
             .js
             .send_publish(channel.subject.clone(), message)

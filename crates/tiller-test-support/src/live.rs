@@ -90,14 +90,7 @@ impl LocalServer {
     }
 
     fn ask_installed(self) -> bool {
-        Command::new("bash")
-            .arg(script())
-            .args(["installed", self.name()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
+        script_says_installed(&script(), &[self.name()])
     }
 
     /// Whether this server's variable names a running server.
@@ -133,6 +126,19 @@ impl LocalServer {
     fn start(self) -> String {
         start_with(&script(), &["start", self.name()], "http://")
     }
+}
+
+/// Whether `script installed ARGS` says what it installs is there.
+pub(crate) fn script_says_installed(script: &Path, args: &[&str]) -> bool {
+    Command::new("bash")
+        .arg(script)
+        .arg("installed")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// Runs `script ARGS --owner PID` (this process's id, so the server stops when it

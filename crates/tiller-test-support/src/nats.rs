@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Once;
 
-use crate::live::live_required;
+use crate::live::{live_required, script_says_installed};
 
 /// A NATS cluster started for one test.
 #[derive(Debug)]
@@ -118,14 +118,7 @@ impl Drop for NatsCluster {
 }
 
 fn installed() -> bool {
-    Command::new("bash")
-        .arg(script())
-        .arg("installed")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+    script_says_installed(&script(), &[])
 }
 
 /// `scripts/nats.sh` of this workspace.

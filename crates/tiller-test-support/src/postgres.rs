@@ -9,10 +9,9 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Once, OnceLock};
 
-use crate::live::{live_required, start_with};
+use crate::live::{live_required, script_says_installed, start_with};
 
 /// The URL of a running PostgreSQL server, or `None` when the PostgreSQL tests are
 /// skipped here (said once on stderr).
@@ -40,14 +39,7 @@ pub fn postgres_url() -> Option<String> {
 }
 
 fn installed() -> bool {
-    Command::new("bash")
-        .arg(script())
-        .arg("installed")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+    script_says_installed(&script(), &[])
 }
 
 fn start() -> String {
