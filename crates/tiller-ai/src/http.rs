@@ -522,22 +522,45 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The client shared by every stream that brings none of its own, built once
+type BuiltClient = Result<reqwest::Client, String>;
+
+thread_local! {
+    /// Whether streams started on this thread use a client of the thread's own
+    /// (see [`use_thread_client`]), and that client once built.
+    static THREAD_CLIENT: std::cell::OnceCell<BuiltClient> = const { std::cell::OnceCell::new() };
+    static OWN_CLIENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Streams started on this thread from now on (those that bring no client of
+/// their own) use a client of this thread's own. A thread that runs a
+/// current-thread runtime calls it so that its streams' connections, and their
+/// tasks, stay on that runtime rather than on whichever runtime opened a pooled
+/// connection first.
+pub fn use_thread_client() {
+    OWN_CLIENT.with(|own| own.set(true));
+}
+
+fn build_client() -> BuiltClient {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|error| describe(&error))
+}
+
+/// The client for a stream that brings none of its own: this thread's (see
+/// [`use_thread_client`]), or the one the process shares. Each is built once
 /// (loading the system's root certificates takes milliseconds: streams that
 /// start together wait for the one build rather than each making its own).
 fn shared_client() -> Result<reqwest::Client, StreamError> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(30))
-                .build()
-                .map_err(|error| describe(&error))
-        })
-        .clone()
-        .map_err(|reason| StreamError::InvalidRequest {
-            message: format!("could not create the HTTP client: {reason}"),
-        })
+    static CLIENT: OnceLock<BuiltClient> = OnceLock::new();
+    let built = if OWN_CLIENT.with(std::cell::Cell::get) {
+        THREAD_CLIENT.with(|client| client.get_or_init(build_client).clone())
+    } else {
+        CLIENT.get_or_init(build_client).clone()
+    };
+    built.map_err(|reason| StreamError::InvalidRequest {
+        message: format!("could not create the HTTP client: {reason}"),
+    })
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;
 pub use error::StreamError;
 pub use event::AssistantEvent;
+pub use http::use_thread_client;
 pub use id::new_id;
 pub use limits::{Limit, StreamLimits};
 pub use message::{

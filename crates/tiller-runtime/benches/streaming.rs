@@ -3,29 +3,41 @@
 //! one event per write, spaced in time, on keep-alive connections. The server runs
 //! in a process of its own (this binary, started again), so the CPU clock read
 //! here is the client's alone: user and system time of this process, start-up
-//! excluded. Every figure is printed for a tokio multi-thread runtime (two
-//! workers) and a current-thread one:
+//! excluded.
 //!
-//! 1. one agent, one subscriber, replies streamed 300 µs per event: CPU per event
-//!    (target <= 8 µs multi-thread, <= 5 µs current-thread) and per reply — next
-//!    to this machine's floor for the same stream: a bare `TcpStream` reading it,
-//!    and `reqwest` reading it and handing each chunk to one other task (the least
-//!    any runtime does to deliver a streamed event to a subscriber);
-//! 2. the same reply arriving in one write: CPU per reply;
-//! 3. 1,000 agents streaming at once, 30 events/s each, one subscriber each: CPU
-//!    per event (target <= 10 µs), every subscriber checked for a complete, ordered
-//!    stream;
-//! 4. one prompt of three model calls and two tool rounds: CPU per prompt
+//! First the floor: a bare tokio `TcpStream` on a current-thread runtime reading
+//! the same spaced stream (no HTTP parsing, nothing handed on), and 1,000 of them
+//! reading the 1,000 agents' stream at once. Every per-event figure is printed
+//! beside its floor, as a multiple of it. Then three passes:
+//!
+//! - `default`: a tokio multi-thread host runtime (two workers) and
+//!   `SupervisorConfig::default()`, whose agents live on one shard per core;
+//!   subscribers read beside their agent (`AgentHandle::spawn_beside`), and once
+//!   more on the host runtime (`spaced-host`);
+//! - `current-thread`: everything on one current-thread runtime (no shards);
+//! - `unsharded`: the multi-thread host runtime with `shards: Count(0)`, the
+//!   agents on its workers (the default before shards).
+//!
+//! The figures:
+//!
+//! 1. `spaced`: one agent, one subscriber, replies streamed 300 µs per event: CPU
+//!    per event (target <= 1.5x the floor) and per reply; `spaced-host` the same
+//!    with the subscriber on the host runtime, woken once per batch of events;
+//! 2. `floor`: this pass's own runtime reading the stream bare, and `reqwest`
+//!    reading it and handing each chunk to one other task;
+//! 3. `whole`: the same reply arriving in one write: CPU per reply;
+//! 4. `agents`: 1,000 agents streaming at once, 30 events/s each, one subscriber
+//!    each: CPU per event (target <= 2x the floor), every subscriber checked for a
+//!    complete, ordered stream;
+//! 5. `tools`: one prompt of three model calls and two tool rounds: CPU per prompt
 //!    (target <= 500 µs).
 //!
 //! ```text
 //! cargo bench -p tiller-runtime --bench streaming
-//! cargo bench -p tiller-runtime --bench streaming -- spaced current-thread   # only these
+//! cargo bench -p tiller-runtime --bench streaming -- spaced default   # only these
 //! ```
 //!
-//! Words after `--` keep only the figures (`spaced`, `floor`, `whole`, `agents`,
-//! `tools`)
-//! and runtimes (`multi-thread`, `current-thread`) they name.
+//! Words after `--` keep only the figures and passes they name.
 
 #![allow(clippy::unwrap_used)]
 
@@ -34,7 +46,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use tiller_ai::{AssistantEvent, Model};
 use tiller_core::AgentEvent;
-use tiller_runtime::{AgentHandle, AgentSettings, AgentSpec, Delivered, Notice, Supervisor};
+use tiller_runtime::{
+    AgentHandle, AgentSettings, AgentSpec, Delivered, Notice, Shards, Supervisor, SupervisorConfig,
+};
 use tiller_test_support::paced::{self, PacedProcess};
 use tiller_test_support::workload::{add_tool, cpu_time, runtimes};
 
@@ -47,49 +61,99 @@ fn main() {
         .skip(1)
         .filter(|arg| !arg.starts_with("--"))
         .collect();
-    let figures = ["spaced", "floor", "whole", "agents", "tools"];
-    let flavours = ["multi-thread", "current-thread"];
+    let figures = ["spaced", "spaced-host", "floor", "whole", "agents", "tools"];
+    let passes = ["default", "current-thread", "unsharded"];
     let chosen = |name: &str, all: &[&str]| {
         !words.iter().any(|word| all.contains(&word.as_str())) || words.iter().any(|w| w == name)
     };
     let server = PacedProcess::start();
     let text = reply_text(&reply);
-    for (flavour, mut builder) in runtimes() {
-        if !chosen(flavour, &flavours) {
+    let events = reply.len() as f64;
+
+    let [(_, _), (_, mut current)] = runtimes();
+    let floor = micros(current.build().unwrap().block_on(paced::bare_replies(
+        server.port,
+        "spaced-300",
+        1,
+        40,
+    ))) / events;
+    println!(
+        "floor: a bare TcpStream on a current-thread runtime reading a reply of {events} SSE events 300 µs apart: {floor:.1} µs CPU per event"
+    );
+    // The floor of the 1,000 agents: as many bare readers of the same stream at once.
+    let many_floor = chosen("agents", &figures).then(|| {
+        let [_, (_, mut current)] = runtimes();
+        let cpu = current.build().unwrap().block_on(paced::bare_replies(
+            server.port,
+            "spaced-33333",
+            1_000,
+            1,
+        ));
+        let floor = micros(cpu) / events;
+        println!(
+            "floor: 1,000 bare TcpStreams on a current-thread runtime reading the same reply at once, 30 events/s each: {floor:.1} µs CPU per event"
+        );
+        floor
+    });
+    let against = |per_event: f64, floor: f64, target: f64| {
+        format!(
+            "{per_event:.1} µs CPU per event, {:.2}x the floor (target <= {target}x)",
+            per_event / floor
+        )
+    };
+
+    let [(_, multi), (_, current)] = runtimes();
+    let [(_, unsharded), _] = runtimes();
+    let configured = [
+        ("default", multi, Shards::Auto),
+        ("current-thread", current, Shards::Auto),
+        ("unsharded", unsharded, Shards::Count(0)),
+    ];
+    for (pass, mut builder, shards) in configured {
+        if !chosen(pass, &passes) {
             continue;
         }
-        let runtime = builder.build().unwrap();
-        let (spaced_target, many_target) = match flavour {
-            "multi-thread" => (8.0, 10.0),
-            _ => (5.0, 10.0),
-        };
-        runtime.block_on(async {
-            let supervisor = Supervisor::start().await.unwrap();
-            let events = reply.len() as f64;
+        builder.build().unwrap().block_on(async {
+            let config = SupervisorConfig {
+                shards,
+                ..SupervisorConfig::default()
+            };
+            let supervisor = Supervisor::with_config(config).await.unwrap();
+            let spaced = server.model("spaced-300");
 
             if chosen("spaced", &figures) {
-                let cpu = replies(&supervisor, &server.model("spaced-300"), &text, 20).await;
+                let cpu = replies(&supervisor, &spaced, &text, 20, Reader::Beside).await;
                 println!(
-                    "{flavour}: one agent, a reply of {events} SSE events 300 µs apart: {:.1} µs CPU per event (target <= {spaced_target} µs), {:.2} ms per reply",
-                    micros(cpu) / events,
-                    micros(cpu) / 1e3
+                    "{pass} ({} shards): one agent, a reply of {events} SSE events 300 µs apart: {}, {:.2} ms per reply",
+                    supervisor.shard_count(),
+                    against(micros(cpu) / events, floor, 1.5),
+                    micros(cpu) / 1e3,
+                );
+            }
+            if chosen("spaced-host", &figures) {
+                let cpu = replies(&supervisor, &spaced, &text, 20, Reader::Host).await;
+                println!(
+                    "{pass}: the same, its subscriber on the host runtime: {}",
+                    against(micros(cpu) / events, floor, 1.5),
                 );
             }
             if chosen("floor", &figures) {
-                let bare = tokio::spawn(bare_socket(server.port, 20)).await.unwrap();
-                let handed = tokio::spawn(reqwest_handing_on(server.model("spaced-300"), 20))
+                let bare = tokio::spawn(paced::bare_replies(server.port, "spaced-300", 1, 20))
+                    .await
+                    .unwrap();
+                let handed = tokio::spawn(reqwest_handing_on(spaced.clone(), 20))
                     .await
                     .unwrap();
                 println!(
-                    "{flavour}: this machine's floor for the same stream: {:.1} µs CPU per event for a bare TcpStream reading it, {:.1} µs for reqwest reading it and handing each chunk to another task",
+                    "{pass}: this runtime reading the same stream: {:.1} µs CPU per event for a bare TcpStream, {:.1} µs for reqwest handing each chunk to another task",
                     micros(bare) / events,
                     micros(handed) / events
                 );
             }
             if chosen("whole", &figures) {
-                let cpu = replies(&supervisor, &server.model("whole"), &text, 200).await;
+                let cpu = replies(&supervisor, &server.model("whole"), &text, 200, Reader::Beside).await;
                 println!(
-                    "{flavour}: one agent, the same reply in one write: {:.2} ms CPU per reply",
+                    "{pass}: one agent, the same reply in one write: {:.2} ms CPU per reply",
                     micros(cpu) / 1e3
                 );
             }
@@ -97,20 +161,29 @@ fn main() {
                 let model = server.model("spaced-33333");
                 let cpu = many_agents(&supervisor, &model, &text, 1_000).await;
                 println!(
-                    "{flavour}: 1,000 agents streaming at once, 30 events/s each: {:.1} µs CPU per event (target <= {many_target} µs), every stream complete and in order",
-                    micros(cpu) / events
+                    "{pass}: 1,000 agents streaming at once, 30 events/s each, every stream complete and in order: {}",
+                    against(micros(cpu) / events, many_floor.unwrap_or(floor), 2.0)
                 );
             }
             if chosen("tools", &figures) {
                 let cpu = tool_prompts(&supervisor, &server.model("tools"), 200).await;
                 println!(
-                    "{flavour}: one prompt, 3 model calls and 2 tool rounds: {:.0} µs CPU (target <= 500 µs)",
+                    "{pass}: one prompt, 3 model calls and 2 tool rounds: {:.0} µs CPU (target <= 500 µs)",
                     micros(cpu)
                 );
             }
             supervisor.shutdown().await;
         });
     }
+}
+
+/// Where a subscriber reads its agent's events.
+#[derive(Clone, Copy)]
+enum Reader {
+    /// On the agent's shard ([`AgentHandle::spawn_beside`]).
+    Beside,
+    /// On the runtime the bench runs on.
+    Host,
 }
 
 /// The text the reply streams.
@@ -135,6 +208,7 @@ async fn agent_with_checked_stream(
     model: &Model,
     text: &str,
     runs: usize,
+    reader: Reader,
 ) -> (AgentHandle, tokio::task::JoinHandle<()>) {
     let agent = supervisor
         .spawn(AgentSpec::new(AgentSettings::new(model.clone())))
@@ -142,7 +216,7 @@ async fn agent_with_checked_stream(
         .unwrap();
     let mut events = agent.subscribe_with_buffer(4_096);
     let text = text.to_owned();
-    let checker = tokio::spawn(async move {
+    let checking = async move {
         let mut last_seq = None;
         let mut streamed = String::new();
         let mut ended = 0;
@@ -165,16 +239,26 @@ async fn agent_with_checked_stream(
                 _ => {}
             }
         }
-    });
+    };
+    let checker = match reader {
+        Reader::Beside => agent.spawn_beside(checking),
+        Reader::Host => tokio::spawn(checking),
+    };
     (agent, checker)
 }
 
 /// CPU per reply: `count` replies one after another (after two to warm up), the
 /// transcript reset after each.
-async fn replies(supervisor: &Supervisor, model: &Model, text: &str, count: usize) -> Duration {
+async fn replies(
+    supervisor: &Supervisor,
+    model: &Model,
+    text: &str,
+    count: usize,
+    reader: Reader,
+) -> Duration {
     const WARM_UP: usize = 2;
     let (agent, checker) =
-        agent_with_checked_stream(supervisor, model, text, WARM_UP + count).await;
+        agent_with_checked_stream(supervisor, model, text, WARM_UP + count, reader).await;
     let mut cpu = Duration::ZERO;
     for n in 0..WARM_UP + count {
         let started = cpu_time();
@@ -195,7 +279,8 @@ async fn many_agents(supervisor: &Supervisor, model: &Model, text: &str, count: 
     let mut agents = Vec::with_capacity(count);
     let mut checkers = Vec::with_capacity(count);
     for _ in 0..count {
-        let (agent, checker) = agent_with_checked_stream(supervisor, model, text, 2).await;
+        let (agent, checker) =
+            agent_with_checked_stream(supervisor, model, text, 2, Reader::Beside).await;
         agents.push(agent);
         checkers.push(checker);
     }
@@ -220,43 +305,6 @@ async fn many_agents(supervisor: &Supervisor, model: &Model, text: &str, count: 
     }
     for agent in &agents {
         supervisor.stop(agent.id().as_str()).await;
-    }
-    cpu / count as u32
-}
-
-/// CPU per reply of a bare tokio `TcpStream` reading `count` spaced replies on one
-/// connection (after two to warm up): no HTTP parsing, no decoding, nothing handed on.
-async fn bare_socket(port: u16, count: usize) -> Duration {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const WARM_UP: usize = 2;
-    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    socket.set_nodelay(true).unwrap();
-    let body = r#"{"model":"spaced-300"}"#;
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut buffer = vec![0; 64 * 1024];
-    let mut cpu = Duration::ZERO;
-    for n in 0..WARM_UP + count {
-        let started = cpu_time();
-        socket.write_all(request.as_bytes()).await.unwrap();
-        let mut tail = Vec::new();
-        loop {
-            let read = socket.read(&mut buffer).await.unwrap();
-            assert!(read > 0, "the server closed the connection");
-            tail.extend_from_slice(&buffer[..read]);
-            if tail.ends_with(b"\r\n0\r\n\r\n") {
-                break;
-            }
-            let keep = tail.len().saturating_sub(8);
-            tail.drain(..keep);
-        }
-        if n >= WARM_UP {
-            cpu += cpu_time() - started;
-        }
     }
     cpu / count as u32
 }
@@ -302,7 +350,7 @@ async fn tool_prompts(supervisor: &Supervisor, model: &Model, count: usize) -> D
         .await
         .unwrap();
     let mut events = agent.subscribe();
-    let reader = tokio::spawn(async move { while events.next().await.is_some() {} });
+    let reader = agent.spawn_beside(async move { while events.next().await.is_some() {} });
     let mut cpu = Duration::ZERO;
     for n in 0..WARM_UP + count {
         let started = cpu_time();

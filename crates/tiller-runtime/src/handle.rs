@@ -348,6 +348,21 @@ impl AgentHandle {
         self.agent.hub.subscribe(&self.agent.id, buffer)
     }
 
+    /// Runs `future` on the agent's shard, the thread its actor and run live on
+    /// (on the current runtime when the supervisor has no shards). A subscription
+    /// read there is woken without crossing threads: the cheapest place to
+    /// consume an agent's events. See `docs/runtime-semantics.md`, "Shards".
+    pub fn spawn_beside<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.agent
+            .runtime
+            .shards
+            .spawn(self.agent.id.as_str(), future)
+    }
+
     /// A snapshot of the agent's state.
     pub async fn state(&self) -> Result<AgentState, AgentError> {
         self.ask(AgentMsg::State).await

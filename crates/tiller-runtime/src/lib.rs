@@ -43,9 +43,11 @@ mod patch;
 mod route;
 mod runtime;
 mod settings;
+mod shards;
 mod state;
 mod subscription;
 mod supervisor;
+mod wakes;
 
 #[doc = include_str!("../../../docs/runtime-semantics.md")]
 pub mod runtime_semantics {}
@@ -61,6 +63,7 @@ pub use op::{Op, Queues};
 pub use patch::{DefinitionPatch, PatchError};
 pub use runtime::SupervisorConfig;
 pub use settings::{AgentCode, AgentSettings, OnMessage, OnReload, SystemPromptFn};
+pub use shards::Shards;
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary, Workload};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor};

@@ -1,6 +1,7 @@
 //! What a supervisor's agents share: the supervisor actor they link to, the root of
-//! their cancellation tree, the configuration, the session store's writer, and the
-//! stored form of the settings they were last spawned with.
+//! their cancellation tree, the configuration, the session store's writer, the
+//! stored form of the settings they were last spawned with, and the shards they
+//! run on.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::route::lock;
 use crate::settings::AgentSettings;
+use crate::shards::{ShardSet, Shards};
 
 /// How a supervisor looks after its agents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,16 @@ pub struct SupervisorConfig {
     /// state leaves memory, to come back from the store on the next request. `None`
     /// (the default) keeps agents resident; zero also spawns agents hibernated.
     pub hibernate_after: Option<Duration>,
+    /// Current-thread runtimes, each on a thread of its own, that the agents
+    /// live on (placed by a hash of their id): an agent's actor, run, tools and
+    /// model connections share one thread. By default one per core under a
+    /// multi-thread runtime. See `docs/runtime-semantics.md`, "Shards".
+    pub shards: Shards,
+    /// How long a shard holds its wakes of subscribers off the shards (tasks of
+    /// the host's runtime), to wake each once for everything delivered
+    /// meanwhile: the most an event waits for such a reader. A subscriber on a
+    /// shard is woken at once. 1 ms by default; zero wakes every reader at once.
+    pub delivery_window: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -35,6 +47,8 @@ impl Default for SupervisorConfig {
             restart_window: Duration::from_secs(60),
             subscriber_buffer: 1024,
             hibernate_after: None,
+            shards: Shards::Auto,
+            delivery_window: Duration::from_millis(1),
         }
     }
 }
@@ -50,6 +64,8 @@ pub(crate) struct Runtime {
     /// The settings a definition was last made for, and that definition: agents
     /// spawned from one shared `Arc<AgentSettings>` encode it once.
     pub(crate) last_definition: Mutex<Option<(Arc<AgentSettings>, Definition)>>,
+    /// Where the agents run.
+    pub(crate) shards: ShardSet,
 }
 
 impl Runtime {

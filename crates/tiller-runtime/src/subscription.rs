@@ -19,6 +19,8 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use tiller_core::AgentEvent;
 
+use crate::wakes;
+
 /// An agent's id.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -136,8 +138,17 @@ pub enum Notice {
 
 /// An agent's publisher.
 pub(crate) struct Hub {
-    subscribers: Mutex<Vec<Arc<Mailbox>>>,
+    subscribers: Mutex<Subscribers>,
     next_seq: AtomicU64,
+}
+
+/// The hub's mailboxes, and whether their wakes are held for a batch.
+#[derive(Default)]
+struct Subscribers {
+    mailboxes: Vec<Arc<Mailbox>>,
+    /// Set between [`Hub::hold_wakes`] and [`Hub::release_wakes`]: deliveries
+    /// queue without waking their subscriber, which is woken once at the end.
+    holding: bool,
 }
 
 /// One subscriber's queue, or a relay that takes each delivery as it is published.
@@ -180,6 +191,8 @@ struct MailboxState {
     missed: u64,
     first_missed: u64,
     waker: Option<Waker>,
+    /// The thread the subscriber last waited on ([`wakes::this_thread`]).
+    reader: u64,
     closed: bool,
 }
 
@@ -188,8 +201,9 @@ impl Mailbox {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues an envelope, dropping the oldest when full; false once unsubscribed.
-    fn deliver(&self, envelope: &Arc<Envelope>) -> bool {
+    /// Queues an envelope, dropping the oldest when full, and wakes the
+    /// subscriber unless `hold`; false once unsubscribed.
+    fn deliver(&self, envelope: &Arc<Envelope>, hold: bool) -> bool {
         let mut state = self.lock();
         if state.closed {
             return false;
@@ -207,11 +221,24 @@ impl Mailbox {
             state.missed += 1;
         }
         state.queue.push_back(envelope.clone());
-        if let Some(waker) = state.waker.take() {
+        if !hold && let Some(waker) = state.waker.take() {
+            let reader = state.reader;
             drop(state);
-            waker.wake();
+            wakes::wake(waker, reader);
         }
         true
+    }
+
+    /// Wakes the subscriber if it waits and has something to read.
+    fn wake(&self) {
+        let mut state = self.lock();
+        if !state.queue.is_empty()
+            && let Some(waker) = state.waker.take()
+        {
+            let reader = state.reader;
+            drop(state);
+            wakes::wake(waker, reader);
+        }
     }
 
     fn close(&self) {
@@ -232,7 +259,7 @@ impl Hub {
     /// A hub whose first delivery is numbered `first`.
     pub(crate) fn starting_at(first: u64) -> Self {
         Hub {
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Subscribers::default()),
             next_seq: AtomicU64::new(first),
         }
     }
@@ -284,7 +311,7 @@ impl Hub {
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        subscribers.push(mailbox);
+        subscribers.mailboxes.push(mailbox);
         self.next_seq.load(Ordering::Relaxed)
     }
 
@@ -306,7 +333,7 @@ impl Hub {
             .unwrap_or_else(PoisonError::into_inner);
         first();
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        if subscribers.is_empty() {
+        if subscribers.mailboxes.is_empty() {
             return;
         }
         let envelope = Arc::new(Envelope {
@@ -314,7 +341,34 @@ impl Hub {
             seq,
             event,
         });
-        subscribers.retain(|mailbox| mailbox.deliver(&envelope));
+        let hold = subscribers.holding;
+        subscribers
+            .mailboxes
+            .retain(|mailbox| mailbox.deliver(&envelope, hold));
+    }
+
+    /// From now until [`Hub::release_wakes`], deliveries wake no subscriber: a
+    /// batch of events costs a subscriber on another thread one wake, not one
+    /// per event.
+    pub(crate) fn hold_wakes(&self) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .holding = true;
+    }
+
+    /// Ends [`Hub::hold_wakes`], waking each subscriber that has something to
+    /// read. Deliveries from other threads while held were queued under the
+    /// same lock, so they are woken here too.
+    pub(crate) fn release_wakes(&self) {
+        let mut subscribers = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        subscribers.holding = false;
+        for mailbox in &subscribers.mailboxes {
+            mailbox.wake();
+        }
     }
 }
 
@@ -324,6 +378,7 @@ impl Drop for Hub {
             .subscribers
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
+            .mailboxes
             .drain(..)
         {
             mailbox.close();
@@ -382,6 +437,7 @@ impl Stream for Subscription {
             return Poll::Ready(None);
         }
         state.waker = Some(cx.waker().clone());
+        state.reader = wakes::this_thread();
         Poll::Pending
     }
 }
@@ -398,5 +454,58 @@ impl fmt::Debug for Subscription {
             .field("agent_id", &self.agent_id)
             .field("queued", &self.mailbox.lock().queue.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn lagged(missed: u64) -> Delivered {
+        Delivered::Notice(Notice::Lagged { missed })
+    }
+
+    #[test]
+    fn a_held_batch_wakes_a_waiting_subscriber_once_and_delivers_all_of_it_in_order() {
+        let id = AgentId::from("a");
+        let hub = Hub::starting_at(0);
+        let mut subscription = hub.subscribe(&id, 16);
+        let wakes = Arc::new(Counting::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut subscription).poll_next(&mut cx).is_pending());
+
+        hub.hold_wakes();
+        for missed in 1..=3 {
+            hub.publish(&id, lagged(missed));
+        }
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0, "no wake while held");
+        hub.release_wakes();
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "one wake for the batch");
+
+        for (seq, missed) in (0..3).zip(1..=3) {
+            let Poll::Ready(Some(envelope)) = Pin::new(&mut subscription).poll_next(&mut cx) else {
+                panic!("delivery {seq} is ready");
+            };
+            assert_eq!((envelope.seq, &envelope.event), (seq, &lagged(missed)));
+        }
+        assert!(Pin::new(&mut subscription).poll_next(&mut cx).is_pending());
+
+        // Unheld, each delivery wakes the subscriber waiting for it.
+        hub.publish(&id, lagged(4));
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 2);
     }
 }

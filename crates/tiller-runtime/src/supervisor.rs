@@ -33,6 +33,7 @@ use crate::handle::AgentHandle;
 use crate::message::{AgentMsg, Internal, Signal};
 use crate::runtime::{Runtime, SupervisorConfig};
 use crate::settings::AgentSettings;
+use crate::shards::ShardSet;
 use crate::state::AgentInfo;
 use crate::subscription::AgentId;
 
@@ -335,12 +336,18 @@ impl Supervisor {
         let (actor, _) = Actor::spawn(None, SupervisorActor, config.clone())
             .await
             .map_err(|error| SpawnError::Runtime(error.to_string()))?;
+        let shards = ShardSet::start(config.shards, config.delivery_window).map_err(|error| {
+            SpawnError::Runtime(format!("the shards' threads could not start: {error}"))
+        })?;
         let runtime = Arc::new(Runtime {
             supervisor: actor.get_cell(),
             root: CancellationToken::new(),
             config,
-            writer: StoreWriter::for_store(store),
+            // The writer's task on a shard too: an agent's write-ahead then
+            // wakes no thread of the host's runtime.
+            writer: shards.on_first(|| StoreWriter::for_store(store)),
             last_definition: Mutex::new(None),
+            shards,
         });
         Ok(Supervisor {
             inner: Arc::new(Inner {
@@ -564,6 +571,24 @@ impl Supervisor {
             }
         }
         Ok(resumed)
+    }
+
+    /// How many shard threads the agents run on; zero when they run on the
+    /// runtime that started the supervisor ([`SupervisorConfig::shards`]).
+    pub fn shard_count(&self) -> usize {
+        self.inner.runtime.shards.count()
+    }
+
+    /// Runs `future` on shard `n` modulo [`Supervisor::shard_count`] (on the
+    /// current runtime when there are none): a server spreads its connections
+    /// over the shards so that their work, too, runs where no second thread is
+    /// woken for it.
+    pub fn spawn_on_shard<F>(&self, n: usize, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.runtime.shards.spawn_at(n, future)
     }
 
     /// The agent with this id.

@@ -17,6 +17,12 @@
 //!   another address is answered `403 not-this-machine` and closed.
 //! - **Graceful end.** Once shutdown is asked, no connection is accepted; idle
 //!   kept-alive connections close; requests in flight finish.
+//! - **Connections live on the shards.** One loop accepts; each connection is
+//!   handed, in turn, to one of the supervisor's shards
+//!   ([`tiller::Supervisor::spawn_on_shard`]), where its requests and its streams
+//!   run on a current-thread runtime: an event for an agent of the same shard
+//!   reaches the socket without waking another thread, and one of another shard
+//!   wakes this one once per batch.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -36,6 +42,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use tiller::Supervisor;
+
 use crate::ServerConfig;
 use crate::error::Problem;
 use crate::quota::Counts;
@@ -53,6 +61,7 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(1);
 pub(crate) async fn serve(
     mut listener: TcpListener,
     router: Router,
+    supervisor: &Supervisor,
     config: &ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -68,6 +77,7 @@ pub(crate) async fn serve(
     let stop = CancellationToken::new();
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut accepted = 0usize;
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = Listener::accept(&mut listener) => accepted,
@@ -111,7 +121,8 @@ pub(crate) async fn serve(
         };
         let service = TowerToHyperService::new(router.clone());
         let (http, stop) = (http.clone(), stop.clone());
-        connections.spawn(async move {
+        accepted = accepted.wrapping_add(1);
+        let connection = connections.track_future(async move {
             let _held = (permit, counted);
             let connection = http
                 .serve_connection(TokioIo::new(tcp), service)
@@ -132,6 +143,7 @@ pub(crate) async fn serve(
                 Ok(()) => {}
             }
         });
+        supervisor.spawn_on_shard(accepted, connection);
     }
     drop(listener);
     stop.cancel();

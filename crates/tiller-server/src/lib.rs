@@ -376,10 +376,16 @@ impl Server {
             .config
             .retain_closed
             .map(|retain| tokio::spawn(sessions::prune_every_hour(shared.clone(), retain)));
-        connections::serve(listener, router, &self.shared.config, async move {
-            shutdown.await;
-            shared.drain().await;
-        })
+        connections::serve(
+            listener,
+            router,
+            &self.shared.supervisor,
+            &self.shared.config,
+            async move {
+                shutdown.await;
+                shared.drain().await;
+            },
+        )
         .await;
         if let Some(pruning) = pruning {
             pruning.abort();

@@ -152,6 +152,52 @@ impl PacedProcess {
     }
 }
 
+/// The floor a reader of these streams is measured against: the CPU per reply
+/// of bare tokio `TcpStream`s reading `count` replies of `model` each, on
+/// `connections` keep-alive connections at once (after two replies each to warm
+/// up), on the current runtime: no HTTP parsing, no decoding, nothing handed on.
+pub async fn bare_replies(port: u16, model: &str, connections: usize, count: usize) -> Duration {
+    const WARM_UP: usize = 2;
+    let request = {
+        let body = json!({ "model": model }).to_string();
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let request = request.as_bytes();
+    let read = |mut socket: tokio::net::TcpStream, replies: usize| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buffer = vec![0; 64 * 1024];
+        for _ in 0..replies {
+            socket.write_all(request).await.unwrap();
+            let mut tail = Vec::new();
+            loop {
+                let read = socket.read(&mut buffer).await.unwrap();
+                assert!(read > 0, "the server closed the connection");
+                tail.extend_from_slice(&buffer[..read]);
+                if tail.ends_with(b"\r\n0\r\n\r\n") {
+                    break;
+                }
+                let keep = tail.len().saturating_sub(8);
+                tail.drain(..keep);
+            }
+        }
+        socket
+    };
+    let connect = |_| async {
+        let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        socket.set_nodelay(true).unwrap();
+        read(socket, WARM_UP).await
+    };
+    let sockets = futures::future::join_all((0..connections).map(connect)).await;
+    let started = crate::workload::cpu_time();
+    futures::future::join_all(sockets.into_iter().map(|socket| read(socket, count))).await;
+    (crate::workload::cpu_time() - started) / (connections * count) as u32
+}
+
 impl Drop for PacedProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -59,7 +59,7 @@ pub use tiller_runtime::{
     self, AgentCode, AgentDefinition, AgentError, AgentHandle, AgentId, AgentInfo, AgentMsg,
     AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope,
     MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits, QueueMode, Queues,
-    Relay, RunOutcome, RunSummary, SettingsChange, SpawnError, Submission, Subscription,
+    Relay, RunOutcome, RunSummary, SettingsChange, Shards, SpawnError, Submission, Subscription,
     Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture, runtime_semantics,
 };
 

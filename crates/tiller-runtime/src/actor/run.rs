@@ -318,11 +318,19 @@ impl ActorState {
         };
         let mut batch = std::mem::take(&mut self.batch);
         run.events.swap(&mut batch);
+        // One wake per subscriber for the batch, not one per event.
+        let hold = batch.len() > 1;
+        if hold {
+            self.agent.hub.hold_wakes();
+        }
         for item in batch.drain(..) {
             match item {
                 RunItem::Event(event) => self.apply(event),
                 RunItem::WriteAhead(reply) => self.write_ahead(reply),
             }
+        }
+        if hold {
+            self.agent.hub.release_wakes();
         }
         self.batch = batch;
     }

@@ -32,7 +32,7 @@ impl Agent {
     /// then the requests waiting in the route are delivered in order.
     fn start(self: &Arc<Self>, settings: Arc<AgentSettings>, why: Start) {
         let agent = self.clone();
-        tokio::spawn(async move {
+        self.runtime.shards.spawn(self.id.as_str(), async move {
             match agent.boot(settings).await {
                 Ok(actor) => {
                     if !agent.route.go_live(&actor) {
@@ -94,8 +94,12 @@ impl Agent {
             settings,
             loaded,
         };
-        AgentActor::spawn(boot, self.runtime.supervisor.clone())
+        let spawning = AgentActor::spawn(boot, self.runtime.supervisor.clone());
+        self.runtime
+            .shards
+            .run(self.id.as_str(), spawning)
             .await
+            .map_err(|error| format!("the agent's shard could not start it: {error}"))?
             .map_err(|error| format!("the actor runtime could not start an actor: {error}"))
     }
 
