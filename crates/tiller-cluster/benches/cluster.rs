@@ -299,6 +299,18 @@ impl World {
             .collect()
     }
 
+    /// The counters `names`, each summed over the three hosts' `/metrics`.
+    async fn totals<const N: usize>(&self, names: [&str; N]) -> [f64; N] {
+        let mut totals = [0.0; N];
+        for host in 0..3 {
+            let figures = self.metrics(host).await;
+            for (total, name) in totals.iter_mut().zip(names) {
+                *total += figures.get(name).copied().unwrap_or(0.0);
+            }
+        }
+        totals
+    }
+
     /// Waits until no agent of `host`'s list runs.
     async fn idle(&self, host: usize) {
         loop {
@@ -336,8 +348,9 @@ fn micros(duration: Duration) -> f64 {
 async fn forwarding() {
     let world = World::start(3, false).await;
     let agents = world.create(0, "fast", 300, 16).await;
+    const WARMED: usize = 10;
     // Warm: every host has reached every agent once.
-    for agent in agents.iter().take(10) {
+    for agent in agents.iter().take(WARMED) {
         for host in 0..3 {
             world
                 .post(
@@ -374,25 +387,20 @@ async fn forwarding() {
         }
     }
     let prompts = (agents.len() * 3) as f64;
-    let mut written = [0.0; 3];
-    for host in 0..3 {
-        let figures = world.metrics(host).await;
-        for (n, name) in [
+    // The batches and leases were written for the warm prompts too.
+    let all_prompts = prompts + (WARMED * 3) as f64;
+    let written = world
+        .totals([
             "tiller_cluster_live_batches_total",
             "tiller_cluster_stream_batches_total",
             "tiller_cluster_lease_writes_total",
-        ]
-        .iter()
-        .enumerate()
-        {
-            written[n] += figures.get(*name).copied().unwrap_or(0.0);
-        }
-    }
+        ])
+        .await;
     println!(
         "forward: per prompt: {:.1} live batches, {:.1} stream batches, {:.2} lease writes",
-        written[0] / (prompts + 30.0),
-        written[1] / (prompts + 30.0),
-        written[2] / (prompts + 30.0)
+        written[0] / all_prompts,
+        written[1] / all_prompts,
+        written[2] / all_prompts
     );
     for (name, (latencies, hosts, nats)) in ["owner", "another host"].iter().zip(&mut figures) {
         latencies.sort_by(f64::total_cmp);
@@ -654,19 +662,12 @@ async fn streaming(agents_count: usize) {
     }
     let wall = started.elapsed();
     let (hosts, nats, others) = (hosts.elapsed(), nats.elapsed(), others.elapsed());
-    let mut written = [0.0; 2];
-    for host in 0..3 {
-        let figures = world.metrics(host).await;
-        for (n, name) in [
+    let written = world
+        .totals([
             "tiller_cluster_live_batches_total",
             "tiller_cluster_stream_batches_total",
-        ]
-        .iter()
-        .enumerate()
-        {
-            written[n] += figures.get(*name).copied().unwrap_or(0.0);
-        }
-    }
+        ])
+        .await;
     let busy = CpuTicks::now().busy_since(machine);
     latencies.sort_by(f64::total_cmp);
     println!(

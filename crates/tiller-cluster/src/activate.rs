@@ -147,23 +147,22 @@ async fn alive(inner: &Inner, lease: &LeaseRecord) -> Result<bool, ClusterError>
 /// Where the subject's stream stands: the sequence of its last message (0:
 /// none) and the number of the last event in it.
 async fn last_event(inner: &Inner, subject: &str) -> Result<(u64, Option<u64>), ClusterError> {
-    use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    match inner.events.get_last_raw_message_by_subject(subject).await {
-        Ok(message) => {
-            let first: Option<u64> = message
-                .headers
-                .get(FIRST_HEADER)
-                .and_then(|value| value.as_str().parse().ok());
-            let lines = message
-                .payload
-                .iter()
-                .filter(|byte| **byte == b'\n')
-                .count() as u64;
-            Ok((message.sequence, first.map(|first| first + lines)))
-        }
-        Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, None)),
-        Err(error) => Err(ClusterError::nats(error)),
-    }
+    let Some(message) = crate::last_message(&inner.events, subject)
+        .await
+        .map_err(ClusterError::nats)?
+    else {
+        return Ok((0, None));
+    };
+    let first: Option<u64> = message
+        .headers
+        .get(FIRST_HEADER)
+        .and_then(|value| value.as_str().parse().ok());
+    let lines = message
+        .payload
+        .iter()
+        .filter(|byte| **byte == b'\n')
+        .count() as u64;
+    Ok((message.sequence, first.map(|first| first + lines)))
 }
 
 /// Says `owner_changed` on `subject`'s stream, conditional on its last message:
@@ -189,13 +188,7 @@ async fn announce(
             }),
         };
         let payload = serde_json::to_vec(&envelope).map_err(ClusterError::nats)?;
-        let mut channel = Channel {
-            subject: name.clone(),
-            agent: subject.agent.clone(),
-            id_prefix: format!("{}.{epoch}", token(&subject.agent)),
-            epoch,
-            last,
-        };
+        let mut channel = Channel::new(&subject.agent, name.clone(), epoch, last);
         // Refused only when the previous owner published meanwhile: read again.
         if crate::publish::send_once(inner, &mut channel, seq, payload.into()).await? {
             return Ok((channel.last, seq + 1));

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
-use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::StreamExt;
 
 use crate::error::ClusterError;
@@ -41,23 +40,14 @@ pub async fn published(
     // A node just lost leaves JetStream electing a while.
     let stream = crate::while_electing(|| js.get_stream(EVENTS)).await?;
     // The subject's last batch as the audit begins: read up to it.
-    let last = crate::while_electing(|| async {
-        match stream
-            .get_last_raw_message_by_subject(&subject.subject())
-            .await
-        {
-            Ok(message) => Ok(Some(message.sequence)),
-            Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(error) => Err(error),
-        }
-    })
-    .await?;
-    let Some(last) = last else {
+    let name = subject.subject();
+    let last = crate::while_electing(|| crate::last_message(&stream, &name)).await?;
+    let Some(last) = last.map(|message| message.sequence) else {
         return Ok(Vec::new());
     };
     let consumer = crate::while_electing(|| {
         stream.create_consumer(OrderedConfig {
-            filter_subject: subject.subject(),
+            filter_subject: name.clone(),
             deliver_policy: DeliverPolicy::All,
             ..OrderedConfig::default()
         })

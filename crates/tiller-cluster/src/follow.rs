@@ -161,8 +161,8 @@ fn is_owner_changed(json: &Bytes) -> bool {
     std::str::from_utf8(json).is_ok_and(|json| Envelope::type_in(json) == "owner_changed")
 }
 
-/// Where the batches of many agents go, each with its agent's subject.
-type ManySender = mpsc::Sender<(Arc<str>, Batch)>;
+/// Where the batches of many agents go.
+type ManySender = mpsc::Sender<Batch>;
 
 /// Where this host's listener hands what the buses carry: the followers of
 /// each agent (by its subject), and those of many agents (by a subject prefix).
@@ -180,16 +180,13 @@ impl Listeners {
             .many
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !many.is_empty() {
-            let shared: Arc<str> = Arc::from(subject);
-            many.retain(|(prefix, follower)| {
-                !subject.starts_with(prefix.as_str())
-                    || !matches!(
-                        follower.try_send((shared.clone(), batch.clone())),
-                        Err(mpsc::error::TrySendError::Closed(_))
-                    )
-            });
-        }
+        many.retain(|(prefix, follower)| {
+            !subject.starts_with(prefix.as_str())
+                || !matches!(
+                    follower.try_send(batch.clone()),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+        });
         drop(many);
         let gone = match self.agents.get_mut(subject) {
             Some(mut followers) => {
@@ -434,7 +431,7 @@ async fn read(
                 Some(Err(error)) => tracing::debug!(%error, "catching up on events"),
                 None => stream = None,
             },
-            () = until(gap_deadline) => {
+            () = crate::sleep_until(gap_deadline) => {
                 order.give_up();
             },
         }
@@ -474,7 +471,7 @@ pub(crate) fn follow_all(inner: &Inner, tenant: Option<&str>, user: Option<&str>
         .push((EventSubject::prefix(tenant, user), batches));
     let (sender, items) = mpsc::channel(READ_AHEAD);
     let task = tokio::spawn(async move {
-        while let Some((_, batch)) = taken.recv().await {
+        while let Some(batch) = taken.recv().await {
             for (seq, json) in batch.events() {
                 if sender.send(Followed::Event { seq, json }).await.is_err() {
                     return;
@@ -492,14 +489,6 @@ pub(crate) fn follow_all(inner: &Inner, tenant: Option<&str>, user: Option<&str>
 async fn next_of<S: Stream + Unpin>(stream: Option<&mut S>) -> Option<S::Item> {
     match stream {
         Some(stream) => stream.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `deadline`; forever, when there is none.
-async fn until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }

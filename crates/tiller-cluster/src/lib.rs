@@ -162,6 +162,27 @@ impl Inner {
     }
 }
 
+/// Sleeps until `at`; forever, when there is none (a `select!` branch with no
+/// deadline set).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The last message on `subject` of `stream`; `None` when it has none.
+async fn last_message(
+    stream: &stream::Stream,
+    subject: &str,
+) -> Result<Option<async_nats::jetstream::message::StreamMessage>, stream::LastRawMessageError> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => Ok(Some(message)),
+        Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 /// Retries `attempt` while JetStream answers that it has no leader yet (a
 /// cluster just started, or electing), for up to 30 seconds.
 async fn while_electing<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(

@@ -82,7 +82,7 @@ pub struct ClusterMetrics {
     pub live_batches: u64,
     /// Batches of events written to the stream.
     pub stream_batches: u64,
-    /// Writes of leases (claims, busy and idle marks, releases).
+    /// Writes of leases that mark them busy or idle.
     pub lease_writes: u64,
 }
 

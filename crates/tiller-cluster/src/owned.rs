@@ -78,21 +78,15 @@ impl Owned {
     ) -> Result<Arc<Owned>, crate::ClusterError> {
         let agent = handle.id().to_string();
         let (commands, commanded) = mpsc::unbounded_channel();
+        let name = subject.subject();
         let outbox = Arc::new(Outbox::new(
-            subject.subject(),
+            name.clone(),
             inner.config.max_unpublished_events,
             inner.publisher.ready.clone(),
         ));
-        inner.publisher.register(
-            outbox.clone(),
-            Channel {
-                agent: agent.clone(),
-                subject: subject.subject(),
-                id_prefix: format!("{}.{epoch}", token(&agent)),
-                epoch,
-                last,
-            },
-        );
+        inner
+            .publisher
+            .register(outbox.clone(), Channel::new(&agent, name, epoch, last));
         let moving = Arc::new(AtomicBool::new(false));
         let relay = {
             let outbox = outbox.clone();
@@ -260,7 +254,7 @@ async fn serve(
                 Some(Command::Stopped) | None => break,
             },
             Some(_) = running.join_next(), if !running.is_empty() => continue,
-            () = async { tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)).await }, if settle_at.is_some() => {
+            () = crate::sleep_until(settle_at), if settle_at.is_some() => {
                 settle_at = None;
                 if let Some(inner) = inner.upgrade() {
                     settle(&inner, &handle, &mut held).await;

@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use crate::Inner;
 use crate::error::ClusterError;
-use crate::names::{EPOCH_HEADER, FIRST_HEADER, bus_subject};
+use crate::names::{EPOCH_HEADER, FIRST_HEADER, bus_subject, token};
 
 /// The most events the live path runs ahead of what an agent's stream has
 /// acknowledged. A new owner numbers its first event this far past the stream's
@@ -206,6 +206,18 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
+    /// The channel of `agent`'s stream subject `subject` under the owner's
+    /// `epoch`, the subject's last message being `last`.
+    pub(crate) fn new(agent: &str, subject: String, epoch: u64, last: u64) -> Self {
+        Channel {
+            agent: agent.to_owned(),
+            subject,
+            id_prefix: format!("{}.{epoch}", token(agent)),
+            epoch,
+            last,
+        }
+    }
+
     /// The stream's message for a batch from event `first` on: deduplicated by
     /// its id, and refused unless the subject's last message is still `last`.
     fn batch(&self, first: u64, payload: Bytes) -> PublishMessage {
@@ -355,7 +367,7 @@ async fn run(
                 touched.push(sent.subject.clone());
                 acknowledged(&inner, &mut agents, &mut dues, sent);
             }
-            () = sleep_until(next_due), if next_due.is_some() => {
+            () = crate::sleep_until(next_due), if next_due.is_some() => {
                 let now = Instant::now();
                 while let Some(Reverse((at, _))) = dues.peek() {
                     if *at > now {
@@ -382,11 +394,11 @@ async fn run(
             if let Some(sending) = send_due(&inner, durable).await {
                 in_flight.push(sending);
             }
-            if durable.closed && durable.events == 0 && !durable.in_flight {
+            if durable.events == 0 && !durable.in_flight {
                 durable.outbox.settled();
-                agents.remove(&subject);
-            } else if durable.events == 0 && !durable.in_flight {
-                durable.outbox.settled();
+                if durable.closed {
+                    agents.remove(&subject);
+                }
             }
         }
     }
@@ -582,14 +594,6 @@ fn acknowledged(
             durable.since = durable.since.or(Some(now));
             dues.push(Reverse((retry_at, sent.subject)));
         }
-    }
-}
-
-/// Sleeps until `at`, or forever when there is none.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -50,7 +50,7 @@ use tiller_runtime::{
     AgentHandle, AgentSettings, AgentSpec, Delivered, Notice, Shards, Supervisor, SupervisorConfig,
 };
 use tiller_test_support::paced::{self, PacedProcess};
-use tiller_test_support::workload::{add_tool, cpu_time, runtimes};
+use tiller_test_support::workload::{add_tool, cpu_time, on_current_thread, runtimes};
 
 fn main() {
     let reply = paced::recorded_reply();
@@ -70,8 +70,7 @@ fn main() {
     let text = reply_text(&reply);
     let events = reply.len() as f64;
 
-    let [(_, _), (_, mut current)] = runtimes();
-    let floor = micros(current.build().unwrap().block_on(paced::bare_replies(
+    let floor = micros(on_current_thread(paced::bare_replies(
         server.port,
         "spaced-300",
         1,
@@ -82,13 +81,7 @@ fn main() {
     );
     // The floor of the 1,000 agents: as many bare readers of the same stream at once.
     let many_floor = chosen("agents", &figures).then(|| {
-        let [_, (_, mut current)] = runtimes();
-        let cpu = current.build().unwrap().block_on(paced::bare_replies(
-            server.port,
-            "spaced-33333",
-            1_000,
-            1,
-        ));
+        let cpu = on_current_thread(paced::bare_replies(server.port, "spaced-33333", 1_000, 1));
         let floor = micros(cpu) / events;
         println!(
             "floor: 1,000 bare TcpStreams on a current-thread runtime reading the same reply at once, 30 events/s each: {floor:.1} µs CPU per event"
@@ -104,6 +97,7 @@ fn main() {
 
     let [(_, multi), (_, current)] = runtimes();
     let [(_, unsharded), _] = runtimes();
+    // Pass, host runtime, shards.
     let configured = [
         ("default", multi, Shards::Auto),
         ("current-thread", current, Shards::Auto),

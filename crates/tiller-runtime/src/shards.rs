@@ -12,7 +12,7 @@ use std::future::Future;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::task::{JoinError, JoinHandle};
 
@@ -33,16 +33,16 @@ pub enum Shards {
 impl Shards {
     /// The number of shard threads this asks for, on the current runtime.
     fn threads(self) -> usize {
+        let on_current_thread = || {
+            Handle::try_current()
+                .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::CurrentThread)
+        };
         match self {
             Shards::Count(count) => count,
-            Shards::Auto => match tokio::runtime::Handle::try_current() {
-                Ok(handle)
-                    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread =>
-                {
-                    0
-                }
-                _ => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            },
+            Shards::Auto if on_current_thread() => 0,
+            Shards::Auto => {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            }
         }
     }
 }

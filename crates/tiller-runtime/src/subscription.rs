@@ -221,17 +221,20 @@ impl Mailbox {
             state.missed += 1;
         }
         state.queue.push_back(envelope.clone());
-        if !hold && let Some(waker) = state.waker.take() {
-            let reader = state.reader;
-            drop(state);
-            wakes::wake(waker, reader);
+        if !hold {
+            Self::wake_reader(state);
         }
         true
     }
 
     /// Wakes the subscriber if it waits and has something to read.
     fn wake(&self) {
-        let mut state = self.lock();
+        Self::wake_reader(self.lock());
+    }
+
+    /// Wakes the subscriber `state` belongs to, if it waits and has something
+    /// to read, after letting go of the lock.
+    fn wake_reader(mut state: MutexGuard<'_, MailboxState>) {
         if !state.queue.is_empty()
             && let Some(waker) = state.waker.take()
         {

@@ -33,7 +33,7 @@ use tiller::agent_file::AgentFile;
 use tiller::{Definitions, Supervisor};
 use tiller_server::{Server, ServerConfig};
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
-use tiller_test_support::workload::{cpu_time, monotonic_ns, runtimes};
+use tiller_test_support::workload::{cpu_time, monotonic_ns, on_current_thread, runtimes};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Set in the environment of the clients' process: the server's base URL.
@@ -106,10 +106,10 @@ fn main() {
     }
     let upstream = PacedProcess::start();
     let model = upstream.model(&format!("stamped-{SPACING_US}"));
-    let [(_, mut builder), (_, mut current)] = runtimes();
+    let [(_, mut builder), _] = runtimes();
     // As many bare readers at once as replies stream at once below.
     let at_once = (scale.rate as usize).min(scale.agents);
-    let floor = micros(current.build().unwrap().block_on(paced::bare_replies(
+    let floor = micros(on_current_thread(paced::bare_replies(
         upstream.port,
         &format!("stamped-{SPACING_US}"),
         at_once,

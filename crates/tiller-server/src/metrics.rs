@@ -307,7 +307,7 @@ fn cluster_metrics(text: &mut String, metrics: &tiller_cluster::ClusterMetrics) 
         ),
         (
             "tiller_cluster_lease_writes_total",
-            "Writes of leases: claims, busy and idle marks, releases.",
+            "Writes of leases marking them busy or idle.",
             metrics.lease_writes,
         ),
     ];

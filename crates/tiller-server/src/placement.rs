@@ -337,7 +337,7 @@ impl Shared {
             return Ok(agents);
         };
         let scope = caller.scope();
-        let sessions = self
+        let mut sessions = self
             .supervisor
             .store()
             .list(&SessionFilter {
@@ -348,15 +348,11 @@ impl Shared {
                 ..SessionFilter::default()
             })
             .await?;
-        let ids: Vec<String> = sessions
-            .iter()
-            .map(|info| info.record.id.clone())
-            .filter(|id| !id.contains('/'))
-            .collect();
+        sessions.retain(|info| !info.record.id.contains('/'));
+        let ids: Vec<String> = sessions.iter().map(|info| info.record.id.clone()).collect();
         let mut statuses = cluster.statuses(&ids).await;
         let mut agents: Vec<AgentInfo> = sessions
             .into_iter()
-            .filter(|info| !info.record.id.contains('/'))
             .map(|info| AgentInfo {
                 status: statuses
                     .remove(&info.record.id)

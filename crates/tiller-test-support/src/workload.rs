@@ -82,6 +82,13 @@ pub fn runtimes() -> [(&'static str, tokio::runtime::Builder); 2] {
     [("multi-thread", multi), ("current-thread", current)]
 }
 
+/// Runs `future` to its end on a current-thread runtime of its own (I/O and
+/// time enabled), as the benches' floors are measured.
+pub fn on_current_thread<F: std::future::Future>(future: F) -> F::Output {
+    let [_, (_, mut current)] = runtimes();
+    current.build().unwrap().block_on(future)
+}
+
 /// The process's resident set, in bytes.
 pub fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -132,22 +139,22 @@ impl CpuTicks {
     /// The percentage of the machine's CPU time since `earlier` that was busy
     /// (neither idle nor waiting for I/O).
     pub fn busy_since(self, earlier: CpuTicks) -> f64 {
-        let total = self.total.saturating_sub(earlier.total);
-        let idle = self.idle.saturating_sub(earlier.idle);
-        if total == 0 {
-            return 0.0;
-        }
-        (total - idle) as f64 * 100.0 / total as f64
+        self.percent_since(earlier, |ticks| ticks.idle)
+            .map_or(0.0, |idle| 100.0 - idle)
     }
 
     /// The percentage of the machine's CPU time since `earlier` that was stolen.
     pub fn stolen_since(self, earlier: CpuTicks) -> f64 {
+        self.percent_since(earlier, |ticks| ticks.stolen)
+            .unwrap_or(0.0)
+    }
+
+    /// The percentage of the CPU time since `earlier` that `part` counts; none
+    /// when no time passed.
+    fn percent_since(self, earlier: CpuTicks, part: impl Fn(CpuTicks) -> u64) -> Option<f64> {
         let total = self.total.saturating_sub(earlier.total);
-        let stolen = self.stolen.saturating_sub(earlier.stolen);
-        if total == 0 {
-            return 0.0;
-        }
-        stolen as f64 * 100.0 / total as f64
+        let part = part(self).saturating_sub(part(earlier));
+        (total > 0).then(|| part as f64 * 100.0 / total as f64)
     }
 }
 
