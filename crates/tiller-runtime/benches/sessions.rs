@@ -7,8 +7,9 @@
 //!    agents), spawn rate (target >= 20,000 agents/s);
 //! 2. thaw of one hibernated agent (a state request that brings it back from the
 //!    store): p50 (target <= 300 µs) and p99 (target <= 2 ms), asked from a task
-//!    on the runtime as a server's handler asks, and (for comparison) from outside
-//!    the runtime, which adds a hand-off to a worker thread and one back; timed
+//!    on the agent's shard as `tiller serve`'s handler asks, and (for comparison)
+//!    from a task on the host's runtime and from outside any runtime, each of
+//!    which adds hand-offs between threads; timed
 //!    once the spawns' writes are checkpointed into the database file and synced.
 //!
 //! Each phase also prints the share of the machine's CPU time that a hypervisor
@@ -33,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tiller_ai::faux::FauxProvider;
-use tiller_runtime::{AgentSettings, AgentSpec, AgentStatus, Supervisor, SupervisorConfig};
+use tiller_runtime::{
+    AgentHandle, AgentSettings, AgentSpec, AgentStatus, Supervisor, SupervisorConfig,
+};
 use tiller_store::SqlStore;
 use tiller_test_support::workload::{CpuTicks, rss, transcript};
 
@@ -108,10 +111,12 @@ async fn hibernated_agents(count: usize) {
             file.sync_all().unwrap();
         }
     }
-    // From a task on the runtime, as a server's request handler asks, and from
-    // outside it (this thread, in `block_on`), which adds a hand-off to a worker
-    // thread and one back. A round whose CPU time a hypervisor stole from is
-    // timed again a second later, on other agents.
+    // From a task on the agent's shard, as `tiller serve`'s handler asks (it
+    // serves a connection naming an agent there); from a task on the host's
+    // runtime, as an embedding program's handler asks, which adds a hand-off to
+    // the shard and one back; and from outside any runtime (this thread, in
+    // `block_on`), which adds one to a worker thread too. A round whose CPU time
+    // a hypervisor stole from is timed again a second later, on other agents.
     const ROUNDS: usize = 20;
     let mut stolen_before = Vec::new();
     for round in 0..ROUNDS {
@@ -120,8 +125,22 @@ async fn hibernated_agents(count: usize) {
             .take(1_000)
             .map(|n| format!("agent-{n}"))
             .collect();
-        let (inside, outside) = sampled.split_at(sampled.len() / 2);
+        let third = sampled.len() / 3;
+        let (beside, rest) = sampled.split_at(third);
+        let (inside, outside) = rest.split_at(third);
         let ticks = CpuTicks::now();
+        let mut on_shard = Vec::with_capacity(beside.len());
+        for id in beside {
+            let agent = supervisor.get(id).unwrap();
+            let thawing = agent.clone();
+            on_shard.push(
+                agent
+                    .spawn_beside(async move { thaw(&thawing).await })
+                    .await
+                    .unwrap(),
+            );
+        }
+        on_shard.sort();
         let on_runtime = {
             let (supervisor, ids) = (supervisor.clone(), inside.to_vec());
             tokio::spawn(async move { thaws(&supervisor, &ids).await })
@@ -136,7 +155,10 @@ async fn hibernated_agents(count: usize) {
             continue;
         }
         println!(
-            "thaw of a hibernated agent (state() from the store), {} agents from a task on the runtime: p50 {:.0} µs (target <= 300 µs), p99 {:.0} µs (target <= 2000 µs); {} from outside the runtime: p50 {:.0} µs, p99 {:.0} µs (CPU time stolen by the hypervisor meanwhile: {stolen:.0}%; rounds timed again before, with the share stolen: [{}])",
+            "thaw of a hibernated agent (state() from the store), {} agents from a task on the agent's shard: p50 {:.0} µs (target <= 300 µs), p99 {:.0} µs (target <= 2000 µs); {} from a task on the host's runtime: p50 {:.0} µs, p99 {:.0} µs; {} from outside the runtime: p50 {:.0} µs, p99 {:.0} µs (CPU time stolen by the hypervisor meanwhile: {stolen:.0}%; rounds timed again before, with the share stolen: [{}])",
+            beside.len(),
+            quantile(&on_shard, 0.5),
+            quantile(&on_shard, 0.99),
             inside.len(),
             quantile(&on_runtime, 0.5),
             quantile(&on_runtime, 0.99),
@@ -155,14 +177,19 @@ async fn hibernated_agents(count: usize) {
 async fn thaws(supervisor: &Supervisor, ids: &[String]) -> Vec<Duration> {
     let mut latencies = Vec::new();
     for id in ids {
-        let agent = supervisor.get(id).unwrap();
-        let started = Instant::now();
-        let state = agent.state().await.unwrap();
-        latencies.push(started.elapsed());
-        assert_eq!(state.messages.len(), 10);
+        latencies.push(thaw(&supervisor.get(id).unwrap()).await);
     }
     latencies.sort();
     latencies
+}
+
+/// How long `state()` took for `agent`, hibernated.
+async fn thaw(agent: &AgentHandle) -> Duration {
+    let started = Instant::now();
+    let state = agent.state().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(state.messages.len(), 10);
+    took
 }
 
 /// The `q` quantile of sorted `latencies`, in microseconds.

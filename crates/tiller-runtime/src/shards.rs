@@ -51,6 +51,8 @@ impl Shards {
 /// starts them.
 pub(crate) struct ShardSet {
     handles: Vec<Handle>,
+    /// Each shard's thread, as [`crate::wakes::this_thread`] numbers it.
+    threads: Vec<u64>,
     /// Dropped with the shards: each thread then ends, dropping its tasks.
     _stop: Vec<oneshot::Sender<()>>,
     /// The one hasher of this supervisor's placements.
@@ -64,6 +66,7 @@ impl ShardSet {
         let count = shards.threads();
         let mut handles = Vec::with_capacity(count);
         let mut stops = Vec::with_capacity(count);
+        let mut threads = Vec::with_capacity(count);
         for n in 0..count {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -71,18 +74,22 @@ impl ShardSet {
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
+            let (number, told) = std::sync::mpsc::sync_channel(1);
             std::thread::Builder::new()
                 .name(format!("tiller-shard-{n}"))
                 .spawn(move || {
                     tiller_ai::use_thread_client();
                     crate::wakes::hold_here(delivery_window);
+                    let _ = number.send(crate::wakes::this_thread());
                     runtime.block_on(async {
                         let _ = stopped.await;
                     });
                 })?;
+            threads.push(told.recv().map_err(std::io::Error::other)?);
         }
         Ok(ShardSet {
             handles,
+            threads,
             _stop: stops,
             hasher: std::hash::RandomState::new(),
         })
@@ -95,8 +102,13 @@ impl ShardSet {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.spawn_at(self.shard_of(id), future)
+    }
+
+    /// The shard of the agent `id` (0 when there are none).
+    pub(crate) fn shard_of(&self, id: &str) -> usize {
         let count = self.handles.len().max(1) as u64;
-        self.spawn_at((self.hasher.hash_one(id) % count) as usize, future)
+        (self.hasher.hash_one(id) % count) as usize
     }
 
     /// Calls `start` in the first shard's runtime context, so that the tasks it
@@ -124,16 +136,19 @@ impl ShardSet {
         }
     }
 
-    /// Runs `future` to its end on the shard of the agent `id` (in place, when
-    /// there are no shards).
+    /// Runs `future` to its end on the shard of the agent `id`: in place when
+    /// called there, or when there are no shards.
     pub(crate) async fn run<F>(&self, id: &str, future: F) -> Result<F::Output, JoinError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        if self.handles.is_empty() {
-            return Ok(future.await);
+        let shard = self.shard_of(id);
+        match self.threads.get(shard) {
+            Some(&thread) if thread != crate::wakes::this_thread() => {
+                self.spawn_at(shard, future).await
+            }
+            _ => Ok(future.await),
         }
-        self.spawn(id, future).await
     }
 }

@@ -591,6 +591,12 @@ impl Supervisor {
         self.inner.runtime.shards.spawn_at(n, future)
     }
 
+    /// The shard the agent `id` lives on, or would live on once spawned
+    /// (0 when there are none): a server serves a client of that agent there.
+    pub fn shard_of(&self, id: &str) -> usize {
+        self.inner.runtime.shards.shard_of(id)
+    }
+
     /// The agent with this id.
     pub fn get(&self, id: &str) -> Option<AgentHandle> {
         self.inner

@@ -17,12 +17,16 @@
 //!   another address is answered `403 not-this-machine` and closed.
 //! - **Graceful end.** Once shutdown is asked, no connection is accepted; idle
 //!   kept-alive connections close; requests in flight finish.
-//! - **Connections live on the shards.** One loop accepts; each connection is
-//!   handed, in turn, to one of the supervisor's shards
+//! - **Connections live on the shards, beside their agent.** One loop accepts;
+//!   each connection goes to one of the supervisor's shards
 //!   ([`tiller::Supervisor::spawn_on_shard`]), where its requests and its streams
-//!   run on a current-thread runtime: an event for an agent of the same shard
-//!   reaches the socket without waking another thread, and one of another shard
-//!   wakes this one once per batch.
+//!   run on a current-thread runtime. There it peeks at its first request's line
+//!   without reading it: one naming an agent (`/agents/{id}/…`: its events, its
+//!   WebSocket, its operations) moves the connection to that agent's shard
+//!   ([`tiller::Supervisor::shard_of`]), so the agent's events reach the socket
+//!   without waking another thread. Any other stays on the shard chosen in
+//!   turn, where an event of an agent of another shard wakes it once per batch.
+//!   A kept-alive connection stays where its first request put it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -46,6 +50,7 @@ use tiller::Supervisor;
 
 use crate::ServerConfig;
 use crate::error::Problem;
+use crate::metrics::Metrics;
 use crate::quota::Counts;
 
 /// How many connections past the cap are answered at once; others past that are
@@ -63,6 +68,7 @@ pub(crate) async fn serve(
     router: Router,
     supervisor: &Supervisor,
     config: &ServerConfig,
+    metrics: &Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut http = http1::Builder::new();
@@ -122,33 +128,104 @@ pub(crate) async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let (http, stop) = (http.clone(), stop.clone());
         accepted = accepted.wrapping_add(1);
+        let (shards, placed) = (supervisor.clone(), metrics.clone());
+        let in_turn = accepted % shards.shard_count().max(1);
+        let header_timeout = config.header_timeout;
         let connection = connections.track_future(async move {
             let _held = (permit, counted);
-            let connection = http
-                .serve_connection(TokioIo::new(tcp), service)
-                .with_upgrades();
-            let mut connection = std::pin::pin!(connection);
-            let ended = tokio::select! {
-                ended = connection.as_mut() => ended,
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
+            let stopping = stop.clone();
+            let serve = move |tcp| serve_connection(tcp, http, service, stop);
+            if shards.shard_count() < 2 {
+                return serve(tcp).await;
+            }
+            let named = tokio::time::timeout(header_timeout, agent_named(&tcp));
+            let home = tokio::select! {
+                named = named => match named {
+                    Ok(named) => named.map(|id| shards.shard_of(&id)),
+                    Err(_) => {
+                        tracing::debug!("a connection sent no request in time and was closed");
+                        return;
+                    }
+                },
+                // An idle connection closes at once when the server stops.
+                () = stopping.cancelled() => return,
             };
-            match ended {
-                Err(error) if error.is_timeout() => {
-                    tracing::debug!("a connection sent no request in time and was closed");
-                }
-                Err(error) => tracing::debug!(%error, "a connection failed"),
-                Ok(()) => {}
+            placed.connection_placed(home.is_some());
+            match home {
+                Some(home) if home != in_turn => match tcp.into_std() {
+                    Ok(tcp) => {
+                        let moved = shards.spawn_on_shard(home, async move {
+                            match TcpStream::from_std(tcp) {
+                                Ok(tcp) => serve(tcp).await,
+                                Err(error) => tracing::debug!(%error, "a connection failed"),
+                            }
+                        });
+                        // Err only when the shards are being dropped.
+                        let _ = moved.await;
+                    }
+                    Err(error) => tracing::debug!(%error, "a connection failed"),
+                },
+                _ => serve(tcp).await,
             }
         });
-        supervisor.spawn_on_shard(accepted, connection);
+        supervisor.spawn_on_shard(in_turn, connection);
     }
     drop(listener);
     stop.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// Serves one connection's requests until it closes, or ends gracefully once
+/// `stop` is cancelled.
+async fn serve_connection(
+    tcp: TcpStream,
+    http: http1::Builder,
+    service: TowerToHyperService<Router>,
+    stop: CancellationToken,
+) {
+    let connection = http
+        .serve_connection(TokioIo::new(tcp), service)
+        .with_upgrades();
+    let mut connection = std::pin::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    match ended {
+        Err(error) if error.is_timeout() => {
+            tracing::debug!("a connection sent no request in time and was closed");
+        }
+        Err(error) => tracing::debug!(%error, "a connection failed"),
+        Ok(()) => {}
+    }
+}
+
+/// The longest request line read to find the agent it names; a longer one is
+/// served where it is.
+const REQUEST_LINE_PEEKED: usize = 512;
+
+/// The agent the connection's first request names (`/agents/{id}…`), read from
+/// the first bytes to arrive without taking them from the socket. `None` for a
+/// request naming none, an id that needs decoding, or a line not yet whole.
+async fn agent_named(tcp: &TcpStream) -> Option<String> {
+    let mut line = [0u8; REQUEST_LINE_PEEKED];
+    let peeked = tcp.peek(&mut line).await.ok()?;
+    let line = &line[..peeked];
+    let line = &line[..line.iter().position(|&byte| byte == b'\n')?];
+    let target = line.split(|&byte| byte == b' ').nth(1)?;
+    let id = target.strip_prefix(b"/agents/")?;
+    let id = &id[..id
+        .iter()
+        .position(|&byte| matches!(byte, b'/' | b'?' | b'#'))
+        .unwrap_or(id.len())];
+    if id.is_empty() || id.contains(&b'%') {
+        return None;
+    }
+    String::from_utf8(id.to_vec()).ok()
 }
 
 /// 503 `too-many-connections`: the server holds `what`, the most it takes.

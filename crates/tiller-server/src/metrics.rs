@@ -34,6 +34,10 @@ pub(crate) struct Metrics {
     problems: DashMap<String, u64>,
     /// Events written to event-stream clients.
     events_streamed: AtomicU64,
+    /// Connections served on the shard of the agent their first request names.
+    connections_beside_agent: AtomicU64,
+    /// Connections served on a shard chosen in turn.
+    connections_in_turn: AtomicU64,
     /// Model calls through `/api/stream`.
     proxy_calls: AtomicU64,
     /// Their summed time to the first event, in microseconds.
@@ -61,6 +65,16 @@ impl Metrics {
     /// One more event written to a streaming client.
     pub(crate) fn event_streamed(&self) {
         self.events_streamed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection is served beside its agent, or on a shard chosen in turn.
+    pub(crate) fn connection_placed(&self, beside_agent: bool) {
+        let count = if beside_agent {
+            &self.connections_beside_agent
+        } else {
+            &self.connections_in_turn
+        };
+        count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One more model call through the proxy.
@@ -212,6 +226,22 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
     );
     for (kind, count) in sorted(&metrics.problems) {
         let _ = writeln!(text, "tiller_problems_total{{kind=\"{kind}\"}} {count}");
+    }
+    header_of(
+        &mut text,
+        "tiller_connections_total",
+        "counter",
+        "Connections by where they are served: on the shard of the agent their first request names, or on one chosen in turn.",
+    );
+    for (placed, count) in [
+        ("beside_agent", &metrics.connections_beside_agent),
+        ("in_turn", &metrics.connections_in_turn),
+    ] {
+        let count = count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            text,
+            "tiller_connections_total{{placed=\"{placed}\"}} {count}"
+        );
     }
     let counters = [
         (

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::tiller_store::MemoryStore;
-use tiller::{Definitions, Supervisor, SupervisorConfig};
+use tiller::{Definitions, Shards, Supervisor, SupervisorConfig};
 use tiller_server::ServerConfig;
 use tiller_test_support::{MockResponse, MockServer, sse};
 
@@ -289,6 +289,71 @@ async fn events_stream_in_order_and_resume_after_the_last_one_seen() {
     assert_eq!(response.status(), 422);
 
     // Shutting down ends the open streams rather than waiting on them.
+    server.stop().await;
+}
+
+/// With shards, a connection whose first request names an agent is served on
+/// that agent's shard, moved there when the accept loop chose another; its
+/// stream reads as on any connection, from the request's first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_naming_an_agent_is_served_on_the_agents_shard() {
+    let faux = FauxProvider::new();
+    let supervisor = Supervisor::with_config(SupervisorConfig {
+        shards: Shards::Count(2),
+        ..SupervisorConfig::default()
+    })
+    .await
+    .unwrap();
+    let server = Running::on(
+        supervisor,
+        Definitions::new().with_default_model(faux.model()),
+        ServerConfig::default(),
+    )
+    .await;
+    let mut followed = Vec::new();
+    for _ in 0..8 {
+        let id = server.create_helper().await;
+        followed.push((server.events_alone(&id).await, id));
+    }
+    for (events, id) in &mut followed {
+        faux.push(FauxTurn::text(format!("I am {id}.")).chunk_size(64));
+        let (status, _) = server
+            .post(&format!("/agents/{id}/prompt"), json!({"text": "Who?"}))
+            .await;
+        assert_eq!(status, 202);
+        let run = events.until_end().await;
+        assert_eq!(
+            kinds(&run),
+            [
+                "agent_start",
+                "turn_start",
+                "message_start",
+                "message_end",
+                "message_start",
+                "message_update",
+                "message_update",
+                "message_update",
+                "message_end",
+                "turn_end",
+                "agent_end"
+            ]
+        );
+        assert_eq!(
+            run[8].data["event"]["message"]["content"][0]["text"],
+            format!("I am {id}.")
+        );
+    }
+    let response = server
+        .http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains("tiller_connections_total{placed=\"beside_agent\"} 8\n"),
+        "{text}"
+    );
     server.stop().await;
 }
 
@@ -717,6 +782,10 @@ tiller_http_responses_total{{route=\"/agents/{{id}}/prompt\",status=\"200\"}} 1
 # HELP tiller_problems_total Problem responses by kind.
 # TYPE tiller_problems_total counter
 tiller_problems_total{{kind=\"unknown-agent\"}} 1
+# HELP tiller_connections_total Connections by where they are served: on the shard of the agent their first request names, or on one chosen in turn.
+# TYPE tiller_connections_total counter
+tiller_connections_total{{placed=\"beside_agent\"}} 0
+tiller_connections_total{{placed=\"in_turn\"}} 0
 # HELP tiller_events_streamed_total Events written to event-stream clients.
 # TYPE tiller_events_streamed_total counter
 tiller_events_streamed_total {streamed}

@@ -150,22 +150,20 @@ impl Running {
         self.stream(&format!("/agents/{id}/events"), &headers).await
     }
 
+    /// Opens an agent's event stream on a connection of its own, whose first
+    /// request it is.
+    pub(crate) async fn events_alone(&self, id: &str) -> SseReader {
+        let alone = reqwest::Client::new().get(format!("{}/agents/{id}/events", self.base));
+        SseReader::of(alone).await
+    }
+
     /// Opens the event stream at `path` with `headers`.
     pub(crate) async fn stream(&self, path: &str, headers: &[(&str, &str)]) -> SseReader {
         let mut request = self.http.get(format!("{}{path}", self.base));
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = request.send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        assert_eq!(
-            response.headers()["content-type"].to_str().unwrap(),
-            "text/event-stream"
-        );
-        SseReader {
-            body: response.bytes_stream().boxed(),
-            buffer: String::new(),
-        }
+        SseReader::of(request).await
     }
 
     pub(crate) async fn stop(mut self) {
@@ -190,6 +188,20 @@ pub(crate) struct SseReader {
 }
 
 impl SseReader {
+    /// Sends `request` and reads its answer, an event stream.
+    async fn of(request: reqwest::RequestBuilder) -> SseReader {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        SseReader {
+            body: response.bytes_stream().boxed(),
+            buffer: String::new(),
+        }
+    }
+
     /// The next event (keep-alive comments skipped).
     pub(crate) async fn next(&mut self) -> Sse {
         loop {
