@@ -26,7 +26,9 @@
 //!   ([`tiller::Supervisor::shard_of`]), so the agent's events reach the socket
 //!   without waking another thread. Any other stays on the shard chosen in
 //!   turn, where an event of an agent of another shard wakes it once per batch.
-//!   A kept-alive connection stays where its first request put it.
+//!   A kept-alive connection stays where its first request put it. The wait
+//!   for the first bytes counts against the header timeout; the connection's
+//!   later heads get what was left of it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -126,18 +128,17 @@ pub(crate) async fn serve(
             }
         };
         let service = TowerToHyperService::new(router.clone());
-        let (http, stop) = (http.clone(), stop.clone());
+        let (mut http, stop) = (http.clone(), stop.clone());
         accepted = accepted.wrapping_add(1);
         let (shards, placed) = (supervisor.clone(), metrics.clone());
         let in_turn = accepted % shards.shard_count().max(1);
         let header_timeout = config.header_timeout;
         let connection = connections.track_future(async move {
             let _held = (permit, counted);
-            let stopping = stop.clone();
-            let serve = move |tcp| serve_connection(tcp, http, service, stop);
             if shards.shard_count() < 2 {
-                return serve(tcp).await;
+                return serve_connection(tcp, http, service, stop).await;
             }
+            let (stopping, peeking) = (stop.clone(), tokio::time::Instant::now());
             let named = tokio::time::timeout(header_timeout, agent_named(&tcp));
             let home = tokio::select! {
                 named = named => match named {
@@ -151,6 +152,10 @@ pub(crate) async fn serve(
                 () = stopping.cancelled() => return,
             };
             placed.connection_placed(home.is_some());
+            // The wait for the first bytes counts against the head's time: a
+            // client trickling its head gets no second `header_timeout`.
+            http.header_read_timeout(header_timeout.saturating_sub(peeking.elapsed()));
+            let serve = move |tcp| serve_connection(tcp, http, service, stop);
             match home {
                 Some(home) if home != in_turn => match tcp.into_std() {
                     Ok(tcp) => {

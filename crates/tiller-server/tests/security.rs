@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentTool, AskAgentConfig, Definitions, FnTool, Supervisor, ToolOutput, ToolRegistry,
+    AgentTool, AskAgentConfig, Definitions, FnTool, Shards, Supervisor, SupervisorConfig,
+    ToolOutput, ToolRegistry,
 };
 use tiller_server::ServerConfig;
 use tiller_test_support::MockServer;
@@ -741,6 +742,47 @@ async fn slow_and_idle_clients_are_disconnected_and_connections_are_capped() {
     );
     drop(_held);
     capped.stop().await;
+}
+
+/// Item 8 with shards: the wait for a request's first bytes, read to find the
+/// agent it names, counts against the head's time, so a client trickling its
+/// head is disconnected within one `header_timeout` of connecting, unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_head_gets_one_header_timeout_on_a_sharded_server() {
+    let faux = FauxProvider::new();
+    let supervisor = Supervisor::with_config(SupervisorConfig {
+        shards: Shards::Count(2),
+        ..SupervisorConfig::default()
+    })
+    .await
+    .unwrap();
+    let server = Running::on(
+        supervisor,
+        Definitions::new().with_default_model(faux.model()),
+        ServerConfig {
+            header_timeout: Duration::from_secs(1),
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = TcpStream::connect(&address).await.unwrap();
+    // The slow client's own pace: its first byte after 0.6 s, the rest 0.6 s
+    // later, past the one second the head has.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    slow.write_all(b"G").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The server closed the connection already: this write may be refused, and
+    // the read end in a reset rather than at the end of the stream.
+    let _ = slow
+        .write_all(b"ET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut answer))
+        .await
+        .expect("the server closed the connection");
+    assert_eq!(String::from_utf8_lossy(&answer), "");
+    server.stop().await;
 }
 
 /// Item 8, the body: with tokens, a request without one is refused before its
