@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::tiller_store::MemoryStore;
-use tiller::{Definitions, Shards, Supervisor, SupervisorConfig};
+use tiller::{Definitions, Supervisor, SupervisorConfig};
 use tiller_server::ServerConfig;
 use tiller_test_support::{MockResponse, MockServer, sse};
 
@@ -298,18 +298,7 @@ async fn events_stream_in_order_and_resume_after_the_last_one_seen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_naming_an_agent_is_served_on_the_agents_shard() {
     let faux = FauxProvider::new();
-    let supervisor = Supervisor::with_config(SupervisorConfig {
-        shards: Shards::Count(2),
-        ..SupervisorConfig::default()
-    })
-    .await
-    .unwrap();
-    let server = Running::on(
-        supervisor,
-        Definitions::new().with_default_model(faux.model()),
-        ServerConfig::default(),
-    )
-    .await;
+    let server = Running::on_two_shards(&faux, ServerConfig::default()).await;
     let mut followed = Vec::new();
     for _ in 0..8 {
         let id = server.create_helper().await;

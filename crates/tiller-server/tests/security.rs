@@ -21,8 +21,7 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentTool, AskAgentConfig, Definitions, FnTool, Shards, Supervisor, SupervisorConfig,
-    ToolOutput, ToolRegistry,
+    AgentTool, AskAgentConfig, Definitions, FnTool, Supervisor, ToolOutput, ToolRegistry,
 };
 use tiller_server::ServerConfig;
 use tiller_test_support::MockServer;
@@ -750,15 +749,8 @@ async fn slow_and_idle_clients_are_disconnected_and_connections_are_capped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickled_head_gets_one_header_timeout_on_a_sharded_server() {
     let faux = FauxProvider::new();
-    let supervisor = Supervisor::with_config(SupervisorConfig {
-        shards: Shards::Count(2),
-        ..SupervisorConfig::default()
-    })
-    .await
-    .unwrap();
-    let server = Running::on(
-        supervisor,
-        Definitions::new().with_default_model(faux.model()),
+    let server = Running::on_two_shards(
+        &faux,
         ServerConfig {
             header_timeout: Duration::from_secs(1),
             ..ServerConfig::default()

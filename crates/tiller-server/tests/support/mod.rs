@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::FauxProvider;
-use tiller::{Definitions, Supervisor};
+use tiller::{Definitions, Shards, Supervisor, SupervisorConfig};
 use tiller_server::{Owner, Server, ServerConfig, Tokens};
 
 pub(crate) const HELPER: &str = "
@@ -27,6 +27,18 @@ pub(crate) struct Running {
 impl Running {
     pub(crate) async fn start(faux: &FauxProvider, config: ServerConfig) -> Self {
         Running::serve(Definitions::new().with_default_model(faux.model()), config).await
+    }
+
+    /// Like [`Running::start`], with the agents and connections on two shards.
+    pub(crate) async fn on_two_shards(faux: &FauxProvider, config: ServerConfig) -> Self {
+        let supervisor = Supervisor::with_config(SupervisorConfig {
+            shards: Shards::Count(2),
+            ..SupervisorConfig::default()
+        })
+        .await
+        .unwrap();
+        let definitions = Definitions::new().with_default_model(faux.model());
+        Running::on(supervisor, definitions, config).await
     }
 
     /// Serves `definitions`, with `helper` added.
