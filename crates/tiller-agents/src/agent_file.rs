@@ -19,6 +19,7 @@
 //!   thinking: off
 //!   temperature: 0.2
 //!   max_tokens: 1024
+//!   context_window: 4096              # the model's window, when no catalog knows it (a local server's -c)
 //!   max_turns: 20
 //!   tool_choice: {tool: add}          # auto (the default), none, required or {tool: name}
 //!   tool_choice_after_tools: none     # once a forced call was made; the provider's default if absent
@@ -36,6 +37,10 @@
 //!   max_asks_per_tool: 3              # a tool's questions to the user in a row
 //!   include_tools: []                 # names or prefixes (`fs_*`) to keep; all when empty
 //!   exclude_tools: []                 # names or prefixes to drop
+//!   compaction:                       # when the context fills (all optional; on by default)
+//!     reserve_tokens: 16384           # compact past context_window − this
+//!     keep_recent_tokens: 20000       # the latest messages kept as they are
+//!     llm: cheap                      # a named LLM configuration writes the summaries
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -59,6 +64,7 @@ use crate::{
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tiller_core::compaction::{self, CompactionPolicy};
 use tiller_core::{Approval, ToolFilter};
 #[cfg(feature = "mcp")]
 use tiller_mcp::McpServer;
@@ -82,7 +88,7 @@ pub struct AgentFile {
     pub llm: Option<String>,
     /// What the file sets of the agent's definition: the instructions (the
     /// schema's `description`), the model (`model`, as `provider/id` or its parts),
-    /// `api_key_env`, `thinking`, `temperature`, `max_tokens`, `max_turns`,
+    /// `api_key_env`, `thinking`, `temperature`, `max_tokens`, `context_window`, `max_turns`,
     /// `tool_choice` and `tool_choice_after_tools`.
     pub patch: DefinitionPatch,
     /// Whether the final answer must match [`AgentFile::output_schema`].
@@ -102,6 +108,8 @@ pub struct AgentFile {
     pub approvals: BTreeMap<String, ApprovalRule>,
     /// How many questions in a row a tool may ask the user, if the file sets it.
     pub max_asks_per_tool: Option<u32>,
+    /// When the transcript is compacted (`compaction`), if the file says.
+    pub compaction: Option<CompactionPolicy>,
 }
 
 /// An agent file's approval policy for one tool (the Rust-only
@@ -233,6 +241,23 @@ impl AgentFile {
             self.error(field, error.to_string())
         })?;
         self.apply(&mut settings, tools)?;
+        if let Some(name) = self.compaction.as_ref().and_then(|c| c.llm.as_ref()) {
+            let field = "json_schema_extra.compaction.llm";
+            // From nothing: the agent's key goes to its own model only.
+            let mut writer = tiller_runtime::AgentDefinition::default();
+            llms.get(name)
+                .map_err(|error| self.error(field, error.to_string()))?
+                .apply(&mut writer)
+                .map_err(|error| self.error(field, error.to_string()))?;
+            let model = writer.model.ok_or_else(|| {
+                self.error(
+                    field,
+                    format!("the LLM configuration `{name}` names no model"),
+                )
+            })?;
+            settings.code.hooks.summarize =
+                Some(compaction::model_summarizer(model, writer.run.stream));
+        }
         Ok(settings)
     }
 
@@ -264,6 +289,9 @@ impl AgentFile {
         }
         if let Some(asks) = self.max_asks_per_tool {
             definition.run.max_asks_per_tool = asks;
+        }
+        if let Some(policy) = &self.compaction {
+            definition.run.compaction = policy.clone();
         }
         settings.set_tools(self.tool_set(registry)?);
         for tool in self.approvals.keys() {
@@ -472,6 +500,8 @@ struct Extra {
     temperature: Option<f32>,
     #[serde(default, deserialize_with = "at_least_one")]
     max_tokens: Option<u32>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    context_window: Option<u32>,
     #[serde(default)]
     structured_output: bool,
     #[serde(default, deserialize_with = "at_least_one")]
@@ -494,6 +524,7 @@ struct Extra {
     #[serde(default)]
     approvals: BTreeMap<String, ApprovalRule>,
     max_asks_per_tool: Option<u32>,
+    compaction: Option<CompactionPolicy>,
 }
 
 #[derive(Deserialize)]
@@ -602,6 +633,7 @@ impl RawAgentFile {
             system_prompt: (!instructions.is_empty()).then(|| instructions.to_owned()),
             temperature: extra.temperature,
             max_tokens: extra.max_tokens,
+            context_window: extra.context_window,
             thinking: extra.thinking,
             max_turns: extra.max_turns,
             tool_choice: extra.tool_choice,
@@ -625,6 +657,7 @@ impl RawAgentFile {
             mcp_servers: extra.mcp_servers,
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,
+            compaction: extra.compaction,
         })
     }
 }

@@ -44,7 +44,7 @@ impl Default for Compression {
 pub const LOOKUP_TOOL: &str = "lookup";
 
 /// The name a cut message is fetched by.
-fn name_of(seq: usize) -> String {
+fn name_of(seq: u64) -> String {
     format!("message:{seq}")
 }
 
@@ -58,9 +58,11 @@ impl Compression {
         mut settings: AgentSettings,
         store: Arc<dyn SessionStore>,
     ) -> AgentSettings {
-        settings.code.on_reload = Some(Arc::new(move |messages: &mut [Arc<AgentMessage>]| {
-            compress(messages, self.max_chars);
-        }));
+        settings.code.on_reload = Some(Arc::new(
+            move |first: u64, messages: &mut [Arc<AgentMessage>]| {
+                compress(first, messages, self.max_chars);
+            },
+        ));
         if settings
             .code
             .tools
@@ -78,9 +80,10 @@ impl Compression {
     }
 }
 
-/// Cuts, in place, the assistant messages of `messages` longer than `max_chars`.
-fn compress(messages: &mut [Arc<AgentMessage>], max_chars: usize) {
-    for (seq, message) in messages.iter_mut().enumerate() {
+/// Cuts, in place, the assistant messages of `messages` longer than `max_chars`;
+/// the first of them is at place `first` in the stored transcript.
+fn compress(first: u64, messages: &mut [Arc<AgentMessage>], max_chars: usize) {
+    for (seq, message) in (first..).zip(messages.iter_mut()) {
         let Some(assistant) = message.as_assistant() else {
             continue;
         };

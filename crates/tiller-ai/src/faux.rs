@@ -205,7 +205,7 @@ pub struct FauxTurn {
     blocks: Vec<FauxBlock>,
     chunk_size: usize,
     delay: Duration,
-    failure: Option<String>,
+    failure: Option<StreamError>,
     stop_reason: Option<StopReason>,
     usage: Option<Usage>,
 }
@@ -293,7 +293,14 @@ impl FauxTurn {
 
     /// Ends the stream with this error after the content, instead of normally.
     pub fn fail(mut self, message: impl Into<String>) -> Self {
-        self.failure = Some(message.into());
+        self.failure = Some(failure(&message.into()));
+        self
+    }
+
+    /// Ends the stream with this error (a provider's refusal, say) after the
+    /// content, instead of normally.
+    pub fn fail_with(mut self, error: StreamError) -> Self {
+        self.failure = Some(error);
         self
     }
 
@@ -403,7 +410,7 @@ impl FauxSource {
             steps.push_back(Step::Close);
         }
         let ending = match (turn.failure, turn.stop_reason) {
-            (Some(message), _) => Ending::Fail(failure(&message)),
+            (Some(error), _) => Ending::Fail(error),
             (None, Some(StopReason::Aborted)) => Ending::Fail(StreamError::Aborted),
             (None, Some(StopReason::Error)) => Ending::Fail(failure("scripted error")),
             (None, Some(reason)) => Ending::Finish(reason),

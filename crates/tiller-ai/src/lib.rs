@@ -60,6 +60,7 @@ mod message;
 pub mod millis;
 mod model;
 mod options;
+mod overflow;
 mod partial;
 mod provider;
 mod providers;
@@ -85,6 +86,7 @@ pub use options::{
     ApiKey, OutputSchema, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice,
     UnknownThinkingLevel,
 };
+pub use overflow::ContextOverflow;
 pub use partial::PartialMessage;
 pub use provider::{
     AnthropicMessages, BedrockConverseStream, CustomProvider, GoogleGenerativeAi,

@@ -262,6 +262,13 @@ impl Model {
         self
     }
 
+    /// The same model with another context window, in tokens (a local server's
+    /// `-c`, say, which no catalog knows).
+    pub fn with_context_window(mut self, context_window: u32) -> Self {
+        self.context_window = context_window;
+        self
+    }
+
     /// Whether the model accepts images.
     pub fn accepts_images(&self) -> bool {
         self.input.contains(&InputKind::Image)

@@ -19,7 +19,7 @@ use crate::setup::describe;
 const HELP: &str = "a line is a prompt when the agent is idle, steers it while it works, and \
 answers when a tool asks (y or n to approve a call); \
 /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, \
-/state summarises it, /quit leaves";
+/compact [WHAT TO KEEP] replaces its oldest part with a summary, /state summarises it, /quit leaves";
 
 /// Talks with the agent until `/quit` or the end of input; answers the exit status
 /// (that of the last run).
@@ -72,6 +72,10 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                         }
                     }
                     Line::Reset => apply(&agent, Some(Op::Reset)).await,
+                    Line::Compact(text) => {
+                        let instructions = (!text.is_empty()).then(|| text.to_owned());
+                        apply(&agent, Some(Op::Compact { instructions })).await
+                    }
                     Line::State => state(&agent, options.session.as_deref()).await,
                     Line::Help => crate::say!("[{HELP}]"),
                     Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
@@ -131,6 +135,7 @@ enum Line<'a> {
     Follow(&'a str),
     Abort,
     Reset,
+    Compact(&'a str),
     State,
     Help,
     Quit,
@@ -154,6 +159,7 @@ impl<'a> Line<'a> {
             ("follow", text) if !text.is_empty() => Line::Follow(text),
             ("abort", "") => Line::Abort,
             ("reset", "") => Line::Reset,
+            ("compact", text) => Line::Compact(text),
             ("state", "") => Line::State,
             ("help", "") => Line::Help,
             ("quit" | "exit", "") => Line::Quit,
@@ -350,6 +356,11 @@ mod tests {
         assert_eq!(Line::parse("/follow"), Line::Unknown("/follow"));
         assert_eq!(Line::parse("/quit"), Line::Quit);
         assert_eq!(Line::parse("/state"), Line::State);
+        assert_eq!(Line::parse("/compact"), Line::Compact(""));
+        assert_eq!(
+            Line::parse("/compact keep the numbers "),
+            Line::Compact("keep the numbers")
+        );
         assert_eq!(Line::parse("/reset now"), Line::Unknown("/reset now"));
         assert_eq!(Line::parse("/frobnicate"), Line::Unknown("/frobnicate"));
     }

@@ -229,6 +229,12 @@ pub struct AgentOptions {
     /// The most tokens one model response may hold. Default: the provider's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
+    /// The model's context window in tokens, for a server no catalog knows (a
+    /// llama.cpp server's -c): the conversation is compacted to stay inside it.
+    /// Default: $TILLER_CONTEXT_WINDOW, else the catalog's (128000 for a model it
+    /// does not list).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub context_window: Option<u32>,
     /// Keep the conversation in the session NAME: a later `--session NAME` continues
     /// it (its transcript and queued messages), with this invocation's agent and
     /// model. Without it, nothing is kept.

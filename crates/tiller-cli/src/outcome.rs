@@ -49,7 +49,7 @@ pub fn verdict(
             "a tool call waits for the user's answer or approval, which `tiller run` cannot give: use `tiller chat`"
                 .to_owned(),
         ),
-        RunEnd::Error => Err(error()),
+        RunEnd::Error | RunEnd::ContextOverflow => Err(error()),
         RunEnd::InvalidOutput => Err(match output {
             Some(Output::Invalid(error)) => error.to_string(),
             _ => "the answer did not match the output schema".to_owned(),

@@ -147,6 +147,24 @@ impl Output {
                 }
                 _ => {}
             },
+            AgentEvent::CompactionEnd {
+                tokens_before,
+                tokens_after,
+                summary_id,
+                error,
+                ..
+            } => {
+                self.end_line()?;
+                match (summary_id, error) {
+                    (Some(id), _) => crate::say!(
+                        "[the conversation was compacted: {tokens_before} → {tokens_after} tokens; the summary is message {id}]"
+                    ),
+                    (None, error) => crate::say!(
+                        "[the conversation was not compacted: {}]",
+                        error.as_deref().unwrap_or("no reason given")
+                    ),
+                }
+            }
             AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,
             _ => {}
         }

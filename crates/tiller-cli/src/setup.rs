@@ -103,6 +103,7 @@ impl Setup {
             thinking: options.thinking,
             max_turns: options.max_turns,
             max_tokens: options.max_tokens,
+            context_window: context_window(options)?,
             ..DefinitionPatch::default()
         };
         flags
@@ -120,6 +121,27 @@ impl Setup {
             settings,
             notice,
         })
+    }
+}
+
+/// The context window `--context-window` or `$TILLER_CONTEXT_WINDOW` gives, if
+/// either does.
+fn context_window(options: &AgentOptions) -> Result<Option<u32>, SetupError> {
+    if options.context_window.is_some() {
+        return Ok(options.context_window);
+    }
+    let Some(value) = std::env::var("TILLER_CONTEXT_WINDOW")
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    match value.trim().parse::<u32>() {
+        Ok(window) if window > 0 => Ok(Some(window)),
+        _ => Err(SetupError::Model {
+            origin: "TILLER_CONTEXT_WINDOW".to_owned(),
+            reason: format!("`{value}` is not a number of tokens (a whole number above 0)"),
+        }),
     }
 }
 

@@ -144,3 +144,106 @@ async fn structured_output_from_llama_server_is_schema_valid_json() {
     );
     assert!(["Norway", "Sweden", "Denmark"].contains(&answer["country"].as_str().unwrap()));
 }
+
+/// Forty turns of `tiller chat --session` against SmolLM2's 4,096-token window:
+/// each turn adds 100 to 150 tokens, so the conversation passes the window around
+/// turn 30 and can only go on compacted. Every turn must end completed; the store
+/// must hold a summary and, before it, every original message.
+#[tokio::test]
+async fn a_forty_turn_chat_outlives_smollm2s_context_window() {
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+
+    let server = LocalServer::LlamaServer;
+    if !server.is_available() {
+        return;
+    }
+    let url = server.base_url();
+    let scratch = Scratch::new();
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let mut command = tiller(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--model",
+        MODEL_ID,
+        "--max-tokens",
+        "64",
+        "--context-window",
+        "4096",
+        "--store",
+        &store,
+        "--session",
+        "forty",
+        "--events",
+        "jsonl",
+    ]);
+    command.stdin(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = common::lines(child.stdout.take().unwrap());
+    let mut compactions = 0;
+    for turn in 1..=40 {
+        let note = format!(
+            "Note {turn}: the delivery for order {turn} goes to warehouse {} on day {}, packed in {} crates of apples, pears and plums, checked twice by the night shift before the trucks leave. The driver calls the office when the trucks reach the bridge, and again at the gate, so that the loading team is ready with the forklifts and the paperwork for customs. Reply with one short sentence.\n",
+            turn % 7,
+            turn % 28 + 1,
+            turn * 3
+        );
+        stdin.write_all(note.as_bytes()).await.unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(300), async {
+            loop {
+                let line = lines.recv().await.expect("tiller chat ended early");
+                let envelope: Value = serde_json::from_str(&line).unwrap();
+                match envelope["event"]["type"].as_str().unwrap() {
+                    "compaction_end" => {
+                        assert!(
+                            envelope["event"]["summary_id"].is_u64(),
+                            "turn {turn}: {envelope}"
+                        );
+                        compactions += 1;
+                    }
+                    "agent_end" => return envelope,
+                    _ => {}
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("turn {turn} did not end"));
+        assert_eq!(end["event"]["reason"], "completed", "turn {turn}: {end}");
+        let answer = end["event"]["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(answer["role"], "assistant", "turn {turn}: {end}");
+        assert!(answer.get("error_message").is_none(), "turn {turn}: {end}");
+    }
+    drop(stdin);
+    // 1 when the last answer stopped at --max-tokens, which each turn allows.
+    let exit = common::exit_of(&mut child).await;
+    assert!(matches!(exit.code(), Some(0 | 1)), "{exit:?}");
+    assert!(compactions >= 1, "forty turns and no compaction");
+
+    let store = tiller::tiller_store::SqlStore::open(&store).await.unwrap();
+    let stored = tiller::SessionStore::load(&store, "forty")
+        .await
+        .unwrap()
+        .unwrap();
+    // Every note once, in order, each summary's copies of kept messages skipped.
+    let mut notes = Vec::new();
+    let mut copies = 0;
+    for message in &stored.messages {
+        if copies > 0 {
+            copies -= 1;
+            continue;
+        }
+        if let Some(summary) = tiller::compaction::CompactionSummary::of(message) {
+            copies = summary.kept;
+            continue;
+        }
+        if let Some(user) = message.as_user() {
+            notes.push(user.text_content());
+        }
+    }
+    assert_eq!(notes.len(), 40, "{notes:?}");
+    for (n, note) in notes.iter().enumerate() {
+        assert!(note.starts_with(&format!("Note {}: ", n + 1)), "{notes:?}");
+    }
+}

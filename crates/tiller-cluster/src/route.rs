@@ -151,6 +151,7 @@ pub(crate) async fn run(
             },
         )
         .await?;
+    let mut compactions = Vec::new();
     while let Some(followed) = events.next().await {
         let Followed::Event { json, .. } = followed else {
             continue;
@@ -159,6 +160,13 @@ pub(crate) async fn run(
             continue;
         };
         match Envelope::type_in(text) {
+            "compaction_end" => {
+                if let Ok(envelope) = serde_json::from_str::<Envelope>(text)
+                    && let tiller::Delivered::Event(event) = envelope.event
+                {
+                    compactions.extend(event.compaction_report());
+                }
+            }
             "agent_end" => {
                 let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
                     continue;
@@ -177,6 +185,7 @@ pub(crate) async fn run(
                         messages,
                         end: reason,
                         output,
+                        compactions,
                     });
                 }
             }

@@ -74,6 +74,7 @@ async fn loop_run(tools: &ToolSet) {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
         tools: tools.clone(),
+        ..LoopContext::default()
     };
     let prompt = AgentMessage::user("What is (2 + 3) + 8?");
     let messages = agent_loop(

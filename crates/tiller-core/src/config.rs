@@ -18,6 +18,7 @@ use tiller_ai::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::compaction::{CompactionPolicy, Summarize};
 use crate::context::AgentContext;
 use crate::hook;
 use crate::message::AgentMessage;
@@ -27,7 +28,9 @@ use crate::tool::ToolOutput;
 /// Any error a callback reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Turns the transcript into the messages the model sees.
+/// Turns the transcript into the messages the model sees. One of your own
+/// should show a compaction's summary as the default does
+/// ([`crate::compaction::summary_as_llm`]), or the model loses what it replaced.
 pub type ConvertToLlm =
     Arc<dyn for<'a> Fn(&'a [AgentMessage]) -> Vec<Cow<'a, Message>> + Send + Sync>;
 /// Rewrites the transcript before each model call (pruning, compaction); the full
@@ -174,6 +177,9 @@ pub struct RunHooks {
     /// that it does not accept gets [`RUN_UNTIL_NUDGE`] as the next user message,
     /// within the turn limit.
     pub run_until: Option<StopWhen>,
+    /// Writes a compaction's summary in place of the run's model (see
+    /// [`crate::compaction`]).
+    pub summarize: Option<Summarize>,
 }
 
 /// The user message a run gets when `run_until` does not accept its answer.
@@ -193,6 +199,7 @@ impl RunHooks {
             after_tool_call: pick(&self.after_tool_call, &over.after_tool_call),
             stop_when: pick(&self.stop_when, &over.stop_when),
             run_until: pick(&self.run_until, &over.run_until),
+            summarize: pick(&self.summarize, &over.summarize),
         }
     }
 }
@@ -207,6 +214,7 @@ impl fmt::Debug for RunHooks {
             ("after_tool_call", self.after_tool_call.is_some()),
             ("stop_when", self.stop_when.is_some()),
             ("run_until", self.run_until.is_some()),
+            ("summarize", self.summarize.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, present)| present.then_some(name))
@@ -260,6 +268,9 @@ pub struct RunOptions {
     /// ([`ToolError::NeedsInput`](crate::ToolError::NeedsInput)) before its ask is
     /// an ordinary error result. Default 3.
     pub max_asks_per_tool: u32,
+    /// When the transcript is compacted to stay inside the model's context
+    /// window (see [`crate::compaction`]).
+    pub compaction: CompactionPolicy,
 }
 
 impl Default for RunOptions {
@@ -276,6 +287,7 @@ impl Default for RunOptions {
             output_retries: 2,
             approvals: BTreeMap::new(),
             max_asks_per_tool: 3,
+            compaction: CompactionPolicy::default(),
         }
     }
 }

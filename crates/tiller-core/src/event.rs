@@ -16,6 +16,12 @@
 //! `agent_end` with [`RunEnd::Parked`]. A sub-agent's events arrive as
 //! `child_event`s among the events of the call that started it.
 //!
+//! A compaction (see [`crate::compaction`]) is `compaction_start` and
+//! `compaction_end`: before the model call of a turn that needs it (after that
+//! turn's delivered messages), or as a run of its own between `agent_start` and
+//! `agent_end` when asked for. A request the provider refused as too long shows
+//! no `message_start` of its own: the compaction, then the response asked again.
+//!
 //! Messages in events are boxed so that every event, the many `message_update`s
 //! above all, stays small to move.
 //!
@@ -27,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantEvent, AssistantMessage, ToolResultMessage};
 
+use crate::compaction::{CompactionReason, CompactionReport};
 use crate::message::AgentMessage;
 use crate::output::Output;
 use crate::request::UserRequest;
@@ -133,6 +140,37 @@ pub enum AgentEvent {
         /// The sub-agent's event.
         event: Box<AgentEvent>,
     },
+    /// The transcript is being compacted (see [`crate::compaction`]): before a
+    /// model call, when it passed `context_window − reserve_tokens` or the
+    /// provider said it did not fit; or as asked.
+    CompactionStart {
+        /// Why.
+        reason: CompactionReason,
+        /// The transcript's tokens before.
+        tokens_before: u64,
+    },
+    /// A compaction ended. With a summary, the messages before the last `kept`
+    /// are replaced by it (the store keeps them); without one, it failed and
+    /// the transcript is as it was.
+    CompactionEnd {
+        /// Why it ran.
+        reason: CompactionReason,
+        /// The transcript's tokens before.
+        tokens_before: u64,
+        /// The transcript's tokens after (estimated); `tokens_before` when it failed.
+        tokens_after: u64,
+        /// The summary's id: its place in the session's stored transcript.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary_id: Option<u64>,
+        /// The summary, a custom message of kind `compaction`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<Box<AgentMessage>>,
+        /// How many of the latest messages were kept as they are, after the summary.
+        kept: u64,
+        /// Why it failed, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A turn ended.
     TurnEnd {
         /// The assistant's response.
@@ -175,12 +213,37 @@ pub enum RunEnd {
     /// A tool call waits for the user: an answer or an approval (see
     /// [`crate::request`]); a [`Prompt::Reply`](crate::Prompt::Reply) goes on.
     Parked,
+    /// The provider refused the request as longer than the model's context
+    /// window, again after the transcript was compacted (or compaction is off);
+    /// the last message says why.
+    ContextOverflow,
     /// Paused between two turns ([`LoopConfig::pause`](crate::LoopConfig::pause)),
     /// work left: [`Prompt::Continue`](crate::Prompt::Continue) goes on.
     Paused,
 }
 
 impl AgentEvent {
+    /// What the compaction this `compaction_end` ends did.
+    pub fn compaction_report(&self) -> Option<CompactionReport> {
+        match self {
+            AgentEvent::CompactionEnd {
+                reason,
+                tokens_before,
+                tokens_after,
+                summary_id,
+                error,
+                ..
+            } => Some(CompactionReport {
+                reason: *reason,
+                tokens_before: *tokens_before,
+                tokens_after: *tokens_after,
+                summary_id: *summary_id,
+                error: error.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The event announcing `request`.
     pub fn requested(request: &UserRequest) -> Self {
         match request.clone() {

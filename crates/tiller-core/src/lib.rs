@@ -36,6 +36,7 @@
 //!     system_prompt: Some("Use the tools.".into()),
 //!     messages: vec![],
 //!     tools: ToolSet::new([Arc::new(add) as Arc<dyn tiller_core::AgentTool>]).unwrap(),
+//!     ..LoopContext::default()
 //! };
 //! let config = LoopConfig::new(faux.model());
 //! let mut events = tiller_core::agent_loop(vec![AgentMessage::user("What is 2 + 3?")], context, config, Default::default());
@@ -51,6 +52,7 @@
 //! # }
 //! ```
 
+pub mod compaction;
 pub mod event;
 pub mod hook;
 
@@ -71,6 +73,7 @@ mod transcript;
 mod validate;
 
 pub use action::ActionTool;
+pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
     ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,

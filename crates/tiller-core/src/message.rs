@@ -134,11 +134,12 @@ impl From<CustomMessage> for AgentMessage {
 }
 
 /// The default `convert_to_llm`: every user, assistant and tool-result message as
-/// it is (borrowed, not copied); custom messages dropped.
+/// it is (borrowed, not copied); a compaction's summary as a user message (see
+/// [`crate::compaction`]); other custom messages dropped.
 pub fn default_convert_to_llm(messages: &[AgentMessage]) -> Vec<Cow<'_, Message>> {
     messages
         .iter()
-        .filter_map(|m| m.as_llm().map(Cow::Borrowed))
+        .filter_map(crate::compaction::summary_as_llm)
         .collect()
 }
 

@@ -19,6 +19,9 @@ use tiller_ai::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::compaction::{
+    self, CompactionReason, CompactionSummary, ContextTokens, SummaryRequest, estimate_tokens,
+};
 use crate::config::{LoopConfig, MessageSource, RUN_UNTIL_NUDGE, StopWhen, TurnSummary};
 use crate::event::{AgentEvent, RunEnd};
 use crate::execute::{self, Batch};
@@ -26,6 +29,7 @@ use crate::message::{AgentMessage, default_convert_to_llm};
 use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
 use crate::request::{self, Reply, UserRequest, open_requests};
+use crate::tool::json_len;
 use crate::toolset::ToolSet;
 
 /// Receives every event of a run, in order. It must not block.
@@ -41,6 +45,12 @@ pub enum Prompt {
     /// The user's reply to one of the requests a parked run left open (see
     /// [`crate::request`]).
     Reply(Reply),
+    /// No model turn: compact the transcript (see [`crate::compaction`]), with
+    /// these instructions for the summary in place of the policy's.
+    Compact {
+        /// What the summary should keep or stress.
+        instructions: Option<String>,
+    },
 }
 
 impl Prompt {
@@ -93,6 +103,12 @@ pub struct LoopContext {
     pub messages: Vec<AgentMessage>,
     /// The tools the model may call.
     pub tools: ToolSet,
+    /// The transcript's token count, when the caller keeps one; counted from the
+    /// messages when not (see [`crate::compaction`]).
+    pub tokens: Option<ContextTokens>,
+    /// The place of the transcript's first message in the session's stored
+    /// transcript (a compaction's summary says what it replaces by place).
+    pub first_seq: u64,
 }
 
 /// Why a run cannot start from what it was given on the transcript it has.
@@ -196,6 +212,8 @@ pub enum Start {
     Continue,
     /// The user's reply and the open request it resolves.
     Reply(UserRequest, Reply),
+    /// A compaction and nothing else, with these instructions.
+    Compact(Option<String>),
 }
 
 /// Decides whether a run can start from `prompt` on the transcript `messages`,
@@ -221,6 +239,8 @@ pub fn check_start<M: std::borrow::Borrow<AgentMessage>>(
             }
         }
         Prompt::Reply(reply) => Ok(Start::Reply(check_reply(messages, &reply)?, reply)),
+        Prompt::Compact { .. } if messages.is_empty() => Err(ContinueError::EmptyContext),
+        Prompt::Compact { instructions } => Ok(Start::Compact(instructions)),
     }
 }
 
@@ -230,7 +250,9 @@ pub fn check_continue(context: &LoopContext) -> Result<(), ContinueError> {
 }
 
 /// Runs the loop to its end from `prompt`, sending every event to `sink`, and
-/// returns only the messages this run added. [`Prompt::Continue`] runs from the
+/// returns only the messages this run added. A caller keeping its own transcript
+/// applies a `compaction_end` with a summary to it: the summary in place of all
+/// but its last `kept` messages (the agents of `tiller-runtime` do). [`Prompt::Continue`] runs from the
 /// context as it stands (its last message must not be the assistant's), without
 /// events for the messages already there; [`Prompt::Reply`] resolves the open
 /// request it names first. New messages are refused while a request is open.
@@ -285,6 +307,16 @@ pub async fn run_from(
     }
 }
 
+/// Why a compaction left the transcript as it was.
+#[derive(Debug)]
+enum Unfinished {
+    /// No place to cut.
+    NothingToCut,
+    /// The summary could not be written, for this reason (announced in
+    /// `compaction_end`).
+    Failed(String),
+}
+
 /// Why an application callback gave no answer.
 pub(crate) enum Interrupted {
     /// It panicked, with this message.
@@ -304,6 +336,20 @@ pub(crate) struct Run {
     messages: Vec<AgentMessage>,
     pub(crate) tools: ToolSet,
     first_new: usize,
+    /// This run's messages a compaction replaced with its summary.
+    compacted_new: Vec<AgentMessage>,
+    /// The transcript's token count.
+    tokens: ContextTokens,
+    /// The estimate of the system prompt and the tools, which a count that is
+    /// not the provider's lacks.
+    overhead: u64,
+    /// The model's context window as far as the run knows it (a provider's
+    /// refusal may name a smaller one).
+    window: u32,
+    /// The place of the transcript's first message in the stored transcript.
+    first_seq: u64,
+    /// Whether the last response failed because the request did not fit the window.
+    overflowed: bool,
     turns: u32,
     /// What came of the structured output, when the run has a schema.
     output: Option<Output>,
@@ -322,7 +368,24 @@ impl Run {
             cancel: cancel.clone(),
             ..config.run.stream.clone()
         };
+        let tokens = context
+            .tokens
+            .unwrap_or_else(|| ContextTokens::of(&context.messages));
+        let text = |bytes: usize| (bytes as u64).div_ceil(4);
+        let overhead = context
+            .system_prompt
+            .as_deref()
+            .map_or(0, |p| text(p.len()))
+            + context
+                .tools
+                .definitions()
+                .iter()
+                .map(|tool| {
+                    text(tool.name.len() + tool.description.len() + json_len(&tool.parameters))
+                })
+                .sum::<u64>();
         Run {
+            window: config.model.context_window,
             config,
             cancel,
             options,
@@ -331,6 +394,11 @@ impl Run {
             first_new: context.messages.len(),
             messages: context.messages,
             tools: context.tools,
+            compacted_new: Vec::new(),
+            tokens,
+            overhead,
+            first_seq: context.first_seq,
+            overflowed: false,
             turns: 0,
             output: None,
             approved: None,
@@ -384,6 +452,36 @@ impl Run {
 
     async fn run(mut self, start: Start) -> Vec<AgentMessage> {
         self.emit(AgentEvent::AgentStart);
+        if let Start::Compact(instructions) = start {
+            let compacted = match self.resolve_key().await {
+                Ok(()) => self.compact(CompactionReason::Manual, instructions).await,
+                Err(interrupted) => {
+                    let error = match interrupted {
+                        Interrupted::Panicked(panic) => {
+                            format!("the API key resolver panicked: {panic}")
+                        }
+                        Interrupted::Aborted => StreamError::Aborted.to_string(),
+                    };
+                    let tokens = self.context_tokens();
+                    self.emit(AgentEvent::CompactionStart {
+                        reason: CompactionReason::Manual,
+                        tokens_before: tokens,
+                    });
+                    Err(self.compaction_failed(CompactionReason::Manual, tokens, error))
+                }
+            };
+            let reason = match compacted {
+                Ok(()) => RunEnd::Completed,
+                Err(_) if self.cancel.is_cancelled() => RunEnd::Aborted,
+                Err(_) => RunEnd::Error,
+            };
+            self.emit(AgentEvent::AgentEnd {
+                messages: Vec::new(),
+                reason,
+                output: None,
+            });
+            return Vec::new();
+        }
         self.emit(AgentEvent::TurnStart);
         let parked = match start {
             Start::Messages(prompts) => {
@@ -394,6 +492,7 @@ impl Run {
             }
             Start::Continue => false,
             Start::Reply(request, reply) => self.reply(request, reply).await,
+            Start::Compact(_) => false,
         };
         let reason = if parked {
             RunEnd::Parked
@@ -419,7 +518,8 @@ impl Run {
                 None => self.turns(pending, None).await,
             }
         };
-        let messages = self.messages.split_off(self.first_new);
+        let mut messages = std::mem::take(&mut self.compacted_new);
+        messages.extend(self.messages.split_off(self.first_new));
         let output = self.output.take();
         self.emit(AgentEvent::AgentEnd {
             messages: messages.clone(),
@@ -443,10 +543,10 @@ impl Run {
             let (message, batch) = self.turn().instrument(span).await;
             self.turns = turn;
             if matches!(message.stop_reason, StopReason::Error | StopReason::Aborted) {
-                let reason = if message.stop_reason == StopReason::Aborted {
-                    RunEnd::Aborted
-                } else {
-                    RunEnd::Error
+                let reason = match message.stop_reason {
+                    StopReason::Aborted => RunEnd::Aborted,
+                    _ if self.overflowed => RunEnd::ContextOverflow,
+                    _ => RunEnd::Error,
                 };
                 self.emit(AgentEvent::TurnEnd {
                     message: Box::new(message),
@@ -613,7 +713,7 @@ impl Run {
     /// each announced.
     fn record_batch(&mut self, batch: &Batch) {
         for result in &batch.results {
-            self.messages.push(result.clone().into());
+            self.push(result.clone().into());
         }
         for request in &batch.parked {
             self.deliver(request.to_message());
@@ -701,6 +801,12 @@ impl Run {
         self.emit(AgentEvent::MessageEnd {
             message: Box::new(message.clone()),
         });
+        self.push(message);
+    }
+
+    /// Adds a message to the transcript, and its tokens to the count.
+    fn push(&mut self, message: AgentMessage) {
+        self.tokens = self.tokens.after(&message);
         self.messages.push(message);
     }
 
@@ -719,15 +825,93 @@ impl Run {
         self.emit(AgentEvent::MessageEnd {
             message: Box::new(message.clone().into()),
         });
-        self.messages.push(message.clone().into());
+        self.push(message.clone().into());
         message
     }
 
-    /// Streams the model's response to the transcript as it stands.
+    /// Streams the model's response to the transcript as it stands: compacted
+    /// first when it passed the policy's threshold, and asked once more, after a
+    /// compaction, when the provider refused it as too long.
     async fn respond(&mut self) -> AssistantMessage {
-        if self.cancel.is_cancelled() {
-            return self.aborted();
+        let compacting = self.config.run.compaction.enabled;
+        let mut compacted_once = false;
+        loop {
+            if self.cancel.is_cancelled() {
+                return self.aborted();
+            }
+            match self.resolve_key().await {
+                Ok(()) => {}
+                Err(Interrupted::Panicked(panic)) => {
+                    return self.fail(format!("the API key resolver panicked: {panic}"));
+                }
+                Err(Interrupted::Aborted) => return self.aborted(),
+            }
+            let threshold = self.config.run.compaction.threshold(self.window);
+            if compacting && !compacted_once && self.context_tokens() > threshold {
+                // Nothing to cut is no failure here: the provider has the last word.
+                let _ = self.compact(CompactionReason::Threshold, None).await;
+                if self.cancel.is_cancelled() {
+                    return self.aborted();
+                }
+            }
+            let (start, mut message) = match self.ask_model().await {
+                Ok(message) => return message,
+                Err(refused) => refused,
+            };
+            let overflow = message
+                .error_message
+                .clone()
+                .unwrap_or_else(|| "the request is longer than the context window".to_owned());
+            let why = if !compacting {
+                "compaction is off".to_owned()
+            } else if compacted_once {
+                "the context was compacted once and still does not fit".to_owned()
+            } else {
+                // The provider named no window: it is at most what was sent.
+                let sent = u32::try_from(self.context_tokens()).unwrap_or(u32::MAX);
+                self.window = self.window.min(sent);
+                match self.compact(CompactionReason::Overflow, None).await {
+                    _ if self.cancel.is_cancelled() => return self.aborted(),
+                    Ok(()) => {
+                        compacted_once = true;
+                        continue;
+                    }
+                    Err(Unfinished::NothingToCut) => "nothing could be compacted".to_owned(),
+                    Err(Unfinished::Failed(error)) => format!("the compaction failed: {error}"),
+                }
+            };
+            message.error_message = Some(format!("{overflow}; {why}"));
+            self.overflowed = true;
+            return self.finish_response(start, message);
         }
+    }
+
+    /// Asks the API key resolver, if the run has one, for the key of the next
+    /// model call (a summary's too).
+    async fn resolve_key(&mut self) -> Result<(), Interrupted> {
+        if let Some(resolve) = &self.config.hooks.api_key_resolver {
+            let key = self.call_back(resolve(&self.config.model.provider)).await?;
+            self.options.api_key = key.or_else(|| self.config.run.stream.api_key.clone());
+        }
+        Ok(())
+    }
+
+    /// The transcript's token count as the next request would have it.
+    fn context_tokens(&self) -> u64 {
+        self.tokens.total
+            + if self.tokens.measured {
+                0
+            } else {
+                self.overhead
+            }
+    }
+
+    /// Asks the model once. A refusal of the request as longer than the window,
+    /// before anything streamed, comes back unannounced (no `message_start`),
+    /// with the held start message and the failed one.
+    async fn ask_model(
+        &mut self,
+    ) -> Result<AssistantMessage, (AssistantMessage, AssistantMessage)> {
         let transformed = match &self.config.hooks.transform_context {
             None => None,
             Some(transform) => {
@@ -735,26 +919,15 @@ impl Run {
                 match self.call_back(pending).await {
                     Ok(Ok(messages)) => Some(messages),
                     Ok(Err(error)) => {
-                        return self.fail(format!("transform_context failed: {error}"));
+                        return Ok(self.fail(format!("transform_context failed: {error}")));
                     }
                     Err(Interrupted::Panicked(panic)) => {
-                        return self.fail(format!("transform_context panicked: {panic}"));
+                        return Ok(self.fail(format!("transform_context panicked: {panic}")));
                     }
-                    Err(Interrupted::Aborted) => return self.aborted(),
+                    Err(Interrupted::Aborted) => return Ok(self.aborted()),
                 }
             }
         };
-        if let Some(resolve) = &self.config.hooks.api_key_resolver {
-            match self.call_back(resolve(&self.config.model.provider)).await {
-                Ok(key) => {
-                    self.options.api_key = key.or_else(|| self.config.run.stream.api_key.clone())
-                }
-                Err(Interrupted::Panicked(panic)) => {
-                    return self.fail(format!("the API key resolver panicked: {panic}"));
-                }
-                Err(Interrupted::Aborted) => return self.aborted(),
-            }
-        }
         let view = transformed.as_deref().unwrap_or(&self.messages);
         let converted = match &self.config.hooks.convert_to_llm {
             None => Ok(default_convert_to_llm(view)),
@@ -763,7 +936,7 @@ impl Run {
         let llm = match converted {
             Ok(llm) => llm,
             Err(panic) => {
-                return self.fail(format!("convert_to_llm panicked: {}", panic_text(panic)));
+                return Ok(self.fail(format!("convert_to_llm panicked: {}", panic_text(panic))));
             }
         };
         let (llm, repaired) = repair(llm, &self.config.model);
@@ -783,27 +956,200 @@ impl Run {
         drop(messages);
         drop(llm);
 
+        // The start is held until something else arrives, so that a refusal of
+        // the request (before any content) can be answered by compacting.
+        let mut held = None;
         let mut last = None;
         while let Some(event) = stream.next().await {
             match event {
-                AssistantEvent::Start { message } => self.emit(AgentEvent::MessageStart {
-                    message: Box::new((*message).into()),
-                }),
-                AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. } => {
+                AssistantEvent::Start { message } => held = Some(message),
+                AssistantEvent::Error { message, error, .. } => {
+                    if let Some(overflow) = error.context_overflow() {
+                        if let Some(window) = overflow.context_window {
+                            self.window = self.window.min(window);
+                        }
+                        if let Some(start) = held.take() {
+                            return Err((*start, *message));
+                        }
+                        self.overflowed = true;
+                    }
                     last = Some(*message);
                     break;
                 }
-                event => self.emit(AgentEvent::MessageUpdate {
-                    assistant_message_event: event,
-                }),
+                AssistantEvent::Done { message, .. } => {
+                    last = Some(*message);
+                    break;
+                }
+                event => {
+                    if let Some(start) = held.take() {
+                        self.emit(AgentEvent::MessageStart {
+                            message: Box::new((*start).into()),
+                        });
+                    }
+                    self.emit(AgentEvent::MessageUpdate {
+                        assistant_message_event: event,
+                    })
+                }
             }
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
+        Ok(match held {
+            Some(start) => self.finish_response(*start, message),
+            None => {
+                self.emit(AgentEvent::MessageEnd {
+                    message: Box::new(message.clone().into()),
+                });
+                self.push(message.clone().into());
+                message
+            }
+        })
+    }
+
+    /// Announces a response that streamed nothing, start and end, and adds it.
+    fn finish_response(
+        &mut self,
+        start: AssistantMessage,
+        message: AssistantMessage,
+    ) -> AssistantMessage {
+        self.emit(AgentEvent::MessageStart {
+            message: Box::new(start.into()),
+        });
         self.emit(AgentEvent::MessageEnd {
             message: Box::new(message.clone().into()),
         });
-        self.messages.push(message.clone().into());
+        self.push(message.clone().into());
         message
+    }
+
+    /// Replaces the oldest messages with a summary (see [`crate::compaction`]),
+    /// announced by `compaction_start` and `compaction_end`; a manual compaction
+    /// is announced also when there is nothing to cut.
+    async fn compact(
+        &mut self,
+        reason: CompactionReason,
+        instructions: Option<String>,
+    ) -> Result<(), Unfinished> {
+        let policy = &self.config.run.compaction;
+        let keep = policy.keep_tokens(self.window);
+        let tokens_before = self.context_tokens();
+        let Some(cut) = compaction::cut_point(&self.messages, keep) else {
+            if reason == CompactionReason::Manual {
+                self.emit(AgentEvent::CompactionStart {
+                    reason,
+                    tokens_before,
+                });
+                self.compaction_failed(
+                    reason,
+                    tokens_before,
+                    "nothing to compact: the transcript is within the tokens kept as they are"
+                        .to_owned(),
+                );
+            }
+            return Err(Unfinished::NothingToCut);
+        };
+        self.emit(AgentEvent::CompactionStart {
+            reason,
+            tokens_before,
+        });
+        let max_tokens = policy.summary_tokens(self.window);
+        let instructions = instructions
+            .or_else(|| policy.instructions.clone())
+            .unwrap_or_else(|| compaction::DEFAULT_INSTRUCTIONS.to_owned());
+        let budget = u64::from(self.window)
+            .saturating_sub(u64::from(max_tokens) + (instructions.len() as u64).div_ceil(4) + 64);
+        let summarize = self.config.hooks.summarize.clone().unwrap_or_else(|| {
+            if let Some(llm) = &policy.llm {
+                tracing::warn!(
+                    llm,
+                    "the compaction policy names an LLM configuration the host did not resolve into RunHooks::summarize; the run's own model writes the summary"
+                );
+            }
+            compaction::model_summarizer(self.config.model.clone(), self.options.clone())
+        });
+        let request = SummaryRequest {
+            instructions,
+            conversation: compaction::render(&self.messages[..cut], budget),
+            messages: self.messages[..cut].to_vec(),
+            max_tokens,
+        };
+        let summary = match self
+            .call_back(summarize(request, self.cancel.child_token()))
+            .await
+        {
+            Ok(Ok(summary)) => summary,
+            Ok(Err(error)) => {
+                return Err(self.compaction_failed(reason, tokens_before, error.to_string()));
+            }
+            Err(Interrupted::Panicked(panic)) => {
+                let error = format!("the summarizer panicked: {panic}");
+                return Err(self.compaction_failed(reason, tokens_before, error));
+            }
+            Err(Interrupted::Aborted) => {
+                let error = StreamError::Aborted.to_string();
+                return Err(self.compaction_failed(reason, tokens_before, error));
+            }
+        };
+        let summary_id = self.first_seq + self.messages.len() as u64;
+        let kept = self.messages.len() - cut;
+        let kept_tokens: u64 = self.messages[cut..].iter().map(estimate_tokens).sum();
+        let mut payload = CompactionSummary {
+            summary,
+            first_seq: self.first_seq,
+            last_seq: self.first_seq + cut as u64 - 1,
+            kept: kept as u64,
+            tokens_before,
+            tokens_after: 0,
+        };
+        let summary_tokens = (payload.for_model().len() as u64).div_ceil(4);
+        self.tokens = ContextTokens {
+            total: summary_tokens + kept_tokens,
+            measured: false,
+        };
+        payload.tokens_after = self.context_tokens();
+        let tokens_after = payload.tokens_after;
+        let summary = compaction::summary_message(payload);
+        let mut earlier = std::mem::take(&mut self.messages);
+        let kept_messages = earlier.split_off(cut);
+        if self.first_new < cut {
+            self.compacted_new.extend(earlier.drain(self.first_new..));
+            self.first_new = 1;
+        } else {
+            self.first_new = 1 + self.first_new - cut;
+        }
+        self.messages = Vec::with_capacity(1 + kept_messages.len());
+        self.messages.push(summary.clone());
+        self.messages.extend(kept_messages);
+        self.first_seq = summary_id;
+        self.emit(AgentEvent::CompactionEnd {
+            reason,
+            tokens_before,
+            tokens_after,
+            summary_id: Some(summary_id),
+            summary: Some(Box::new(summary)),
+            kept: kept as u64,
+            error: None,
+        });
+        Ok(())
+    }
+
+    /// Announces a compaction that failed, the transcript left as it was.
+    fn compaction_failed(
+        &self,
+        reason: CompactionReason,
+        tokens_before: u64,
+        error: String,
+    ) -> Unfinished {
+        tracing::warn!(?reason, %error, "compaction failed");
+        self.emit(AgentEvent::CompactionEnd {
+            reason,
+            tokens_before,
+            tokens_after: tokens_before,
+            summary_id: None,
+            summary: None,
+            kept: 0,
+            error: Some(error.clone()),
+        });
+        Unfinished::Failed(error)
     }
 
     /// Adds an empty assistant message saying the run was aborted before the model
@@ -825,7 +1171,7 @@ impl Run {
         self.emit(AgentEvent::MessageEnd {
             message: Box::new(message.clone().into()),
         });
-        self.messages.push(message.clone().into());
+        self.push(message.clone().into());
         message
     }
 }

@@ -52,6 +52,7 @@ async fn run_two_tool_rounds(
         system_prompt: Some(system.to_owned()),
         messages: vec![],
         tools,
+        ..LoopContext::default()
     };
     let (events, messages) = prompt(user_prompt, context, config).await;
     assert_eq!(end_reason(&events), RunEnd::Completed);

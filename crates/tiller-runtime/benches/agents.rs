@@ -15,13 +15,18 @@
 //! 6. one agent on SQLite running the same prompt again and again, its model
 //!    streaming a chunk every 0.5 ms: the wall-clock time and CPU per run, beside one
 //!    acknowledged write (`follow_up`), the cost of one group commit — write-ahead
-//!    adds one per tool batch.
+//!    adds one per tool batch;
+//! 7. the compaction policy's check before each model call, on a 10-message and a
+//!    10,000-message transcript (target: within noise of each other), beside what
+//!    counting the whole transcript again each turn would cost, and a whole prompt
+//!    to an agent holding each (which carries its transcript to the model).
 //!
 //! ```text
 //! cargo bench -p tiller-runtime --bench agents
 //! cargo bench -p tiller-runtime --bench agents -- memory   # figure 1 alone
 //! cargo bench -p tiller-runtime --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
 //!                                                  # and 3 again with models streaming
+//! cargo bench -p tiller-runtime --bench agents -- compaction   # figure 7 alone
 //! ```
 
 #![allow(clippy::unwrap_used)]
@@ -41,6 +46,10 @@ use tiller_test_support::workload::{
 };
 
 fn main() {
+    if std::env::args().skip(1).any(|arg| arg == "compaction") {
+        policy_check();
+        return;
+    }
     // `floor`: figure 1's floor alone (run in a process of its own by figure 1,
     // so that neither measure reuses the other's freed memory); `memory`: figure 1
     // alone.
@@ -115,6 +124,81 @@ fn main() {
         abort_latency().await;
         one_agent_on_sqlite("multi-thread").await;
     });
+    policy_check();
+}
+
+/// Figure 7: what a turn costs the compaction policy — a response and a tool
+/// result joining the count, and the count held against the threshold — on a
+/// 10-message and a 10,000-message transcript; beside it, counting the whole
+/// transcript again, which the running count spares every turn.
+fn policy_check() {
+    use std::hint::black_box;
+    use tiller_core::compaction::estimate_tokens;
+    use tiller_core::{CompactionPolicy, ContextTokens};
+
+    let model = FauxProvider::new().model();
+    let policy = CompactionPolicy::default();
+    let window = model.context_window;
+    let turn = transcript(&model);
+    let (question, answer) = (&turn[0], &turn[1]);
+    const TURNS: u32 = 2_000_000;
+    for size in [10, 10_000] {
+        let messages: Vec<AgentMessage> = turn.iter().cycle().take(size).cloned().collect();
+        let mut per_turn = Vec::new();
+        for _ in 0..5 {
+            let mut tokens = ContextTokens::of(&messages);
+            let started = Instant::now();
+            let mut over = 0u32;
+            for _ in 0..TURNS {
+                tokens = black_box(tokens).after(black_box(question));
+                tokens = tokens.after(black_box(answer));
+                over += u32::from(tokens.total > policy.threshold(window));
+                tokens.total %= 100_000;
+            }
+            black_box(over);
+            per_turn.push(started.elapsed().as_nanos() as f64 / f64::from(TURNS));
+        }
+        per_turn.sort_by(f64::total_cmp);
+        let started = Instant::now();
+        let recounted: u64 = black_box(&messages).iter().map(estimate_tokens).sum();
+        black_box(recounted);
+        let recount = started.elapsed();
+        println!(
+            "compaction policy check per turn, {size}-message transcript: {:.1} ns (median of 5; {:.1}–{:.1}); counting the transcript again instead: {:.1} µs",
+            per_turn[2],
+            per_turn[0],
+            per_turn[4],
+            micros(recount)
+        );
+        let whole = two_workers().block_on(prompt_cost(messages));
+        println!(
+            "  one prompt to an agent holding it (faux, in memory), whole run: {:.1} µs",
+            micros(whole)
+        );
+    }
+}
+
+/// The wall-clock time of one prompt, answered at once by `faux`, to an agent
+/// holding `messages`: what a run costs beside the policy's check (the loop's
+/// copy of the transcript and the request built from it grow with it).
+async fn prompt_cost(messages: Vec<AgentMessage>) -> Duration {
+    const RUNS: u32 = 200;
+    let faux = FauxProvider::new();
+    faux.respond_with(|_| FauxTurn::text("ok"));
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model())))
+        .await
+        .unwrap();
+    agent.set_messages(messages).await.unwrap();
+    agent.run("warm up").await.unwrap();
+    let started = Instant::now();
+    for _ in 0..RUNS {
+        agent.run("next").await.unwrap();
+    }
+    let per_run = started.elapsed() / RUNS;
+    supervisor.shutdown().await;
+    per_run
 }
 
 /// tokio's multi-thread runtime on this machine's two cores.
@@ -353,6 +437,7 @@ async fn bare_run(tools: &ToolSet) {
         system_prompt: Some("Use the tools.".into()),
         messages: Vec::new(),
         tools: tools.clone(),
+        ..tiller_core::LoopContext::default()
     };
     let config = tiller_core::LoopConfig::new(faux.model());
     let messages = tiller_core::agent_loop(

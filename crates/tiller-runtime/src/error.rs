@@ -63,6 +63,13 @@ pub enum AgentError {
         /// What failed.
         reason: String,
     },
+    /// A compaction asked for ([`crate::AgentHandle::compact`]) left the
+    /// transcript as it was: nothing to cut, or the summary could not be written.
+    #[error("the transcript was not compacted: {reason}")]
+    NotCompacted {
+        /// Why.
+        reason: String,
+    },
     /// An op with this idempotency key was applied already (see
     /// [`Submission::key`](crate::Submission::key)), and the run it started told
     /// its outcome to whoever sent it then: it is in the transcript.

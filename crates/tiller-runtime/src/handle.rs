@@ -301,6 +301,27 @@ impl AgentHandle {
         self.agent.hub.relay(relay)
     }
 
+    /// Compacts the transcript now (see [`tiller_core::compaction`]), with
+    /// `instructions` for the summary in place of the policy's, and returns what
+    /// the compaction did once it is stored. Refused with [`AgentError::Busy`]
+    /// during a run; [`AgentError::NotCompacted`] when the transcript stayed as
+    /// it was.
+    pub async fn compact(
+        &self,
+        instructions: Option<String>,
+    ) -> Result<tiller_core::CompactionReport, AgentError> {
+        let outcome = self.run_op(Op::Compact { instructions }, None).await?;
+        match outcome.compactions.into_iter().last() {
+            Some(report) if report.error.is_none() => Ok(report),
+            Some(report) => Err(AgentError::NotCompacted {
+                reason: report.error.unwrap_or_default(),
+            }),
+            None => Err(AgentError::NotCompacted {
+                reason: "the compaction did not run".to_owned(),
+            }),
+        }
+    }
+
     /// Aborts any active run, then clears the transcript, both queues and the error.
     pub async fn reset(&self) -> Result<(), AgentError> {
         self.submit(Op::Reset).await

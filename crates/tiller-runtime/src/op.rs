@@ -77,6 +77,15 @@ pub enum Op {
         /// The new transcript.
         messages: Vec<AgentMessage>,
     },
+    /// Compact the transcript now (see [`tiller_core::compaction`]): a run of
+    /// its own, no model turn, refused with [`AgentError::Busy`](crate::AgentError::Busy)
+    /// during a run.
+    Compact {
+        /// What the summary should keep or stress, in place of the policy's
+        /// instructions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instructions: Option<String>,
+    },
     /// Change the agent's definition; runs already started keep theirs.
     UpdateSettings {
         /// What changes.
@@ -91,7 +100,10 @@ pub enum Op {
 impl Op {
     /// Whether this op starts a run.
     pub fn starts_run(&self) -> bool {
-        matches!(self, Op::Prompt { .. } | Op::Continue | Op::Reply(_))
+        matches!(
+            self,
+            Op::Prompt { .. } | Op::Continue | Op::Reply(_) | Op::Compact { .. }
+        )
     }
 }
 
@@ -101,6 +113,7 @@ impl From<Prompt> for Op {
             Prompt::Messages(messages) => Op::Prompt { messages },
             Prompt::Continue => Op::Continue,
             Prompt::Reply(reply) => Op::Reply(reply),
+            Prompt::Compact { instructions } => Op::Compact { instructions },
         }
     }
 }
@@ -188,6 +201,16 @@ mod tests {
                 },
             ),
             (json!({"type": "abort"}), Op::Abort),
+            (
+                json!({"type": "compact"}),
+                Op::Compact { instructions: None },
+            ),
+            (
+                json!({"type": "compact", "instructions": "keep the numbers"}),
+                Op::Compact {
+                    instructions: Some("keep the numbers".into()),
+                },
+            ),
             (json!({"type": "reset"}), Op::Reset),
             (
                 json!({"type": "answer", "request_id": "c1", "text": "blue"}),

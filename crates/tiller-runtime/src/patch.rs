@@ -54,6 +54,11 @@ pub struct DefinitionPatch {
     /// The most tokens an answer may hold.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The model's context window, in tokens, in place of the catalog's (a local
+    /// server's `-c`, which no catalog knows); compaction keeps the transcript
+    /// inside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
     /// How hard a reasoning model thinks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingLevel>,
@@ -113,6 +118,7 @@ impl DefinitionPatch {
             system_prompt: pick(&self.system_prompt, &over.system_prompt),
             temperature: over.temperature.or(self.temperature),
             max_tokens: over.max_tokens.or(self.max_tokens),
+            context_window: over.context_window.or(self.context_window),
             thinking: over.thinking.or(self.thinking),
             max_turns: over.max_turns.or(self.max_turns),
             tool_choice: over
@@ -162,6 +168,9 @@ impl DefinitionPatch {
         };
         if model.is_some() {
             definition.model = model;
+        }
+        if let (Some(window), Some(model)) = (self.context_window, definition.model.as_mut()) {
+            model.context_window = window;
         }
         if let Some(prompt) = &self.system_prompt {
             definition.system_prompt = Some(prompt.clone());

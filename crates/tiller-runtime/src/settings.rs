@@ -20,8 +20,9 @@ use crate::subscription::AgentId;
 /// which its supervisor restarts from its session.
 pub type OnMessage = Arc<dyn Fn(&AgentId, &AgentMessage) + Send + Sync>;
 
-/// Changes, in place, a transcript reloaded from the store.
-pub type OnReload = Arc<dyn Fn(&mut [Arc<AgentMessage>]) + Send + Sync>;
+/// Changes, in place, a transcript reloaded from the store: the messages the
+/// model sees, the first of them at the place (the `u64`) in the stored transcript.
+pub type OnReload = Arc<dyn Fn(u64, &mut [Arc<AgentMessage>]) + Send + Sync>;
 
 /// Writes a run's instructions from the agent's context, at the start of each run.
 pub type SystemPromptFn = Arc<dyn Fn(&AgentContext) -> String + Send + Sync>;

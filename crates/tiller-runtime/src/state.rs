@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, StopReason, ToolCall, Usage};
-use tiller_core::{ContextIds, Output, OutputError, RunEnd, UserRequest};
+use tiller_core::{CompactionReport, ContextIds, Output, OutputError, RunEnd, UserRequest};
 
 use crate::AgentMessage;
 use crate::definition::AgentDefinition;
@@ -122,6 +122,9 @@ pub struct RunOutcome {
     /// What came of the structured output, when the agent has an output schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Output>,
+    /// What the run's compactions did, in order (see [`tiller_core::compaction`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<CompactionReport>,
 }
 
 /// A run's result in brief, for a caller that wants no transcript: what

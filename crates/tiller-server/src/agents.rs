@@ -15,9 +15,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::{
-    AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt, Reply,
-};
+use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -243,11 +241,11 @@ pub(crate) async fn prompt(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let caller = shared.caller(&headers)?;
-    shared.reach(&caller, &id).await?;
-    let wait = wait_of(wait)?;
-    let Text { text } = decode(body)?;
-    start(&shared, &caller, &headers, &id, wait, Prompt::from(text)).await
+    start_route(&shared, &id, wait, &headers, || {
+        let Text { text } = decode(body)?;
+        Ok(Prompt::from(text))
+    })
+    .await
 }
 
 /// The `?wait=` of a request, or why it is not one.
@@ -255,6 +253,23 @@ fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait, Problem> {
     let Query(wait) =
         wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
     Ok(wait)
+}
+
+/// A route that starts a run from the [`Prompt`] `prompt` makes of the request on
+/// the agent `{id}` (found first, so an unknown agent is a 404 whatever the body):
+/// 202 once accepted, or the run's outcome with `?wait=true`.
+async fn start_route(
+    shared: &Shared,
+    id: &str,
+    wait: Result<Query<Wait>, QueryRejection>,
+    headers: &HeaderMap,
+    prompt: impl FnOnce() -> Result<Prompt, Problem>,
+) -> Result<Response, Problem> {
+    let caller = shared.caller(headers)?;
+    shared.reach(&caller, id).await?;
+    let wait = wait_of(wait)?;
+    let prompt = prompt()?;
+    start(shared, &caller, headers, id, wait, prompt).await
 }
 
 /// Starts a run from `prompt`: 202 once accepted (and durable), or its outcome
@@ -286,11 +301,37 @@ pub(crate) async fn reply(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let caller = shared.caller(&headers)?;
-    shared.reach(&caller, &id).await?;
-    let wait = wait_of(wait)?;
-    let reply: Reply = decode(body)?;
-    start(&shared, &caller, &headers, &id, wait, Prompt::Reply(reply)).await
+    start_route(&shared, &id, wait, &headers, || {
+        Ok(Prompt::Reply(decode(body)?))
+    })
+    .await
+}
+
+/// What `POST /agents/{id}/compact` may carry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Compact {
+    instructions: Option<String>,
+}
+
+/// `POST /agents/{id}/compact`: compacts the transcript now (an optional body
+/// `{"instructions": …}` for the summary); 202 once started, or its outcome,
+/// whose `compactions` say what was done, with `?wait=true`.
+pub(crate) async fn compact(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    wait: Result<Query<Wait>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    start_route(&shared, &id, wait, &headers, || {
+        let Compact { instructions } = match &body {
+            Ok(bytes) if bytes.is_empty() => Compact::default(),
+            _ => decode(body)?,
+        };
+        Ok(Prompt::Compact { instructions })
+    })
+    .await
 }
 
 /// Refuses the ops a client may not send: the transcript is the agent's, so a
@@ -300,11 +341,16 @@ pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
     let messages: &[AgentMessage] = match op {
         Op::Prompt { messages } => messages,
         Op::Steer { message } | Op::FollowUp { message } => std::slice::from_ref(message),
-        Op::Continue | Op::ClearQueues { .. } | Op::Abort | Op::Reset | Op::Reply(_) => &[],
+        Op::Continue
+        | Op::ClearQueues { .. }
+        | Op::Abort
+        | Op::Reset
+        | Op::Compact { .. }
+        | Op::Reply(_) => &[],
         _ => {
             return Err(Problem::invalid(
                 Some("type".to_owned()),
-                "only prompt, continue, steer, follow_up, clear_queues, abort, reset, answer, approve and deny are available to clients",
+                "only prompt, continue, steer, follow_up, clear_queues, abort, reset, compact, answer, approve and deny are available to clients",
             ));
         }
     };

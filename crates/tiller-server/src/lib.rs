@@ -28,6 +28,7 @@
 //! | `POST /agents/{id}/steer`, `/follow_up` | `{"text": …}` | 204 |
 //! | `POST /agents/{id}/abort` | aborts the run, answers once idle | 204 |
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
+//! | `POST /agents/{id}/compact[?wait=true]` | `{"instructions"?: …}` or nothing: the oldest messages replaced by a summary now (the store keeps them) | 202, or 200 the outcome with its `compactions` |
 //! | `DELETE /agents/{id}` | stops the agent | 204 |
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
 //! | `GET /agents/{id}/ws[?after=N]` | WebSocket: the events as text frames; prompt, steer, follow-up, abort and reset frames the other way | 101 |
@@ -325,6 +326,7 @@ impl Server {
             .route("/agents/{id}/abort", post(agents::abort))
             .route("/agents/{id}/reset", post(agents::reset))
             .route("/agents/{id}/reply", post(agents::reply))
+            .route("/agents/{id}/compact", post(agents::compact))
             .route("/agents/{id}/events", get(agents::events))
             .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))

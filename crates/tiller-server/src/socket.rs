@@ -5,7 +5,7 @@
 //! `data:`; `?after=N` resumes after event `N` as `Last-Event-ID` does. The client
 //! sends [`Op`]s as text frames: `{"type": "prompt" | "steer" | "follow_up", "text": …}`,
 //! `{"type": "continue"}`, `{"type": "clear_queues", "queues": "steering" | "follow_up" | "both"}`,
-//! `{"type": "abort"}`, `{"type": "reset"}`, and replies that name the request
+//! `{"type": "abort"}`, `{"type": "reset"}`, `{"type": "compact", "instructions"?: …}`, and replies that name the request
 //! they answer: `{"type": "answer", "request_id": …, "text": …}`,
 //! `{"type": "approve", "request_id": …}` or
 //! `{"type": "deny", "request_id": …, "reason": …}`. A command that fails is answered

@@ -905,7 +905,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 25, "{operations:?}");
+    assert_eq!(operations.len(), 26, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1553,5 +1553,81 @@ async fn mcp_hosts_list_and_call_the_definitions_over_streamable_http_with_a_tok
         .await
         .unwrap();
     assert_eq!(rebound.status(), 403);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_is_compacted_over_http_and_its_session_keeps_every_message() {
+    let faux = FauxProvider::new();
+    // A 400-token window: the latest 100 tokens are kept.
+    let definitions = Definitions::new().with_default_model(faux.model().with_context_window(400));
+    let server = Running::serve(definitions, ServerConfig::default()).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "helper", "id": "long"}))
+        .await;
+    assert_eq!(status, 201);
+    for turn in 0..3 {
+        faux.push(FauxTurn::text(vec![format!("answer{turn}"); 40].join(" ")));
+        let (status, outcome) = server
+            .post(
+                "/agents/long/prompt?wait=true",
+                json!({"text": format!("question {turn}")}),
+            )
+            .await;
+        assert_eq!(
+            (status, &outcome["end"]),
+            (200, &json!("completed")),
+            "{outcome}"
+        );
+    }
+
+    // A body that is not one.
+    let (status, problem) = server
+        .post("/agents/long/compact", json!({"instruction": "x"}))
+        .await;
+    assert_eq!(
+        (status, &problem["field"]),
+        (422, &json!("instruction")),
+        "{problem}"
+    );
+    let (status, _) = server.post("/agents/ghost/compact", json!({})).await;
+    assert_eq!(status, 404);
+
+    faux.push(FauxTurn::text("They asked three questions."));
+    let (status, outcome) = server
+        .post(
+            "/agents/long/compact?wait=true",
+            json!({"instructions": "Keep the numbers."}),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["end"], "completed");
+    assert_eq!(outcome["messages"], json!([]));
+    let report = &outcome["compactions"][0];
+    assert_eq!(
+        (&report["reason"], &report["summary_id"]),
+        (&json!("manual"), &json!(6)),
+        "{outcome}"
+    );
+    let asked = faux.requests().pop().unwrap().context;
+    assert_eq!(asked.system_prompt.as_deref(), Some("Keep the numbers."));
+
+    let (_, state) = server.get("/agents/long").await;
+    let messages = state["messages"].as_array().unwrap();
+    assert_eq!(
+        (&messages[0]["role"], &messages[0]["kind"]),
+        (&json!("custom"), &json!("compaction"))
+    );
+    assert_eq!(
+        messages[0]["payload"]["summary"],
+        "They asked three questions."
+    );
+    let kept = messages.len() - 1;
+    let session = state["session_id"].as_str().unwrap();
+    let (status, page) = server.get(&format!("/sessions/{session}/messages")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["total"], json!(6 + 1 + kept), "{page}");
+    assert_eq!(page["messages"][0]["content"][0]["text"], "question 0");
+    assert_eq!(page["messages"][6]["kind"], "compaction");
     server.stop().await;
 }

@@ -22,6 +22,26 @@ pub fn describe(events: &[AgentEvent]) -> Vec<String> {
             AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
                 format!("tool_execution_start {tool_call_id}")
             }
+            AgentEvent::CompactionStart { reason, .. } => {
+                format!("compaction_start {}", serde_json::to_value(reason).unwrap())
+            }
+            AgentEvent::CompactionEnd {
+                reason,
+                summary_id,
+                kept,
+                error,
+                ..
+            } => match (summary_id, error) {
+                (Some(id), _) => format!(
+                    "compaction_end {} summary {id} kept {kept}",
+                    serde_json::to_value(reason).unwrap()
+                ),
+                (None, error) => format!(
+                    "compaction_end {} failed: {}",
+                    serde_json::to_value(reason).unwrap(),
+                    error.as_deref().unwrap_or_default()
+                ),
+            },
             AgentEvent::ToolExecutionUpdate {
                 tool_call_id,
                 partial_result,

@@ -73,12 +73,13 @@ pub use tiller_ai::{
     OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
     Usage, catalog, env, faux,
 };
+pub use tiller_core::compaction;
 pub use tiller_core::{
-    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, ContextIds,
-    ContinueError, CustomMessage, FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply,
-    RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext, ToolError, ToolExecution,
-    ToolExecutionMode, ToolFilter, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest,
-    check_transcript, hook,
+    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval,
+    CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContinueError, CustomMessage,
+    FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions,
+    SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolFilter,
+    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -12,8 +12,8 @@ use serde_json::json;
 use tiller::agent_file::AgentFileError;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    DefinitionPatch, Definitions, DefinitionsError, LlmConfigs, Supervisor, ThinkingLevel,
-    ToolError, ToolRegistry, ToolSet, tool,
+    CompactionPolicy, DefinitionPatch, Definitions, DefinitionsError, LlmConfigs, Supervisor,
+    ThinkingLevel, ToolError, ToolRegistry, ToolSet, tool,
 };
 
 /// The sample agent of the design the format follows: its tools named only.
@@ -230,7 +230,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )
@@ -239,6 +239,64 @@ fn every_bad_file_is_reported_with_its_field() {
         Definitions::load_dir(folder.path().join("absent")),
         Err(DefinitionsError::Folder { .. })
     ));
+}
+
+#[test]
+fn a_files_compaction_policy_and_context_window_reach_the_agent() {
+    let folder = Folder::new("compaction-llms");
+    folder.write("llms.yaml", "cheap:\n  provider: faux\n");
+    let llms = LlmConfigs::load(folder.path().join("llms.yaml")).unwrap();
+    let agents = Folder::new("compaction-agents");
+    agents.write(
+        "long.yaml",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: long\n  llm: cheap\n  context_window: 2048\n  compaction: {reserve_tokens: 512, keep_recent_tokens: 256, llm: cheap}\n",
+    );
+    agents.write(
+        "plain.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: plain, compaction: {enabled: false}}\n",
+    );
+    agents.write(
+        "lost.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: lost, compaction: {llm: remote}}\n",
+    );
+    let definitions = Definitions::load_dir(agents.path())
+        .unwrap()
+        .with_llms(llms);
+
+    let long = definitions.spec("long", None).unwrap().settings;
+    assert_eq!(
+        long.definition.run.compaction,
+        CompactionPolicy {
+            reserve_tokens: 512,
+            keep_recent_tokens: 256,
+            llm: Some("cheap".into()),
+            ..CompactionPolicy::default()
+        }
+    );
+    assert_eq!(long.definition.model.as_ref().unwrap().context_window, 2048);
+    // The named configuration writes the summaries.
+    assert!(long.code.hooks.summarize.is_some());
+
+    let plain = definitions.spec("plain", None).unwrap().settings;
+    assert!(!plain.definition.run.compaction.enabled);
+    assert!(plain.code.hooks.summarize.is_none());
+
+    let lost = definitions.spec("lost", None).unwrap_err().to_string();
+    assert!(
+        lost.contains("json_schema_extra.compaction.llm: ") && lost.contains("remote"),
+        "{lost}"
+    );
+
+    let bad = Folder::new("compaction-bad");
+    bad.write(
+        "one.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: one, compaction: {keep: 3}}\n",
+    );
+    let error = Definitions::load_dir(bad.path()).unwrap_err().to_string();
+    assert!(
+        error.contains("json_schema_extra.compaction.keep: unknown field `keep`"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

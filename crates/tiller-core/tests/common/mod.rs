@@ -60,6 +60,7 @@ pub(crate) fn context(tools: Vec<Arc<dyn AgentTool>>, messages: Vec<AgentMessage
         system_prompt: Some("You are helpful.".into()),
         messages,
         tools: ToolSet::new(tools).unwrap(),
+        ..LoopContext::default()
     }
 }
 

@@ -25,7 +25,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
-use tiller_core::{Prompt, open_requests, panic_text};
+use tiller_core::{ContextTokens, Prompt, open_requests, panic_text};
 use tiller_store::{Change, QueueKind, SessionWrite};
 
 use crate::AgentMessage;
@@ -45,6 +45,7 @@ mod start;
 use keys::OpKeys;
 
 use run::{ActiveRun, RunItem, RunRequest};
+use session::from_last_summary;
 pub(crate) use session::{Loaded, appends};
 
 /// Why an agent's actor failed: the error its handler returns, which reaches the
@@ -103,7 +104,13 @@ pub(crate) struct ActorState {
     agent: Arc<Agent>,
     myself: ActorRef<AgentMsg>,
     settings: Arc<AgentSettings>,
+    /// The transcript the model sees: the stored transcript from `base` on (from
+    /// the last compaction's summary, when there was one).
     messages: Vec<Arc<AgentMessage>>,
+    /// The place of `messages`' first message in the stored transcript.
+    base: u64,
+    /// The transcript's token count, kept up to date message by message.
+    tokens: ContextTokens,
     steering: VecDeque<(u64, AgentMessage)>,
     follow_up: VecDeque<(u64, AgentMessage)>,
     next_queue_seq: u64,
@@ -141,6 +148,8 @@ impl Actor for AgentActor {
             myself,
             settings,
             messages: loaded.messages,
+            base: loaded.base,
+            tokens: loaded.tokens,
             steering: loaded.steering,
             follow_up: loaded.follow_up,
             next_queue_seq: loaded.next_queue_seq,
@@ -291,6 +300,7 @@ impl ActorState {
             Op::Prompt { messages } => self.start(Prompt::Messages(messages), run),
             Op::Continue => self.start(Prompt::Continue, run),
             Op::Reply(given) => self.start(Prompt::Reply(given), run),
+            Op::Compact { instructions } => self.start(Prompt::Compact { instructions }, run),
             op => self.apply_op(op, run.reply, run.key),
         }
     }
@@ -304,7 +314,7 @@ impl ActorState {
         key: Option<Arc<str>>,
     ) {
         match op {
-            Op::Prompt { .. } | Op::Continue | Op::Reply(_) => {}
+            Op::Prompt { .. } | Op::Continue | Op::Reply(_) | Op::Compact { .. } => {}
             Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply, key),
             Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply, key),
             Op::ClearQueues { queues } => {
@@ -364,10 +374,14 @@ impl ActorState {
                 if self.run.is_some() {
                     return answer(reply, Err(AgentError::Busy));
                 }
-                let messages: Vec<Arc<AgentMessage>> = messages.into_iter().map(Arc::new).collect();
+                let mut messages: Vec<Arc<AgentMessage>> =
+                    messages.into_iter().map(Arc::new).collect();
                 let mut writes = vec![self.agent.write(Change::Truncate { from: 0 })];
                 writes.extend(appends(&self.agent, 0, &messages));
                 let writes = self.keyed(writes, key);
+                // A transcript with a summary in it is seen from there, as on a load.
+                self.base = from_last_summary(&mut messages);
+                self.tokens = ContextTokens::of(&messages);
                 self.messages = messages;
                 self.error = None;
                 self.sync_waiting();

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use ractor::{ActorRef, RpcReplyPort};
 use tiller_ai::PartialMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, ContinueError, LoopConfig, LoopContext, MessageSource, Prompt, Start,
-    WriteAhead, check_start, open_requests, run_from,
+    AgentContext, AgentEvent, CompactionReport, ContextTokens, ContinueError, LoopConfig,
+    LoopContext, MessageSource, Prompt, Start, WriteAhead, check_start, open_requests, run_from,
 };
 use tiller_store::{Change, QueueKind, StoreError};
 use tokio::sync::oneshot;
@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::ActorState;
 use super::queues::deliver_from;
-use super::session::answer_open;
+use super::session::{answer_open, appends};
 use crate::AgentMessage;
 use crate::error::AgentError;
 use crate::message::AgentMsg;
@@ -87,6 +87,8 @@ pub(super) struct ActiveRun {
     /// until the run's write-ahead request takes it: one agent's writes commit in
     /// order, so everything before it is then committed too.
     pub(super) last_write: Option<Committed>,
+    /// What the run's compactions did, in order.
+    pub(super) compactions: Vec<CompactionReport>,
 }
 
 /// Tells when a write is committed, or why it is not.
@@ -196,6 +198,7 @@ impl ActorState {
         let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
         let replying = matches!(prompt, Prompt::Reply(_));
+        let compacting = matches!(prompt, Prompt::Compact { .. });
         let (start, from_steering) = match check_start(prompt, &self.messages) {
             Ok(start) => (start, false),
             // The model answered last: the oldest queued message starts the run.
@@ -215,13 +218,13 @@ impl ActorState {
         };
         let brings_messages = match &start {
             Start::Messages(messages) => !messages.is_empty(),
-            Start::Continue => false,
+            Start::Continue | Start::Compact(_) => false,
             _ => true,
         };
         // The run's first read of the steering queue, done here: nothing when the
         // run starts from steering (the next message gets its own response); left
         // to the run after a reply, whose call runs first.
-        let first_steering = match (from_steering, replying) {
+        let first_steering = match (from_steering || compacting, replying) {
             (true, _) => Some(Vec::new()),
             (false, true) => None,
             (false, false) => {
@@ -238,10 +241,15 @@ impl ActorState {
         // are answered before anything else.
         let answered = answer_open(
             &self.agent,
+            self.base,
             &mut self.messages,
             "no result was recorded before the next run started.",
         );
         if !answered.is_empty() {
+            let from = self.messages.len() - answered.len();
+            for message in &self.messages[from..] {
+                self.tokens = self.tokens.after(message);
+            }
             self.commit(answered, None);
         }
         let agent_context = self.agent.run_context();
@@ -252,6 +260,8 @@ impl ActorState {
             },
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             tools: settings.code.tools.clone(),
+            tokens: Some(self.tokens),
+            first_seq: self.base,
         };
         self.error = None;
         self.runs = run_id;
@@ -307,6 +317,7 @@ impl ActorState {
             after_end: Vec::new(),
             ending: None,
             last_write: None,
+            compactions: Vec::new(),
         });
         self.agent.route.mark_running();
         Ok(brings_messages)
@@ -364,8 +375,9 @@ impl ActorState {
                     }
                     _ => None,
                 };
-                let seq = self.messages.len() as u64;
+                let seq = self.base + self.messages.len() as u64;
                 let shared = Arc::new((**message).clone());
+                self.tokens = self.tokens.after(&shared);
                 self.messages.push(shared.clone());
                 let mut writes = vec![self.agent.write(Change::Append {
                     seq,
@@ -400,6 +412,48 @@ impl ActorState {
             AgentEvent::ToolExecutionEnd { tool_call_id, .. } => {
                 run.pending_tool_calls.retain(|id| id != tool_call_id)
             }
+            AgentEvent::CompactionEnd {
+                summary: Some(summary),
+                summary_id: Some(summary_id),
+                kept,
+                ..
+            } => {
+                let kept = *kept as usize;
+                let seq = self.base + self.messages.len() as u64;
+                let mut report = event.compaction_report();
+                let fits = *summary_id == seq && kept <= self.messages.len();
+                if !fits {
+                    // The run's transcript and this one differ: never written.
+                    tracing::error!(agent = %self.agent.id, summary_id, seq, "a compaction does not fit the transcript; not applied");
+                    if let Some(report) = report.as_mut() {
+                        report.summary_id = None;
+                        report.error =
+                            Some("the compaction did not fit the agent's transcript".to_owned());
+                    }
+                }
+                run.compactions.extend(report);
+                if fits {
+                    let mut compacted = Vec::with_capacity(1 + kept);
+                    compacted.push(Arc::new((**summary).clone()));
+                    compacted.extend(self.messages.drain(self.messages.len() - kept..));
+                    // The summary and the copies of the kept messages, in one
+                    // transaction: the compaction is stored whole or not at all.
+                    let writes = appends(&self.agent, seq, &compacted);
+                    let agent = self.agent.id.clone();
+                    let ack = self.ack(move |result| {
+                        if let Err(error) = result {
+                            tracing::error!(%agent, %error, "a compaction could not be stored");
+                        }
+                    });
+                    self.agent.runtime.writer.submit(writes, Some(ack));
+                    self.tokens = ContextTokens::of(&compacted);
+                    self.messages = compacted;
+                    self.base = seq;
+                }
+            }
+            AgentEvent::CompactionEnd { .. } => {
+                run.compactions.extend(event.compaction_report());
+            }
             AgentEvent::TurnEnd { message, .. } => {
                 if let Some(error) = &message.error_message {
                     self.error = Some(error.clone());
@@ -433,6 +487,7 @@ impl ActorState {
                 return;
             }
             AgentEvent::AgentStart
+            | AgentEvent::CompactionStart { .. }
             | AgentEvent::TurnStart
             | AgentEvent::ToolExecutionUpdate { .. }
             | AgentEvent::Action { .. }
@@ -475,6 +530,7 @@ impl ActorState {
                     messages: messages.clone(),
                     end: *reason,
                     output: output.clone(),
+                    compactions: run.compactions,
                 },
             )),
             _ => None,

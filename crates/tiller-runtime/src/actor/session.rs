@@ -7,7 +7,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ractor::RpcReplyPort;
-use tiller_core::{answer_open_calls, cancel_requests};
+use tiller_core::compaction::CompactionSummary;
+use tiller_core::{ContextTokens, answer_open_calls, cancel_requests};
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoreError, StoredSession};
 
 use super::ActorState;
@@ -20,7 +21,13 @@ use crate::settings::AgentSettings;
 
 /// A session as an actor starts from.
 pub(crate) struct Loaded {
+    /// The transcript the model sees: the stored one from its last compaction's
+    /// summary on.
     pub(crate) messages: Vec<Arc<AgentMessage>>,
+    /// The place of `messages`' first message in the stored transcript.
+    pub(crate) base: u64,
+    /// `messages`' token count.
+    pub(crate) tokens: ContextTokens,
     pub(crate) steering: VecDeque<(u64, AgentMessage)>,
     pub(crate) follow_up: VecDeque<(u64, AgentMessage)>,
     pub(crate) next_queue_seq: u64,
@@ -30,9 +37,12 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// A new session's state.
-    pub(crate) fn new(messages: Vec<Arc<AgentMessage>>) -> Self {
+    pub(crate) fn new(mut messages: Vec<Arc<AgentMessage>>) -> Self {
+        let base = from_last_summary(&mut messages);
         Loaded {
+            tokens: ContextTokens::of(&messages),
             messages,
+            base,
             steering: VecDeque::new(),
             follow_up: VecDeque::new(),
             next_queue_seq: 0,
@@ -49,11 +59,13 @@ impl Loaded {
         stored: StoredSession,
     ) -> Self {
         let mut messages = stored.messages;
+        let base = from_last_summary(&mut messages);
         if let Some(reload) = &settings.code.on_reload {
-            reload(&mut messages);
+            reload(base, &mut messages);
         }
         let answered = answer_open(
             agent,
+            base,
             &mut messages,
             "the agent stopped before it finished and was brought back from its session.",
         );
@@ -74,7 +86,9 @@ impl Loaded {
                 .collect()
         };
         Loaded {
+            tokens: ContextTokens::of(&messages),
             messages,
+            base,
             steering: queue(stored.steering),
             follow_up: queue(stored.follow_up),
             next_queue_seq,
@@ -83,11 +97,23 @@ impl Loaded {
     }
 }
 
+/// Drops, from a whole stored transcript, what comes before its last
+/// compaction's summary (the model sees the transcript from there on); the
+/// summary's place, 0 when there is none.
+pub(crate) fn from_last_summary(messages: &mut Vec<Arc<AgentMessage>>) -> u64 {
+    let base = messages
+        .iter()
+        .rposition(|m| CompactionSummary::of(m).is_some())
+        .unwrap_or(0);
+    messages.drain(..base);
+    base as u64
+}
+
 /// The writes that store `messages` at their places from `from` on in `agent`'s
 /// session.
 pub(crate) fn appends(
     agent: &Agent,
-    from: usize,
+    from: u64,
     messages: &[Arc<AgentMessage>],
 ) -> Vec<SessionWrite> {
     messages
@@ -95,7 +121,7 @@ pub(crate) fn appends(
         .enumerate()
         .map(|(n, message)| {
             agent.write(Change::Append {
-                seq: (from + n) as u64,
+                seq: from + n as u64,
                 message: message.clone(),
                 dequeued: None,
             })
@@ -108,6 +134,7 @@ pub(crate) fn appends(
 /// the results. Only the messages from that response on are copied.
 pub(super) fn answer_open(
     agent: &Agent,
+    base: u64,
     messages: &mut Vec<Arc<AgentMessage>>,
     reason: &str,
 ) -> Vec<SessionWrite> {
@@ -119,7 +146,7 @@ pub(super) fn answer_open(
     answer_open_calls(&mut tail, reason);
     let from = messages.len();
     messages.extend(tail.drain(before..).map(Arc::new));
-    appends(agent, from, &messages[from..])
+    appends(agent, base + from as u64, &messages[from..])
 }
 
 impl ActorState {
@@ -134,7 +161,14 @@ impl ActorState {
         let results = cancel_requests(&self.messages, "the user gave up on the request.");
         let from = self.messages.len();
         self.messages.extend(results.into_iter().map(Arc::new));
-        writes.extend(appends(&self.agent, from, &self.messages[from..]));
+        for result in &self.messages[from..] {
+            self.tokens = self.tokens.after(result);
+        }
+        writes.extend(appends(
+            &self.agent,
+            self.base + from as u64,
+            &self.messages[from..],
+        ));
         self.commit(writes, reply);
         self.sync_waiting();
     }
@@ -182,6 +216,8 @@ impl ActorState {
     /// Forgets the transcript, both queues and the error; the writes that say so.
     pub(super) fn clear(&mut self) -> Vec<SessionWrite> {
         self.messages.clear();
+        self.base = 0;
+        self.tokens = ContextTokens::default();
         self.steering.clear();
         self.follow_up.clear();
         self.error = None;
