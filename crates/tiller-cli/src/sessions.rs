@@ -162,7 +162,13 @@ fn line(message: &AgentMessage) -> String {
                 _ => None,
             })
             .collect(),
-        AgentMessage::Custom(custom) => custom.kind.clone(),
+        AgentMessage::Custom(custom) => match tiller::compaction::CompactionSummary::of(message) {
+            Some(summary) => format!(
+                "compaction of message:{} to message:{}, the {} messages after it kept as they were: {}",
+                summary.first_seq, summary.last_seq, summary.kept, summary.summary
+            ),
+            None => custom.kind.clone(),
+        },
     };
     format!("{}: {}", message.role(), text.replace('\n', " "))
 }

@@ -394,6 +394,21 @@ pub(crate) async fn summarize_with(
     Ok(text.trim().to_owned())
 }
 
+/// `summary` cut to about `max_tokens` tokens (four bytes each), at a character
+/// boundary: a summarizer that writes more than it was asked for is held to it.
+pub fn cut_to_tokens(mut summary: String, max_tokens: u32) -> String {
+    let mut end = (max_tokens as usize).saturating_mul(4);
+    if summary.len() <= end {
+        return summary;
+    }
+    while !summary.is_char_boundary(end) {
+        end -= 1;
+    }
+    summary.truncate(end);
+    summary.push_str(" […]");
+    summary
+}
+
 /// The most bytes of one message a summarizer is shown.
 const MESSAGE_BYTES: usize = 4_000;
 
@@ -634,6 +649,12 @@ mod tests {
                 measured: false
             }
         );
+    }
+
+    #[test]
+    fn a_summary_longer_than_asked_is_cut_at_a_character() {
+        assert_eq!(cut_to_tokens("short".into(), 2), "short");
+        assert_eq!(cut_to_tokens("ééééé".into(), 1), "éé […]");
     }
 
     #[test]

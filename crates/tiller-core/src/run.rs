@@ -471,9 +471,10 @@ impl Run {
                 }
             };
             let reason = match compacted {
-                Ok(()) => RunEnd::Completed,
+                // Nothing to cut is nothing to do: `compaction_end` says so.
+                Ok(()) | Err(Unfinished::NothingToCut) => RunEnd::Completed,
                 Err(_) if self.cancel.is_cancelled() => RunEnd::Aborted,
-                Err(_) => RunEnd::Error,
+                Err(Unfinished::Failed(_)) => RunEnd::Error,
             };
             self.emit(AgentEvent::AgentEnd {
                 messages: Vec::new(),
@@ -1076,7 +1077,7 @@ impl Run {
             .call_back(summarize(request, self.cancel.child_token()))
             .await
         {
-            Ok(Ok(summary)) => summary,
+            Ok(Ok(summary)) => compaction::cut_to_tokens(summary, max_tokens),
             Ok(Err(error)) => {
                 return Err(self.compaction_failed(reason, tokens_before, error.to_string()));
             }
@@ -1101,12 +1102,19 @@ impl Run {
             tokens_after: 0,
         };
         let summary_tokens = (payload.for_model().len() as u64).div_ceil(4);
-        self.tokens = ContextTokens {
+        let after = ContextTokens {
             total: summary_tokens + kept_tokens,
             measured: false,
         };
-        payload.tokens_after = self.context_tokens();
-        let tokens_after = payload.tokens_after;
+        let tokens_after = after.total + self.overhead;
+        if tokens_after >= tokens_before {
+            let error = format!(
+                "the summary would not make the transcript shorter ({tokens_before} → {tokens_after} tokens)"
+            );
+            return Err(self.compaction_failed(reason, tokens_before, error));
+        }
+        self.tokens = after;
+        payload.tokens_after = tokens_after;
         let summary = compaction::summary_message(payload);
         let mut earlier = std::mem::take(&mut self.messages);
         let kept_messages = earlier.split_off(cut);
