@@ -155,6 +155,18 @@ impl TurnSummary<'_> {
     pub fn called(&self, name: &str) -> bool {
         self.tool_calls().any(|call| call.name == name)
     }
+
+    /// Whether the response called any tool.
+    pub fn has_tool_calls(&self) -> bool {
+        self.tool_calls().next().is_some()
+    }
+
+    /// The result of the turn's first call of the tool `name`, if it made one.
+    pub fn get_result(&self, name: &str) -> Option<&ToolResultMessage> {
+        self.tool_results
+            .iter()
+            .find(|result| result.tool_name == name)
+    }
 }
 
 /// The application's callbacks around a run. Cheap to clone.

@@ -123,7 +123,13 @@ async fn a_stop_condition_ends_the_run_after_its_turn() {
                 async { vec![AgentMessage::user("should stay queued")] }
             })
             .with_stop_when(|turn| {
-                turn.called("finish") && turn.text() == "All done." && turn.turn == 2
+                // The first turn called only echo; the second, finish too.
+                let finished = turn
+                    .get_result("finish")
+                    .is_some_and(|result| result.text_content() == "finished");
+                assert!(turn.has_tool_calls());
+                assert_eq!(finished, turn.turn == 2);
+                turn.called("finish") && finished && turn.text() == "All done."
             })
     };
     let ran = log();

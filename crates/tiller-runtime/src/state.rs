@@ -127,6 +127,14 @@ pub struct RunOutcome {
     pub compactions: Vec<CompactionReport>,
 }
 
+impl RunSummary {
+    /// Whether the run failed: it ended in an error (a context overflow among
+    /// them), or its last response did.
+    pub fn has_error(&self) -> bool {
+        self.error.is_some() || matches!(self.end, RunEnd::Error | RunEnd::ContextOverflow)
+    }
+}
+
 /// A run's result in brief, for a caller that wants no transcript: what
 /// [`RunOutcome::summary`] gives, serialisable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -245,6 +245,65 @@ async fn continue_runs_queued_steering_one_message_at_a_time() {
 }
 
 #[tokio::test]
+async fn in_all_mode_every_queued_message_goes_to_one_response() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.respond_with(|request| FauxTurn::text(format!("seen {}", request.context.messages.len())));
+    agent.run("hello").await.unwrap();
+    agent
+        .update_settings(|s| {
+            s.definition.steering_mode = QueueMode::All;
+            s.definition.follow_up_mode = QueueMode::All;
+        })
+        .await
+        .unwrap();
+    // Steering: both messages reach the next response together.
+    agent.steer("a").await.unwrap();
+    agent.steer("b").await.unwrap();
+    agent.prompt(tiller::Prompt::Continue).await.unwrap();
+    idle(&agent).await;
+    // Follow-ups: both after the run would stop, in one response.
+    agent.follow_up("c").await.unwrap();
+    agent.follow_up("d").await.unwrap();
+    agent.prompt(tiller::Prompt::Continue).await.unwrap();
+    idle(&agent).await;
+    let transcript = agent.state().await.unwrap().messages;
+    let texts: Vec<String> = transcript
+        .iter()
+        .map(|m| match m.as_assistant() {
+            Some(a) => a.text(),
+            None => m.as_user().unwrap().text_content(),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["hello", "seen 1", "a", "b", "seen 4", "c", "d", "seen 7"]
+    );
+    assert_eq!(faux.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn clearing_the_follow_ups_leaves_the_steering_queued() {
+    let (_supervisor, agent, faux) = agent(|s| s).await;
+    faux.push(FauxTurn::text("first"));
+    agent.run("hello").await.unwrap();
+    agent.steer("keep me").await.unwrap();
+    agent.follow_up("drop me").await.unwrap();
+    agent.clear_queues(tiller::Queues::FollowUp).await.unwrap();
+    let state = agent.state().await.unwrap();
+    assert_eq!(state.follow_up_queue, []);
+    assert_eq!(
+        state
+            .steering_queue
+            .iter()
+            .map(|m| m.as_user().unwrap().text_content())
+            .collect::<Vec<_>>(),
+        ["keep me"]
+    );
+    agent.clear_queues(tiller::Queues::Steering).await.unwrap();
+    assert!(!agent.has_queued_messages().await.unwrap());
+}
+
+#[tokio::test]
 async fn the_session_id_reaches_the_provider_and_can_change() {
     let (_supervisor, agent, faux) = agent(|mut s| {
         s.definition.run.stream.session_id = Some("session-abc".into());
@@ -300,6 +359,7 @@ async fn run_reports_the_outcome() {
         (outcome.error(), outcome.end),
         (None, tiller::RunEnd::Completed)
     );
+    assert!(!outcome.summary().has_error());
 }
 
 #[tokio::test]
@@ -320,6 +380,7 @@ async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
             "half an ans"
         )
     );
+    assert!(outcome.summary().has_error());
     let state = agent.state().await.unwrap();
     assert_eq!(roles(&state.messages), ["user", "assistant"]);
     assert_eq!(
