@@ -103,7 +103,7 @@ impl Setup {
             thinking: options.thinking,
             max_turns: options.max_turns,
             max_tokens: options.max_tokens,
-            context_window: context_window(options)?,
+            context_window: context_window(options.context_window, var("TILLER_CONTEXT_WINDOW"))?,
             ..DefinitionPatch::default()
         };
         flags
@@ -124,17 +124,14 @@ impl Setup {
     }
 }
 
-/// The context window `--context-window` or `$TILLER_CONTEXT_WINDOW` gives, if
-/// either does.
-fn context_window(options: &AgentOptions) -> Result<Option<u32>, SetupError> {
-    if options.context_window.is_some() {
-        return Ok(options.context_window);
-    }
-    let Some(value) = std::env::var("TILLER_CONTEXT_WINDOW")
-        .ok()
-        .filter(|value| !value.trim().is_empty())
-    else {
-        return Ok(None);
+/// The context window `--context-window` gives, else `$TILLER_CONTEXT_WINDOW`
+/// (`variable`), if either does.
+fn context_window(
+    option: Option<u32>,
+    variable: Option<String>,
+) -> Result<Option<u32>, SetupError> {
+    let Some(value) = variable.filter(|_| option.is_none()) else {
+        return Ok(option);
     };
     match value.trim().parse::<u32>() {
         Ok(window) if window > 0 => Ok(Some(window)),

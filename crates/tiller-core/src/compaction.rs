@@ -172,7 +172,7 @@ impl CompactionSummary {
     pub fn of(message: &AgentMessage) -> Option<CompactionSummary> {
         match message {
             AgentMessage::Custom(custom) if custom.kind == COMPACTION_KIND => {
-                serde_json::from_value(custom.payload.clone()).ok()
+                CompactionSummary::deserialize(&custom.payload).ok()
             }
             _ => None,
         }
@@ -197,10 +197,37 @@ pub fn summary_as_llm(message: &AgentMessage) -> Option<Cow<'_, Message>> {
     }
 }
 
+/// The estimate of `bytes` of text: a token per four bytes.
+pub(crate) fn text_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+/// The estimate of what every request carries besides the transcript: the
+/// system prompt and the tools' definitions.
+pub(crate) fn overhead_tokens(system_prompt: Option<&str>, tools: &[tiller_ai::Tool]) -> u64 {
+    let tools: u64 = tools
+        .iter()
+        .map(|tool| {
+            text_tokens(
+                tool.name.len() + tool.description.len() + crate::tool::json_len(&tool.parameters),
+            )
+        })
+        .sum();
+    system_prompt.map_or(0, |prompt| text_tokens(prompt.len())) + tools
+}
+
+/// The provider's count of the whole request and its answer, when `message` is a
+/// response that reported usage.
+fn measured_tokens(message: &AgentMessage) -> Option<u64> {
+    let usage = &message.as_assistant()?.usage;
+    (usage.input + usage.cache_read > 0)
+        .then(|| usage.input + usage.cache_read + usage.cache_write + usage.output)
+}
+
 /// A message's token count: what the provider reported for an assistant message
 /// that has usage, an estimate otherwise (see the module's doc).
 pub fn estimate_tokens(message: &AgentMessage) -> u64 {
-    let text = |bytes: usize| (bytes as u64).div_ceil(4);
+    let text = text_tokens;
     let content = |content: &[Content]| -> u64 {
         content
             .iter()
@@ -247,15 +274,12 @@ impl ContextTokens {
     /// The count after `message` joins the transcript: a response with usage
     /// resets it to the provider's count, any other message adds its estimate.
     pub fn after(self, message: &AgentMessage) -> ContextTokens {
-        match message.as_assistant() {
-            Some(assistant) if assistant.usage.input + assistant.usage.cache_read > 0 => {
-                let usage = &assistant.usage;
-                ContextTokens {
-                    total: usage.input + usage.cache_read + usage.cache_write + usage.output,
-                    measured: true,
-                }
-            }
-            _ => ContextTokens {
+        match measured_tokens(message) {
+            Some(total) => ContextTokens {
+                total,
+                measured: true,
+            },
+            None => ContextTokens {
                 total: self.total + estimate_tokens(message),
                 measured: self.measured,
             },
@@ -270,12 +294,9 @@ impl ContextTokens {
             .first()
             .and_then(|first| CompactionSummary::of(first.borrow()))
             .map_or(0, |summary| 1 + summary.kept as usize);
-        let measured = (fresh_from..messages.len()).rev().find(|&at| {
-            messages[at]
-                .borrow()
-                .as_assistant()
-                .is_some_and(|a| a.usage.input + a.usage.cache_read > 0)
-        });
+        let measured = (fresh_from..messages.len())
+            .rev()
+            .find(|&at| measured_tokens(messages[at].borrow()).is_some());
         match measured {
             Some(at) => messages[at..]
                 .iter()
@@ -396,17 +417,23 @@ pub(crate) async fn summarize_with(
 
 /// `summary` cut to about `max_tokens` tokens (four bytes each), at a character
 /// boundary: a summarizer that writes more than it was asked for is held to it.
-pub fn cut_to_tokens(mut summary: String, max_tokens: u32) -> String {
-    let mut end = (max_tokens as usize).saturating_mul(4);
-    if summary.len() <= end {
-        return summary;
+pub fn cut_to_tokens(summary: String, max_tokens: u32) -> String {
+    match cut_text(&summary, (max_tokens as usize).saturating_mul(4)) {
+        Cow::Borrowed(_) => summary,
+        Cow::Owned(cut) => cut,
     }
-    while !summary.is_char_boundary(end) {
-        end -= 1;
+}
+
+/// `text` as it is when it holds at most `max_bytes`, else its first `max_bytes`
+/// (to a character boundary) and ` […]`.
+fn cut_text(text: &str, max_bytes: usize) -> Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return Cow::Borrowed(text);
     }
-    summary.truncate(end);
-    summary.push_str(" […]");
-    summary
+    Cow::Owned(format!(
+        "{} […]",
+        &text[..text.floor_char_boundary(max_bytes)]
+    ))
 }
 
 /// The most bytes of one message a summarizer is shown.
@@ -423,14 +450,12 @@ pub fn render(messages: &[AgentMessage], budget: u64) -> String {
         _ => (None, messages),
     };
     let previous = previous.map(|first| render_one(first).unwrap_or_default());
-    used += previous
-        .as_ref()
-        .map_or(0, |p| (p.len() as u64).div_ceil(4));
+    used += previous.as_ref().map_or(0, |p| text_tokens(p.len()));
     for message in rest.iter().rev() {
         let Some(line) = render_one(message) else {
             continue;
         };
-        let cost = (line.len() as u64).div_ceil(4);
+        let cost = text_tokens(line.len());
         if used + cost > budget {
             omitted = true;
             break;
@@ -447,16 +472,7 @@ pub fn render(messages: &[AgentMessage], budget: u64) -> String {
 }
 
 fn render_one(message: &AgentMessage) -> Option<String> {
-    let cut = |text: &str| -> String {
-        if text.len() <= MESSAGE_BYTES {
-            return text.to_owned();
-        }
-        let mut end = MESSAGE_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{} […]", &text[..end])
-    };
+    let cut = |text: &str| cut_text(text, MESSAGE_BYTES).into_owned();
     let content_text = |content: &[Content]| {
         content
             .iter()

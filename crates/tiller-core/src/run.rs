@@ -29,7 +29,6 @@ use crate::message::{AgentMessage, default_convert_to_llm};
 use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
 use crate::request::{self, Reply, UserRequest, open_requests};
-use crate::tool::json_len;
 use crate::toolset::ToolSet;
 
 /// Receives every event of a run, in order. It must not block.
@@ -371,19 +370,10 @@ impl Run {
         let tokens = context
             .tokens
             .unwrap_or_else(|| ContextTokens::of(&context.messages));
-        let text = |bytes: usize| (bytes as u64).div_ceil(4);
-        let overhead = context
-            .system_prompt
-            .as_deref()
-            .map_or(0, |p| text(p.len()))
-            + context
-                .tools
-                .definitions()
-                .iter()
-                .map(|tool| {
-                    text(tool.name.len() + tool.description.len() + json_len(&tool.parameters))
-                })
-                .sum::<u64>();
+        let overhead = compaction::overhead_tokens(
+            context.system_prompt.as_deref(),
+            context.tools.definitions(),
+        );
         Run {
             window: config.model.context_window,
             config,
@@ -462,12 +452,7 @@ impl Run {
                         }
                         Interrupted::Aborted => StreamError::Aborted.to_string(),
                     };
-                    let tokens = self.context_tokens();
-                    self.emit(AgentEvent::CompactionStart {
-                        reason: CompactionReason::Manual,
-                        tokens_before: tokens,
-                    });
-                    Err(self.compaction_failed(CompactionReason::Manual, tokens, error))
+                    Err(self.compaction_refused(CompactionReason::Manual, error))
                 }
             };
             let reason = match compacted {
@@ -820,14 +805,7 @@ impl Run {
     /// Adds an assistant message saying why the run failed.
     fn fail(&mut self, reason: String) -> AssistantMessage {
         let message = failed_message(&self.config.model, reason);
-        self.emit(AgentEvent::MessageStart {
-            message: Box::new(message.clone().into()),
-        });
-        self.emit(AgentEvent::MessageEnd {
-            message: Box::new(message.clone().into()),
-        });
-        self.push(message.clone().into());
-        message
+        self.finish_response(Some(message.clone()), message)
     }
 
     /// Streams the model's response to the transcript as it stands: compacted
@@ -883,7 +861,7 @@ impl Run {
             };
             message.error_message = Some(format!("{overflow}; {why}"));
             self.overflowed = true;
-            return self.finish_response(start, message);
+            return self.finish_response(Some(start), message);
         }
     }
 
@@ -994,27 +972,21 @@ impl Run {
             }
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
-        Ok(match held {
-            Some(start) => self.finish_response(*start, message),
-            None => {
-                self.emit(AgentEvent::MessageEnd {
-                    message: Box::new(message.clone().into()),
-                });
-                self.push(message.clone().into());
-                message
-            }
-        })
+        Ok(self.finish_response(held.map(|start| *start), message))
     }
 
-    /// Announces a response that streamed nothing, start and end, and adds it.
+    /// Ends a response, announcing its start first when it was held (nothing
+    /// streamed), and adds it to the transcript.
     fn finish_response(
         &mut self,
-        start: AssistantMessage,
+        start: Option<AssistantMessage>,
         message: AssistantMessage,
     ) -> AssistantMessage {
-        self.emit(AgentEvent::MessageStart {
-            message: Box::new(start.into()),
-        });
+        if let Some(start) = start {
+            self.emit(AgentEvent::MessageStart {
+                message: Box::new(start.into()),
+            });
+        }
         self.emit(AgentEvent::MessageEnd {
             message: Box::new(message.clone().into()),
         });
@@ -1035,16 +1007,9 @@ impl Run {
         let tokens_before = self.context_tokens();
         let Some(cut) = compaction::cut_point(&self.messages, keep) else {
             if reason == CompactionReason::Manual {
-                self.emit(AgentEvent::CompactionStart {
-                    reason,
-                    tokens_before,
-                });
-                self.compaction_failed(
-                    reason,
-                    tokens_before,
-                    "nothing to compact: the transcript is within the tokens kept as they are"
-                        .to_owned(),
-                );
+                let error =
+                    "nothing to compact: the transcript is within the tokens kept as they are";
+                self.compaction_refused(reason, error.to_owned());
             }
             return Err(Unfinished::NothingToCut);
         };
@@ -1101,7 +1066,7 @@ impl Run {
             tokens_before,
             tokens_after: 0,
         };
-        let summary_tokens = (payload.for_model().len() as u64).div_ceil(4);
+        let summary_tokens = compaction::text_tokens(payload.for_model().len());
         let after = ContextTokens {
             total: summary_tokens + kept_tokens,
             measured: false,
@@ -1140,6 +1105,16 @@ impl Run {
         Ok(())
     }
 
+    /// Announces a compaction that could not start, with both its events.
+    fn compaction_refused(&self, reason: CompactionReason, error: String) -> Unfinished {
+        let tokens_before = self.context_tokens();
+        self.emit(AgentEvent::CompactionStart {
+            reason,
+            tokens_before,
+        });
+        self.compaction_failed(reason, tokens_before, error)
+    }
+
     /// Announces a compaction that failed, the transcript left as it was.
     fn compaction_failed(
         &self,
@@ -1173,14 +1148,7 @@ impl Run {
     fn record(&mut self, message: AssistantMessage) -> AssistantMessage {
         let mut start = message.clone();
         start.content.clear();
-        self.emit(AgentEvent::MessageStart {
-            message: Box::new(start.into()),
-        });
-        self.emit(AgentEvent::MessageEnd {
-            message: Box::new(message.clone().into()),
-        });
-        self.push(message.clone().into());
-        message
+        self.finish_response(Some(start), message)
     }
 }
 

@@ -247,9 +247,7 @@ impl ActorState {
         );
         if !answered.is_empty() {
             let from = self.messages.len() - answered.len();
-            for message in &self.messages[from..] {
-                self.tokens = self.tokens.after(message);
-            }
+            self.count_from(from);
             self.commit(answered, None);
         }
         let agent_context = self.agent.run_context();

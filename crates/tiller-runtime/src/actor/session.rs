@@ -159,18 +159,24 @@ impl ActorState {
         reply: Option<RpcReplyPort<Result<(), AgentError>>>,
     ) {
         let results = cancel_requests(&self.messages, "the user gave up on the request.");
-        let from = self.messages.len();
+        let (from, seq) = (self.messages.len(), self.next_seq());
         self.messages.extend(results.into_iter().map(Arc::new));
-        for result in &self.messages[from..] {
-            self.tokens = self.tokens.after(result);
-        }
-        writes.extend(appends(
-            &self.agent,
-            self.base + from as u64,
-            &self.messages[from..],
-        ));
+        self.count_from(from);
+        writes.extend(appends(&self.agent, seq, &self.messages[from..]));
         self.commit(writes, reply);
         self.sync_waiting();
+    }
+
+    /// The place in the stored transcript of the next message added.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.base + self.messages.len() as u64
+    }
+
+    /// Adds the messages of the transcript from `from` on to its token count.
+    pub(super) fn count_from(&mut self, from: usize) {
+        self.tokens = self.messages[from..]
+            .iter()
+            .fold(self.tokens, |tokens, message| tokens.after(message));
     }
 
     /// Hands `writes` to the store; `reply` hears once they are committed.
