@@ -64,6 +64,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         match event {
             AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                ..
             } => {
                 print!("{delta}");
                 std::io::stdout().flush()?;

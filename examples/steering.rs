@@ -107,6 +107,7 @@ async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::Subscription
             }
             AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                ..
             } => {
                 print!("{delta}");
                 let _ = std::io::stdout().flush();

@@ -17,6 +17,7 @@
 //!   api_key_env: OPENAI_API_KEY       # only with a base_url of its own: the key to send there
 //!   llm: local                        # a named LLM configuration (the library's LlmConfigs)
 //!   thinking: off
+//!   thinking_budgets: {low: 2048}     # tokens per level, for providers that take a budget
 //!   temperature: 0.2
 //!   max_tokens: 1024
 //!   context_window: 4096              # the model's window, when no catalog knows it (a local server's -c)
@@ -25,12 +26,15 @@
 //!   tool_choice_after_tools: none     # once a forced call was made; the provider's default if absent
 //!   tools:
 //!     - name: add
+//!       label: Adding                 # what interfaces show (the name if absent)
 //!       description: Add two integers
 //!       parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}
 //!       command: [python3, tools/add.py]
 //!       timeout_ms: 10000
 //!       env: [ADD_PRECISION]          # passed on besides PATH, HOME and LANG
 //!     - name: action                  # a built-in, named alone
+//!     - name: display_widget          # built-ins: widgets with an id, shown and updated
+//!     - name: update_widget
 //!     - name: search                  # named alone: taken from the host's ToolRegistry
 //!     - name: ask_agent               # hand work to another agent (Definitions::with_ask_agent)
 //!   approvals: {add: ask}             # per tool: always (the default), ask or never
@@ -41,6 +45,8 @@
 //!     reserve_tokens: 16384           # compact past context_window − this
 //!     keep_recent_tokens: 20000       # the latest messages kept as they are
 //!     llm: cheap                      # a named LLM configuration writes the summaries
+//!   extra_body: {top_k: 40}           # provider-specific keys, added to each request's body
+//!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -55,15 +61,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::command_tool::CommandTool;
+use crate::compress::Compression;
 use crate::llm::LlmConfigs;
 use crate::tool_registry::ToolRegistry;
 use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
-    ToolSetError,
+    ToolSetError, WidgetTool,
 };
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tiller_ai::ThinkingBudgets;
 use tiller_core::compaction::{self, CompactionPolicy};
 use tiller_core::{Approval, ToolFilter};
 #[cfg(feature = "mcp")]
@@ -110,6 +118,10 @@ pub struct AgentFile {
     pub max_asks_per_tool: Option<u32>,
     /// When the transcript is compacted (`compaction`), if the file says.
     pub compaction: Option<CompactionPolicy>,
+    /// How long answers are cut when the transcript is reloaded (`compression`),
+    /// if the file says; applied where the session store is known
+    /// ([`Definitions::with_session_store`](crate::Definitions::with_session_store)).
+    pub compression: Option<Compression>,
 }
 
 /// An agent file's approval policy for one tool (the Rust-only
@@ -497,6 +509,7 @@ struct Extra {
     api_key_env: Option<String>,
     llm: Option<String>,
     thinking: Option<ThinkingLevel>,
+    thinking_budgets: Option<ThinkingBudgets>,
     temperature: Option<f32>,
     #[serde(default, deserialize_with = "at_least_one")]
     max_tokens: Option<u32>,
@@ -525,6 +538,9 @@ struct Extra {
     approvals: BTreeMap<String, ApprovalRule>,
     max_asks_per_tool: Option<u32>,
     compaction: Option<CompactionPolicy>,
+    #[serde(default)]
+    extra_body: serde_json::Map<String, Value>,
+    compression: Option<Compression>,
 }
 
 #[derive(Deserialize)]
@@ -539,6 +555,8 @@ enum Kind {
 #[serde(deny_unknown_fields)]
 struct RawTool {
     name: String,
+    /// What interfaces show instead of the name.
+    label: Option<String>,
     description: Option<String>,
     parameters: Option<Value>,
     command: Option<Vec<String>>,
@@ -551,7 +569,7 @@ struct RawTool {
 }
 
 /// The tools an entry may name without a command.
-const BUILT_IN_TOOLS: [&str; 1] = [ActionTool::NAME];
+const BUILT_IN_TOOLS: [&str; 3] = [ActionTool::NAME, WidgetTool::DISPLAY, WidgetTool::UPDATE];
 
 fn empty_object_schema() -> Value {
     json!({"type": "object", "properties": {}})
@@ -635,10 +653,13 @@ impl RawAgentFile {
             max_tokens: extra.max_tokens,
             context_window: extra.context_window,
             thinking: extra.thinking,
+            thinking_budgets: extra.thinking_budgets,
+            extra_body: extra.extra_body,
             max_turns: extra.max_turns,
             tool_choice: extra.tool_choice,
             tool_choice_after_tools: extra.tool_choice_after_tools,
             output_schema: None,
+            default_system_prompt: None,
         };
         Ok(AgentFile {
             path: path.to_owned(),
@@ -658,6 +679,7 @@ impl RawAgentFile {
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,
             compaction: extra.compaction,
+            compression: extra.compression,
         })
     }
 }
@@ -738,17 +760,19 @@ impl RawTool {
         for (at, name) in self.env.iter().enumerate() {
             check_variable_name(name, format!("json_schema_extra.tools[{index}].env[{at}]"))?;
         }
-        Ok(FileTool::Ready(Arc::new(
-            CommandTool::new(
-                self.name,
-                description,
-                self.parameters.unwrap_or_else(empty_object_schema),
-                program,
-                args,
-                timeout,
-            )
-            .with_env(self.env),
-        )))
+        let tool = CommandTool::new(
+            self.name,
+            description,
+            self.parameters.unwrap_or_else(empty_object_schema),
+            program,
+            args,
+            timeout,
+        )
+        .with_env(self.env);
+        Ok(FileTool::Ready(Arc::new(match self.label {
+            Some(label) => tool.with_label(label),
+            None => tool,
+        })))
     }
 
     /// A tool named alone: a built-in, or one of the host's registry. It takes
@@ -756,6 +780,7 @@ impl RawTool {
     fn named(self, index: usize) -> Result<FileTool, (String, String)> {
         let field = |name: &str| format!("json_schema_extra.tools[{index}].{name}");
         for (name, given) in [
+            ("label", self.label.is_some()),
             ("description", self.description.is_some()),
             ("parameters", self.parameters.is_some()),
             ("timeout_ms", self.timeout_ms.is_some()),
@@ -777,7 +802,10 @@ impl RawTool {
                     "only the built-in `action` tool takes `types`".into(),
                 ));
             }
-            return Ok(FileTool::Named(self.name));
+            return Ok(match WidgetTool::named(&self.name) {
+                Some(widget) => FileTool::Ready(Arc::new(widget)),
+                None => FileTool::Named(self.name),
+            });
         }
         let tool = ActionTool::with_types(self.types.unwrap_or_default())
             .map_err(|error| (field("types"), error))?;

@@ -83,6 +83,7 @@ impl AgentTool for AgentAsTool {
             let relay = agent.relay(move |envelope| {
                 if let Delivered::Event(AgentEvent::MessageUpdate {
                     assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                    ..
                 }) = &envelope.event
                 {
                     streaming.update(ToolOutput::text(delta.clone()));

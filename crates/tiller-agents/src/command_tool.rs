@@ -48,6 +48,7 @@ pub use tiller_core::process::BASE_ENV;
 #[derive(Debug, Clone)]
 pub struct CommandTool {
     name: String,
+    label: Option<String>,
     description: String,
     parameters: Value,
     program: PathBuf,
@@ -69,6 +70,7 @@ impl CommandTool {
     ) -> Self {
         CommandTool {
             name: name.into(),
+            label: None,
             description: description.into(),
             parameters,
             program: program.into(),
@@ -82,6 +84,13 @@ impl CommandTool {
     /// Also passes these variables of Tiller's environment to the program.
     pub fn with_env(mut self, names: Vec<String>) -> Self {
         self.env = names;
+        self
+    }
+
+    /// Shows `label` instead of the name in interfaces (events, the command's tool
+    /// lines, the dashboard).
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
         self
     }
 
@@ -189,6 +198,10 @@ impl CommandTool {
 impl AgentTool for CommandTool {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
     }
 
     fn description(&self) -> &str {

@@ -1,8 +1,25 @@
 //! Compressing a transcript as it is reloaded from the store: long assistant
-//! answers are cut, each with a marker naming the stored message, and the built-in
-//! `lookup` tool fetches a cut message whole by that name. Tool results are never
-//! cut, and the store keeps every message whole. It is made of what the runtime
-//! offers any host: a reload hook ([`AgentCode::on_reload`](tiller_runtime::AgentCode::on_reload)) and a tool.
+//! answers are cut in the middle, keeping their start and their end, with a marker
+//! naming the stored message, and the built-in `lookup` tool fetches a cut message
+//! whole by that name. User messages and tool results are never cut, and the store
+//! keeps every message whole. It is made of what the runtime offers any host: a
+//! reload hook ([`AgentCode::on_reload`](tiller_runtime::AgentCode::on_reload)) and a tool.
+//!
+//! A cut answer's text becomes one text block (before its other blocks, such as
+//! tool calls), its first `max_chars − keep_end_chars` characters, the marker on a
+//! line of its own, and its last `keep_end_chars` characters:
+//!
+//! ```text
+//! {start}
+//! [… N characters cut. The whole message is "message:SEQ": call the `lookup` tool with that name to read it.]
+//! {end}
+//! ```
+//!
+//! where `N` counts the characters (Unicode scalar values) left out and `SEQ` is the
+//! message's place in the stored transcript. It is set from Rust
+//! ([`Compression::applied_to`]), agent files (`compression: {max_chars: 400,
+//! keep_end_chars: 100}`), `tiller serve --compress-chars N` and the command's
+//! `--compress-chars N`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -27,16 +44,22 @@ use tiller_runtime::AgentSettings;
 /// How a transcript reloaded from the store (on resume, restart or thaw) is
 /// compressed: off unless [`Compression::applied_to`] an agent's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Compression {
     /// Assistant messages whose text is longer than this many characters are cut to
-    /// it (default 400).
+    /// it, the marker aside (default 400).
     pub max_chars: usize,
+    /// How many of the kept characters come from the end of the text (default 100;
+    /// at most `max_chars`).
+    pub keep_end_chars: usize,
 }
 
 impl Default for Compression {
     fn default() -> Self {
-        Compression { max_chars: 400 }
+        Compression {
+            max_chars: 400,
+            keep_end_chars: 100,
+        }
     }
 }
 
@@ -49,6 +72,14 @@ fn name_of(seq: u64) -> String {
 }
 
 impl Compression {
+    /// Answers longer than `max_chars` cut to it, a quarter of it from their end.
+    pub fn keeping(max_chars: usize) -> Self {
+        Compression {
+            max_chars,
+            keep_end_chars: max_chars / 4,
+        }
+    }
+
     /// `settings` compressing their reloaded transcripts, with the `lookup` tool
     /// reading cut messages from `store` (unless their tools have one already).
     /// The tool comes with the compression, not the definition: the session does
@@ -60,7 +91,7 @@ impl Compression {
     ) -> AgentSettings {
         settings.code.on_reload = Some(Arc::new(
             move |first: u64, messages: &mut [Arc<AgentMessage>]| {
-                compress(first, messages, self.max_chars);
+                self.compress(first, messages);
             },
         ));
         if settings
@@ -80,32 +111,37 @@ impl Compression {
     }
 }
 
-/// Cuts, in place, the assistant messages of `messages` longer than `max_chars`;
-/// the first of them is at place `first` in the stored transcript.
-fn compress(first: u64, messages: &mut [Arc<AgentMessage>], max_chars: usize) {
-    for (seq, message) in (first..).zip(messages.iter_mut()) {
-        let Some(assistant) = message.as_assistant() else {
-            continue;
-        };
-        let text = assistant.text();
-        let length = text.chars().count();
-        if length <= max_chars {
-            continue;
+impl Compression {
+    /// Cuts, in place, the assistant messages of `messages` longer than
+    /// `max_chars`; the first of them is at place `first` in the stored transcript.
+    fn compress(self, first: u64, messages: &mut [Arc<AgentMessage>]) {
+        let keep_end = self.keep_end_chars.min(self.max_chars);
+        let keep_start = self.max_chars - keep_end;
+        for (seq, message) in (first..).zip(messages.iter_mut()) {
+            let Some(assistant) = message.as_assistant() else {
+                continue;
+            };
+            let text = assistant.text();
+            let length = text.chars().count();
+            if length <= self.max_chars {
+                continue;
+            }
+            let start: String = text.chars().take(keep_start).collect();
+            let end: String = text.chars().skip(length - keep_end).collect();
+            let marker = format!(
+                "{start}\n[… {} characters cut. The whole message is \"{}\": call the `{LOOKUP_TOOL}` tool with that name to read it.]\n{end}",
+                length - self.max_chars,
+                name_of(seq)
+            );
+            let mut shortened = assistant.clone();
+            shortened
+                .content
+                .retain(|block| !matches!(block, AssistantContent::Text(_)));
+            shortened
+                .content
+                .insert(0, AssistantContent::Text(TextContent::new(marker)));
+            *message = Arc::new(shortened.into());
         }
-        let kept: String = text.chars().take(max_chars).collect();
-        let marker = format!(
-            "{kept}\n[… {} more characters cut. The whole message is \"{}\": call the `{LOOKUP_TOOL}` tool with that name to read it.]",
-            length - max_chars,
-            name_of(seq)
-        );
-        let mut shortened = assistant.clone();
-        shortened
-            .content
-            .retain(|block| !matches!(block, AssistantContent::Text(_)));
-        shortened
-            .content
-            .insert(0, AssistantContent::Text(TextContent::new(marker)));
-        *message = Arc::new(shortened.into());
     }
 }
 
@@ -148,4 +184,67 @@ fn lookup(store: Arc<dyn SessionStore>) -> Arc<dyn AgentTool> {
         },
     );
     Arc::new(lookup)
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use tiller_ai::{AssistantMessage, Model, ToolCall, ToolResultMessage};
+
+    use super::*;
+
+    fn long(what: &str) -> String {
+        format!("{what} begins. {} {what} ends.", "middle ".repeat(100))
+    }
+
+    /// A long answer keeps its start and its end around the documented marker;
+    /// long user messages and tool results come back whole, as do short answers.
+    #[test]
+    fn a_long_answer_keeps_its_start_and_end_and_nothing_else_is_cut() {
+        let model = Model::openai_compatible("http://127.0.0.1:9/v1", "m");
+        let answer = |text: String, call: Option<ToolCall>| {
+            let mut message = AssistantMessage::empty(&model);
+            message
+                .content
+                .push(AssistantContent::Text(TextContent::new(text)));
+            message
+                .content
+                .extend(call.map(|call| AssistantContent::ToolCall(Box::new(call))));
+            AgentMessage::from(message)
+        };
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "search".into(),
+            arguments: json!({"q": "x"}),
+            arguments_error: None,
+            signature: None,
+        };
+        let transcript: Vec<AgentMessage> = vec![
+            AgentMessage::user(long("The question")),
+            answer(long("The answer"), Some(call.clone())),
+            ToolResultMessage::text(&call, long("The result"), false).into(),
+            answer("Short.".into(), None),
+        ];
+        let mut messages: Vec<Arc<AgentMessage>> =
+            transcript.iter().cloned().map(Arc::new).collect();
+        let compression = Compression {
+            max_chars: 30,
+            keep_end_chars: 12,
+        };
+        compression.compress(7, &mut messages);
+
+        let cut = messages[1].as_assistant().unwrap();
+        let length = long("The answer").chars().count();
+        assert_eq!(
+            cut.text(),
+            format!(
+                "The answer begins.\n[… {} characters cut. The whole message is \"message:8\": call the `lookup` tool with that name to read it.]\nanswer ends.",
+                length - 30
+            )
+        );
+        assert_eq!(cut.tool_calls().count(), 1, "the call stays");
+        for at in [0, 2, 3] {
+            assert_eq!(*messages[at], transcript[at], "message {at} is whole");
+        }
+    }
 }

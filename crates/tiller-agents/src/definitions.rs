@@ -24,9 +24,11 @@ use std::sync::Arc;
 
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
+use crate::compress::Compression;
 use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
 #[cfg(feature = "mcp")]
 use tiller_mcp::{McpError, McpServer};
+use tiller_store::SessionStore;
 
 /// Agent definitions by name, each in one or more versions, with what their
 /// agents are made with: the host's tools, named LLM configurations and a model
@@ -40,6 +42,20 @@ pub struct Definitions {
     default_model: Option<Model>,
     /// The key passed with the default model.
     default_key: Option<ApiKey>,
+    /// The store the agents' sessions are kept in, for compression's `lookup`.
+    store: Option<SessionStoreRef>,
+    /// The compression of files that declare none.
+    compression: Option<Compression>,
+}
+
+/// A session store, shown by its presence alone.
+#[derive(Clone)]
+struct SessionStoreRef(Arc<dyn SessionStore>);
+
+impl std::fmt::Debug for SessionStoreRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionStore")
+    }
 }
 
 /// Why definitions could not be read or used. Non-exhaustive: the `mcp` feature
@@ -225,6 +241,22 @@ impl Definitions {
         self
     }
 
+    /// The same definitions knowing the store their agents' sessions are kept in
+    /// (the supervisor's): needed to compress reloaded transcripts, whose `lookup`
+    /// tool reads from it. `tiller serve` and the command set it.
+    pub fn with_session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(SessionStoreRef(store));
+        self
+    }
+
+    /// The same definitions compressing reloaded transcripts as `compression`
+    /// says, for the files that declare no `compression` of their own (once they
+    /// know the session store).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = Some(compression);
+        self
+    }
+
     /// The key passed with the default model.
     pub fn default_key(&self) -> Option<&ApiKey> {
         self.default_key.as_ref()
@@ -291,6 +323,11 @@ impl Definitions {
         let definition = &mut settings.definition;
         if definition.run.stream.api_key.is_none() && definition.model == self.default_model {
             definition.run.stream.api_key = self.default_key.clone();
+        }
+        if let (Some(compression), Some(store)) =
+            (file.compression.or(self.compression), &self.store)
+        {
+            settings = compression.applied_to(settings, store.0.clone());
         }
         Ok(AgentSpec::new(settings))
     }

@@ -47,6 +47,6 @@ pub use tool_registry::ToolRegistry;
 use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice};
 use tiller_core::{
     ActionTool, AgentMessage, AgentTool, FnTool, ToolContext, ToolError, ToolOutput, ToolSet,
-    ToolSetError,
+    ToolSetError, WidgetTool,
 };
 use tiller_runtime::{AgentHandle, AgentSettings, AgentSpec, RunOutcome, Supervisor};

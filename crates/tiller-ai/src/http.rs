@@ -104,8 +104,19 @@ pub(crate) fn post_json<T: Serialize>(
 ) -> Result<HttpRequest, StreamError> {
     let invalid = |message: String| StreamError::InvalidRequest { message };
     let url = format!("{}/{path}", model.base_url.trim_end_matches('/'));
-    let body = serde_json::to_vec(body)
-        .map_err(|error| invalid(format!("could not serialize the request: {error}")))?;
+    let unserializable =
+        |error: serde_json::Error| invalid(format!("could not serialize the request: {error}"));
+    let body = if options.extra_body.is_empty() {
+        serde_json::to_vec(body).map_err(unserializable)?
+    } else {
+        // The provider's own keys, then the caller's, which win.
+        let mut value = serde_json::to_value(body).map_err(unserializable)?;
+        let Some(object) = value.as_object_mut() else {
+            return Err(invalid("extra body keys need a JSON object body".into()));
+        };
+        object.extend(options.extra_body.clone());
+        serde_json::to_vec(&value).map_err(unserializable)?
+    };
     let mut headers = HeaderMap::with_capacity(8);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));

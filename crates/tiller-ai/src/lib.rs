@@ -87,7 +87,7 @@ pub use options::{
     UnknownThinkingLevel,
 };
 pub use overflow::ContextOverflow;
-pub use partial::PartialMessage;
+pub use partial::{PartialMessage, StreamedMessage};
 pub use provider::{
     AnthropicMessages, BedrockConverseStream, CustomProvider, GoogleGenerativeAi,
     OpenAiCompletions, OpenAiResponses, PiProxy, Provider, ProviderEvent,

@@ -68,6 +68,11 @@ pub struct StreamOptions {
     /// the system prompt (a provider of the host's gets this field and does as it
     /// sees fit). Tool calls stay possible; the schema applies to the answer.
     pub output_schema: Option<OutputSchema>,
+    /// Provider-specific keys added to the top level of the request's JSON body
+    /// as they are (vLLM's `top_k`, llama.cpp's `min_p`, OpenAI's `service_tier`,
+    /// …). A key here replaces the one Tiller would send under the same name; the
+    /// body goes out unchanged when it is empty (the default).
+    pub extra_body: serde_json::Map<String, Value>,
 }
 
 /// A JSON Schema for the model's answer (structured output).
@@ -128,6 +133,7 @@ impl Default for StreamOptions {
             limits: StreamLimits::default(),
             http_client: None,
             output_schema: None,
+            extra_body: serde_json::Map::new(),
         }
     }
 }

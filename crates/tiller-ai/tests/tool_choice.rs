@@ -1,4 +1,5 @@
-//! `tool_choice` on the wire of each dialect, and the shape of a tool-call turn sent
+//! Request options on the wire of each dialect — `tool_choice`, thinking levels and
+//! budgets, provider-specific extra keys — and the shape of a tool-call turn sent
 //! back to OpenAI-compatible servers, asserted on the requests a loopback server got.
 
 #![allow(clippy::unwrap_used)]
@@ -6,8 +7,8 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_ai::{
-    ApiKey, AssistantContent, AssistantMessage, Context, Message, Model, StreamOptions, Tool,
-    ToolCall, ToolChoice, ToolResultMessage,
+    ApiKey, AssistantContent, AssistantMessage, Context, Message, Model, StreamOptions,
+    ThinkingBudgets, ThinkingLevel, Tool, ToolCall, ToolChoice, ToolResultMessage,
 };
 use tiller_test_support::{MockResponse, MockServer, sse};
 
@@ -25,6 +26,19 @@ async fn sent_body(
     context: &Context,
     choice: Option<ToolChoice>,
 ) -> Value {
+    let options = StreamOptions {
+        tool_choice: choice,
+        ..StreamOptions::default()
+    };
+    sent_body_with(model, context, options).await
+}
+
+/// The body of the one request `stream` sends for `context` with `options`.
+async fn sent_body_with(
+    model: impl FnOnce(String) -> Model,
+    context: &Context,
+    options: StreamOptions,
+) -> Value {
     let server = MockServer::start().await;
     let model = model(server.base_url());
     server.push(MockResponse::sse(if model.provider == "anthropic" {
@@ -34,8 +48,7 @@ async fn sent_body(
     }));
     let options = StreamOptions {
         api_key: Some(ApiKey::new("test-key")),
-        tool_choice: choice,
-        ..StreamOptions::default()
+        ..options
     };
     tiller_ai::stream(&model, context, &options).result().await;
     server.requests().remove(0).body
@@ -167,4 +180,94 @@ async fn anthropic_structured_output_is_a_forced_tool_read_back_as_text() {
         ),
         (r#"{"sum":5}"#.to_owned(), 0, tiller_ai::StopReason::Stop)
     );
+}
+
+/// A thinking level reaches OpenAI as `reasoning_effort` and Anthropic as
+/// `thinking.budget_tokens` (the level's budget, the answer's room added to
+/// `max_tokens`, no temperature); a model that does not reason gets neither.
+#[tokio::test]
+async fn a_thinking_level_and_its_budget_reach_the_wire() {
+    let context = Context::new().with_message(Message::user("Think about it."));
+    let thinking = |level: ThinkingLevel| StreamOptions {
+        thinking: level,
+        temperature: Some(0.5),
+        max_tokens: Some(2_000),
+        thinking_budgets: ThinkingBudgets {
+            low: 3_000,
+            ..ThinkingBudgets::default()
+        },
+        ..StreamOptions::default()
+    };
+    let reasoning_openai = |url| openai(url).with_reasoning(true);
+    let reasoning_anthropic = |url| anthropic(url).with_reasoning(true).with_max_tokens(64_000);
+    for (level, effort) in [
+        (ThinkingLevel::Minimal, json!("minimal")),
+        (ThinkingLevel::Low, json!("low")),
+        (ThinkingLevel::Medium, json!("medium")),
+        (ThinkingLevel::High, json!("high")),
+        (ThinkingLevel::Xhigh, json!("high")),
+        (ThinkingLevel::Off, Value::Null),
+    ] {
+        let sent = sent_body_with(reasoning_openai, &context, thinking(level)).await;
+        assert_eq!(sent["reasoning_effort"], effort, "{level:?}");
+    }
+    let sent = sent_body_with(openai, &context, thinking(ThinkingLevel::High)).await;
+    assert_eq!(sent.get("reasoning_effort"), None);
+
+    let sent = sent_body_with(reasoning_anthropic, &context, thinking(ThinkingLevel::Low)).await;
+    assert_eq!(
+        (
+            &sent["thinking"],
+            &sent["max_tokens"],
+            sent.get("temperature")
+        ),
+        (
+            &json!({"type": "enabled", "budget_tokens": 3_000}),
+            &json!(5_000),
+            None
+        )
+    );
+    let sent = sent_body_with(reasoning_anthropic, &context, thinking(ThinkingLevel::High)).await;
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": ThinkingBudgets::default().high})
+    );
+    let sent = sent_body_with(reasoning_anthropic, &context, thinking(ThinkingLevel::Off)).await;
+    assert_eq!(
+        (
+            sent.get("thinking"),
+            &sent["max_tokens"],
+            &sent["temperature"]
+        ),
+        (None, &json!(2_000), &json!(0.5))
+    );
+    let sent = sent_body_with(anthropic, &context, thinking(ThinkingLevel::High)).await;
+    assert_eq!(sent.get("thinking"), None);
+}
+
+/// Extra body keys go to the top level of each dialect's body as they are, and
+/// replace a key Tiller would send under the same name.
+#[tokio::test]
+async fn extra_body_keys_pass_through_to_the_request() {
+    let context = Context::new().with_message(Message::user("Hi"));
+    let extra = json!({"top_k": 40, "temperature": 0.9, "chat_template_kwargs": {"enable_thinking": false}});
+    let options = || StreamOptions {
+        temperature: Some(0.1),
+        extra_body: extra.as_object().unwrap().clone(),
+        ..StreamOptions::default()
+    };
+    for model in [openai as fn(String) -> Model, anthropic] {
+        let sent = sent_body_with(model, &context, options()).await;
+        assert_eq!(
+            (
+                &sent["top_k"],
+                &sent["temperature"],
+                &sent["chat_template_kwargs"]
+            ),
+            (&json!(40), &json!(0.9), &json!({"enable_thinking": false}))
+        );
+        assert_eq!(sent["stream"], json!(true));
+    }
+    let plain = sent_body_with(openai, &context, StreamOptions::default()).await;
+    assert_eq!(plain.get("top_k"), None);
 }

@@ -109,6 +109,12 @@ pub enum CliCommand {
         /// models the server does not serve. Only for clients trusted with a shell.
         #[arg(long)]
         trust_inline_definitions: bool,
+        /// Cut assistant answers longer than N characters when a session is
+        /// reloaded (resume, restart, thaw), keeping their start and end with a
+        /// marker the agent's `lookup` tool reads whole; for agent files that set
+        /// no `compression`. Default: off.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        compress_chars: Option<u32>,
         /// The most connections open at once (503 past it).
         #[arg(long, value_name = "N", default_value_t = 1024,
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -235,6 +241,11 @@ pub struct AgentOptions {
     /// does not list).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub context_window: Option<u32>,
+    /// With --session: cut assistant answers longer than N characters when the
+    /// session is reloaded, keeping their start and end with a marker the agent's
+    /// `lookup` tool reads whole. Default: the agent file's `compression`, else off.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub compress_chars: Option<u32>,
     /// Keep the conversation in the session NAME: a later `--session NAME` continues
     /// it (its transcript and queued messages), with this invocation's agent and
     /// model. Without it, nothing is kept.

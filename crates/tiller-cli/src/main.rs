@@ -32,6 +32,7 @@ fn main() -> ExitCode {
                 allowed_origins,
                 allowed_hosts,
                 trust_inline_definitions,
+                compress_chars,
                 max_connections,
                 retain_closed_days,
                 cluster,
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
                     allowed_origins,
                     allowed_hosts,
                     trust_inline_definitions: *trust_inline_definitions,
+                    compress_chars: *compress_chars,
                     max_connections: *max_connections as usize,
                     retain_closed: retain_closed_days.map(|days| {
                         std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))

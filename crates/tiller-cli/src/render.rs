@@ -23,7 +23,8 @@ pub struct Output {
     /// Whether stdout holds text not yet ended by a newline.
     line_open: bool,
     /// The arguments of running tool calls, by call id, for their closing line.
-    tool_args: HashMap<String, Value>,
+    /// The label and arguments of each call under way, by call id.
+    tool_args: HashMap<String, (String, Value)>,
     /// Whether answers must match an output schema: their text is not streamed,
     /// and the validated JSON is written once the run ends.
     structured: bool,
@@ -80,6 +81,7 @@ impl Output {
         match event {
             AgentEvent::MessageUpdate {
                 assistant_message_event,
+                ..
             } => match assistant_message_event {
                 AssistantEvent::TextDelta { .. } if self.structured => {}
                 AssistantEvent::TextDelta { delta, .. } => {
@@ -93,9 +95,13 @@ impl Output {
                 _ => {}
             },
             AgentEvent::ToolExecutionStart {
-                tool_call_id, args, ..
+                tool_call_id,
+                label,
+                args,
+                ..
             } => {
-                self.tool_args.insert(tool_call_id.clone(), args.clone());
+                self.tool_args
+                    .insert(tool_call_id.clone(), (label.clone(), args.clone()));
             }
             AgentEvent::Action {
                 action_type,
@@ -112,16 +118,20 @@ impl Output {
                 is_error,
             } => {
                 self.end_line()?;
-                let args = self.tool_args.remove(tool_call_id).unwrap_or_default();
+                let (label, args) = self
+                    .tool_args
+                    .remove(tool_call_id)
+                    .unwrap_or_else(|| (tool_name.clone(), Value::Null));
+                let label = if label.is_empty() { tool_name } else { &label };
                 let outcome = if result.streamed {
                     "(the answer streamed above)".to_owned()
                 } else {
                     preview(&result.text_content())
                 };
                 if *is_error {
-                    crate::say!("[{tool_name} {args}] failed: {outcome}");
+                    crate::say!("[{label} {args}] failed: {outcome}");
                 } else {
-                    crate::say!("[{tool_name} {args}] -> {outcome}");
+                    crate::say!("[{label} {args}] -> {outcome}");
                 }
             }
             AgentEvent::AgentEnd {
@@ -141,6 +151,7 @@ impl Output {
                 }
                 AgentEvent::MessageUpdate {
                     assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                    ..
                 } => crate::say_part!("{delta}"),
                 AgentEvent::MessageEnd { message } if message.as_assistant().is_some() => {
                     crate::say!()

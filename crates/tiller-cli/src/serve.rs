@@ -5,7 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tiller::tiller_store::MemoryStore;
-use tiller::{AskAgentConfig, Definitions, LlmConfigs, SessionStore, Supervisor, SupervisorConfig};
+use tiller::{
+    AskAgentConfig, Compression, Definitions, LlmConfigs, SessionStore, Supervisor,
+    SupervisorConfig,
+};
 use tiller_cluster::ClusterConfig;
 use tiller_server::{Server, ServerConfig, Tokens};
 
@@ -37,6 +40,9 @@ pub struct ServeOptions<'a> {
     pub allowed_hosts: &'a [String],
     /// Whether inline agent files may carry commands, servers and keys.
     pub trust_inline_definitions: bool,
+    /// The longest assistant answer kept whole when a session is reloaded, for
+    /// agent files that set no `compression` (off: `None`).
+    pub compress_chars: Option<u32>,
     /// The most connections open at once.
     pub max_connections: usize,
     /// How long closed sessions are kept (forever: `None`).
@@ -89,6 +95,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         allowed_origins,
         allowed_hosts,
         trust_inline_definitions,
+        compress_chars,
         max_connections,
         retain_closed,
         cluster,
@@ -136,7 +143,10 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     };
-    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let mut definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    if let Some(chars) = compress_chars {
+        definitions = definitions.with_compression(Compression::keeping(chars as usize));
+    }
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => listener,
         Err(error) => {

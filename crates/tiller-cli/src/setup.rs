@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use tiller::{
-    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, DefinitionPatch, Definitions,
-    DefinitionsError, LlmConfigs, Model, ModelChoice, ModelSources, Named, Supervisor,
+    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Compression, DefinitionPatch,
+    Definitions, DefinitionsError, LlmConfigs, Model, ModelChoice, ModelSources, Named, Supervisor,
     ToolRegistry,
 };
 
@@ -114,6 +114,13 @@ impl Setup {
             })?;
         if options.system.as_deref() == Some("") {
             settings.definition.system_prompt = None;
+        }
+        let compression = options
+            .compress_chars
+            .map(|chars| Compression::keeping(chars as usize))
+            .or(file.as_ref().and_then(|file| file.compression));
+        if let Some(compression) = compression {
+            settings = compression.applied_to(settings, supervisor.store().clone());
         }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {

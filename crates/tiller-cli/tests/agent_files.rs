@@ -141,12 +141,12 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown agent setting",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  top_p: 0.2\n",
-        "json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction at line 6, column 3",
+        "json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction, extra_body, compression at line 6, column 3",
     ),
     (
         "unknown tool key",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: add\n      description: Add\n      command: [python3]\n      shell: true\n",
-        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, description, parameters, command, timeout_ms, env, types at line 10, column 7",
+        "json_schema_extra.tools[0].shell: unknown field `shell`, expected one of name, label, description, parameters, command, timeout_ms, env, types at line 10, column 7",
     ),
     (
         "wrong type",
@@ -186,7 +186,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "a tool named alone that is not a built-in",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - name: search\n",
-        "json_schema_extra.tools[0]: `search` is neither a built-in (action) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command",
+        "json_schema_extra.tools[0]: `search` is neither a built-in (action, display_widget, update_widget) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command",
     ),
     (
         "a built-in with a command tool's field",

@@ -54,7 +54,7 @@ async fn a_command_tool_runs_for_two_rounds_and_its_output_reaches_the_model() {
         let agent = scratch.write(
             "agent.yaml",
             &agent_yaml(
-                "    - name: add\n      description: Add two integers\n      parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}\n      command: [python3, tools/add.py]\n      timeout_ms: 10000\n",
+                "    - name: add\n      label: Adding\n      description: Add two integers\n      parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}\n      command: [python3, tools/add.py]\n      timeout_ms: 10000\n",
             ),
         );
         let server = MockServer::start().await;
@@ -73,7 +73,7 @@ async fn a_command_tool_runs_for_two_rounds_and_its_output_reaches_the_model() {
             (
                 Some(0),
                 "The sums are 5 and 13.\n",
-                "[add {\"a\":2,\"b\":3}] -> 5\n[add {\"a\":5,\"b\":8}] -> 13\n"
+                "[Adding {\"a\":2,\"b\":3}] -> 5\n[Adding {\"a\":5,\"b\":8}] -> 13\n"
             ),
             "{dialect:?}"
         );

@@ -880,3 +880,62 @@ async fn serve_reads_the_model_and_key_from_the_environment_as_run_does() {
         serving.stop().await;
     }
 }
+
+/// pi-agent-core's own `Agent`, fed the server's event stream, renders the answer
+/// as it streams from `message_update`'s `message`: the text grows with each
+/// event, and the Agent ends with the prompt and the answer.
+#[tokio::test]
+async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events() {
+    let Some(modules) = installed_client("node-modules", "pi-agent-core") else {
+        return;
+    };
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_text(&[
+        "It is ", "noon ", "in UTC.",
+    ])));
+    let base_url = upstream.base_url();
+    let serving = Serving::start_with(
+        Scratch::new(),
+        &[],
+        &[
+            ("TILLER_BASE_URL", base_url.as_str()),
+            ("TILLER_MODEL", "local-model"),
+        ],
+    )
+    .await;
+    let created = reqwest::Client::new()
+        .post(format!("{}/agents", serving.base))
+        .header("content-type", "application/json")
+        .body(json!({"definition": "helper", "id": "pi"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+
+    let client =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pi_events_client.mjs");
+    let output = tokio::process::Command::new("node")
+        .arg(client)
+        .arg(modules)
+        .arg(&serving.base)
+        .arg("pi")
+        .arg("What time is it?")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the pi client failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        seen,
+        json!({
+            "rendered": ["", "It is ", "It is noon ", "It is noon in UTC.", "It is noon in UTC."],
+            "messages": [["user", "What time is it?"], ["assistant", "It is noon in UTC."]],
+        })
+    );
+    serving.stop().await;
+}

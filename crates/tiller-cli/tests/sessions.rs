@@ -308,3 +308,55 @@ async fn a_kill_9_of_tiller_takes_its_tools_and_mcp_servers_down() {
         common::gone_within(pid, std::time::Duration::from_secs(1)).await;
     }
 }
+
+/// A session reloaded with `--compress-chars` shows the model a long answer cut in
+/// its middle, its start and end kept around the marker; an agent file's
+/// `compression` does the same. The store keeps the answer whole.
+#[tokio::test]
+async fn a_reloaded_session_cuts_long_answers_as_the_command_or_the_file_says() {
+    let scratch = Scratch::new();
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    let long = format!("Start of the plan. {}End of the plan.", "step. ".repeat(50));
+    server.push(dialect.text(&[&long]));
+    server.push(dialect.text(&["Noted."]));
+    server.push(dialect.text(&["Noted again."]));
+    let agent = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: You plan.\njson_schema_extra: {kind: agent, name: planner, compression: {max_chars: 30, keep_end_chars: 16}}\n",
+    );
+    let session = ["--session", "plan", "--store", &store];
+    for args in [
+        &["make a plan"][..],
+        &["--compress-chars", "40", "go on"],
+        &["--agent", agent.to_str().unwrap(), "and then?"],
+    ] {
+        let run = finish(dialect.tiller(&server, "run", &[&session[..], args].concat())).await;
+        assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    }
+    let cut = |max: usize, end: usize| {
+        let length = long.chars().count();
+        format!(
+            "{}\n[… {} characters cut. The whole message is \"message:1\": call the `lookup` tool with that name to read it.]\n{}",
+            long.chars().take(max - end).collect::<String>(),
+            length - max,
+            long.chars().skip(length - end).collect::<String>()
+        )
+    };
+    let seen: Vec<Value> = server
+        .requests()
+        .iter()
+        .map(|request| {
+            request.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|message| message["role"] == "assistant")
+                .map_or(Value::Null, |message| message["content"].clone())
+        })
+        .collect();
+    assert_eq!(seen, [Value::Null, json!(cut(40, 10)), json!(cut(30, 16))]);
+    let kept = stored(&store, "plan").await;
+    assert_eq!(kept["messages"][1]["content"][0]["text"], long);
+}

@@ -186,6 +186,7 @@ pub(crate) async fn run(
                         end: reason,
                         output,
                         compactions,
+                        conversation: Vec::new(),
                     });
                 }
             }

@@ -4,6 +4,11 @@
 //! [`AgentEvent::Action`](crate::AgentEvent::Action) for subscribers and stays in
 //! the transcript as a tool call and its result. With per-type schemas, only those
 //! types are offered and each payload is validated against its type's schema.
+//!
+//! [`WidgetTool`]s are actions with an id: `display_widget(id, kind, data)` shows
+//! something that lasts (a progress bar, a table, a form) and `update_widget(id,
+//! data)` changes the widget of that id in place; each is an `action` event of its
+//! tool's name whose payload carries the id.
 
 use std::collections::BTreeMap;
 
@@ -117,8 +122,135 @@ impl AgentTool for ActionTool {
     }
 }
 
+/// The built-in widget tools: `display_widget` and `update_widget` (see the
+/// module docs).
+pub struct WidgetTool {
+    name: &'static str,
+    description: &'static str,
+    parameters: Value,
+}
+
+impl WidgetTool {
+    /// The name of the tool that shows a widget.
+    pub const DISPLAY: &'static str = "display_widget";
+    /// The name of the tool that changes a shown widget.
+    pub const UPDATE: &'static str = "update_widget";
+
+    /// `display_widget(id, kind, data)`.
+    pub fn display() -> Self {
+        WidgetTool {
+            name: Self::DISPLAY,
+            description: "Show the user a widget beside your answer (a progress bar, a table, a chart, a form): `id` names it for later updates, `kind` says what it is, `data` holds what it shows.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "minLength": 1, "description": "A name for the widget, unique in this conversation."},
+                    "kind": {"type": "string", "minLength": 1, "description": "What the widget is (progress, table, chart, …)."},
+                    "data": {"type": "object", "description": "What it shows."}
+                },
+                "required": ["id", "kind", "data"]
+            }),
+        }
+    }
+
+    /// `update_widget(id, data)`.
+    pub fn update() -> Self {
+        WidgetTool {
+            name: Self::UPDATE,
+            description: "Change a widget you showed with display_widget: `id` names it, `data` replaces what it shows.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "minLength": 1, "description": "The widget's name, as display_widget gave it."},
+                    "data": {"type": "object", "description": "What it shows now."}
+                },
+                "required": ["id", "data"]
+            }),
+        }
+    }
+
+    /// The widget tool named `name`, if it is one.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            Self::DISPLAY => Some(Self::display()),
+            Self::UPDATE => Some(Self::update()),
+            _ => None,
+        }
+    }
+}
+
+impl AgentTool for WidgetTool {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    fn execute<'a>(
+        &'a self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let id = args["id"].as_str().unwrap_or_default().to_owned();
+            let done = if self.name == Self::DISPLAY {
+                "shown"
+            } else {
+                "updated"
+            };
+            ctx.act(self.name.to_owned(), args.clone());
+            Ok(ToolOutput::text(format!("Widget `{id}` {done}."))
+                .with_details(json!({"type": self.name, "payload": args})))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// Each widget tool sends an action of its name whose payload carries the id;
+    /// the result says what happened and keeps the payload in its details.
+    #[tokio::test]
+    async fn widgets_are_actions_with_an_id() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let shown = json!({"id": "build", "kind": "progress", "data": {"done": 1, "of": 3}});
+        let changed = json!({"id": "build", "data": {"done": 3, "of": 3}});
+        let display = WidgetTool::named("display_widget").unwrap();
+        let update = WidgetTool::named("update_widget").unwrap();
+        let first = display
+            .execute(shown.clone(), context(&seen))
+            .await
+            .unwrap();
+        let second = update
+            .execute(changed.clone(), context(&seen))
+            .await
+            .unwrap();
+        assert_eq!(
+            (first.text_content(), second.text_content()),
+            (
+                "Widget `build` shown.".to_owned(),
+                "Widget `build` updated.".to_owned()
+            )
+        );
+        assert_eq!(
+            second.details,
+            json!({"type": "update_widget", "payload": changed})
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                ("display_widget".to_owned(), shown),
+                ("update_widget".to_owned(), changed)
+            ]
+        );
+        assert!(WidgetTool::named("action").is_none());
+    }
+
     use std::sync::{Arc, Mutex};
 
     use pretty_assertions::assert_eq;

@@ -29,9 +29,11 @@
 //! order), each `tool_execution_end` when its tool finishes, and the results'
 //! messages after all of them, in call order.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller_ai::{AssistantEvent, AssistantMessage, ToolResultMessage};
+use tiller_ai::{AssistantEvent, AssistantMessage, StreamedMessage, ToolResultMessage};
 
 use crate::compaction::{CompactionReason, CompactionReport};
 use crate::message::AgentMessage;
@@ -57,6 +59,10 @@ pub enum AgentEvent {
     MessageUpdate {
         /// The block event of the response stream.
         assistant_message_event: AssistantEvent,
+        /// The response as it stands after this event, built only when read
+        /// (so it costs nothing to a subscriber that does not read it; see
+        /// [`StreamedMessage`]).
+        message: StreamedMessage,
     },
     /// A message is complete and part of the transcript.
     MessageEnd {
@@ -69,6 +75,10 @@ pub enum AgentEvent {
         tool_call_id: String,
         /// The tool's name.
         tool_name: String,
+        /// What interfaces show for the tool ([`AgentTool::label`](crate::AgentTool::label));
+        /// the name when the tool has no label or is unknown.
+        #[serde(default)]
+        label: String,
         /// The arguments as the model sent them.
         args: Value,
     },
@@ -78,6 +88,8 @@ pub enum AgentEvent {
         tool_call_id: String,
         /// The tool's name.
         tool_name: String,
+        /// The call's arguments (shared by the call's updates, not copied).
+        args: Arc<Value>,
         /// The partial result.
         partial_result: ToolOutput,
     },

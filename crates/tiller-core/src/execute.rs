@@ -168,9 +168,14 @@ fn result_message(call: &ToolCall, outcome: Outcome) -> ToolResultMessage {
 }
 
 fn start(run: &Run, call: &ToolCall) {
+    let label = run
+        .tools
+        .get(&call.name)
+        .map_or(&call.name[..], |registered| registered.tool.label());
     run.emit(AgentEvent::ToolExecutionStart {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
+        label: label.to_owned(),
         args: call.arguments.clone(),
     });
 }
@@ -526,11 +531,14 @@ async fn execute(
     let sink = run.sink().clone();
     let (id, name) = (call.id.clone(), call.name.clone());
     let max_output = run.config.run.max_tool_output_bytes;
+    // Copied once for all the call's updates.
+    let shared_args = Arc::new(args.clone());
     let updates = Arc::new(move |mut partial_result: ToolOutput| {
         partial_result.cut_to(max_output);
         sink(AgentEvent::ToolExecutionUpdate {
             tool_call_id: id.clone(),
             tool_name: name.clone(),
+            args: shared_args.clone(),
             partial_result,
         });
     });

@@ -72,7 +72,7 @@ mod toolset;
 mod transcript;
 mod validate;
 
-pub use action::ActionTool;
+pub use action::{ActionTool, WidgetTool};
 pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use tiller_ai::{
     AssistantEvent, AssistantMessage, Content, ContextRef, ImageContent, Message, StopReason,
-    StreamError, StreamOptions, ToolChoice, ToolResultMessage, UserMessage,
+    StreamError, StreamOptions, StreamedMessage, ToolChoice, ToolResultMessage, UserMessage,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -939,9 +939,13 @@ impl Run {
         // the request (before any content) can be answered by compacting.
         let mut held = None;
         let mut last = None;
+        let mut streamed = None;
         while let Some(event) = stream.next().await {
             match event {
-                AssistantEvent::Start { message } => held = Some(message),
+                AssistantEvent::Start { message } => {
+                    streamed = Some(StreamedMessage::start((*message).clone()));
+                    held = Some(message);
+                }
                 AssistantEvent::Error { message, error, .. } => {
                     if let Some(overflow) = error.context_overflow() {
                         if let Some(window) = overflow.context_window {
@@ -965,8 +969,14 @@ impl Run {
                             message: Box::new((*start).into()),
                         });
                     }
+                    let message = match &streamed {
+                        Some(before) => before.then(event.clone()),
+                        None => StreamedMessage::start(stream.partial().clone()),
+                    };
+                    streamed = Some(message.clone());
                     self.emit(AgentEvent::MessageUpdate {
                         assistant_message_event: event,
+                        message,
                     })
                 }
             }

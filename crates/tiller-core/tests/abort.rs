@@ -63,7 +63,8 @@ async fn abort_while_the_model_streams() {
         matches!(
             e,
             AgentEvent::MessageUpdate {
-                assistant_message_event: tiller_ai::AssistantEvent::TextDelta { .. }
+                assistant_message_event: tiller_ai::AssistantEvent::TextDelta { .. },
+                ..
             }
         )
     })

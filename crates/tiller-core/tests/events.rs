@@ -638,12 +638,12 @@ async fn continue_from_a_custom_message_the_converter_turns_into_a_user_message(
 #[tokio::test]
 async fn tools_report_progress_between_start_and_end() {
     let faux = FauxProvider::new();
-    faux.push(FauxTurn::new().with_tool_call_id("tool-1", "count", json!({})));
+    faux.push(FauxTurn::new().with_tool_call_id("tool-1", "count", json!({"to": 2})));
     faux.push(FauxTurn::text("counted"));
     let count: Arc<dyn AgentTool> = Arc::new(FnTool::new(
         "count",
         "Counts",
-        json!({"type": "object"}),
+        json!({"type": "object", "properties": {"to": {"type": "integer"}}}),
         |_, ctx| async move {
             for n in 1..=2 {
                 ctx.update(ToolOutput::text(n.to_string()));
@@ -665,6 +665,15 @@ async fn tools_report_progress_between_start_and_end() {
             "tool_execution_end tool-1"
         ])
     );
+    // Each update carries the call's arguments, as pi's clients read them.
+    let args: Vec<&serde_json::Value> = events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ToolExecutionUpdate { args, .. } => Some(&**args),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(args, [&json!({"to": 2}), &json!({"to": 2})]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -697,5 +706,96 @@ async fn message_updates_stream_while_the_model_is_still_answering() {
         started.elapsed(),
         Duration::from_millis(200),
         "four chunks, one delay each"
+    );
+}
+
+/// A call's `tool_execution_start` carries what interfaces show: the tool's label,
+/// or the name the model used when the tool has none or does not exist.
+#[tokio::test]
+async fn a_calls_start_carries_the_tools_label() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("t1", "lookup", json!({}))
+            .with_tool_call_id("t2", "plain", json!({}))
+            .with_tool_call_id("t3", "missing", json!({})),
+    );
+    faux.push(FauxTurn::text("done"));
+    let tool = |name: &str| {
+        FnTool::new(name, "A tool", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("ok"))
+        })
+    };
+    let tools: Vec<Arc<dyn AgentTool>> = vec![
+        Arc::new(tool("lookup").with_label("Looking it up")),
+        Arc::new(tool("plain")),
+    ];
+    let run = agent_loop(
+        vec![AgentMessage::user("go")],
+        context(tools, vec![]),
+        config(&faux),
+        Default::default(),
+    );
+    let (events, _) = collect(run).await;
+    let labels: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ToolExecutionStart {
+                tool_name, label, ..
+            } => Some((tool_name.as_str(), label.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("lookup", "Looking it up"),
+            ("plain", "plain"),
+            ("missing", "missing")
+        ]
+    );
+}
+
+/// Each `message_update` carries the response as it stands after its event, the
+/// last one with the whole text; `message_end` has the same blocks.
+#[tokio::test]
+async fn each_update_carries_the_response_as_it_stands() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("one two three").chunk_size(4));
+    let run = agent_loop(
+        vec![AgentMessage::user("count")],
+        context(vec![], vec![]),
+        config(&faux),
+        Default::default(),
+    );
+    let (events, messages) = collect(run).await;
+    let texts: Vec<String> = events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::MessageUpdate { message, .. } => Some(message.get().text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "",
+            "one ",
+            "one two ",
+            "one two thre",
+            "one two three",
+            "one two three"
+        ]
+    );
+    let Some(AgentEvent::MessageUpdate { message, .. }) = events
+        .iter()
+        .rfind(|event| matches!(event, AgentEvent::MessageUpdate { .. }))
+    else {
+        panic!("no update")
+    };
+    // The blocks are the final message's; usage and stop reason come with `done`.
+    assert_eq!(
+        message.get().content,
+        messages[1].as_assistant().unwrap().content
     );
 }

@@ -223,6 +223,7 @@ async fn agent_with_checked_stream(
             match &envelope.event {
                 Delivered::Event(AgentEvent::MessageUpdate {
                     assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                    ..
                 }) => streamed.push_str(delta),
                 Delivered::Event(AgentEvent::AgentEnd { .. }) => {
                     assert_eq!(streamed, text, "every delta, in order");

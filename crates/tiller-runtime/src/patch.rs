@@ -22,7 +22,8 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice};
+use serde_json::{Map, Value};
+use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingBudgets, ThinkingLevel, ToolChoice};
 
 use crate::definition::AgentDefinition;
 
@@ -48,6 +49,11 @@ pub struct DefinitionPatch {
     /// system-prompt function).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// Instructions for an agent that has none of its own (a named LLM
+    /// configuration's house prompt): used only when neither the definition nor
+    /// a patch gives a system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_system_prompt: Option<String>,
     /// The sampling temperature.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
@@ -62,6 +68,15 @@ pub struct DefinitionPatch {
     /// How hard a reasoning model thinks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingLevel>,
+    /// Token budgets per thinking level, for providers that take a budget
+    /// (Anthropic's `thinking.budget_tokens`, Gemini's `thinkingBudget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking_budgets: Option<ThinkingBudgets>,
+    /// Provider-specific keys added to the top level of each request's JSON body
+    /// as they are ([`StreamOptions::extra_body`](tiller_ai::StreamOptions::extra_body));
+    /// merged key by key with the layers below.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub extra_body: Map<String, Value>,
     /// The most turns a run makes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
@@ -116,10 +131,17 @@ impl DefinitionPatch {
             base_url,
             api_key_env: pick(&self.api_key_env, &over.api_key_env),
             system_prompt: pick(&self.system_prompt, &over.system_prompt),
+            default_system_prompt: pick(&self.default_system_prompt, &over.default_system_prompt),
             temperature: over.temperature.or(self.temperature),
             max_tokens: over.max_tokens.or(self.max_tokens),
             context_window: over.context_window.or(self.context_window),
             thinking: over.thinking.or(self.thinking),
+            thinking_budgets: over.thinking_budgets.or(self.thinking_budgets),
+            extra_body: {
+                let mut extra = self.extra_body.clone();
+                extra.extend(over.extra_body.clone());
+                extra
+            },
             max_turns: over.max_turns.or(self.max_turns),
             tool_choice: over
                 .tool_choice
@@ -174,6 +196,8 @@ impl DefinitionPatch {
         }
         if let Some(prompt) = &self.system_prompt {
             definition.system_prompt = Some(prompt.clone());
+        } else if definition.system_prompt.is_none() {
+            definition.system_prompt = self.default_system_prompt.clone();
         }
         let run = &mut definition.run;
         if let Some(max_turns) = self.max_turns {
@@ -188,6 +212,10 @@ impl DefinitionPatch {
         if let Some(thinking) = self.thinking {
             stream.thinking = thinking;
         }
+        if let Some(budgets) = self.thinking_budgets {
+            stream.thinking_budgets = budgets;
+        }
+        stream.extra_body.extend(self.extra_body.clone());
         if let Some(choice) = &self.tool_choice {
             stream.tool_choice = Some(choice.clone());
         }
@@ -212,6 +240,9 @@ impl DefinitionPatch {
             temperature: stream.temperature,
             max_tokens: stream.max_tokens,
             thinking: Some(stream.thinking),
+            thinking_budgets: (stream.thinking_budgets != ThinkingBudgets::default())
+                .then_some(stream.thinking_budgets),
+            extra_body: stream.extra_body.clone(),
             ..DefinitionPatch::default()
         }
     }

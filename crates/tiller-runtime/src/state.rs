@@ -1,6 +1,8 @@
 //! What an agent looks like from outside: a snapshot of its state, its status, and
 //! the outcome of a run.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, StopReason, ToolCall, Usage};
@@ -125,6 +127,11 @@ pub struct RunOutcome {
     /// What the run's compactions did, in order (see [`tiller_core::compaction`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compactions: Vec<CompactionReport>,
+    /// The whole conversation after the run, as the model sees it (from the last
+    /// compaction's summary on), this run's messages at its end; shared with the
+    /// agent, not copied. Empty for a run followed on another host of a cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversation: Vec<Arc<AgentMessage>>,
 }
 
 impl RunSummary {
@@ -135,7 +142,8 @@ impl RunSummary {
     }
 }
 
-/// A run's result in brief, for a caller that wants no transcript: what
+/// A run's result in brief — why it ended, its answer, usage and error — with
+/// its own messages and the whole conversation beside them: what
 /// [`RunOutcome::summary`] gives, serialisable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
@@ -160,6 +168,12 @@ pub struct RunSummary {
     /// The last response's error, if it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The messages the run added, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<AgentMessage>,
+    /// The whole conversation after the run ([`RunOutcome::conversation`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversation: Vec<AgentMessage>,
 }
 
 impl RunOutcome {
@@ -226,6 +240,12 @@ impl RunOutcome {
             usage: self.usage(),
             stop_reason: self.stop_reason(),
             error: self.error().map(str::to_owned),
+            messages: self.messages.clone(),
+            conversation: self
+                .conversation
+                .iter()
+                .map(|message| (**message).clone())
+                .collect(),
         }
     }
 }

@@ -280,6 +280,8 @@ impl Server {
         config: ServerConfig,
     ) -> Self {
         let proxy_models = ProxyModels::of(&definitions);
+        // Compressed transcripts' `lookup` reads the agents' own store.
+        let definitions = definitions.with_session_store(supervisor.store().clone());
         let (stopped, stops) = tokio::sync::mpsc::unbounded_channel();
         Server {
             shared: Arc::new_cyclic(|me| Shared {

@@ -339,10 +339,14 @@ async fn a_connection_naming_an_agent_is_served_on_the_agents_shard() {
         .await
         .unwrap();
     let text = response.text().await.unwrap();
-    assert!(
-        text.contains("tiller_connections_total{placed=\"beside_agent\"} 8\n"),
-        "{text}"
-    );
+    // The eight event streams at least; a prompt sent on a fresh connection of the
+    // client's pool names its agent too, and is placed the same way.
+    let beside: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("tiller_connections_total{placed=\"beside_agent\"} "))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no beside_agent count: {text}"));
+    assert!(beside >= 8, "{text}");
     server.stop().await;
 }
 

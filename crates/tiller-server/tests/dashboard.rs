@@ -29,7 +29,7 @@ use tokio::process::{Child, Command};
 const HELPER: &str = "
 type: object
 description: You help.
-json_schema_extra: {kind: agent, name: helper}
+json_schema_extra: {kind: agent, name: helper, tools: [{name: display_widget}, {name: update_widget}]}
 ";
 
 /// How long a step may take to show in the page.
@@ -141,9 +141,10 @@ json_schema_extra:
   approvals: {remind: ask}
 ";
 
-/// A `remind` tool that asks when, unless told.
+/// A `remind` tool, labelled "Setting a reminder", that asks when, unless told.
 fn remind() -> Arc<dyn AgentTool> {
-    Arc::new(FnTool::new(
+    Arc::new(
+        FnTool::new(
         "remind",
         "Set a reminder",
         json!({"type": "object", "properties": {"what": {"type": "string"}, "due": {"type": "string"}}, "required": ["what"]}),
@@ -153,7 +154,9 @@ fn remind() -> Arc<dyn AgentTool> {
                 None => Err(ToolError::needs_input("due", "When?")),
             }
         },
-    ))
+    )
+    .with_label("Setting a reminder"),
+    )
 }
 
 /// A model whose answer depends on the last thing the user said (or, after a
@@ -162,6 +165,16 @@ fn scripted() -> FauxProvider {
     let faux = FauxProvider::new();
     faux.respond_with(|request| {
         if let Some(Message::ToolResult(result)) = request.context.messages.last() {
+            match result.tool_name.as_str() {
+                "display_widget" => {
+                    return FauxTurn::tool_call(
+                        "update_widget",
+                        json!({"id": "build", "data": {"done": 3}}),
+                    );
+                }
+                "update_widget" => return FauxTurn::text("Progress shown."),
+                _ => {}
+            }
             let text = result.text_content();
             return match text.split_once("The user answered: ") {
                 Some((_, due)) => FauxTurn::tool_call(
@@ -172,7 +185,12 @@ fn scripted() -> FauxProvider {
             };
         }
         let said = request.last_user_text().unwrap_or_default();
-        if said.contains("remind me") {
+        if said.contains("show progress") {
+            FauxTurn::tool_call(
+                "display_widget",
+                json!({"id": "build", "kind": "progress", "data": {"done": 1}}),
+            )
+        } else if said.contains("remind me") {
             FauxTurn::tool_call("remind", json!({"what": "call Juan"}))
         } else if said.contains("wait forever") {
             FauxTurn::text("never finished").delay(Duration::from_secs(3_600))
@@ -244,6 +262,15 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .await;
     browser
         .shows("//span[@id='status' and normalize-space()='idle']")
+        .await;
+
+    // A widget shown, then updated in place: one widget, its latest data.
+    browser.send("show progress").await;
+    browser
+        .shows("//div[@class='assistant' and normalize-space()='Progress shown.']")
+        .await;
+    browser
+        .shows(r#"//div[@id='messages' and count(div[@class='widget'])=1]/div[@class='widget' and normalize-space()='progress build: {"done":3}']"#)
         .await;
 
     // While it works, the same box steers it: its next turn answers the steering.
@@ -338,6 +365,10 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .shows(r#"//div[@class='question' and normalize-space()='Run remind({"due":"Friday","what":"call Juan"})?']"#)
         .await;
     browser.click("#approve").await;
+    // The tool's lines show its label.
+    browser
+        .shows("//div[@class='tool' and normalize-space()='Setting a reminder → set for Friday']")
+        .await;
     browser
         .shows("//div[@class='assistant' and normalize-space()='Reminder set for Friday.']")
         .await;

@@ -15,6 +15,7 @@ pub fn describe(events: &[AgentEvent]) -> Vec<String> {
             AgentEvent::MessageEnd { message } => format!("message_end {}", label(message)),
             AgentEvent::MessageUpdate {
                 assistant_message_event,
+                ..
             } => {
                 let value = serde_json::to_value(assistant_message_event).unwrap();
                 format!("message_update {}", value["type"].as_str().unwrap())

@@ -79,7 +79,8 @@ pub use tiller_core::{
     CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContinueError, CustomMessage,
     FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions,
     SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolFilter,
-    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, check_transcript, hook,
+    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, WidgetTool, check_transcript,
+    hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -359,7 +359,17 @@ async fn run_reports_the_outcome() {
         (outcome.error(), outcome.end),
         (None, tiller::RunEnd::Completed)
     );
-    assert!(!outcome.summary().has_error());
+    let summary = outcome.summary();
+    assert!(!summary.has_error());
+    // The run's own messages, and beside them the whole conversation.
+    assert_eq!(summary.messages, outcome.messages);
+    faux.push(FauxTurn::text("once more"));
+    let second = agent.run("again").await.unwrap().summary();
+    assert_eq!(roles(&second.messages), ["user", "assistant"]);
+    assert_eq!(
+        second.conversation,
+        [&summary.messages[..], &second.messages[..]].concat()
+    );
 }
 
 #[tokio::test]

@@ -140,7 +140,7 @@ async fn the_sample_loads_and_runs_with_the_hosts_search_tool() {
         DefinitionsError::Unusable(AgentFileError {
             file: folder.path().join("my-agent.yaml"),
             field: Some("json_schema_extra.tools[0]".into()),
-            message: "`search` is neither a built-in (action) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command".into(),
+            message: "`search` is neither a built-in (action, display_widget, update_widget) nor a tool of the host's registry (the registry is empty); a command tool needs a description and a command".into(),
         })
     );
 }
@@ -230,7 +230,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction, extra_body, compression at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )
@@ -239,6 +239,48 @@ fn every_bad_file_is_reported_with_its_field() {
         Definitions::load_dir(folder.path().join("absent")),
         Err(DefinitionsError::Folder { .. })
     ));
+}
+
+/// A named LLM configuration's `default_system_prompt` instructs the agents that
+/// have no instructions of their own; its thinking budgets and extra body keys
+/// reach the request options, the file's own keys layered over its.
+#[test]
+fn an_llm_configurations_house_prompt_budgets_and_extra_keys_reach_the_agent() {
+    let folder = Folder::new("house-llms");
+    folder.write(
+        "llms.yaml",
+        "house:\n  provider: faux\n  default_system_prompt: Answer in one sentence.\n  thinking_budgets: {low: 4000}\n  extra_body: {top_k: 40, min_p: 0.05}\n",
+    );
+    let llms = LlmConfigs::load(folder.path().join("llms.yaml")).unwrap();
+    let agents = Folder::new("house-agents");
+    agents.write(
+        "quiet.yaml",
+        "type: object\ndescription: \"\"\njson_schema_extra: {kind: agent, name: quiet, llm: house, extra_body: {min_p: 0.1}}\n",
+    );
+    agents.write(
+        "own.yaml",
+        "type: object\ndescription: You write haiku.\njson_schema_extra: {kind: agent, name: own, llm: house, thinking_budgets: {low: 5000}}\n",
+    );
+    let definitions = Definitions::load_dir(agents.path())
+        .unwrap()
+        .with_llms(llms);
+
+    let quiet = definitions.spec("quiet", None).unwrap().settings;
+    let quiet = &quiet.definition;
+    assert_eq!(
+        quiet.system_prompt.as_deref(),
+        Some("Answer in one sentence.")
+    );
+    assert_eq!(quiet.run.stream.thinking_budgets.low, 4000);
+    assert_eq!(
+        serde_json::Value::Object(quiet.run.stream.extra_body.clone()),
+        json!({"top_k": 40, "min_p": 0.1})
+    );
+
+    let own = definitions.spec("own", None).unwrap().settings;
+    let own = &own.definition;
+    assert_eq!(own.system_prompt.as_deref(), Some("You write haiku."));
+    assert_eq!(own.run.stream.thinking_budgets.low, 5000);
 }
 
 #[test]

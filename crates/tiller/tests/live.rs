@@ -68,6 +68,7 @@ fn shape(seen: &[(Instant, Arc<Envelope>)]) -> Vec<String> {
             AgentEvent::MessageEnd { message } => format!("message_end {}", message.role()),
             AgentEvent::MessageUpdate {
                 assistant_message_event,
+                ..
             } => format!("  {}", update_kind(assistant_message_event)),
             AgentEvent::ToolExecutionStart { tool_name, .. } => {
                 format!("tool_execution_start {tool_name}")
@@ -110,7 +111,8 @@ fn text_delta_times(seen: &[(Instant, Arc<Envelope>)]) -> Vec<Instant> {
             matches!(
                 &envelope.event,
                 Delivered::Event(AgentEvent::MessageUpdate {
-                    assistant_message_event: AssistantEvent::TextDelta { .. }
+                    assistant_message_event: AssistantEvent::TextDelta { .. },
+                    ..
                 })
             )
         })
@@ -187,6 +189,7 @@ async fn streamed_reply(server: LocalServer) {
         .filter_map(|(_, envelope)| match &envelope.event {
             Delivered::Event(AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                ..
             }) => Some(delta.as_str()),
             _ => None,
         })
@@ -515,6 +518,7 @@ async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
             Delivered::Event(AgentEvent::ChildEvent { event, .. }) => match &**event {
                 AgentEvent::MessageUpdate {
                     assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                    ..
                 } => Some(delta.clone()),
                 _ => None,
             },

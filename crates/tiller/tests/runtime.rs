@@ -38,7 +38,8 @@ async fn abort_during_a_stream_keeps_the_partial_answer() {
         matches!(
             &e.event,
             Delivered::Event(AgentEvent::MessageUpdate {
-                assistant_message_event: tiller::AssistantEvent::TextDelta { .. }
+                assistant_message_event: tiller::AssistantEvent::TextDelta { .. },
+                ..
             })
         )
     })

@@ -243,6 +243,8 @@ async fn a_run_takes_overrides_for_itself_alone() {
             "output": {"city": "Oslo"},
             "usage": serde_json::to_value(outcome.usage()).unwrap(),
             "stop_reason": "stop",
+            "messages": serde_json::to_value(&outcome.messages).unwrap(),
+            "conversation": serde_json::to_value(&outcome.messages).unwrap(),
         })
     );
     // The next run has the agent's own settings again.

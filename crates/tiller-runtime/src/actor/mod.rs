@@ -448,7 +448,7 @@ impl ActorState {
                 .run
                 .as_ref()
                 .and_then(|run| run.streaming.as_ref())
-                .map(|partial| partial.message().clone()),
+                .map(tiller_ai::StreamedMessage::get),
             pending_tool_calls: self
                 .run
                 .as_ref()

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ractor::{ActorRef, RpcReplyPort};
-use tiller_ai::PartialMessage;
+use tiller_ai::StreamedMessage;
 use tiller_core::{
     AgentContext, AgentEvent, CompactionReport, ContextTokens, ContinueError, LoopConfig,
     LoopContext, MessageSource, Prompt, Start, WriteAhead, check_start, open_requests, run_from,
@@ -69,7 +69,8 @@ pub(super) struct ActiveRun {
     /// The start's acknowledgement, until the run's first message is committed.
     pub(super) start_ack: Option<StartAck>,
     pub(super) _task: AbortOnDropHandle<()>,
-    pub(super) streaming: Option<PartialMessage>,
+    /// The response streaming, as of its last event.
+    pub(super) streaming: Option<StreamedMessage>,
     pub(super) pending_tool_calls: Vec<String>,
     /// Messages taken from a queue and not yet in the transcript, oldest first.
     pub(super) in_flight: VecDeque<(QueueKind, u64, AgentMessage)>,
@@ -353,15 +354,11 @@ impl ActorState {
         match &event {
             AgentEvent::MessageStart { message } => {
                 if let Some(assistant) = message.as_assistant() {
-                    run.streaming = Some(PartialMessage::new(assistant.clone()));
+                    run.streaming = Some(StreamedMessage::start(assistant.clone()));
                 }
             }
-            AgentEvent::MessageUpdate {
-                assistant_message_event,
-            } => {
-                if let Some(partial) = run.streaming.as_mut() {
-                    partial.apply(assistant_message_event);
-                }
+            AgentEvent::MessageUpdate { message, .. } => {
+                run.streaming = Some(message.clone());
             }
             AgentEvent::MessageEnd { message } => {
                 run.streaming = None;
@@ -529,6 +526,7 @@ impl ActorState {
                     end: *reason,
                     output: output.clone(),
                     compactions: run.compactions,
+                    conversation: self.messages.clone(),
                 },
             )),
             _ => None,
