@@ -47,6 +47,8 @@
 //!     llm: cheap                      # a named LLM configuration writes the summaries
 //!   extra_body: {top_k: 40}           # provider-specific keys, added to each request's body
 //!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
+//!   triggers:                         # events that prompt it (see trigger)
+//!     - {on: ticket.opened, match: {priority: high}, debounce_ms: 2000, session: "ticket-{id}"}
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -64,6 +66,7 @@ use crate::command_tool::CommandTool;
 use crate::compress::Compression;
 use crate::llm::LlmConfigs;
 use crate::tool_registry::ToolRegistry;
+use crate::trigger::Trigger;
 use crate::{
     ActionTool, AgentSettings, AgentTool, Model, OutputSchema, ThinkingLevel, ToolChoice, ToolSet,
     ToolSetError, WidgetTool,
@@ -122,6 +125,8 @@ pub struct AgentFile {
     /// if the file says; applied where the session store is known
     /// ([`Definitions::with_session_store`](crate::Definitions::with_session_store)).
     pub compression: Option<Compression>,
+    /// The events that start this agent (`triggers`; see [`crate::trigger`]).
+    pub triggers: Vec<Trigger>,
 }
 
 /// An agent file's approval policy for one tool (the Rust-only
@@ -541,6 +546,8 @@ struct Extra {
     #[serde(default)]
     extra_body: serde_json::Map<String, Value>,
     compression: Option<Compression>,
+    #[serde(default)]
+    triggers: Vec<Trigger>,
 }
 
 #[derive(Deserialize)]
@@ -622,6 +629,15 @@ impl RawAgentFile {
             }
         }
 
+        for (index, trigger) in extra.triggers.iter().enumerate() {
+            trigger.check().map_err(|(field, message)| {
+                (
+                    format!("json_schema_extra.triggers[{index}].{field}"),
+                    message,
+                )
+            })?;
+        }
+
         let mut output_schema = json!({
             "type": "object",
             "properties": self.properties,
@@ -680,6 +696,7 @@ impl RawAgentFile {
             max_asks_per_tool: extra.max_asks_per_tool,
             compaction: extra.compaction,
             compression: extra.compression,
+            triggers: extra.triggers,
         })
     }
 }

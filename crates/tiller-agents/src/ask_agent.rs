@@ -32,8 +32,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tiller_core::{
-    AgentContext, AgentEvent, AgentTool, Prompt, Reply, RunEnd, ToolContext, ToolError, ToolOutput,
-    UserRequest,
+    AgentContext, AgentEvent, AgentTool, ContextOverrides, Prompt, Reply, RunEnd, ToolContext,
+    ToolError, ToolOutput, UserRequest,
 };
 
 use crate::agent_tool::answer;
@@ -158,7 +158,10 @@ impl AskAgent {
             "{}/{name}",
             ctx.agent().session_id().unwrap_or(ctx.call_id())
         );
-        let mut context: AgentContext = ctx.agent().child_context().through(name);
+        let mut context: AgentContext = ctx
+            .agent()
+            .child_context(ContextOverrides::default())
+            .through(name);
         if let Some(user) = args["user_id"]
             .as_str()
             .filter(|_| self.config.allow_user_override)

@@ -2,7 +2,8 @@
 //! [`Definitions`] of them by name and version; named LLM configurations
 //! ([`LlmConfigs`]); command tools; `ask_agent`, with which agents hand work to
 //! each other, and agents as tools; the [`ToolRegistry`] files name tools from;
-//! and transcript [`Compression`] with its `lookup` tool. It is built on
+//! [`Triggers`], which start agents on published events; and transcript
+//! [`Compression`] with its `lookup` tool. It is built on
 //! `tiller-runtime`'s hooks and [`AgentContext`](tiller_core::AgentContext), and
 //! the runtime knows nothing of it.
 //!
@@ -33,6 +34,7 @@ mod definitions;
 mod llm;
 mod model_choice;
 mod tool_registry;
+pub mod trigger;
 
 pub use agent_tool::AgentAsTool;
 pub use ask_agent::{ASK_AGENT_TOOL, AskAgent, AskAgentConfig};
@@ -42,6 +44,7 @@ pub use definitions::{Definitions, DefinitionsError};
 pub use llm::{LlmConfigError, LlmConfigs};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use tool_registry::ToolRegistry;
+pub use trigger::{MAX_BATCH, MAX_DEBOUNCE_MS, Spawner, Trigger, Triggers};
 
 // Paths the modules name the runtime's, the loop's and the wire's types by.
 use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingLevel, ToolChoice};

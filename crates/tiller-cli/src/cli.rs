@@ -84,6 +84,22 @@ pub enum CliCommand {
         /// own agents. Without it the server is open to anyone who can reach it.
         #[arg(long, value_name = "FILE")]
         tokens: Option<PathBuf>,
+        /// Also accept JSON Web Tokens signed (HS256) with the secret this
+        /// environment variable holds: their claims give the tenant (`tenant_id`,
+        /// else `default`), the user (`user_id`, else `sub`) and the client
+        /// (`client_id`); `exp` is required and `nbf` checked. Beside --tokens.
+        #[arg(long, value_name = "VAR", conflicts_with = "jwt_public_key")]
+        jwt_secret_env: Option<String>,
+        /// Also accept JSON Web Tokens signed (RS256 or ES256) by the private half
+        /// of this PEM public key; claims as for --jwt-secret-env.
+        #[arg(long, value_name = "FILE")]
+        jwt_public_key: Option<PathBuf>,
+        /// Accept only JWTs issued by this issuer (`iss`).
+        #[arg(long, value_name = "ISS")]
+        jwt_issuer: Option<String>,
+        /// Accept only JWTs meant for this audience (`aud`).
+        #[arg(long, value_name = "AUD")]
+        jwt_audience: Option<String>,
         /// Take X-User-Id, X-Session-Id, X-Client-Id and X-Evaluation from requests
         /// into the agents' context (only behind a gateway that sets them).
         #[arg(long)]

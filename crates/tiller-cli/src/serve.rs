@@ -10,10 +10,49 @@ use tiller::{
     SupervisorConfig,
 };
 use tiller_cluster::ClusterConfig;
-use tiller_server::{Server, ServerConfig, Tokens};
+use tiller_server::{JwtKeys, Server, ServerConfig, Tokens};
 
 use crate::outcome::Exit;
 use crate::sessions::open_store;
+
+/// Where JSON Web Tokens' keys come from (`--jwt-*`); none accepts no JWT.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JwtOptions<'a> {
+    /// The environment variable holding the HS256 secret.
+    pub secret_env: Option<&'a str>,
+    /// The PEM file of the RS256 or ES256 public key.
+    pub public_key: Option<&'a Path>,
+    /// The issuer tokens must name.
+    pub issuer: Option<&'a str>,
+    /// The audience tokens must name.
+    pub audience: Option<&'a str>,
+}
+
+impl JwtOptions<'_> {
+    /// The keys these options give, if any; an unset variable or an unreadable
+    /// key is an error naming it.
+    fn keys(&self) -> Result<Option<JwtKeys>, String> {
+        let keys = match (self.secret_env, self.public_key) {
+            (Some(variable), _) => JwtKeys::hs256_from_env(variable)?,
+            (None, Some(path)) => JwtKeys::public_key_file(path)?,
+            (None, None) if self.issuer.is_some() || self.audience.is_some() => {
+                return Err(
+                    "--jwt-issuer and --jwt-audience need --jwt-secret-env or --jwt-public-key"
+                        .to_owned(),
+                );
+            }
+            (None, None) => return Ok(None),
+        };
+        let keys = match self.issuer {
+            Some(issuer) => keys.with_issuer(issuer),
+            None => keys,
+        };
+        Ok(Some(match self.audience {
+            Some(audience) => keys.with_audience(audience),
+            None => keys,
+        }))
+    }
+}
 
 /// What `tiller serve` was given.
 #[derive(Debug)]
@@ -28,6 +67,8 @@ pub struct ServeOptions<'a> {
     pub store: Option<&'a str>,
     /// The token file.
     pub tokens: Option<&'a Path>,
+    /// How JSON Web Tokens are checked, if they are accepted.
+    pub jwt: JwtOptions<'a>,
     /// Whether to take context headers from requests.
     pub trust_context_headers: bool,
     /// How long runs in flight may finish at shutdown before they are aborted.
@@ -89,6 +130,7 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         llms,
         store,
         tokens,
+        jwt,
         trust_context_headers,
         finish_runs,
         hibernate_after,
@@ -112,8 +154,14 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         Ok(definitions) => definitions,
         Err(exit) => return exit,
     };
-    let tokens = match tokens.map(Tokens::load).transpose() {
-        Ok(tokens) => tokens.unwrap_or_default(),
+    let tokens = match tokens.map(Tokens::load).transpose().and_then(|tokens| {
+        let tokens = tokens.unwrap_or_default();
+        Ok(match jwt.keys()? {
+            Some(keys) => tokens.with_jwt(keys),
+            None => tokens,
+        })
+    }) {
+        Ok(tokens) => tokens,
         Err(error) => {
             say!("tiller: {error}");
             return Exit::Usage;

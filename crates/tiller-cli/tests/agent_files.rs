@@ -141,7 +141,7 @@ const MISTAKES: &[(&str, &str, &str)] = &[
     (
         "unknown agent setting",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  top_p: 0.2\n",
-        "json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction, extra_body, compression at line 6, column 3",
+        "json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction, extra_body, compression, triggers at line 6, column 3",
     ),
     (
         "unknown tool key",
@@ -192,6 +192,16 @@ const MISTAKES: &[(&str, &str, &str)] = &[
         "a built-in with a command tool's field",
         "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: action, description: Do things}\n",
         "json_schema_extra.tools[0].description: a tool named alone is a built-in or a tool of the host's registry and takes no `description`; a command tool needs a `command`",
+    ),
+    (
+        "a trigger whose session key is not closed",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  triggers:\n    - {on: order.paid, session: \"order-{id\"}\n",
+        "json_schema_extra.triggers[0].session: each `{` names a field and is closed by `}`",
+    ),
+    (
+        "a trigger's debounce past an hour",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  triggers:\n    - {on: tick, debounce_ms: 4000000}\n",
+        "json_schema_extra.triggers[0].debounce_ms: at most 3600000 (an hour)",
     ),
     (
         "a command tool without a description",

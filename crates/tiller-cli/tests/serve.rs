@@ -939,3 +939,83 @@ async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events
     );
     serving.stop().await;
 }
+
+/// `--jwt-secret-env` makes the server take JSON Web Tokens signed with that
+/// secret beside the token file: a valid one creates an agent of its tenant, an
+/// expired one is 401; an unset variable is a usage error.
+#[tokio::test]
+async fn serve_takes_json_web_tokens_signed_with_the_secret_it_is_given() {
+    let scratch = Scratch::new();
+    let tokens = scratch.write("tokens.yaml", "tokens: [{token: ops, tenant: ops}]\n");
+    let serving = Serving::start_with(
+        scratch,
+        &[
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--jwt-secret-env",
+            "TILLER_TEST_JWT",
+            "--jwt-issuer",
+            "auth.example.com",
+        ],
+        &[("TILLER_TEST_JWT", "the shared secret")],
+    )
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |exp: u64| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &json!({"iss": "auth.example.com", "exp": exp, "tenant_id": "acme", "sub": "ann"}),
+            &jsonwebtoken::EncodingKey::from_secret(b"the shared secret"),
+        )
+        .unwrap()
+    };
+    let http = reqwest::Client::new();
+    let create = |bearer: String| {
+        http.post(format!("{}/agents", serving.base))
+            .bearer_auth(bearer)
+            .header("content-type", "application/json")
+            .body(json!({"definition": "helper"}).to_string())
+            .send()
+    };
+    let created = create(token(now + 600)).await.unwrap();
+    assert_eq!(created.status(), 201);
+    let id = created.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let state: Value = http
+        .get(format!("{}/agents/{id}", serving.base))
+        .bearer_auth(token(now + 600))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&state["context"]["tenant_id"], &state["context"]["user_id"]),
+        (&json!("acme"), &json!("ann"))
+    );
+    assert_eq!(create(token(now - 3_600)).await.unwrap().status(), 401);
+    assert_eq!(create("ops".to_owned()).await.unwrap().status(), 201);
+    serving.stop().await;
+
+    let unset = finish(tiller(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--jwt-secret-env",
+        "TILLER_TEST_JWT_UNSET",
+    ]))
+    .await;
+    assert_eq!(
+        (unset.code(), unset.stderr.as_str()),
+        (
+            Some(2),
+            "tiller: TILLER_TEST_JWT_UNSET is not set: it should hold the JWT secret\n"
+        )
+    );
+}

@@ -4,7 +4,7 @@
 //! [`ToolCallInfo`](crate::ToolCallInfo) and [`TurnSummary`](crate::TurnSummary).
 //!
 //! ```
-//! use tiller_core::AgentContext;
+//! use tiller_core::{AgentContext, ContextOverrides};
 //!
 //! #[derive(Debug, PartialEq)]
 //! struct Plan(&'static str);
@@ -15,9 +15,13 @@
 //!     .with_extension(Plan("pro"));
 //! assert_eq!(context.user_id(), Some("u-7"));
 //! assert_eq!(context.extension::<Plan>(), Some(&Plan("pro")));
-//! // A sub-agent inherits all of it.
-//! assert_eq!(context.child_context().tenant_id(), Some("acme"));
+//! // A sub-agent inherits all of it, a model or schema of its own if given.
+//! let child = context.child_context(ContextOverrides::default().with_default_model("gpt-4o-mini"));
+//! assert_eq!((child.tenant_id(), child.default_model()), (Some("acme"), Some("gpt-4o-mini")));
 //! ```
+//!
+//! While an agent runs, its context is also [`AgentContext::current`], for code
+//! that was not handed it (a helper a tool calls, a logging layer).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -25,6 +29,18 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+/// The tenant of a caller whose credentials name none.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The user of a context that names none, for code that needs one
+/// ([`AgentContext::user_id_or_default`]).
+pub const DEFAULT_USER: &str = "anonymous";
+
+tokio::task_local! {
+    /// The context of the agent whose work the task is doing.
+    static CURRENT: AgentContext;
+}
 
 /// Who an agent works for, and the host's own data. Cheap to clone (one shared
 /// allocation, none for an empty context); changed copy-on-write.
@@ -59,6 +75,14 @@ pub struct ContextIds {
     /// Whether this is an evaluation run rather than real use.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evaluation: bool,
+    /// The model the caller asked for, by name (`X-Model-Name`), for a host that
+    /// picks models per caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_model: Option<String>,
+    /// Where the schema of the agent the caller asked for lives (`X-Agent-Schema`):
+    /// a name or a URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_schema_uri: Option<String>,
     /// The agents the run works through, from the first one asked to the one
     /// running (by name, else id), such as `["planner", "researcher"]`: a run's
     /// own agent ends it, and an agent asking another extends it.
@@ -82,9 +106,10 @@ impl AgentContext {
     }
 
     /// A context from request headers: `X-User-Id`, `X-Tenant-Id`,
-    /// `X-Session-Id`, `X-Client-Id` and `X-Evaluation` (`true` or `1`), names
-    /// matched without regard to case, other headers ignored, empty values
-    /// treated as absent. Only for headers from a trusted source (a gateway that
+    /// `X-Session-Id`, `X-Client-Id`, `X-Evaluation` or `X-Is-Eval` (`true` or
+    /// `1`), `X-Model-Name` (the default model) and `X-Agent-Schema` (the agent
+    /// schema's URI), names matched without regard to case, other headers
+    /// ignored, empty values treated as absent. Only for headers from a trusted source (a gateway that
     /// authenticated the caller): anyone can send them.
     pub fn from_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut ids = ContextIds::default();
@@ -98,7 +123,9 @@ impl AgentContext {
                 "x-tenant-id" => &mut ids.tenant_id,
                 "x-session-id" => &mut ids.session_id,
                 "x-client-id" => &mut ids.client_id,
-                "x-evaluation" => {
+                "x-model-name" => &mut ids.default_model,
+                "x-agent-schema" => &mut ids.agent_schema_uri,
+                "x-evaluation" | "x-is-eval" => {
                     ids.evaluation = value.eq_ignore_ascii_case("true") || value == "1";
                     continue;
                 }
@@ -124,6 +151,8 @@ impl AgentContext {
             client_id: None,
             evaluation: false,
             agents: Vec::new(),
+            default_model: None,
+            agent_schema_uri: None,
         };
         self.data.as_ref().map_or(&NONE, |data| &data.ids)
     }
@@ -136,6 +165,26 @@ impl AgentContext {
     /// The tenant the user belongs to.
     pub fn tenant_id(&self) -> Option<&str> {
         self.ids().tenant_id.as_deref()
+    }
+
+    /// The tenant, [`DEFAULT_TENANT`] when the context names none.
+    pub fn tenant_id_or_default(&self) -> &str {
+        self.tenant_id().unwrap_or(DEFAULT_TENANT)
+    }
+
+    /// The user, [`DEFAULT_USER`] when the context names none.
+    pub fn user_id_or_default(&self) -> &str {
+        self.user_id().unwrap_or(DEFAULT_USER)
+    }
+
+    /// The model the caller asked for, by name.
+    pub fn default_model(&self) -> Option<&str> {
+        self.ids().default_model.as_deref()
+    }
+
+    /// Where the schema of the agent the caller asked for lives.
+    pub fn agent_schema_uri(&self) -> Option<&str> {
+        self.ids().agent_schema_uri.as_deref()
     }
 
     /// The conversation (the agent's session).
@@ -211,10 +260,67 @@ impl AgentContext {
             .and_then(|value| value.downcast_ref())
     }
 
+    /// The same context with this default model.
+    pub fn with_default_model(mut self, model: impl Into<String>) -> Self {
+        self.data_mut().ids.default_model = Some(model.into());
+        self
+    }
+
+    /// The same context with this agent schema URI.
+    pub fn with_agent_schema_uri(mut self, uri: impl Into<String>) -> Self {
+        self.data_mut().ids.agent_schema_uri = Some(uri.into());
+        self
+    }
+
     /// The context a sub-agent runs in: the same user, tenant, session, client,
-    /// evaluation flag and extensions.
-    pub fn child_context(&self) -> Self {
-        self.clone()
+    /// evaluation flag and extensions, with the model and schema `overrides`
+    /// gives in place of these.
+    pub fn child_context(&self, overrides: ContextOverrides) -> Self {
+        let mut child = self.clone();
+        if let Some(model) = overrides.default_model {
+            child = child.with_default_model(model);
+        }
+        if let Some(uri) = overrides.agent_schema_uri {
+            child = child.with_agent_schema_uri(uri);
+        }
+        child
+    }
+
+    /// The context of the agent whose work the current task is doing (a run, a
+    /// tool call, a hook), for code that was not handed one; `None` outside
+    /// an agent's work.
+    pub fn current() -> Option<AgentContext> {
+        CURRENT.try_with(AgentContext::clone).ok()
+    }
+
+    /// Runs `work` with this context as [`AgentContext::current`].
+    pub async fn scope<F: Future>(self, work: F) -> F::Output {
+        CURRENT.scope(self, work).await
+    }
+}
+
+/// What a sub-agent's context changes of its caller's
+/// ([`AgentContext::child_context`]); nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContextOverrides {
+    /// The model the sub-agent is asked for.
+    pub default_model: Option<String>,
+    /// The sub-agent's schema URI.
+    pub agent_schema_uri: Option<String>,
+}
+
+impl ContextOverrides {
+    /// These overrides with the default model `model`.
+    pub fn with_default_model(mut self, model: impl Into<String>) -> Self {
+        self.default_model = Some(model.into());
+        self
+    }
+
+    /// These overrides with the agent schema URI `uri`.
+    pub fn with_agent_schema_uri(mut self, uri: impl Into<String>) -> Self {
+        self.agent_schema_uri = Some(uri.into());
+        self
     }
 }
 
@@ -270,6 +376,8 @@ mod tests {
             ("X-SESSION-ID", ""),
             ("X-Client-Id", "web"),
             ("X-Evaluation", "TRUE"),
+            ("X-Model-Name", "gpt-4o-mini"),
+            ("x-agent-schema", "agents/helper.yaml"),
             ("Authorization", "Bearer secret"),
         ]);
         assert_eq!(
@@ -281,9 +389,13 @@ mod tests {
                 client_id: Some("web".into()),
                 evaluation: true,
                 agents: Vec::new(),
+                default_model: Some("gpt-4o-mini".into()),
+                agent_schema_uri: Some("agents/helper.yaml".into()),
             }
         );
         assert!(!AgentContext::from_headers([("x-evaluation", "yes")]).is_evaluation());
+        // The seed's name for the flag.
+        assert!(AgentContext::from_headers([("X-Is-Eval", "1")]).is_evaluation());
     }
 
     #[test]
@@ -297,8 +409,22 @@ mod tests {
             .with_extension(Quota(5));
         assert_eq!(parent.extension::<Quota>(), Some(&Quota(5)));
         assert_eq!(parent.extension::<String>(), None);
-        let child = parent.child_context();
+        let child = parent.child_context(ContextOverrides::default());
         assert_eq!(child, parent);
+        let overridden = parent.child_context(
+            ContextOverrides::default()
+                .with_default_model("small")
+                .with_agent_schema_uri("agents/child.yaml"),
+        );
+        assert_eq!(
+            (
+                overridden.default_model(),
+                overridden.agent_schema_uri(),
+                overridden.user_id()
+            ),
+            (Some("small"), Some("agents/child.yaml"), Some("u-1"))
+        );
+        assert_eq!(overridden.extension::<Quota>(), Some(&Quota(5)));
         assert_eq!(child.extension::<Quota>(), Some(&Quota(5)));
         // A child's own additions leave the parent's untouched.
         let child = child.with_extension(String::from("child only"));
@@ -307,6 +433,35 @@ mod tests {
             child.extension::<String>().map(String::as_str),
             Some("child only")
         );
+    }
+
+    #[test]
+    fn a_context_without_tenant_or_user_has_defaults() {
+        let empty = AgentContext::new();
+        assert_eq!(
+            (empty.tenant_id_or_default(), empty.user_id_or_default()),
+            ("default", "anonymous")
+        );
+        let named = empty.with_tenant_id("acme").with_user_id("u-1");
+        assert_eq!(
+            (named.tenant_id_or_default(), named.user_id_or_default()),
+            ("acme", "u-1")
+        );
+    }
+
+    /// Inside `scope`, code that was not handed the context reads it.
+    #[tokio::test]
+    async fn the_current_context_is_reachable_inside_its_scope() {
+        fn tenant_here() -> Option<String> {
+            AgentContext::current().and_then(|context| context.tenant_id().map(str::to_owned))
+        }
+        assert_eq!(tenant_here(), None);
+        let inside = AgentContext::new()
+            .with_tenant_id("acme")
+            .scope(async { tenant_here() })
+            .await;
+        assert_eq!(inside.as_deref(), Some("acme"));
+        assert_eq!(tenant_here(), None);
     }
 
     #[test]

@@ -592,10 +592,16 @@ async fn execute(
         None => (args, None),
     };
     let span = tracing::debug_span!("tool", id = %ctx.call_id(), name = %tool.name());
-    let ran = AssertUnwindSafe(tool.execute(args, ctx.clone()))
-        .catch_unwind()
-        .instrument(span)
-        .await;
+    // The agent's context is `AgentContext::current()` inside the tool.
+    let ran = AssertUnwindSafe(
+        run.config
+            .context
+            .clone()
+            .scope(tool.execute(args, ctx.clone())),
+    )
+    .catch_unwind()
+    .instrument(span)
+    .await;
     ctx.close();
     if let Ok(Err(ToolError::NeedsApproval { reason })) = &ran {
         return if run.is_approved(&call.id) {

@@ -80,7 +80,7 @@ pub use config::{
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
     WriteAhead,
 };
-pub use context::{AgentContext, ContextIds};
+pub use context::{AgentContext, ContextIds, ContextOverrides, DEFAULT_TENANT, DEFAULT_USER};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};

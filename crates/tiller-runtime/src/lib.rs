@@ -36,6 +36,7 @@ mod actor;
 mod agent;
 mod definition;
 mod error;
+mod event;
 mod handle;
 mod message;
 mod op;
@@ -57,6 +58,7 @@ pub mod architecture {}
 
 pub use definition::{AgentDefinition, QueueLimits, QueueMode};
 pub use error::{AgentError, SpawnError};
+pub use event::{Event, EventError, EventSink, MAX_TOPIC_BYTES};
 pub use handle::AgentHandle;
 pub use message::{AgentMsg, SettingsChange, Submission};
 pub use op::{Op, Queues};

@@ -29,6 +29,7 @@ use crate::actor::{Failure, Loaded, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
+use crate::event::{Event, EventError, EventSink};
 use crate::handle::AgentHandle;
 use crate::message::{AgentMsg, Internal, Signal};
 use crate::runtime::{Runtime, SupervisorConfig};
@@ -171,6 +172,8 @@ struct Inner {
     agents: DashMap<AgentId, Arc<Agent>>,
     names: DashMap<Arc<str>, AgentId>,
     shut_down: AtomicBool,
+    /// What takes the events published through the supervisor.
+    events: crate::event::Sink,
 }
 
 /// The supervisor actor's state: the restart budgets, as the times each agent
@@ -356,8 +359,27 @@ impl Supervisor {
                 agents: DashMap::new(),
                 names: DashMap::new(),
                 shut_down: AtomicBool::new(false),
+                events: crate::event::Sink::new(),
             }),
         })
+    }
+
+    /// Installs what takes the events published through this supervisor (the
+    /// agents' triggers, `tiller_agents::Triggers`); only the first one counts:
+    /// whether it was installed.
+    pub fn set_event_sink(&self, sink: Arc<dyn EventSink>) -> bool {
+        self.inner.events.set(sink).is_ok()
+    }
+
+    /// Publishes `event` to the agents whose triggers it matches, spawning or
+    /// thawing them (see `tiller_agents::Triggers`): how many triggers it matched
+    /// (none when nothing listens).
+    pub fn publish(&self, event: Event) -> Result<usize, EventError> {
+        event.check()?;
+        match self.inner.events.get() {
+            Some(sink) => sink.publish(event),
+            None => Ok(0),
+        }
     }
 
     /// The session store.

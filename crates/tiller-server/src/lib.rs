@@ -30,6 +30,7 @@
 //! | `POST /agents/{id}/reset` | forgets transcript and queues | 204 |
 //! | `POST /agents/{id}/compact[?wait=true]` | `{"instructions"?: …}` or nothing: the oldest messages replaced by a summary now (the store keeps them) | 202, or 200 the outcome with its `compactions` |
 //! | `DELETE /agents/{id}` | stops the agent | 204 |
+//! | `POST /triggers/{topic}` | an event's JSON payload (at most [`MAX_EVENT_BYTES`]), the caller's tenant's: the agents whose triggers match it are prompted (spawned, thawed or resumed) once their debounce windows close | 202 `{"matched": N}` |
 //! | `GET /agents/{id}/events` | server-sent events, `id:` the sequence number | 200 |
 //! | `GET /agents/{id}/ws[?after=N]` | WebSocket: the events as text frames; prompt, steer, follow-up, abort and reset frames the other way | 101 |
 //! | `GET /events` | every event of every agent the caller may see, agents created later joining (no resume) | 200 |
@@ -59,6 +60,7 @@ mod connections;
 mod error;
 mod events;
 mod inline;
+mod jwt;
 mod mcp;
 mod metrics;
 mod origin;
@@ -70,6 +72,7 @@ mod shutdown;
 mod socket;
 mod tenants;
 mod trace;
+mod triggers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -85,8 +88,10 @@ use tiller::{AgentId, Definitions, Supervisor};
 use tokio_util::sync::CancellationToken;
 
 pub use error::Problem;
+pub use jwt::JwtKeys;
 pub use sessions::MAX_PAGE;
 pub use tenants::{Owner, Tokens};
+pub use triggers::MAX_EVENT_BYTES;
 
 use events::Replay;
 use metrics::Metrics;
@@ -283,7 +288,7 @@ impl Server {
         // Compressed transcripts' `lookup` reads the agents' own store.
         let definitions = definitions.with_session_store(supervisor.store().clone());
         let (stopped, stops) = tokio::sync::mpsc::unbounded_channel();
-        Server {
+        let server = Server {
             shared: Arc::new_cyclic(|me| Shared {
                 me: me.clone(),
                 stopped,
@@ -301,7 +306,12 @@ impl Server {
                 stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),
+        };
+        // The definitions' triggers, on a runtime (a server may be made outside one).
+        if tokio::runtime::Handle::try_current().is_ok() {
+            triggers::attach(&server.shared, &server.shared.supervisor);
         }
+        server
     }
 
     /// The routes, for a host to serve or nest in its own router.
@@ -323,6 +333,7 @@ impl Server {
             .route("/agents", post(agents::create).get(agents::list))
             .route("/agents/{id}", get(agents::get).delete(agents::delete))
             .route("/agents/{id}/prompt", post(agents::prompt))
+            .route("/triggers/{topic}", post(triggers::publish))
             .route("/agents/{id}/steer", post(agents::steer))
             .route("/agents/{id}/follow_up", post(agents::follow_up))
             .route("/agents/{id}/abort", post(agents::abort))

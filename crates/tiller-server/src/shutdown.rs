@@ -20,8 +20,9 @@ use crate::Shared;
 use crate::error::Problem;
 
 /// The routes whose `POST` starts new work.
-const NEW_WORK: [&str; 5] = [
+const NEW_WORK: [&str; 6] = [
     "/agents",
+    "/triggers/{topic}",
     "/agents/{id}/prompt",
     "/agents/{id}/reply",
     "/sessions/{id}/resume",

@@ -1,4 +1,5 @@
-//! Who is calling: bearer tokens mapped to tenants.
+//! Who is calling: bearer tokens mapped to tenants, or JSON Web Tokens whose
+//! claims name them (see [`crate::jwt`]).
 //!
 //! With tokens configured, every route but `/healthz` and the dashboard's page
 //! (`/`, static HTML that holds no data and asks for a token) needs
@@ -17,14 +18,17 @@ use std::path::Path;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
-use tiller::AgentContext;
+use tiller::{AgentContext, DEFAULT_TENANT};
 
 use crate::error::Problem;
+use crate::jwt::JwtKeys;
 
-/// Bearer tokens and the tenants they stand for.
+/// Bearer tokens and the tenants they stand for, and the keys JSON Web Tokens
+/// are checked with.
 #[derive(Clone, Default)]
 pub struct Tokens {
     by_token: HashMap<String, Owner>,
+    jwt: Option<JwtKeys>,
 }
 
 /// A tenant and, optionally, a user of it.
@@ -61,6 +65,7 @@ impl fmt::Debug for Tokens {
         // Never the tokens themselves.
         f.debug_struct("Tokens")
             .field("count", &self.by_token.len())
+            .field("jwt", &self.jwt)
             .finish()
     }
 }
@@ -95,9 +100,33 @@ impl Tokens {
         Ok(tokens)
     }
 
-    /// Whether any token is configured (the server is closed).
+    /// These tokens, and JSON Web Tokens checked with `keys` beside them.
+    pub fn with_jwt(mut self, keys: JwtKeys) -> Self {
+        self.jwt = Some(keys);
+        self
+    }
+
+    /// Whether no token and no JWT key is configured (the server is open).
     pub fn is_empty(&self) -> bool {
-        self.by_token.is_empty()
+        self.by_token.is_empty() && self.jwt.is_none()
+    }
+
+    /// Who `token` stands for: the token file's owner, else a valid JWT's claims
+    /// (with the client id they name).
+    fn owner(&self, token: &str) -> Option<(Owner, Option<String>)> {
+        if let Some(owner) = self.by_token.get(token) {
+            return Some((owner.clone(), None));
+        }
+        let identity = self.jwt.as_ref()?.verify(token)?;
+        let owner = Owner {
+            tenant: identity
+                .tenant_id
+                .filter(|tenant| !tenant.is_empty())
+                .unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
+            user: identity.user_id.or(identity.sub),
+            metrics: false,
+        };
+        Some((owner, identity.client_id))
     }
 }
 
@@ -171,18 +200,19 @@ pub(crate) fn caller(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    let owner = token
-        .and_then(|token| tokens.by_token.get(token))
-        .ok_or_else(|| {
-            Problem::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this server needs `Authorization: Bearer TOKEN` with a token it knows",
-            )
-        })?;
+    let (owner, client) = token.and_then(|token| tokens.owner(token)).ok_or_else(|| {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this server needs `Authorization: Bearer TOKEN` with a token it knows or a valid JWT",
+        )
+    })?;
     context = context.with_tenant_id(owner.tenant.clone());
     if let Some(user) = &owner.user {
         context = context.with_user_id(user.clone());
+    }
+    if let Some(client) = client {
+        context = context.with_client_id(client);
     }
     Ok(Caller {
         tenant: Some(owner.tenant.clone()),

@@ -57,16 +57,18 @@
 
 pub use tiller_runtime::{
     self, AgentCode, AgentDefinition, AgentError, AgentHandle, AgentId, AgentInfo, AgentMsg,
-    AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope,
-    MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits, QueueMode, Queues,
-    Relay, RunOutcome, RunSummary, SettingsChange, Shards, SpawnError, Submission, Subscription,
-    Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture, runtime_semantics,
+    AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope, Event,
+    EventError, EventSink, MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits,
+    QueueMode, Queues, Relay, RunOutcome, RunSummary, SettingsChange, Shards, SpawnError,
+    Submission, Subscription, Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture,
+    runtime_semantics,
 };
 
 pub use tiller_agents::{
     self, ASK_AGENT_TOOL, AgentAsTool, AskAgent, AskAgentConfig, CommandTool, Compression,
     Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigError, LlmConfigs, ModelChoice,
-    ModelChoiceError, ModelSources, Named, ToolRegistry, agent_file, choose_model, command_tool,
+    ModelChoiceError, ModelSources, Named, Spawner, ToolRegistry, Trigger, Triggers, agent_file,
+    choose_model, command_tool, trigger,
 };
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
@@ -76,11 +78,11 @@ pub use tiller_ai::{
 pub use tiller_core::compaction;
 pub use tiller_core::{
     self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval,
-    CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContinueError, CustomMessage,
-    FnTool, IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions,
-    SteeringDelivery, ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolFilter,
-    ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, WidgetTool, check_transcript,
-    hook,
+    CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContextOverrides,
+    ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER, FnTool, IntoToolOutput, Output,
+    OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext,
+    ToolError, ToolExecution, ToolExecutionMode, ToolFilter, ToolOutput, ToolSet, ToolSetError,
+    TranscriptError, UserRequest, WidgetTool, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -271,6 +271,7 @@ impl ActorState {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: self.myself.clone(),
         });
+        let current = agent_context.clone();
         let mut config = loop_config(
             &self.myself,
             &events,
@@ -293,11 +294,13 @@ impl ActorState {
             session = %self.agent.session,
             run = run_id
         );
+        // The run's context is `AgentContext::current()` for all its work.
         let task = tokio::spawn(
-            async move {
-                run_from(start, context, config, run_token, sink).await;
-            }
-            .instrument(span.clone()),
+            current
+                .scope(async move {
+                    run_from(start, context, config, run_token, sink).await;
+                })
+                .instrument(span.clone()),
         );
         self.run = Some(ActiveRun {
             id: run_id,

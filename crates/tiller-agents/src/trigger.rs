@@ -1,0 +1,424 @@
+//! Agents started by events: an agent file's `triggers` name the topics it
+//! answers, and [`Triggers`] turns each published [`Event`] that matches one
+//! into a prompt to the agent of the session the trigger names — spawned from
+//! its definition, or thawed, when it is not running.
+//!
+//! ```yaml
+//! json_schema_extra:
+//!   kind: agent
+//!   name: support
+//!   triggers:
+//!     - on: ticket.opened            # the topic
+//!       match: {priority: high}      # fields of the payload (dotted paths), all equal
+//!       debounce_ms: 2000            # events within 2 s become one prompt
+//!       session: "ticket-{ticket.id}" # one session per ticket
+//! ```
+//!
+//! The first matching event of a session opens a window of `debounce_ms`; every
+//! event that arrives for that session within it joins the same prompt, which
+//! lists each payload in order ([`MAX_BATCH`] at most: a full batch goes at
+//! once). A trigger without `session` has one session for all its events. A
+//! session belongs to the event's tenant: the same key of two tenants is two
+//! agents, each the tenant's own. An agent busy with a run gets the prompt as a
+//! follow-up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tiller_runtime::{AgentError, Event, EventError, EventSink};
+use tokio::sync::mpsc;
+
+use crate::definitions::Definitions;
+use crate::{AgentHandle, AgentSpec, Supervisor};
+
+/// The longest debounce window a trigger may ask for, in milliseconds (an hour).
+pub const MAX_DEBOUNCE_MS: u64 = 3_600_000;
+
+/// The most events one prompt lists; a window that fills is delivered at once.
+pub const MAX_BATCH: usize = 100;
+
+/// The most events waiting for the trigger task at once; past it, publishing
+/// is refused ([`EventError::Closed`] is not it: see [`Triggers`]).
+const QUEUE: usize = 10_000;
+
+/// One trigger of an agent file (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trigger {
+    /// The topic it answers.
+    pub on: String,
+    /// Fields of the payload, by dotted path, and the values they must equal.
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub matches: BTreeMap<String, Value>,
+    /// How long events gather into one prompt, in milliseconds (0: none).
+    #[serde(default)]
+    pub debounce_ms: u64,
+    /// The session's key, with `{path}` for fields of the payload; one session
+    /// for every event when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+impl Trigger {
+    /// Whether `event`'s topic is this trigger's and its payload has every
+    /// field `match` names, equal.
+    pub fn matches(&self, event: &Event) -> bool {
+        event.topic == self.on
+            && self
+                .matches
+                .iter()
+                .all(|(path, value)| field(&event.payload, path) == Some(value))
+    }
+
+    /// The session key `payload` gives: `session` with each `{path}` replaced
+    /// by that field (a string as it is, anything else as JSON); `None` when a
+    /// field is missing.
+    pub fn session_key(&self, payload: &Value) -> Option<String> {
+        let Some(template) = &self.session else {
+            return Some(String::new());
+        };
+        let mut key = String::new();
+        let mut rest = template.as_str();
+        while let Some(open) = rest.find('{') {
+            key.push_str(&rest[..open]);
+            let close = rest[open..].find('}')? + open;
+            match field(payload, &rest[open + 1..close])? {
+                Value::String(text) => key.push_str(text),
+                other => key.push_str(&other.to_string()),
+            }
+            rest = &rest[close + 1..];
+        }
+        key.push_str(rest);
+        Some(key)
+    }
+
+    /// Checks what loading cannot: a topic, closed braces, a bounded window.
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        Event::new(self.on.clone(), Value::Null)
+            .check()
+            .map_err(|error| ("on", error.to_string()))?;
+        if self.debounce_ms > MAX_DEBOUNCE_MS {
+            return Err((
+                "debounce_ms",
+                format!("at most {MAX_DEBOUNCE_MS} (an hour)"),
+            ));
+        }
+        if let Some(template) = &self.session {
+            let mut depth = 0usize;
+            for c in template.chars() {
+                match c {
+                    '{' if depth == 0 => depth = 1,
+                    '}' if depth == 1 => depth = 0,
+                    '{' | '}' => depth = 2,
+                    _ => {}
+                }
+            }
+            if depth != 0 || template.contains("{}") {
+                return Err((
+                    "session",
+                    "each `{` names a field and is closed by `}`".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The field at a dotted `path` of `value` (`order.id`; an array's items by
+/// their index).
+fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(value, |at, part| match at {
+        Value::Object(map) => map.get(part),
+        Value::Array(items) => items.get(part.parse::<usize>().ok()?),
+        _ => None,
+    })
+}
+
+/// Makes the agent of a session a trigger starts, from the spec (its id,
+/// session and owner set), the definition's name and the event's tenant. By
+/// default the supervisor spawns it; a server passes its own, to record whom the
+/// agent belongs to.
+pub type Spawner = Arc<
+    dyn Fn(AgentSpec, String, Option<String>) -> BoxFuture<'static, Result<AgentHandle, String>>
+        + Send
+        + Sync,
+>;
+
+/// The triggers of a set of definitions, attached to a supervisor (see the
+/// module docs). Events go through a bounded queue to one task that owns the
+/// debounce windows; dropping every `Triggers` (and the supervisor's sink) ends
+/// it.
+#[derive(Clone)]
+pub struct Triggers {
+    /// Each trigger and the definition it starts.
+    triggers: Arc<[(String, Trigger)]>,
+    queue: mpsc::Sender<(Key, Event)>,
+}
+
+/// A session a trigger starts: the tenant's, of a definition, by key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    tenant: Option<String>,
+    definition: String,
+    session: String,
+    debounce: Duration,
+}
+
+impl Key {
+    /// The id of the session (and its agent): the tenant, the definition and
+    /// the key, each with `%` and `:` escaped, joined by `:`.
+    fn id(&self) -> String {
+        let escape = |part: &str| part.replace('%', "%25").replace(':', "%3A");
+        format!(
+            "{}:{}:{}",
+            escape(
+                self.tenant
+                    .as_deref()
+                    .unwrap_or(tiller_core::DEFAULT_TENANT)
+            ),
+            escape(&self.definition),
+            escape(&self.session)
+        )
+    }
+}
+
+impl Triggers {
+    /// The triggers of the latest version of each of `definitions`, their agents
+    /// spawned by `supervisor`, installed as its event sink (so that
+    /// [`Supervisor::publish`] reaches them).
+    pub fn attach(supervisor: &Supervisor, definitions: Definitions) -> Self {
+        let spawning = supervisor.clone();
+        let spawner: Spawner = Arc::new(move |spec: AgentSpec, _definition, _tenant| {
+            let supervisor = spawning.clone();
+            Box::pin(async move { supervisor.spawn(spec).await.map_err(|e| e.to_string()) })
+        });
+        Triggers::attach_with(supervisor, definitions, spawner)
+    }
+
+    /// [`Triggers::attach`] with agents made by `spawner`.
+    pub fn attach_with(
+        supervisor: &Supervisor,
+        definitions: Definitions,
+        spawner: Spawner,
+    ) -> Self {
+        let mut triggers = Vec::new();
+        for file in definitions.iter() {
+            let latest = definitions
+                .get(&file.name, None)
+                .is_some_and(|latest| std::ptr::eq(latest, file));
+            if latest {
+                triggers.extend(
+                    file.triggers
+                        .iter()
+                        .map(|trigger| (file.name.clone(), trigger.clone())),
+                );
+            }
+        }
+        let (queue, events) = mpsc::channel(QUEUE);
+        let delivery = Delivery {
+            supervisor: supervisor.clone(),
+            definitions,
+            spawner,
+        };
+        tokio::spawn(gather(events, Arc::new(delivery)));
+        let triggers = Triggers {
+            triggers: triggers.into(),
+            queue,
+        };
+        supervisor.set_event_sink(Arc::new(triggers.clone()));
+        triggers
+    }
+}
+
+impl EventSink for Triggers {
+    fn publish(&self, event: Event) -> Result<usize, EventError> {
+        event.check()?;
+        let mut matched = 0;
+        for (definition, trigger) in self.triggers.iter() {
+            if !trigger.matches(&event) {
+                continue;
+            }
+            let Some(session) = trigger.session_key(&event.payload) else {
+                continue;
+            };
+            let key = Key {
+                tenant: event.tenant.clone(),
+                definition: definition.clone(),
+                session,
+                debounce: Duration::from_millis(trigger.debounce_ms),
+            };
+            self.queue
+                .try_send((key, event.clone()))
+                .map_err(|_| EventError::Closed)?;
+            matched += 1;
+        }
+        Ok(matched)
+    }
+}
+
+/// What delivers a gathered batch.
+struct Delivery {
+    supervisor: Supervisor,
+    definitions: Definitions,
+    spawner: Spawner,
+}
+
+/// The events of one window, waiting for it to close.
+struct Batch {
+    topic: String,
+    payloads: Vec<Value>,
+    /// Its window in the task's queue of windows.
+    window: tokio_util::time::delay_queue::Key,
+}
+
+/// The trigger task: gathers each session's events until its window closes (or
+/// its batch fills), then delivers them as one prompt.
+async fn gather(mut events: mpsc::Receiver<(Key, Event)>, delivery: Arc<Delivery>) {
+    let mut open: HashMap<Key, Batch> = HashMap::new();
+    let mut windows = tokio_util::time::DelayQueue::new();
+    loop {
+        tokio::select! {
+            received = events.recv() => {
+                let Some((key, event)) = received else { break };
+                let batch = open.entry(key.clone()).or_insert_with(|| Batch {
+                    topic: event.topic.clone(),
+                    payloads: Vec::new(),
+                    window: windows.insert(key.clone(), key.debounce),
+                });
+                batch.payloads.push(event.payload);
+                // A full batch goes now, its window closed with it.
+                if batch.payloads.len() >= MAX_BATCH
+                    && let Some(batch) = open.remove(&key)
+                {
+                    windows.remove(&batch.window);
+                    tokio::spawn(delivery.clone().deliver(key, batch));
+                }
+            }
+            Some(closed) = futures::StreamExt::next(&mut windows), if !windows.is_empty() => {
+                let key = closed.into_inner();
+                if let Some(batch) = open.remove(&key) {
+                    tokio::spawn(delivery.clone().deliver(key, batch));
+                }
+            }
+        }
+    }
+}
+
+impl Delivery {
+    /// Prompts the session's agent with the batch: spawned (or resumed from the
+    /// store) when it is not running, thawed when it sleeps, a follow-up when busy.
+    async fn deliver(self: Arc<Self>, key: Key, batch: Batch) {
+        let id = key.id();
+        let prompt = prompt_of(&batch);
+        let agent = match self.supervisor.get(&id) {
+            Some(agent) => agent,
+            None => {
+                let spec = match self.definitions.spec(&key.definition, None) {
+                    Ok(spec) => spec
+                        .with_id(id.clone())
+                        .with_session(id.clone())
+                        .with_owner(key.tenant.clone(), None),
+                    Err(error) => {
+                        tracing::warn!(session = %id, %error, "a trigger's definition cannot be used");
+                        return;
+                    }
+                };
+                match (self.spawner)(spec, key.definition.clone(), key.tenant.clone()).await {
+                    Ok(agent) => agent,
+                    Err(error) => match self.supervisor.get(&id) {
+                        // Another delivery made it meanwhile.
+                        Some(agent) => agent,
+                        None => {
+                            tracing::warn!(session = %id, %error, "a trigger's agent could not start");
+                            return;
+                        }
+                    },
+                }
+            }
+        };
+        let delivered = match agent.prompt(prompt.clone()).await {
+            Err(AgentError::Busy) => agent.follow_up(crate::AgentMessage::user(prompt)).await,
+            other => other,
+        };
+        if let Err(error) = delivered {
+            tracing::warn!(session = %id, %error, "a trigger's prompt was refused");
+        }
+    }
+}
+
+/// The prompt of a batch: the topic, then each payload as JSON, numbered.
+fn prompt_of(batch: &Batch) -> String {
+    let mut prompt = match batch.payloads.len() {
+        1 => format!("Event `{}`:", batch.topic),
+        n => format!("{n} events `{}`:", batch.topic),
+    };
+    for (n, payload) in batch.payloads.iter().enumerate() {
+        prompt.push_str(&format!("\n{}. {payload}", n + 1));
+    }
+    prompt
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    fn trigger(yaml: &str) -> Trigger {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn a_trigger_matches_its_topic_and_fields_and_names_a_session() {
+        let paid = trigger(
+            "on: order.paid\nmatch: {currency: EUR, customer.tier: gold}\nsession: \"order-{order.id}\"\n",
+        );
+        let event = |payload: Value| Event::new("order.paid", payload);
+        let gold = json!({"currency": "EUR", "customer": {"tier": "gold"}, "order": {"id": 42}});
+        assert!(paid.matches(&event(gold.clone())));
+        assert_eq!(paid.session_key(&gold).as_deref(), Some("order-42"));
+        assert!(!paid.matches(&event(
+            json!({"currency": "USD", "customer": {"tier": "gold"}})
+        )));
+        assert!(!paid.matches(&event(json!({"currency": "EUR"}))));
+        assert!(!paid.matches(&Event::new("order.refunded", gold.clone())));
+        // A session field the payload lacks: no session.
+        assert_eq!(paid.session_key(&json!({"currency": "EUR"})), None);
+        // No session template: one session.
+        assert_eq!(
+            trigger("on: tick\n").session_key(&json!({})).as_deref(),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn bad_triggers_are_refused_with_their_field() {
+        for (yaml, field) in [
+            ("on: \"\"\n", "on"),
+            ("on: t\ndebounce_ms: 3600001\n", "debounce_ms"),
+            ("on: t\nsession: \"a-{id\"\n", "session"),
+            ("on: t\nsession: \"a-{}\"\n", "session"),
+        ] {
+            assert_eq!(trigger(yaml).check().unwrap_err().0, field, "{yaml}");
+        }
+        assert!(trigger("on: t\nsession: \"{a}-{b.c}\"\n").check().is_ok());
+    }
+
+    #[test]
+    fn session_ids_keep_tenants_and_keys_apart() {
+        let key = |tenant: Option<&str>, session: &str| Key {
+            tenant: tenant.map(str::to_owned),
+            definition: "support".into(),
+            session: session.into(),
+            debounce: Duration::ZERO,
+        };
+        assert_eq!(key(None, "t-1").id(), "default:support:t-1");
+        assert_eq!(key(Some("acme"), "a:b%").id(), "acme:support:a%3Ab%25");
+        assert_ne!(key(Some("a:b"), "c").id(), key(Some("a"), "b:c").id());
+    }
+}
