@@ -9,9 +9,11 @@
 //! "remind me to call Juan", the model calls it without one, the tool answers
 //! `ToolError::needs_input`, and the run parks (`RunEnd::Parked`) with the question.
 //! The example reads the answer from standard input and hands it to
-//! `AgentHandle::answer`; the model calls the tool again with it. The tool's calls
-//! also wait for approval (`Approval::Ask`): `y` runs the call, anything else denies
-//! it.
+//! `AgentHandle::answer`; it goes straight into the waiting call's arguments, and the
+//! call runs again with it, no model turn between (`RunOptions::answers` set to
+//! `Answers::ToModel` gives the answer to the model instead). The tool's calls also
+//! wait for approval (`Approval::Ask`), the arguments the answer completed included:
+//! `y` runs the call, anything else denies it.
 //!
 //! With no provider configured the agent talks to Tiller's scripted `faux` model; set
 //! `OPENAI_API_KEY`, `ANTHROPIC_API_KEY` or `TILLER_BASE_URL` (see the README) to give
@@ -83,8 +85,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// The faux model: it calls `remind` without a time, then with the user's answer,
-/// then says what it did.
+/// The faux model: it calls `remind` without a time, then says what the tool did
+/// (or, were the answer given to it, calls `remind` again with it).
 fn scripted_model() -> Model {
     eprintln!("No provider configured (see the README): using the scripted faux model.");
     let faux = FauxProvider::new();

@@ -39,6 +39,7 @@
 //!     - name: ask_agent               # hand work to another agent (Definitions::with_ask_agent)
 //!   approvals: {add: ask}             # per tool: always (the default), ask or never
 //!   max_asks_per_tool: 3              # a tool's questions to the user in a row
+//!   answers: to_tool                  # an answer goes into the waiting call (or to_model)
 //!   include_tools: []                 # names or prefixes (`fs_*`) to keep; all when empty
 //!   exclude_tools: []                 # names or prefixes to drop
 //!   compaction:                       # when the context fills (all optional; on by default)
@@ -76,7 +77,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tiller_ai::ThinkingBudgets;
 use tiller_core::compaction::{self, CompactionPolicy};
-use tiller_core::{Approval, ToolFilter};
+use tiller_core::{Answers, Approval, ToolFilter};
 #[cfg(feature = "mcp")]
 use tiller_mcp::McpServer;
 use tiller_runtime::{DefinitionPatch, PatchError};
@@ -119,6 +120,9 @@ pub struct AgentFile {
     pub approvals: BTreeMap<String, ApprovalRule>,
     /// How many questions in a row a tool may ask the user, if the file sets it.
     pub max_asks_per_tool: Option<u32>,
+    /// Where the user's answers to a tool's questions go (`answers`), if the file
+    /// says.
+    pub answers: Option<Answers>,
     /// When the transcript is compacted (`compaction`), if the file says.
     pub compaction: Option<CompactionPolicy>,
     /// How long answers are cut when the transcript is reloaded (`compression`),
@@ -303,6 +307,9 @@ impl AgentFile {
                 .run
                 .approvals
                 .insert(tool.clone(), (*rule).into());
+        }
+        if let Some(answers) = self.answers {
+            definition.run.answers = answers;
         }
         if let Some(asks) = self.max_asks_per_tool {
             definition.run.max_asks_per_tool = asks;
@@ -542,6 +549,7 @@ struct Extra {
     #[serde(default)]
     approvals: BTreeMap<String, ApprovalRule>,
     max_asks_per_tool: Option<u32>,
+    answers: Option<Answers>,
     compaction: Option<CompactionPolicy>,
     #[serde(default)]
     extra_body: serde_json::Map<String, Value>,
@@ -694,6 +702,7 @@ impl RawAgentFile {
             mcp_servers: extra.mcp_servers,
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,
+            answers: extra.answers,
             compaction: extra.compaction,
             compression: extra.compression,
             triggers: extra.triggers,

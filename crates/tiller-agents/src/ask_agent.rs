@@ -62,6 +62,12 @@ pub struct AskAgentConfig {
     /// (a response may make many calls, each of which may delegate again); a call
     /// past it fails at once. Default 64.
     pub max_running: usize,
+    /// Whether the caller's restatement of a sub-agent's streamed answer is kept
+    /// from the caller's subscribers (REMLight's child content deduplication): a
+    /// text block of the caller's next response that only repeats the answer is
+    /// not streamed again, and stays in the transcript. Default `false`; `tiller
+    /// serve` turns it on.
+    pub quiet_restatements: bool,
 }
 
 impl Default for AskAgentConfig {
@@ -71,6 +77,7 @@ impl Default for AskAgentConfig {
             max_depth: 3,
             allow_user_override: false,
             max_running: 64,
+            quiet_restatements: false,
         }
     }
 }
@@ -121,6 +128,9 @@ impl AskAgent {
         if let Some(input) = args.get("input").filter(|input| !input.is_null()) {
             text.push_str(&format!("\n\nInput:\n{input}"));
         }
+        // Merged into `text` (the field a sub-agent's question asks for), the
+        // user's answer to that question.
+        let user_answer = ctx.answered().then(|| text.clone());
         let definitions = self
             .definitions
             .get()
@@ -176,9 +186,9 @@ impl AskAgent {
         // A call's own session, beside the conversation's (not under it: stopping
         // one does not stop the other).
         let own = format!("{session}#{}", ctx.call_id());
-        // An approved call goes back to the session it asked in: its own, when it
-        // had to take one.
-        let first = if ctx.approved() && self.stored(&own).await {
+        // An approved or answered call goes back to the session it asked in: its
+        // own, when it had to take one.
+        let first = if (ctx.approved() || user_answer.is_some()) && self.stored(&own).await {
             own.clone()
         } else {
             session
@@ -198,9 +208,11 @@ impl AskAgent {
                 .map_err(cannot)?,
             Err(error) => return Err(cannot(error)),
         };
-        let answer = self.run_child(&child, name, path, text, &ctx).await;
+        let outcome = self
+            .run_child(&child, name, path, text, user_answer, &ctx)
+            .await;
         self.supervisor.stop(child.id().as_str()).await;
-        answer
+        outcome
     }
 
     /// Whether the store keeps the session `id`.
@@ -212,14 +224,15 @@ impl AskAgent {
             .is_ok_and(|found| !found.is_empty())
     }
 
-    /// Runs `child` on `text`, its events relayed to `ctx`, and makes its outcome
-    /// the call's.
+    /// Runs `child` on `text` (or gives its open question `user_answer`),
+    /// its events relayed to `ctx`, and makes its outcome the call's.
     async fn run_child(
         &self,
         child: &AgentHandle,
         name: &str,
         path: Vec<String>,
         text: String,
+        user_answer: Option<String>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let failed = |error: AgentError| ToolError::new(format!("`{name}`: {error}"));
@@ -229,6 +242,10 @@ impl AskAgent {
             Some(request @ UserRequest::Approval { .. }) if ctx.approved() => {
                 Prompt::Reply(Reply::approve(request.tool_call_id()))
             }
+            // The user answered what it asked: the answer goes to its question.
+            Some(request @ UserRequest::Input { .. }) if user_answer.is_some() => Prompt::Reply(
+                Reply::answer(request.tool_call_id(), user_answer.unwrap_or_default()),
+            ),
             // A request the sub-agent left open last time is moot now.
             Some(_) => {
                 child.abort();
@@ -268,16 +285,19 @@ impl AskAgent {
         if outcome.end != RunEnd::Parked {
             return answer(&outcome, &format!("`{name}`")).map(|mut output| {
                 output.streamed = true;
+                output.quiet_restatement = self.config.quiet_restatements;
                 output
             });
         }
         let state = child.state().await.map_err(failed)?;
         match state.waiting.into_iter().next() {
+            // Asked as the call's `text`: merged into the call, the answer
+            // reaches the sub-agent's own question.
             Some(UserRequest::Input {
                 field, question, ..
             }) => Err(ToolError::needs_input(
-                field,
-                format!("({name} asks) {question}"),
+                "text",
+                format!("({name} asks for `{field}`) {question}"),
             )),
             Some(UserRequest::Approval {
                 tool_name,

@@ -191,7 +191,15 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     };
-    let mut definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    // A caller's restatement of a sub-agent's streamed answer is not streamed
+    // to clients again.
+    let mut definitions = definitions.with_ask_agent(
+        &supervisor,
+        AskAgentConfig {
+            quiet_restatements: true,
+            ..AskAgentConfig::default()
+        },
+    );
     if let Some(chars) = compress_chars {
         definitions = definitions.with_compression(Compression::keeping(chars as usize));
     }

@@ -143,7 +143,8 @@ fn remind_agent(scratch: &Scratch, approvals: &str) -> std::path::PathBuf {
 }
 
 /// A tool that needs approval and asks for what it lacks, in a conversation: the
-/// chat shows the approval and the question, and the next lines answer them.
+/// chat shows the approval and the question, and the next lines answer them: the
+/// answer goes into the call, which asks for approval again with it.
 #[tokio::test]
 async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
     let scratch = Scratch::new();
@@ -151,11 +152,6 @@ async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
     server.push(dialect.tool_call("call_1", "remind", json!({"what": "call Juan"})));
-    server.push(dialect.tool_call(
-        "call_2",
-        "remind",
-        json!({"what": "call Juan", "due": "Friday"}),
-    ));
     server.push(dialect.text(&["Done: Friday."]));
 
     let mut child = dialect.chat(&server, &["--agent", agent.to_str().unwrap()]);
@@ -181,13 +177,10 @@ async fn the_chat_asks_for_approval_and_for_what_a_tool_lacks() {
     let status = exit_of(&mut child).await;
     assert_eq!(status.code(), Some(0));
     let requests = server.requests();
-    assert_eq!(requests.len(), 3);
+    assert_eq!(requests.len(), 2);
     assert_eq!(
-        dialect.tool_results(&requests[2]),
-        [
-            json!({"id": "call_1", "text": "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this."}),
-            json!({"id": "call_2", "text": "set for Friday"})
-        ]
+        dialect.tool_results(&requests[1]),
+        [json!({"id": "call_1", "text": "set for Friday"})]
     );
 }
 
@@ -225,11 +218,6 @@ async fn a_session_left_waiting_asks_again_in_the_next_chat() {
         "the conversation ended unfinished"
     );
 
-    server.push(dialect.tool_call(
-        "call_2",
-        "remind",
-        json!({"what": "call Juan", "due": "Friday"}),
-    ));
     server.push(dialect.text(&["Done: Friday."]));
     let second = finish_with_input(dialect.tiller(&server, "chat", &args), b"Friday\n").await;
     assert_eq!(second.status.code(), Some(0), "{}", second.stderr);
@@ -240,10 +228,7 @@ async fn a_session_left_waiting_asks_again_in_the_next_chat() {
     );
     assert_eq!(second.stdout.trim(), "Done: Friday.");
     assert_eq!(
-        dialect.tool_results(&server.requests()[2]),
-        [
-            json!({"id": "call_1", "text": "The tool needs `due` and asked the user: When?\nThe user answered: Friday\nCall the tool again with this."}),
-            json!({"id": "call_2", "text": "set for Friday"})
-        ]
+        dialect.tool_results(&server.requests()[1]),
+        [json!({"id": "call_1", "text": "set for Friday"})]
     );
 }

@@ -591,6 +591,7 @@ mod tests {
             tool_name: made.name.clone(),
             field: "q".into(),
             question: "Which one?".into(),
+            current_data: serde_json::Value::Null,
         };
         let messages = vec![
             AgentMessage::user("one"),

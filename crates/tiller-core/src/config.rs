@@ -22,7 +22,7 @@ use crate::compaction::{CompactionPolicy, Summarize};
 use crate::context::AgentContext;
 use crate::hook;
 use crate::message::AgentMessage;
-use crate::request::Approval;
+use crate::request::{Answers, Approval};
 use crate::tool::ToolOutput;
 
 /// Any error a callback reports.
@@ -280,6 +280,10 @@ pub struct RunOptions {
     /// ([`ToolError::NeedsInput`](crate::ToolError::NeedsInput)) before its ask is
     /// an ordinary error result. Default 3.
     pub max_asks_per_tool: u32,
+    /// Where the user's answer to a tool's question goes: into the waiting call's
+    /// arguments, which runs again at once (the default), or to the model as the
+    /// call's result (see [`crate::request`]).
+    pub answers: Answers,
     /// When the transcript is compacted to stay inside the model's context
     /// window (see [`crate::compaction`]).
     pub compaction: CompactionPolicy,
@@ -299,6 +303,7 @@ impl Default for RunOptions {
             output_retries: 2,
             approvals: BTreeMap::new(),
             max_asks_per_tool: 3,
+            answers: Answers::default(),
             compaction: CompactionPolicy::default(),
         }
     }

@@ -127,6 +127,9 @@ pub enum AgentEvent {
         field: String,
         /// What to ask the user.
         question: String,
+        /// The call's arguments when it asked (answers merged so far included).
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        current_data: Value,
     },
     /// A call waits for the user's approval before it runs; the run parks once
     /// the turn's other calls are done.
@@ -264,11 +267,13 @@ impl AgentEvent {
                 tool_name,
                 field,
                 question,
+                current_data,
             } => AgentEvent::InputRequested {
                 tool_call_id,
                 tool_name,
                 field,
                 question,
+                current_data,
             },
             UserRequest::Approval {
                 tool_call_id,

@@ -50,6 +50,9 @@ pub(crate) struct Batch {
     /// Why the run cannot go on (the response could not be made durable before its
     /// calls ran, so none ran).
     pub(crate) failure: Option<String>,
+    /// The streamed results whose restatement the next response keeps from
+    /// subscribers ([`crate::restate`]).
+    pub(crate) echoes: Vec<String>,
 }
 
 /// How one call ended.
@@ -127,6 +130,9 @@ pub(crate) async fn run_batch(
         ..Batch::default()
     };
     for (call, outcome) in calls.iter().zip(outcomes) {
+        if outcome.output.streamed && outcome.output.quiet_restatement && !outcome.is_error {
+            batch.echoes.push(outcome.output.text_content());
+        }
         match outcome.parked {
             Some(request) => batch.parked.push(request),
             None => batch.results.push(result_message(call, outcome)),
@@ -192,6 +198,7 @@ fn end(run: &Run, call: &ToolCall, outcome: &Outcome) {
             details: outcome.output.details.clone(),
             terminate: outcome.output.terminate,
             streamed: true,
+            quiet_restatement: outcome.output.quiet_restatement,
         }
     } else {
         outcome.output.clone()
@@ -572,7 +579,8 @@ async fn execute(
         actions,
         children,
     )
-    .approved_by_user(run.is_approved(&call.id));
+    .approved_by_user(run.is_approved(&call.id))
+    .answered_by_user(run.is_answered(&call.id));
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
@@ -651,6 +659,7 @@ async fn finish_hooks(
                     tool_name: call.name.clone(),
                     field,
                     question,
+                    current_data: call.arguments.clone(),
                 });
             }
         }

@@ -65,6 +65,7 @@ mod output;
 pub mod process;
 mod repair;
 pub mod request;
+pub mod restate;
 mod run;
 mod stream;
 mod tool;
@@ -84,7 +85,7 @@ pub use context::{AgentContext, ContextIds, ContextOverrides, DEFAULT_TENANT, DE
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};
-pub use request::{Approval, Reply, UserRequest, cancel_requests, open_requests};
+pub use request::{Answers, Approval, Reply, UserRequest, cancel_requests, open_requests};
 pub use run::{
     ContinueError, EventSink, LoopContext, Prompt, Start, check_continue, check_prompt,
     check_reply, check_start, panic_text, run_from, run_loop,

@@ -11,8 +11,14 @@
 //! A run started with [`Prompt::Reply`](crate::Prompt::Reply) resolves the open
 //! request the reply names by its `request_id` (the call's id,
 //! [`UserRequest::tool_call_id`]), whatever order several were asked in:
-//! - an [`Reply::Answer`] becomes the call's result, holding the question and the
-//!   answer, and the model (called next) issues the call again;
+//! - an [`Reply::Answer`] goes into the waiting call's arguments, under the field
+//!   the tool asked for, and the call runs again at once, with no model turn
+//!   (its arguments checked, its approval asked again if its tool's policy asks);
+//!   an `input_answered` custom message `{tool_call_id, field, answer}` is
+//!   committed first, so that after a crash the call is answered "interrupted"
+//!   rather than asked again. With [`Answers::ToModel`] (or arguments that are
+//!   not an object) the answer becomes the call's result instead, holding the
+//!   question and the answer, and the model (called next) issues the call again;
 //! - [`Reply::Approve`] runs the call as the model made it (a tool that asked for
 //!   approval itself runs again and finds [`ToolContext::approved`](crate::ToolContext::approved) set);
 //! - [`Reply::Deny`] answers it with an error result.
@@ -39,6 +45,22 @@ pub const APPROVAL_REQUEST: &str = "approval_request";
 /// (and committed) before the approved call runs, so that a call whose tool may
 /// have started is never taken for one still waiting.
 pub const APPROVAL_GRANTED: &str = "approval_granted";
+/// The custom message kind of an answer merged into its call:
+/// `{"tool_call_id": …, "field": …, "answer": …}`, committed before the call
+/// runs again, for the same reason.
+pub const INPUT_ANSWERED: &str = "input_answered";
+
+/// Where the user's answer to a tool's question goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answers {
+    /// Into the waiting call's arguments, under the field asked for; the call
+    /// runs again at once, without a model turn.
+    #[default]
+    ToTool,
+    /// To the model, as the call's result; the model decides what to call next.
+    ToModel,
+}
 
 /// What a parked call waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +76,10 @@ pub enum UserRequest {
         field: String,
         /// What to ask the user.
         question: String,
+        /// The call's arguments when it asked (answers merged so far included),
+        /// for an interface to show what is known.
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        current_data: Value,
     },
     /// The call waits for the user's approval before it runs (or, with a
     /// `reason`, before it goes on: the tool asked).
@@ -121,10 +147,43 @@ pub fn granted(call: &ToolCall) -> AgentMessage {
     CustomMessage::new(APPROVAL_GRANTED, json!({"tool_call_id": call.id})).into()
 }
 
-/// The call whose approval `message` records, if it records one.
+/// The transcript's record that the user's `answer` to the question for `field`
+/// goes into `call`, which runs again: it closes the call's request.
+pub(crate) fn answer_merged(call: &ToolCall, field: &str, answer: &str) -> AgentMessage {
+    CustomMessage::new(
+        INPUT_ANSWERED,
+        json!({"tool_call_id": call.id, "field": field, "answer": answer}),
+    )
+    .into()
+}
+
+/// `call` with the arguments it asked with (`current`: earlier answers merged in;
+/// its own when that is not an object) and `answer` under `field`; `None` when
+/// they are not an object.
+pub(crate) fn merged(
+    call: &ToolCall,
+    current: &Value,
+    field: &str,
+    answer: &str,
+) -> Option<ToolCall> {
+    let mut merged = call.clone();
+    if current.is_object() {
+        merged.arguments = current.clone();
+    }
+    merged
+        .arguments
+        .as_object_mut()?
+        .insert(field.to_owned(), Value::String(answer.to_owned()));
+    Some(merged)
+}
+
+/// The call whose approval, or merged answer, `message` records, if it records
+/// one: either closes the call's request.
 fn granted_call(message: &AgentMessage) -> Option<&str> {
     match message {
-        AgentMessage::Custom(custom) if custom.kind == APPROVAL_GRANTED => {
+        AgentMessage::Custom(custom)
+            if custom.kind == APPROVAL_GRANTED || custom.kind == INPUT_ANSWERED =>
+        {
             custom.payload["tool_call_id"].as_str()
         }
         _ => None,
@@ -259,17 +318,16 @@ pub(crate) fn answered(
     result
 }
 
-/// How many of `tool`'s questions were answered since the last user message: the
-/// asks in a row the cap counts.
+/// How many times `tool` asked the user since the last user message: the asks in
+/// a row the cap counts, wherever the answers went.
 pub(crate) fn asks_in_a_row(messages: &[AgentMessage], tool: &str) -> u32 {
     let mut asks = 0;
     for message in messages.iter().rev() {
         if message.as_user().is_some() {
             break;
         }
-        if let Some(result) = message.as_tool_result()
-            && result.tool_name == tool
-            && !result.details["needs_input"].is_null()
+        if let Some(UserRequest::Input { tool_name, .. }) = UserRequest::from_message(message)
+            && tool_name == tool
         {
             asks += 1;
         }
@@ -340,6 +398,7 @@ mod tests {
             tool_name: "t".into(),
             field: "due".into(),
             question: "When?".into(),
+            current_data: Value::Null,
         };
         let mut transcript: Vec<AgentMessage> = vec![
             AgentMessage::user("remind me"),

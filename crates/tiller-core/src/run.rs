@@ -28,7 +28,8 @@ use crate::execute::{self, Batch};
 use crate::message::{AgentMessage, default_convert_to_llm};
 use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
-use crate::request::{self, Reply, UserRequest, open_requests};
+use crate::request::{self, Answers, Reply, UserRequest, open_requests};
+use crate::restate::Restatements;
 use crate::toolset::ToolSet;
 
 /// Receives every event of a run, in order. It must not block.
@@ -354,6 +355,11 @@ pub(crate) struct Run {
     output: Option<Output>,
     /// The call the user approved in this run's reply, which runs without asking.
     approved: Option<String>,
+    /// The call the user's answer was merged into in this run's reply.
+    answered: Option<String>,
+    /// What the last tool round streamed that the next response need not stream
+    /// again ([`crate::restate`]).
+    echoes: Vec<String>,
 }
 
 impl Run {
@@ -392,6 +398,8 @@ impl Run {
             turns: 0,
             output: None,
             approved: None,
+            answered: None,
+            echoes: Vec::new(),
         }
     }
 
@@ -438,6 +446,11 @@ impl Run {
     /// Whether the user approved `call_id` in this run's reply.
     pub(crate) fn is_approved(&self, call_id: &str) -> bool {
         self.approved.as_deref() == Some(call_id)
+    }
+
+    /// Whether the user's answer was merged into `call_id` in this run's reply.
+    pub(crate) fn is_answered(&self, call_id: &str) -> bool {
+        self.answered.as_deref() == Some(call_id)
     }
 
     async fn run(mut self, start: Start) -> Vec<AgentMessage> {
@@ -698,6 +711,7 @@ impl Run {
     /// Adds a batch's results to the transcript, then its requests to the user,
     /// each announced.
     fn record_batch(&mut self, batch: &Batch) {
+        self.echoes.clone_from(&batch.echoes);
         for result in &batch.results {
             self.push(result.clone().into());
         }
@@ -736,14 +750,35 @@ impl Run {
             (
                 Some(call),
                 UserRequest::Input {
-                    field, question, ..
+                    field,
+                    question,
+                    current_data,
+                    ..
                 },
                 Reply::Answer { text, .. },
-            ) => {
-                let result = request::answered(&call, &field, &question, &text);
-                execute::answer(self, &call, result)
-            }
-            (Some(call), _, Reply::Approve { .. }) => {
+            ) => match request::merged(&call, &current_data, &field, &text)
+                .filter(|_| self.config.run.answers == Answers::ToTool)
+            {
+                // Straight into the waiting call, committed before it runs again.
+                Some(merged) => {
+                    self.answered = Some(call.id.clone());
+                    self.deliver(request::answer_merged(&call, &field, &text));
+                    match self.durable().await {
+                        Ok(()) => execute::run_batch(self, &message, vec![merged]).await,
+                        Err(failure) => execute::not_durable(self, &[call], failure),
+                    }
+                }
+                None => {
+                    let result = request::answered(&call, &field, &question, &text);
+                    execute::answer(self, &call, result)
+                }
+            },
+            (Some(mut call), request, Reply::Approve { .. }) => {
+                // It runs with the arguments the user approved (an answer merged
+                // into them, it may be).
+                if let UserRequest::Approval { args, .. } = request {
+                    call.arguments = args;
+                }
                 self.approved = Some(call.id.clone());
                 // The approval is durable before the call runs (write-ahead): after
                 // a crash the call is answered "interrupted", not asked again.
@@ -940,6 +975,7 @@ impl Run {
         let mut held = None;
         let mut last = None;
         let mut streamed = None;
+        let mut quiet = Restatements::new(&std::mem::take(&mut self.echoes));
         while let Some(event) = stream.next().await {
             match event {
                 AssistantEvent::Start { message } => {
@@ -974,12 +1010,27 @@ impl Run {
                         None => StreamedMessage::start(stream.partial().clone()),
                     };
                     streamed = Some(message.clone());
-                    self.emit(AgentEvent::MessageUpdate {
-                        assistant_message_event: event,
-                        message,
-                    })
+                    if quiet.is_empty() {
+                        self.emit(AgentEvent::MessageUpdate {
+                            assistant_message_event: event,
+                            message,
+                        });
+                    } else {
+                        for (event, message) in quiet.pass(event, message) {
+                            self.emit(AgentEvent::MessageUpdate {
+                                assistant_message_event: event,
+                                message,
+                            });
+                        }
+                    }
                 }
             }
+        }
+        for (event, message) in quiet.release() {
+            self.emit(AgentEvent::MessageUpdate {
+                assistant_message_event: event,
+                message,
+            });
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
         Ok(self.finish_response(held.map(|start| *start), message))

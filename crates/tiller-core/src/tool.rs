@@ -104,6 +104,11 @@ pub struct ToolOutput {
     /// transcript) keeps it for the model.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub streamed: bool,
+    /// With `streamed`: the caller's next response, where a text block of it only
+    /// restates this content, does not stream that block to subscribers again
+    /// (see [`crate::restate`]); the transcript keeps it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet_restatement: bool,
 }
 
 impl ToolOutput {
@@ -323,6 +328,8 @@ pub struct ToolContext {
     act: ActFn,
     child: ChildFn,
     approved: bool,
+    /// Whether the call runs with the user's answer merged into it.
+    answered: bool,
     open: Arc<AtomicBool>,
 }
 
@@ -343,8 +350,22 @@ impl ToolContext {
             act,
             child,
             approved: false,
+            answered: false,
             open: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// The same context for a call the user's answer was merged into.
+    pub(crate) fn answered_by_user(mut self, answered: bool) -> Self {
+        self.answered = answered;
+        self
+    }
+
+    /// Whether this call runs again because the user answered its question: the
+    /// answer is in its arguments, under the field it asked for (see
+    /// [`crate::request`]).
+    pub fn answered(&self) -> bool {
+        self.answered
     }
 
     /// The same context for a call the user approved in a reply.

@@ -14,8 +14,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_core::{
-    AgentEvent, AgentMessage, AgentTool, Approval, ContinueError, FnTool, LoopConfig, LoopContext,
-    Prompt, Reply, RunEnd, ToolError, ToolOutput, UserRequest, open_requests, run_loop,
+    AgentEvent, AgentMessage, AgentTool, Answers, Approval, ContinueError, FnTool, LoopConfig,
+    LoopContext, Prompt, Reply, RunEnd, RunOptions, ToolError, ToolOutput, UserRequest,
+    open_requests, run_loop,
 };
 
 /// A `remind` tool that needs a `due` date and asks for it when it is missing.
@@ -71,9 +72,16 @@ fn remind_call(id: &str, args: serde_json::Value) -> FauxTurn {
     FauxTurn::new().with_tool_call_id(id, "remind", args)
 }
 
+/// With `Answers::ToModel`, the answer is the call's result and the model calls
+/// the tool again.
 #[tokio::test]
 async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_again() {
     let faux = FauxProvider::new();
+    let config = |faux: &FauxProvider| {
+        let mut options = config(faux);
+        options.run.answers = Answers::ToModel;
+        options
+    };
     faux.push(remind_call("c1", json!({"what": "call Juan"})));
     faux.push(remind_call(
         "c2",
@@ -115,6 +123,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
         tool_name: "remind".into(),
         field: "due".into(),
         question: "When should I remind you?".into(),
+        current_data: json!({"what": "call Juan"}),
     };
     assert_eq!(open_requests(&transcript), vec![request.clone()]);
     assert!(logged(&done).is_empty());
@@ -209,6 +218,7 @@ async fn a_tool_asking_past_the_cap_is_an_error_result_for_the_model() {
     faux.push(FauxTurn::text("I could not set it."));
     let mut options = config(&faux);
     options.run.max_asks_per_tool = 2;
+    options.run.answers = Answers::ToModel;
     let done = log();
     let (_, mut transcript) = run(
         "remind me".into(),
@@ -244,6 +254,145 @@ async fn a_tool_asking_past_the_cap_is_an_error_result_for_the_model() {
         "Tool \"remind\" still needs `due` (When should I remind you?) after asking the user 2 times; it gives up."
     );
     assert!(open_requests(&transcript).is_empty());
+}
+
+/// The seed's flow: the answer goes straight into the waiting call, which runs
+/// again with it — no model turn between — and the model answers after it.
+#[tokio::test]
+async fn an_answer_goes_into_the_waiting_call_which_runs_again_at_once() {
+    let faux = FauxProvider::new();
+    faux.push(remind_call("c1", json!({"what": "call Juan"})));
+    faux.push(FauxTurn::text("Done: I will remind you tomorrow at 9:00."));
+    let done = log();
+    let (_, transcript) = run(
+        "remind me to call Juan".into(),
+        vec![],
+        vec![remind(&done)],
+        config(&faux),
+    )
+    .await
+    .unwrap();
+    // The request carries the call's arguments as they stand.
+    assert_eq!(
+        open_requests(&transcript),
+        [UserRequest::Input {
+            tool_call_id: "c1".into(),
+            tool_name: "remind".into(),
+            field: "due".into(),
+            question: "When should I remind you?".into(),
+            current_data: json!({"what": "call Juan"}),
+        }]
+    );
+
+    let (events, transcript) = run(
+        Prompt::Reply(Reply::answer("c1", "tomorrow 9:00")),
+        transcript,
+        vec![remind(&done)],
+        config(&faux),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        describe(&events)
+            .iter()
+            .filter(|line| !line.starts_with("message_update"))
+            .collect::<Vec<_>>(),
+        [
+            "agent_start",
+            "turn_start",
+            "message_start custom:input_answered",
+            "message_end custom:input_answered",
+            "tool_execution_start c1",
+            "tool_execution_end c1",
+            "message_start tool_result:c1",
+            "message_end tool_result:c1",
+            "turn_end ToolUse [\"c1\"]",
+            "turn_start",
+            "message_start assistant",
+            "message_end assistant",
+            "turn_end Stop []",
+            "agent_end Completed 3",
+        ]
+    );
+    assert_eq!(logged(&done), ["call Juan @ tomorrow 9:00"]);
+    assert_eq!(
+        transcript[4].as_tool_result().unwrap().text_content(),
+        "Reminder set for tomorrow 9:00."
+    );
+    // Two model calls in all: the one that asked, the one after the answer.
+    assert_eq!(faux.requests().len(), 2);
+    let sent = serde_json::to_string(&faux.requests()[1].context.messages).unwrap();
+    assert!(
+        !sent.contains("input_answered"),
+        "records stay out of the model's view"
+    );
+}
+
+/// At the default cap a tool asks three times in a row, each answer merged into
+/// the call; its fourth question is an error result the model reads.
+#[tokio::test]
+async fn at_the_default_cap_a_tool_asks_three_times_then_gives_up() {
+    assert_eq!(RunOptions::default().max_asks_per_tool, 3);
+    // A form that wants one more field after each answer.
+    let form: Arc<dyn AgentTool> = Arc::new(FnTool::new(
+        "form",
+        "Fill a form",
+        json!({"type": "object"}),
+        |args, _ctx| async move {
+            let filled = args.as_object().map_or(0, serde_json::Map::len);
+            Err::<ToolOutput, _>(ToolError::needs_input(
+                format!("field{}", filled + 1),
+                "And then?",
+            ))
+        },
+    ));
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::new().with_tool_call_id("f1", "form", json!({})));
+    faux.push(FauxTurn::text("The form never ends."));
+    let (_, mut transcript) = run("fill it".into(), vec![], vec![form.clone()], config(&faux))
+        .await
+        .unwrap();
+    let mut asked = Vec::new();
+    for answer in ["one", "two", "three"] {
+        let [
+            UserRequest::Input {
+                field,
+                current_data,
+                ..
+            },
+        ] = &open_requests(&transcript)[..]
+        else {
+            panic!("one question waits")
+        };
+        asked.push((field.clone(), current_data.clone()));
+        let (_, after) = run(
+            Prompt::Reply(Reply::answer("f1", answer)),
+            transcript,
+            vec![form.clone()],
+            config(&faux),
+        )
+        .await
+        .unwrap();
+        transcript = after;
+    }
+    assert_eq!(
+        asked,
+        [
+            ("field1".to_owned(), json!({})),
+            ("field2".to_owned(), json!({"field1": "one"})),
+            (
+                "field3".to_owned(),
+                json!({"field1": "one", "field2": "two"})
+            ),
+        ]
+    );
+    assert!(open_requests(&transcript).is_empty());
+    let gave_up = transcript[transcript.len() - 2].as_tool_result().unwrap();
+    assert_eq!(
+        gave_up.text_content(),
+        "Tool \"form\" still needs `field4` (And then?) after asking the user 3 times; it gives up."
+    );
+    assert_eq!(faux.requests().len(), 2, "one model call before, one after");
 }
 
 /// A `delete` tool that records what it deleted.

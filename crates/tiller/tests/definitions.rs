@@ -230,7 +230,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, compaction, extra_body, compression, triggers at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, answers, compaction, extra_body, compression, triggers at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )

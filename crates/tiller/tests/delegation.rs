@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentContext, AgentEvent, AgentHandle, AgentTool, AskAgentConfig, Definitions, Delivered,
-    Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput, ToolRegistry,
+    AgentContext, AgentEvent, AgentHandle, AgentTool, AskAgentConfig, AssistantEvent, Definitions,
+    Delivered, Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput,
+    ToolRegistry,
 };
 
 /// An agent file named `name` listing `tools`.
@@ -71,8 +72,13 @@ fn registry(seen: &Arc<Mutex<Vec<Value>>>) -> ToolRegistry {
     let when = FnTool::new(
         "when",
         "Ask when",
-        json!({"type": "object"}),
-        |_, _| async { Err(ToolError::needs_input("due", "When?")) },
+        json!({"type": "object", "properties": {"due": {"type": "string"}}}),
+        |args, _| async move {
+            match args["due"].as_str() {
+                Some(due) => Ok(ToolOutput::text(format!("due {due}"))),
+                None => Err(ToolError::needs_input("due", "When?")),
+            }
+        },
     );
     ToolRegistry::new()
         .with(Arc::new(whoami) as Arc<dyn AgentTool>)
@@ -379,8 +385,10 @@ async fn a_cycle_and_an_unknown_agent_are_refused_as_error_results_the_model_rea
     supervisor.shutdown().await;
 }
 
-/// A sub-agent's question becomes the caller's: the planner parks with it, and the
-/// answer reaches the writer through the planner's next call.
+/// A sub-agent's question becomes the caller's: the planner parks with it (asking
+/// for its call's `text`), and the user's answer, merged into the planner's
+/// call, goes to the writer's own question: the writer's call runs again with it,
+/// no model turn of the planner's between.
 #[tokio::test]
 async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
     let faux = FauxProvider::new();
@@ -397,12 +405,12 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
         vec![tiller::UserRequest::Input {
             tool_call_id: "p1".into(),
             tool_name: "ask_agent".into(),
-            field: "due".into(),
-            question: "(writer asks) When?".into(),
+            field: "text".into(),
+            question: "(writer asks for `due`) When?".into(),
+            current_data: json!({"agent": "writer", "text": "remind me"}),
         }]
     );
 
-    faux.push(ask("p2", "writer", "remind me on Friday"));
     faux.push(FauxTurn::text("Reminder on Friday."));
     faux.push(FauxTurn::text("Done."));
     planner.answer("p1", "Friday").await.unwrap();
@@ -410,7 +418,8 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
     let state = planner.state().await.unwrap();
     let last = state.messages.last().unwrap().as_assistant().unwrap();
     assert_eq!(last.text(), "Done.");
-    // The writer kept its session: its earlier question, given up, then the new ask.
+    // The writer kept its session: its question, the answer merged into its call,
+    // the call's result and its answer.
     let writer = supervisor
         .store()
         .load(&format!("{}/writer", planner.session_id()))
@@ -424,10 +433,14 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
             "user",
             "assistant",
             "custom",
+            "custom",
             "tool_result",
-            "user",
             "assistant"
         ]
+    );
+    assert_eq!(
+        writer.messages[4].as_tool_result().unwrap().text_content(),
+        "due Friday"
     );
     supervisor.shutdown().await;
 }
@@ -735,4 +748,61 @@ async fn approving_one_of_two_delegated_requests_runs_that_one_only() {
         assert_eq!(ran, text == "two", "{id}: {text}");
     }
     supervisor.shutdown().await;
+}
+
+/// With `quiet_restatements` (on in `tiller serve`), the caller's answer that only
+/// restates the sub-agent's streamed answer is not streamed to its subscribers
+/// again — the transcript keeps it; an answer of its own streams, and so does the
+/// restatement with the option off.
+#[tokio::test]
+async fn a_callers_restatement_of_a_streamed_answer_is_not_streamed_again() {
+    for (quiet, restated, streams) in [
+        (true, "The draft is ready.", false),
+        (true, "In short: the draft is ready.", true),
+        (false, "The draft is ready.", true),
+    ] {
+        let faux = FauxProvider::new();
+        faux.push(ask("p1", "writer", "draft it"));
+        faux.push(FauxTurn::text("The draft is ready.").chunk_size(4));
+        faux.push(FauxTurn::text(restated).chunk_size(4));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let supervisor = Supervisor::start().await.unwrap();
+        let config = AskAgentConfig {
+            quiet_restatements: quiet,
+            ..AskAgentConfig::default()
+        };
+        let definitions = definitions_with(&faux, &supervisor, &seen, config);
+        let planner = planner(&definitions, &supervisor).await;
+        let mut events = planner.subscribe();
+        let outcome = planner.run("write a draft").await.unwrap();
+        assert_eq!(outcome.text(), restated);
+        let mut own = String::new();
+        let mut childs = String::new();
+        while let Some(envelope) = events.next().await {
+            match &envelope.event {
+                Delivered::Event(AgentEvent::MessageUpdate {
+                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                    ..
+                }) => own.push_str(delta),
+                Delivered::Event(AgentEvent::ChildEvent { event, .. }) => {
+                    if let AgentEvent::MessageUpdate {
+                        assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                        ..
+                    } = &**event
+                    {
+                        childs.push_str(delta);
+                    }
+                }
+                Delivered::Event(AgentEvent::AgentEnd { .. }) => break,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            childs, "The draft is ready.",
+            "the sub-agent's answer streams once"
+        );
+        let expected = if streams { restated } else { "" };
+        assert_eq!(own, expected, "quiet {quiet}, restated {restated:?}");
+        supervisor.shutdown().await;
+    }
 }

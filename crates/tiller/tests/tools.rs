@@ -442,6 +442,7 @@ async fn a_tool_function_asks_the_user_through_its_error() {
             tool_name: "book".into(),
             field: "day".into(),
             question: "Which day?".into(),
+            current_data: json!({}),
         }]
     );
     supervisor.shutdown().await;
