@@ -177,25 +177,10 @@ impl Definitions {
         &self,
         supervisor: &Supervisor,
     ) -> Result<Vec<Arc<dyn AgentTool>>, DefinitionsError> {
-        let mut latest: BTreeMap<&str, &AgentFile> = BTreeMap::new();
-        for file in self.iter() {
-            latest.insert(&file.name, file);
-        }
-        latest
-            .into_values()
+        self.latest()
             .map(|file| {
                 let spec = self.spec(&file.name, file.version.as_deref())?;
-                let about = file.output_schema["title"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| {
-                        file.patch
-                            .system_prompt
-                            .as_deref()
-                            .and_then(|prompt| prompt.lines().next())
-                            .unwrap_or_default()
-                            .to_owned()
-                    });
+                let about = about(file);
                 let description = format!(
                     "Asks the agent `{}` (it answers with its final answer). {about}",
                     file.name
@@ -208,6 +193,32 @@ impl Definitions {
                 )) as Arc<dyn AgentTool>)
             })
             .collect()
+    }
+
+    /// Every definition (its latest version) as an MCP prompt whose text is its
+    /// instructions, named after it (what `tiller mcp` offers beside its tools).
+    #[cfg(feature = "mcp")]
+    pub fn prompts(&self) -> Vec<tiller_mcp::ServedPrompt> {
+        self.latest()
+            .map(|file| tiller_mcp::ServedPrompt {
+                name: file.name.clone(),
+                description: Some(
+                    format!(
+                        "The instructions of the agent `{}`. {}",
+                        file.name,
+                        about(file)
+                    )
+                    .trim_end()
+                    .to_owned(),
+                ),
+                text: file.patch.system_prompt.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The latest version of each definition, by name.
+    fn latest(&self) -> impl Iterator<Item = &AgentFile> {
+        self.by_name.values().filter_map(|versions| versions.last())
     }
 
     /// The tool of these definitions' registry named `name` (such as the
@@ -331,6 +342,22 @@ impl Definitions {
         }
         Ok(AgentSpec::new(settings))
     }
+}
+
+/// A definition in a line: its output schema's title, else its instructions'
+/// first line.
+fn about(file: &AgentFile) -> String {
+    file.output_schema["title"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            file.patch
+                .system_prompt
+                .as_deref()
+                .and_then(|prompt| prompt.lines().next())
+                .unwrap_or_default()
+                .to_owned()
+        })
 }
 
 /// Versions compared by their dot-separated parts, numbers as numbers; no version

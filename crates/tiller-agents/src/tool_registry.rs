@@ -77,6 +77,49 @@ impl ToolRegistry {
         self.mcp.get(name)
     }
 
+    /// The text of the MCP prompt `spec` — `server/name`, or a name that one
+    /// connected server offers — filled with `arguments`: instructions for a run
+    /// (`DefinitionPatch::system_prompt`).
+    #[cfg(feature = "mcp")]
+    pub async fn mcp_prompt(
+        &self,
+        spec: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, McpError> {
+        let unknown = |detail: String| McpError::Prompt {
+            server: spec
+                .split_once('/')
+                .map_or("", |(server, _)| server)
+                .to_owned(),
+            name: spec.to_owned(),
+            detail,
+        };
+        if let Some((server, name)) = spec.split_once('/') {
+            let client = self
+                .mcp
+                .get(server)
+                .ok_or_else(|| unknown(format!("no MCP server named `{server}` is connected")))?;
+            return client.prompt(name, arguments).await;
+        }
+        let offering: Vec<&McpClient> = self
+            .mcp
+            .values()
+            .filter(|client| client.prompts().iter().any(|prompt| prompt.name == spec))
+            .collect();
+        match offering[..] {
+            [client] => client.prompt(spec, arguments).await,
+            [] => Err(unknown("no connected MCP server offers it".to_owned())),
+            _ => Err(unknown(format!(
+                "several servers offer it ({}): name one as `server/{spec}`",
+                offering
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
     /// Connects to those of `servers` it has no connection to (by name).
     #[cfg(feature = "mcp")]
     pub async fn connect_mcp(&mut self, servers: &[McpServer]) -> Result<(), McpError> {

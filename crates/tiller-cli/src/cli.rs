@@ -240,8 +240,16 @@ pub struct AgentOptions {
     #[arg(long, value_name = "FILE")]
     pub llms: Option<PathBuf>,
     /// The system prompt (replaces the agent file's).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", conflicts_with = "instructions_prompt")]
     pub system: Option<String>,
+    /// The system prompt from a prompt of the agent file's MCP servers:
+    /// `server/name`, or a name one of them offers (replaces the file's
+    /// instructions; --prompt-arg fills its arguments).
+    #[arg(long, value_name = "NAME", requires = "agent")]
+    pub instructions_prompt: Option<String>,
+    /// An argument of --instructions-prompt, as KEY=VALUE; repeatable.
+    #[arg(long = "prompt-arg", value_name = "KEY=VALUE", value_parser = key_value, requires = "instructions_prompt")]
+    pub prompt_args: Vec<(String, String)>,
     /// How hard the model should think: off, minimal, low, medium, high or xhigh.
     #[arg(long, value_name = "LEVEL", value_parser = thinking_levels())]
     pub thinking: Option<ThinkingLevel>,
@@ -296,4 +304,12 @@ fn provider_names() -> PossibleValuesParser {
 fn thinking_levels() -> impl TypedValueParser<Value = ThinkingLevel> {
     PossibleValuesParser::new(ThinkingLevel::ALL.map(|level| level.as_str()))
         .try_map(|level| level.parse::<ThinkingLevel>())
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
 }

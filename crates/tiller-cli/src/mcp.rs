@@ -31,7 +31,8 @@ pub async fn mcp(agents: Option<&Path>, llms: Option<&Path>) -> Exit {
         }
     };
     let served = McpToolServer::new("tiller", tools)
-        .with_instructions("Each tool is an agent: call it with `text`, what to ask it.")
+        .with_prompts(definitions.prompts())
+        .with_instructions("Each tool is an agent: call it with `text`, what to ask it; each prompt is an agent's instructions.")
         .serve_stdio()
         .await;
     supervisor.shutdown().await;

@@ -75,14 +75,14 @@ impl Setup {
         settings.definition.run.stream.api_key = api_key;
         if let Some((file, llm)) = &llm {
             // Its instructions and options; the model and key are chosen above.
-            let options = DefinitionPatch {
+            let file_options = DefinitionPatch {
                 provider: None,
                 model: None,
                 base_url: None,
                 api_key_env: None,
                 ..llm.clone()
             };
-            options
+            file_options
                 .apply(&mut settings.definition)
                 .map_err(|error| SetupError::Model {
                     origin: format!("{}: json_schema_extra.llm", file.path.display()),
@@ -96,6 +96,15 @@ impl Setup {
                 registry
             };
             file.apply(&mut settings, &registry)?;
+            if let Some(spec) = &options.instructions_prompt {
+                let arguments = options
+                    .prompt_args
+                    .iter()
+                    .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
+                    .collect();
+                settings.definition.system_prompt =
+                    Some(registry.mcp_prompt(spec, arguments).await?);
+            }
         }
         // The options over the file.
         let flags = DefinitionPatch {

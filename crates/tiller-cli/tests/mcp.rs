@@ -172,4 +172,103 @@ async fn the_python_sdk_lists_and_calls_tillers_agents_over_tiller_mcp() {
         seen["refused"]["content"][0]["text"],
         "`text` must be a string: what to ask the agent"
     );
+    // Each definition is a prompt too: its instructions.
+    assert_eq!(
+        seen["prompts"],
+        json!([{"name": "helper", "description": "The instructions of the agent `helper`. Answers politely."}])
+    );
+    assert_eq!(
+        seen["prompt"]["messages"],
+        json!([{"role": "user", "content": {"type": "text", "text": "You help."}}])
+    );
+}
+
+/// An agent file's MCP server offers its prompts as a run's instructions
+/// (`--instructions-prompt`, its arguments from `--prompt-arg`) and its resources
+/// through `{prefix}read_resource`, which the file's exclude list can drop.
+#[tokio::test]
+async fn an_mcp_servers_prompt_instructs_the_run_and_its_resources_are_read_through_a_tool() {
+    let Some(bin) = tiller_test_support::live::installed("mcp.sh", "bin", "the MCP prompts test")
+    else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let file = |exclude: &str| {
+        format!(
+            "type: object\n\
+             description: You answer.\n\
+             json_schema_extra:\n  kind: agent\n  name: weather\n\
+             \x20 mcp_servers:\n\
+             \x20   - name: every\n\
+             \x20     command: [\"{}\", stdio]\n\
+             \x20     include_tools: [echo, read_resource]\n\
+             \x20 exclude_tools: [{exclude}]\n",
+            bin.join("mcp-server-everything").display(),
+        )
+    };
+    let agent = scratch.write("agent.yaml", &file("nothing"));
+    let dialect = Dialect::OpenAi;
+    let server = MockServer::start().await;
+    server.push(dialect.text(&["Sunny."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--instructions-prompt",
+            "every/args-prompt",
+            "--prompt-arg",
+            "city=Paris",
+            "Well?",
+        ],
+    ))
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let request = &server.requests()[0];
+    assert_eq!(
+        request.body["messages"][0],
+        json!({"role": "system", "content": "What's weather in Paris?"})
+    );
+    let offered: Vec<&str> = request.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["every_echo", "every_read_resource"]);
+
+    // Excluded like any tool; an unknown prompt is an error before the model is called.
+    let agent = scratch.write("agent.yaml", &file("every_read_resource"));
+    server.push(dialect.text(&["Sunny."]));
+    let run = finish(dialect.tiller(
+        &server,
+        "run",
+        &["--agent", agent.to_str().unwrap(), "Well?"],
+    ))
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let offered = server.requests()[1].body["tools"].clone();
+    assert_eq!(offered.as_array().unwrap().len(), 1, "{offered}");
+    let unknown = finish(dialect.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--instructions-prompt",
+            "nope",
+            "Well?",
+        ],
+    ))
+    .await;
+    assert_eq!(unknown.code(), Some(1), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("prompt `nope`: no connected MCP server offers it"),
+        "{}",
+        unknown.stderr
+    );
+    assert_eq!(server.requests().len(), 2);
 }

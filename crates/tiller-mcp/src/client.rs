@@ -19,6 +19,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::{Catalog, READ_RESOURCE, read_catalog};
 use crate::config::McpServer;
 use crate::error::McpError;
 use crate::tool::McpTool;
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     peer: RwLock<Result<Peer<RoleClient>, String>>,
     /// The server's tools that the filters keep.
     tools: RwLock<Arc<[Listed]>>,
+    /// Its resources and prompts.
+    catalog: RwLock<Arc<Catalog>>,
     /// Bumped each time the tool list is read again or the connection changes.
     changes: watch::Sender<u64>,
     /// Where each call's progress notifications go, by token.
@@ -78,6 +81,7 @@ impl McpClient {
             config: server,
             peer: RwLock::new(Err("not connected yet".to_owned())),
             tools: RwLock::new(Arc::from(Vec::new())),
+            catalog: RwLock::new(Arc::default()),
             changes: watch::Sender::new(0),
             progress: Mutex::new(HashMap::new()),
             process_id: AtomicU32::new(0),
@@ -101,10 +105,11 @@ impl McpClient {
     }
 
     /// Its tools as agent tools, named for the model (`{prefix}{tool}`), as last
-    /// listed. A tool the server stops offering answers an error.
+    /// listed, and `{prefix}read_resource` when it offers resources (see
+    /// [`crate::catalog`]). A tool the server stops offering answers an error.
     pub fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
         let listed = self.shared.listed();
-        listed
+        let mut tools: Vec<Arc<dyn AgentTool>> = listed
             .iter()
             .map(|tool| {
                 Arc::new(McpTool {
@@ -115,7 +120,14 @@ impl McpClient {
                     parameters: tool.parameters.clone(),
                 }) as Arc<dyn AgentTool>
             })
-            .collect()
+            .collect();
+        // A tool of the server's own by that name wins.
+        if !listed.iter().any(|tool| &*tool.remote == READ_RESOURCE)
+            && let Some(reader) = self.resource_tool()
+        {
+            tools.push(Arc::new(reader));
+        }
+        tools
     }
 
     /// The process id of the server's command, while one runs (`None` for HTTP).
@@ -153,6 +165,26 @@ impl Shared {
         read(&self.tools).clone()
     }
 
+    /// Its resources and prompts, as last listed.
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
+        read(&self.catalog).clone()
+    }
+
+    /// How it was configured.
+    pub(crate) fn config(&self) -> &McpServer {
+        &self.config
+    }
+
+    /// The live connection, or why there is none.
+    pub(crate) fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        read(&self.peer).clone().map_err(|why| {
+            format!(
+                "the MCP server `{}` is not connected ({why}); Tiller is reconnecting to it",
+                self.name()
+            )
+        })
+    }
+
     /// How long one tool call may take.
     pub(crate) fn call_timeout(&self) -> std::time::Duration {
         self.config.call_timeout
@@ -161,12 +193,7 @@ impl Shared {
     /// The live connection, for a call of the tool `remote`; the reason it cannot
     /// be made when the server is away or no longer offers the tool.
     pub(crate) fn peer_for(&self, remote: &str) -> Result<Peer<RoleClient>, ToolError> {
-        let peer = read(&self.peer).clone().map_err(|why| {
-            ToolError::new(format!(
-                "the MCP server `{}` is not connected ({why}); Tiller is reconnecting to it",
-                self.name()
-            ))
-        })?;
+        let peer = self.peer().map_err(ToolError::new)?;
         if !self.listed().iter().any(|tool| &*tool.remote == remote) {
             return Err(ToolError::new(format!(
                 "the MCP server `{}` no longer offers the tool `{remote}`",
@@ -248,16 +275,17 @@ impl Shared {
             }
             .map_err(|error| self.connect_error(error))?;
             let listed = self.list(service.peer()).await?;
-            Ok((service, listed))
+            let catalog = read_catalog(service.peer(), &config.name).await;
+            Ok((service, (listed, catalog)))
         };
-        let (service, listed) =
-            tokio::time::timeout(timeout, connecting)
-                .await
-                .map_err(|_| McpError::Timeout {
-                    server: config.name.clone(),
-                    after: timeout,
-                })??;
+        let (service, (listed, catalog)) = tokio::time::timeout(timeout, connecting)
+            .await
+            .map_err(|_| McpError::Timeout {
+                server: config.name.clone(),
+                after: timeout,
+            })??;
         *write(&self.tools) = listed;
+        *write(&self.catalog) = Arc::new(catalog);
         *write(&self.peer) = Ok(service.peer().clone());
         self.changes.send_modify(|changes| *changes += 1);
         Ok(service)
@@ -297,6 +325,8 @@ impl Shared {
         let Ok(peer) = read(&self.peer).clone() else {
             return;
         };
+        let catalog = read_catalog(&peer, &self.config.name).await;
+        *write(&self.catalog) = Arc::new(catalog);
         match self.list(&peer).await {
             Ok(listed) => {
                 *write(&self.tools) = listed;

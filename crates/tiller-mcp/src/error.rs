@@ -40,6 +40,17 @@ pub enum McpError {
         /// The bound.
         after: Duration,
     },
+    /// A prompt could not be had: the server offers none by that name, or
+    /// getting it failed.
+    #[error("MCP server `{server}`: prompt `{name}`: {detail}")]
+    Prompt {
+        /// The server's name.
+        server: String,
+        /// The prompt.
+        name: String,
+        /// Why not.
+        detail: String,
+    },
     /// Two of its tools would have the same name.
     #[error("MCP server `{server}` offers two tools named `{name}`")]
     DuplicateTool {

@@ -28,14 +28,16 @@
 //! # }
 //! ```
 
+pub mod catalog;
 mod client;
 mod config;
 mod error;
 mod server;
 mod tool;
 
+pub use catalog::{McpPrompt, McpResource, READ_RESOURCE, ReadResourceTool};
 pub use client::McpClient;
 pub use config::McpServer;
 pub use error::McpError;
-pub use server::{McpHttpConfig, McpHttpService, McpSessions, McpToolServer};
+pub use server::{McpHttpConfig, McpHttpService, McpSessions, McpToolServer, ServedPrompt};
 pub use tool::McpTool;

@@ -3,17 +3,19 @@
 //! description and argument schema; a call runs it, its updates going back as
 //! progress notifications when the host asked for them, and a host's cancellation
 //! cancelling it. Text and images come back as content, details as structured
-//! content, a tool's error as an error result. `tiller mcp` serves agent
-//! definitions this way, each a tool that runs the agent.
+//! content, a tool's error as an error result. It may offer prompts too
+//! ([`McpToolServer::with_prompts`]). `tiller mcp` serves agent definitions this
+//! way, each a tool that runs the agent and a prompt holding its instructions.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptMessage, Role,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -27,10 +29,22 @@ use tokio_util::sync::CancellationToken;
 /// Who a call over HTTP works for, from its request's head.
 type ContextFrom = Arc<dyn Fn(&http::request::Parts) -> AgentContext + Send + Sync>;
 
+/// A prompt an [`McpToolServer`] offers: a name, what it is for, and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedPrompt {
+    /// Its name.
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// What `prompts/get` answers, as one user message.
+    pub text: String,
+}
+
 /// Agent tools, served over MCP.
 #[derive(Clone)]
 pub struct McpToolServer {
     tools: Arc<BTreeMap<String, Arc<dyn AgentTool>>>,
+    prompts: Arc<BTreeMap<String, ServedPrompt>>,
     name: String,
     instructions: Option<String>,
     context_from: Option<ContextFrom>,
@@ -90,10 +104,22 @@ impl McpToolServer {
                     .map(|tool| (tool.name().to_owned(), tool))
                     .collect(),
             ),
+            prompts: Arc::default(),
             name: name.into(),
             instructions: None,
             context_from: None,
         }
+    }
+
+    /// The same server offering `prompts` too (by name; the last of a name wins).
+    pub fn with_prompts(mut self, prompts: impl IntoIterator<Item = ServedPrompt>) -> Self {
+        self.prompts = Arc::new(
+            prompts
+                .into_iter()
+                .map(|prompt| (prompt.name.clone(), prompt))
+                .collect(),
+        );
+        self
     }
 
     /// The same server making each HTTP call's tools work for the context
@@ -142,11 +168,18 @@ impl McpToolServer {
 
 impl ServerHandler for McpToolServer {
     fn get_info(&self) -> ServerConfig {
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                self.name.clone(),
-                env!("CARGO_PKG_VERSION"),
-            ));
+        let capabilities = if self.prompts.is_empty() {
+            ServerCapabilities::builder().enable_tools().build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_tools()
+                .build()
+        };
+        let config = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            self.name.clone(),
+            env!("CARGO_PKG_VERSION"),
+        ));
         match &self.instructions {
             Some(instructions) => config.with_instructions(instructions.clone()),
             None => config,
@@ -164,6 +197,40 @@ impl ServerHandler for McpToolServer {
                 .map(|tool| listed(tool.as_ref()))
                 .collect(),
         ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(
+            self.prompts
+                .values()
+                .map(|prompt| Prompt::new(&prompt.name, prompt.description.as_deref(), None))
+                .collect(),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let Some(prompt) = self.prompts.get(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("there is no prompt `{}`", request.name),
+                None,
+            ));
+        };
+        let mut result = GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            prompt.text.clone(),
+        )]);
+        if let Some(description) = &prompt.description {
+            result = result.with_description(description.clone());
+        }
+        Ok(GetPromptResponse::Complete(result))
     }
 
     async fn call_tool(

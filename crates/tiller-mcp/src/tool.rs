@@ -121,47 +121,7 @@ impl AgentTool for McpTool {
 /// naming it; structured content in the details. An error result is the tool's
 /// error, its text the message.
 pub(crate) fn output_of(result: CallToolResult) -> Result<ToolOutput, ToolError> {
-    let mut content = Vec::with_capacity(result.content.len());
-    for block in result.content {
-        content.push(match block {
-            ContentBlock::Text(text) => Content::text(text.text),
-            ContentBlock::Image(image) => Content::Image(ImageContent {
-                data: image.data,
-                mime_type: image.mime_type,
-            }),
-            ContentBlock::Audio(audio) => Content::text(format!(
-                "[audio: {}, {} bytes base64-encoded]",
-                audio.mime_type,
-                audio.data.len()
-            )),
-            ContentBlock::Resource(resource) => match resource.resource {
-                ResourceContents::TextResourceContents { uri, text, .. } => {
-                    Content::text(format!("[resource {uri}]\n{text}"))
-                }
-                ResourceContents::BlobResourceContents {
-                    uri,
-                    mime_type,
-                    blob,
-                    ..
-                } => Content::text(format!(
-                    "[resource {uri}: {}, {} bytes base64-encoded]",
-                    mime_type.as_deref().unwrap_or("binary"),
-                    blob.len()
-                )),
-                other => Content::text(format!(
-                    "[a resource of a kind Tiller does not know: {}]",
-                    serde_json::to_string(&other).unwrap_or_default()
-                )),
-            },
-            ContentBlock::ResourceLink(link) => {
-                Content::text(format!("[resource link {}: {}]", link.uri, link.name))
-            }
-            other => Content::text(format!(
-                "[content of a kind Tiller does not know: {}]",
-                serde_json::to_string(&other).unwrap_or_default()
-            )),
-        });
-    }
+    let content = result.content.into_iter().map(content_of).collect();
     let output = ToolOutput {
         content,
         details: result.structured_content.unwrap_or(Value::Null),
@@ -176,4 +136,53 @@ pub(crate) fn output_of(result: CallToolResult) -> Result<ToolOutput, ToolError>
         }));
     }
     Ok(output)
+}
+
+/// One block of MCP content as Tiller's: text and images as they are, a
+/// resource as its text (or a line naming it), anything else as a line naming it.
+pub(crate) fn content_of(block: ContentBlock) -> Content {
+    match block {
+        ContentBlock::Text(text) => Content::text(text.text),
+        ContentBlock::Image(image) => Content::Image(ImageContent {
+            data: image.data,
+            mime_type: image.mime_type,
+        }),
+        ContentBlock::Audio(audio) => Content::text(format!(
+            "[audio: {}, {} bytes base64-encoded]",
+            audio.mime_type,
+            audio.data.len()
+        )),
+        ContentBlock::Resource(resource) => resource_content(resource.resource),
+        ContentBlock::ResourceLink(link) => {
+            Content::text(format!("[resource link {}: {}]", link.uri, link.name))
+        }
+        other => Content::text(format!(
+            "[content of a kind Tiller does not know: {}]",
+            serde_json::to_string(&other).unwrap_or_default()
+        )),
+    }
+}
+
+/// A resource's contents as Tiller's: its text under a line naming it, or a line
+/// naming binary data.
+pub(crate) fn resource_content(resource: ResourceContents) -> Content {
+    match resource {
+        ResourceContents::TextResourceContents { uri, text, .. } => {
+            Content::text(format!("[resource {uri}]\n{text}"))
+        }
+        ResourceContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            ..
+        } => Content::text(format!(
+            "[resource {uri}: {}, {} bytes base64-encoded]",
+            mime_type.as_deref().unwrap_or("binary"),
+            blob.len()
+        )),
+        other => Content::text(format!(
+            "[a resource of a kind Tiller does not know: {}]",
+            serde_json::to_string(&other).unwrap_or_default()
+        )),
+    }
 }

@@ -437,3 +437,78 @@ async fn a_call_past_its_timeout_fails_and_the_server_goes_on() {
     assert_eq!(prompt.unwrap().text_content(), "finally");
     client.close();
 }
+
+/// The everything server's resources are read through `{prefix}read_resource`
+/// (which the exclude list drops like any tool), and its prompts, filled with
+/// their arguments, are text a run can take as its instructions.
+#[tokio::test]
+async fn resources_are_read_through_a_tool_and_prompts_become_text() {
+    let Some(bin) = servers("the MCP resources and prompts test") else {
+        return;
+    };
+    let everything = || {
+        McpServer::stdio(
+            "every",
+            bin.join("mcp-server-everything").to_str().unwrap(),
+            ["stdio"],
+        )
+    };
+    let client = McpClient::connect(everything().including(["echo", "read_resource"]))
+        .await
+        .unwrap();
+    let names: Vec<String> = client.tools().iter().map(|t| t.name().to_owned()).collect();
+    assert_eq!(names, ["every_echo", "every_read_resource"]);
+    let resources = client.resources();
+    let first = resources
+        .first()
+        .expect("the everything server offers resources");
+    let reader = tool(&client, "every_read_resource");
+    assert!(
+        reader.description().contains(&first.uri),
+        "{}",
+        reader.description()
+    );
+    let (read, _) = call(&reader, json!({"uri": first.uri})).await;
+    let text = read.unwrap().text_content();
+    assert!(
+        text.starts_with(&format!("[resource {}]\n", first.uri))
+            && text.len() > first.uri.len() + 12,
+        "{text}"
+    );
+    let (missing, _) = call(&reader, json!({"uri": "demo://no/such/thing"})).await;
+    assert!(missing.unwrap_err().contains("could not be read"));
+
+    let names: Vec<String> = client.prompts().into_iter().map(|p| p.name).collect();
+    assert!(
+        names.iter().any(|n| n == "simple-prompt") && names.iter().any(|n| n == "args-prompt"),
+        "{names:?}"
+    );
+    assert_eq!(
+        client
+            .prompt("simple-prompt", Default::default())
+            .await
+            .unwrap(),
+        "This is a simple prompt without arguments."
+    );
+    let city = json!({"city": "Paris"}).as_object().unwrap().clone();
+    assert_eq!(
+        client.prompt("args-prompt", city).await.unwrap(),
+        "What's weather in Paris?"
+    );
+    assert!(matches!(
+        client.prompt("no-such-prompt", Default::default()).await,
+        Err(tiller_mcp::McpError::Prompt { .. })
+    ));
+    client.close();
+
+    let without = McpClient::connect(everything().including(["echo"]))
+        .await
+        .unwrap();
+    assert!(
+        without
+            .tools()
+            .iter()
+            .all(|t| t.name() != "every_read_resource")
+    );
+    without.close();
+}

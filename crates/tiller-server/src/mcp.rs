@@ -50,7 +50,8 @@ pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
             Vec::new()
         });
     let (service, live) = McpToolServer::new("tiller", tools)
-        .with_instructions("Each tool is an agent: call it with `text`, what to ask it.")
+        .with_prompts(shared.definitions.prompts())
+        .with_instructions("Each tool is an agent: call it with `text`, what to ask it; each prompt is an agent's instructions.")
         .with_context_from(move |parts| {
             caller(&tokens, trust, &parts.headers)
                 .map(|caller| caller.context)

@@ -2,8 +2,8 @@
 
 Starts `TILLER mcp --agents AGENTS` over stdio, lists its tools, calls the
 `helper` agent with a question (collecting its progress messages) and with no
-`text`, and prints what it saw as one JSON object, each result as it was on the
-wire.
+`text`, lists its prompts and gets `helper`'s, and prints what it saw as one JSON
+object, each result as it was on the wire.
 """
 
 import asyncio
@@ -28,6 +28,8 @@ async def main(tiller: str, agents: str) -> None:
                 "helper", {"text": "hello from MCP"}, progress_callback=on_progress
             )
             refused = await session.call_tool("helper", {})
+            prompts = await session.list_prompts()
+            prompt = await session.get_prompt("helper")
             wire = lambda model: model.model_dump(by_alias=True, mode="json", exclude_none=True)
             print(
                 json.dumps(
@@ -37,6 +39,8 @@ async def main(tiller: str, agents: str) -> None:
                         "answered": wire(answered),
                         "progress": progress,
                         "refused": wire(refused),
+                        "prompts": [wire(p) for p in prompts.prompts],
+                        "prompt": wire(prompt),
                     }
                 )
             )
