@@ -277,6 +277,10 @@ pub struct ToolResultMessage {
     pub is_error: bool,
     /// When the result was made, in milliseconds since the Unix epoch.
     pub timestamp: u64,
+    /// The agent's state the call set, by name (`tiller_core::ContextState`):
+    /// stored with the result, never sent to the model.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub state: serde_json::Map<String, Value>,
 }
 
 impl ToolResultMessage {
@@ -289,6 +293,7 @@ impl ToolResultMessage {
             details: Value::Null,
             is_error,
             timestamp: now_ms(),
+            state: serde_json::Map::new(),
         }
     }
 

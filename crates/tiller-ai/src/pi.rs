@@ -537,6 +537,7 @@ impl PiMessage<'_> {
                 details: result.details.into_owned(),
                 is_error: result.is_error,
                 timestamp: result.timestamp,
+                state: serde_json::Map::new(),
             }),
         }
     }

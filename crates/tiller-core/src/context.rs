@@ -28,7 +28,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// The tenant of a caller whose credentials name none.
 pub const DEFAULT_TENANT: &str = "default";
@@ -55,6 +57,43 @@ type Extensions = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
 struct ContextData {
     ids: ContextIds,
     extensions: Extensions,
+    /// The serialisable state, by its type's [`ContextState::NAME`].
+    states: Map<String, Value>,
+}
+
+/// A typed piece of an agent's state that is stored with its session (so it
+/// comes back on resume, thaw and restart) and that tools can change
+/// ([`ToolContext::set_state`](crate::ToolContext::set_state)): registered by
+/// its type name, `NAME`.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use tiller_core::{AgentContext, ContextState};
+///
+/// #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+/// struct IssuesDiscussed(u32);
+/// impl ContextState for IssuesDiscussed {
+///     const NAME: &'static str = "issues_discussed";
+/// }
+///
+/// let context = AgentContext::new().with_state(&IssuesDiscussed(2));
+/// assert_eq!(context.state::<IssuesDiscussed>(), Some(IssuesDiscussed(2)));
+/// ```
+pub trait ContextState: Serialize + DeserializeOwned {
+    /// The name it is stored under.
+    const NAME: &'static str;
+}
+
+/// An [`AgentContext`] as a session stores it: the ids and the serialisable
+/// state (not the host's typed extensions, which live in one process).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredContext {
+    /// Who the agent works for.
+    #[serde(default)]
+    pub ids: ContextIds,
+    /// Its state, by name.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub states: Map<String, Value>,
 }
 
 /// The serialisable part of an [`AgentContext`]: everything but the extensions.
@@ -286,6 +325,67 @@ impl AgentContext {
         child
     }
 
+    /// The state of type `T`, if the context holds it.
+    pub fn state<T: ContextState>(&self) -> Option<T> {
+        let value = self.data.as_ref()?.states.get(T::NAME)?;
+        serde_json::from_value(value.clone()).ok()
+    }
+
+    /// The same context holding `value` as its state of type `T`.
+    pub fn with_state<T: ContextState>(mut self, value: &T) -> Self {
+        if let Ok(value) = serde_json::to_value(value) {
+            self.data_mut().states.insert(T::NAME.to_owned(), value);
+        }
+        self
+    }
+
+    /// The same context with these states (by name) set over its own.
+    pub fn with_states(mut self, states: &Map<String, Value>) -> Self {
+        if !states.is_empty() {
+            let own = &mut self.data_mut().states;
+            for (name, value) in states {
+                own.insert(name.clone(), value.clone());
+            }
+        }
+        self
+    }
+
+    /// The context as a session stores it: ids and states.
+    pub fn to_stored(&self) -> StoredContext {
+        StoredContext {
+            ids: self.ids().clone(),
+            states: self
+                .data
+                .as_ref()
+                .map(|data| data.states.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The same context over what `stored` kept: each id this context lacks taken
+    /// from it (the evaluation flag too), and its states over this context's (a
+    /// session's stored state is the newer: its tools set it).
+    pub fn over_stored(self, stored: &StoredContext) -> Self {
+        let mut ids = stored.ids.clone();
+        let own = self.ids().clone();
+        let pick = |mine: Option<String>, kept: &mut Option<String>| {
+            if mine.is_some() {
+                *kept = mine;
+            }
+        };
+        pick(own.user_id, &mut ids.user_id);
+        pick(own.tenant_id, &mut ids.tenant_id);
+        pick(own.session_id, &mut ids.session_id);
+        pick(own.client_id, &mut ids.client_id);
+        pick(own.default_model, &mut ids.default_model);
+        pick(own.agent_schema_uri, &mut ids.agent_schema_uri);
+        ids.evaluation |= own.evaluation;
+        if !own.agents.is_empty() {
+            ids.agents = own.agents;
+        }
+        self.with_ids(ids).with_states(&stored.states)
+    }
+
     /// The context of the agent whose work the current task is doing (a run, a
     /// tool call, a hook), for code that was not handed one; `None` outside
     /// an agent's work.
@@ -346,7 +446,15 @@ impl PartialEq for AgentContext {
                 .map(|data| &data.extensions)
                 .filter(|extensions| !extensions.is_empty())
         }
+        let states = |context: &AgentContext| {
+            context
+                .data
+                .as_ref()
+                .map(|data| data.states.clone())
+                .unwrap_or_default()
+        };
         self.ids() == other.ids()
+            && states(self) == states(other)
             && match (extensions(self), extensions(other)) {
                 (None, None) => true,
                 (Some(mine), Some(theirs)) => {

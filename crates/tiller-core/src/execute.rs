@@ -170,6 +170,7 @@ fn result_message(call: &ToolCall, outcome: Outcome) -> ToolResultMessage {
         details: outcome.output.details,
         is_error: outcome.is_error,
         timestamp: now_ms(),
+        state: outcome.output.state,
     }
 }
 
@@ -199,6 +200,7 @@ fn end(run: &Run, call: &ToolCall, outcome: &Outcome) {
             terminate: outcome.output.terminate,
             streamed: true,
             quiet_restatement: outcome.output.quiet_restatement,
+            state: outcome.output.state.clone(),
         }
     } else {
         outcome.output.clone()
@@ -226,6 +228,7 @@ fn announce(run: &Run, call: &ToolCall, outcome: &Outcome) {
             details: result.details.clone(),
             is_error: result.is_error,
             timestamp: result.timestamp,
+            state: result.state.clone(),
         }
     } else {
         result.clone()
@@ -628,6 +631,10 @@ async fn execute(
     }
     let mut outcome = finish_hooks(run, after, ran, call).await;
     outcome.output.cut_to(max_output);
+    // The state the call set goes with its result (whatever the result).
+    if outcome.parked.is_none() {
+        outcome.output.state.extend(ctx.take_state());
+    }
     outcome
 }
 

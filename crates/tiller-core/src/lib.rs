@@ -81,7 +81,10 @@ pub use config::{
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
     WriteAhead,
 };
-pub use context::{AgentContext, ContextIds, ContextOverrides, DEFAULT_TENANT, DEFAULT_USER};
+pub use context::{
+    AgentContext, ContextIds, ContextOverrides, ContextState, DEFAULT_TENANT, DEFAULT_USER,
+    StoredContext,
+};
 pub use event::{AgentEvent, RunEnd};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};

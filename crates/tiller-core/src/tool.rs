@@ -19,7 +19,7 @@ use serde_json::Value;
 use tiller_ai::Content;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::AgentContext;
+use crate::context::{AgentContext, ContextState};
 use crate::event::AgentEvent;
 
 /// A tool an agent can call.
@@ -109,6 +109,10 @@ pub struct ToolOutput {
     /// (see [`crate::restate`]); the transcript keeps it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub quiet_restatement: bool,
+    /// The agent's state the call set, by name ([`ToolContext::set_state`]):
+    /// stored with the result, and the agent's from then on.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub state: serde_json::Map<String, Value>,
 }
 
 impl ToolOutput {
@@ -330,6 +334,8 @@ pub struct ToolContext {
     approved: bool,
     /// Whether the call runs with the user's answer merged into it.
     answered: bool,
+    /// The agent's state this call set, by name.
+    state: Arc<std::sync::Mutex<serde_json::Map<String, Value>>>,
     open: Arc<AtomicBool>,
 }
 
@@ -351,8 +357,54 @@ impl ToolContext {
             child,
             approved: false,
             answered: false,
+            state: Arc::default(),
             open: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// The agent's state of type `T`: as this call set it, else as the run
+    /// started with it (see [`ContextState`]).
+    pub fn state<T: ContextState>(&self) -> Option<T> {
+        let set = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(T::NAME)
+            .cloned();
+        match set {
+            Some(value) => serde_json::from_value(value).ok(),
+            None => self.agent.state(),
+        }
+    }
+
+    /// Sets the agent's state of type `T`: stored with this call's result (in the
+    /// same write), and what the agent's context holds from then on — the next
+    /// run's system prompt function and tools see it, across restarts.
+    pub fn set_state<T: ContextState>(&self, value: &T) {
+        if let Ok(value) = serde_json::to_value(value) {
+            self.state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(T::NAME.to_owned(), value);
+        }
+    }
+
+    /// Changes the agent's state of type `T` (its default when it has none)
+    /// with `change`, as [`ToolContext::set_state`] does.
+    pub fn update_state<T: ContextState + Default>(&self, change: impl FnOnce(&mut T)) {
+        let mut state = self.state::<T>().unwrap_or_default();
+        change(&mut state);
+        self.set_state(&state);
+    }
+
+    /// The state this call set, taken (for its result).
+    pub(crate) fn take_state(&self) -> serde_json::Map<String, Value> {
+        std::mem::take(
+            &mut self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The same context for a call the user's answer was merged into.

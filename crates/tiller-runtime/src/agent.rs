@@ -24,7 +24,8 @@ pub(crate) struct Agent {
     pub(crate) hub: Hub,
     /// How to reach its actor, and its status.
     pub(crate) route: Route,
-    /// Who it works for (its session id is added for each run).
+    /// Who it was spawned to work for (its actor keeps the context as it grows:
+    /// this over what the session stored, and the state its tools set).
     context: AgentContext,
     pub(crate) runtime: Arc<Runtime>,
     /// The epoch of this agent's claim on its session, set once when it is spawned
@@ -69,18 +70,23 @@ impl Agent {
         SessionWrite::new(self.session.clone(), change).at_epoch(self.epoch())
     }
 
-    /// The ids of who the agent works for, in its session.
-    pub(crate) fn context_ids(&self) -> ContextIds {
-        let mut ids = self.context.ids().clone();
+    /// Who it was spawned to work for.
+    pub(crate) fn spawned_context(&self) -> &AgentContext {
+        &self.context
+    }
+
+    /// The ids of who the agent works for (`context`), in its session.
+    pub(crate) fn context_ids(&self, context: &AgentContext) -> ContextIds {
+        let mut ids = context.ids().clone();
         ids.session_id = Some(self.session.to_string());
         ids
     }
 
-    /// Who a run works for: the agent's context in its session, working through
-    /// this agent when no other agent asked it (made here, per run, rather than
-    /// kept by every idle agent).
-    pub(crate) fn run_context(&self) -> AgentContext {
-        let mut context = self.context.clone();
+    /// Who a run works for: the agent's `context` in its session, working
+    /// through this agent when no other agent asked it (made here, per run,
+    /// rather than kept by every idle agent).
+    pub(crate) fn run_context(&self, context: &AgentContext) -> AgentContext {
+        let mut context = context.clone();
         if context.session_id() != Some(&*self.session) {
             context = context.with_session_id(&*self.session);
         }

@@ -519,6 +519,7 @@ impl Supervisor {
                     name: spec.name,
                     definition: self.inner.runtime.definition_of(&spec.settings),
                     origin: spec.origin.unwrap_or_default(),
+                    context: crate::actor::stored_context(&spec.context),
                     ..SessionRecord::new(&*session)
                 };
                 let messages: Vec<Arc<AgentMessage>> =

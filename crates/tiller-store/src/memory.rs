@@ -157,6 +157,7 @@ impl SessionStore for MemoryStore {
                     session.record.definition = definition.clone();
                 }
                 Change::SetStatus(status) => session.record.status = *status,
+                Change::SetContext(context) => session.record.context = context.clone(),
                 Change::OpKey(key) => {
                     if !session.op_keys.contains(key) {
                         if session.op_keys.len() == MAX_OP_KEYS {

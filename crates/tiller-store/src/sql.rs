@@ -72,6 +72,7 @@ const MIGRATIONS: &[&[&str]] = &[
             PRIMARY KEY (session_id, op_key)
         ){clustered}",
     ],
+    &["ALTER TABLE tiller_sessions ADD COLUMN context TEXT"],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -615,7 +616,7 @@ impl<'a> Pending<'a> {
         let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
-                values(backend, chunk.len(), 10)
+                values(backend, chunk.len(), 11)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, epoch, record) in chunk {
@@ -630,7 +631,8 @@ impl<'a> Pending<'a> {
                     .bind(record.created_at)
                     .bind(now)
                     .bind(to_i64(*epoch))
-                    .bind(origin(record));
+                    .bind(origin(record))
+                    .bind(or_null(&record.context));
             }
             Ok(Statement {
                 query,
@@ -1004,6 +1006,11 @@ async fn apply_one(
                 .bind(session)
                 .bind(status.as_str())
         }
+        Change::SetContext(context) => {
+            sqlx::query("UPDATE tiller_sessions SET context = $2 WHERE id = $1")
+                .bind(session)
+                .bind(or_null(context))
+        }
         Change::Create(_) | Change::Append { .. } | Change::Enqueue { .. } | Change::OpKey(_) => {
             return Ok(());
         }
@@ -1087,16 +1094,31 @@ fn decode_run<'t, T: serde::Deserialize<'t>>(
     Ok(messages)
 }
 
-const RECORD_COLUMNS: &str =
-    "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch, origin";
+const RECORD_COLUMNS: &str = "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch, origin, context";
 
 /// [`RECORD_COLUMNS`]' places in a row that holds no record.
-const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
 
 /// A record's origin as stored: `NULL` for none.
 fn origin(record: &SessionRecord) -> Option<&str> {
-    let json = record.origin.as_json();
+    or_null(&record.origin)
+}
+
+/// Opaque JSON as stored: `NULL` for none.
+fn or_null(json: &Definition) -> Option<&str> {
+    let json = json.as_json();
     (json != "null").then_some(json)
+}
+
+/// An opaque JSON column: `null` for `NULL`.
+fn opaque(row: &AnyRow, column: &str) -> Result<Option<Definition>, String> {
+    match row.try_get::<Option<String>, _>(column) {
+        Ok(Some(text)) => Definition::stored(text)
+            .map(Some)
+            .map_err(|error| format!("its {column}: {error}")),
+        Ok(None) => Ok(None),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
@@ -1107,15 +1129,8 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     };
     let definition: String = row.try_get("definition").map_err(database)?;
     let status: String = row.try_get("status").map_err(database)?;
-    let origin = match row
-        .try_get::<Option<String>, _>("origin")
-        .map_err(database)?
-    {
-        Some(text) => {
-            Definition::stored(text).map_err(|error| corrupt(format!("its origin: {error}")))?
-        }
-        None => Definition::default(),
-    };
+    let origin = opaque(row, "origin").map_err(corrupt)?.unwrap_or_default();
+    let context = opaque(row, "context").map_err(corrupt)?.unwrap_or_default();
     Ok(SessionRecord {
         tenant_id: row.try_get("tenant_id").map_err(database)?,
         user_id: row.try_get("user_id").map_err(database)?,
@@ -1128,6 +1143,7 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
         updated_at: row.try_get("updated_at").map_err(database)?,
         epoch: u64::try_from(row.try_get::<i64, _>("epoch").map_err(database)?).unwrap_or(0),
         origin,
+        context,
         id,
     })
 }

@@ -97,6 +97,10 @@ pub struct SessionRecord {
     /// the agent file sent inline, and who asked), as JSON the store does not
     /// read; `null` when it keeps nothing.
     pub origin: Definition,
+    /// Who the agent works for and the state its tools keep (its
+    /// `AgentContext`, stored), as JSON the store does not read; `null` when
+    /// none was stored.
+    pub context: Definition,
 }
 
 impl SessionRecord {
@@ -114,6 +118,7 @@ impl SessionRecord {
             updated_at: now,
             epoch: 0,
             origin: Definition::default(),
+            context: Definition::default(),
         }
     }
 }
@@ -315,6 +320,8 @@ pub enum Change {
     SetDefinition(Definition),
     /// Sets the status.
     SetStatus(SessionStatus),
+    /// Replaces the stored context ([`SessionRecord::context`]).
+    SetContext(Definition),
     /// Records that the op carrying this idempotency key is applied, in the same
     /// transaction as what it changed: a retry of the op finds the key when the
     /// session is loaded (see [`StoredSession::op_keys`]) and is not applied twice.

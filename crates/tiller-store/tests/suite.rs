@@ -594,6 +594,7 @@ async fn deletes_sub_sessions_and_prunes_closed_ones(store: Arc<dyn SessionStore
 /// A session keeps its origin as given, and the idempotency keys of the ops
 /// applied to it: with their op's change, or not at all; each once; the newest
 /// `MAX_OP_KEYS`, older ones forgotten when the session is claimed.
+/// Origins, contexts and idempotency keys are kept with the session.
 async fn keeps_origins_and_idempotency_keys(store: Arc<dyn SessionStore>, tenant: &str) {
     let id = format!("{tenant}-keyed");
     let writer = StoreWriter::for_store(store.clone());
@@ -610,7 +611,21 @@ async fn keeps_origins_and_idempotency_keys(store: Arc<dyn SessionStore>, tenant
         .unwrap();
     let loaded = store.load(&id).await.unwrap().unwrap();
     assert_eq!(loaded.record.origin, origin.clone().into());
+    assert_eq!(loaded.record.context, serde_json::Value::Null.into());
     assert!(loaded.op_keys.is_empty());
+
+    // The agent's context, replaced in the write of the message that changed it.
+    let context = json!({"ids": {"tenant_id": tenant}, "states": {"issues_discussed": 1}});
+    writer
+        .write(vec![
+            append(&id, 0, &Arc::new(user("noted"))),
+            write(&id, Change::SetContext(context.clone().into())),
+        ])
+        .await
+        .unwrap();
+    let loaded = store.load(&id).await.unwrap().unwrap();
+    assert_eq!(loaded.record.context, context.into());
+    assert_eq!(loaded.messages.len(), 1);
     let listed = store.list(&SessionFilter::only(&id)).await.unwrap();
     assert_eq!(listed[0].record.origin, origin.into());
 

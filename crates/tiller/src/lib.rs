@@ -79,10 +79,11 @@ pub use tiller_core::compaction;
 pub use tiller_core::{
     self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval,
     CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContextOverrides,
-    ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER, FnTool, IntoToolOutput, Output,
-    OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions, SteeringDelivery, ToolContext,
-    ToolError, ToolExecution, ToolExecutionMode, ToolFilter, ToolOutput, ToolSet, ToolSetError,
-    TranscriptError, UserRequest, WidgetTool, check_transcript, hook,
+    ContextState, ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER, FnTool,
+    IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions,
+    SteeringDelivery, StoredContext, ToolContext, ToolError, ToolExecution, ToolExecutionMode,
+    ToolFilter, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, WidgetTool,
+    check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -796,6 +796,7 @@ pub(crate) fn import_request(
                         details: Value::Null,
                         is_error: block["is_error"].as_bool().unwrap_or(false),
                         timestamp: 0,
+                        state: Default::default(),
                     })),
                     _ => user.push(content(&block)),
                 }
@@ -830,6 +831,7 @@ pub(crate) fn import_request(
                         details: Value::Null,
                         is_error: false,
                         timestamp: 0,
+                        state: Default::default(),
                     }));
                 }
                 _ => context.messages.push(Message::User(UserMessage {
@@ -899,6 +901,7 @@ fn import_responses_request(
                     details: Value::Null,
                     is_error: false,
                     timestamp: 0,
+                    state: Default::default(),
                 }));
             }
             "message" => {
@@ -972,6 +975,7 @@ fn import_bedrock_request(body: &Value, decoded: &[AssistantMessage]) -> (Contex
                     details: Value::Null,
                     is_error: result["status"] == "error",
                     timestamp: 0,
+                    state: Default::default(),
                 }));
             } else {
                 user.push(Content::text(block["text"].as_str().unwrap()));
@@ -1088,6 +1092,7 @@ fn import_gemini_request(body: &Value, decoded: &[AssistantMessage]) -> (Context
                     details: Value::Null,
                     is_error: false,
                     timestamp: 0,
+                    state: Default::default(),
                 }));
             } else if let Some(text) = part["text"].as_str() {
                 user.push(Content::text(text));

@@ -44,6 +44,7 @@ mod start;
 
 use keys::OpKeys;
 
+pub(crate) use run::stored_context;
 use run::{ActiveRun, RunItem, RunRequest};
 use session::from_last_summary;
 pub(crate) use session::{Loaded, appends};
@@ -104,6 +105,9 @@ pub(crate) struct ActorState {
     agent: Arc<Agent>,
     myself: ActorRef<AgentMsg>,
     settings: Arc<AgentSettings>,
+    /// Who the agent works for and the state its tools keep: what it was spawned
+    /// with, over what its session stored; stored again when a tool changes it.
+    context: tiller_core::AgentContext,
     /// The transcript the model sees: the stored transcript from `base` on (from
     /// the last compaction's summary, when there was one).
     messages: Vec<Arc<AgentMessage>>,
@@ -143,10 +147,12 @@ impl Actor for AgentActor {
             settings,
             loaded,
         } = boot;
+        let context = agent.spawned_context().clone().over_stored(&loaded.context);
         let state = ActorState {
             agent,
             myself,
             settings,
+            context,
             messages: loaded.messages,
             base: loaded.base,
             tokens: loaded.tokens,
@@ -438,7 +444,7 @@ impl ActorState {
                 AgentStatus::Idle
             },
             session_id: agent.session.to_string(),
-            context: agent.context_ids(),
+            context: agent.context_ids(&self.context),
             definition: self.settings.definition.clone(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
             steering_queue: queued(&self.steering),

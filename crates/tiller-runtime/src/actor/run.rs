@@ -251,7 +251,7 @@ impl ActorState {
             self.count_from(from);
             self.commit(answered, None);
         }
-        let agent_context = self.agent.run_context();
+        let agent_context = self.agent.run_context(&self.context);
         let context = LoopContext {
             system_prompt: match &settings.code.system_prompt_fn {
                 Some(write) => Some(write(&agent_context)),
@@ -377,11 +377,22 @@ impl ActorState {
                 let shared = Arc::new((**message).clone());
                 self.tokens = self.tokens.after(&shared);
                 self.messages.push(shared.clone());
+                let state = shared
+                    .as_tool_result()
+                    .map(|result| &result.state)
+                    .filter(|state| !state.is_empty());
+                let context = state.map(|state| {
+                    self.context = self.context.clone().with_states(state);
+                    self.agent
+                        .write(Change::SetContext(stored_context(&self.context)))
+                });
+                // A tool's state is stored in the write of its result.
                 let mut writes = vec![self.agent.write(Change::Append {
                     seq,
                     message: shared,
                     dequeued,
                 })];
+                writes.extend(context);
                 // The run's write-ahead may wait on this one.
                 let (done, committed) = oneshot::channel();
                 run.last_write = Some(committed);
@@ -646,4 +657,9 @@ pub(super) fn queue_source(
             taken.await.unwrap_or_default()
         })
     })
+}
+
+/// `context` as a session stores it.
+pub(crate) fn stored_context(context: &tiller_core::AgentContext) -> tiller_store::Definition {
+    tiller_store::Definition::new(&context.to_stored()).unwrap_or_default()
 }

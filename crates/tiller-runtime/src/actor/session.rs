@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use tiller_core::StoredContext;
 
 use ractor::RpcReplyPort;
 use tiller_core::compaction::CompactionSummary;
@@ -33,6 +34,8 @@ pub(crate) struct Loaded {
     pub(crate) next_queue_seq: u64,
     /// The idempotency keys of the ops applied last, oldest first.
     pub(crate) op_keys: Vec<Arc<str>>,
+    /// The context the session stored (none for a new one).
+    pub(crate) context: StoredContext,
 }
 
 impl Loaded {
@@ -47,6 +50,7 @@ impl Loaded {
             follow_up: VecDeque::new(),
             next_queue_seq: 0,
             op_keys: Vec::new(),
+            context: StoredContext::default(),
         }
     }
 
@@ -93,6 +97,7 @@ impl Loaded {
             follow_up: queue(stored.follow_up),
             next_queue_seq,
             op_keys: stored.op_keys,
+            context: stored_context(agent, &stored.record.context),
         }
     }
 }
@@ -233,4 +238,16 @@ impl ActorState {
             self.agent.write(Change::ClearQueue(QueueKind::FollowUp)),
         ]
     }
+}
+
+/// The context a session stored: none for a session that stored none (made
+/// before contexts were kept) or whose context cannot be read (said in the log).
+fn stored_context(agent: &Agent, stored: &tiller_store::Definition) -> StoredContext {
+    if stored.as_json() == "null" {
+        return StoredContext::default();
+    }
+    stored.decode().unwrap_or_else(|error| {
+        tracing::warn!(session = %agent.session, %error, "the session's stored context is unreadable; starting without it");
+        StoredContext::default()
+    })
 }
