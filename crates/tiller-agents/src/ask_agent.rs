@@ -125,12 +125,12 @@ impl AskAgent {
     async fn ask(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let name = args["agent"].as_str().unwrap_or_default();
         let mut text = args["text"].as_str().unwrap_or_default().to_owned();
-        if let Some(input) = args.get("input").filter(|input| !input.is_null()) {
-            text.push_str(&format!("\n\nInput:\n{input}"));
-        }
         // Merged into `text` (the field a sub-agent's question asks for), the
         // user's answer to that question.
         let user_answer = ctx.answered().then(|| text.clone());
+        if let Some(input) = args.get("input").filter(|input| !input.is_null()) {
+            text.push_str(&format!("\n\nInput:\n{input}"));
+        }
         let definitions = self
             .definitions
             .get()

@@ -44,14 +44,32 @@ use tiller_runtime::AgentSettings;
 /// How a transcript reloaded from the store (on resume, restart or thaw) is
 /// compressed: off unless [`Compression::applied_to`] an agent's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(from = "CompressionFields")]
 pub struct Compression {
     /// Assistant messages whose text is longer than this many characters are cut to
     /// it, the marker aside (default 400).
     pub max_chars: usize,
-    /// How many of the kept characters come from the end of the text (default 100;
-    /// at most `max_chars`).
+    /// How many of the kept characters come from the end of the text (default a
+    /// quarter of `max_chars`, 100 of the default 400; at most `max_chars`).
     pub keep_end_chars: usize,
+}
+
+/// [`Compression`] as written: either field may be left out.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompressionFields {
+    max_chars: Option<usize>,
+    keep_end_chars: Option<usize>,
+}
+
+impl From<CompressionFields> for Compression {
+    fn from(fields: CompressionFields) -> Self {
+        let max_chars = fields.max_chars.unwrap_or(Compression::default().max_chars);
+        Compression {
+            max_chars,
+            keep_end_chars: fields.keep_end_chars.unwrap_or(max_chars / 4),
+        }
+    }
 }
 
 impl Default for Compression {
@@ -246,5 +264,20 @@ mod tests {
         for at in [0, 2, 3] {
             assert_eq!(*messages[at], transcript[at], "message {at} is whole");
         }
+    }
+
+    /// Written with `max_chars` alone, a quarter of it is kept from the end.
+    #[test]
+    fn the_end_kept_defaults_to_a_quarter_of_what_is_kept() {
+        let read = |text: &str| serde_json::from_str::<Compression>(text).unwrap();
+        assert_eq!(
+            read(r#"{"max_chars": 80}"#),
+            Compression {
+                max_chars: 80,
+                keep_end_chars: 20
+            }
+        );
+        assert_eq!(read("{}"), Compression::default());
+        assert!(serde_json::from_str::<Compression>(r#"{"keep": 1}"#).is_err());
     }
 }

@@ -165,6 +165,8 @@ struct Key {
     tenant: Option<String>,
     definition: String,
     session: String,
+    /// Events of another topic gather in a window of their own.
+    topic: String,
     debounce: Duration,
 }
 
@@ -172,7 +174,14 @@ impl Key {
     /// The id of the session (and its agent): the tenant, the definition and
     /// the key, each with `%` and `:` escaped, joined by `:`.
     fn id(&self) -> String {
-        let escape = |part: &str| part.replace('%', "%25").replace(':', "%3A");
+        // `/`, `#` and `@` are kept for sub-agents' sessions.
+        let escape = |part: &str| {
+            part.replace('%', "%25")
+                .replace(':', "%3A")
+                .replace('/', "%2F")
+                .replace('#', "%23")
+                .replace('@', "%40")
+        };
         format!(
             "{}:{}:{}",
             escape(
@@ -229,7 +238,11 @@ impl Triggers {
             triggers: triggers.into(),
             queue,
         };
-        supervisor.set_event_sink(Arc::new(triggers.clone()));
+        if !supervisor.set_event_sink(Arc::new(triggers.clone())) {
+            tracing::warn!(
+                "the supervisor already has an event sink: these triggers are not the ones it publishes to"
+            );
+        }
         triggers
     }
 }
@@ -238,6 +251,7 @@ impl EventSink for Triggers {
     fn publish(&self, event: Event) -> Result<usize, EventError> {
         event.check()?;
         let mut matched = 0;
+        let mut keys = std::collections::HashSet::new();
         for (definition, trigger) in self.triggers.iter() {
             if !trigger.matches(&event) {
                 continue;
@@ -245,16 +259,23 @@ impl EventSink for Triggers {
             let Some(session) = trigger.session_key(&event.payload) else {
                 continue;
             };
-            let key = Key {
+            matched += 1;
+            keys.insert(Key {
                 tenant: event.tenant.clone(),
                 definition: definition.clone(),
                 session,
+                topic: event.topic.clone(),
                 debounce: Duration::from_millis(trigger.debounce_ms),
-            };
+            });
+        }
+        // Each session gets the event once, however many of its triggers match.
+        if self.queue.capacity() < keys.len() {
+            return Err(EventError::Full);
+        }
+        for key in keys {
             self.queue
                 .try_send((key, event.clone()))
                 .map_err(|_| EventError::Closed)?;
-            matched += 1;
         }
         Ok(matched)
     }
@@ -415,10 +436,12 @@ mod tests {
             tenant: tenant.map(str::to_owned),
             definition: "support".into(),
             session: session.into(),
+            topic: "t".into(),
             debounce: Duration::ZERO,
         };
         assert_eq!(key(None, "t-1").id(), "default:support:t-1");
         assert_eq!(key(Some("acme"), "a:b%").id(), "acme:support:a%3Ab%25");
+        assert_eq!(key(None, "x/y#z@w").id(), "default:support:x%2Fy%23z%40w");
         assert_ne!(key(Some("a:b"), "c").id(), key(Some("a"), "b:c").id());
     }
 }

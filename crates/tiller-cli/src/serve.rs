@@ -191,18 +191,20 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     };
+    // Before `ask_agent` takes the definitions, for its sub-agents too.
+    let mut definitions = definitions.with_session_store(supervisor.store().clone());
+    if let Some(chars) = compress_chars {
+        definitions = definitions.with_compression(Compression::keeping(chars as usize));
+    }
     // A caller's restatement of a sub-agent's streamed answer is not streamed
     // to clients again.
-    let mut definitions = definitions.with_ask_agent(
+    let definitions = definitions.with_ask_agent(
         &supervisor,
         AskAgentConfig {
             quiet_restatements: true,
             ..AskAgentConfig::default()
         },
     );
-    if let Some(chars) = compress_chars {
-        definitions = definitions.with_compression(Compression::keeping(chars as usize));
-    }
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => listener,
         Err(error) => {

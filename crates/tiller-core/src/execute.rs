@@ -583,7 +583,8 @@ async fn execute(
         children,
     )
     .approved_by_user(run.is_approved(&call.id))
-    .answered_by_user(run.is_answered(&call.id));
+    .answered_by_user(run.is_answered(&call.id))
+    .with_run_state(run.state.clone());
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();

@@ -3,8 +3,9 @@
 //! [`ToolOutput::quiet_restatement`](crate::ToolOutput::quiet_restatement), each text
 //! block of the next response is held back while it is, so far, the start of one
 //! of those results (whitespace aside). A block that turns out to be that whole
-//! result is never streamed: its events are dropped, and only `message_end` (the
-//! transcript) has it. A block that stops matching is released at once, in order,
+//! result is never streamed: its `text_start` and `text_end` go out (the block's
+//! place stays known) without its deltas, and `message_end` (the transcript) has
+//! it whole. A block that stops matching is released at once, in order,
 //! and streams on as usual.
 
 use tiller_ai::AssistantEvent;
@@ -84,11 +85,12 @@ impl<T> Restatements<T> {
             AssistantEvent::TextEnd { .. } if self.holding => {
                 let text = self.text.trim_end();
                 if self.echoes.iter().any(|echo| echo == text) {
-                    // The whole block restates a streamed result: not again.
-                    self.held.clear();
-                    self.text.clear();
-                    self.holding = false;
-                    Vec::new()
+                    // The whole block restates a streamed result: its place, not
+                    // its text again.
+                    let mut out = self.release();
+                    out.truncate(1);
+                    out.push((event, with));
+                    out
                 } else {
                     let mut out = self.release();
                     out.push((event, with));
@@ -144,10 +146,10 @@ mod tests {
     #[test]
     fn a_whole_restatement_is_dropped_and_anything_else_streams_in_order() {
         let echo = "Oslo has 709,000 people.";
-        // The same words, whitespace aside: nothing passes.
+        // The same words, whitespace aside: the block's start and end, no text.
         assert_eq!(
             passed(&[echo], block(&["Oslo has ", "709,000\n", "people. "])),
-            [] as [usize; 0]
+            [0, 4]
         );
         // A different answer: everything, in order, once it stops matching.
         assert_eq!(

@@ -357,6 +357,8 @@ pub(crate) struct Run {
     approved: Option<String>,
     /// The call the user's answer was merged into in this run's reply.
     answered: Option<String>,
+    /// The agent state this run's calls set, by name (their results store it).
+    pub(crate) state: crate::tool::SharedState,
     /// What the last tool round streamed that the next response need not stream
     /// again ([`crate::restate`]).
     echoes: Vec<String>,
@@ -399,6 +401,7 @@ impl Run {
             output: None,
             approved: None,
             answered: None,
+            state: Default::default(),
             echoes: Vec::new(),
         }
     }
@@ -712,6 +715,13 @@ impl Run {
     /// each announced.
     fn record_batch(&mut self, batch: &Batch) {
         self.echoes.clone_from(&batch.echoes);
+        for result in batch
+            .results
+            .iter()
+            .filter(|result| !result.state.is_empty())
+        {
+            crate::tool::lock(&self.state).extend(result.state.clone());
+        }
         for result in &batch.results {
             self.push(result.clone().into());
         }

@@ -320,6 +320,18 @@ impl fmt::Display for ToolError {
 
 type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
 type ActFn = Arc<dyn Fn(String, Value) + Send + Sync>;
+
+/// Agent state by name, shared by a run's calls.
+pub(crate) type SharedState = Arc<std::sync::Mutex<serde_json::Map<String, Value>>>;
+
+/// The state behind `shared`, whatever a panicking holder left.
+pub(crate) fn lock(
+    shared: &std::sync::Mutex<serde_json::Map<String, Value>>,
+) -> std::sync::MutexGuard<'_, serde_json::Map<String, Value>> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 type ChildFn = Arc<dyn Fn(Vec<String>, AgentEvent) + Send + Sync>;
 
 /// What a running tool gets from the loop.
@@ -336,6 +348,8 @@ pub struct ToolContext {
     answered: bool,
     /// The agent's state this call set, by name.
     state: Arc<std::sync::Mutex<serde_json::Map<String, Value>>>,
+    /// The state the run's earlier calls set, by name.
+    run_state: SharedState,
     open: Arc<AtomicBool>,
 }
 
@@ -358,23 +372,28 @@ impl ToolContext {
             approved: false,
             answered: false,
             state: Arc::default(),
+            run_state: SharedState::default(),
             open: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    /// The agent's state of type `T`: as this call set it, else as the run
-    /// started with it (see [`ContextState`]).
+    /// The agent's state of type `T`: as this call set it, else as the run's
+    /// earlier calls did, else as the run started with it (see
+    /// [`ContextState`]). Calls running at once each start from what was set
+    /// before them; the last to finish wins.
     pub fn state<T: ContextState>(&self) -> Option<T> {
-        let set = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(T::NAME)
-            .cloned();
+        let set = lock(&self.state).get(T::NAME).cloned();
+        let set = set.or_else(|| lock(&self.run_state).get(T::NAME).cloned());
         match set {
             Some(value) => serde_json::from_value(value).ok(),
             None => self.agent.state(),
         }
+    }
+
+    /// The same context reading the state the run's earlier calls set.
+    pub(crate) fn with_run_state(mut self, run_state: SharedState) -> Self {
+        self.run_state = run_state;
+        self
     }
 
     /// Sets the agent's state of type `T`: stored with this call's result (in the
@@ -382,10 +401,7 @@ impl ToolContext {
     /// run's system prompt function and tools see it, across restarts.
     pub fn set_state<T: ContextState>(&self, value: &T) {
         if let Ok(value) = serde_json::to_value(value) {
-            self.state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(T::NAME.to_owned(), value);
+            lock(&self.state).insert(T::NAME.to_owned(), value);
         }
     }
 
@@ -399,12 +415,7 @@ impl ToolContext {
 
     /// The state this call set, taken (for its result).
     pub(crate) fn take_state(&self) -> serde_json::Map<String, Value> {
-        std::mem::take(
-            &mut self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        std::mem::take(&mut lock(&self.state))
     }
 
     /// The same context for a call the user's answer was merged into.

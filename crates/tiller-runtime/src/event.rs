@@ -64,6 +64,9 @@ pub enum EventError {
     /// What listens to events has stopped (the host is shutting down).
     #[error("events are no longer taken: the host is shutting down")]
     Closed,
+    /// Too many events wait to be gathered; nothing of this one was taken.
+    #[error("too many events are waiting: try again shortly")]
+    Full,
 }
 
 /// What takes the events published through a supervisor: installed once, with

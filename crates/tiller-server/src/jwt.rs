@@ -4,7 +4,8 @@
 //!
 //! A token is accepted when its signature holds, it has not expired (`exp`, which
 //! it must have), it is already valid (`nbf`, when it has one), and, when the
-//! server names them, its issuer (`iss`) and audience (`aud`) are the server's;
+//! server names them, it has an issuer (`iss`) and an audience (`aud`) and they
+//! are the server's;
 //! anything else is 401. Its claims give the caller: `tenant_id` (the tenant,
 //! [`DEFAULT_TENANT`](tiller::DEFAULT_TENANT) when it has none), `user_id` (else
 //! `sub`) and `client_id`. The static token file works beside it: a token it lists
@@ -96,6 +97,9 @@ impl JwtKeys {
     /// Only tokens issued by `issuer` (`iss`).
     pub fn with_issuer(mut self, issuer: &str) -> Self {
         self.validation.set_issuer(&[issuer]);
+        self.validation
+            .required_spec_claims
+            .insert("iss".to_owned());
         self
     }
 
@@ -103,6 +107,9 @@ impl JwtKeys {
     pub fn with_audience(mut self, audience: &str) -> Self {
         self.validation.set_audience(&[audience]);
         self.validation.validate_aud = true;
+        self.validation
+            .required_spec_claims
+            .insert("aud".to_owned());
         self
     }
 

@@ -52,6 +52,11 @@ pub(crate) async fn publish(
             Ok((StatusCode::ACCEPTED, Json(json!({"matched": matched}))).into_response())
         }
         Err(EventError::Topic(reason)) => Err(Problem::invalid(Some("topic".to_owned()), reason)),
+        Err(EventError::Full) => Err(Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-events",
+            EventError::Full.to_string(),
+        )),
         Err(error) => Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",

@@ -198,3 +198,32 @@ async fn a_thawed_agent_has_the_state_its_tools_set() {
     );
     supervisor.shutdown().await;
 }
+
+/// A call sees the state an earlier call of the same run set: two issues in one
+/// run count two.
+#[tokio::test]
+async fn calls_of_one_run_build_on_each_others_state() {
+    let faux = FauxProvider::new();
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux)))
+        .await
+        .unwrap();
+    faux.push(FauxTurn::tool_call(
+        "discuss_issue",
+        json!({"issue": "login"}),
+    ));
+    faux.push(FauxTurn::tool_call(
+        "discuss_issue",
+        json!({"issue": "billing"}),
+    ));
+    faux.push(FauxTurn::text("Both noted."));
+    agent.run("Login and billing are broken.").await.unwrap();
+    faux.push(FauxTurn::text("Two."));
+    agent.run("How many?").await.unwrap();
+    assert_eq!(
+        last_prompt(&faux),
+        "You help someone. Issues discussed so far: 2 (last: billing)."
+    );
+    supervisor.shutdown().await;
+}

@@ -186,3 +186,41 @@ async fn a_full_window_goes_at_once_and_the_next_event_opens_another() {
     assert_eq!(at.elapsed(), Duration::from_millis(2_000));
     supervisor.shutdown().await;
 }
+
+/// Keys with the characters kept for sub-agents' sessions are escaped, and an
+/// event matching two triggers of one session reaches it once.
+#[tokio::test(start_paused = true)]
+async fn a_key_is_escaped_and_a_session_gets_an_event_once() {
+    let faux = FauxProvider::new();
+    let (said, mut heard) = mpsc::unbounded_channel();
+    faux.respond_with(move |request| {
+        let _ = said.send(request.last_user_text().unwrap_or_default());
+        FauxTurn::text("On it.")
+    });
+    let supervisor = Supervisor::start().await.unwrap();
+    let mut definitions = Definitions::new().with_default_model(faux.model());
+    let twice = r#"type: object
+description: You triage.
+json_schema_extra:
+  kind: agent
+  name: triage
+  triggers:
+    - {on: ticket.opened, session: "{ticket.id}"}
+    - {on: ticket.opened, match: {priority: high}, session: "{ticket.id}"}
+"#;
+    definitions
+        .insert(AgentFile::parse("triage.yaml", twice).unwrap())
+        .unwrap();
+    let _triggers = Triggers::attach(&supervisor, definitions);
+    let event = Event::new(
+        "ticket.opened",
+        json!({"ticket": {"id": "a/b#c@d"}, "priority": "high"}),
+    );
+    assert_eq!(supervisor.publish(event), Ok(2));
+    assert_eq!(
+        heard.recv().await.unwrap(),
+        "Event `ticket.opened`:\n1. {\"priority\":\"high\",\"ticket\":{\"id\":\"a/b#c@d\"}}"
+    );
+    assert!(supervisor.get("default:triage:a%2Fb%23c%40d").is_some());
+    supervisor.shutdown().await;
+}
