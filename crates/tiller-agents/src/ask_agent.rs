@@ -20,7 +20,8 @@
 //!   descendant); it has [`AskAgentConfig::timeout`] to answer; a failure is the
 //!   call's error;
 //! - a question it asks the user ([`ToolError::NeedsInput`]) becomes the caller's
-//!   question: the caller parks, and the model asks again with the answer; a call
+//!   question, for the call's `text`: the caller parks, and the user's answer,
+//!   merged into the call, goes to the sub-agent's own question; a call
 //!   it wants approved becomes the caller's approval request
 //!   ([`ToolError::NeedsApproval`]): approved, the same sub-agent goes on with it;
 //! - delegation is at most [`AskAgentConfig::max_depth`] levels deep, and a

@@ -232,7 +232,9 @@ pub enum ToolError {
     Failed(String),
     /// The call cannot go on without something only the user knows: the run parks
     /// with `question` (an `input_requested` event) until the user answers; the
-    /// answer goes to the model, which calls the tool again. Past
+    /// answer goes into the call's arguments under `field` and the call runs
+    /// again (or, with [`Answers::ToModel`](crate::Answers::ToModel), to the
+    /// model, which calls the tool again). Past
     /// [`RunOptions::max_asks_per_tool`](crate::RunOptions::max_asks_per_tool)
     /// asks in a row it is an ordinary error result.
     NeedsInput {

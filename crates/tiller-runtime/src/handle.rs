@@ -225,7 +225,8 @@ impl AgentHandle {
 
     /// Answers the question the call `request_id` asked
     /// ([`ToolError::NeedsInput`](tiller_core::ToolError::NeedsInput)): a run starts
-    /// that gives the answer to the model, which calls the tool again. Returns once
+    /// that puts the answer into the call's arguments and runs it again (or, with
+    /// `Answers::ToModel`, gives it to the model, which calls the tool again). Returns once
     /// the run is accepted; [`ContinueError::NothingToReply`](tiller_core::ContinueError::NothingToReply) when no request waits,
     /// [`ContinueError::NoSuchRequest`](tiller_core::ContinueError::NoSuchRequest) when none has that id,
     /// [`ContinueError::ReplyDoesNotFit`](tiller_core::ContinueError::ReplyDoesNotFit) when it is an approval (each within
