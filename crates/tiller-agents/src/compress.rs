@@ -64,20 +64,18 @@ struct CompressionFields {
 
 impl From<CompressionFields> for Compression {
     fn from(fields: CompressionFields) -> Self {
-        let max_chars = fields.max_chars.unwrap_or(Compression::default().max_chars);
+        let kept =
+            Compression::keeping(fields.max_chars.unwrap_or(Compression::default().max_chars));
         Compression {
-            max_chars,
-            keep_end_chars: fields.keep_end_chars.unwrap_or(max_chars / 4),
+            keep_end_chars: fields.keep_end_chars.unwrap_or(kept.keep_end_chars),
+            ..kept
         }
     }
 }
 
 impl Default for Compression {
     fn default() -> Self {
-        Compression {
-            max_chars: 400,
-            keep_end_chars: 100,
-        }
+        Compression::keeping(400)
     }
 }
 

@@ -217,7 +217,7 @@ impl Definitions {
     }
 
     /// The latest version of each definition, by name.
-    fn latest(&self) -> impl Iterator<Item = &AgentFile> {
+    pub(crate) fn latest(&self) -> impl Iterator<Item = &AgentFile> {
         self.by_name.values().filter_map(|versions| versions.last())
     }
 

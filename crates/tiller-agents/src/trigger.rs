@@ -214,19 +214,14 @@ impl Triggers {
         definitions: Definitions,
         spawner: Spawner,
     ) -> Self {
-        let mut triggers = Vec::new();
-        for file in definitions.iter() {
-            let latest = definitions
-                .get(&file.name, None)
-                .is_some_and(|latest| std::ptr::eq(latest, file));
-            if latest {
-                triggers.extend(
-                    file.triggers
-                        .iter()
-                        .map(|trigger| (file.name.clone(), trigger.clone())),
-                );
-            }
-        }
+        let triggers: Vec<(String, Trigger)> = definitions
+            .latest()
+            .flat_map(|file| {
+                file.triggers
+                    .iter()
+                    .map(|trigger| (file.name.clone(), trigger.clone()))
+            })
+            .collect();
         let (queue, events) = mpsc::channel(QUEUE);
         let delivery = Delivery {
             supervisor: supervisor.clone(),

@@ -277,6 +277,28 @@ async fn schemathesis_finds_no_server_error_in_the_documented_api() {
     serving.stop().await;
 }
 
+/// Runs the pi-agent-core client `script` (of `tests/clients`) with `modules`
+/// and `args` under node: the one JSON line it prints.
+async fn pi_client(script: &str, modules: &std::path::Path, args: &[&str]) -> Value {
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let output = tokio::process::Command::new("node")
+        .arg(client)
+        .arg(modules)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the pi client failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[tokio::test]
 async fn pi_agent_cores_stream_proxy_drives_a_turn_through_the_server() {
     let Some(modules) = installed_client("node-modules", "pi-agent-core") else {
@@ -308,25 +330,17 @@ async fn pi_agent_cores_stream_proxy_drives_a_turn_through_the_server() {
     )
     .await;
 
-    let client =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pi_proxy_client.mjs");
-    let output = tokio::process::Command::new("node")
-        .arg(client)
-        .arg(modules)
-        .arg(&serving.base)
-        .arg("pi-secret")
-        .arg("openai-compatible")
-        .arg("local-model")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the pi client failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let run = pi_client(
+        "pi_proxy_client.mjs",
+        &modules,
+        &[
+            &serving.base,
+            "pi-secret",
+            "openai-compatible",
+            "local-model",
+        ],
+    )
+    .await;
 
     // pi's own agent loop saw a streamed tool call, ran its tool, and streamed the
     // answer, every model call through the proxy.
@@ -903,24 +917,12 @@ async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events
         .unwrap();
     assert_eq!(created.status(), 201);
 
-    let client =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pi_events_client.mjs");
-    let output = tokio::process::Command::new("node")
-        .arg(client)
-        .arg(modules)
-        .arg(&serving.base)
-        .arg("pi")
-        .arg("What time is it?")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the pi client failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let seen = pi_client(
+        "pi_events_client.mjs",
+        &modules,
+        &[&serving.base, "pi", "What time is it?"],
+    )
+    .await;
     assert_eq!(
         seen,
         json!({

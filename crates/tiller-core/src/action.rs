@@ -115,11 +115,17 @@ impl AgentTool for ActionTool {
                     )));
                 }
             }
-            ctx.act(action_type.clone(), payload.clone());
-            Ok(ToolOutput::text(format!("Action `{action_type}` sent."))
-                .with_details(json!({"type": action_type, "payload": payload})))
+            let said = format!("Action `{action_type}` sent.");
+            Ok(acted(&ctx, action_type, payload, said))
         })
     }
+}
+
+/// Declares the action `action_type` with `payload` through `ctx`: the result
+/// says `said` and keeps both in its details.
+fn acted(ctx: &ToolContext, action_type: String, payload: Value, said: String) -> ToolOutput {
+    ctx.act(action_type.clone(), payload.clone());
+    ToolOutput::text(said).with_details(json!({"type": action_type, "payload": payload}))
 }
 
 /// The built-in widget tools: `display_widget` and `update_widget` (see the
@@ -204,9 +210,8 @@ impl AgentTool for WidgetTool {
             } else {
                 "updated"
             };
-            ctx.act(self.name.to_owned(), args.clone());
-            Ok(ToolOutput::text(format!("Widget `{id}` {done}."))
-                .with_details(json!({"type": self.name, "payload": args})))
+            let said = format!("Widget `{id}` {done}.");
+            Ok(acted(&ctx, self.name.to_owned(), args, said))
         })
     }
 }

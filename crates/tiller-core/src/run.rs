@@ -1021,29 +1021,28 @@ impl Run {
                     };
                     streamed = Some(message.clone());
                     if quiet.is_empty() {
-                        self.emit(AgentEvent::MessageUpdate {
-                            assistant_message_event: event,
-                            message,
-                        });
+                        self.update(event, message);
                     } else {
                         for (event, message) in quiet.pass(event, message) {
-                            self.emit(AgentEvent::MessageUpdate {
-                                assistant_message_event: event,
-                                message,
-                            });
+                            self.update(event, message);
                         }
                     }
                 }
             }
         }
         for (event, message) in quiet.release() {
-            self.emit(AgentEvent::MessageUpdate {
-                assistant_message_event: event,
-                message,
-            });
+            self.update(event, message);
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
         Ok(self.finish_response(held.map(|start| *start), message))
+    }
+
+    /// The `message_update` of one event of the response streaming.
+    fn update(&self, event: AssistantEvent, message: StreamedMessage) {
+        self.emit(AgentEvent::MessageUpdate {
+            assistant_message_event: event,
+            message,
+        });
     }
 
     /// Ends a response, announcing its start first when it was held (nothing

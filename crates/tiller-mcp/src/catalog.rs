@@ -136,18 +136,9 @@ impl McpClient {
             name: name.to_owned(),
             detail,
         };
-        if !shared
-            .catalog()
-            .prompts
-            .iter()
-            .any(|prompt| prompt.name == name)
-        {
-            let known: Vec<String> = shared
-                .catalog()
-                .prompts
-                .iter()
-                .map(|p| p.name.clone())
-                .collect();
+        let catalog = shared.catalog();
+        if !catalog.prompts.iter().any(|prompt| prompt.name == name) {
+            let known: Vec<&str> = catalog.prompts.iter().map(|p| p.name.as_str()).collect();
             return Err(failed(format!(
                 "no such prompt (it offers: {})",
                 if known.is_empty() {
