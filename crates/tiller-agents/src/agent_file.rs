@@ -13,7 +13,7 @@
 //!   kind: agent
 //!   name: helper
 //!   version: "1.0.0"
-//!   model: openai/gpt-4o-mini
+//!   model: openai/gpt-4o-mini         # or [openai/gpt-4o-mini, anthropic/claude-haiku-4-5]: fallbacks in order
 //!   api_key_env: OPENAI_API_KEY       # only with a base_url of its own: the key to send there
 //!   llm: local                        # a named LLM configuration (the library's LlmConfigs)
 //!   thinking: off
@@ -50,6 +50,13 @@
 //!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
 //!   triggers:                         # events that prompt it (see trigger)
 //!     - {on: ticket.opened, match: {priority: high}, debounce_ms: 2000, session: "ticket-{id}"}
+//!   budget:                           # what a run and the agent may spend (see tiller_core::budget)
+//!     run: {total_tokens: 200000, tool_calls: 50, wall_clock_ms: 600000}
+//!     agent: {cost_usd: 5.0}
+//!   guardrails:                       # checks by name: a Rust guardrail or another agent's definition
+//!     input: [no_secrets]
+//!     output: [on_topic]
+//!     tool_calls: []
 //! ```
 //!
 //! Loading checks everything a run would trip over later: unknown keys are errors,
@@ -65,6 +72,7 @@ use std::time::Duration;
 
 use crate::command_tool::CommandTool;
 use crate::compress::Compression;
+use crate::guardrail::GuardrailNames;
 use crate::llm::LlmConfigs;
 use crate::tool_registry::ToolRegistry;
 use crate::trigger::Trigger;
@@ -77,7 +85,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tiller_ai::ThinkingBudgets;
 use tiller_core::compaction::{self, CompactionPolicy};
-use tiller_core::{Answers, Approval, ToolFilter};
+use tiller_core::{Answers, Approval, Budgets, ToolFilter};
 #[cfg(feature = "mcp")]
 use tiller_mcp::McpServer;
 use tiller_runtime::{DefinitionPatch, PatchError};
@@ -131,6 +139,9 @@ pub struct AgentFile {
     pub compression: Option<Compression>,
     /// The events that start this agent (`triggers`; see [`crate::trigger`]).
     pub triggers: Vec<Trigger>,
+    /// The guardrails of its runs (`guardrails`), by name: resolved by
+    /// [`Definitions::spec_of`](crate::Definitions::spec_of).
+    pub guardrails: GuardrailNames,
 }
 
 /// An agent file's approval policy for one tool (the Rust-only
@@ -189,6 +200,8 @@ impl fmt::Debug for FileTool {
 enum ModelSpec {
     /// `provider/model-id`, as in `openai/gpt-4o-mini`.
     Name(String),
+    /// `[primary, fallback, …]`, each `provider/model-id`.
+    Names(String, Vec<String>),
     /// A provider, a model id and optionally a server.
     Parts {
         /// The provider, such as `openai`, `anthropic` or `llamacpp`.
@@ -228,13 +241,18 @@ impl AgentFile {
     }
 
     /// What the file sets of the definition, over the LLM configuration its
-    /// `llm` names in `llms`.
+    /// `llm` names in `llms` (whose name is then the rate-limit account, unless
+    /// the configuration names another).
     pub fn patch_over(&self, llms: &LlmConfigs) -> Result<DefinitionPatch, AgentFileError> {
         let base = match &self.llm {
-            Some(name) => llms
-                .get(name)
-                .map_err(|error| self.error("json_schema_extra.llm", error.to_string()))?
-                .clone(),
+            Some(name) => {
+                let mut base = llms
+                    .get(name)
+                    .map_err(|error| self.error("json_schema_extra.llm", error.to_string()))?
+                    .clone();
+                base.account.get_or_insert_with(|| name.clone());
+                base
+            }
             None => DefinitionPatch::default(),
         };
         Ok(base.merged(&self.patch))
@@ -556,6 +574,9 @@ struct Extra {
     compression: Option<Compression>,
     #[serde(default)]
     triggers: Vec<Trigger>,
+    budget: Option<Budgets>,
+    #[serde(default)]
+    guardrails: GuardrailNames,
 }
 
 #[derive(Deserialize)]
@@ -657,14 +678,15 @@ impl RawAgentFile {
         if let Some(additional) = self.additional_properties {
             output_schema["additionalProperties"] = additional;
         }
-        let (provider, model, base_url) = match extra.model {
-            None => (None, None, None),
-            Some(ModelSpec::Name(name)) => (None, Some(name), None),
+        let (provider, model, base_url, fallbacks) = match extra.model {
+            None => (None, None, None, None),
+            Some(ModelSpec::Name(name)) => (None, Some(name), None, None),
+            Some(ModelSpec::Names(name, fallbacks)) => (None, Some(name), None, Some(fallbacks)),
             Some(ModelSpec::Parts {
                 provider,
                 id,
                 base_url,
-            }) => (Some(provider), Some(id), base_url),
+            }) => (Some(provider), Some(id), base_url, None),
         };
         let instructions = self.description.trim_end();
         let patch = DefinitionPatch {
@@ -684,6 +706,9 @@ impl RawAgentFile {
             tool_choice_after_tools: extra.tool_choice_after_tools,
             output_schema: None,
             default_system_prompt: None,
+            fallbacks,
+            budget: extra.budget,
+            account: None,
         };
         Ok(AgentFile {
             path: path.to_owned(),
@@ -706,6 +731,7 @@ impl RawAgentFile {
             compaction: extra.compaction,
             compression: extra.compression,
             triggers: extra.triggers,
+            guardrails: extra.guardrails,
         })
     }
 }
@@ -970,11 +996,25 @@ impl<'de> Visitor<'de> for ModelSpecVisitor {
     type Value = ModelSpec;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("`provider/model-id` or a mapping with provider, id and base_url")
+        f.write_str(
+            "`provider/model-id`, a list of them (the first, then its fallbacks), or a mapping with provider, id and base_url",
+        )
     }
 
     fn visit_str<E: de::Error>(self, value: &str) -> Result<ModelSpec, E> {
         Ok(ModelSpec::Name(value.to_owned()))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ModelSpec, A::Error> {
+        let mut names: Vec<String> = Vec::new();
+        while let Some(name) = seq.next_element()? {
+            names.push(name);
+        }
+        if names.is_empty() {
+            return Err(de::Error::invalid_length(0, &"at least one model"));
+        }
+        let primary = names.remove(0);
+        Ok(ModelSpec::Names(primary, names))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ModelSpec, A::Error> {

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
 use crate::compress::Compression;
+use crate::guardrail::agent_guardrail;
 use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
+use tiller_core::{Guardrail, Guardrails};
 #[cfg(feature = "mcp")]
 use tiller_mcp::{McpError, McpServer};
 use tiller_store::SessionStore;
@@ -46,6 +48,8 @@ pub struct Definitions {
     store: Option<SessionStoreRef>,
     /// The compression of files that declare none.
     compression: Option<Compression>,
+    /// The Rust guardrails files may name, by name.
+    guardrails: BTreeMap<String, Guardrail>,
 }
 
 /// A session store, shown by its presence alone.
@@ -268,6 +272,63 @@ impl Definitions {
         self
     }
 
+    /// The same definitions with a Rust guardrail that files may name
+    /// (`guardrails: {input: [name]}`); a name no guardrail has is the
+    /// definition of that name, asked as an [`agent_guardrail`].
+    pub fn with_guardrail(mut self, guardrail: Guardrail) -> Self {
+        self.guardrails
+            .insert(guardrail.name().to_owned(), guardrail);
+        self
+    }
+
+    /// The guardrails `file` names, each a registered one or the definition of
+    /// that name (its latest version).
+    fn guardrails_of(&self, file: &AgentFile) -> Result<Guardrails, DefinitionsError> {
+        let names = &file.guardrails;
+        let mut guardrails = Guardrails {
+            input_beside: names.input_beside,
+            ..Guardrails::default()
+        };
+        for (stage, listed) in names.stages() {
+            for (index, name) in listed.iter().enumerate() {
+                let guardrail = match self.guardrails.get(name) {
+                    Some(guardrail) => guardrail.clone(),
+                    None => {
+                        let unusable = |message: String| {
+                            DefinitionsError::Unusable(AgentFileError {
+                                file: file.path.clone(),
+                                field: Some(format!(
+                                    "json_schema_extra.guardrails.{stage}[{index}]"
+                                )),
+                                message,
+                            })
+                        };
+                        if *name == file.name {
+                            return Err(unusable(
+                                "an agent cannot be its own guardrail".to_owned(),
+                            ));
+                        }
+                        let judge = self.get(name, None).ok_or_else(|| {
+                            unusable(format!(
+                                "no guardrail or agent definition is named `{name}`"
+                            ))
+                        })?;
+                        let settings = judge
+                            .settings(&self.tools, &self.llms, self.default_model.clone())
+                            .map_err(DefinitionsError::Unusable)?;
+                        agent_guardrail(name.clone(), &settings)
+                    }
+                };
+                match stage {
+                    "input" => guardrails.input.push(guardrail),
+                    "output" => guardrails.output.push(guardrail),
+                    _ => guardrails.tool_calls.push(guardrail),
+                }
+            }
+        }
+        Ok(guardrails)
+    }
+
     /// The key passed with the default model.
     pub fn default_key(&self) -> Option<&ApiKey> {
         self.default_key.as_ref()
@@ -339,6 +400,10 @@ impl Definitions {
             (file.compression.or(self.compression), &self.store)
         {
             settings = compression.applied_to(settings, store.0.clone());
+        }
+        let guardrails = self.guardrails_of(file)?;
+        if !guardrails.is_empty() {
+            settings.code.hooks.guardrails = guardrails;
         }
         Ok(AgentSpec::new(settings))
     }

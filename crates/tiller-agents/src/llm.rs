@@ -72,7 +72,8 @@ impl LlmConfigs {
     }
 
     /// Reads a YAML (or, for a `.json` file, JSON) map of names to
-    /// configurations.
+    /// configurations. A configuration's `model` may be a list: the first is its
+    /// model, the rest its fallbacks, in order.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LlmConfigError> {
         let path = path.as_ref();
         let failed = |reason: String| LlmConfigError::File {
@@ -80,11 +81,25 @@ impl LlmConfigs {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
-        if path.extension().is_some_and(|ext| ext == "json") {
-            serde_json::from_str(&text).map_err(|e| failed(e.to_string()))
+        let mut value: serde_json::Value = if path.extension().is_some_and(|ext| ext == "json") {
+            serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?
         } else {
-            serde_saphyr::from_str(&text).map_err(|e| failed(e.to_string()))
+            serde_saphyr::from_str(&text).map_err(|e| failed(e.to_string()))?
+        };
+        for (name, config) in value.as_object_mut().into_iter().flatten() {
+            let Some(config) = config.as_object_mut() else {
+                continue;
+            };
+            if let Some(serde_json::Value::Array(models)) = config.get("model").cloned() {
+                let mut models = models.into_iter();
+                let primary = models
+                    .next()
+                    .ok_or_else(|| failed(format!("{name}.model: expected at least one model")))?;
+                config.insert("model".into(), primary);
+                config.insert("fallbacks".into(), models.collect());
+            }
         }
+        serde_json::from_value(value).map_err(|e| failed(e.to_string()))
     }
 
     /// Every configuration with its name, in name order.

@@ -157,6 +157,41 @@ pub enum StreamError {
     /// The caller cancelled the request.
     #[error("the request was aborted")]
     Aborted,
+    /// The endpoint's circuit breaker is open after repeated failures: no
+    /// request went out (see [`crate::Breakers`]).
+    #[error("{endpoint} is failing: its circuit is open for {}", wait_text(*retry_in_ms))]
+    CircuitOpen {
+        /// The provider and its address.
+        endpoint: String,
+        /// How long until the breaker lets a probe through, in milliseconds.
+        retry_in_ms: u64,
+    },
+}
+
+impl StreamError {
+    /// Whether the provider failed in a way retrying did not fix and another
+    /// model might not: a 5xx (or 408) after the retries, an overloaded
+    /// provider, a timeout, no connection, an empty body, an open circuit. A
+    /// fallback model is tried after these; they count against the endpoint's
+    /// circuit breaker. A 4xx (a bad request or key, a 429 the rate limiter
+    /// waits out) and anything the model said are not.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StreamError::Http { status, .. } | StreamError::RetryAfterTooLong { status, .. } => {
+                *status >= 500 || *status == 408
+            }
+            StreamError::Connection { .. }
+            | StreamError::Stalled { .. }
+            | StreamError::DeadlineExceeded { .. }
+            | StreamError::EmptyBody { .. }
+            | StreamError::CircuitOpen { .. } => true,
+            StreamError::Provider { code, message, .. } => {
+                let overloaded = |text: &str| text.to_ascii_lowercase().contains("overloaded");
+                code.as_deref().is_some_and(overloaded) || overloaded(message)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A wait a server asked for, in words: whole seconds, or "longer than can be

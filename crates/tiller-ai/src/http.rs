@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use crate::limits::{Limit, millis};
 use crate::model::Model;
 use crate::options::{ApiKey, StreamOptions};
 use crate::providers::excerpt;
+use crate::ratelimit::{Account, RateLimitObserver, Ticket};
 use crate::retry::{self, RetryPolicy};
 use crate::watchdog::Watchdog;
 
@@ -39,6 +40,8 @@ pub(crate) struct HttpRequest {
     headers: HeaderMap,
     body: Bytes,
     provider: String,
+    /// The account the request counts against, when the caller shares rate limits.
+    account: Option<Arc<Account>>,
     /// Signs the request (adds its signature headers) before each attempt, for
     /// providers whose signatures expire (AWS's, after five minutes).
     signer: Option<Signer>,
@@ -92,6 +95,17 @@ fn origin(url: &str) -> Option<(String, u16)> {
     Some((url.host_str()?.to_owned(), url.port_or_known_default()?))
 }
 
+/// The host and port of a URL as text (`host:port`), or the URL when it has none.
+pub(crate) fn origin_text(url: &str) -> String {
+    match origin(url) {
+        Some((host, port)) => format!("{host}:{port}"),
+        None => url.to_owned(),
+    }
+}
+
+/// The headers a key travels in.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "x-goog-api-key"];
+
 /// A JSON POST to `path` under the model's base URL. Headers apply in order: the
 /// provider's fixed headers and credential, then the model's, then the options'.
 pub(crate) fn post_json<T: Serialize>(
@@ -142,11 +156,25 @@ pub(crate) fn post_json<T: Serialize>(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
+    let account = options.rate_limits.as_ref().map(|limits| {
+        let credential = CREDENTIAL_HEADERS
+            .iter()
+            .find_map(|name| headers.get(*name))
+            .map(HeaderValue::as_bytes);
+        limits.account(
+            &model.provider,
+            &origin_text(&model.base_url),
+            &model.id,
+            options.account.as_deref(),
+            credential,
+        )
+    });
     Ok(HttpRequest {
         url,
         headers,
         body: Bytes::from(body),
         provider: model.provider.clone(),
+        account,
         signer: None,
     })
 }
@@ -164,6 +192,8 @@ impl HttpRequest {
 /// A response being fetched and decoded.
 pub(crate) struct HttpSource {
     phase: Phase,
+    /// The request's turn at its account, settled when the response ends.
+    ticket: Option<Ticket>,
     body: BodyDecoder,
     watchdog: Watchdog,
     max_body_bytes: u64,
@@ -171,7 +201,7 @@ pub(crate) struct HttpSource {
 }
 
 enum Phase {
-    Connecting(Pin<Box<dyn Future<Output = Result<reqwest::Response, StreamError>> + Send>>),
+    Connecting(Pin<Box<dyn Future<Output = Result<Sent, StreamError>> + Send>>),
     Streaming {
         body: BoxStream<'static, reqwest::Result<Bytes>>,
         status: u16,
@@ -191,9 +221,16 @@ impl HttpSource {
             Some(client) => client.clone(),
             None => shared_client()?,
         };
-        let connecting = send(client, request, options.retry.clone(), options.idle_timeout);
+        let connecting = send(
+            client,
+            request,
+            options.retry.clone(),
+            options.idle_timeout,
+            options.on_rate_limited.clone(),
+        );
         Ok(HttpSource {
             phase: Phase::Connecting(Box::pin(connecting)),
+            ticket: None,
             body: BodyDecoder::new(wire, &options.limits),
             watchdog: Watchdog::new(options.idle_timeout, options.response_deadline),
             max_body_bytes: options.limits.max_body_bytes,
@@ -217,7 +254,8 @@ impl HttpSource {
                         self.phase = Phase::Done;
                         out.fail(error);
                     }
-                    Poll::Ready(Ok(response)) => {
+                    Poll::Ready(Ok(Sent { response, ticket })) => {
+                        self.ticket = ticket;
                         self.phase = Phase::Streaming {
                             status: response.status().as_u16(),
                             body: response.bytes_stream().boxed(),
@@ -330,18 +368,40 @@ fn drain(mut body: BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskCont
     });
 }
 
+/// A response that started, and its turn at its account.
+struct Sent {
+    response: reqwest::Response,
+    ticket: Option<Ticket>,
+}
+
+impl HttpSource {
+    /// The request's turn at its account, once the response is over.
+    pub(crate) fn take_ticket(&mut self) -> Option<Ticket> {
+        self.ticket.take()
+    }
+}
+
 /// Sends `request`, retrying what is worth retrying, until a successful response
-/// starts or the policy gives up.
+/// starts or the policy gives up. A request that counts against an account waits
+/// its turn there before each attempt; its 429s pause the account and are waited
+/// out there, up to [`RetryPolicy::max_throttled_retries`] of them.
 async fn send(
     client: reqwest::Client,
     request: HttpRequest,
     policy: RetryPolicy,
     idle_timeout: Option<Duration>,
-) -> Result<reqwest::Response, StreamError> {
+    observer: Option<RateLimitObserver>,
+) -> Result<Sent, StreamError> {
     let mut attempt: u32 = 0;
+    let mut throttled: u32 = 0;
     loop {
+        let mut ticket = match &request.account {
+            Some(account) => Some(account.turn(request.body.len(), observer.as_ref()).await),
+            None => None,
+        };
         let mut headers = request.headers.clone();
-        if attempt > 0
+        // Signed again after a retry's wait or a turn's: signatures expire.
+        if (attempt > 0 || ticket.is_some())
             && let Some(sign) = &request.signer
         {
             sign(&request.url, &mut headers, &request.body)?;
@@ -362,13 +422,40 @@ async fn send(
             };
         let wait = match result {
             Ok(response) if response.status().is_success() => {
-                return expect_event_stream(response, idle_timeout).await;
+                if let Some(ticket) = &mut ticket {
+                    let status = response.status().as_u16();
+                    ticket.answered(status, response.headers(), None, policy.max_retry_after);
+                }
+                let response = expect_event_stream(response, idle_timeout).await?;
+                return Ok(Sent { response, ticket });
             }
             Ok(response) => {
                 let status = response.status();
                 let requested = retry::requested_wait(response.headers());
+                if let Some(ticket) = &mut ticket {
+                    ticket.answered(
+                        status.as_u16(),
+                        response.headers(),
+                        requested,
+                        policy.max_retry_after,
+                    );
+                }
                 let body = read_capped(response, idle_timeout).await;
                 let retryable = retry::is_retryable_status(status.as_u16());
+                let waited_out = ticket.is_some()
+                    && status.as_u16() == 429
+                    && throttled < policy.max_throttled_retries
+                    && requested.is_none_or(|wait| wait <= policy.max_retry_after);
+                if waited_out {
+                    // The account is paused: the next turn there waits it out.
+                    throttled += 1;
+                    tracing::warn!(
+                        provider = %request.provider,
+                        throttled,
+                        "the account is rate limited: waiting its turn to try again"
+                    );
+                    continue;
+                }
                 match requested {
                     _ if !retryable || attempt >= policy.max_retries => {
                         return Err(http_error(&request.provider, status, body, requested));

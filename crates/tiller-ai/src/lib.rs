@@ -46,6 +46,7 @@ pub mod env;
 pub mod faux;
 pub mod pi;
 
+mod breaker;
 mod builder;
 mod context;
 mod decode;
@@ -64,12 +65,14 @@ mod overflow;
 mod partial;
 mod provider;
 mod providers;
+pub mod ratelimit;
 mod retry;
 mod sse;
 mod stream;
 mod usage;
 mod watchdog;
 
+pub use breaker::{Admission, BreakerPolicy, BreakerStats, Breakers};
 pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;
 pub use error::StreamError;
@@ -92,6 +95,7 @@ pub use provider::{
     AnthropicMessages, BedrockConverseStream, CustomProvider, GoogleGenerativeAi,
     OpenAiCompletions, OpenAiResponses, PiProxy, Provider, ProviderEvent,
 };
+pub use ratelimit::{RateLimitObserver, RateLimitWait, RateLimits};
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};
 pub use tokio_util::sync::CancellationToken;

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::breaker::Breakers;
 use crate::limits::StreamLimits;
 use crate::model::Headers;
+use crate::ratelimit::{RateLimitObserver, RateLimits};
 use crate::retry::RetryPolicy;
 
 /// Settings for one streamed request. `StreamOptions::default()` is a sensible start.
@@ -59,6 +61,21 @@ pub struct StreamOptions {
     /// The HTTP client to use; a shared default client when `None`.
     #[serde(skip)]
     pub http_client: Option<reqwest::Client>,
+    /// The rate limits the request shares with others of its account
+    /// ([`crate::ratelimit`]); `None` paces nothing (each 429 is retried alone).
+    #[serde(skip)]
+    pub rate_limits: Option<RateLimits>,
+    /// The account's name, when the caller names it (a named LLM configuration):
+    /// requests of the same name and model share one pace whatever their key.
+    /// Unnamed, an account is its key at the provider's address.
+    pub account: Option<String>,
+    /// Told of each wait for the account's turn before it starts.
+    #[serde(skip)]
+    pub on_rate_limited: Option<RateLimitObserver>,
+    /// The circuit breakers the request's endpoint shares with others
+    /// ([`crate::Breakers`]); `None` sends every request.
+    #[serde(skip)]
+    pub breakers: Option<Breakers>,
     /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
     /// it as `response_format` (llama.cpp turns it into a grammar), the Responses
     /// API as `text.format`, Gemini as `responseJsonSchema`; Anthropic and Bedrock
@@ -132,6 +149,10 @@ impl Default for StreamOptions {
             response_deadline: Some(Duration::from_secs(30 * 60)),
             limits: StreamLimits::default(),
             http_client: None,
+            rate_limits: None,
+            account: None,
+            on_rate_limited: None,
+            breakers: None,
             output_schema: None,
             extra_body: serde_json::Map::new(),
         }

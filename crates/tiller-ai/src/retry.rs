@@ -30,6 +30,9 @@ pub struct RetryPolicy {
     /// The longest server-requested wait honoured; a longer one fails at once.
     #[serde(rename = "max_retry_after_ms", with = "crate::millis")]
     pub max_retry_after: Duration,
+    /// The 429s a request sharing rate limits ([`crate::RateLimits`]) waits out
+    /// at its account before failing; they do not count against `max_retries`.
+    pub max_throttled_retries: u32,
 }
 
 impl Default for RetryPolicy {
@@ -39,6 +42,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(60),
+            max_throttled_retries: 10,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::task::{Context as TaskContext, Poll};
 use futures::{FutureExt, Stream, StreamExt};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::breaker::{Admission, Breakers};
 use crate::builder::MessageBuilder;
 use crate::context::{Context, ContextRef};
 use crate::decode::WireDecoder;
@@ -13,6 +14,7 @@ use crate::error::StreamError;
 use crate::event::AssistantEvent;
 use crate::faux::FauxSource;
 use crate::http::{HttpRequest, HttpSource};
+use crate::limits::millis;
 use crate::message::{AssistantMessage, Message};
 use crate::model::{Api, Model};
 use crate::options::StreamOptions;
@@ -44,13 +46,43 @@ pub fn stream(model: &Model, context: &Context, options: &StreamOptions) -> Assi
 
 /// [`stream`] for a borrowed context; the request is written before this returns,
 /// so nothing stays borrowed. A model with a [custom provider](Model::with_custom_provider)
-/// goes to it; the others to their API's built-in [`Provider`].
+/// goes to it; the others to their API's built-in [`Provider`]. With
+/// [`StreamOptions::breakers`], an endpoint whose circuit is open gets no request
+/// (the stream fails at once with [`StreamError::CircuitOpen`]), and how the
+/// response ends is recorded in its breaker.
 pub fn stream_ref(
     model: &Model,
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
+    let Some(breakers) = &options.breakers else {
+        return dispatch(model, context, options);
+    };
+    let endpoint = Breakers::endpoint(model);
+    let probe = match breakers.admit(&endpoint) {
+        Admission::Go => false,
+        Admission::Probe => true,
+        Admission::Open { retry_in } => {
+            let error = StreamError::CircuitOpen {
+                endpoint,
+                retry_in_ms: millis(retry_in),
+            };
+            return AssistantStream::failed(model, options, error);
+        }
+    };
+    let mut stream = dispatch(model, context, options);
+    stream.circuit = Some(Circuit {
+        breakers: breakers.clone(),
+        endpoint,
+        probe,
+        recorded: false,
+    });
+    stream
+}
+
+/// The stream of the provider that serves `model`.
+fn dispatch(model: &Model, context: ContextRef<'_>, options: &StreamOptions) -> AssistantStream {
     if let Some(provider) = model.custom_provider() {
         return provider.stream(model, context, options);
     }
@@ -94,6 +126,8 @@ fn http_source(
 pub struct AssistantStream {
     builder: MessageBuilder,
     source: Source,
+    /// The endpoint's breaker, told how the response ends.
+    circuit: Option<Circuit>,
     cancel: CancellationToken,
     cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
 }
@@ -119,6 +153,7 @@ impl AssistantStream {
         AssistantStream {
             builder,
             source,
+            circuit: None,
             cancel: options.cancel.clone(),
             cancelled: Box::pin(options.cancel.clone().cancelled_owned()),
         }
@@ -176,6 +211,35 @@ impl AssistantStream {
         self.builder.message().clone()
     }
 
+    /// The response ended with `event`: its breaker and its account hear how.
+    fn ended(&mut self, event: &AssistantEvent) {
+        if let Some(circuit) = &mut self.circuit {
+            match event {
+                AssistantEvent::Error { error, .. } if error.is_unavailable() => {
+                    circuit.record(true);
+                }
+                // The endpoint answered, if only to refuse.
+                AssistantEvent::Error {
+                    error: StreamError::Http { .. } | StreamError::RetryAfterTooLong { .. },
+                    ..
+                }
+                | AssistantEvent::Done { .. } => circuit.record(false),
+                // Aborted, or failed before or beside the endpoint (no key, a
+                // request that could not be made, a limit): it says nothing.
+                _ => {}
+            }
+        }
+        if let Source::Http(source) = &mut self.source
+            && let Some(ticket) = source.take_ticket()
+        {
+            let usage = &self.builder.message().usage;
+            ticket.settle(
+                usage.input + usage.cache_read + usage.cache_write,
+                usage.output,
+            );
+        }
+    }
+
     fn abort(&mut self) {
         self.source = Source::Finished;
         self.builder.fail(StreamError::Aborted);
@@ -189,6 +253,12 @@ impl Stream for AssistantStream {
         let this = self.get_mut();
         loop {
             if let Some(event) = this.builder.next_event() {
+                if matches!(
+                    event,
+                    AssistantEvent::Done { .. } | AssistantEvent::Error { .. }
+                ) {
+                    this.ended(&event);
+                }
                 return Poll::Ready(Some(event));
             }
             if this.builder.is_finished() {
@@ -217,6 +287,32 @@ impl Stream for AssistantStream {
                 }
                 return Poll::Pending;
             }
+        }
+    }
+}
+
+/// A response's place at its endpoint's breaker.
+struct Circuit {
+    breakers: Breakers,
+    endpoint: String,
+    /// Whether this call is the open breaker's probe.
+    probe: bool,
+    recorded: bool,
+}
+
+impl Circuit {
+    fn record(&mut self, unavailable: bool) {
+        self.recorded = true;
+        self.breakers
+            .record(&self.endpoint, unavailable, self.probe);
+    }
+}
+
+impl Drop for Circuit {
+    fn drop(&mut self) {
+        if self.probe && !self.recorded {
+            // A probe that said nothing either way: the next call probes.
+            self.breakers.release(&self.endpoint);
         }
     }
 }

@@ -50,3 +50,4 @@ pub mod serve;
 pub mod session;
 pub mod sessions;
 pub mod setup;
+pub mod telemetry;

@@ -9,6 +9,9 @@ use tiller_cli::outcome::Exit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `serve` logs (as `TILLER_LOG` says); every command exports its spans when
+    // an OTLP endpoint is set. Dropped last, after the runtime.
+    let telemetry = tiller_cli::telemetry::init(matches!(cli.command, CliCommand::Serve { .. }));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -89,5 +92,6 @@ fn main() -> ExitCode {
     // Dropping the tasks still running kills their tools' processes; a blocked read
     // of standard input is not waited for.
     runtime.shutdown_timeout(Duration::from_millis(200));
+    drop(telemetry);
     exit.into()
 }

@@ -50,6 +50,10 @@ pub fn verdict(
                 .to_owned(),
         ),
         RunEnd::Error | RunEnd::ContextOverflow => Err(error()),
+        RunEnd::BudgetExceeded => Err("a budget ran out (its budget_exceeded event says which)".to_owned()),
+        RunEnd::GuardrailTripped => {
+            Err("a guardrail tripped (its guardrail_tripped event says which and why)".to_owned())
+        }
         RunEnd::InvalidOutput => Err(match output {
             Some(Output::Invalid(error)) => error.to_string(),
             _ => "the answer did not match the output schema".to_owned(),

@@ -142,14 +142,6 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         retain_closed,
         cluster,
     } = options;
-    // `TILLER_LOG=info` logs each request and each run it starts, in their spans.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TILLER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Err only when the host installed one already.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
     let definitions = match connected_definitions(agents, llms).await {
         Ok(definitions) => definitions,
         Err(exit) => return exit,
@@ -191,6 +183,12 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     };
+    for (tenant, budget) in tokens.budgets() {
+        if let Err(error) = supervisor.set_tenant_budget(tenant, *budget).await {
+            say!("tiller: the budget of tenant `{tenant}`: {error}");
+            return Exit::Failed;
+        }
+    }
     // Before `ask_agent` takes the definitions, for its sub-agents too.
     let mut definitions = definitions.with_session_store(supervisor.store().clone());
     if let Some(chars) = compress_chars {

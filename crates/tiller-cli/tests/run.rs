@@ -863,3 +863,109 @@ async fn an_agent_file_names_an_llm_configuration_from_llms() {
         )
     );
 }
+
+/// The spans of an OTLP/HTTP JSON export, each as its name, its attributes (by
+/// key, values as JSON) and whether its parent is the span named.
+fn exported_spans(
+    requests: &[tiller_test_support::CapturedRequest],
+) -> Vec<(String, Value, String)> {
+    let mut spans = Vec::new();
+    for request in requests
+        .iter()
+        .filter(|request| request.path == "/v1/traces")
+    {
+        for resource in request.body["resourceSpans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                for span in scope["spans"].as_array().into_iter().flatten() {
+                    let attributes: serde_json::Map<String, Value> = span["attributes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|attribute| {
+                            let value = attribute["value"]
+                                .as_object()
+                                .and_then(|v| v.values().next().cloned());
+                            (
+                                attribute["key"].as_str().unwrap().to_owned(),
+                                value.unwrap_or(Value::Null),
+                            )
+                        })
+                        .collect();
+                    spans.push((
+                        span["name"].as_str().unwrap().to_owned(),
+                        Value::Object(attributes),
+                        format!(
+                            "{}/{}",
+                            span["parentSpanId"].as_str().unwrap(),
+                            span["spanId"].as_str().unwrap()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    spans
+}
+
+#[tokio::test]
+async fn with_an_otlp_endpoint_the_runs_spans_are_exported_with_genai_attributes() {
+    let receiver = MockServer::start().await;
+    receiver
+        .lenient()
+        .always(MockResponse::json(200, &json!({})));
+    let server = MockServer::start().await;
+    server.push(MockResponse::sse(sse::openai_text(&["Hel", "lo"])));
+    let mut command = Dialect::OpenAi.tiller(&server, "run", &["Say hello"]);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.origin())
+        .env("OTEL_SERVICE_NAME", "tiller-test");
+    let run = finish(command).await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (Some(0), "Hello\n", "")
+    );
+    let requests = receiver.requests();
+    assert!(requests.iter().all(|r| r.path == "/v1/traces" && r.header("content-type") == Some("application/json")));
+    let resource = &requests[0].body["resourceSpans"][0]["resource"]["attributes"];
+    assert!(
+        resource
+            .as_array()
+            .unwrap()
+            .contains(&json!({"key": "service.name", "value": {"stringValue": "tiller-test"}})),
+        "{resource}"
+    );
+    let spans = exported_spans(&requests);
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .unwrap_or_else(|| panic!("no span {name}: {spans:#?}"))
+    };
+    let (_, chat, chat_ids) = named("chat local-model");
+    assert_eq!(chat["gen_ai.operation.name"], "chat");
+    assert_eq!(chat["gen_ai.request.model"], "local-model");
+    assert_eq!(chat["gen_ai.response.finish_reasons"], "[\"stop\"]");
+    // Integers travel as strings in OTLP's JSON.
+    assert_eq!(chat["gen_ai.usage.input_tokens"], "10");
+    assert_eq!(chat["gen_ai.usage.output_tokens"], "2");
+    // No message content.
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.body.to_string().contains("Say hello"))
+    );
+    // chat ⊂ turn ⊂ invoke_agent ⊂ run.
+    let parent_of = |ids: &str| ids.split_once('/').unwrap().0.to_owned();
+    let id_of = |ids: &str| ids.split_once('/').unwrap().1.to_owned();
+    let (_, _, turn_ids) = named("turn");
+    let (_, agent, agent_ids) = named("invoke_agent");
+    let (_, _, run_ids) = named("run");
+    assert_eq!(parent_of(chat_ids), id_of(turn_ids));
+    assert_eq!(parent_of(turn_ids), id_of(agent_ids));
+    assert_eq!(parent_of(agent_ids), id_of(run_ids));
+    assert_eq!(agent["gen_ai.operation.name"], "invoke_agent");
+}

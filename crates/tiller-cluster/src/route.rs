@@ -152,6 +152,7 @@ pub(crate) async fn run(
         )
         .await?;
     let mut compactions = Vec::new();
+    let (mut budget_exceeded, mut guardrail_tripped) = (None, None);
     while let Some(followed) = events.next().await {
         let Followed::Event { json, .. } = followed else {
             continue;
@@ -165,6 +166,37 @@ pub(crate) async fn run(
                     && let tiller::Delivered::Event(event) = envelope.event
                 {
                     compactions.extend(event.compaction_report());
+                }
+            }
+            "budget_exceeded" | "guardrail_tripped" => {
+                if let Ok(envelope) = serde_json::from_str::<Envelope>(text) {
+                    match envelope.event {
+                        tiller::Delivered::Event(AgentEvent::BudgetExceeded {
+                            scope,
+                            limit,
+                            max,
+                            spent,
+                        }) => {
+                            budget_exceeded = Some(tiller::BudgetExceeded {
+                                scope,
+                                limit,
+                                max,
+                                spent,
+                            });
+                        }
+                        tiller::Delivered::Event(AgentEvent::GuardrailTripped {
+                            stage,
+                            guardrail,
+                            reason,
+                        }) => {
+                            guardrail_tripped = Some(tiller::GuardrailTripped {
+                                stage,
+                                guardrail,
+                                reason,
+                            });
+                        }
+                        _ => {}
+                    }
                 }
             }
             "agent_end" => {
@@ -187,6 +219,8 @@ pub(crate) async fn run(
                         output,
                         compactions,
                         conversation: Vec::new(),
+                        budget_exceeded,
+                        guardrail_tripped,
                     });
                 }
             }

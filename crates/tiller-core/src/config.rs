@@ -18,8 +18,10 @@ use tiller_ai::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{Budgets, Spending};
 use crate::compaction::{CompactionPolicy, Summarize};
 use crate::context::AgentContext;
+use crate::guardrail::Guardrails;
 use crate::hook;
 use crate::message::AgentMessage;
 use crate::request::{Answers, Approval};
@@ -192,13 +194,17 @@ pub struct RunHooks {
     /// Writes a compaction's summary in place of the run's model (see
     /// [`crate::compaction`]).
     pub summarize: Option<Summarize>,
+    /// Checks of the run's input, its final answer and its tool calls (see
+    /// [`crate::guardrail`]).
+    pub guardrails: Guardrails,
 }
 
 /// The user message a run gets when `run_until` does not accept its answer.
 pub const RUN_UNTIL_NUDGE: &str = "The task is not finished yet: keep going.";
 
 impl RunHooks {
-    /// These hooks with each one `over` sets in place of this one's.
+    /// These hooks with each one `over` sets in place of this one's; the
+    /// guardrails of both.
     pub fn merged(&self, over: &RunHooks) -> RunHooks {
         fn pick<T: Clone>(mine: &Option<T>, theirs: &Option<T>) -> Option<T> {
             theirs.as_ref().or(mine.as_ref()).cloned()
@@ -212,6 +218,7 @@ impl RunHooks {
             stop_when: pick(&self.stop_when, &over.stop_when),
             run_until: pick(&self.run_until, &over.run_until),
             summarize: pick(&self.summarize, &over.summarize),
+            guardrails: self.guardrails.clone().and(&over.guardrails),
         }
     }
 }
@@ -227,6 +234,7 @@ impl fmt::Debug for RunHooks {
             ("stop_when", self.stop_when.is_some()),
             ("run_until", self.run_until.is_some()),
             ("summarize", self.summarize.is_some()),
+            ("guardrails", !self.guardrails.is_empty()),
         ]
         .into_iter()
         .filter_map(|(name, present)| present.then_some(name))
@@ -287,6 +295,10 @@ pub struct RunOptions {
     /// When the transcript is compacted to stay inside the model's context
     /// window (see [`crate::compaction`]).
     pub compaction: CompactionPolicy,
+    /// What a run and its agent may spend (see [`crate::budget`]); unbounded by
+    /// default.
+    #[serde(skip_serializing_if = "Budgets::is_unbounded")]
+    pub budget: Budgets,
 }
 
 impl Default for RunOptions {
@@ -305,6 +317,7 @@ impl Default for RunOptions {
             max_asks_per_tool: 3,
             answers: Answers::default(),
             compaction: CompactionPolicy::default(),
+            budget: Budgets::default(),
         }
     }
 }
@@ -314,6 +327,12 @@ impl Default for RunOptions {
 pub struct LoopConfig {
     /// The model to call.
     pub model: Model,
+    /// The models asked, in order, when the one before fails in a way retrying
+    /// did not fix, before it streamed anything (see [`AgentEvent::ModelFallback`](crate::AgentEvent::ModelFallback)).
+    pub fallbacks: Vec<Model>,
+    /// What the run counts against besides its own budget: its agent's spending
+    /// before it, its tenant's tally (see [`crate::budget`]).
+    pub spending: Spending,
     /// How the run behaves.
     pub run: RunOptions,
     /// The application's callbacks.
@@ -352,6 +371,8 @@ impl LoopConfig {
     pub fn new(model: Model) -> Self {
         LoopConfig {
             model,
+            fallbacks: Vec::new(),
+            spending: Spending::default(),
             run: RunOptions::default(),
             hooks: RunHooks::default(),
             steering: None,

@@ -35,7 +35,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantEvent, AssistantMessage, StreamedMessage, ToolResultMessage};
 
+use tiller_ai::ratelimit::WaitCause;
+
+use crate::budget::{Amount, BudgetExceeded, BudgetLimit, BudgetScope};
 use crate::compaction::{CompactionReason, CompactionReport};
+use crate::guardrail::{GuardrailStage, GuardrailTripped};
 use crate::message::AgentMessage;
 use crate::output::Output;
 use crate::request::UserRequest;
@@ -193,6 +197,51 @@ pub enum AgentEvent {
         /// The results of its tool calls, in call order.
         tool_results: Vec<ToolResultMessage>,
     },
+    /// A model call waits its turn at its provider account, shared with the other
+    /// agents of the process (see [`tiller_ai::ratelimit`]).
+    RateLimited {
+        /// The account: provider and model, with a fingerprint of the key or the
+        /// name it was given.
+        account: String,
+        /// How long the call is expected to wait, in milliseconds.
+        wait_ms: u64,
+        /// Why: the account's pace, or a 429.
+        cause: WaitCause,
+    },
+    /// A model failed in a way retrying did not fix (see
+    /// [`StreamError::is_unavailable`](tiller_ai::StreamError::is_unavailable))
+    /// before it streamed anything: the call goes to the next model of the
+    /// agent's list. The response's `message_end` names the model that answered.
+    ModelFallback {
+        /// The model that failed, as `provider/id`.
+        from: String,
+        /// The model asked next, as `provider/id`.
+        to: String,
+        /// Why the first failed.
+        error: String,
+    },
+    /// A budget ran out (see [`crate::budget`]): the run ends with
+    /// [`RunEnd::BudgetExceeded`].
+    BudgetExceeded {
+        /// Whose budget.
+        scope: BudgetScope,
+        /// Which bound.
+        limit: BudgetLimit,
+        /// The bound.
+        max: Amount,
+        /// What was spent.
+        spent: Amount,
+    },
+    /// A guardrail failed (see [`crate::guardrail`]): the run ends with
+    /// [`RunEnd::GuardrailTripped`].
+    GuardrailTripped {
+        /// What it checked.
+        stage: GuardrailStage,
+        /// Its name.
+        guardrail: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// The run ended.
     AgentEnd {
         /// Only the messages this run added, in order.
@@ -235,6 +284,42 @@ pub enum RunEnd {
     /// Paused between two turns ([`LoopConfig::pause`](crate::LoopConfig::pause)),
     /// work left: [`Prompt::Continue`](crate::Prompt::Continue) goes on.
     Paused,
+    /// A budget ran out; the `budget_exceeded` event before says which.
+    BudgetExceeded,
+    /// A guardrail failed; the `guardrail_tripped` event before says which and why.
+    GuardrailTripped,
+}
+
+impl From<BudgetExceeded> for AgentEvent {
+    fn from(exceeded: BudgetExceeded) -> Self {
+        let BudgetExceeded {
+            scope,
+            limit,
+            max,
+            spent,
+        } = exceeded;
+        AgentEvent::BudgetExceeded {
+            scope,
+            limit,
+            max,
+            spent,
+        }
+    }
+}
+
+impl From<GuardrailTripped> for AgentEvent {
+    fn from(tripped: GuardrailTripped) -> Self {
+        let GuardrailTripped {
+            stage,
+            guardrail,
+            reason,
+        } = tripped;
+        AgentEvent::GuardrailTripped {
+            stage,
+            guardrail,
+            reason,
+        }
+    }
 }
 
 impl AgentEvent {

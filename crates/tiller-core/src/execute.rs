@@ -27,6 +27,7 @@ use crate::config::{
     ToolExecutionMode,
 };
 use crate::event::AgentEvent;
+use crate::guardrail::{GuardrailStage, GuardrailTripped};
 use crate::message::AgentMessage;
 use crate::request::{Approval, UserRequest, asks_in_a_row};
 use crate::run::{Interrupted, Run, panic_text};
@@ -259,6 +260,20 @@ pub(crate) fn not_durable(run: &Run, calls: &[ToolCall], failure: String) -> Bat
     }
 }
 
+/// Answers every call as not run, for `why` (a budget ran out, a guardrail
+/// tripped); the run ends after this turn.
+pub(crate) fn refused(run: &Run, calls: &[ToolCall], why: &str) -> Batch {
+    let results = calls
+        .iter()
+        .zip(not_run(run, calls, why))
+        .map(|(call, outcome)| result_message(call, outcome))
+        .collect();
+    Batch {
+        results,
+        ..Batch::default()
+    }
+}
+
 /// Why none of a response's calls may run: it was cut off by the token limit (any
 /// arguments may be incomplete), it failed, or it was aborted.
 pub(crate) fn not_run_because(message: &AssistantMessage) -> Option<String> {
@@ -411,6 +426,12 @@ fn aborted(call: &ToolCall) -> Outcome {
 
 /// Finds the tool, checks the arguments and asks `before_tool_call`.
 async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
+    if run.is_tripped() {
+        return Prepared::Answered(Outcome::error(format!(
+            "Tool \"{}\" was not executed: a guardrail stopped the run.",
+            call.name
+        )));
+    }
     if run.cancel.is_cancelled() {
         return Prepared::Answered(Outcome::error(format!(
             "Tool \"{}\" was not executed: the run was aborted.",
@@ -444,6 +465,28 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
         Ok(args) => args,
         Err(failure) => return Prepared::Answered(Outcome::error(failure)),
     };
+    let guardrails = &run.config.hooks.guardrails;
+    if !guardrails.tool_calls.is_empty() {
+        let text = format!("{} {args}", call.name);
+        let check = guardrails.check(GuardrailStage::ToolCall, text, &run.config.context);
+        let tripped = match run.call_back(check).await {
+            Ok(tripped) => tripped,
+            Err(Interrupted::Aborted) => return Prepared::Answered(aborted(call)),
+            Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
+                stage: GuardrailStage::ToolCall,
+                guardrail: "tool_calls".to_owned(),
+                reason: format!("the guardrail panicked: {panic}"),
+            }),
+        };
+        if let Some(tripped) = tripped {
+            let blocked = format!(
+                "Tool call \"{}\" was blocked by the guardrail `{}`: {}",
+                call.name, tripped.guardrail, tripped.reason
+            );
+            run.trip(tripped);
+            return Prepared::Answered(Outcome::error(blocked));
+        }
+    }
     let Some(hook) = &run.config.hooks.before_tool_call else {
         return approved(run, call, registered.tool.clone(), args);
     };
@@ -603,7 +646,15 @@ async fn execute(
         ),
         None => (args, None),
     };
-    let span = tracing::debug_span!("tool", id = %ctx.call_id(), name = %tool.name());
+    let span = tracing::info_span!(
+        "tool",
+        id = %ctx.call_id(),
+        name = %tool.name(),
+        otel.name = %format_args!("execute_tool {}", tool.name()),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %tool.name(),
+        gen_ai.tool.call.id = %ctx.call_id(),
+    );
     // The agent's context is `AgentContext::current()` inside the tool.
     let ran = AssertUnwindSafe(
         run.config

@@ -52,8 +52,10 @@
 //! # }
 //! ```
 
+pub mod budget;
 pub mod compaction;
 pub mod event;
+pub mod guardrail;
 pub mod hook;
 
 mod action;
@@ -74,6 +76,7 @@ mod transcript;
 mod validate;
 
 pub use action::{ActionTool, WidgetTool};
+pub use budget::{Budget, BudgetExceeded, Budgets, Spending, Spent, Tally};
 pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
@@ -86,6 +89,9 @@ pub use context::{
     StoredContext,
 };
 pub use event::{AgentEvent, RunEnd};
+pub use guardrail::{
+    Guardrail, GuardrailInput, GuardrailStage, GuardrailTripped, Guardrails, Verdict,
+};
 pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
 pub use output::{Output, OutputError};
 pub use request::{Answers, Approval, Reply, UserRequest, cancel_requests, open_requests};

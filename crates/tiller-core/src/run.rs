@@ -9,22 +9,26 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tiller_ai::{
-    AssistantEvent, AssistantMessage, Content, ContextRef, ImageContent, Message, StopReason,
-    StreamError, StreamOptions, StreamedMessage, ToolChoice, ToolResultMessage, UserMessage,
+    AssistantEvent, AssistantMessage, Content, ContextRef, ImageContent, Message, Model,
+    RateLimitObserver, StopReason, StreamError, StreamOptions, StreamedMessage, ToolChoice,
+    ToolResultMessage, UserMessage,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::budget::{BudgetExceeded, Meter, Spent};
 use crate::compaction::{
     self, CompactionReason, CompactionSummary, ContextTokens, SummaryRequest, estimate_tokens,
 };
 use crate::config::{LoopConfig, MessageSource, RUN_UNTIL_NUDGE, StopWhen, TurnSummary};
 use crate::event::{AgentEvent, RunEnd};
 use crate::execute::{self, Batch};
+use crate::guardrail::{GuardrailStage, GuardrailTripped};
 use crate::message::{AgentMessage, default_convert_to_llm};
 use crate::output::{self, Output, OutputCheck, OutputError};
 use crate::repair::repair;
@@ -277,7 +281,15 @@ pub async fn run_from(
     cancel: CancellationToken,
     sink: EventSink,
 ) -> Vec<AgentMessage> {
-    let span = tracing::info_span!("agent_run", provider = %config.model.provider, model = %config.model.id);
+    let span = tracing::info_span!(
+        "agent_run",
+        provider = %config.model.provider,
+        model = %config.model.id,
+        otel.name = "invoke_agent",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.provider.name = %config.model.provider,
+        gen_ai.request.model = %config.model.id,
+    );
     let mut failure = AssistantMessage::empty(&config.model);
     let run = Run::new(context, config, cancel, sink.clone());
     match AssertUnwindSafe(run.run(start))
@@ -362,7 +374,16 @@ pub(crate) struct Run {
     /// What the last tool round streamed that the next response need not stream
     /// again ([`crate::restate`]).
     echoes: Vec<String>,
+    /// The run's budgets and spending.
+    meter: Meter,
+    /// The budget that ran out, ending the run.
+    exceeded: Option<BudgetExceeded>,
+    /// The guardrail that tripped, ending the run.
+    tripped: OnceLock<GuardrailTripped>,
 }
+
+/// The input guardrails' verdict, awaited beside the first model call.
+type Beside = Option<BoxFuture<'static, Option<GuardrailTripped>>>;
 
 impl Run {
     fn new(
@@ -371,10 +392,21 @@ impl Run {
         cancel: CancellationToken,
         sink: EventSink,
     ) -> Self {
-        let options = StreamOptions {
+        let mut options = StreamOptions {
             cancel: cancel.clone(),
             ..config.run.stream.clone()
         };
+        if options.rate_limits.is_some() {
+            let sink = sink.clone();
+            options.on_rate_limited = Some(RateLimitObserver::new(move |wait| {
+                sink(AgentEvent::RateLimited {
+                    account: wait.account.to_string(),
+                    wait_ms: u64::try_from(wait.wait.as_millis()).unwrap_or(u64::MAX),
+                    cause: wait.cause,
+                });
+            }));
+        }
+        let meter = Meter::new(config.run.budget, config.spending.clone());
         let tokens = context
             .tokens
             .unwrap_or_else(|| ContextTokens::of(&context.messages));
@@ -403,7 +435,29 @@ impl Run {
             answered: None,
             state: Default::default(),
             echoes: Vec::new(),
+            meter,
+            exceeded: None,
+            tripped: OnceLock::new(),
         }
+    }
+
+    /// Ends the run at the end of this turn: `tripped` failed (the first
+    /// guardrail to fail is the one reported).
+    pub(crate) fn trip(&self, tripped: GuardrailTripped) {
+        let _ = self.tripped.set(tripped);
+    }
+
+    /// Whether a guardrail tripped.
+    pub(crate) fn is_tripped(&self) -> bool {
+        self.tripped.get().is_some()
+    }
+
+    /// `turn_end` for `message` and its results.
+    fn end_turn(&self, message: AssistantMessage, tool_results: Vec<ToolResultMessage>) {
+        self.emit(AgentEvent::TurnEnd {
+            message: Box::new(message),
+            tool_results,
+        });
     }
 
     pub(crate) fn emit(&self, event: AgentEvent) {
@@ -484,6 +538,84 @@ impl Run {
             });
             return Vec::new();
         }
+        // The prompt's checks and the budgets come before the first turn.
+        let mut beside = None;
+        let before = match &start {
+            // The steering taken for the run's start is checked with the prompt.
+            Start::Messages(prompts) => match self.input_check(
+                &prompts
+                    .iter()
+                    .chain(self.config.first_steering.iter().flatten())
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ) {
+                Some(check) if self.config.hooks.guardrails.input_beside => {
+                    beside = Some(check.boxed());
+                    None
+                }
+                // Kept out of the transcript: the model never sees it.
+                Some(check) => match self.call_back(check).await {
+                    Ok(None) => None,
+                    Ok(Some(tripped)) => {
+                        self.trip(tripped);
+                        Some(RunEnd::GuardrailTripped)
+                    }
+                    Err(Interrupted::Aborted) => Some(RunEnd::Aborted),
+                    Err(Interrupted::Panicked(panic)) => {
+                        self.trip(GuardrailTripped {
+                            stage: GuardrailStage::Input,
+                            guardrail: "input".to_owned(),
+                            reason: format!("the guardrail panicked: {panic}"),
+                        });
+                        Some(RunEnd::GuardrailTripped)
+                    }
+                },
+                None => None,
+            },
+            _ => None,
+        };
+        let before = before.or_else(|| {
+            let exceeded = self.meter.exceeded(&Spent::default())?;
+            self.exceeded = Some(exceeded);
+            Some(RunEnd::BudgetExceeded)
+        });
+        let reason = if let Some(reason) = before {
+            // Nothing is lost: a prompt the guardrails let through joins the
+            // transcript though no turn runs.
+            if let (Start::Messages(prompts), RunEnd::BudgetExceeded) = (start, reason) {
+                self.deliver_all(Some(prompts));
+            }
+            reason
+        } else {
+            self.started(start, beside).await
+        };
+        self.finish(reason)
+    }
+
+    /// The input guardrails' check of the user messages among `messages`, if
+    /// the run has input guardrails and `messages` a user message.
+    fn input_check(
+        &self,
+        messages: &[AgentMessage],
+    ) -> Option<impl Future<Output = Option<GuardrailTripped>> + Send + 'static> {
+        let guardrails = &self.config.hooks.guardrails;
+        if guardrails.input.is_empty() {
+            return None;
+        }
+        let users: Vec<String> = messages
+            .iter()
+            .filter_map(AgentMessage::as_user)
+            .map(UserMessage::text_content)
+            .collect();
+        if users.is_empty() {
+            return None;
+        }
+        let text = users.join("\n\n");
+        Some(guardrails.check(GuardrailStage::Input, text, &self.config.context))
+    }
+
+    /// The run from its first turn on.
+    async fn started(&mut self, start: Start, beside: Beside) -> RunEnd {
         self.emit(AgentEvent::TurnStart);
         let parked = match start {
             Start::Messages(prompts) => {
@@ -496,7 +628,7 @@ impl Run {
             Start::Reply(request, reply) => self.reply(request, reply).await,
             Start::Compact(_) => false,
         };
-        let reason = if parked {
+        if parked {
             RunEnd::Parked
         } else {
             let pending = match self.config.first_steering.take() {
@@ -516,9 +648,26 @@ impl Run {
                     self.fail(failure);
                     RunEnd::Error
                 }
-                Some(Ok(check)) => self.turns(pending, Some(check)).await,
-                None => self.turns(pending, None).await,
+                Some(Ok(check)) => self.turns(pending, Some(check), beside).await,
+                None => self.turns(pending, None, beside).await,
             }
+        }
+    }
+
+    /// Ends the run: the budget or guardrail that ended it, then `agent_end`
+    /// with the run's messages.
+    fn finish(mut self, reason: RunEnd) -> Vec<AgentMessage> {
+        self.meter.stop();
+        let reason = match (self.tripped.take(), self.exceeded.take()) {
+            (Some(tripped), _) => {
+                self.emit(tripped.into());
+                RunEnd::GuardrailTripped
+            }
+            (None, Some(exceeded)) => {
+                self.emit(exceeded.into());
+                RunEnd::BudgetExceeded
+            }
+            (None, None) => reason,
         };
         let mut messages = std::mem::take(&mut self.compacted_new);
         messages.extend(self.messages.split_off(self.first_new));
@@ -535,15 +684,51 @@ impl Run {
         &mut self,
         mut pending: Vec<AgentMessage>,
         mut check: Option<OutputCheck>,
+        mut beside: Beside,
     ) -> RunEnd {
         loop {
+            // Steering and follow-ups pass the input guardrails before they join
+            // the transcript; refused, they never do, and the turn ends saying so.
+            if let Some(check) = self.input_check(&pending) {
+                let refused = match self.call_back(check).await {
+                    Ok(refused) => refused,
+                    Err(Interrupted::Aborted) => {
+                        let message = self.aborted();
+                        self.end_turn(message, Vec::new());
+                        return RunEnd::Aborted;
+                    }
+                    Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
+                        stage: GuardrailStage::Input,
+                        guardrail: "input".to_owned(),
+                        reason: format!("the guardrail panicked: {panic}"),
+                    }),
+                };
+                if let Some(tripped) = refused {
+                    let message = self.fail(tripped.to_string());
+                    self.trip(tripped);
+                    self.end_turn(message, Vec::new());
+                    return RunEnd::GuardrailTripped;
+                }
+            }
             for message in pending.drain(..) {
                 self.deliver(message);
             }
             let turn = self.turns + 1;
-            let span = tracing::debug_span!("turn", turn);
-            let (message, batch) = self.turn().instrument(span).await;
+            let span = tracing::info_span!("turn", turn);
+            let (message, batch) = self.turn(beside.take()).instrument(span).await;
             self.turns = turn;
+            if self.tripped.get().is_some() || self.exceeded.is_some() {
+                self.emit(AgentEvent::TurnEnd {
+                    message: Box::new(message),
+                    tool_results: batch.results,
+                });
+                self.deliver_all(batch.steering);
+                return if self.exceeded.is_some() {
+                    RunEnd::BudgetExceeded
+                } else {
+                    RunEnd::GuardrailTripped
+                };
+            }
             if matches!(message.stop_reason, StopReason::Error | StopReason::Aborted) {
                 let reason = match message.stop_reason {
                     StopReason::Aborted => RunEnd::Aborted,
@@ -574,6 +759,10 @@ impl Run {
             let called_tools = message.tool_calls().next().is_some();
             // A final answer of a run with an output schema, to check.
             let answer = (!called_tools && check.is_some()).then(|| message.text());
+            let guardrails = &self.config.hooks.guardrails;
+            let guarded = (!called_tools && !guardrails.output.is_empty()).then(|| {
+                guardrails.check(GuardrailStage::Output, message.text(), &self.config.context)
+            });
             if called_tools
                 && self
                     .options
@@ -599,6 +788,21 @@ impl Run {
                 message: Box::new(message),
                 tool_results: batch.results,
             });
+            if let Some(guarded) = guarded {
+                let tripped = match self.call_back(guarded).await {
+                    Ok(tripped) => tripped,
+                    Err(Interrupted::Aborted) => return RunEnd::Aborted,
+                    Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
+                        stage: GuardrailStage::Output,
+                        guardrail: "output".to_owned(),
+                        reason: format!("the guardrail panicked: {panic}"),
+                    }),
+                };
+                if let Some(tripped) = tripped {
+                    self.trip(tripped);
+                    return RunEnd::GuardrailTripped;
+                }
+            }
             let keep_going = matches!(until, Some(Ok(false)));
             match (stop, until) {
                 (Some(Err(panic)), _) | (_, Some(Err(panic))) => {
@@ -657,6 +861,12 @@ impl Run {
                 self.deliver_all(Some(pending));
                 return RunEnd::TurnLimit;
             }
+            // Past a budget, what was taken from the queues is not delivered:
+            // it goes back to them for a later run.
+            if let Some(exceeded) = self.meter.exceeded(&Spent::default()) {
+                self.exceeded = Some(exceeded);
+                return RunEnd::BudgetExceeded;
+            }
             if self
                 .config
                 .pause
@@ -672,18 +882,74 @@ impl Run {
 
     /// One model response and its tool calls, which start once the response is
     /// durable (write-ahead).
-    async fn turn(&mut self) -> (AssistantMessage, Batch) {
-        let message = self.respond().await;
+    async fn turn(&mut self, beside: Beside) -> (AssistantMessage, Batch) {
+        let message = match beside {
+            Some(verdict) => self.respond_beside(verdict).await,
+            None => self.respond().await,
+        };
         let calls: Vec<_> = message.tool_calls().cloned().collect();
+        let more = Spent::tool_calls(calls.len() as u64);
         let batch = if calls.is_empty() {
             Batch::default()
         } else if let Err(failure) = self.write_ahead(&message).await {
             execute::not_durable(self, &calls, failure)
+        } else if let Some(tripped) = self.tripped.get() {
+            let why = format!("the guardrail `{}` tripped.", tripped.guardrail);
+            execute::refused(self, &calls, &why)
+        } else if let Some(exceeded) = self.meter.exceeded(&more) {
+            let batch = execute::refused(self, &calls, &format!("{exceeded}."));
+            self.exceeded = Some(exceeded);
+            batch
         } else {
             execute::run_batch(self, &message, calls).await
         };
+        // Every call the model made counts, answered however it was (as the
+        // agent's stored spending counts its results).
+        self.meter.spend(more);
         self.record_batch(&batch);
         (message, batch)
+    }
+
+    /// The first response, asked while the input guardrails decide: a failure
+    /// cancels it.
+    async fn respond_beside(
+        &mut self,
+        verdict: BoxFuture<'static, Option<GuardrailTripped>>,
+    ) -> AssistantMessage {
+        let call = self.cancel.child_token();
+        let run = std::mem::replace(&mut self.options.cancel, call.clone());
+        let mut verdict = verdict;
+        let (message, decided) = {
+            let respond = self.respond();
+            tokio::pin!(respond);
+            tokio::select! {
+                message = &mut respond => (message, None),
+                tripped = &mut verdict => {
+                    if tripped.is_some() {
+                        call.cancel();
+                    }
+                    (respond.await, Some(tripped))
+                }
+            }
+        };
+        self.options.cancel = run;
+        // Tools wait for the verdict, as an aborted run waits for a callback.
+        let tripped = match decided {
+            Some(tripped) => tripped,
+            None => match self.call_back(verdict).await {
+                Ok(tripped) => tripped,
+                Err(Interrupted::Aborted) => None,
+                Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
+                    stage: GuardrailStage::Input,
+                    guardrail: "input".to_owned(),
+                    reason: format!("the guardrail panicked: {panic}"),
+                }),
+            },
+        };
+        if let Some(tripped) = tripped {
+            self.trip(tripped);
+        }
+        message
     }
 
     /// Waits until `message`, whose calls are about to run, is durable (see
@@ -976,16 +1242,125 @@ impl Run {
             messages: &messages,
             tools: self.tools.definitions(),
         };
-        let mut stream = tiller_ai::stream_ref(&self.config.model, context, &self.options);
+        let mut echoes = std::mem::take(&mut self.echoes);
+        // The models in order: the agent's, then its fallbacks, each asked only
+        // when the one before failed before it streamed anything.
+        let mut candidate = 0;
+        let mut attempt = self.stream_to(&self.config.model, context, None);
+        let (outcome, message, spent) = loop {
+            let span = attempt.span.clone();
+            let mut answered = self.answer(attempt, &echoes).instrument(span).await;
+            let failed = match &answered.outcome {
+                Answered::Ended {
+                    error: Some(error), ..
+                } if error.is_unavailable() && !answered.streamed => error,
+                _ => break (answered.outcome, answered.message, answered.spent),
+            };
+            let Some(next) = self.config.fallbacks.get(candidate) else {
+                break (answered.outcome, answered.message, answered.spent);
+            };
+            candidate += 1;
+            let from = self.model_at(candidate - 1);
+            self.emit(AgentEvent::ModelFallback {
+                from: model_name(from),
+                to: model_name(next),
+                error: failed.to_string(),
+            });
+            self.meter.spend(std::mem::take(&mut answered.spent));
+            let key = self.fallback_key(next).await;
+            attempt = self.stream_to(next, context, Some(key));
+            echoes = Vec::new();
+        };
         drop(messages);
         drop(llm);
+        self.meter.spend(spent);
+        match outcome {
+            Answered::Refused { start, window } => {
+                if let Some(window) = window {
+                    self.window = self.window.min(window);
+                }
+                Err((start, message))
+            }
+            Answered::Ended { start, error } => {
+                if let Some(overflow) = error.as_ref().and_then(StreamError::context_overflow) {
+                    if let Some(window) = overflow.context_window {
+                        self.window = self.window.min(window);
+                    }
+                    self.overflowed = true;
+                }
+                Ok(self.finish_response(start, message))
+            }
+        }
+    }
 
-        // The start is held until something else arrives, so that a refusal of
-        // the request (before any content) can be answered by compacting.
+    /// The model at `index` of the agent's list (0 is the agent's own).
+    fn model_at(&self, index: usize) -> &Model {
+        match index {
+            0 => &self.config.model,
+            _ => &self.config.fallbacks[index - 1],
+        }
+    }
+
+    /// The key a fallback model is asked with: the resolver's for its provider,
+    /// else the run's when it is the same provider at the same address, else
+    /// none (its provider's environment variable).
+    async fn fallback_key(&self, model: &Model) -> Option<tiller_ai::ApiKey> {
+        if let Some(resolve) = &self.config.hooks.api_key_resolver
+            && let Ok(Some(key)) = self.call_back(resolve(&model.provider)).await
+        {
+            return Some(key);
+        }
+        let own = &self.config.model;
+        (own.provider == model.provider && own.base_url == model.base_url)
+            .then(|| self.options.api_key.clone())
+            .flatten()
+    }
+
+    /// Sends the request to `model` (with `key` in place of the run's, for a
+    /// fallback), in a span of its own.
+    fn stream_to(
+        &self,
+        model: &Model,
+        context: ContextRef<'_>,
+        key: Option<Option<tiller_ai::ApiKey>>,
+    ) -> Attempt {
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = %format_args!("chat {}", model.id),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %model.provider,
+            gen_ai.request.model = %model.id,
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let stream = span.in_scope(|| match key {
+            None => tiller_ai::stream_ref(model, context, &self.options),
+            Some(api_key) => {
+                let options = StreamOptions {
+                    api_key,
+                    ..self.options.clone()
+                };
+                tiller_ai::stream_ref(model, context, &options)
+            }
+        });
+        Attempt { stream, span }
+    }
+
+    /// Reads a response to its end, streaming its updates. The start is held
+    /// until something else arrives, so that a refusal of the request (before any
+    /// content) can be answered by compacting, and a failure by the next model.
+    async fn answer(&self, attempt: Attempt, echoes: &[String]) -> Answer {
+        let Attempt { mut stream, span } = attempt;
         let mut held = None;
         let mut last = None;
         let mut streamed = None;
-        let mut quiet = Restatements::new(&std::mem::take(&mut self.echoes));
+        let mut failed = None;
+        let mut refused = None;
+        let mut quiet = Restatements::new(echoes);
         while let Some(event) = stream.next().await {
             match event {
                 AssistantEvent::Start { message } => {
@@ -993,14 +1368,15 @@ impl Run {
                     held = Some(message);
                 }
                 AssistantEvent::Error { message, error, .. } => {
-                    if let Some(overflow) = error.context_overflow() {
-                        if let Some(window) = overflow.context_window {
-                            self.window = self.window.min(window);
-                        }
-                        if let Some(start) = held.take() {
-                            return Err((*start, *message));
-                        }
-                        self.overflowed = true;
+                    if let Some(overflow) = error.context_overflow()
+                        && let Some(start) = held.take()
+                    {
+                        refused = Some(Answered::Refused {
+                            start: *start,
+                            window: overflow.context_window,
+                        });
+                    } else {
+                        failed = Some(error);
                     }
                     last = Some(*message);
                     break;
@@ -1034,7 +1410,37 @@ impl Run {
             self.update(event, message);
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
-        Ok(self.finish_response(held.map(|start| *start), message))
+        span.record("gen_ai.response.model", message.model.as_str());
+        span.record(
+            "gen_ai.response.finish_reasons",
+            format_args!("[\"{}\"]", stop_reason_name(message.stop_reason))
+                .to_string()
+                .as_str(),
+        );
+        span.record(
+            "gen_ai.usage.input_tokens",
+            i64::try_from(message.usage.input).unwrap_or(i64::MAX),
+        );
+        span.record(
+            "gen_ai.usage.output_tokens",
+            i64::try_from(message.usage.output).unwrap_or(i64::MAX),
+        );
+        if let Some(error) = &failed {
+            span.record("error.type", error_kind(error));
+        }
+        let spent = Spent::response(&message);
+        // Whether anything went out: the start is announced with the first update.
+        let streamed = held.is_none() && streamed.is_some();
+        let outcome = refused.unwrap_or(Answered::Ended {
+            start: held.map(|start| *start),
+            error: failed,
+        });
+        Answer {
+            outcome,
+            message,
+            spent,
+            streamed,
+        }
     }
 
     /// The `message_update` of one event of the response streaming.
@@ -1241,6 +1647,62 @@ fn failed_message(model: &tiller_ai::Model, reason: String) -> AssistantMessage 
     message.stop_reason = StopReason::Error;
     message.error_message = Some(reason);
     message
+}
+
+/// A request sent to one model, and its span.
+struct Attempt {
+    stream: tiller_ai::AssistantStream,
+    span: tracing::Span,
+}
+
+/// A response read to its end.
+struct Answer {
+    outcome: Answered,
+    /// The final message.
+    message: AssistantMessage,
+    /// What the call spent.
+    spent: Spent,
+    /// Whether any of it streamed (its start announced).
+    streamed: bool,
+}
+
+/// How a response ended.
+enum Answered {
+    /// Refused as longer than the window before anything streamed, with the
+    /// held start and the window the provider named.
+    Refused {
+        start: AssistantMessage,
+        window: Option<u32>,
+    },
+    /// Done or failed: the start still held when nothing streamed.
+    Ended {
+        start: Option<AssistantMessage>,
+        error: Option<StreamError>,
+    },
+}
+
+/// A model as events name it: `provider/id`.
+fn model_name(model: &Model) -> String {
+    format!("{}/{}", model.provider, model.id)
+}
+
+/// A stop reason as the GenAI conventions write finish reasons.
+fn stop_reason_name(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Stop => "stop",
+        StopReason::Length => "length",
+        StopReason::ToolUse => "tool_call",
+        StopReason::Error => "error",
+        StopReason::Aborted => "aborted",
+    }
+}
+
+/// The kind of a stream error, as its JSON names it.
+fn error_kind(error: &StreamError) -> String {
+    serde_json::to_value(error)
+        .ok()
+        .and_then(|value| value.get("kind")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "error".to_owned())
 }
 
 /// The message of a panic payload.

@@ -62,6 +62,9 @@ impl Default for QueueLimits {
 pub struct AgentDefinition {
     /// The model; an agent without one refuses to run.
     pub model: Option<Model>,
+    /// The models asked, in order, when the one before fails in a way retrying
+    /// did not fix (see [`tiller_core::LoopConfig::fallbacks`]).
+    pub fallbacks: Vec<Model>,
     /// Instructions sent ahead of the conversation.
     pub system_prompt: Option<String>,
     /// The names of the agent's tools, whose code is [`crate::AgentCode::tools`].
@@ -83,6 +86,7 @@ impl Default for AgentDefinition {
     fn default() -> Self {
         AgentDefinition {
             model: None,
+            fallbacks: Vec::new(),
             system_prompt: None,
             tools: Vec::new(),
             run: RunOptions::default(),
@@ -103,13 +107,14 @@ impl AgentDefinition {
     }
 
     /// The form the session store keeps: the fields that differ from the
-    /// defaults, and the model without its headers (which may hold secrets).
+    /// defaults, and the model and its fallbacks without their headers (which
+    /// may hold secrets).
     pub fn stored(&self) -> Value {
         static DEFAULTS: OnceLock<Value> = OnceLock::new();
         let defaults = DEFAULTS
             .get_or_init(|| serde_json::to_value(AgentDefinition::default()).unwrap_or_default());
         let mut kept = self.clone();
-        if let Some(model) = &mut kept.model {
+        for model in kept.model.iter_mut().chain(&mut kept.fallbacks) {
             model.headers = Default::default();
         }
         let mut value = serde_json::to_value(&kept).unwrap_or_default();
@@ -118,17 +123,17 @@ impl AgentDefinition {
     }
 
     /// Serializes `definition` as it may be shown to whoever reads an agent's
-    /// state: the model without its headers (which may hold secrets) and without
-    /// its server (the operator's address; shown empty).
+    /// state: the model and its fallbacks without their headers (which may hold
+    /// secrets) and without their servers (the operator's addresses; shown empty).
     pub(crate) fn serialize_shown<S: serde::Serializer>(
         definition: &AgentDefinition,
         to: S,
     ) -> Result<S::Ok, S::Error> {
-        if definition.model.is_none() {
+        if definition.model.is_none() && definition.fallbacks.is_empty() {
             return definition.serialize(to);
         }
         let mut shown = definition.clone();
-        if let Some(model) = &mut shown.model {
+        for model in shown.model.iter_mut().chain(&mut shown.fallbacks) {
             model.headers = Default::default();
             model.base_url = String::new();
         }
@@ -169,7 +174,8 @@ impl AgentDefinition {
     /// This definition, as a session stored it, taken up by an agent whose own
     /// definition is `own`: the stored model (unless `own` has the same provider
     /// and id, whose own model keeps its headers), instructions and options, with
-    /// what is never stored (headers, key, HTTP client, approvals) from `own`.
+    /// what is never stored (headers, key, HTTP client, approvals) and the
+    /// budgets and fallbacks from `own`.
     /// The names of stored tools `own` lacks are the error.
     pub fn resumed_by(mut self, own: &AgentDefinition) -> Result<AgentDefinition, Vec<String>> {
         let missing: Vec<String> = self
@@ -194,6 +200,9 @@ impl AgentDefinition {
         stream.api_key = own_stream.api_key.clone();
         stream.http_client = own_stream.http_client.clone();
         self.run.approvals = own.run.approvals.clone();
+        // The operator's limits and fallbacks, as they stand now.
+        self.run.budget = own.run.budget;
+        self.fallbacks = own.fallbacks.clone();
         Ok(self)
     }
 }

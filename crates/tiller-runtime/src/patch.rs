@@ -24,6 +24,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingBudgets, ThinkingLevel, ToolChoice};
+use tiller_core::Budgets;
 
 use crate::definition::AgentDefinition;
 
@@ -89,6 +90,19 @@ pub struct DefinitionPatch {
     /// A schema the final answer must match.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<OutputSchema>,
+    /// The models asked, in order, when the one before fails in a way retrying
+    /// did not fix, each `provider/id` (in files, `model: [primary, fallback, …]`
+    /// says the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallbacks: Option<Vec<String>>,
+    /// What a run and the agent may spend (see [`tiller_core::budget`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budgets>,
+    /// The name of the account whose rate limits the requests share with every
+    /// request of that name and model (see [`tiller_ai::ratelimit`]); a named LLM
+    /// configuration's name by default. Unnamed, an account is its key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 /// Why a patch cannot be used.
@@ -96,7 +110,7 @@ pub struct DefinitionPatch {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum PatchError {
-    /// Its model cannot be made (an unknown provider or model).
+    /// Its model (or a fallback) cannot be made (an unknown provider or model).
     #[error("{0}")]
     Model(String),
     /// The key variable it names is not set.
@@ -155,7 +169,37 @@ impl DefinitionPatch {
                 .output_schema
                 .clone()
                 .or_else(|| self.output_schema.clone()),
+            fallbacks: over.fallbacks.clone().or_else(|| self.fallbacks.clone()),
+            budget: over.budget.or(self.budget),
+            account: pick(&self.account, &over.account),
         }
+    }
+
+    /// The fallback models it names, each made as [`DefinitionPatch::model`]
+    /// makes the model.
+    pub fn fallback_models(&self) -> Result<Option<Vec<Model>>, PatchError> {
+        let Some(names) = &self.fallbacks else {
+            return Ok(None);
+        };
+        names
+            .iter()
+            .map(|name| {
+                let named = tiller_ai::env::model_from(|variable| {
+                    (variable == "TILLER_MODEL").then(|| name.clone())
+                });
+                match named {
+                    Ok(Some(model)) => Ok(model),
+                    Ok(None) => Err(PatchError::Model(format!(
+                        "fallback `{name}`: no such model"
+                    ))),
+                    Err(error) => Err(PatchError::Model(format!(
+                        "fallback `{name}`: {}",
+                        error.reason
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     /// The model it names, if it names one (`faux` is the scripted demo model;
@@ -178,6 +222,7 @@ impl DefinitionPatch {
     /// it cannot be used.
     pub fn apply(&self, definition: &mut AgentDefinition) -> Result<(), PatchError> {
         let model = self.model()?;
+        let fallbacks = self.fallback_models()?;
         let key = match &self.api_key_env {
             Some(variable) => Some(
                 std::env::var(variable)
@@ -191,6 +236,9 @@ impl DefinitionPatch {
         if model.is_some() {
             definition.model = model;
         }
+        if let Some(fallbacks) = fallbacks {
+            definition.fallbacks = fallbacks;
+        }
         if let (Some(window), Some(model)) = (self.context_window, definition.model.as_mut()) {
             model.context_window = window;
         }
@@ -200,6 +248,9 @@ impl DefinitionPatch {
             definition.system_prompt = self.default_system_prompt.clone();
         }
         let run = &mut definition.run;
+        if let Some(budget) = self.budget {
+            run.budget = budget;
+        }
         if let Some(max_turns) = self.max_turns {
             run.max_turns = max_turns;
         }
@@ -216,6 +267,9 @@ impl DefinitionPatch {
             stream.thinking_budgets = budgets;
         }
         stream.extra_body.extend(self.extra_body.clone());
+        if let Some(account) = &self.account {
+            stream.account = Some(account.clone());
+        }
         if let Some(choice) = &self.tool_choice {
             stream.tool_choice = Some(choice.clone());
         }

@@ -6,7 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use ractor::ActorCell;
+use tiller_ai::{BreakerPolicy, Breakers, RateLimits};
+use tiller_core::Tally;
 use tiller_store::{Definition, StoreWriter};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +41,13 @@ pub struct SupervisorConfig {
     /// meanwhile: the most an event waits for such a reader. A subscriber on a
     /// shard is woken at once. 1 ms by default; zero wakes every reader at once.
     pub delivery_window: Duration,
+    /// When an endpoint's circuit breaker opens, and for how long (see
+    /// [`tiller_ai::Breakers`]).
+    pub breakers: BreakerPolicy,
+    /// Whether the agents share one pace per provider account (see
+    /// [`tiller_ai::ratelimit`]): on by default; off, each request meets the
+    /// provider's limits alone.
+    pub share_rate_limits: bool,
 }
 
 impl Default for SupervisorConfig {
@@ -49,6 +59,8 @@ impl Default for SupervisorConfig {
             hibernate_after: None,
             shards: Shards::Auto,
             delivery_window: Duration::from_millis(1),
+            breakers: BreakerPolicy::default(),
+            share_rate_limits: true,
         }
     }
 }
@@ -66,6 +78,12 @@ pub(crate) struct Runtime {
     pub(crate) last_definition: Mutex<Option<(Arc<AgentSettings>, Definition)>>,
     /// Where the agents run.
     pub(crate) shards: ShardSet,
+    /// What the agents share of their providers: each account's pace, each
+    /// endpoint's circuit breaker.
+    pub(crate) rate_limits: Option<RateLimits>,
+    pub(crate) breakers: Breakers,
+    /// The tallies of the tenants with a budget, by tenant.
+    pub(crate) tallies: DashMap<String, Arc<Tally>>,
 }
 
 impl Runtime {

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, StopReason, ToolCall, Usage};
-use tiller_core::{CompactionReport, ContextIds, Output, OutputError, RunEnd, UserRequest};
+use tiller_core::{
+    BudgetExceeded, CompactionReport, ContextIds, GuardrailTripped, Output, OutputError, RunEnd,
+    UserRequest,
+};
 
 use crate::AgentMessage;
 use crate::definition::AgentDefinition;
@@ -132,6 +135,12 @@ pub struct RunOutcome {
     /// agent, not copied. Empty for a run followed on another host of a cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conversation: Vec<Arc<AgentMessage>>,
+    /// The budget that ran out, when one ended the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_exceeded: Option<BudgetExceeded>,
+    /// The guardrail that tripped, when one ended the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guardrail_tripped: Option<GuardrailTripped>,
 }
 
 impl RunSummary {
@@ -174,6 +183,12 @@ pub struct RunSummary {
     /// The whole conversation after the run ([`RunOutcome::conversation`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conversation: Vec<AgentMessage>,
+    /// The budget that ran out, when one ended the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_exceeded: Option<BudgetExceeded>,
+    /// The guardrail that tripped, when one ended the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guardrail_tripped: Option<GuardrailTripped>,
 }
 
 impl RunOutcome {
@@ -246,6 +261,8 @@ impl RunOutcome {
                 .iter()
                 .map(|message| (**message).clone())
                 .collect(),
+            budget_exceeded: self.budget_exceeded,
+            guardrail_tripped: self.guardrail_tripped.clone(),
         }
     }
 }

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tiller_ai::{Breakers, RateLimits};
 use tiller_core::open_requests;
+use tiller_core::{Budget, Spent, Tally};
 use tiller_store::{
     Change, Definition, MemoryStore, SessionFilter, SessionInfo, SessionRecord, SessionStatus,
     SessionStore, StoreWriter,
@@ -342,6 +344,8 @@ impl Supervisor {
         let shards = ShardSet::start(config.shards, config.delivery_window).map_err(|error| {
             SpawnError::Runtime(format!("the shards' threads could not start: {error}"))
         })?;
+        let breakers = Breakers::new(config.breakers);
+        let rate_limits = config.share_rate_limits.then(RateLimits::new);
         let runtime = Arc::new(Runtime {
             supervisor: actor.get_cell(),
             root: CancellationToken::new(),
@@ -351,6 +355,9 @@ impl Supervisor {
             writer: shards.on_first(|| StoreWriter::for_store(store)),
             last_definition: Mutex::new(None),
             shards,
+            rate_limits,
+            breakers,
+            tallies: DashMap::new(),
         });
         Ok(Supervisor {
             inner: Arc::new(Inner {
@@ -385,6 +392,58 @@ impl Supervisor {
     /// The session store.
     pub fn store(&self) -> &Arc<dyn SessionStore> {
         self.inner.runtime.writer.store()
+    }
+
+    /// The rate limits the agents share, one pace per provider account (see
+    /// [`tiller_ai::ratelimit`]): their figures for `/metrics`. `None` when
+    /// [`SupervisorConfig::share_rate_limits`] is off.
+    pub fn rate_limits(&self) -> Option<&RateLimits> {
+        self.inner.runtime.rate_limits.as_ref()
+    }
+
+    /// The circuit breakers the agents share, one per provider endpoint.
+    pub fn breakers(&self) -> &Breakers {
+        &self.inner.runtime.breakers
+    }
+
+    /// Bounds what `tenant`'s agents spend together, from their next run on:
+    /// what the store counted for the tenant so far is read first, and every
+    /// run of the process adds to it (see [`tiller_core::budget`]). An unbounded
+    /// budget lifts the bound.
+    pub async fn set_tenant_budget(
+        &self,
+        tenant: &str,
+        budget: Budget,
+    ) -> Result<(), tiller_store::StoreError> {
+        let tallies = &self.inner.runtime.tallies;
+        if budget.is_unbounded() {
+            tallies.remove(tenant);
+            return Ok(());
+        }
+        if let Some(tally) = tallies.get(tenant) {
+            tally.set_budget(budget);
+            return Ok(());
+        }
+        let scope = tiller_store::SpendScope::Tenant(tenant.to_owned());
+        let spent = self.store().spent(&scope).await?;
+        tallies
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Arc::new(Tally::new(budget, spent)))
+            .set_budget(budget);
+        Ok(())
+    }
+
+    /// Each tenant with a budget: its budget and what it spent, sorted by tenant.
+    pub fn tenant_budgets(&self) -> Vec<(String, Budget, Spent)> {
+        let mut budgets: Vec<_> = self
+            .inner
+            .runtime
+            .tallies
+            .iter()
+            .map(|tally| (tally.key().clone(), tally.budget(), tally.spent()))
+            .collect();
+        budgets.sort_by(|a, b| a.0.cmp(&b.0));
+        budgets
     }
 
     /// Spawns an agent: a new session (written to the store before this returns),

@@ -92,6 +92,11 @@ fn check_file(inline: &Value) -> Result<(), Problem> {
     }
     match extra.get("model") {
         None | Some(Value::String(_)) => {}
+        // A model and its fallbacks, each `provider/id`, never an address.
+        Some(Value::Array(models))
+            if models
+                .iter()
+                .all(|model| model.as_str().is_some_and(|name| !name.contains("://"))) => {}
         Some(Value::Object(model)) if !model.contains_key("base_url") => {}
         Some(_) => {
             return Err(operator_only(
@@ -184,12 +189,15 @@ fn strictness(approval: Option<&Approval>) -> u8 {
 /// Refuses `spec` when its model is not one `served` holds (same provider, id
 /// and server).
 fn check_model(spec: &AgentSpec, served: &ProxyModels) -> Result<(), Problem> {
-    let Some(model) = &spec.settings.definition.model else {
+    let definition = &spec.settings.definition;
+    let Some(model) = definition
+        .model
+        .iter()
+        .chain(&definition.fallbacks)
+        .find(|model| !served.serves(model))
+    else {
         return Ok(());
     };
-    if served.serves(model) {
-        return Ok(());
-    }
     Err(operator_only(
         "json_schema_extra.model".to_owned(),
         &format!(

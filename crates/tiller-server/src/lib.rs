@@ -18,7 +18,7 @@
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
 //! | `GET /healthz` | liveness | 200 `ok` |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
-//! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, connections by where they are served, events streamed, proxied calls (with tokens, for a token marked `metrics: true`) | 200 |
+//! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, connections by where they are served, events streamed, proxied calls, each provider account's pace (requests, waits, 429s, learned tokens per minute), each failing endpoint's circuit breaker, each tenant's budget and spending (with tokens, for a token marked `metrics: true`) | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` (without an id, the server makes up a time-ordered UUID; an id whose session the store has is 409 `session-exists`) | 201 the agent |
 //! | `GET /agents` | every agent and its status | 200 |

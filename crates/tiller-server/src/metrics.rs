@@ -265,10 +265,164 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
         &metrics.proxy_first_event_micros,
         &metrics.proxy_first_events,
     );
+    provider_metrics(&mut text, &shared.supervisor);
     if let Some(cluster) = &shared.cluster {
         cluster_metrics(&mut text, &cluster.metrics());
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// What the agents share of their providers: each account's pace (requests,
+/// waits, 429s, the learned tokens per minute), each failing endpoint's breaker,
+/// and each tenant's budget and spending. A family with nothing to show is left
+/// out.
+fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
+    use tiller::tiller_ai::BreakerStats;
+    use tiller::tiller_ai::ratelimit::AccountStats;
+    let accounts = supervisor
+        .rate_limits()
+        .map(|limits| limits.stats())
+        .unwrap_or_default();
+    let families: [Family<AccountStats, Option<f64>>; 5] = [
+        (
+            "tiller_rate_limit_requests_total",
+            "counter",
+            "Requests sent, by provider account.",
+            |account| Some(account.requests as f64),
+        ),
+        (
+            "tiller_rate_limit_waits_total",
+            "counter",
+            "Requests that waited their turn at their account.",
+            |account| Some(account.waits as f64),
+        ),
+        (
+            "tiller_rate_limit_wait_seconds_total",
+            "counter",
+            "Time requests waited at their account, in all.",
+            |account| Some(account.waited.as_secs_f64()),
+        ),
+        (
+            "tiller_rate_limit_throttled_total",
+            "counter",
+            "Responses with status 429, by account.",
+            |account| Some(account.throttled as f64),
+        ),
+        (
+            "tiller_rate_limit_tokens_per_minute",
+            "gauge",
+            "The account's tokens per minute, as learned from its rate-limit headers.",
+            |account| account.tokens_per_minute,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let values: Vec<_> = accounts
+            .iter()
+            .filter_map(|account| Some((&account.account, value(account)?)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        header_of(text, name, kind, help);
+        for (account, value) in values {
+            let _ = writeln!(text, "{name}{{account={}}} {value}", quoted(account));
+        }
+    }
+    let breakers = supervisor.breakers().stats();
+    if !breakers.is_empty() {
+        let rows: [Family<BreakerStats, u64>; 3] = [
+            (
+                "tiller_breaker_open",
+                "gauge",
+                "Whether the endpoint's circuit is open (1) or closed (0).",
+                |breaker| u64::from(breaker.open),
+            ),
+            (
+                "tiller_breaker_failures",
+                "gauge",
+                "The endpoint's failures in a row.",
+                |breaker| u64::from(breaker.failures),
+            ),
+            (
+                "tiller_breaker_opened_total",
+                "counter",
+                "Times the endpoint's circuit opened.",
+                |breaker| breaker.opened,
+            ),
+        ];
+        for (name, kind, help, value) in rows {
+            header_of(text, name, kind, help);
+            for breaker in &breakers {
+                let endpoint = quoted(&breaker.endpoint);
+                let _ = writeln!(text, "{name}{{endpoint={endpoint}}} {}", value(breaker));
+            }
+        }
+    }
+    let budgets = supervisor.tenant_budgets();
+    if !budgets.is_empty() {
+        header_of(
+            text,
+            "tiller_tenant_spent",
+            "gauge",
+            "What each tenant with a budget spent, by what is counted.",
+        );
+        for (tenant, _, spent) in &budgets {
+            let tenant = quoted(tenant);
+            let counted = [
+                ("input_tokens", spent.input_tokens as f64),
+                ("output_tokens", spent.output_tokens as f64),
+                ("cost_usd", spent.cost_usd),
+                ("model_calls", spent.model_calls as f64),
+                ("tool_calls", spent.tool_calls as f64),
+                ("wall_clock_ms", spent.wall_clock_ms as f64),
+            ];
+            for (what, value) in counted {
+                let _ = writeln!(
+                    text,
+                    "tiller_tenant_spent{{tenant={tenant},counted=\"{what}\"}} {value}"
+                );
+            }
+        }
+        header_of(
+            text,
+            "tiller_tenant_budget",
+            "gauge",
+            "Each tenant's budget, by bound (only the bounds set).",
+        );
+        for (tenant, budget, _) in &budgets {
+            let tenant = quoted(tenant);
+            let bounds = [
+                ("input_tokens", budget.input_tokens.map(|v| v as f64)),
+                ("output_tokens", budget.output_tokens.map(|v| v as f64)),
+                ("total_tokens", budget.total_tokens.map(|v| v as f64)),
+                ("cost_usd", budget.cost_usd),
+                ("model_calls", budget.model_calls.map(|v| v as f64)),
+                ("tool_calls", budget.tool_calls.map(|v| v as f64)),
+                ("wall_clock_ms", budget.wall_clock_ms.map(|v| v as f64)),
+            ];
+            for (bound, value) in bounds {
+                if let Some(value) = value {
+                    let _ = writeln!(
+                        text,
+                        "tiller_tenant_budget{{tenant={tenant},bound=\"{bound}\"}} {value}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A metric family read from each of a list of figures: its name, type, help
+/// and how to read its value from one.
+type Family<T, V> = (&'static str, &'static str, &'static str, fn(&T) -> V);
+
+/// A label value, quoted and escaped as Prometheus reads it.
+fn quoted(value: &str) -> String {
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("\"{escaped}\"")
 }
 
 /// The cluster's figures on this host.

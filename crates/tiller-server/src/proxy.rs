@@ -125,6 +125,9 @@ pub(crate) async fn stream(
     // Its own token: a shutdown aborts the call (pi's client gets `error`, reason
     // `aborted`); a client that goes away drops it.
     call.cancel = shared.closing.child_token();
+    // The pace of its account and the breaker of its endpoint are the agents'.
+    call.rate_limits = shared.supervisor.rate_limits().cloned();
+    call.breakers = Some(shared.supervisor.breakers().clone());
     let context = request.context.into_context(model.api);
     shared.metrics.proxy_call();
     let started = Instant::now();

@@ -12,12 +12,13 @@
 //! always the token's. Without tokens the server is open: one tenant, no
 //! authentication, for loopback use.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
+use tiller::Budget;
 use tiller::{AgentContext, DEFAULT_TENANT};
 
 use crate::error::Problem;
@@ -29,6 +30,8 @@ use crate::jwt::JwtKeys;
 pub struct Tokens {
     by_token: HashMap<String, Owner>,
     jwt: Option<JwtKeys>,
+    /// What each tenant's agents may spend together, by tenant.
+    budgets: BTreeMap<String, Budget>,
 }
 
 /// A tenant and, optionally, a user of it.
@@ -50,6 +53,16 @@ pub struct Owner {
 #[serde(deny_unknown_fields)]
 struct TokenFile {
     tokens: Vec<TokenEntry>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantEntry>,
+}
+
+/// What the token file says of a tenant.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantEntry {
+    /// What its agents may spend together (see [`tiller::tiller_core::budget`]).
+    budget: Budget,
 }
 
 #[derive(Deserialize)]
@@ -83,7 +96,9 @@ impl Tokens {
     }
 
     /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …,
-    /// metrics: true}]` (`user` and `metrics` optional).
+    /// metrics: true}]` (`user` and `metrics` optional), and optionally each
+    /// tenant's budget: `tenants: {acme: {budget: {total_tokens: 1000000,
+    /// cost_usd: 50}}}`.
     pub fn load(path: impl AsRef<Path>) -> Result<Tokens, String> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
@@ -91,6 +106,9 @@ impl Tokens {
         let file: TokenFile = serde_saphyr::from_str(&text)
             .map_err(|error| format!("{}: {error}", path.display()))?;
         let mut tokens = Tokens::new();
+        for (tenant, entry) in file.tenants {
+            tokens = tokens.with_budget(tenant, entry.budget);
+        }
         for entry in file.tokens {
             if entry.token.trim().is_empty() {
                 return Err(format!("{}: a token is empty", path.display()));
@@ -98,6 +116,21 @@ impl Tokens {
             tokens = tokens.with(entry.token, entry.owner);
         }
         Ok(tokens)
+    }
+
+    /// These tokens, with `budget` for what `tenant`'s agents spend together.
+    pub fn with_budget(mut self, tenant: impl Into<String>, budget: Budget) -> Self {
+        self.budgets.insert(tenant.into(), budget);
+        self
+    }
+
+    /// Each tenant's budget, by tenant, for
+    /// [`Supervisor::set_tenant_budget`](tiller::Supervisor::set_tenant_budget)
+    /// (`tiller serve` sets them before it serves).
+    pub fn budgets(&self) -> impl Iterator<Item = (&str, &Budget)> {
+        self.budgets
+            .iter()
+            .map(|(tenant, budget)| (tenant.as_str(), budget))
     }
 
     /// These tokens, and JSON Web Tokens checked with `keys` beside them.
@@ -223,4 +256,42 @@ pub(crate) fn caller(
             user: owner.user.clone(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_file_gives_each_tenant_its_budget_and_refuses_unknown_bounds() {
+        let folder = std::env::temp_dir().join(format!("tiller-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap_or_default();
+        let path = folder.join("tokens.yaml");
+        std::fs::write(
+            &path,
+            "tokens:\n  - {token: t-acme, tenant: acme}\ntenants:\n  acme: {budget: {total_tokens: 1000000, cost_usd: 50}}\n",
+        )
+        .unwrap_or_default();
+        let tokens = Tokens::load(&path).unwrap_or_default();
+        let budgets: Vec<_> = tokens.budgets().map(|(t, b)| (t.to_owned(), *b)).collect();
+        assert_eq!(
+            budgets,
+            [(
+                "acme".to_owned(),
+                Budget {
+                    total_tokens: Some(1_000_000),
+                    cost_usd: Some(50.0),
+                    ..Budget::default()
+                }
+            )]
+        );
+        std::fs::write(
+            &path,
+            "tokens: []\ntenants:\n  acme: {budget: {dollars: 5}}\n",
+        )
+        .unwrap_or_default();
+        let error = Tokens::load(&path).err().unwrap_or_default();
+        assert!(error.contains("unknown field `dollars`"), "{error}");
+        let _ = std::fs::remove_dir_all(&folder);
+    }
 }

@@ -52,7 +52,7 @@ pub use memory::MemoryStore;
 pub use sql::SqlStore;
 pub use types::{
     Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
-    SessionStatus, SessionWrite, StoredSession,
+    SessionStatus, SessionWrite, SpendScope, StoredSession,
 };
 pub use writer::{Ack, StoreWriter};
 
@@ -108,6 +108,16 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Deletes every closed session last changed before `before` (milliseconds
     /// since the Unix epoch), with its messages and queues; how many went.
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// What `scope` spent, as [`Change::Spend`] counted it: zero for a scope
+    /// that spent nothing (and from a store that does not count).
+    fn spent<'a>(
+        &'a self,
+        scope: &'a SpendScope,
+    ) -> BoxFuture<'a, Result<tiller_core::Spent, StoreError>> {
+        let _ = scope;
+        Box::pin(futures::future::ready(Ok(tiller_core::Spent::default())))
+    }
 }
 
 /// The time `age` ago, in milliseconds since the Unix epoch (saturating): the

@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::future::{BoxFuture, ready};
-use tiller_core::AgentMessage;
+use tiller_core::{AgentMessage, Spent};
 
 use crate::types::{
     Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
-    SessionWrite, StoredSession, now,
+    SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::{SessionStore, StoreError};
 
@@ -17,6 +17,8 @@ use crate::{SessionStore, StoreError};
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
+    /// What each scope spent, by [`SpendScope::key`].
+    spending: Arc<Mutex<HashMap<String, Spent>>>,
 }
 
 struct Session {
@@ -118,12 +120,21 @@ impl SessionStore for MemoryStore {
                 );
                 continue;
             }
+            if let Change::Spend { spent, tenant } = &write.change {
+                let mut spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
+                let session = SpendScope::Session(write.session.to_string());
+                *spending.entry(session.key()).or_default() += spent;
+                if let Some(tenant) = tenant {
+                    let tenant = SpendScope::Tenant(tenant.to_string());
+                    *spending.entry(tenant.key()).or_default() += spent;
+                }
+            }
             let Some(session) = sessions.get_mut(&write.session) else {
                 continue;
             };
             session.record.updated_at = now;
             match &write.change {
-                Change::Create(_) => {}
+                Change::Create(_) | Change::Spend { .. } => {}
                 Change::Append {
                     seq,
                     message,
@@ -148,6 +159,9 @@ impl SessionStore for MemoryStore {
                     session.queued.insert(*seq, (*queue, message.clone()));
                 }
                 Change::ClearQueue(queue) => session.queued.retain(|_, (kind, _)| kind != queue),
+                Change::Dequeue(seq) => {
+                    session.queued.remove(seq);
+                }
                 Change::Truncate { from } => {
                     session
                         .messages
@@ -169,6 +183,14 @@ impl SessionStore for MemoryStore {
             }
         }
         Box::pin(ready(Ok(())))
+    }
+
+    fn spent<'a>(&'a self, scope: &'a SpendScope) -> BoxFuture<'a, Result<Spent, StoreError>> {
+        let spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
+        Box::pin(ready(Ok(spending
+            .get(&scope.key())
+            .copied()
+            .unwrap_or_default())))
     }
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
@@ -260,16 +282,37 @@ impl SessionStore for MemoryStore {
         let mut sessions = self.lock();
         let existed = sessions.contains_key(id);
         sessions.retain(|session, _| !crate::is_within(session, id));
+        drop(sessions);
+        // What the sessions spent goes with them (their tenant's stays).
+        self.spending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|scope, _| {
+                scope
+                    .strip_prefix("session:")
+                    .is_none_or(|session| !crate::is_within(session, id))
+            });
         Box::pin(ready(Ok(existed)))
     }
 
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
         let mut sessions = self.lock();
         let held = sessions.len();
-        sessions.retain(|_, session| {
-            session.record.status != crate::SessionStatus::Closed
-                || session.record.updated_at >= before
+        let mut pruned = Vec::new();
+        sessions.retain(|id, session| {
+            let kept = session.record.status != crate::SessionStatus::Closed
+                || session.record.updated_at >= before;
+            if !kept {
+                pruned.push(SpendScope::Session(id.to_string()).key());
+            }
+            kept
         });
-        Box::pin(ready(Ok((held - sessions.len()) as u64)))
+        let count = (held - sessions.len()) as u64;
+        drop(sessions);
+        let mut spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
+        for scope in pruned {
+            spending.remove(&scope);
+        }
+        Box::pin(ready(Ok(count)))
     }
 }

@@ -17,11 +17,11 @@ use futures::future::BoxFuture;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
-use tiller_core::AgentMessage;
+use tiller_core::{AgentMessage, Spent};
 
 use crate::types::{
     Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
-    SessionStatus, SessionWrite, StoredSession, now,
+    SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::{SessionStore, StoreError, redact_url};
 
@@ -73,6 +73,15 @@ const MIGRATIONS: &[&[&str]] = &[
         ){clustered}",
     ],
     &["ALTER TABLE tiller_sessions ADD COLUMN context TEXT"],
+    &["CREATE TABLE tiller_spending (
+            scope TEXT PRIMARY KEY,
+            input_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            cost_nanos BIGINT NOT NULL,
+            model_calls BIGINT NOT NULL,
+            tool_calls BIGINT NOT NULL,
+            wall_clock_ms BIGINT NOT NULL
+        )"],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -388,6 +397,9 @@ impl SqlStore {
             dequeued: Vec::new(),
             op_keys: Vec::new(),
         };
+        // In key order: two transactions touching the same tenants take their
+        // rows in the same order.
+        let mut spends: std::collections::BTreeMap<String, Spent> = Default::default();
         for write in batch {
             let session = &*write.session;
             match &write.change {
@@ -412,6 +424,14 @@ impl SqlStore {
                 // any order within the transaction.
                 Change::Create(record) => pending.sessions.push((session, write.epoch, record)),
                 Change::OpKey(key) => pending.op_keys.push((session, key)),
+                Change::Spend { spent, tenant } => {
+                    // Summed per scope, written once at the batch's end.
+                    let scopes = std::iter::once(SpendScope::Session(session.to_owned()))
+                        .chain(tenant.iter().map(|t| SpendScope::Tenant(t.to_string())));
+                    for scope in scopes {
+                        *spends.entry(scope.key()).or_default() += spent;
+                    }
+                }
                 change => {
                     pending.flush(&mut tx).await?;
                     apply_one(&mut tx, session, change).await?;
@@ -419,6 +439,9 @@ impl SqlStore {
             }
         }
         pending.flush(&mut tx).await?;
+        for (scope, spent) in &spends {
+            spend(&mut tx, scope, spent).await?;
+        }
         tx.commit().await.map_err(database)?;
         if self.backend == Backend::Sqlite {
             self.checkpoints
@@ -996,6 +1019,11 @@ async fn apply_one(
                 .bind(queue.as_str())
         }
         Change::Truncate { from } => return truncate(tx, session, *from).await,
+        Change::Dequeue(seq) => {
+            sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
+                .bind(session)
+                .bind(to_i64(*seq))
+        }
         Change::SetDefinition(definition) => {
             sqlx::query("UPDATE tiller_sessions SET definition = $2 WHERE id = $1")
                 .bind(session)
@@ -1011,11 +1039,49 @@ async fn apply_one(
                 .bind(session)
                 .bind(or_null(context))
         }
-        Change::Create(_) | Change::Append { .. } | Change::Enqueue { .. } | Change::OpKey(_) => {
+        Change::Create(_)
+        | Change::Spend { .. }
+        | Change::Append { .. }
+        | Change::Enqueue { .. }
+        | Change::OpKey(_) => {
             return Ok(());
         }
     };
     query.execute(&mut **tx).await.map_err(database)?;
+    Ok(())
+}
+
+/// The columns of `tiller_spending` after its scope, in order.
+const SPENDING_COLUMNS: &str =
+    "input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms";
+
+/// Adds `spent` to what the scope keyed `scope` spent (cost kept in billionths
+/// of a dollar).
+async fn spend(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    scope: &str,
+    spent: &Spent,
+) -> Result<(), StoreError> {
+    let add: Vec<String> = SPENDING_COLUMNS
+        .split(", ")
+        .map(|column| format!("{column} = tiller_spending.{column} + excluded.{column}"))
+        .collect();
+    let sql = format!(
+        "INSERT INTO tiller_spending (scope, {SPENDING_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         ON CONFLICT (scope) DO UPDATE SET {}",
+        add.join(", ")
+    );
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(scope)
+        .bind(to_i64(spent.input_tokens))
+        .bind(to_i64(spent.output_tokens))
+        .bind((spent.cost_usd * 1e9).round() as i64)
+        .bind(to_i64(spent.model_calls))
+        .bind(to_i64(spent.tool_calls))
+        .bind(to_i64(spent.wall_clock_ms))
+        .execute(&mut **tx)
+        .await
+        .map_err(database)?;
     Ok(())
 }
 
@@ -1433,6 +1499,19 @@ impl SessionStore for SqlStore {
                 .await
                 .map_err(database)?;
             }
+            // What the sessions spent goes with them (their tenant's stays).
+            let scope = SpendScope::Session(id.to_owned()).key();
+            let prefix = format!("{scope}/");
+            let length = i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX);
+            sqlx::query(
+                "DELETE FROM tiller_spending WHERE scope = $1 OR substr(scope, 1, $3) = $2",
+            )
+            .bind(&scope)
+            .bind(&prefix)
+            .bind(length)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
             tx.commit().await.map_err(database)?;
             Ok(existed)
         })
@@ -1443,6 +1522,13 @@ impl SessionStore for SqlStore {
             const OLD: &str =
                 "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
             let mut tx = self.pool.begin().await.map_err(database)?;
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM tiller_spending WHERE scope IN (SELECT 'session:' || id FROM ({OLD}) AS old)"
+            )))
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
             for table in ["tiller_messages", "tiller_queued", "tiller_op_keys"] {
                 sqlx::query(AssertSqlSafe(format!(
                     "DELETE FROM {table} WHERE session_id IN ({OLD})"
@@ -1462,6 +1548,32 @@ impl SessionStore for SqlStore {
             .rows_affected();
             tx.commit().await.map_err(database)?;
             Ok(pruned)
+        })
+    }
+
+    fn spent<'a>(&'a self, scope: &'a SpendScope) -> BoxFuture<'a, Result<Spent, StoreError>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {SPENDING_COLUMNS} FROM tiller_spending WHERE scope = $1");
+            let row = sqlx::query(AssertSqlSafe(sql))
+                .bind(scope.key())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(database)?;
+            let Some(row) = row else {
+                return Ok(Spent::default());
+            };
+            let column = |index: usize| -> Result<u64, StoreError> {
+                let value: i64 = row.try_get(index).map_err(database)?;
+                Ok(u64::try_from(value).unwrap_or(0))
+            };
+            Ok(Spent {
+                input_tokens: column(0)?,
+                output_tokens: column(1)?,
+                cost_usd: column(2)? as f64 / 1e9,
+                model_calls: column(3)?,
+                tool_calls: column(4)?,
+                wall_clock_ms: column(5)?,
+            })
         })
     }
 }

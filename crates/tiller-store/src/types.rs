@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
-use tiller_core::AgentMessage;
+use tiller_core::{AgentMessage, Spent};
 
 /// A session's lifecycle as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -311,6 +311,9 @@ pub enum Change {
     },
     /// Empties one queue.
     ClearQueue(QueueKind),
+    /// Removes one queued message, by its queue number, without delivering it
+    /// (an input guardrail refused it).
+    Dequeue(u64),
     /// Replaces the transcript from `from` on with nothing (`0` empties it).
     Truncate {
         /// The first message to drop.
@@ -322,10 +325,38 @@ pub enum Change {
     SetStatus(SessionStatus),
     /// Replaces the stored context ([`SessionRecord::context`]).
     SetContext(Definition),
+    /// Adds to what the session, and its tenant when it has one, spent (see
+    /// [`SessionStore::spent`](crate::SessionStore::spent)). Spending is kept apart
+    /// from the session: deleting or truncating it takes nothing off.
+    Spend {
+        /// What was spent.
+        spent: Spent,
+        /// The session's tenant, whose spending it adds to as well.
+        tenant: Option<Arc<str>>,
+    },
     /// Records that the op carrying this idempotency key is applied, in the same
     /// transaction as what it changed: a retry of the op finds the key when the
     /// session is loaded (see [`StoredSession::op_keys`]) and is not applied twice.
     OpKey(Arc<str>),
+}
+
+/// Whose spending [`SessionStore::spent`](crate::SessionStore::spent) reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SpendScope {
+    /// A session's, over all its runs.
+    Session(String),
+    /// A tenant's, over all its sessions.
+    Tenant(String),
+}
+
+impl SpendScope {
+    /// The scope's key in the store: `session:{id}` or `tenant:{id}`.
+    pub fn key(&self) -> String {
+        match self {
+            SpendScope::Session(id) => format!("session:{id}"),
+            SpendScope::Tenant(id) => format!("tenant:{id}"),
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch.

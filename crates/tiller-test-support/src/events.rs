@@ -94,6 +94,21 @@ pub fn describe(events: &[AgentEvent]) -> Vec<String> {
                     .map(|r| r.tool_call_id.as_str())
                     .collect::<Vec<_>>()
             ),
+            AgentEvent::RateLimited { wait_ms, cause, .. } => {
+                format!("rate_limited {cause:?} {wait_ms}ms")
+            }
+            AgentEvent::ModelFallback { from, to, .. } => format!("model_fallback {from} -> {to}"),
+            AgentEvent::BudgetExceeded {
+                scope,
+                limit,
+                max,
+                spent,
+            } => format!("budget_exceeded {scope:?} {limit:?} {spent}/{max}"),
+            AgentEvent::GuardrailTripped {
+                stage,
+                guardrail,
+                reason,
+            } => format!("guardrail_tripped {stage:?} {guardrail}: {reason}"),
             AgentEvent::AgentEnd {
                 messages,
                 reason,

@@ -77,13 +77,13 @@ pub use tiller_ai::{
 };
 pub use tiller_core::compaction;
 pub use tiller_core::{
-    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval,
-    CompactionPolicy, CompactionReason, CompactionReport, ContextIds, ContextOverrides,
-    ContextState, ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER, FnTool,
-    IntoToolOutput, Output, OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions,
-    SteeringDelivery, StoredContext, ToolContext, ToolError, ToolExecution, ToolExecutionMode,
-    ToolFilter, ToolOutput, ToolSet, ToolSetError, TranscriptError, UserRequest, WidgetTool,
-    check_transcript, hook,
+    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, Budget,
+    BudgetExceeded, Budgets, CompactionPolicy, CompactionReason, CompactionReport, ContextIds,
+    ContextOverrides, ContextState, ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER,
+    FnTool, Guardrail, GuardrailStage, GuardrailTripped, Guardrails, IntoToolOutput, Output,
+    OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions, SteeringDelivery, StoredContext,
+    ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolFilter, ToolOutput, ToolSet,
+    ToolSetError, TranscriptError, UserRequest, Verdict, WidgetTool, check_transcript, hook,
 };
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter

@@ -230,7 +230,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, answers, compaction, extra_body, compression, triggers at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, answers, compaction, extra_body, compression, triggers, budget, guardrails at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )
@@ -405,4 +405,117 @@ async fn a_file_names_an_llm_configuration_and_overrides_its_fields() {
             agents.path().join("lost.yaml").display()
         )
     );
+}
+
+#[tokio::test]
+async fn a_files_fallbacks_budget_and_guardrails_reach_the_agent_and_trip_its_run() {
+    let folder = Folder::new("guarded-llms");
+    folder.write(
+        "llms.yaml",
+        "tiered:\n  model: [openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest]\n  budget: {run: {model_calls: 5}}\n",
+    );
+    let llms = LlmConfigs::load(folder.path().join("llms.yaml")).unwrap();
+    let agents = Folder::new("guarded-agents");
+    agents.write(
+        "tiered.yaml",
+        "type: object\ndescription: \"\"\njson_schema_extra: {kind: agent, name: tiered, llm: tiered}\n",
+    );
+    agents.write(
+        "support.yaml",
+        r#"type: object
+description: You answer support questions.
+json_schema_extra:
+  kind: agent
+  name: support
+  budget: {run: {total_tokens: 50000, tool_calls: 10}, agent: {cost_usd: 2.5}}
+  guardrails: {input: [no_secrets, judge], output: [judge]}
+"#,
+    );
+    agents.write(
+        "judge.yaml",
+        "type: object\ndescription: You decide whether a text is about support.\njson_schema_extra: {kind: agent, name: judge}\n",
+    );
+    agents.write(
+        "broken.yaml",
+        "type: object\ndescription: \"\"\njson_schema_extra: {kind: agent, name: broken, guardrails: {output: [nobody]}}\n",
+    );
+    let faux = FauxProvider::new();
+    let no_secrets = tiller::Guardrail::new("no_secrets", |input| async move {
+        Ok(if input.text.contains("password") {
+            tiller::Verdict::Fail {
+                reason: "a password".into(),
+            }
+        } else {
+            tiller::Verdict::Pass
+        })
+    });
+    let definitions = Definitions::load_dir(agents.path())
+        .unwrap()
+        .with_llms(llms)
+        .with_default_model(faux.model())
+        .with_guardrail(no_secrets);
+
+    // The configuration's list: its model, then its fallbacks; its name is the
+    // rate-limit account.
+    let tiered = definitions.spec("tiered", None).unwrap().settings;
+    let tiered = &tiered.definition;
+    assert_eq!(tiered.model.as_ref().unwrap().id, "gpt-4o-mini");
+    let fallbacks: Vec<_> = tiered
+        .fallbacks
+        .iter()
+        .map(|m| m.provider.as_str())
+        .collect();
+    assert_eq!(fallbacks, ["anthropic"]);
+    assert_eq!(tiered.run.budget.run.model_calls, Some(5));
+    assert_eq!(tiered.run.stream.account.as_deref(), Some("tiered"));
+
+    let support = definitions.spec("support", None).unwrap();
+    let budget = support.settings.definition.run.budget;
+    assert_eq!(
+        (
+            budget.run.total_tokens,
+            budget.run.tool_calls,
+            budget.agent.cost_usd
+        ),
+        (Some(50_000), Some(10), Some(2.5))
+    );
+    let guardrails = &support.settings.code.hooks.guardrails;
+    let input: Vec<_> = guardrails.input.iter().map(|g| g.name()).collect();
+    assert_eq!(input, ["no_secrets", "judge"]);
+
+    let error = definitions.spec("broken", None).unwrap_err().to_string();
+    assert!(
+        error.ends_with(
+            "broken.yaml: json_schema_extra.guardrails.output[0]: no guardrail or agent definition is named `nobody`"
+        ),
+        "{error}"
+    );
+
+    // The judge passes the question, the agent answers, the judge fails the answer.
+    let supervisor = Supervisor::start().await.unwrap();
+    let agent = supervisor.spawn(support).await.unwrap();
+    faux.push(FauxTurn::text(
+        r#"{"pass": true, "reason": "a support question"}"#,
+    ));
+    faux.push(FauxTurn::text("Try turning it off and on again."));
+    faux.push(FauxTurn::text(r#"{"pass": false, "reason": "too glib"}"#));
+    let outcome = agent.run("My router is down.").await.unwrap();
+    assert_eq!(outcome.end, tiller::RunEnd::GuardrailTripped);
+    let tripped = outcome.guardrail_tripped.unwrap();
+    assert_eq!(
+        (
+            tripped.stage,
+            tripped.guardrail.as_str(),
+            tripped.reason.as_str()
+        ),
+        (tiller::GuardrailStage::Output, "judge", "too glib")
+    );
+    // The input checks run together; the first failure in list order is the one
+    // reported, and the agent's model is never asked.
+    faux.push(FauxTurn::text(r#"{"pass": true, "reason": "fine by me"}"#));
+    let outcome = agent.run("The password is hunter2.").await.unwrap();
+    assert_eq!(outcome.end, tiller::RunEnd::GuardrailTripped);
+    assert_eq!(outcome.guardrail_tripped.unwrap().guardrail, "no_secrets");
+    assert_eq!(faux.requests().len(), 4);
+    assert_eq!(faux.remaining(), 0);
 }

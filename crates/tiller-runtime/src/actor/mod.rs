@@ -130,6 +130,9 @@ pub(crate) struct ActorState {
     batch: Vec<RunItem>,
     /// The idempotency keys of the ops applied last.
     keys: OpKeys,
+    /// What the agent's session spent over all its runs (counted from the store
+    /// when the agent has a budget of its own).
+    spent: tiller_core::Spent,
 }
 
 impl Actor for AgentActor {
@@ -167,6 +170,7 @@ impl Actor for AgentActor {
             activity: 0,
             batch: Vec::new(),
             keys: OpKeys::loaded(loaded.op_keys),
+            spent: loaded.spent,
         };
         state.sync_waiting();
         state.schedule_hibernation();

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use ractor::{ActorRef, RpcReplyPort};
 use tiller_ai::StreamedMessage;
 use tiller_core::{
-    AgentContext, AgentEvent, CompactionReport, ContextTokens, ContinueError, LoopConfig,
-    LoopContext, MessageSource, Prompt, Start, WriteAhead, check_start, open_requests, run_from,
+    AgentContext, AgentEvent, BudgetExceeded, CompactionReport, ContextTokens, ContinueError,
+    GuardrailTripped, LoopConfig, LoopContext, MessageSource, Prompt, Spending, Spent, Start,
+    WriteAhead, check_start, open_requests, run_from,
 };
 use tiller_store::{Change, QueueKind, StoreError};
 use tokio::sync::oneshot;
@@ -90,6 +91,11 @@ pub(super) struct ActiveRun {
     pub(super) last_write: Option<Committed>,
     /// What the run's compactions did, in order.
     pub(super) compactions: Vec<CompactionReport>,
+    /// When it started, for its wall-clock spending.
+    pub(super) started: tokio::time::Instant,
+    /// The budget that ran out, or the guardrail that tripped, ending it.
+    pub(super) budget_exceeded: Option<BudgetExceeded>,
+    pub(super) guardrail_tripped: Option<GuardrailTripped>,
 }
 
 /// Tells when a write is committed, or why it is not.
@@ -282,6 +288,21 @@ impl ActorState {
             first_steering,
         );
         config.pause = Some(pause.clone());
+        let runtime = &self.agent.runtime;
+        config
+            .run
+            .stream
+            .rate_limits
+            .clone_from(&runtime.rate_limits);
+        config.run.stream.breakers = Some(runtime.breakers.clone());
+        config.spending = Spending {
+            agent_before: self.spent,
+            tenant: config
+                .context
+                .tenant_id()
+                .and_then(|tenant| runtime.tallies.get(tenant))
+                .map(|tally| tally.clone()),
+        };
         let sink = {
             let events = events.clone();
             Arc::new(move |event| events.push(RunItem::Event(event)))
@@ -320,6 +341,9 @@ impl ActorState {
             ending: None,
             last_write: None,
             compactions: Vec::new(),
+            started: tokio::time::Instant::now(),
+            budget_exceeded: None,
+            guardrail_tripped: None,
         });
         self.agent.route.mark_running();
         Ok(brings_messages)
@@ -365,6 +389,15 @@ impl ActorState {
             }
             AgentEvent::MessageEnd { message } => {
                 run.streaming = None;
+                let spent = match &**message {
+                    AgentMessage::Llm(tiller_ai::Message::Assistant(answer)) => {
+                        Some(Spent::response(answer)).filter(|spent| !spent.is_zero())
+                    }
+                    AgentMessage::Llm(tiller_ai::Message::ToolResult(_)) => {
+                        Some(Spent::tool_calls(1))
+                    }
+                    _ => None,
+                };
                 let dequeued = match run.in_flight.front() {
                     Some((_, seq, taken)) if taken == &**message => {
                         let seq = *seq;
@@ -393,6 +426,11 @@ impl ActorState {
                     dequeued,
                 })];
                 writes.extend(context);
+                // What it spent, counted in the same write.
+                writes.extend(spent.map(|spent| {
+                    self.spent += &spent;
+                    spend_write(&self.agent, &self.context, spent)
+                }));
                 // The run's write-ahead may wait on this one.
                 let (done, committed) = oneshot::channel();
                 run.last_write = Some(committed);
@@ -468,10 +506,50 @@ impl ActorState {
                     self.error = Some(error.clone());
                 }
             }
+            AgentEvent::BudgetExceeded {
+                scope,
+                limit,
+                max,
+                spent,
+            } => {
+                run.budget_exceeded = Some(BudgetExceeded {
+                    scope: *scope,
+                    limit: *limit,
+                    max: *max,
+                    spent: *spent,
+                });
+            }
+            AgentEvent::GuardrailTripped {
+                stage,
+                guardrail,
+                reason,
+            } => {
+                run.guardrail_tripped = Some(GuardrailTripped {
+                    stage: *stage,
+                    guardrail: guardrail.clone(),
+                    reason: reason.clone(),
+                });
+            }
             AgentEvent::AgentEnd { .. } => {
+                let ms = u64::try_from(run.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let spent = Spent::wall_clock(ms);
+                self.spent += &spent;
+                let wall_clock = spend_write(&self.agent, &self.context, spent);
+                let Some(run) = self.run.as_mut() else {
+                    return;
+                };
                 // Taken and never delivered (an abort): back to the front of its queue,
-                // where the store still has it.
+                // where the store still has it; refused by an input guardrail: gone.
+                let refused = run
+                    .guardrail_tripped
+                    .as_ref()
+                    .is_some_and(|tripped| tripped.stage == tiller_core::GuardrailStage::Input);
+                let mut dropped = Vec::new();
                 while let Some((queue, seq, message)) = run.in_flight.pop_back() {
+                    if refused {
+                        dropped.push(seq);
+                        continue;
+                    }
                     match queue {
                         QueueKind::Steering => self.steering.push_front((seq, message)),
                         QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
@@ -482,6 +560,12 @@ impl ActorState {
                 run.ending = Some(event);
                 let reset_keys = std::mem::take(&mut run.reset_keys);
                 let mut writes = if reset { self.clear() } else { Vec::new() };
+                writes.push(wall_clock);
+                writes.extend(
+                    dropped
+                        .into_iter()
+                        .map(|seq| self.agent.write(Change::Dequeue(seq))),
+                );
                 writes.extend(
                     reset_keys
                         .into_iter()
@@ -502,7 +586,9 @@ impl ActorState {
             | AgentEvent::Action { .. }
             | AgentEvent::InputRequested { .. }
             | AgentEvent::ApprovalRequested { .. }
-            | AgentEvent::ChildEvent { .. } => {}
+            | AgentEvent::ChildEvent { .. }
+            | AgentEvent::RateLimited { .. }
+            | AgentEvent::ModelFallback { .. } => {}
         }
         self.agent
             .hub
@@ -541,6 +627,8 @@ impl ActorState {
                     output: output.clone(),
                     compactions: run.compactions,
                     conversation: self.messages.clone(),
+                    budget_exceeded: run.budget_exceeded,
+                    guardrail_tripped: run.guardrail_tripped,
                 },
             )),
             _ => None,
@@ -590,6 +678,16 @@ impl ActorState {
     }
 }
 
+/// The write that stores what the agent spent, for its session and its tenant.
+fn spend_write(
+    agent: &crate::agent::Agent,
+    context: &AgentContext,
+    spent: Spent,
+) -> tiller_store::SessionWrite {
+    let tenant = context.tenant_id().map(Arc::from);
+    agent.write(Change::Spend { spent, tenant })
+}
+
 /// The loop's configuration for one run of this agent: the agent's run options
 /// whole, its queues (with the first steering read already done, when it was),
 /// and write-ahead through the run's `events`.
@@ -604,6 +702,8 @@ pub(super) fn loop_config(
 ) -> LoopConfig {
     LoopConfig {
         model,
+        fallbacks: settings.definition.fallbacks.clone(),
+        spending: Spending::default(),
         run: settings.definition.run.clone(),
         hooks: settings.code.hooks.clone(),
         steering: Some(queue_source(actor, run, QueueKind::Steering)),

@@ -36,6 +36,9 @@ pub(crate) struct Loaded {
     pub(crate) op_keys: Vec<Arc<str>>,
     /// The context the session stored (none for a new one).
     pub(crate) context: StoredContext,
+    /// What the session spent before (read by [`Agent::spawn_actor`] when the
+    /// agent has a budget of its own).
+    pub(crate) spent: tiller_core::Spent,
 }
 
 impl Loaded {
@@ -51,6 +54,7 @@ impl Loaded {
             next_queue_seq: 0,
             op_keys: Vec::new(),
             context: StoredContext::default(),
+            spent: Default::default(),
         }
     }
 
@@ -98,6 +102,7 @@ impl Loaded {
             next_queue_seq,
             op_keys: stored.op_keys,
             context: stored_context(agent, &stored.record.context),
+            spent: Default::default(),
         }
     }
 }

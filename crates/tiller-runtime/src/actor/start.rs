@@ -84,11 +84,22 @@ impl Agent {
     }
 
     /// Spawns an actor with `settings` holding `loaded`, linked to the supervisor.
+    /// An agent with a budget of its own learns first what its session spent.
     pub(crate) async fn spawn_actor(
         self: &Arc<Self>,
         settings: Arc<AgentSettings>,
-        loaded: Loaded,
+        mut loaded: Loaded,
     ) -> Result<ActorRef<AgentMsg>, String> {
+        if !settings.definition.run.budget.agent.is_unbounded() {
+            let scope = tiller_store::SpendScope::Session(self.session.to_string());
+            loaded.spent = self
+                .runtime
+                .writer
+                .store()
+                .spent(&scope)
+                .await
+                .map_err(|error| format!("the session store failed: {error}"))?;
+        }
         let boot = Boot {
             agent: self.clone(),
             settings,

@@ -1,0 +1,527 @@
+//! Budgets: how much a run, an agent or a tenant may spend.
+//!
+//! A [`Budget`] bounds tokens (input, output, total), cost in US dollars (as the
+//! model's prices reckon it), model calls (responses; see [`Spent::response`]),
+//! tool calls and wall-clock time; a
+//! bound left `None` is no bound. A run checks its budgets before each model call
+//! and before each batch of tool calls: past any of them it ends with
+//! [`RunEnd::BudgetExceeded`](crate::RunEnd::BudgetExceeded), after a
+//! `budget_exceeded` event naming the scope, the bound, its maximum and what was
+//! spent. A model call or a tool under way finishes first; a batch of tool calls
+//! the budget does not cover is answered as not run, whole; steering and
+//! follow-ups taken for a turn that will not come go back to their queues.
+//!
+//! The run's own budget ([`Budgets::run`]) counts this run; the agent's
+//! ([`Budgets::agent`]) counts every run of the agent's session, the runs before
+//! this one given by [`Spending::agent_before`] (hosts read it from their store);
+//! the tenant's counts every run of its agents through a shared [`Tally`].
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use tiller_ai::{AssistantMessage, StopReason, Usage};
+
+/// Bounds on what may be spent; `None` is no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budget {
+    /// Input tokens (cached ones included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Input and output tokens together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// Cost in US dollars, as the model's prices reckon it (a finite number, at
+    /// least 0).
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "dollars")]
+    pub cost_usd: Option<f64>,
+    /// Model calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u64>,
+    /// Tool calls the model made, each counted once it is answered (run,
+    /// refused or failed); a batch that would go past it is refused whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// Wall-clock time of runs, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_clock_ms: Option<u64>,
+}
+
+impl Budget {
+    /// Whether it bounds nothing.
+    pub fn is_unbounded(&self) -> bool {
+        *self == Budget::default()
+    }
+
+    /// The first bound `spent` leaves no room under, with its maximum and what was
+    /// spent; `None` while there is room. Tokens, cost, model calls and time have
+    /// no room left once they reach their bound (the next model call would go
+    /// past it); tool calls, counted with the batch about to run, once they go
+    /// past it.
+    pub fn exceeded_by(&self, spent: &Spent) -> Option<(BudgetLimit, Amount, Amount)> {
+        let counts = [
+            (
+                BudgetLimit::InputTokens,
+                self.input_tokens,
+                spent.input_tokens,
+                0,
+            ),
+            (
+                BudgetLimit::OutputTokens,
+                self.output_tokens,
+                spent.output_tokens,
+                0,
+            ),
+            (
+                BudgetLimit::TotalTokens,
+                self.total_tokens,
+                spent.total_tokens(),
+                0,
+            ),
+            (
+                BudgetLimit::ModelCalls,
+                self.model_calls,
+                spent.model_calls,
+                0,
+            ),
+            (BudgetLimit::ToolCalls, self.tool_calls, spent.tool_calls, 1),
+            (
+                BudgetLimit::WallClockMs,
+                self.wall_clock_ms,
+                spent.wall_clock_ms,
+                0,
+            ),
+        ];
+        for (limit, max, spent, room) in counts {
+            if let Some(max) = max
+                && spent >= max.saturating_add(room)
+            {
+                return Some((limit, Amount::Count(max), Amount::Count(spent)));
+            }
+        }
+        match self.cost_usd {
+            Some(max) if spent.cost_usd >= max => Some((
+                BudgetLimit::CostUsd,
+                Amount::Dollars(max),
+                Amount::Dollars(spent.cost_usd),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A dollar bound: finite, at least 0.
+fn dollars<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    let dollars = Option::<f64>::deserialize(deserializer)?;
+    match dollars {
+        Some(value) if !value.is_finite() || value < 0.0 => Err(serde::de::Error::invalid_value(
+            serde::de::Unexpected::Float(value),
+            &"a number of dollars, at least 0",
+        )),
+        dollars => Ok(dollars),
+    }
+}
+
+/// A run's and its agent's budgets, as settings and agent files state them
+/// (`budget: {run: {...}, agent: {...}}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budgets {
+    /// What one run may spend.
+    #[serde(skip_serializing_if = "Budget::is_unbounded")]
+    pub run: Budget,
+    /// What the agent's session may spend over all its runs.
+    #[serde(skip_serializing_if = "Budget::is_unbounded")]
+    pub agent: Budget,
+}
+
+impl Budgets {
+    /// Whether neither bounds anything.
+    pub fn is_unbounded(&self) -> bool {
+        self.run.is_unbounded() && self.agent.is_unbounded()
+    }
+}
+
+/// What was spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Spent {
+    /// Input tokens (cached ones included).
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+    /// Model calls.
+    pub model_calls: u64,
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Wall-clock milliseconds of runs.
+    pub wall_clock_ms: u64,
+}
+
+impl Spent {
+    /// Input and output tokens together.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// One model call and what its response used.
+    pub fn model_call(usage: &Usage) -> Self {
+        Spent {
+            input_tokens: usage.input + usage.cache_read + usage.cache_write,
+            output_tokens: usage.output,
+            cost_usd: usage.cost.total,
+            model_calls: 1,
+            ..Spent::default()
+        }
+    }
+
+    /// What a response cost: its tokens and dollars, and one model call unless
+    /// it failed or was aborted without using a token (a request refused, a
+    /// server down: nothing was spent, and a fallback may answer in its place).
+    pub fn response(message: &AssistantMessage) -> Self {
+        let mut spent = Spent::model_call(&message.usage);
+        let failed = matches!(message.stop_reason, StopReason::Error | StopReason::Aborted);
+        if failed && spent.total_tokens() == 0 {
+            spent.model_calls = 0;
+        }
+        spent
+    }
+
+    /// `calls` tool calls.
+    pub fn tool_calls(calls: u64) -> Self {
+        Spent {
+            tool_calls: calls,
+            ..Spent::default()
+        }
+    }
+
+    /// `ms` milliseconds of a run.
+    pub fn wall_clock(ms: u64) -> Self {
+        Spent {
+            wall_clock_ms: ms,
+            ..Spent::default()
+        }
+    }
+
+    /// Both together.
+    pub fn plus(mut self, other: &Spent) -> Self {
+        self += other;
+        self
+    }
+
+    /// Whether nothing was spent.
+    pub fn is_zero(&self) -> bool {
+        *self == Spent::default()
+    }
+}
+
+impl std::ops::AddAssign<&Spent> for Spent {
+    fn add_assign(&mut self, other: &Spent) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cost_usd += other.cost_usd;
+        self.model_calls = self.model_calls.saturating_add(other.model_calls);
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.wall_clock_ms = self.wall_clock_ms.saturating_add(other.wall_clock_ms);
+    }
+}
+
+/// A running total shared by many runs (a tenant's agents), with its budget.
+#[derive(Debug, Default)]
+pub struct Tally {
+    state: Mutex<(Budget, Spent)>,
+}
+
+impl Tally {
+    /// A tally that starts at `spent` (what the store counted), under `budget`.
+    pub fn new(budget: Budget, spent: Spent) -> Self {
+        Tally {
+            state: Mutex::new((budget, spent)),
+        }
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> Budget {
+        self.lock().0
+    }
+
+    /// Replaces the budget.
+    pub fn set_budget(&self, budget: Budget) {
+        self.lock().0 = budget;
+    }
+
+    /// What was spent so far.
+    pub fn spent(&self) -> Spent {
+        self.lock().1
+    }
+
+    /// Adds to what was spent.
+    pub fn add(&self, spent: &Spent) {
+        self.lock().1 += spent;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (Budget, Spent)> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What a run counts against besides its own spending.
+#[derive(Debug, Clone, Default)]
+pub struct Spending {
+    /// What the agent's session spent before this run.
+    pub agent_before: Spent,
+    /// The tenant's shared tally, when its spending is bounded or counted.
+    pub tenant: Option<Arc<Tally>>,
+}
+
+/// Whose budget ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetScope {
+    /// The run's own.
+    Run,
+    /// The agent's, over all its runs.
+    Agent,
+    /// The tenant's, over all its agents.
+    Tenant,
+}
+
+impl BudgetScope {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetScope::Run => "run",
+            BudgetScope::Agent => "agent",
+            BudgetScope::Tenant => "tenant",
+        }
+    }
+}
+
+/// Which bound of a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetLimit {
+    /// [`Budget::input_tokens`].
+    InputTokens,
+    /// [`Budget::output_tokens`].
+    OutputTokens,
+    /// [`Budget::total_tokens`].
+    TotalTokens,
+    /// [`Budget::cost_usd`].
+    CostUsd,
+    /// [`Budget::model_calls`].
+    ModelCalls,
+    /// [`Budget::tool_calls`].
+    ToolCalls,
+    /// [`Budget::wall_clock_ms`].
+    WallClockMs,
+}
+
+impl BudgetLimit {
+    /// Its name, as JSON and settings write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetLimit::InputTokens => "input_tokens",
+            BudgetLimit::OutputTokens => "output_tokens",
+            BudgetLimit::TotalTokens => "total_tokens",
+            BudgetLimit::CostUsd => "cost_usd",
+            BudgetLimit::ModelCalls => "model_calls",
+            BudgetLimit::ToolCalls => "tool_calls",
+            BudgetLimit::WallClockMs => "wall_clock_ms",
+        }
+    }
+}
+
+/// A count, or dollars.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    /// Tokens, calls or milliseconds.
+    Count(u64),
+    /// US dollars.
+    Dollars(f64),
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Count(count) => write!(f, "{count}"),
+            Amount::Dollars(dollars) => write!(f, "${dollars:.4}"),
+        }
+    }
+}
+
+/// A budget that ran out: whose, which bound, its maximum and what was spent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("the {} budget of {} ran out: {spent} spent of {max}", scope.as_str(), limit.as_str())]
+pub struct BudgetExceeded {
+    /// Whose budget.
+    pub scope: BudgetScope,
+    /// Which bound.
+    pub limit: BudgetLimit,
+    /// The bound.
+    pub max: Amount,
+    /// What was spent.
+    pub spent: Amount,
+}
+
+/// The budgets a run checks and what it spent, kept by the run.
+#[derive(Debug)]
+pub(crate) struct Meter {
+    budgets: Budgets,
+    spending: Spending,
+    /// This run's spending, its wall clock apart.
+    spent: Spent,
+    started: tokio::time::Instant,
+    /// Whether any budget bounds anything: without one, checks cost nothing.
+    bounded: bool,
+}
+
+impl Meter {
+    pub(crate) fn new(budgets: Budgets, spending: Spending) -> Self {
+        let bounded = !budgets.is_unbounded()
+            || spending
+                .tenant
+                .as_ref()
+                .is_some_and(|tally| !tally.budget().is_unbounded());
+        Meter {
+            budgets,
+            spending,
+            spent: Spent::default(),
+            started: tokio::time::Instant::now(),
+            bounded,
+        }
+    }
+
+    /// Counts what the run spent (and adds it to the tenant's tally).
+    pub(crate) fn spend(&mut self, spent: Spent) {
+        self.spent += &spent;
+        if let Some(tally) = &self.spending.tenant {
+            tally.add(&spent);
+        }
+    }
+
+    /// The run's wall clock so far, in milliseconds.
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Ends the run's wall clock: adds it to the tenant's tally.
+    pub(crate) fn stop(&mut self) {
+        if let Some(tally) = &self.spending.tenant {
+            tally.add(&Spent::wall_clock(self.elapsed_ms()));
+        }
+    }
+
+    /// The first budget past its bound, if `more` (tool calls about to run) were
+    /// spent too.
+    pub(crate) fn exceeded(&self, more: &Spent) -> Option<BudgetExceeded> {
+        if !self.bounded {
+            return None;
+        }
+        let elapsed = Spent::wall_clock(self.elapsed_ms());
+        let run = self.spent.plus(more).plus(&elapsed);
+        let exceeded = |scope, budget: &Budget, spent: &Spent| {
+            budget
+                .exceeded_by(spent)
+                .map(|(limit, max, spent)| BudgetExceeded {
+                    scope,
+                    limit,
+                    max,
+                    spent,
+                })
+        };
+        exceeded(BudgetScope::Run, &self.budgets.run, &run)
+            .or_else(|| {
+                let agent = self.spending.agent_before.plus(&run);
+                exceeded(BudgetScope::Agent, &self.budgets.agent, &agent)
+            })
+            .or_else(|| {
+                let tally = self.spending.tenant.as_ref()?;
+                let tenant = tally.spent().plus(more).plus(&elapsed);
+                exceeded(BudgetScope::Tenant, &tally.budget(), &tenant)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_bound_reached_is_named_with_its_maximum_and_the_spending() {
+        let budget = Budget {
+            total_tokens: Some(100),
+            cost_usd: Some(0.5),
+            ..Budget::default()
+        };
+        let mut spent = Spent::model_call(&Usage {
+            input: 60,
+            output: 30,
+            ..Usage::default()
+        });
+        assert_eq!(budget.exceeded_by(&spent), None);
+        spent += &Spent::tool_calls(1);
+        spent.output_tokens += 10;
+        let tools = Budget {
+            tool_calls: Some(1),
+            ..Budget::default()
+        };
+        assert_eq!(tools.exceeded_by(&spent), None);
+        assert_eq!(
+            tools.exceeded_by(&spent.plus(&Spent::tool_calls(1))),
+            Some((BudgetLimit::ToolCalls, Amount::Count(1), Amount::Count(2)))
+        );
+        assert_eq!(
+            budget.exceeded_by(&spent),
+            Some((
+                BudgetLimit::TotalTokens,
+                Amount::Count(100),
+                Amount::Count(100)
+            ))
+        );
+        let dollars = Spent {
+            cost_usd: 0.75,
+            ..Spent::default()
+        };
+        assert_eq!(
+            budget.exceeded_by(&dollars),
+            Some((
+                BudgetLimit::CostUsd,
+                Amount::Dollars(0.5),
+                Amount::Dollars(0.75)
+            ))
+        );
+        let exceeded = BudgetExceeded {
+            scope: BudgetScope::Tenant,
+            limit: BudgetLimit::CostUsd,
+            max: Amount::Dollars(0.5),
+            spent: Amount::Dollars(0.75),
+        };
+        assert_eq!(
+            serde_json::to_value(exceeded).ok(),
+            Some(
+                serde_json::json!({"scope": "tenant", "limit": "cost_usd", "max": 0.5, "spent": 0.75})
+            )
+        );
+    }
+
+    #[test]
+    fn budgets_read_from_settings_reject_unknown_bounds() {
+        let budgets: Budgets =
+            serde_json::from_value(serde_json::json!({"run": {"tool_calls": 3}}))
+                .unwrap_or_default();
+        assert_eq!(budgets.run.tool_calls, Some(3));
+        let wrong = serde_json::from_value::<Budgets>(serde_json::json!({"run": {"tokens": 3}}));
+        assert!(wrong.is_err());
+        let negative = serde_json::from_value::<Budget>(serde_json::json!({"cost_usd": -1.0}));
+        assert!(negative.is_err_and(|error| error.to_string().contains("at least 0")));
+    }
+}
