@@ -134,6 +134,36 @@ impl Output {
                     crate::say!("[{label} {args}] -> {outcome}");
                 }
             }
+            AgentEvent::ModelFallback { from, to, error } => {
+                self.end_line()?;
+                crate::say!("[{from} failed ({error}); asking {to}]");
+            }
+            AgentEvent::BudgetExceeded {
+                scope,
+                limit,
+                max,
+                spent,
+            } => {
+                self.end_line()?;
+                let exceeded = tiller::BudgetExceeded {
+                    scope: *scope,
+                    limit: *limit,
+                    max: *max,
+                    spent: *spent,
+                };
+                crate::say!("[{exceeded}]");
+            }
+            AgentEvent::GuardrailTripped {
+                stage,
+                guardrail,
+                reason,
+            } => {
+                self.end_line()?;
+                crate::say!(
+                    "[the {} guardrail `{guardrail}` tripped: {reason}]",
+                    stage.as_str()
+                );
+            }
             AgentEvent::AgentEnd {
                 output: Some(tiller::Output::Valid { value }),
                 ..

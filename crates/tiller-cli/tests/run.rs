@@ -969,3 +969,21 @@ async fn with_an_otlp_endpoint_the_runs_spans_are_exported_with_genai_attributes
     assert_eq!(parent_of(agent_ids), id_of(run_ids));
     assert_eq!(agent["gen_ai.operation.name"], "invoke_agent");
 }
+
+#[tokio::test]
+async fn a_budget_that_runs_out_is_said_on_stderr_and_exits_1() {
+    let scratch = Scratch::new();
+    let file = scratch.write(
+        "agent.yaml",
+        "type: object\ndescription: \"\"\njson_schema_extra:\n  kind: agent\n  name: helper\n  model: faux\n  budget: {run: {model_calls: 0}}\n",
+    );
+    let run = finish(tiller(&["run", "--agent", file.to_str().unwrap(), "Hello"])).await;
+    assert_eq!(
+        (run.code(), run.stdout.as_str(), run.stderr.as_str()),
+        (
+            Some(1),
+            "",
+            "[the run budget of model_calls ran out: 0 spent of 0]\ntiller: a budget ran out (its budget_exceeded event says which)\n"
+        )
+    );
+}

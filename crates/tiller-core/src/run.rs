@@ -581,9 +581,17 @@ impl Run {
         });
         let reason = if let Some(reason) = before {
             // Nothing is lost: a prompt the guardrails let through joins the
-            // transcript though no turn runs.
+            // transcript though no turn runs (its check, had it to run beside
+            // the first model call, is awaited now).
             if let (Start::Messages(prompts), RunEnd::BudgetExceeded) = (start, reason) {
-                self.deliver_all(Some(prompts));
+                let refused = match beside {
+                    Some(check) => self.call_back(check).await.ok().flatten(),
+                    None => None,
+                };
+                match refused {
+                    Some(tripped) => self.trip(tripped),
+                    None => self.deliver_all(Some(prompts)),
+                }
             }
             reason
         } else {
