@@ -155,6 +155,10 @@ impl Breakers {
         }
         let breaker = endpoints.entry(endpoint.to_owned()).or_default();
         breaker.failures = breaker.failures.saturating_add(1);
+        if breaker.open_until.is_some() && !probe {
+            // A call let through before it opened: counted, nothing more.
+            return;
+        }
         if probe || breaker.failures >= self.policy.failures.max(1) {
             if !probe {
                 breaker.opened += 1;

@@ -530,9 +530,12 @@ impl Ticket {
                 if let Some(until) = now.checked_add(pause) {
                     pace.paused_until = Some(pace.paused_until.map_or(until, |at| at.max(until)));
                 }
-                // Nothing reserved is spent, and the provider will count the retry.
-                pace.tokens.give_back(self.estimate, now);
-                pace.requests.give_back(1.0, now);
+                // Nothing reserved is spent, and the provider will count the retry
+                // (the first request reserved nothing).
+                if !self.probe {
+                    pace.tokens.give_back(self.estimate, now);
+                    pace.requests.give_back(1.0, now);
+                }
                 self.estimate = 0.0;
             }
             pace.learning = Learning::Known;

@@ -71,13 +71,15 @@ pub fn stream_ref(
             return AssistantStream::failed(model, options, error);
         }
     };
-    let mut stream = dispatch(model, context, options);
-    stream.circuit = Some(Circuit {
+    // Made first: should the provider panic, its drop lets the next probe in.
+    let circuit = Circuit {
         breakers: breakers.clone(),
         endpoint,
         probe,
         recorded: false,
-    });
+    };
+    let mut stream = dispatch(model, context, options);
+    stream.circuit = Some(circuit);
     stream
 }
 

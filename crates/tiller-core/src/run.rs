@@ -574,7 +574,12 @@ impl Run {
             },
             _ => None,
         };
+        // A reply resolves its request first whatever the budgets say; the turn
+        // after it is checked as every other.
         let before = before.or_else(|| {
+            if matches!(start, Start::Reply(..)) {
+                return None;
+            }
             let exceeded = self.meter.exceeded(&Spent::default())?;
             self.exceeded = Some(exceeded);
             Some(RunEnd::BudgetExceeded)
@@ -584,13 +589,15 @@ impl Run {
             // transcript though no turn runs (its check, had it to run beside
             // the first model call, is awaited now).
             if let (Start::Messages(prompts), RunEnd::BudgetExceeded) = (start, reason) {
-                let refused = match beside {
-                    Some(check) => self.call_back(check).await.ok().flatten(),
-                    None => None,
+                let checked = match beside {
+                    Some(check) => self.call_back(check).await,
+                    None => Ok(None),
                 };
-                match refused {
-                    Some(tripped) => self.trip(tripped),
-                    None => self.deliver_all(Some(prompts)),
+                match checked {
+                    Ok(None) => self.deliver_all(Some(prompts)),
+                    Ok(Some(tripped)) => self.trip(tripped),
+                    // Unchecked, it is not kept.
+                    Err(_) => {}
                 }
             }
             reason
@@ -624,6 +631,8 @@ impl Run {
 
     /// The run from its first turn on.
     async fn started(&mut self, start: Start, beside: Beside) -> RunEnd {
+        // The steering taken for the start was checked with the prompt.
+        let checked = matches!(start, Start::Messages(_)) && self.config.first_steering.is_some();
         self.emit(AgentEvent::TurnStart);
         let parked = match start {
             Start::Messages(prompts) => {
@@ -652,12 +661,12 @@ impl Run {
                 .map(|output| OutputCheck::new(&output.schema))
             {
                 Some(Err(failure)) => {
-                    self.deliver_all(Some(pending));
+                    self.leave(Some(pending));
                     self.fail(failure);
                     RunEnd::Error
                 }
-                Some(Ok(check)) => self.turns(pending, Some(check), beside).await,
-                None => self.turns(pending, None, beside).await,
+                Some(Ok(check)) => self.turns(pending, Some(check), beside, checked).await,
+                None => self.turns(pending, None, beside, checked).await,
             }
         }
     }
@@ -693,11 +702,13 @@ impl Run {
         mut pending: Vec<AgentMessage>,
         mut check: Option<OutputCheck>,
         mut beside: Beside,
+        mut checked: bool,
     ) -> RunEnd {
         loop {
             // Steering and follow-ups pass the input guardrails before they join
             // the transcript; refused, they never do, and the turn ends saying so.
-            if let Some(check) = self.input_check(&pending) {
+            let unchecked = !std::mem::take(&mut checked);
+            if let Some(check) = self.input_check(&pending).filter(|_| unchecked) {
                 let refused = match self.call_back(check).await {
                     Ok(refused) => refused,
                     Err(Interrupted::Aborted) => {
@@ -730,7 +741,7 @@ impl Run {
                     message: Box::new(message),
                     tool_results: batch.results,
                 });
-                self.deliver_all(batch.steering);
+                self.leave(batch.steering);
                 return if self.exceeded.is_some() {
                     RunEnd::BudgetExceeded
                 } else {
@@ -814,7 +825,7 @@ impl Run {
             let keep_going = matches!(until, Some(Ok(false)));
             match (stop, until) {
                 (Some(Err(panic)), _) | (_, Some(Err(panic))) => {
-                    self.deliver_all(batch.steering);
+                    self.leave(batch.steering);
                     self.fail(format!(
                         "the stop condition panicked: {}",
                         panic_text(panic)
@@ -822,7 +833,7 @@ impl Run {
                     return RunEnd::Error;
                 }
                 (Some(Ok(true)), _) => {
-                    self.deliver_all(batch.steering);
+                    self.leave(batch.steering);
                     return RunEnd::StopCondition;
                 }
                 _ => {}
@@ -841,7 +852,7 @@ impl Run {
                             errors,
                             attempts: check.attempts,
                         }));
-                        self.deliver_all(batch.steering);
+                        self.leave(batch.steering);
                         return RunEnd::InvalidOutput;
                     }
                 }
@@ -866,7 +877,7 @@ impl Run {
                 }
             }
             if self.turns >= self.config.run.max_turns {
-                self.deliver_all(Some(pending));
+                self.leave(Some(pending));
                 return RunEnd::TurnLimit;
             }
             // Past a budget, what was taken from the queues is not delivered:
@@ -881,7 +892,7 @@ impl Run {
                 .as_ref()
                 .is_some_and(CancellationToken::is_cancelled)
             {
-                self.deliver_all(Some(pending));
+                self.leave(Some(pending));
                 return RunEnd::Paused;
             }
             self.emit(AgentEvent::TurnStart);
@@ -1118,6 +1129,15 @@ impl Run {
     fn deliver_all(&mut self, messages: Option<Vec<AgentMessage>>) {
         for message in messages.into_iter().flatten() {
             self.deliver(message);
+        }
+    }
+
+    /// Steering and follow-ups taken for a turn that will not come: delivered,
+    /// unless the run has input guardrails, which they have not passed (then
+    /// they go back to their queues, and a later run checks them).
+    fn leave(&mut self, messages: Option<Vec<AgentMessage>>) {
+        if self.config.hooks.guardrails.input.is_empty() {
+            self.deliver_all(messages);
         }
     }
 
