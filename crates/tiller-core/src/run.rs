@@ -541,6 +541,7 @@ impl Run {
         // The prompt's checks and the budgets come before the first turn.
         let mut beside = None;
         let before = match &start {
+            Start::Messages(_) if self.config.hooks.guardrails.input.is_empty() => None,
             // The steering taken for the run's start is checked with the prompt.
             Start::Messages(prompts) => match self.input_check(
                 &prompts
@@ -1438,23 +1439,8 @@ impl Run {
             self.update(event, message);
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
-        span.record("gen_ai.response.model", message.model.as_str());
-        span.record(
-            "gen_ai.response.finish_reasons",
-            format_args!("[\"{}\"]", stop_reason_name(message.stop_reason))
-                .to_string()
-                .as_str(),
-        );
-        span.record(
-            "gen_ai.usage.input_tokens",
-            i64::try_from(message.usage.input).unwrap_or(i64::MAX),
-        );
-        span.record(
-            "gen_ai.usage.output_tokens",
-            i64::try_from(message.usage.output).unwrap_or(i64::MAX),
-        );
-        if let Some(error) = &failed {
-            span.record("error.type", error_kind(error));
+        if !span.is_disabled() {
+            record_answer(&span, &message, failed.as_ref());
         }
         let spent = Spent::response(&message);
         // Whether anything went out: the start is announced with the first update.
@@ -1707,6 +1693,19 @@ enum Answered {
         start: Option<AssistantMessage>,
         error: Option<StreamError>,
     },
+}
+
+/// The GenAI attributes of a model call's span, once its response ended.
+fn record_answer(span: &tracing::Span, message: &AssistantMessage, failed: Option<&StreamError>) {
+    span.record("gen_ai.response.model", message.model.as_str());
+    let finish = format!("[\"{}\"]", stop_reason_name(message.stop_reason));
+    span.record("gen_ai.response.finish_reasons", finish.as_str());
+    let tokens = |count: u64| i64::try_from(count).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", tokens(message.usage.input));
+    span.record("gen_ai.usage.output_tokens", tokens(message.usage.output));
+    if let Some(error) = failed {
+        span.record("error.type", error_kind(error));
+    }
 }
 
 /// A model as events name it: `provider/id`.
