@@ -246,9 +246,10 @@ impl ServerHandler for McpToolServer {
         };
         // Progress goes out in order, from one task, while the host asked for it.
         let (updates, mut pending) = tokio::sync::mpsc::unbounded_channel::<ToolOutput>();
+        let mut forwarding = None;
         if let Some(token) = context.meta.get_progress_token() {
             let peer = context.peer.clone();
-            tokio::spawn(async move {
+            forwarding = Some(tokio::spawn(async move {
                 let mut step = 0u64;
                 while let Some(update) = pending.recv().await {
                     step += 1;
@@ -259,7 +260,7 @@ impl ServerHandler for McpToolServer {
                         return;
                     }
                 }
-            });
+            }));
         }
         let ctx =
             ToolContext::detached(context.id.to_string(), context.ct.clone(), move |update| {
@@ -278,9 +279,18 @@ impl ServerHandler for McpToolServer {
             Ok(output) => result_of(output),
             Err(error) => CallToolResult::error(vec![ContentBlock::text(error.message())]),
         };
+        // The progress already reported goes out before the result (the tool's
+        // context is gone, so the forwarding ends once it is sent), waited for
+        // at most `PROGRESS_DRAIN`.
+        if let Some(forwarding) = forwarding {
+            let _ = tokio::time::timeout(PROGRESS_DRAIN, forwarding).await;
+        }
         Ok(CallToolResponse::Complete(result))
     }
 }
+
+/// The longest a result waits for the progress reported before it to go out.
+const PROGRESS_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A tool as MCP lists it.
 fn listed(tool: &dyn AgentTool) -> Tool {
