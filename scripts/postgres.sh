@@ -4,6 +4,8 @@
 #   scripts/postgres.sh install              install the server (apt-get) unless present
 #   scripts/postgres.sh start [--owner PID]  start a fresh cluster, print its URL on stdout
 #   scripts/postgres.sh stop [URL]           stop the cluster at URL (all this script started if none)
+#   scripts/postgres.sh pause URL            stop the server at URL (fast), keeping its data
+#   scripts/postgres.sh resume URL           start the paused server at URL again, on its port
 #   scripts/postgres.sh installed            exit 0 when the server is installed
 #
 # Each `start` makes a new cluster in a temporary folder (trust authentication for
@@ -62,15 +64,39 @@ start() {
   local port; port="$(free_port)"
   as_owner "$bin/initdb" --pgdata "$dir/data" --username tiller --auth trust --no-sync \
     --encoding UTF8 --locale C >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
-  as_owner "$bin/pg_ctl" --pgdata "$dir/data" --log "$dir/server.log" --wait --timeout 60 start \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-    >/dev/null || { cat "$dir/server.log" >&2; die "the server did not start"; }
   echo "$port" >"$dir/port"
+  start_server "$dir"
   if [ -n "$owner" ]; then
     ( while kill -0 "$owner" 2>/dev/null; do sleep 1; done; stop_cluster "$dir" ) >/dev/null 2>&1 &
     disown
   fi
   echo "postgres://tiller@127.0.0.1:$port/postgres"
+}
+
+# Starts (again) the server of the cluster in $1, on the port it keeps.
+start_server() {
+  local dir="$1" bin port; bin="$(bin_dir)"; port="$(cat "$dir/port")"
+  as_owner "$bin/pg_ctl" --pgdata "$dir/data" --log "$dir/server.log" --wait --timeout 60 start \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    >/dev/null || { cat "$dir/server.log" >&2; die "the server did not start"; }
+}
+
+# The cluster directory of the server at URL $1.
+cluster_of() {
+  local dir
+  for dir in "$RUN"/cluster.*; do
+    if [ "$1" = "postgres://tiller@127.0.0.1:$(cat "$dir/port" 2>/dev/null)/postgres" ]; then
+      echo "$dir"; return
+    fi
+  done
+  die "no cluster of this script serves $1"
+}
+
+# Stops the server at URL $1 as an operator restarting it would (fast: its
+# connections are cut, what they committed is kept), keeping its data.
+pause() {
+  local dir bin; dir="$(cluster_of "$1")"; bin="$(bin_dir)"
+  as_owner "$bin/pg_ctl" --pgdata "$dir/data" --mode fast --wait stop >/dev/null
 }
 
 stop_cluster() {
@@ -95,6 +121,8 @@ case "${1:-}" in
   install) install; say "installed: $(bin_dir)" ;;
   start) shift; start "$@" ;;
   stop) shift; stop "${1:-}" ;;
+  pause) pause "${2:?pause URL}" ;;
+  resume) start_server "$(cluster_of "${2:?resume URL}")" ;;
   installed) installed ;;
-  *) die "usage: $0 install|start [--owner PID]|stop [URL]|installed" ;;
+  *) die "usage: $0 install|start [--owner PID]|stop [URL]|pause URL|resume URL|installed" ;;
 esac

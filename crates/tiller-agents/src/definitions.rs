@@ -289,44 +289,47 @@ impl Definitions {
             input_beside: names.input_beside,
             ..Guardrails::default()
         };
-        for (stage, listed) in names.stages() {
+        for (stage, field, listed) in names.stages() {
             for (index, name) in listed.iter().enumerate() {
                 let guardrail = match self.guardrails.get(name) {
                     Some(guardrail) => guardrail.clone(),
                     None => {
-                        let unusable = |message: String| {
-                            DefinitionsError::Unusable(AgentFileError {
-                                file: file.path.clone(),
-                                field: Some(format!(
-                                    "json_schema_extra.guardrails.{stage}[{index}]"
-                                )),
-                                message,
-                            })
-                        };
-                        if *name == file.name {
-                            return Err(unusable(
-                                "an agent cannot be its own guardrail".to_owned(),
-                            ));
-                        }
-                        let judge = self.get(name, None).ok_or_else(|| {
-                            unusable(format!(
-                                "no guardrail or agent definition is named `{name}`"
-                            ))
-                        })?;
-                        let settings = judge
-                            .settings(&self.tools, &self.llms, self.default_model.clone())
-                            .map_err(DefinitionsError::Unusable)?;
-                        agent_guardrail(name.clone(), &settings)
+                        let at = format!("json_schema_extra.guardrails.{field}[{index}]");
+                        self.judge(file, at, name)?
                     }
                 };
-                match stage {
-                    "input" => guardrails.input.push(guardrail),
-                    "output" => guardrails.output.push(guardrail),
-                    _ => guardrails.tool_calls.push(guardrail),
-                }
+                guardrails.add(stage, guardrail);
             }
         }
         Ok(guardrails)
+    }
+
+    /// The definition `name`, which `file` names at `field`, as a guardrail.
+    fn judge(
+        &self,
+        file: &AgentFile,
+        field: String,
+        name: &str,
+    ) -> Result<Guardrail, DefinitionsError> {
+        let unusable = |message: String| {
+            DefinitionsError::Unusable(AgentFileError {
+                file: file.path.clone(),
+                field: Some(field.clone()),
+                message,
+            })
+        };
+        if name == file.name {
+            return Err(unusable("an agent cannot be its own guardrail".to_owned()));
+        }
+        let judge = self.get(name, None).ok_or_else(|| {
+            unusable(format!(
+                "no guardrail or agent definition is named `{name}`"
+            ))
+        })?;
+        let settings = judge
+            .settings(&self.tools, &self.llms, self.default_model.clone())
+            .map_err(DefinitionsError::Unusable)?;
+        Ok(agent_guardrail(name, &settings))
     }
 
     /// The key passed with the default model.

@@ -29,12 +29,12 @@ pub struct GuardrailNames {
 }
 
 impl GuardrailNames {
-    /// Each stage's field name and its names.
-    pub fn stages(&self) -> [(&'static str, &[String]); 3] {
+    /// Each stage, its field's name and the names it lists.
+    pub fn stages(&self) -> [(GuardrailStage, &'static str, &[String]); 3] {
         [
-            ("input", &self.input),
-            ("output", &self.output),
-            ("tool_calls", &self.tool_calls),
+            (GuardrailStage::Input, "input", &self.input),
+            (GuardrailStage::Output, "output", &self.output),
+            (GuardrailStage::ToolCall, "tool_calls", &self.tool_calls),
         ]
     }
 }

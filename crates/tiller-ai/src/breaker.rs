@@ -13,12 +13,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::lock;
 use crate::model::Model;
 
 /// When a breaker opens and for how long.
@@ -202,12 +203,6 @@ impl Breakers {
         stats.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
         stats
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

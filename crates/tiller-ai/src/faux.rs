@@ -29,7 +29,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::lock;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -533,10 +535,6 @@ fn context_chars(context: &Context) -> usize {
             .system_prompt
             .as_deref()
             .map_or(0, |p| p.chars().count())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

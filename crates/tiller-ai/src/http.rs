@@ -238,6 +238,11 @@ impl HttpSource {
         })
     }
 
+    /// The request's turn at its account, once the response is over.
+    pub(crate) fn take_ticket(&mut self) -> Option<Ticket> {
+        self.ticket.take()
+    }
+
     /// Makes progress: `Ready` once events are queued on `out` or it is finished.
     pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>, out: &mut MessageBuilder) -> Poll<()> {
         loop {
@@ -372,13 +377,6 @@ fn drain(mut body: BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskCont
 struct Sent {
     response: reqwest::Response,
     ticket: Option<Ticket>,
-}
-
-impl HttpSource {
-    /// The request's turn at its account, once the response is over.
-    pub(crate) fn take_ticket(&mut self) -> Option<Ticket> {
-        self.ticket.take()
-    }
 }
 
 /// Sends `request`, retrying what is worth retrying, until a successful response

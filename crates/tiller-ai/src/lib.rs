@@ -100,3 +100,11 @@ pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};
 pub use tokio_util::sync::CancellationToken;
 pub use usage::{Cost, Usage};
+
+/// Takes `mutex`, a panic of another holder notwithstanding: the state behind
+/// this crate's mutexes is whole after every change.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -66,7 +66,7 @@ pub struct StreamOptions {
     #[serde(skip)]
     pub rate_limits: Option<RateLimits>,
     /// The account's name, when the caller names it (a named LLM configuration):
-    /// requests of the same name and model share one pace whatever their key.
+    /// requests of the same name, model and key share one pace wherever they go.
     /// Unnamed, an account is its key at the provider's address.
     pub account: Option<String>,
     /// Told of each wait for the account's turn before it starts.

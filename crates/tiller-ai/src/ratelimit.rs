@@ -9,12 +9,12 @@
 //!   limits (OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
 //!   Anthropic's `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`);
 //!   an account whose responses carry none is not paced at all.
-//! - After that each request reserves one request and its estimated tokens (a
+//! - After that each request takes one request and its estimated tokens (a
 //!   quarter of its body's bytes plus the output the account's answers have been
-//!   averaging) from two buckets that refill at the rate the headers imply. A
-//!   request the buckets cannot cover yet waits, first come first served, the
-//!   time it takes them to refill: the waits of concurrent requests queue one
-//!   after another rather than all ending together.
+//!   averaging) from two buckets that refill at the rate the headers imply. The
+//!   requests queue first come, first served; the one at the head waits until
+//!   the buckets cover it, so concurrent requests go out one after another
+//!   rather than all at once.
 //! - A 429 pauses the whole account for the wait it names (`retry-after`, or the
 //!   tokens' reset), and the request is tried again after it.
 //! - When a response ends, its reservation is settled against the usage it
@@ -27,16 +27,16 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::limits;
+use crate::{limits, lock};
 
 /// The accounts of one process (a supervisor's agents share one), each paced on
 /// its own. Cloning is cheap and shares the accounts.
@@ -71,7 +71,7 @@ impl RateLimits {
         named: Option<&str>,
         credential: Option<&[u8]>,
     ) -> Arc<Account> {
-        let mut keyed = hasher();
+        let mut keyed = DefaultHasher::new();
         (named, model, credential).hash(&mut keyed);
         if named.is_none() {
             (provider, origin).hash(&mut keyed);
@@ -86,7 +86,7 @@ impl RateLimits {
                     Some(credential) => {
                         // 32 bits of a hash: the same in every process, and no
                         // way back to the key.
-                        let mut fingerprint = std::hash::DefaultHasher::new();
+                        let mut fingerprint = DefaultHasher::new();
                         credential.hash(&mut fingerprint);
                         format!("{name}/{model} key {:08x}", fingerprint.finish() >> 32)
                     }
@@ -185,7 +185,7 @@ const FIRST_OUTPUT_TOKENS: f64 = 256.0;
 pub struct Account {
     label: Arc<str>,
     pace: Mutex<Pace>,
-    /// Woken when the first request's answer is in (or it fails).
+    /// Woken when the first request's headers are in (or it fails).
     learned: Notify,
     /// Held by the request at the head of the queue while it waits.
     turnstile: tokio::sync::Mutex<()>,
@@ -410,7 +410,8 @@ impl Account {
             });
         }
         // First come, first served: only the head of the queue watches the
-        // buckets, and sees every correction (a settlement, a 429) as it waits.
+        // buckets, and sees the corrections (a settlement, a 429) made while it
+        // slept when it wakes.
         let head = self.turnstile.lock().await;
         loop {
             let wait = lock(&self.pace).take(estimate, Instant::now());
@@ -452,13 +453,17 @@ impl Drop for Queued<'_> {
 }
 
 impl Pace {
+    /// What is left of the pause after a 429.
+    fn pause_left(&self, now: Instant) -> Duration {
+        self.paused_until
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now))
+    }
+
     /// How long a request of `estimate` tokens joining the queue now can expect
     /// to wait: until the buckets cover it and everything queued before it, or
     /// the pause after a 429 ends.
     fn expected_wait(&mut self, estimate: f64, now: Instant) -> (Duration, WaitCause) {
-        let paused = self
-            .paused_until
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
+        let paused = self.pause_left(now);
         let paced = self
             .requests
             .deficit(self.queued_requests + 1.0, now)
@@ -473,10 +478,8 @@ impl Pace {
     /// Takes one request and `estimate` tokens if the buckets cover them and no
     /// pause holds; else how long until they may.
     fn take(&mut self, estimate: f64, now: Instant) -> Duration {
-        let paused = self
-            .paused_until
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
-        let wait = paused
+        let wait = self
+            .pause_left(now)
             .max(self.requests.deficit(1.0, now))
             .max(self.tokens.deficit(estimate, now));
         if wait.is_zero() {
@@ -543,8 +546,8 @@ impl Ticket {
         self.end_probe();
     }
 
-    /// Settles the reservation against the tokens the response reported; the
-    /// account's first answer lets the requests waiting for it go.
+    /// Settles the reservation against the tokens the response reported, and
+    /// learns from them what an answer takes.
     pub fn settle(mut self, input: u64, output: u64) {
         let now = Instant::now();
         let used = (input + output) as f64;
@@ -680,17 +683,6 @@ fn rfc3339_seconds(text: &str) -> Option<f64> {
     let of_era_days = of_era * 365 + of_era / 4 - of_era / 100 + of_year;
     let days = era * 146_097 + of_era_days - 719_468;
     Some(days as f64 * 86_400.0 + hour * 3600.0 + minute * 60.0 + second)
-}
-
-fn hasher() -> impl Hasher {
-    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    KEYS.get_or_init(Default::default).build_hasher()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

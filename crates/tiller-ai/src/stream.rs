@@ -235,10 +235,7 @@ impl AssistantStream {
             && let Some(ticket) = source.take_ticket()
         {
             let usage = &self.builder.message().usage;
-            ticket.settle(
-                usage.input + usage.cache_read + usage.cache_write,
-                usage.output,
-            );
+            ticket.settle(usage.prompt_tokens(), usage.output);
         }
     }
 

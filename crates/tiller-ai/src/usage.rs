@@ -47,6 +47,13 @@ pub struct Cost {
 }
 
 impl Usage {
+    /// The prompt's tokens, cached or not: `input + cache_read + cache_write`.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+    }
+
     /// Recomputes `total_tokens` and the cost from the token counts and `prices`.
     /// Counts come from servers, so sums saturate rather than overflow.
     pub fn price(&mut self, prices: &ModelCost) {

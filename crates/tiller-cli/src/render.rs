@@ -138,31 +138,14 @@ impl Output {
                 self.end_line()?;
                 crate::say!("[{from} failed ({error}); asking {to}]");
             }
-            AgentEvent::BudgetExceeded {
-                scope,
-                limit,
-                max,
-                spent,
-            } => {
+            AgentEvent::BudgetExceeded { .. } | AgentEvent::GuardrailTripped { .. } => {
                 self.end_line()?;
-                let exceeded = tiller::BudgetExceeded {
-                    scope: *scope,
-                    limit: *limit,
-                    max: *max,
-                    spent: *spent,
-                };
-                crate::say!("[{exceeded}]");
-            }
-            AgentEvent::GuardrailTripped {
-                stage,
-                guardrail,
-                reason,
-            } => {
-                self.end_line()?;
-                crate::say!(
-                    "[the {} guardrail `{guardrail}` tripped: {reason}]",
-                    stage.as_str()
-                );
+                if let Some(exceeded) = event.budget_exceeded() {
+                    crate::say!("[{exceeded}]");
+                }
+                if let Some(tripped) = event.guardrail_tripped() {
+                    crate::say!("[{tripped}]");
+                }
             }
             AgentEvent::AgentEnd {
                 output: Some(tiller::Output::Valid { value }),

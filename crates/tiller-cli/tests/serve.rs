@@ -12,83 +12,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Scratch, exit_of, finish, lines, read_until, tiller};
+use common::{HELPER, Scratch, Serving, exit_of, finish, kill_hard, request, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_test_support::{MockResponse, MockServer, sse};
-use tokio::process::Child;
-use tokio::sync::mpsc;
-
-const HELPER: &str = "type: object\n\
-                      description: You help.\n\
-                      json_schema_extra: {kind: agent, name: helper}\n";
-
-#[allow(unsafe_code)]
-fn terminate(pid: u32) {
-    // SAFETY: kill only sends a signal to the child we started.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGTERM);
-    }
-}
-
-/// A running `tiller serve` of a folder holding the `helper` agent file.
-struct Serving {
-    child: Child,
-    base: String,
-    stderr: mpsc::UnboundedReceiver<String>,
-    _scratch: Scratch,
-}
-
-impl Serving {
-    async fn start() -> Serving {
-        Serving::start_with(Scratch::new(), &[], &[]).await
-    }
-
-    /// Serves the folder `agents` of `scratch`, written here, with `more` options
-    /// and the environment variables `vars`.
-    async fn start_with(scratch: Scratch, more: &[&str], vars: &[(&str, &str)]) -> Serving {
-        std::fs::create_dir_all(scratch.path().join("agents")).unwrap();
-        scratch.write("agents/helper.yaml", HELPER);
-        let agents = scratch.path().join("agents");
-        let mut args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--agents",
-            agents.to_str().unwrap(),
-        ];
-        args.extend(more);
-        let mut child = tiller(&args).envs(vars.iter().copied()).spawn().unwrap();
-        let mut stderr = lines(child.stderr.take().unwrap());
-        let said = read_until(&mut stderr, |line| line.contains("http://")).await;
-        let line = said.last().unwrap();
-        assert!(
-            line.contains("agent definition(s)") && line.contains("(helper"),
-            "{line}"
-        );
-        let address = line
-            .split("http://")
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap();
-        Serving {
-            child,
-            base: format!("http://{address}"),
-            stderr,
-            _scratch: scratch,
-        }
-    }
-
-    /// Stops it with SIGTERM; it must exit 0 saying so.
-    async fn stop(mut self) {
-        terminate(self.child.id().unwrap());
-        let status = exit_of(&mut self.child).await;
-        assert_eq!(status.code(), Some(0));
-        read_until(&mut self.stderr, |line| line == "tiller: stopped").await;
-    }
-}
 
 #[tokio::test]
 async fn serves_agents_from_a_folder_and_stops_cleanly() {
@@ -523,14 +450,6 @@ async fn a_conversation_outlives_the_server_in_its_sqlite_store_and_idle_agents_
     serving.stop().await;
 }
 
-#[allow(unsafe_code)]
-fn kill_hard(pid: u32) {
-    // SAFETY: kill only sends a signal to the child we started.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
-    }
-}
-
 /// The seeds' flow over HTTP, with the server killed while the question waits: the
 /// tool (a program) asks "When?", `tiller serve` dies with SIGKILL, a new one on
 /// the same SQLite file still waits, and the answer goes into the same call, which
@@ -660,30 +579,6 @@ async fn a_question_waiting_over_http_survives_a_killed_server() {
         (409, Some("urn:tiller:problem:nothing-to-reply"))
     );
     serving.stop().await;
-}
-
-/// A JSON request to a serving `tiller`: its status and body.
-async fn request(
-    method: reqwest::Method,
-    url: String,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let request = reqwest::Client::new().request(method, url);
-    let request = match token {
-        Some(token) => request.bearer_auth(token),
-        None => request,
-    };
-    let request = match body {
-        Some(body) => request
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-        None => request,
-    };
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// Stopped and started again on the same store, a server with tokens (whose

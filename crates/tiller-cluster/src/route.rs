@@ -169,34 +169,11 @@ pub(crate) async fn run(
                 }
             }
             "budget_exceeded" | "guardrail_tripped" => {
-                if let Ok(envelope) = serde_json::from_str::<Envelope>(text) {
-                    match envelope.event {
-                        tiller::Delivered::Event(AgentEvent::BudgetExceeded {
-                            scope,
-                            limit,
-                            max,
-                            spent,
-                        }) => {
-                            budget_exceeded = Some(tiller::BudgetExceeded {
-                                scope,
-                                limit,
-                                max,
-                                spent,
-                            });
-                        }
-                        tiller::Delivered::Event(AgentEvent::GuardrailTripped {
-                            stage,
-                            guardrail,
-                            reason,
-                        }) => {
-                            guardrail_tripped = Some(tiller::GuardrailTripped {
-                                stage,
-                                guardrail,
-                                reason,
-                            });
-                        }
-                        _ => {}
-                    }
+                if let Ok(envelope) = serde_json::from_str::<Envelope>(text)
+                    && let tiller::Delivered::Event(event) = envelope.event
+                {
+                    budget_exceeded = event.budget_exceeded().or(budget_exceeded);
+                    guardrail_tripped = event.guardrail_tripped().or(guardrail_tripped);
                 }
             }
             "agent_end" => {

@@ -56,60 +56,47 @@ impl Budget {
         *self == Budget::default()
     }
 
+    /// Its bound on `limit`, if it has one.
+    pub fn bound(&self, limit: BudgetLimit) -> Option<Amount> {
+        let count = match limit {
+            BudgetLimit::InputTokens => self.input_tokens,
+            BudgetLimit::OutputTokens => self.output_tokens,
+            BudgetLimit::TotalTokens => self.total_tokens,
+            BudgetLimit::CostUsd => return self.cost_usd.map(Amount::Dollars),
+            BudgetLimit::ModelCalls => self.model_calls,
+            BudgetLimit::ToolCalls => self.tool_calls,
+            BudgetLimit::WallClockMs => self.wall_clock_ms,
+        };
+        count.map(Amount::Count)
+    }
+
     /// The first bound `spent` leaves no room under, with its maximum and what was
     /// spent; `None` while there is room. Tokens, cost, model calls and time have
     /// no room left once they reach their bound (the next model call would go
     /// past it); tool calls, counted with the batch about to run, once they go
-    /// past it.
+    /// past it. The counts are looked at before the cost.
     pub fn exceeded_by(&self, spent: &Spent) -> Option<(BudgetLimit, Amount, Amount)> {
-        let counts = [
-            (
-                BudgetLimit::InputTokens,
-                self.input_tokens,
-                spent.input_tokens,
-                0,
-            ),
-            (
-                BudgetLimit::OutputTokens,
-                self.output_tokens,
-                spent.output_tokens,
-                0,
-            ),
-            (
-                BudgetLimit::TotalTokens,
-                self.total_tokens,
-                spent.total_tokens(),
-                0,
-            ),
-            (
-                BudgetLimit::ModelCalls,
-                self.model_calls,
-                spent.model_calls,
-                0,
-            ),
-            (BudgetLimit::ToolCalls, self.tool_calls, spent.tool_calls, 1),
-            (
-                BudgetLimit::WallClockMs,
-                self.wall_clock_ms,
-                spent.wall_clock_ms,
-                0,
-            ),
+        const IN_ORDER: [BudgetLimit; 7] = [
+            BudgetLimit::InputTokens,
+            BudgetLimit::OutputTokens,
+            BudgetLimit::TotalTokens,
+            BudgetLimit::ModelCalls,
+            BudgetLimit::ToolCalls,
+            BudgetLimit::WallClockMs,
+            BudgetLimit::CostUsd,
         ];
-        for (limit, max, spent, room) in counts {
-            if let Some(max) = max
-                && spent >= max.saturating_add(room)
-            {
-                return Some((limit, Amount::Count(max), Amount::Count(spent)));
-            }
-        }
-        match self.cost_usd {
-            Some(max) if spent.cost_usd >= max => Some((
-                BudgetLimit::CostUsd,
-                Amount::Dollars(max),
-                Amount::Dollars(spent.cost_usd),
-            )),
-            _ => None,
-        }
+        IN_ORDER.into_iter().find_map(|limit| {
+            let max = self.bound(limit)?;
+            let spent = spent.amount(limit);
+            let reached = match (max, spent) {
+                (Amount::Count(max), Amount::Count(spent)) if limit == BudgetLimit::ToolCalls => {
+                    spent > max
+                }
+                (Amount::Count(max), Amount::Count(spent)) => spent >= max,
+                (max, spent) => spent.value() >= max.value(),
+            };
+            reached.then_some((limit, max, spent))
+        })
     }
 }
 
@@ -169,10 +156,23 @@ impl Spent {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
+    /// What it spent on `limit`.
+    pub fn amount(&self, limit: BudgetLimit) -> Amount {
+        Amount::Count(match limit {
+            BudgetLimit::InputTokens => self.input_tokens,
+            BudgetLimit::OutputTokens => self.output_tokens,
+            BudgetLimit::TotalTokens => self.total_tokens(),
+            BudgetLimit::CostUsd => return Amount::Dollars(self.cost_usd),
+            BudgetLimit::ModelCalls => self.model_calls,
+            BudgetLimit::ToolCalls => self.tool_calls,
+            BudgetLimit::WallClockMs => self.wall_clock_ms,
+        })
+    }
+
     /// One model call and what its response used.
     pub fn model_call(usage: &Usage) -> Self {
         Spent {
-            input_tokens: usage.input + usage.cache_read + usage.cache_write,
+            input_tokens: usage.prompt_tokens(),
             output_tokens: usage.output,
             cost_usd: usage.cost.total,
             model_calls: 1,
@@ -325,6 +325,17 @@ pub enum BudgetLimit {
 }
 
 impl BudgetLimit {
+    /// Every bound, in the order budgets list them.
+    pub const ALL: [BudgetLimit; 7] = [
+        BudgetLimit::InputTokens,
+        BudgetLimit::OutputTokens,
+        BudgetLimit::TotalTokens,
+        BudgetLimit::CostUsd,
+        BudgetLimit::ModelCalls,
+        BudgetLimit::ToolCalls,
+        BudgetLimit::WallClockMs,
+    ];
+
     /// Its name, as JSON and settings write it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -347,6 +358,16 @@ pub enum Amount {
     Count(u64),
     /// US dollars.
     Dollars(f64),
+}
+
+impl Amount {
+    /// The count or the dollars, as a number.
+    pub fn value(self) -> f64 {
+        match self {
+            Amount::Count(count) => count as f64,
+            Amount::Dollars(dollars) => dollars,
+        }
+    }
 }
 
 impl std::fmt::Display for Amount {

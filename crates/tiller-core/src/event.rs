@@ -323,6 +323,40 @@ impl From<GuardrailTripped> for AgentEvent {
 }
 
 impl AgentEvent {
+    /// The budget this `budget_exceeded` says ran out.
+    pub fn budget_exceeded(&self) -> Option<BudgetExceeded> {
+        match self {
+            AgentEvent::BudgetExceeded {
+                scope,
+                limit,
+                max,
+                spent,
+            } => Some(BudgetExceeded {
+                scope: *scope,
+                limit: *limit,
+                max: *max,
+                spent: *spent,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The guardrail this `guardrail_tripped` says tripped, and why.
+    pub fn guardrail_tripped(&self) -> Option<GuardrailTripped> {
+        match self {
+            AgentEvent::GuardrailTripped {
+                stage,
+                guardrail,
+                reason,
+            } => Some(GuardrailTripped {
+                stage: *stage,
+                guardrail: guardrail.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// What the compaction this `compaction_end` ends did.
     pub fn compaction_report(&self) -> Option<CompactionReport> {
         match self {

@@ -27,7 +27,7 @@ use crate::config::{
     ToolExecutionMode,
 };
 use crate::event::AgentEvent;
-use crate::guardrail::{GuardrailStage, GuardrailTripped};
+use crate::guardrail::GuardrailStage;
 use crate::message::AgentMessage;
 use crate::request::{Approval, UserRequest, asks_in_a_row};
 use crate::run::{Interrupted, Run, panic_text};
@@ -469,14 +469,8 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
     if !guardrails.tool_calls.is_empty() {
         let text = format!("{} {args}", call.name);
         let check = guardrails.check(GuardrailStage::ToolCall, text, &run.config.context);
-        let tripped = match run.call_back(check).await {
-            Ok(tripped) => tripped,
-            Err(Interrupted::Aborted) => return Prepared::Answered(aborted(call)),
-            Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
-                stage: GuardrailStage::ToolCall,
-                guardrail: "tool_calls".to_owned(),
-                reason: format!("the guardrail panicked: {panic}"),
-            }),
+        let Ok(tripped) = run.verdict(GuardrailStage::ToolCall, check).await else {
+            return Prepared::Answered(aborted(call));
         };
         if let Some(tripped) = tripped {
             let blocked = format!(

@@ -162,6 +162,15 @@ impl Guardrails {
         }
     }
 
+    /// Adds `guardrail` to the checks of `stage`.
+    pub fn add(&mut self, stage: GuardrailStage, guardrail: Guardrail) {
+        match stage {
+            GuardrailStage::Input => self.input.push(guardrail),
+            GuardrailStage::Output => self.output.push(guardrail),
+            GuardrailStage::ToolCall => self.tool_calls.push(guardrail),
+        }
+    }
+
     /// Runs the checks of `stage` on `text` concurrently: the first failure in
     /// list order, or `None` when all pass.
     pub fn check(
@@ -181,9 +190,9 @@ impl Guardrails {
                 };
                 let name = Arc::clone(&guardrail.name);
                 // A panic calling the check, or awaiting it, fails it.
-                let check = guardrail.check.clone();
-                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(input)))
-                    .map(|verdict| AssertUnwindSafe(verdict).catch_unwind());
+                let verdict =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| (guardrail.check)(input)))
+                        .map(|verdict| AssertUnwindSafe(verdict).catch_unwind());
                 async move {
                     let verdict = match verdict {
                         Ok(verdict) => verdict.await,

@@ -447,6 +447,25 @@ impl Run {
         let _ = self.tripped.set(tripped);
     }
 
+    /// Awaits the guardrails' `check` of `stage` as a callback is awaited:
+    /// `Err` once the run is aborted and the check does not answer within the
+    /// grace. (A check that panics has failed already: see
+    /// [`Guardrails::check`](crate::Guardrails::check).)
+    pub(crate) async fn verdict(
+        &self,
+        stage: GuardrailStage,
+        check: impl Future<Output = Option<GuardrailTripped>>,
+    ) -> Result<Option<GuardrailTripped>, Interrupted> {
+        match self.call_back(check).await {
+            Err(Interrupted::Panicked(panic)) => Ok(Some(GuardrailTripped {
+                stage,
+                guardrail: stage.as_str().to_owned(),
+                reason: format!("the guardrail panicked: {panic}"),
+            })),
+            verdict => verdict,
+        }
+    }
+
     /// Whether a guardrail tripped.
     pub(crate) fn is_tripped(&self) -> bool {
         self.tripped.get().is_some()
@@ -555,21 +574,13 @@ impl Run {
                     None
                 }
                 // Kept out of the transcript: the model never sees it.
-                Some(check) => match self.call_back(check).await {
+                Some(check) => match self.verdict(GuardrailStage::Input, check).await {
                     Ok(None) => None,
                     Ok(Some(tripped)) => {
                         self.trip(tripped);
                         Some(RunEnd::GuardrailTripped)
                     }
-                    Err(Interrupted::Aborted) => Some(RunEnd::Aborted),
-                    Err(Interrupted::Panicked(panic)) => {
-                        self.trip(GuardrailTripped {
-                            stage: GuardrailStage::Input,
-                            guardrail: "input".to_owned(),
-                            reason: format!("the guardrail panicked: {panic}"),
-                        });
-                        Some(RunEnd::GuardrailTripped)
-                    }
+                    Err(_) => Some(RunEnd::Aborted),
                 },
                 None => None,
             },
@@ -591,7 +602,7 @@ impl Run {
             // the first model call, is awaited now).
             if let (Start::Messages(prompts), RunEnd::BudgetExceeded) = (start, reason) {
                 let checked = match beside {
-                    Some(check) => self.call_back(check).await,
+                    Some(check) => self.verdict(GuardrailStage::Input, check).await,
                     None => Ok(None),
                 };
                 match checked {
@@ -710,18 +721,10 @@ impl Run {
             // the transcript; refused, they never do, and the turn ends saying so.
             let unchecked = !std::mem::take(&mut checked);
             if let Some(check) = self.input_check(&pending).filter(|_| unchecked) {
-                let refused = match self.call_back(check).await {
-                    Ok(refused) => refused,
-                    Err(Interrupted::Aborted) => {
-                        let message = self.aborted();
-                        self.end_turn(message, Vec::new());
-                        return RunEnd::Aborted;
-                    }
-                    Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
-                        stage: GuardrailStage::Input,
-                        guardrail: "input".to_owned(),
-                        reason: format!("the guardrail panicked: {panic}"),
-                    }),
+                let Ok(refused) = self.verdict(GuardrailStage::Input, check).await else {
+                    let message = self.aborted();
+                    self.end_turn(message, Vec::new());
+                    return RunEnd::Aborted;
                 };
                 if let Some(tripped) = refused {
                     let message = self.fail(tripped.to_string());
@@ -737,11 +740,8 @@ impl Run {
             let span = tracing::info_span!("turn", turn);
             let (message, batch) = self.turn(beside.take()).instrument(span).await;
             self.turns = turn;
-            if self.tripped.get().is_some() || self.exceeded.is_some() {
-                self.emit(AgentEvent::TurnEnd {
-                    message: Box::new(message),
-                    tool_results: batch.results,
-                });
+            if self.is_tripped() || self.exceeded.is_some() {
+                self.end_turn(message, batch.results);
                 self.leave(batch.steering);
                 return if self.exceeded.is_some() {
                     RunEnd::BudgetExceeded
@@ -809,18 +809,13 @@ impl Run {
                 tool_results: batch.results,
             });
             if let Some(guarded) = guarded {
-                let tripped = match self.call_back(guarded).await {
-                    Ok(tripped) => tripped,
-                    Err(Interrupted::Aborted) => return RunEnd::Aborted,
-                    Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
-                        stage: GuardrailStage::Output,
-                        guardrail: "output".to_owned(),
-                        reason: format!("the guardrail panicked: {panic}"),
-                    }),
-                };
-                if let Some(tripped) = tripped {
-                    self.trip(tripped);
-                    return RunEnd::GuardrailTripped;
+                match self.verdict(GuardrailStage::Output, guarded).await {
+                    Ok(None) => {}
+                    Ok(Some(tripped)) => {
+                        self.trip(tripped);
+                        return RunEnd::GuardrailTripped;
+                    }
+                    Err(_) => return RunEnd::Aborted,
                 }
             }
             let keep_going = matches!(until, Some(Ok(false)));
@@ -956,15 +951,11 @@ impl Run {
         // Tools wait for the verdict, as an aborted run waits for a callback.
         let tripped = match decided {
             Some(tripped) => tripped,
-            None => match self.call_back(verdict).await {
-                Ok(tripped) => tripped,
-                Err(Interrupted::Aborted) => None,
-                Err(Interrupted::Panicked(panic)) => Some(GuardrailTripped {
-                    stage: GuardrailStage::Input,
-                    guardrail: "input".to_owned(),
-                    reason: format!("the guardrail panicked: {panic}"),
-                }),
-            },
+            None => self
+                .verdict(GuardrailStage::Input, verdict)
+                .await
+                .ok()
+                .flatten(),
         };
         if let Some(tripped) = tripped {
             self.trip(tripped);

@@ -99,8 +99,9 @@ pub struct DefinitionPatch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budgets>,
     /// The name of the account whose rate limits the requests share with every
-    /// request of that name and model (see [`tiller_ai::ratelimit`]); a named LLM
-    /// configuration's name by default. Unnamed, an account is its key.
+    /// request of that name, model and key (see [`tiller_ai::ratelimit`]); a
+    /// named LLM configuration's name by default. Unnamed, an account is its key
+    /// at the provider's address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
 }

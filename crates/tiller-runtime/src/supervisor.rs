@@ -394,6 +394,13 @@ impl Supervisor {
         self.inner.runtime.writer.store()
     }
 
+    /// Whether the session store takes writes now (see
+    /// [`StoreWriter`](tiller_store::StoreWriter)): while it does not, writes wait
+    /// and runs park at their next one.
+    pub fn store_health(&self) -> &tiller_store::StoreHealth {
+        self.inner.runtime.writer.health()
+    }
+
     /// The rate limits the agents share, one pace per provider account (see
     /// [`tiller_ai::ratelimit`]): their figures for `/metrics`. `None` when
     /// [`SupervisorConfig::share_rate_limits`] is off.

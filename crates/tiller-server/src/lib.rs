@@ -16,7 +16,7 @@
 //! | method and path | does | answers |
 //! |---|---|---|
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
-//! | `GET /healthz` | liveness | 200 `ok` |
+//! | `GET /healthz` | liveness, and whether the session store writes | 200 `ok`, 503 `store-unavailable` |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
 //! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, connections by where they are served, events streamed, proxied calls, each provider account's pace (requests, waits, 429s, learned tokens per minute), each failing endpoint's circuit breaker, each tenant's budget and spending (with tokens, for a token marked `metrics: true`) | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
@@ -79,7 +79,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Html;
 use axum::routing::{get, post};
 use dashmap::DashMap;
@@ -112,6 +112,17 @@ fn openapi_json() -> &'static str {
         )
     });
     &JSON
+}
+
+/// `GET /healthz`: 200 `ok`, or 503 `store-unavailable` while the session store
+/// cannot write (requests that would write are refused meanwhile, and the
+/// writes already taken wait for it).
+async fn healthz(State(shared): State<Arc<Shared>>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match shared.writable() {
+        Ok(()) => "ok".into_response(),
+        Err(problem) => shutdown::store_unavailable(problem),
+    }
 }
 
 /// The server's bounds.
@@ -318,7 +329,7 @@ impl Server {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/", get(|| async { Html(DASHBOARD) }))
-            .route("/healthz", get(|| async { "ok" }))
+            .route("/healthz", get(healthz))
             // With tokens, the guard lets only callers with one reach it.
             .route(
                 "/openapi.json",

@@ -1,8 +1,8 @@
 //! `GET /metrics`: the server in Prometheus' text format. Agents by status, runs
 //! started and ended (by how), the agents' model calls with their time to the first
 //! event, HTTP responses by route and status, problems by kind, events written to
-//! event-stream clients, and the pi proxy's model calls with their time to the
-//! first event. Runs and model calls are counted for the agents whose events the
+//! event-stream clients, the pi proxy's model calls with their time to the
+//! first event, and whether the session store writes. Runs and model calls are counted for the agents whose events the
 //! server records: those made through the API, and any other once a client follows
 //! it.
 
@@ -265,11 +265,40 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
         &metrics.proxy_first_event_micros,
         &metrics.proxy_first_events,
     );
+    store_metrics(&mut text, shared.supervisor.store_health());
     provider_metrics(&mut text, &shared.supervisor);
     if let Some(cluster) = &shared.cluster {
         cluster_metrics(&mut text, &cluster.metrics());
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Whether the session store writes, and how often it failed.
+fn store_metrics(text: &mut String, health: &tiller::tiller_store::StoreHealth) {
+    let figures = [
+        (
+            "tiller_store_unavailable",
+            "gauge",
+            "1 while the session store cannot write (writes wait, requests that would write get 503).",
+            u64::from(health.is_unavailable()),
+        ),
+        (
+            "tiller_store_write_failures_total",
+            "counter",
+            "Tries of a write the session store failed (each tried again).",
+            health.failures(),
+        ),
+        (
+            "tiller_store_outages_total",
+            "counter",
+            "Times the session store became unavailable.",
+            health.outages(),
+        ),
+    ];
+    for (name, kind, help, value) in figures {
+        header_of(text, name, kind, help);
+        let _ = writeln!(text, "{name} {value}");
+    }
 }
 
 /// What the agents share of their providers: each account's pace (requests,
@@ -279,6 +308,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
 fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
     use tiller::tiller_ai::BreakerStats;
     use tiller::tiller_ai::ratelimit::AccountStats;
+    use tiller::tiller_core::budget::BudgetLimit;
     let accounts = supervisor
         .rate_limits()
         .map(|limits| limits.stats())
@@ -368,18 +398,16 @@ fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
         );
         for (tenant, _, spent) in &budgets {
             let tenant = quoted(tenant);
-            let counted = [
-                ("input_tokens", spent.input_tokens as f64),
-                ("output_tokens", spent.output_tokens as f64),
-                ("cost_usd", spent.cost_usd),
-                ("model_calls", spent.model_calls as f64),
-                ("tool_calls", spent.tool_calls as f64),
-                ("wall_clock_ms", spent.wall_clock_ms as f64),
-            ];
-            for (what, value) in counted {
+            // What is counted: every bound but the total, which is a sum.
+            let counted = BudgetLimit::ALL
+                .into_iter()
+                .filter(|limit| *limit != BudgetLimit::TotalTokens);
+            for limit in counted {
                 let _ = writeln!(
                     text,
-                    "tiller_tenant_spent{{tenant={tenant},counted=\"{what}\"}} {value}"
+                    "tiller_tenant_spent{{tenant={tenant},counted=\"{}\"}} {}",
+                    limit.as_str(),
+                    spent.amount(limit).value()
                 );
             }
         }
@@ -391,20 +419,13 @@ fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
         );
         for (tenant, budget, _) in &budgets {
             let tenant = quoted(tenant);
-            let bounds = [
-                ("input_tokens", budget.input_tokens.map(|v| v as f64)),
-                ("output_tokens", budget.output_tokens.map(|v| v as f64)),
-                ("total_tokens", budget.total_tokens.map(|v| v as f64)),
-                ("cost_usd", budget.cost_usd),
-                ("model_calls", budget.model_calls.map(|v| v as f64)),
-                ("tool_calls", budget.tool_calls.map(|v| v as f64)),
-                ("wall_clock_ms", budget.wall_clock_ms.map(|v| v as f64)),
-            ];
-            for (bound, value) in bounds {
-                if let Some(value) = value {
+            for limit in BudgetLimit::ALL {
+                if let Some(max) = budget.bound(limit) {
                     let _ = writeln!(
                         text,
-                        "tiller_tenant_budget{{tenant={tenant},bound=\"{bound}\"}} {value}"
+                        "tiller_tenant_budget{{tenant={tenant},bound=\"{}\"}} {}",
+                        limit.as_str(),
+                        max.value()
                     );
                 }
             }

@@ -29,7 +29,28 @@ const NEW_WORK: [&str; 6] = [
     "/api/stream",
 ];
 
+/// The routes whose `POST` or `DELETE` writes nothing to the session store, or
+/// must reach an agent whatever the store does (an abort).
+const WRITES_NOTHING: [&str; 3] = ["/api/stream", "/admin/drain", "/agents/{id}/abort"];
+
+/// What a client is told to wait before it tries again while the store fails.
+const STORE_RETRY_AFTER_SECONDS: u64 = 2;
+
 impl Shared {
+    /// `Ok` while the session store takes writes; else 503 `store-unavailable`
+    /// (with `Retry-After`): nothing the request would change could be kept.
+    pub(crate) fn writable(&self) -> Result<(), Problem> {
+        if self.supervisor.store_health().is_unavailable() {
+            return Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "the session store cannot write just now (a full disk or a lost database): \
+                 requests that would write change nothing until it recovers; try again later",
+            ));
+        }
+        Ok(())
+    }
+
     /// `Ok` unless shutdown has begun.
     pub(crate) fn accepting(&self) -> Result<(), Problem> {
         if self.stopping.is_cancelled() {
@@ -70,19 +91,37 @@ impl Shared {
     }
 }
 
-/// Refuses requests that start new work once shutdown has begun.
+/// Refuses requests that start new work once shutdown has begun, and requests
+/// that would write while the session store cannot (503 `store-unavailable`,
+/// `Retry-After`).
 pub(crate) async fn refuse_new_work(
     State(shared): State<Arc<Shared>>,
     route: Option<MatchedPath>,
     request: Request,
     next: Next,
 ) -> Response {
-    let starts_work = request.method() == Method::POST
-        && route.is_some_and(|route| NEW_WORK.contains(&route.as_str()));
+    let route = route.as_ref().map(MatchedPath::as_str);
+    let starts_work =
+        request.method() == Method::POST && route.is_some_and(|route| NEW_WORK.contains(&route));
     if starts_work && let Err(problem) = shared.accepting() {
         return problem.into_response();
     }
+    let writes = matches!(*request.method(), Method::POST | Method::DELETE)
+        && route.is_none_or(|route| !WRITES_NOTHING.contains(&route));
+    if writes && let Err(problem) = shared.writable() {
+        return store_unavailable(problem);
+    }
     next.run(request).await
+}
+
+/// `problem` with the `Retry-After` a client waits while the store fails.
+pub(crate) fn store_unavailable(problem: Problem) -> Response {
+    let mut response = problem.into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(STORE_RETRY_AFTER_SECONDS),
+    );
+    response
 }
 
 /// `events` until `closing` is cancelled, then those of them ready at that moment

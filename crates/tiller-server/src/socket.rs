@@ -121,6 +121,9 @@ async fn command(shared: &Shared, caller: &Caller, id: &str, frame: &str) -> Res
     if op.starts_run() {
         shared.accepting()?;
     }
+    if !matches!(op, Op::Abort) {
+        shared.writable()?;
+    }
     shared
         .submit(caller, &axum::http::HeaderMap::new(), id, || Ok(op))
         .await

@@ -31,6 +31,11 @@ pub enum StoreError {
     /// The database refused or failed.
     #[error("the session store failed: {0}")]
     Database(String),
+    /// The database cannot be reached or cannot write just now (a full disk, an
+    /// I/O error, a lost connection, a server restarting): the same write may
+    /// succeed later, and [`StoreWriter`](crate::StoreWriter) tries it again.
+    #[error("the session store is unavailable: {0}")]
+    Unavailable(String),
     /// The session to create exists already.
     #[error("session `{0}` exists already")]
     SessionExists(String),
@@ -62,4 +67,12 @@ pub enum StoreError {
     /// The store's writer has stopped (its runtime shut down).
     #[error("the session store's writer has stopped")]
     Closed,
+}
+
+impl StoreError {
+    /// Whether the failure is the store's, not the write's: the same write may
+    /// succeed once the store recovers.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
 }

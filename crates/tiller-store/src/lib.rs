@@ -54,7 +54,7 @@ pub use types::{
     Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionStatus, SessionWrite, SpendScope, StoredSession,
 };
-pub use writer::{Ack, StoreWriter};
+pub use writer::{Ack, StoreHealth, StoreWriter};
 
 use std::sync::Arc;
 

@@ -63,6 +63,10 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Session>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn spending(&self) -> MutexGuard<'_, HashMap<String, Spent>> {
+        self.spending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -121,12 +125,9 @@ impl SessionStore for MemoryStore {
                 continue;
             }
             if let Change::Spend { spent, tenant } = &write.change {
-                let mut spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
-                let session = SpendScope::Session(write.session.to_string());
-                *spending.entry(session.key()).or_default() += spent;
-                if let Some(tenant) = tenant {
-                    let tenant = SpendScope::Tenant(tenant.to_string());
-                    *spending.entry(tenant.key()).or_default() += spent;
+                let mut spending = self.spending();
+                for scope in SpendScope::of(&write.session, tenant.as_deref()) {
+                    *spending.entry(scope.key()).or_default() += spent;
                 }
             }
             let Some(session) = sessions.get_mut(&write.session) else {
@@ -186,7 +187,7 @@ impl SessionStore for MemoryStore {
     }
 
     fn spent<'a>(&'a self, scope: &'a SpendScope) -> BoxFuture<'a, Result<Spent, StoreError>> {
-        let spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
+        let spending = self.spending();
         Box::pin(ready(Ok(spending
             .get(&scope.key())
             .copied()
@@ -284,14 +285,11 @@ impl SessionStore for MemoryStore {
         sessions.retain(|session, _| !crate::is_within(session, id));
         drop(sessions);
         // What the sessions spent goes with them (their tenant's stays).
-        self.spending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|scope, _| {
-                scope
-                    .strip_prefix("session:")
-                    .is_none_or(|session| !crate::is_within(session, id))
-            });
+        self.spending().retain(|scope, _| {
+            scope
+                .strip_prefix("session:")
+                .is_none_or(|session| !crate::is_within(session, id))
+        });
         Box::pin(ready(Ok(existed)))
     }
 
@@ -309,7 +307,7 @@ impl SessionStore for MemoryStore {
         });
         let count = (held - sessions.len()) as u64;
         drop(sessions);
-        let mut spending = self.spending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut spending = self.spending();
         for scope in pruned {
             spending.remove(&scope);
         }

@@ -198,8 +198,48 @@ impl fmt::Debug for SqlStore {
     }
 }
 
+/// A database's failure as the store's error: [`StoreError::Unavailable`] when the
+/// database could not do the work just now (see [`unavailable`]), else
+/// [`StoreError::Database`].
 fn database(error: sqlx::Error) -> StoreError {
-    StoreError::Database(error.to_string())
+    if unavailable(&error) {
+        StoreError::Unavailable(error.to_string())
+    } else {
+        StoreError::Database(error.to_string())
+    }
+}
+
+/// Whether `error` says the database is failing rather than the statement: no
+/// connection, or the server's or the disk's own trouble. SQLite: a full disk,
+/// an I/O error, a busy or locked database, no memory, a file it cannot open or
+/// write. PostgreSQL (SQLSTATE classes): a lost connection (08), too few
+/// resources such as a full disk (53), a server shutting down (57P01–57P03), a
+/// system error (58), a conflict with another transaction (40001, 40P01).
+fn unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(error) => {
+            let Some(code) = error.code() else {
+                return false;
+            };
+            match code.parse::<i32>() {
+                // SQLite's extended code: the primary code is its low byte.
+                // BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL.
+                Ok(extended) => matches!(extended & 0xff, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15),
+                Err(_) => {
+                    ["08", "53", "58"]
+                        .iter()
+                        .any(|class| code.starts_with(class))
+                        || ["57P01", "57P02", "57P03", "40001", "40P01"].contains(&&*code)
+                }
+            }
+        }
+        _ => false,
+    }
 }
 
 impl SqlStore {
@@ -426,9 +466,7 @@ impl SqlStore {
                 Change::OpKey(key) => pending.op_keys.push((session, key)),
                 Change::Spend { spent, tenant } => {
                     // Summed per scope, written once at the batch's end.
-                    let scopes = std::iter::once(SpendScope::Session(session.to_owned()))
-                        .chain(tenant.iter().map(|t| SpendScope::Tenant(t.to_string())));
-                    for scope in scopes {
+                    for scope in SpendScope::of(session, tenant.as_deref()) {
                         *spends.entry(scope.key()).or_default() += spent;
                     }
                 }
@@ -803,7 +841,7 @@ struct KeptConnection(tokio::sync::Mutex<Option<PoolConnection<sqlx::Any>>>);
 
 impl KeptConnection {
     /// Runs `work` on the kept connection, or on a pooled one while it is busy.
-    /// After a failure the connection goes back to the pool, which tests it.
+    /// After a failure the connection is closed.
     async fn with<T>(
         &self,
         pool: &AnyPool,
@@ -815,10 +853,14 @@ impl KeptConnection {
             None => pool.acquire().await.map_err(database)?,
         };
         let result = work(&mut connection).await;
-        if result.is_ok()
-            && let Some(kept) = &mut kept
-        {
-            **kept = Some(connection);
+        match (&result, &mut kept) {
+            (Ok(_), Some(kept)) => **kept = Some(connection),
+            (Ok(_), None) => {}
+            // Closed, never reused: a connection whose statement failed may still
+            // be inside the transaction it began (a failed COMMIT leaves SQLite's
+            // open), and every later write on it would be a savepoint of that
+            // transaction, never committed. The pool opens a new one.
+            (Err(_), _) => connection.close_on_drop(),
         }
         result
     }
@@ -1055,6 +1097,17 @@ async fn apply_one(
 const SPENDING_COLUMNS: &str =
     "input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms";
 
+/// Adds a scope's spending to what it spent before (both databases' upsert).
+const ADD_SPENDING: &str = "INSERT INTO tiller_spending \
+     (scope, input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (scope) DO UPDATE SET \
+     input_tokens = tiller_spending.input_tokens + excluded.input_tokens, \
+     output_tokens = tiller_spending.output_tokens + excluded.output_tokens, \
+     cost_nanos = tiller_spending.cost_nanos + excluded.cost_nanos, \
+     model_calls = tiller_spending.model_calls + excluded.model_calls, \
+     tool_calls = tiller_spending.tool_calls + excluded.tool_calls, \
+     wall_clock_ms = tiller_spending.wall_clock_ms + excluded.wall_clock_ms";
+
 /// Adds `spent` to what the scope keyed `scope` spent (cost kept in billionths
 /// of a dollar).
 async fn spend(
@@ -1062,16 +1115,7 @@ async fn spend(
     scope: &str,
     spent: &Spent,
 ) -> Result<(), StoreError> {
-    let add: Vec<String> = SPENDING_COLUMNS
-        .split(", ")
-        .map(|column| format!("{column} = tiller_spending.{column} + excluded.{column}"))
-        .collect();
-    let sql = format!(
-        "INSERT INTO tiller_spending (scope, {SPENDING_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-         ON CONFLICT (scope) DO UPDATE SET {}",
-        add.join(", ")
-    );
-    sqlx::query(AssertSqlSafe(sql))
+    sqlx::query(ADD_SPENDING)
         .bind(scope)
         .bind(to_i64(spent.input_tokens))
         .bind(to_i64(spent.output_tokens))

@@ -350,6 +350,13 @@ pub enum SpendScope {
 }
 
 impl SpendScope {
+    /// The scopes what `session` (of `tenant`) spends counts in: its own, and
+    /// its tenant's when it has one.
+    pub(crate) fn of(session: &str, tenant: Option<&str>) -> impl Iterator<Item = SpendScope> {
+        std::iter::once(SpendScope::Session(session.to_owned()))
+            .chain(tenant.map(|tenant| SpendScope::Tenant(tenant.to_owned())))
+    }
+
     /// The scope's key in the store: `session:{id}` or `tenant:{id}`.
     pub fn key(&self) -> String {
         match self {

@@ -38,6 +38,35 @@ pub fn postgres_url() -> Option<String> {
     Some(URL.get_or_init(start).clone())
 }
 
+/// Stops the server at `url` (one [`postgres_url`] started) as an operator
+/// restarting it would: its connections are cut, its data kept.
+///
+/// # Panics
+/// When the script fails.
+pub fn pause(url: &str) {
+    run(&["pause", url]);
+}
+
+/// Starts the server [`pause`] stopped again, on the same port.
+///
+/// # Panics
+/// When the script fails.
+pub fn resume(url: &str) {
+    run(&["resume", url]);
+}
+
+fn run(args: &[&str]) {
+    let status = std::process::Command::new(script())
+        .args(args)
+        .status()
+        .unwrap_or_else(|error| panic!("scripts/postgres.sh: {error}"));
+    assert!(
+        status.success(),
+        "`scripts/postgres.sh {}` failed",
+        args.join(" ")
+    );
+}
+
 fn installed() -> bool {
     script_says_installed(&script(), &[])
 }

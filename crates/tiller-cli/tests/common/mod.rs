@@ -369,3 +369,113 @@ pub(crate) async fn gone_within(pid: i32, within: Duration) {
     .await
     .unwrap_or_else(|_| panic!("process {pid} outlived its call by {within:?}"));
 }
+
+/// An agent file of the `helper` agent, answered by whatever model is set.
+pub(crate) const HELPER: &str = "type: object\n\
+                      description: You help.\n\
+                      json_schema_extra: {kind: agent, name: helper}\n";
+
+#[allow(unsafe_code)]
+/// Sends SIGTERM to `pid`.
+pub(crate) fn terminate(pid: u32) {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}
+
+/// A running `tiller serve` of a folder holding the `helper` agent file.
+pub(crate) struct Serving {
+    pub(crate) child: Child,
+    pub(crate) base: String,
+    pub(crate) stderr: mpsc::UnboundedReceiver<String>,
+    _scratch: Scratch,
+}
+
+impl Serving {
+    pub(crate) async fn start() -> Serving {
+        Serving::start_with(Scratch::new(), &[], &[]).await
+    }
+
+    /// Serves the folder `agents` of `scratch`, written here, with `more` options
+    /// and the environment variables `vars`.
+    pub(crate) async fn start_with(
+        scratch: Scratch,
+        more: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Serving {
+        std::fs::create_dir_all(scratch.path().join("agents")).unwrap();
+        scratch.write("agents/helper.yaml", HELPER);
+        let agents = scratch.path().join("agents");
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--agents",
+            agents.to_str().unwrap(),
+        ];
+        args.extend(more);
+        let mut child = tiller(&args).envs(vars.iter().copied()).spawn().unwrap();
+        let mut stderr = lines(child.stderr.take().unwrap());
+        let said = read_until(&mut stderr, |line| line.contains("http://")).await;
+        let line = said.last().unwrap();
+        assert!(
+            line.contains("agent definition(s)") && line.contains("(helper"),
+            "{line}"
+        );
+        let address = line
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        Serving {
+            child,
+            base: format!("http://{address}"),
+            stderr,
+            _scratch: scratch,
+        }
+    }
+
+    /// Stops it with SIGTERM; it must exit 0 saying so.
+    pub(crate) async fn stop(mut self) {
+        terminate(self.child.id().unwrap());
+        let status = exit_of(&mut self.child).await;
+        assert_eq!(status.code(), Some(0));
+        read_until(&mut self.stderr, |line| line == "tiller: stopped").await;
+    }
+}
+
+#[allow(unsafe_code)]
+/// Sends SIGKILL to `pid`.
+pub(crate) fn kill_hard(pid: u32) {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+/// A JSON request to a serving `tiller`: its status and body.
+pub(crate) async fn request(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let request = reqwest::Client::new().request(method, url);
+    let request = match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
+    let request = match body {
+        Some(body) => request
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+        None => request,
+    };
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}

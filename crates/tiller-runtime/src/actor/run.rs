@@ -506,29 +506,9 @@ impl ActorState {
                     self.error = Some(error.clone());
                 }
             }
-            AgentEvent::BudgetExceeded {
-                scope,
-                limit,
-                max,
-                spent,
-            } => {
-                run.budget_exceeded = Some(BudgetExceeded {
-                    scope: *scope,
-                    limit: *limit,
-                    max: *max,
-                    spent: *spent,
-                });
-            }
-            AgentEvent::GuardrailTripped {
-                stage,
-                guardrail,
-                reason,
-            } => {
-                run.guardrail_tripped = Some(GuardrailTripped {
-                    stage: *stage,
-                    guardrail: guardrail.clone(),
-                    reason: reason.clone(),
-                });
+            AgentEvent::BudgetExceeded { .. } => run.budget_exceeded = event.budget_exceeded(),
+            AgentEvent::GuardrailTripped { .. } => {
+                run.guardrail_tripped = event.guardrail_tripped();
             }
             AgentEvent::AgentEnd { .. } => {
                 let ms = u64::try_from(run.started.elapsed().as_millis()).unwrap_or(u64::MAX);
