@@ -67,7 +67,7 @@ async fn learned(tokens_per_minute: u64) -> Arc<Account> {
         None,
         Some(b"Bearer sk"),
     );
-    let mut first = account.turn(BODY_BYTES, None).await;
+    let mut first = account.turn(BODY_BYTES, None, None).await;
     // 120 tokens used of the minute's budget, whole again in 120/rate of a minute.
     let reset_ms = (120.0 * 60_000.0 / tokens_per_minute as f64).max(1.0);
     first.answered(
@@ -149,7 +149,7 @@ fn main() {
             let account = account.clone();
             let answer = answer.clone();
             async move {
-                let mut ticket = account.turn(BODY_BYTES, None).await;
+                let mut ticket = account.turn(BODY_BYTES, None, None).await;
                 ticket.answered(200, &answer, None, Duration::from_secs(60));
                 ticket.settle(100, 20);
                 tokio::task::yield_now().await;

@@ -382,14 +382,31 @@ impl FauxSource {
         lock(&state.requests).push(request);
         let turn = turn
             .ok_or_else(|| failure("no scripted turn left: push a FauxTurn or set a responder"))?;
-        Ok(FauxSource::play(turn, state, input_chars))
+        Ok(FauxSource::play(
+            turn,
+            state,
+            input_chars,
+            options.max_tokens,
+        ))
     }
 
-    fn play(turn: FauxTurn, state: &FauxState, input_chars: usize) -> Self {
+    /// The turn's steps; with `max_tokens`, its output cut at four characters a
+    /// token, as a provider cuts an answer at its limit (stop reason `length`).
+    fn play(
+        turn: FauxTurn,
+        state: &FauxState,
+        input_chars: usize,
+        max_tokens: Option<u32>,
+    ) -> Self {
         let mut steps = VecDeque::new();
         let mut output_chars = 0;
         let mut calls = false;
+        let mut room = max_tokens.map_or(usize::MAX, |max| (max as usize).saturating_mul(4));
+        let mut cut = false;
         for block in turn.blocks {
+            if cut {
+                break;
+            }
             let (kind, text) = match block {
                 FauxBlock::Text(text) => (BlockKind::Text, text),
                 FauxBlock::Thinking(text) => (BlockKind::Thinking, text),
@@ -406,6 +423,19 @@ impl FauxSource {
                     (BlockKind::ToolCall { id, name }, arguments)
                 }
             };
+            let chars = text.chars().count();
+            let text = if chars <= room {
+                room -= chars;
+                text
+            } else if matches!(kind, BlockKind::ToolCall { .. }) || room == 0 {
+                cut = true;
+                continue;
+            } else {
+                cut = true;
+                let kept: String = text.chars().take(room).collect();
+                room = 0;
+                kept
+            };
             output_chars += text.chars().count();
             steps.push_back(Step::Open(kind));
             steps.extend(chunks(&text, turn.chunk_size).map(|c| Step::Delta(c.to_owned())));
@@ -413,6 +443,7 @@ impl FauxSource {
         }
         let ending = match (turn.failure, turn.stop_reason) {
             (Some(error), _) => Ending::Fail(error),
+            (None, _) if cut => Ending::Finish(StopReason::Length),
             (None, Some(StopReason::Aborted)) => Ending::Fail(StreamError::Aborted),
             (None, Some(StopReason::Error)) => Ending::Fail(failure("scripted error")),
             (None, Some(reason)) => Ending::Finish(reason),

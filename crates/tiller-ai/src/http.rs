@@ -42,6 +42,8 @@ pub(crate) struct HttpRequest {
     provider: String,
     /// The account the request counts against, when the caller shares rate limits.
     account: Option<Arc<Account>>,
+    /// The tenant it is made for, whose share of the account's turns it takes.
+    tenant: Option<Arc<str>>,
     /// Signs the request (adds its signature headers) before each attempt, for
     /// providers whose signatures expire (AWS's, after five minutes).
     signer: Option<Signer>,
@@ -175,6 +177,7 @@ pub(crate) fn post_json<T: Serialize>(
         body: Bytes::from(body),
         provider: model.provider.clone(),
         account,
+        tenant: options.tenant.clone(),
         signer: None,
     })
 }
@@ -393,8 +396,24 @@ async fn send(
     let mut attempt: u32 = 0;
     let mut throttled: u32 = 0;
     loop {
+        // Time queued for the account counts against the idle timeout: a
+        // request does not wait there longer than for a silent server.
         let mut ticket = match &request.account {
-            Some(account) => Some(account.turn(request.body.len(), observer.as_ref()).await),
+            Some(account) => {
+                let turn = account.turn(
+                    request.body.len(),
+                    request.tenant.as_deref(),
+                    observer.as_ref(),
+                );
+                Some(match idle_timeout {
+                    Some(limit) => tokio::time::timeout(limit, turn).await.map_err(|_| {
+                        StreamError::Stalled {
+                            idle_timeout_ms: millis(limit),
+                        }
+                    })?,
+                    None => turn.await,
+                })
+            }
             None => None,
         };
         let mut headers = request.headers.clone();

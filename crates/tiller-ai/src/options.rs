@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,11 @@ pub struct StreamOptions {
     /// requests of the same name, model and key share one pace wherever they go.
     /// Unnamed, an account is its key at the provider's address.
     pub account: Option<String>,
+    /// The tenant the request is made for: an account's turns are shared among
+    /// tenants by their weights ([`RateLimits::set_weight`]), not first come,
+    /// first served.
+    #[serde(skip)]
+    pub tenant: Option<Arc<str>>,
     /// Told of each wait for the account's turn before it starts.
     #[serde(skip)]
     pub on_rate_limited: Option<RateLimitObserver>,
@@ -90,6 +96,37 @@ pub struct StreamOptions {
     /// …). A key here replaces the one Tiller would send under the same name; the
     /// body goes out unchanged when it is empty (the default).
     pub extra_body: serde_json::Map<String, Value>,
+}
+
+impl StreamOptions {
+    /// The most tokens a response of `model` to a request with these options
+    /// may hold, its thinking included (Anthropic's and Bedrock's Claude add the
+    /// thinking budget to the answer's, within the model's limit).
+    pub fn output_cap(&self, model: &crate::Model) -> u32 {
+        match model.api {
+            crate::Api::AnthropicMessages | crate::Api::BedrockConverseStream => {
+                crate::providers::anthropic::token_limits(model, self).0
+            }
+            _ => self.max_tokens.unwrap_or(model.max_tokens),
+        }
+    }
+
+    /// These options with a response of `model` held to `most` tokens, thinking
+    /// included: `max_tokens` lowered to it, and thinking turned off when its
+    /// budget would go past it. `None` when they hold to it already.
+    pub fn capped(&self, model: &crate::Model, most: u32) -> Option<StreamOptions> {
+        if self.output_cap(model) <= most {
+            return None;
+        }
+        let mut capped = StreamOptions {
+            max_tokens: Some(most),
+            ..self.clone()
+        };
+        if capped.output_cap(model) > most {
+            capped.thinking = ThinkingLevel::Off;
+        }
+        Some(capped)
+    }
 }
 
 /// A JSON Schema for the model's answer (structured output).
@@ -151,6 +188,7 @@ impl Default for StreamOptions {
             http_client: None,
             rate_limits: None,
             account: None,
+            tenant: None,
             on_rate_limited: None,
             breakers: None,
             output_schema: None,

@@ -25,11 +25,12 @@
 //!
 //! [`StreamOptions::on_rate_limited`]: crate::StreamOptions::on_rate_limited
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -43,7 +44,11 @@ use crate::{limits, lock};
 #[derive(Clone, Default)]
 pub struct RateLimits {
     accounts: Arc<Mutex<HashMap<u64, Arc<Account>>>>,
+    weights: Weights,
 }
+
+/// Each tenant's share of an account's turns (1 when unnamed).
+type Weights = Arc<Mutex<HashMap<Arc<str>, u32>>>;
 
 impl fmt::Debug for RateLimits {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -59,6 +64,13 @@ impl RateLimits {
         RateLimits::default()
     }
 
+    /// Gives `tenant` `weight` shares of every account's turns (each tenant has
+    /// one unless given more; 0 counts as 1): with its requests queued beside
+    /// others', it is served `weight` times as much as a tenant of one share.
+    pub fn set_weight(&self, tenant: &str, weight: u32) {
+        lock(&self.weights).insert(Arc::from(tenant), weight.max(1));
+    }
+
     /// The account of `model` at `origin` (`host:port`) of `provider`, reached
     /// with `credential` (the key as sent; only hashes of it are kept), or of
     /// the name the caller gave it (each key of a name is an account of its own). Built-in providers take their turn here
@@ -71,7 +83,10 @@ impl RateLimits {
         named: Option<&str>,
         credential: Option<&[u8]>,
     ) -> Arc<Account> {
-        let mut keyed = DefaultHasher::new();
+        // Keyed per process: no one can make their account's key collide
+        // with another's.
+        static KEYS: OnceLock<RandomState> = OnceLock::new();
+        let mut keyed = KEYS.get_or_init(RandomState::new).build_hasher();
         (named, model, credential).hash(&mut keyed);
         if named.is_none() {
             (provider, origin).hash(&mut keyed);
@@ -92,7 +107,7 @@ impl RateLimits {
                     }
                     None => format!("{name}/{model}"),
                 };
-                Arc::new(Account::new(label))
+                Arc::new(Account::new(label, self.weights.clone()))
             })
             .clone()
     }
@@ -187,8 +202,9 @@ pub struct Account {
     pace: Mutex<Pace>,
     /// Woken when the first request's headers are in (or it fails).
     learned: Notify,
-    /// Held by the request at the head of the queue while it waits.
-    turnstile: tokio::sync::Mutex<()>,
+    /// The requests waiting for their turn, tenant by tenant.
+    queue: Mutex<FairQueue>,
+    weights: Weights,
     requests: AtomicU64,
     waits: AtomicU64,
     waited_micros: AtomicU64,
@@ -278,8 +294,10 @@ impl Bucket {
     }
 
     /// What a response's headers say: the limit, what remains of it and when it
-    /// is whole again.
-    fn learn(&mut self, window: Window, now: Instant) {
+    /// is whole again. The pace learned fills the bucket within `longest`
+    /// (headers saying it refills over an hour make no request wait longer
+    /// than a `retry-after` could).
+    fn learn(&mut self, window: Window, now: Instant, longest: Duration) {
         let limit = window.limit.or(self.limit).unwrap_or(window.remaining);
         if limit <= 0.0 {
             return;
@@ -297,7 +315,8 @@ impl Bucket {
             self.level = window.remaining;
         }
         self.limit = Some(limit);
-        self.per_second = refill.clamp(limit / 3600.0, limit * 1000.0);
+        let slowest = limit / longest.as_secs_f64().max(1.0);
+        self.per_second = refill.clamp(slowest, limit * 1000.0).max(slowest);
         // The provider's count has not seen the requests still in flight: the
         // lower of the two is the truth.
         self.level = self.level.min(window.remaining);
@@ -317,7 +336,7 @@ struct Window {
 }
 
 impl Account {
-    fn new(label: String) -> Self {
+    fn new(label: String, weights: Weights) -> Self {
         let now = Instant::now();
         Account {
             label: label.into(),
@@ -332,7 +351,8 @@ impl Account {
                 queued_requests: 0.0,
             }),
             learned: Notify::new(),
-            turnstile: tokio::sync::Mutex::new(()),
+            queue: Mutex::default(),
+            weights,
             requests: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             waited_micros: AtomicU64::new(0),
@@ -354,11 +374,13 @@ impl Account {
     }
 
     /// Waits for a request's turn, `body_bytes` the size of its body (a quarter
-    /// of it is its estimated input tokens); `observer` hears of a wait before
-    /// it starts. Tell the ticket what the response said, then settle it.
+    /// of it is its estimated input tokens), made for `tenant` (see
+    /// [`FairQueue`]); `observer` hears of a wait before it starts. Tell the
+    /// ticket what the response said, then settle it.
     pub async fn turn(
         self: &Arc<Self>,
         body_bytes: usize,
+        tenant: Option<&str>,
         observer: Option<&RateLimitObserver>,
     ) -> Ticket {
         let input = (body_bytes as f64 / 4.0).ceil();
@@ -409,10 +431,22 @@ impl Account {
                 cause,
             });
         }
-        // First come, first served: only the head of the queue watches the
-        // buckets, and sees the corrections (a settlement, a 429) made while it
-        // slept when it wakes.
-        let head = self.turnstile.lock().await;
+        // Tenant by tenant: only the head of the queue watches the buckets, and
+        // sees the corrections (a settlement, a 429) made while it slept when it
+        // wakes.
+        let weight = tenant.map_or(1, |tenant| {
+            lock(&self.weights).get(tenant).copied().unwrap_or(1)
+        });
+        let (place, wake) = lock(&self.queue).join(tenant, estimate, weight);
+        let place = Place {
+            account: self,
+            place,
+        };
+        if let Some(wake) = wake {
+            while lock(&self.queue).head != Some(place.place.1) {
+                wake.notified().await;
+            }
+        }
         loop {
             let wait = lock(&self.pace).take(estimate, Instant::now());
             if wait.is_zero() {
@@ -420,7 +454,7 @@ impl Account {
             }
             tokio::time::sleep(wait).await;
         }
-        drop(head);
+        drop(place);
         drop(queued);
         let waited = started.elapsed();
         if waited >= UNREPORTED_WAIT {
@@ -434,6 +468,84 @@ impl Account {
             estimate,
             probe: false,
         }
+    }
+}
+
+/// The requests waiting for an account's turn, served tenant by tenant
+/// (weighted fair queueing): each gets a tag, the later of its tenant's last
+/// tag and the tag last served, plus its estimated tokens over its tenant's
+/// weight; the smallest tag goes next. A tenant's request so waits behind its
+/// own backlog and its share of the others', never behind all of another
+/// tenant's. Requests of no tenant share one.
+#[derive(Default)]
+struct FairQueue {
+    /// The tag of the request served last.
+    served: f64,
+    /// Each tenant's last tag, while it is past `served`.
+    last: HashMap<Option<Arc<str>>, f64>,
+    /// The requests waiting, by their tag's bits (non-negative floats order as
+    /// their bits do) and arrival, each with what wakes it.
+    waiting: BTreeMap<(u64, u64), Arc<Notify>>,
+    /// The arrival number of the request at the head, watching the buckets.
+    head: Option<u64>,
+    arrivals: u64,
+}
+
+impl FairQueue {
+    /// Places a request of `tenant` and `estimate` tokens: its place, and what
+    /// wakes it when it is at the head (none when it is there already).
+    fn join(
+        &mut self,
+        tenant: Option<&str>,
+        estimate: f64,
+        weight: u32,
+    ) -> ((u64, u64), Option<Arc<Notify>>) {
+        self.arrivals += 1;
+        let arrival = self.arrivals;
+        let key = tenant.map(Arc::from);
+        let start = self
+            .last
+            .get(&key)
+            .map_or(self.served, |last| last.max(self.served));
+        let tag = start + estimate.max(1.0) / f64::from(weight.max(1));
+        self.last.insert(key, tag);
+        let place = (tag.to_bits(), arrival);
+        if self.head.is_none() && self.waiting.is_empty() {
+            self.head = Some(arrival);
+            return (place, None);
+        }
+        let wake = Arc::new(Notify::new());
+        self.waiting.insert(place, wake.clone());
+        (place, Some(wake))
+    }
+
+    /// The request at `place` leaves the queue (served, or dropped): the next
+    /// one goes to the head when it was there.
+    fn leave(&mut self, place: (u64, u64)) {
+        if self.head != Some(place.1) {
+            self.waiting.remove(&place);
+            return;
+        }
+        self.head = None;
+        if let Some(((tag, arrival), wake)) = self.waiting.pop_first() {
+            self.served = f64::from_bits(tag);
+            self.head = Some(arrival);
+            wake.notify_one();
+        }
+        let served = self.served;
+        self.last.retain(|_, last| *last > served);
+    }
+}
+
+/// A request's place in its account's [`FairQueue`], left when dropped.
+struct Place<'a> {
+    account: &'a Account,
+    place: (u64, u64),
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        lock(&self.account.queue).leave(self.place);
     }
 }
 
@@ -518,10 +630,10 @@ impl Ticket {
         {
             let mut pace = lock(&self.account.pace);
             if let Some(window) = requests {
-                pace.requests.learn(window, now);
+                pace.requests.learn(window, now, max_pause);
             }
             if let Some(window) = tokens {
-                pace.tokens.learn(window, now);
+                pace.tokens.learn(window, now, max_pause);
             }
             if status == 429 {
                 self.account.throttled.fetch_add(1, Ordering::Relaxed);
@@ -762,7 +874,7 @@ mod tests {
     async fn requests_past_the_learned_rate_wait_their_turn_in_order() {
         let limits = RateLimits::new();
         let account = limits.account("openai", "api.openai.com", "gpt", None, Some(b"sk-test"));
-        let mut first = account.turn(400, None).await;
+        let mut first = account.turn(400, None, None).await;
         // 1,000 tokens a second, 100 left: the bucket is whole again in 900 ms.
         first.answered(
             200,
@@ -779,7 +891,7 @@ mod tests {
         let mut waited = Vec::new();
         for _ in 0..3 {
             // 400 bytes is 100 tokens: the first fits, each next waits 100 ms more.
-            let ticket = account.turn(400, None).await;
+            let ticket = account.turn(400, None, None).await;
             waited.push(start.elapsed().as_millis());
             ticket.settle(100, 0);
         }
@@ -796,14 +908,94 @@ mod tests {
         assert_eq!(stats[0].tokens_per_minute, Some(60_000.0));
     }
 
+    /// Tenant A has a hundred calls queued when tenant B's one comes: B's goes
+    /// within one refill interval (100 ms) of the call being served, not after
+    /// A's hundred; a tenant of four shares gets four of every five turns.
+    #[tokio::test(start_paused = true)]
+    async fn each_tenant_waits_behind_its_own_backlog_and_its_share_of_the_others() {
+        let limits = RateLimits::new();
+        let account = limits.account("openai", "api.openai.com", "gpt", None, Some(b"sk-test"));
+        let mut first = account.turn(400, None, None).await;
+        first.answered(
+            200,
+            &headers(&[
+                ("x-ratelimit-limit-tokens", "1000"),
+                ("x-ratelimit-remaining-tokens", "100"),
+                ("x-ratelimit-reset-tokens", "900ms"),
+            ]),
+            None,
+            Duration::from_secs(60),
+        );
+        first.settle(100, 0);
+        let backlog: Vec<_> = (0..100)
+            .map(|_| {
+                let account = account.clone();
+                tokio::spawn(async move { account.turn(400, Some("a"), None).await.settle(100, 0) })
+            })
+            .collect();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let start = Instant::now();
+        account.turn(400, Some("b"), None).await.settle(100, 0);
+        assert!(
+            start.elapsed() <= Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+
+        limits.set_weight("c", 4);
+        let start = Instant::now();
+        let eight =
+            (0..8).map(|_| async { account.turn(400, Some("c"), None).await.settle(100, 0) });
+        futures::future::join_all(eight).await;
+        // Eight calls at four of every five turns of 100 ms: ten turns.
+        assert!(
+            start.elapsed() <= Duration::from_millis(1_100),
+            "{:?}",
+            start.elapsed()
+        );
+        for call in backlog {
+            call.await.unwrap();
+        }
+        assert_eq!(limits.stats()[0].requests, 110);
+    }
+
+    /// Headers that say the tokens refill over a day make no request wait
+    /// longer than the longest pause a `retry-after` may ask.
+    #[tokio::test(start_paused = true)]
+    async fn a_pace_learned_from_headers_waits_no_longer_than_a_retry_after_may() {
+        let limits = RateLimits::new();
+        let account = limits.account("openai", "api.openai.com", "gpt", None, None);
+        let mut first = account.turn(400, None, None).await;
+        first.answered(
+            200,
+            &headers(&[
+                ("x-ratelimit-limit-tokens", "1000"),
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "24h"),
+            ]),
+            None,
+            Duration::from_secs(60),
+        );
+        first.settle(100, 0);
+        let start = Instant::now();
+        account.turn(4_000, None, None).await.settle(1_000, 0);
+        assert!(
+            start.elapsed() <= Duration::from_secs(60),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_429_pauses_the_account_and_an_account_without_headers_is_not_paced() {
         let limits = RateLimits::new();
         let account = limits.account("local", "127.0.0.1:1", "m", Some("team"), None);
-        let mut first = account.turn(10, None).await;
+        let mut first = account.turn(10, None, None).await;
         first.answered(200, &HeaderMap::new(), None, Duration::from_secs(60));
         first.settle(0, 0);
-        let mut throttled = account.turn(10, None).await;
+        let mut throttled = account.turn(10, None, None).await;
         throttled.answered(
             429,
             &HeaderMap::new(),
@@ -817,7 +1009,7 @@ mod tests {
             lock(&seen).push((wait.account.to_string(), wait.wait, wait.cause));
         });
         let start = Instant::now();
-        let _ticket = account.turn(10, Some(&observer)).await;
+        let _ticket = account.turn(10, None, Some(&observer)).await;
         assert_eq!(start.elapsed(), Duration::from_secs(2));
         assert_eq!(
             *lock(&reported),
@@ -836,7 +1028,7 @@ mod tests {
         // only as long as that (the request itself fails), and never overflows.
         let limits = RateLimits::new();
         let paused = limits.account("p", "o", "m", None, None);
-        let mut first = paused.turn(4, None).await;
+        let mut first = paused.turn(4, None, None).await;
         first.answered(
             429,
             &HeaderMap::new(),
@@ -847,10 +1039,10 @@ mod tests {
 
         let limits = RateLimits::new();
         let account = limits.account("openai", "o", "m", None, None);
-        let mut probe = account.turn(4, None).await;
+        let mut probe = account.turn(4, None, None).await;
         let waiting = tokio::spawn({
             let account = Arc::clone(&account);
-            async move { account.turn(4, None).await.probe }
+            async move { account.turn(4, None, None).await.probe }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());

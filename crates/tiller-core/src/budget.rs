@@ -11,6 +11,18 @@
 //! the budget does not cover is answered as not run, whole; steering and
 //! follow-ups taken for a turn that will not come go back to their queues.
 //!
+//! A model call is a reservation: before it goes out, its most (the request's
+//! counted input, the output its `max_tokens` allows, one call, priced) is held
+//! against the run's, the agent's and the tenant's budgets at once, the tenant's
+//! under its tally's lock, so that concurrent runs cannot all pass one check and
+//! overspend together. Where a bound on output, total tokens or cost leaves less
+//! room than the call's limit, the call's `max_tokens` is lowered to the room
+//! (and its thinking turned off if that would go past it); with no room, or no
+//! call left, it is refused. When the response ends, the hold becomes what it
+//! used. The input is the count compaction keeps (the provider's for what it
+//! answered before, four bytes a token for the rest): a provider counting more
+//! than that is the one way past a token budget.
+//!
 //! The run's own budget ([`Budgets::run`]) counts this run; the agent's
 //! ([`Budgets::agent`]) counts every run of the agent's session, the runs before
 //! this one given by [`Spending::agent_before`] (hosts read it from their store);
@@ -19,7 +31,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
-use tiller_ai::{AssistantMessage, StopReason, Usage};
+use tiller_ai::{AssistantMessage, Model, ModelCost, StopReason, StreamOptions, Usage};
 
 /// Bounds on what may be spent; `None` is no bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -97,6 +109,74 @@ impl Budget {
             };
             reached.then_some((limit, max, spent))
         })
+    }
+
+    /// The room `spent` leaves for one more model call of `input` tokens priced
+    /// at `prices`: the most output tokens it may use (`None`: no bound on
+    /// them), or the bound that leaves none, with its maximum and what was spent.
+    pub fn room(
+        &self,
+        spent: &Spent,
+        input: u64,
+        prices: &ModelCost,
+    ) -> Result<Option<u64>, (BudgetLimit, Amount, Amount)> {
+        let call = Spent {
+            input_tokens: input,
+            cost_usd: input as f64 * prices.input.max(prices.cache_write) / 1e6,
+            model_calls: 1,
+            ..Spent::default()
+        };
+        let after = spent.plus(&call);
+        for limit in [
+            BudgetLimit::ModelCalls,
+            BudgetLimit::InputTokens,
+            BudgetLimit::TotalTokens,
+            BudgetLimit::CostUsd,
+            BudgetLimit::WallClockMs,
+        ] {
+            let Some(max) = self.bound(limit) else {
+                continue;
+            };
+            let past = match limit {
+                BudgetLimit::WallClockMs => spent.amount(limit).value() >= max.value(),
+                _ => after.amount(limit).value() > max.value(),
+            };
+            if past {
+                return Err((limit, max, spent.amount(limit)));
+            }
+        }
+        let mut room: Option<(u64, BudgetLimit)> = None;
+        let mut narrow = |tokens: u64, limit| {
+            if room.is_none_or(|(most, _)| tokens < most) {
+                room = Some((tokens, limit));
+            }
+        };
+        if let Some(max) = self.output_tokens {
+            narrow(
+                max.saturating_sub(spent.output_tokens),
+                BudgetLimit::OutputTokens,
+            );
+        }
+        if let Some(max) = self.total_tokens {
+            narrow(
+                max.saturating_sub(after.total_tokens()),
+                BudgetLimit::TotalTokens,
+            );
+        }
+        if let Some(max) = self.cost_usd
+            && prices.output > 0.0
+        {
+            let dollars = (max - after.cost_usd).max(0.0);
+            narrow((dollars * 1e6 / prices.output) as u64, BudgetLimit::CostUsd);
+        }
+        match room {
+            Some((0, limit)) => Err((
+                limit,
+                self.bound(limit).unwrap_or(Amount::Count(0)),
+                spent.amount(limit),
+            )),
+            room => Ok(room.map(|(most, _)| most)),
+        }
     }
 }
 
@@ -218,6 +298,32 @@ impl Spent {
     pub fn is_zero(&self) -> bool {
         *self == Spent::default()
     }
+
+    /// `other` taken off, never below nothing.
+    pub fn minus(&self, other: &Spent) -> Self {
+        Spent {
+            input_tokens: self.input_tokens.saturating_sub(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(other.output_tokens),
+            cost_usd: (self.cost_usd - other.cost_usd).max(0.0),
+            model_calls: self.model_calls.saturating_sub(other.model_calls),
+            tool_calls: self.tool_calls.saturating_sub(other.tool_calls),
+            wall_clock_ms: self.wall_clock_ms.saturating_sub(other.wall_clock_ms),
+        }
+    }
+
+    /// The most one model call of `input` tokens and at most `output` tokens
+    /// may spend at `prices` (cache writes, where they cost more, for the input).
+    pub fn at_most(input: u64, output: u64, prices: &ModelCost) -> Self {
+        Spent {
+            input_tokens: input,
+            output_tokens: output,
+            cost_usd: (input as f64 * prices.input.max(prices.cache_write)
+                + output as f64 * prices.output)
+                / 1e6,
+            model_calls: 1,
+            ..Spent::default()
+        }
+    }
 }
 
 impl std::ops::AddAssign<&Spent> for Spent {
@@ -231,41 +337,85 @@ impl std::ops::AddAssign<&Spent> for Spent {
     }
 }
 
-/// A running total shared by many runs (a tenant's agents), with its budget.
+/// A running total shared by many runs (a tenant's agents), with its budget and
+/// what the model calls under way hold against it.
 #[derive(Debug, Default)]
 pub struct Tally {
-    state: Mutex<(Budget, Spent)>,
+    state: Mutex<TallyState>,
+}
+
+#[derive(Debug, Default)]
+struct TallyState {
+    budget: Budget,
+    spent: Spent,
+    /// The most the calls under way may still spend (see [`Tally::reserve`]).
+    held: Spent,
 }
 
 impl Tally {
     /// A tally that starts at `spent` (what the store counted), under `budget`.
     pub fn new(budget: Budget, spent: Spent) -> Self {
         Tally {
-            state: Mutex::new((budget, spent)),
+            state: Mutex::new(TallyState {
+                budget,
+                spent,
+                held: Spent::default(),
+            }),
         }
     }
 
     /// The budget.
     pub fn budget(&self) -> Budget {
-        self.lock().0
+        self.lock().budget
     }
 
     /// Replaces the budget.
     pub fn set_budget(&self, budget: Budget) {
-        self.lock().0 = budget;
+        self.lock().budget = budget;
     }
 
-    /// What was spent so far.
+    /// What was spent so far (calls under way not counted until they end).
     pub fn spent(&self) -> Spent {
-        self.lock().1
+        self.lock().spent
+    }
+
+    /// What the calls under way hold.
+    pub fn held(&self) -> Spent {
+        self.lock().held
     }
 
     /// Adds to what was spent.
     pub fn add(&self, spent: &Spent) {
-        self.lock().1 += spent;
+        self.lock().spent += spent;
     }
 
-    fn lock(&self) -> MutexGuard<'_, (Budget, Spent)> {
+    /// Holds one model call of `input` tokens and at most `output` tokens at
+    /// `prices` against the budget, with what is spent and held already, in one
+    /// step: the output it may use (at most `output`, less where the budget
+    /// leaves less), or the bound that leaves it no room.
+    pub fn reserve(
+        &self,
+        input: u64,
+        output: u64,
+        prices: &ModelCost,
+    ) -> Result<Spent, (BudgetLimit, Amount, Amount)> {
+        let mut state = self.lock();
+        let taken = state.spent.plus(&state.held);
+        let room = state.budget.room(&taken, input, prices)?;
+        let hold = Spent::at_most(input, room.map_or(output, |room| room.min(output)), prices);
+        state.held += &hold;
+        Ok(hold)
+    }
+
+    /// Ends a hold [`Tally::reserve`] made: `used` is spent, the rest of `hold`
+    /// is free again.
+    pub fn settle(&self, hold: &Spent, used: &Spent) {
+        let mut state = self.lock();
+        state.held = state.held.minus(hold);
+        state.spent += used;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TallyState> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -393,6 +543,39 @@ pub struct BudgetExceeded {
     pub spent: Amount,
 }
 
+/// A model call's hold on the budgets, from [`Meter::reserve`] to
+/// [`Meter::settle`]; dropped unsettled (the call never ended), it frees the
+/// tenant's hold.
+#[derive(Debug, Default)]
+pub(crate) struct Reservation {
+    /// The most the call may spend.
+    hold: Spent,
+    /// The tenant's tally holding it.
+    tally: Option<Arc<Tally>>,
+    /// The output the call may use, when a budget leaves it less than its limit.
+    pub(crate) max_tokens: Option<u32>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(tally) = self.tally.take() {
+            tally.settle(&self.hold, &Spent::default());
+        }
+    }
+}
+
+impl BudgetExceeded {
+    /// `scope`'s `limit` with its maximum and what was spent.
+    fn of(scope: BudgetScope, (limit, max, spent): (BudgetLimit, Amount, Amount)) -> Self {
+        BudgetExceeded {
+            scope,
+            limit,
+            max,
+            spent,
+        }
+    }
+}
+
 /// The budgets a run checks and what it spent, kept by the run.
 #[derive(Debug)]
 pub(crate) struct Meter {
@@ -429,6 +612,63 @@ impl Meter {
         }
     }
 
+    /// Holds the most a call to `model` with `options` may spend, its input
+    /// counted as `input` tokens, against the run's, the agent's and the
+    /// tenant's budgets (see the module's doc): the hold, with the output the
+    /// call may use when a budget leaves it less than its limit; or the budget
+    /// that leaves no room.
+    pub(crate) fn reserve(
+        &self,
+        input: u64,
+        model: &Model,
+        options: &StreamOptions,
+    ) -> Result<Reservation, BudgetExceeded> {
+        let mut reservation = Reservation::default();
+        if !self.bounded {
+            return Ok(reservation);
+        }
+        let cap = u64::from(options.output_cap(model));
+        let run = self.spent.plus(&Spent::wall_clock(self.elapsed_ms()));
+        let agent = self.spending.agent_before.plus(&run);
+        let mut most = cap;
+        for (scope, budget, spent) in [
+            (BudgetScope::Run, &self.budgets.run, &run),
+            (BudgetScope::Agent, &self.budgets.agent, &agent),
+        ] {
+            match budget.room(spent, input, &model.cost) {
+                Ok(room) => most = room.map_or(most, |room| room.min(most)),
+                Err(limit) => return Err(BudgetExceeded::of(scope, limit)),
+            }
+        }
+        reservation.hold = match &self.spending.tenant {
+            Some(tally) => {
+                let hold = tally
+                    .reserve(input, most, &model.cost)
+                    .map_err(|limit| BudgetExceeded::of(BudgetScope::Tenant, limit))?;
+                reservation.tally = Some(tally.clone());
+                hold
+            }
+            None => Spent::at_most(input, most, &model.cost),
+        };
+        most = reservation.hold.output_tokens;
+        if most < cap {
+            reservation.max_tokens = Some(u32::try_from(most).unwrap_or(u32::MAX));
+        }
+        Ok(reservation)
+    }
+
+    /// Ends `reservation` with what its call `used`: counted by the run, and by
+    /// the tenant in place of the hold.
+    pub(crate) fn settle(&mut self, mut reservation: Reservation, used: Spent) {
+        match reservation.tally.take() {
+            Some(tally) => {
+                self.spent += &used;
+                tally.settle(&reservation.hold, &used);
+            }
+            None => self.spend(used),
+        }
+    }
+
     /// The run's wall clock so far, in milliseconds.
     fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -452,12 +692,7 @@ impl Meter {
         let exceeded = |scope, budget: &Budget, spent: &Spent| {
             budget
                 .exceeded_by(spent)
-                .map(|(limit, max, spent)| BudgetExceeded {
-                    scope,
-                    limit,
-                    max,
-                    spent,
-                })
+                .map(|limit| BudgetExceeded::of(scope, limit))
         };
         exceeded(BudgetScope::Run, &self.budgets.run, &run)
             .or_else(|| {

@@ -1133,6 +1133,13 @@ impl Run {
         }
     }
 
+    /// A model call the budgets leave no room for: never made, its response an
+    /// error saying so, and the run ends after the turn.
+    fn refuse(&mut self, exceeded: BudgetExceeded) -> AssistantMessage {
+        self.exceeded = Some(exceeded);
+        self.fail(format!("not asked: {exceeded}"))
+    }
+
     /// Adds an assistant message saying why the run failed.
     fn fail(&mut self, reason: String) -> AssistantMessage {
         let message = failed_message(&self.config.model, reason);
@@ -1264,9 +1271,19 @@ impl Run {
         };
         let mut echoes = std::mem::take(&mut self.echoes);
         // The models in order: the agent's, then its fallbacks, each asked only
-        // when the one before failed before it streamed anything.
+        // when the one before failed before it streamed anything; each call
+        // holds the most it may spend against the budgets until it ends.
+        let input = self.context_tokens();
         let mut candidate = 0;
-        let mut attempt = self.stream_to(&self.config.model, context, None);
+        let mut reservation = match self.meter.reserve(input, &self.config.model, &self.options) {
+            Ok(reservation) => reservation,
+            Err(exceeded) => {
+                drop(messages);
+                drop(llm);
+                return Ok(self.refuse(exceeded));
+            }
+        };
+        let mut attempt = self.stream_to(&self.config.model, context, None, reservation.max_tokens);
         let (outcome, message, spent) = loop {
             let span = attempt.span.clone();
             let mut answered = self.answer(attempt, &echoes).instrument(span).await;
@@ -1279,21 +1296,31 @@ impl Run {
             let Some(next) = self.config.fallbacks.get(candidate) else {
                 break (answered.outcome, answered.message, answered.spent);
             };
+            let failed = failed.to_string();
+            self.meter
+                .settle(reservation, std::mem::take(&mut answered.spent));
+            reservation = match self.meter.reserve(input, next, &self.options) {
+                Ok(reservation) => reservation,
+                Err(exceeded) => {
+                    self.exceeded = Some(exceeded);
+                    reservation = Default::default();
+                    break (answered.outcome, answered.message, answered.spent);
+                }
+            };
             candidate += 1;
             let from = self.model_at(candidate - 1);
             self.emit(AgentEvent::ModelFallback {
                 from: model_name(from),
                 to: model_name(next),
-                error: failed.to_string(),
+                error: failed,
             });
-            self.meter.spend(std::mem::take(&mut answered.spent));
             let key = self.fallback_key(next).await;
-            attempt = self.stream_to(next, context, Some(key));
+            attempt = self.stream_to(next, context, Some(key), reservation.max_tokens);
             echoes = Vec::new();
         };
         drop(messages);
         drop(llm);
-        self.meter.spend(spent);
+        self.meter.settle(reservation, spent);
         match outcome {
             Answered::Refused { start, window } => {
                 if let Some(window) = window {
@@ -1343,6 +1370,7 @@ impl Run {
         model: &Model,
         context: ContextRef<'_>,
         key: Option<Option<tiller_ai::ApiKey>>,
+        max_tokens: Option<u32>,
     ) -> Attempt {
         let span = tracing::info_span!(
             "chat",
@@ -1357,12 +1385,15 @@ impl Run {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        // Held to what a budget leaves it.
+        let capped = max_tokens.and_then(|most| self.options.capped(model, most));
+        let options = capped.as_ref().unwrap_or(&self.options);
         let stream = span.in_scope(|| match key {
-            None => tiller_ai::stream_ref(model, context, &self.options),
+            None => tiller_ai::stream_ref(model, context, options),
             Some(api_key) => {
                 let options = StreamOptions {
                     api_key,
-                    ..self.options.clone()
+                    ..options.clone()
                 };
                 tiller_ai::stream_ref(model, context, &options)
             }

@@ -149,25 +149,26 @@ async fn a_token_budget_ends_the_run_before_the_model_call_it_cannot_cover() {
     };
     let ran = log();
     let (events, messages) = prompt("loop", context(vec![echo(&ran)], vec![]), config).await;
-    // 90 tokens, then 180: no third call.
-    assert_eq!(faux.requests().len(), 2);
+    // 90 tokens; the next call's input (the 90 and the tool's result) on top
+    // of them leaves no room under 150: it is never made.
+    assert_eq!(faux.requests().len(), 1);
     let lines = describe(&events);
     assert_eq!(
-        lines[lines.len() - 2..],
+        lines[lines.len() - 3..],
         [
-            "budget_exceeded Run TotalTokens 180/150",
-            "agent_end BudgetExceeded 5"
+            "turn_end Error []",
+            "budget_exceeded Run TotalTokens 90/150",
+            "agent_end BudgetExceeded 4"
         ]
     );
     assert_eq!(
         roles(&messages),
-        [
-            "user",
-            "assistant",
-            "tool_result",
-            "assistant",
-            "tool_result"
-        ]
+        ["user", "assistant", "tool_result", "assistant"]
+    );
+    let refused = messages[3].as_assistant().unwrap();
+    assert_eq!(
+        refused.error_message.as_deref(),
+        Some("not asked: the run budget of total_tokens ran out: 90 spent of 150")
     );
 }
 
@@ -229,7 +230,8 @@ async fn an_agents_and_a_tenants_spending_before_the_run_count_against_their_bud
     let (events, _) = prompt("hi", context(vec![], vec![]), agent).await;
     assert_eq!(end_reason(&events), RunEnd::BudgetExceeded);
     assert_eq!(faux.requests().len(), 0);
-    // A tenant's tally is shared: two runs of 15 tokens under a budget of 20.
+    // A tenant's tally is shared: after one run of 15 tokens under a budget of
+    // 20, the next run's input on top of them leaves no room.
     let tally = Arc::new(Tally::new(
         Budget {
             total_tokens: Some(20),
@@ -247,10 +249,20 @@ async fn an_agents_and_a_tenants_spending_before_the_run_count_against_their_bud
     let (third, _) = prompt("hi", context(vec![], vec![]), tenant).await;
     assert_eq!(
         [end_reason(&first), end_reason(&second), end_reason(&third)],
-        [RunEnd::Completed, RunEnd::Completed, RunEnd::BudgetExceeded]
+        [
+            RunEnd::Completed,
+            RunEnd::BudgetExceeded,
+            RunEnd::BudgetExceeded
+        ]
     );
-    assert_eq!(tally.spent().total_tokens(), 30);
-    assert_eq!(tally.spent().model_calls, 2);
+    assert!(
+        describe(&second).contains(&"budget_exceeded Tenant TotalTokens 15/20".to_owned()),
+        "{:?}",
+        describe(&second)
+    );
+    assert_eq!(tally.spent().total_tokens(), 15);
+    assert_eq!(tally.spent().model_calls, 1);
+    assert!(tally.held().is_zero());
 }
 
 fn no_secrets() -> Guardrail {

@@ -440,6 +440,17 @@ impl Supervisor {
         Ok(())
     }
 
+    /// The tally of `tenant`'s spending, when it has a budget: what a model call
+    /// made for the tenant outside its agents (the pi proxy) reserves against
+    /// and settles to (see [`Tally::reserve`]).
+    pub fn tenant_tally(&self, tenant: &str) -> Option<Arc<Tally>> {
+        self.inner
+            .runtime
+            .tallies
+            .get(tenant)
+            .map(|tally| tally.clone())
+    }
+
     /// Each tenant with a budget: its budget and what it spent, sorted by tenant.
     pub fn tenant_budgets(&self) -> Vec<(String, Budget, Spent)> {
         let mut budgets: Vec<_> = self

@@ -18,7 +18,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -100,7 +100,11 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, PiProblem> {
-    let slot = shared.stream_slot(&shared.caller(&headers)?)?;
+    let caller = shared.caller(&headers)?;
+    let slot = shared.stream_slot(&caller)?;
+    // The request's size bounds its input tokens (a token is at least a byte of
+    // its text, which the JSON holds and more).
+    let sent = body.as_ref().map_or(0, Bytes::len) as u64;
     let request: ProxyRequest = decode(body)?;
     let (model, served) = shared
         .proxy_models
@@ -119,7 +123,45 @@ pub(crate) async fn stream(
     let options = request.options;
     let mut call = served.clone();
     call.temperature = options.temperature.or(call.temperature);
-    call.max_tokens = options.max_tokens.or(call.max_tokens);
+    // The operator's limit (the configuration's, else the model's) is the most
+    // a client may ask for.
+    let limit = served.max_tokens.unwrap_or(model.max_tokens);
+    call.max_tokens = Some(options.max_tokens.map_or(limit, |asked| asked.min(limit)));
+    // The tenant's budget holds the call's most until it ends.
+    let tally =
+        (caller.tenant.as_deref()).and_then(|tenant| shared.supervisor.tenant_tally(tenant));
+    let mut spending = match tally {
+        Some(tally) => {
+            let most = u64::from(call.output_cap(model));
+            let hold =
+                tally
+                    .reserve(sent / 4, most, &model.cost)
+                    .map_err(|(limit, max, spent)| {
+                        Problem::new(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "budget-exceeded",
+                            tiller::BudgetExceeded {
+                                scope: tiller::tiller_core::budget::BudgetScope::Tenant,
+                                limit,
+                                max,
+                                spent,
+                            }
+                            .to_string(),
+                        )
+                    })?;
+            if hold.output_tokens < most {
+                call = call
+                    .capped(model, u32::try_from(hold.output_tokens).unwrap_or(u32::MAX))
+                    .unwrap_or(call);
+            }
+            Some(ProxySpending {
+                tally,
+                hold,
+                used: None,
+            })
+        }
+        None => None,
+    };
     call.thinking = options.reasoning.unwrap_or(call.thinking);
     call.session_id = options.session_id.or(call.session_id);
     // Its own token: a shutdown aborts the call (pi's client gets `error`, reason
@@ -127,6 +169,7 @@ pub(crate) async fn stream(
     call.cancel = shared.closing.child_token();
     // The pace of its account and the breaker of its endpoint are the agents'.
     call.rate_limits = shared.supervisor.rate_limits().cloned();
+    call.tenant = caller.tenant.as_deref().map(Arc::from);
     call.breakers = Some(shared.supervisor.breakers().clone());
     let context = request.context.into_context(model.api);
     shared.metrics.proxy_call();
@@ -141,6 +184,13 @@ pub(crate) async fn stream(
             let _ = &slot;
             if index == 0 {
                 counted.metrics.proxy_first_event(started.elapsed());
+            }
+            if let (
+                Some(spending),
+                AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. },
+            ) = (spending.as_mut(), &event)
+            {
+                spending.used = Some(tiller::tiller_core::Spent::response(message));
             }
             event
         })
@@ -163,6 +213,22 @@ pub(crate) async fn stream(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// A proxied call's hold on its tenant's budget: settled to what its response
+/// used when the stream ends; a call cut short (the client gone) counts as its
+/// most, which the provider may have spent.
+struct ProxySpending {
+    tally: Arc<tiller::tiller_core::Tally>,
+    hold: tiller::tiller_core::Spent,
+    used: Option<tiller::tiller_core::Spent>,
+}
+
+impl Drop for ProxySpending {
+    fn drop(&mut self) {
+        let used = self.used.unwrap_or(self.hold);
+        self.tally.settle(&self.hold, &used);
+    }
 }
 
 /// The most events written in one chunk.

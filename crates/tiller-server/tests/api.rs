@@ -644,6 +644,71 @@ async fn pi_proxy_calls_the_servers_model_and_streams_pis_events() {
     server.stop().await;
 }
 
+/// `/api/stream` holds a client to the operator's token limit and to its
+/// tenant's budget: five calls at once against a budget of two model calls,
+/// two go out and three are refused (429 `budget-exceeded`); a token budget
+/// lowers the call's `max_tokens` to what it leaves.
+#[tokio::test]
+async fn pi_proxy_caps_max_tokens_and_reserves_against_the_tenants_budget() {
+    let upstream = MockServer::start().await;
+    upstream.always(MockResponse::sse(sse::openai_text(&["It is noon."])));
+    let model = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
+    let (provider, limit) = (model.provider.clone(), model.max_tokens);
+    let supervisor = Supervisor::start().await.unwrap();
+    let calls = tiller::Budget {
+        model_calls: Some(2),
+        ..tiller::Budget::default()
+    };
+    let tokens = tiller::Budget {
+        total_tokens: Some(1_000),
+        ..tiller::Budget::default()
+    };
+    supervisor.set_tenant_budget("acme", calls).await.unwrap();
+    supervisor
+        .set_tenant_budget("globex", tokens)
+        .await
+        .unwrap();
+    let server = Running::on(
+        supervisor,
+        Definitions::new().with_default_model(model),
+        closed(&[("a", "acme"), ("g", "globex")]),
+    )
+    .await;
+    let mut greedy = pi_request(&provider, "local-model");
+    greedy["options"]["maxTokens"] = json!(99_999_999);
+    let acme = [("authorization", "Bearer a")];
+    let five = (0..5).map(|_| server.post_raw("/api/stream", &acme, &greedy));
+    let mut statuses: Vec<u16> = futures::future::join_all(five)
+        .await
+        .into_iter()
+        .map(|(status, body)| {
+            if status == 429 {
+                let problem: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(problem["type"], "urn:tiller:problem:budget-exceeded");
+            }
+            status
+        })
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 2);
+    // The operator's limit, not the client's 99,999,999.
+    assert_eq!(sent[0].body["max_tokens"], json!(limit));
+
+    // The request's bytes bound its input; the rest of 1,000 tokens is the
+    // most the answer may take.
+    let globex = [("authorization", "Bearer g")];
+    let (status, _) = server.post_raw("/api/stream", &globex, &greedy).await;
+    assert_eq!(status, 200);
+    let input = greedy.to_string().len() as u64 / 4;
+    assert_eq!(
+        upstream.requests()[2].body["max_tokens"],
+        json!(1_000 - input)
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn pi_proxy_refuses_unknown_models_bad_bodies_and_unknown_tokens() {
     let faux = FauxProvider::new();
@@ -789,6 +854,15 @@ tiller_proxy_calls_total 0
 # TYPE tiller_proxy_first_event_seconds summary
 tiller_proxy_first_event_seconds_sum 0
 tiller_proxy_first_event_seconds_count 0
+# HELP tiller_store_unavailable 1 while the session store cannot write (writes wait, requests that would write get 503).
+# TYPE tiller_store_unavailable gauge
+tiller_store_unavailable 0
+# HELP tiller_store_write_failures_total Tries of a write the session store failed (each tried again).
+# TYPE tiller_store_write_failures_total counter
+tiller_store_write_failures_total 0
+# HELP tiller_store_outages_total Times the session store became unavailable.
+# TYPE tiller_store_outages_total counter
+tiller_store_outages_total 0
 "
         )
     );

@@ -295,6 +295,7 @@ impl ActorState {
             .rate_limits
             .clone_from(&runtime.rate_limits);
         config.run.stream.breakers = Some(runtime.breakers.clone());
+        config.run.stream.tenant = config.context.tenant_id().map(Arc::from);
         config.spending = Spending {
             agent_before: self.spent,
             tenant: config
