@@ -18,12 +18,18 @@
 //! event that arrives for that session within it joins the same prompt, which
 //! lists each payload in order ([`MAX_BATCH`] at most: a full batch goes at
 //! once). A trigger without `session` has one session for all its events. A
-//! session belongs to the event's tenant: the same key of two tenants is two
-//! agents, each the tenant's own. An agent busy with a run gets the prompt as a
-//! follow-up.
+//! session belongs to the event's tenant, and to its user when a user's token
+//! sent it: the same key of two tenants (or users) is two agents, each its own.
+//! An agent busy with a run gets the prompt as a follow-up.
+//!
+//! Publishing is checked before anything is taken: a session key that cannot
+//! name a session (empty, past [`MAX_ID_BYTES`](tiller_runtime::MAX_ID_BYTES),
+//! control characters) is [`EventError::Key`]; a tenant past its quota of open
+//! windows, or of the bytes of payloads waiting in them ([`WindowQuota`]), is
+//! [`EventError::Quota`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -44,6 +50,41 @@ pub const MAX_BATCH: usize = 100;
 /// The most events waiting for the trigger task at once; past it, publishing
 /// is refused ([`EventError::Closed`] is not it: see [`Triggers`]).
 const QUEUE: usize = 10_000;
+
+/// The most windows a tenant holds open at once by default.
+pub const DEFAULT_WINDOWS: usize = 1_000;
+
+/// The most bytes of payloads waiting in a tenant's windows by default.
+pub const DEFAULT_WINDOW_BYTES: usize = 16 << 20;
+
+/// Each tenant's quota of open windows (`windows`), of the bytes waiting in
+/// them (`bytes`) and of the windows that will start an agent (`agents`: those
+/// of sessions no live agent holds), by tenant (`None`: events of no tenant),
+/// asked at each publication. A window counts until its batch is delivered
+/// (its agent live), so a host can hold `agents` to the agents a tenant may
+/// still start.
+pub type WindowQuota = Arc<dyn Fn(Option<&str>) -> WindowLimits + Send + Sync>;
+
+/// A tenant's bounds on its trigger windows (see [`WindowQuota`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// Windows open at once.
+    pub windows: usize,
+    /// Bytes of payloads waiting in them.
+    pub bytes: usize,
+    /// Windows open at once that will start an agent.
+    pub agents: usize,
+}
+
+impl Default for WindowLimits {
+    fn default() -> Self {
+        WindowLimits {
+            windows: DEFAULT_WINDOWS,
+            bytes: DEFAULT_WINDOW_BYTES,
+            agents: usize::MAX,
+        }
+    }
+}
 
 /// One trigger of an agent file (see the module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,12 +198,63 @@ pub struct Triggers {
     /// Each trigger and the definition it starts.
     triggers: Arc<[(String, Trigger)]>,
     queue: mpsc::Sender<(Key, Event)>,
+    /// The windows open, shared with the trigger task, which closes them.
+    open: Arc<Mutex<OpenWindows>>,
+    quota: WindowQuota,
+    /// Where the sessions' agents live (a window of one that does not will
+    /// start it).
+    supervisor: Supervisor,
 }
 
-/// A session a trigger starts: the tenant's, of a definition, by key.
+/// The windows open, by session and by tenant.
+#[derive(Default)]
+struct OpenWindows {
+    by_key: HashMap<Key, Window>,
+    by_tenant: HashMap<Option<String>, Held>,
+}
+
+/// One open window: the bytes waiting in it, and whether it starts an agent.
+#[derive(Default, Clone, Copy)]
+struct Window {
+    bytes: usize,
+    starts: bool,
+}
+
+/// What a tenant's open windows hold.
+#[derive(Default, Clone, Copy)]
+struct Held {
+    windows: usize,
+    bytes: usize,
+    starting: usize,
+}
+
+impl OpenWindows {
+    /// The window of `key` closed: its bytes are free.
+    fn close(&mut self, key: &Key) {
+        let Some(window) = self.by_key.remove(key) else {
+            return;
+        };
+        if let Some(held) = self.by_tenant.get_mut(&key.tenant) {
+            held.windows = held.windows.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(window.bytes);
+            held.starting = held.starting.saturating_sub(usize::from(window.starts));
+            if held.windows == 0 {
+                self.by_tenant.remove(&key.tenant);
+            }
+        }
+    }
+}
+
+fn lock(open: &Mutex<OpenWindows>) -> std::sync::MutexGuard<'_, OpenWindows> {
+    open.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A session a trigger starts: the tenant's (and the user's), of a definition,
+/// by key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     tenant: Option<String>,
+    user: Option<String>,
     definition: String,
     session: String,
     /// Events of another topic gather in a window of their own.
@@ -171,8 +263,9 @@ struct Key {
 }
 
 impl Key {
-    /// The id of the session (and its agent): the tenant, the definition and
-    /// the key, each with `%` and `:` escaped, joined by `:`.
+    /// The id of the session (and its agent): the tenant, the user when there
+    /// is one, the definition and the key, each with `%` and `:` escaped, joined
+    /// by `:`.
     fn id(&self) -> String {
         // `/`, `#` and `@` are kept for sub-agents' sessions.
         let escape = |part: &str| {
@@ -182,16 +275,16 @@ impl Key {
                 .replace('#', "%23")
                 .replace('@', "%40")
         };
-        format!(
-            "{}:{}:{}",
-            escape(
-                self.tenant
-                    .as_deref()
-                    .unwrap_or(tiller_core::DEFAULT_TENANT)
-            ),
-            escape(&self.definition),
-            escape(&self.session)
-        )
+        let tenant = escape(
+            self.tenant
+                .as_deref()
+                .unwrap_or(tiller_core::DEFAULT_TENANT),
+        );
+        let (definition, session) = (escape(&self.definition), escape(&self.session));
+        match &self.user {
+            None => format!("{tenant}:{definition}:{session}"),
+            Some(user) => format!("{tenant}:{}:{definition}:{session}", escape(user)),
+        }
     }
 }
 
@@ -208,11 +301,24 @@ impl Triggers {
         Triggers::attach_with(supervisor, definitions, spawner)
     }
 
-    /// [`Triggers::attach`] with agents made by `spawner`.
+    /// [`Triggers::attach`] with agents made by `spawner`, each tenant held to
+    /// [`DEFAULT_WINDOWS`] windows holding [`DEFAULT_WINDOW_BYTES`].
     pub fn attach_with(
         supervisor: &Supervisor,
         definitions: Definitions,
         spawner: Spawner,
+    ) -> Self {
+        let quota: WindowQuota = Arc::new(|_| WindowLimits::default());
+        Triggers::attach_limited(supervisor, definitions, spawner, quota)
+    }
+
+    /// [`Triggers::attach_with`], each tenant held to the windows and bytes
+    /// `quota` gives it.
+    pub fn attach_limited(
+        supervisor: &Supervisor,
+        definitions: Definitions,
+        spawner: Spawner,
+        quota: WindowQuota,
     ) -> Self {
         let triggers: Vec<(String, Trigger)> = definitions
             .latest()
@@ -223,15 +329,20 @@ impl Triggers {
             })
             .collect();
         let (queue, events) = mpsc::channel(QUEUE);
+        let open = Arc::new(Mutex::new(OpenWindows::default()));
         let delivery = Delivery {
             supervisor: supervisor.clone(),
             definitions,
             spawner,
+            open: open.clone(),
         };
         tokio::spawn(gather(events, Arc::new(delivery)));
         let triggers = Triggers {
             triggers: triggers.into(),
             queue,
+            open,
+            quota,
+            supervisor: supervisor.clone(),
         };
         if !supervisor.set_event_sink(Arc::new(triggers.clone())) {
             tracing::warn!(
@@ -255,19 +366,68 @@ impl EventSink for Triggers {
                 continue;
             };
             matched += 1;
-            keys.insert(Key {
+            let key = Key {
                 tenant: event.tenant.clone(),
+                user: event.user.clone(),
                 definition: definition.clone(),
                 session,
                 topic: event.topic.clone(),
                 debounce: Duration::from_millis(trigger.debounce_ms),
-            });
+            };
+            // Refused here, not dropped when its agent cannot start.
+            tiller_runtime::check_id("session", &key.id()).map_err(|_| {
+                EventError::Key(format!(
+                    "the trigger of `{definition}` makes the key {:?}, which cannot name a session: a session id is at most {} bytes, without control characters",
+                    truncated(&key.session),
+                    tiller_runtime::MAX_ID_BYTES
+                ))
+            })?;
+            keys.insert(key);
         }
-        // Each session gets the event once, however many of its triggers match.
+        if keys.is_empty() {
+            return Ok(matched);
+        }
+        // Each session gets the event once, however many of its triggers match;
+        // what it adds to the tenant's windows is counted before it is taken.
+        let bytes = serde_json::to_string(&event.payload).map_or(0, |json| json.len());
+        let limits = (self.quota)(event.tenant.as_deref());
+        let mut open = lock(&self.open);
+        let held = open
+            .by_tenant
+            .get(&event.tenant)
+            .copied()
+            .unwrap_or_default();
+        // The windows this event opens, and whether each will start an agent.
+        let opening: Vec<(Key, bool)> = keys
+            .iter()
+            .filter(|key| !open.by_key.contains_key(*key))
+            .map(|key| (key.clone(), self.supervisor.get(&key.id()).is_none()))
+            .collect();
+        let starting = opening.iter().filter(|(_, starts)| *starts).count();
+        let past = |quota, max| Err(EventError::Quota { quota, max });
+        if held.windows + opening.len() > limits.windows {
+            return past("trigger_windows", limits.windows);
+        }
+        if held.starting + starting > limits.agents {
+            return past("agents", limits.agents);
+        }
+        if held.bytes.saturating_add(bytes.saturating_mul(keys.len())) > limits.bytes {
+            return past("trigger_bytes", limits.bytes);
+        }
         if self.queue.capacity() < keys.len() {
             return Err(EventError::Full);
         }
+        let tenant = open.by_tenant.entry(event.tenant.clone()).or_default();
+        tenant.windows += opening.len();
+        tenant.starting += starting;
+        tenant.bytes += bytes * keys.len();
+        for (key, starts) in opening {
+            open.by_key.insert(key, Window { bytes: 0, starts });
+        }
         for key in keys {
+            if let Some(window) = open.by_key.get_mut(&key) {
+                window.bytes += bytes;
+            }
             self.queue
                 .try_send((key, event.clone()))
                 .map_err(|_| EventError::Closed)?;
@@ -281,6 +441,9 @@ struct Delivery {
     supervisor: Supervisor,
     definitions: Definitions,
     spawner: Spawner,
+    /// A window counts as open until its batch is delivered: until its agent
+    /// is live (counted in the tenant's agents) or cannot be.
+    open: Arc<Mutex<OpenWindows>>,
 }
 
 /// The events of one window, waiting for it to close.
@@ -328,6 +491,14 @@ impl Delivery {
     /// Prompts the session's agent with the batch: spawned (or resumed from the
     /// store) when it is not running, thawed when it sleeps, a follow-up when busy.
     async fn deliver(self: Arc<Self>, key: Key, batch: Batch) {
+        /// Closes the window however the delivery ends.
+        struct Closing<'a>(&'a Mutex<OpenWindows>, &'a Key);
+        impl Drop for Closing<'_> {
+            fn drop(&mut self) {
+                lock(self.0).close(self.1);
+            }
+        }
+        let _closing = Closing(&self.open, &key);
         let id = key.id();
         let prompt = prompt_of(&batch);
         let agent = match self.supervisor.get(&id) {
@@ -337,9 +508,9 @@ impl Delivery {
                     Ok(spec) => spec
                         .with_id(id.clone())
                         .with_session(id.clone())
-                        .with_owner(key.tenant.clone(), None),
+                        .with_owner(key.tenant.clone(), key.user.clone()),
                     Err(error) => {
-                        tracing::warn!(session = %id, %error, "a trigger's definition cannot be used");
+                        tracing::warn!(session = %id.escape_debug(), %error, "a trigger's definition cannot be used");
                         return;
                     }
                 };
@@ -349,7 +520,7 @@ impl Delivery {
                         // Another delivery made it meanwhile.
                         Some(agent) => agent,
                         None => {
-                            tracing::warn!(session = %id, %error, "a trigger's agent could not start");
+                            tracing::warn!(session = %id.escape_debug(), %error, "a trigger's agent could not start");
                             return;
                         }
                     },
@@ -361,8 +532,16 @@ impl Delivery {
             other => other,
         };
         if let Err(error) = delivered {
-            tracing::warn!(session = %id, %error, "a trigger's prompt was refused");
+            tracing::warn!(session = %id.escape_debug(), %error, "a trigger's prompt was refused");
         }
+    }
+}
+
+/// The start of `key` for an error: at most 64 characters of it.
+fn truncated(key: &str) -> String {
+    match key.char_indices().nth(64) {
+        Some((at, _)) => format!("{}…", &key[..at]),
+        None => key.to_owned(),
     }
 }
 
@@ -429,6 +608,7 @@ mod tests {
     fn session_ids_keep_tenants_and_keys_apart() {
         let key = |tenant: Option<&str>, session: &str| Key {
             tenant: tenant.map(str::to_owned),
+            user: None,
             definition: "support".into(),
             session: session.into(),
             topic: "t".into(),
@@ -438,5 +618,12 @@ mod tests {
         assert_eq!(key(Some("acme"), "a:b%").id(), "acme:support:a%3Ab%25");
         assert_eq!(key(None, "x/y#z@w").id(), "default:support:x%2Fy%23z%40w");
         assert_ne!(key(Some("a:b"), "c").id(), key(Some("a"), "b:c").id());
+        // A user's event: the user's own session, apart from the tenant's.
+        let users = Key {
+            user: Some("ann:1".into()),
+            ..key(Some("acme"), "t-1")
+        };
+        assert_eq!(users.id(), "acme:ann%3A1:support:t-1");
+        assert_ne!(users.id(), key(Some("acme"), "ann:1:support:t-1").id());
     }
 }

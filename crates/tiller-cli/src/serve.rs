@@ -189,6 +189,11 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Failed;
         }
     }
+    if let Some(limits) = supervisor.rate_limits() {
+        for (tenant, weight) in tokens.weights() {
+            limits.set_weight(tenant, weight);
+        }
+    }
     // Before `ask_agent` takes the definitions, for its sub-agents too.
     let mut definitions = definitions.with_session_store(supervisor.store().clone());
     if let Some(chars) = compress_chars {

@@ -23,6 +23,10 @@ pub struct Event {
     /// starts are the tenant's (`None` on a single-tenant host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The user of the tenant it comes from, when a user's: the sessions it
+    /// starts are that user's own (a user sees only its own sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl Event {
@@ -32,12 +36,19 @@ impl Event {
             topic: topic.into(),
             payload,
             tenant: None,
+            user: None,
         }
     }
 
     /// The same event, the tenant's.
     pub fn for_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// The same event, from `user` of its tenant.
+    pub fn for_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
         self
     }
 
@@ -67,6 +78,20 @@ pub enum EventError {
     /// Too many events wait to be gathered; nothing of this one was taken.
     #[error("too many events are waiting: try again shortly")]
     Full,
+    /// A session key the event gives cannot name a session (empty, longer than
+    /// [`MAX_ID_BYTES`](crate::MAX_ID_BYTES), control characters); nothing of
+    /// it was taken.
+    #[error("bad session key: {0}")]
+    Key(String),
+    /// The tenant holds its quota of what the event would add to (`quota`:
+    /// `trigger_windows` or `trigger_bytes`); nothing of it was taken.
+    #[error("the tenant holds {max} of its {quota} quota: wait for its windows to close")]
+    Quota {
+        /// Which quota.
+        quota: &'static str,
+        /// Its bound.
+        max: usize,
+    },
 }
 
 /// What takes the events published through a supervisor: installed once, with

@@ -68,7 +68,7 @@ pub use settings::{AgentCode, AgentSettings, OnMessage, OnReload, SystemPromptFn
 pub use shards::Shards;
 pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary, Workload};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
-pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor};
+pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor, check_id};
 
 // Paths the modules name the loop's types by.
 use tiller_core::{AgentContext, AgentMessage, ContextIds};

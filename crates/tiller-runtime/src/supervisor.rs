@@ -305,7 +305,7 @@ pub const MAX_ID_BYTES: usize = 1_024;
 
 /// Refuses an id, session id or name (`field`) that is empty, longer than
 /// [`MAX_ID_BYTES`], or holds control characters.
-fn check_id(field: &'static str, value: &str) -> Result<(), SpawnError> {
+pub fn check_id(field: &'static str, value: &str) -> Result<(), SpawnError> {
     let reason = if value.trim().is_empty() {
         "it is empty"
     } else if value.len() > MAX_ID_BYTES {

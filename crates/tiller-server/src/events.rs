@@ -121,9 +121,12 @@ impl Shared {
             shared.replays.remove_if(&agent, |_, replay| {
                 std::ptr::eq(Arc::as_ptr(&replay.recording), recording.as_ptr())
             });
+            let gone = |id: &AgentId| shared.supervisor.get(id.as_str()).is_none();
+            shared.owners.remove_if(&agent, |id, _| gone(id));
             shared
-                .owners
-                .remove_if(&agent, |id, _| shared.supervisor.get(id.as_str()).is_none());
+                .agents_held
+                .by_agent
+                .remove_if(&agent, |id, _| gone(id));
         }
     }
 }

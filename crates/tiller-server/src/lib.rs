@@ -89,6 +89,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::Problem;
 pub use jwt::JwtKeys;
+pub use quota::Quotas;
 pub use sessions::MAX_PAGE;
 pub use tenants::{Owner, Tokens};
 pub use triggers::MAX_EVENT_BYTES;
@@ -182,6 +183,13 @@ pub struct ServerConfig {
     pub max_mcp_sessions_per_tenant: usize,
     /// How long an MCP session may go without a request before it ends.
     pub mcp_idle_timeout: Duration,
+    /// What each tenant may hold at once where its token file entry does not
+    /// say ([`Quotas::tenant_defaults`]; a `None` here is no bound, and the
+    /// MCP sessions' default is [`ServerConfig::max_mcp_sessions_per_tenant`]).
+    pub tenant_quotas: Quotas,
+    /// What each user of a tenant may hold at once where its tenant's entry
+    /// does not say ([`Quotas::user_defaults`]).
+    pub user_quotas: Quotas,
     /// Whether an agent file sent inline may carry what only an operator should:
     /// command tools, a model's `base_url`, `api_key_env`, a tool's `env` and MCP
     /// servers, and models the server does not serve (see the `inline` rules in
@@ -216,6 +224,8 @@ impl Default for ServerConfig {
             max_mcp_sessions: 256,
             max_mcp_sessions_per_tenant: 64,
             mcp_idle_timeout: Duration::from_secs(300),
+            tenant_quotas: Quotas::tenant_defaults(),
+            user_quotas: Quotas::user_defaults(),
             drain_on_shutdown: false,
         }
     }
@@ -231,6 +241,10 @@ pub(crate) struct Shared {
     replays: DashMap<AgentId, Arc<Replay>>,
     /// How many event streams each caller holds open ([`quota`]).
     streams: quota::Counts<tenants::Scope>,
+    /// How many event streams each tenant holds open.
+    tenant_streams: quota::Counts<Option<String>>,
+    /// The live agents each tenant and user holds ([`quota`]).
+    agents_held: quota::AgentsHeld,
     /// Whose each agent created through the API is.
     owners: DashMap<AgentId, tenants::Scope>,
     /// The models `POST /api/stream` calls.
@@ -314,6 +328,8 @@ impl Server {
                 replays: DashMap::new(),
                 owners: DashMap::new(),
                 streams: quota::Counts::default(),
+                tenant_streams: quota::Counts::default(),
+                agents_held: quota::AgentsHeld::default(),
                 stopping: CancellationToken::new(),
                 closing: CancellationToken::new(),
             }),

@@ -96,7 +96,12 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
             // The owners of sessions that ended (idle, closed, at shutdown) go,
             // so there are never more owners than live sessions and one opening.
             sessions.owners.retain(|id, _| live.contains(id.as_str()));
-            let per_tenant = config.max_mcp_sessions_per_tenant;
+            let per_tenant = sessions
+                .shared
+                .quotas_of(&scope)
+                .0
+                .mcp_sessions
+                .unwrap_or(config.max_mcp_sessions_per_tenant);
             let held = sessions
                 .owners
                 .iter()

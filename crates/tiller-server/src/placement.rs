@@ -252,6 +252,7 @@ impl Shared {
         };
         self.replays.remove(id);
         self.owners.remove(id);
+        self.agents_held.by_agent.remove(id);
         Ok(stopped)
     }
 
@@ -315,11 +316,50 @@ impl Shared {
         owner: Scope,
         origin: &Origin,
     ) -> Result<AgentInfo, Problem> {
+        let shares = self.agent_shares(&owner, false)?;
+        self.spawn_with(spec, owner, origin, shares).await
+    }
+
+    /// [`Shared::spawn`] for an agent admitted before (a trigger's, when its
+    /// event was taken): counted in its owner's live agents, never refused.
+    pub(crate) async fn spawn_admitted(
+        &self,
+        spec: AgentSpec,
+        owner: Scope,
+        origin: &Origin,
+    ) -> Result<AgentInfo, Problem> {
+        let shares = self.agent_shares(&owner, true)?;
+        self.spawn_with(spec, owner, origin, shares).await
+    }
+
+    async fn spawn_with(
+        &self,
+        spec: AgentSpec,
+        owner: Scope,
+        origin: &Origin,
+        shares: crate::quota::AgentShares,
+    ) -> Result<AgentInfo, Problem> {
+        // Within the owner's quotas: a live agent more (`shares`), and, for a
+        // session the store does not keep yet, a session more.
+        let resumes = match &spec.session {
+            Some(session) => {
+                self.supervisor
+                    .store()
+                    .count(&tiller::tiller_store::SessionFilter::only(session))
+                    .await?
+                    > 0
+            }
+            None => false,
+        };
+        if !resumes {
+            self.check_sessions(&owner).await?;
+        }
         let spec = spec.with_origin(origin.stored());
         let agent = match &self.cluster {
             None => self.supervisor.spawn(spec).await?,
             Some(cluster) => cluster.spawn(spec).await?,
         };
+        self.agents_held.by_agent.insert(agent.id().clone(), shares);
         self.owners.insert(agent.id().clone(), owner);
         // No one following every agent is no error.
         let _ = self.created.send(agent.id().clone());

@@ -23,6 +23,7 @@ use tiller::{AgentContext, DEFAULT_TENANT};
 
 use crate::error::Problem;
 use crate::jwt::JwtKeys;
+use crate::quota::Quotas;
 
 /// Bearer tokens and the tenants they stand for, and the keys JSON Web Tokens
 /// are checked with.
@@ -32,6 +33,10 @@ pub struct Tokens {
     jwt: Option<JwtKeys>,
     /// What each tenant's agents may spend together, by tenant.
     budgets: BTreeMap<String, Budget>,
+    /// Each tenant's own quotas and its users' (see [`Quotas`]).
+    quotas: HashMap<String, (Quotas, Quotas)>,
+    /// Each tenant's share of a provider account's turns, when not 1.
+    weights: BTreeMap<String, u32>,
 }
 
 /// A tenant and, optionally, a user of it.
@@ -62,7 +67,17 @@ struct TokenFile {
 #[serde(deny_unknown_fields)]
 struct TenantEntry {
     /// What its agents may spend together (see [`tiller::tiller_core::budget`]).
+    #[serde(default)]
     budget: Budget,
+    /// Its share of each provider account's turns (1 by default).
+    #[serde(default)]
+    weight: Option<u32>,
+    /// What the tenant may hold at once, where not the server's default.
+    #[serde(default)]
+    quotas: Quotas,
+    /// What each of its users may hold at once, where not the server's default.
+    #[serde(default)]
+    user_quotas: Quotas,
 }
 
 #[derive(Deserialize)]
@@ -96,9 +111,11 @@ impl Tokens {
     }
 
     /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …,
-    /// metrics: true}]` (`user` and `metrics` optional), and optionally each
-    /// tenant's budget: `tenants: {acme: {budget: {total_tokens: 1000000,
-    /// cost_usd: 50}}}`.
+    /// metrics: true}]` (`user` and `metrics` optional), and optionally, by
+    /// tenant, its budget, its weight (its share of each provider account's
+    /// turns) and its quotas and its users': `tenants: {acme: {budget:
+    /// {total_tokens: 1000000, cost_usd: 50}, weight: 2, quotas: {agents: 50},
+    /// user_quotas: {sessions: 500}}}`.
     pub fn load(path: impl AsRef<Path>) -> Result<Tokens, String> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
@@ -107,7 +124,19 @@ impl Tokens {
             .map_err(|error| format!("{}: {error}", path.display()))?;
         let mut tokens = Tokens::new();
         for (tenant, entry) in file.tenants {
-            tokens = tokens.with_budget(tenant, entry.budget);
+            if entry.weight == Some(0) {
+                return Err(format!(
+                    "{}: tenants.{tenant}.weight: at least 1",
+                    path.display()
+                ));
+            }
+            if let Some(weight) = entry.weight {
+                tokens.weights.insert(tenant.clone(), weight);
+            }
+            if !entry.budget.is_unbounded() {
+                tokens = tokens.with_budget(tenant.clone(), entry.budget);
+            }
+            tokens = tokens.with_quotas(tenant, entry.quotas, entry.user_quotas);
         }
         for entry in file.tokens {
             if entry.token.trim().is_empty() {
@@ -131,6 +160,32 @@ impl Tokens {
         self.budgets
             .iter()
             .map(|(tenant, budget)| (tenant.as_str(), budget))
+    }
+
+    /// These tokens, with `tenant`'s own quotas and its users' (each bound left
+    /// `None` is the server's default).
+    pub fn with_quotas(
+        mut self,
+        tenant: impl Into<String>,
+        tenant_quotas: Quotas,
+        user_quotas: Quotas,
+    ) -> Self {
+        self.quotas
+            .insert(tenant.into(), (tenant_quotas, user_quotas));
+        self
+    }
+
+    /// `tenant`'s own quotas and its users', as the token file gives them.
+    pub fn quotas(&self, tenant: &str) -> (Quotas, Quotas) {
+        self.quotas.get(tenant).copied().unwrap_or_default()
+    }
+
+    /// Each tenant's share of a provider account's turns, where not 1, for
+    /// [`RateLimits::set_weight`](tiller::tiller_ai::RateLimits::set_weight).
+    pub fn weights(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.weights
+            .iter()
+            .map(|(tenant, weight)| (tenant.as_str(), *weight))
     }
 
     /// These tokens, and JSON Web Tokens checked with `keys` beside them.

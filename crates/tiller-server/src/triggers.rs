@@ -12,7 +12,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tiller::{AgentContext, Event, EventError, Spawner, Supervisor, Triggers};
+use tiller::{
+    AgentContext, Event, EventError, Spawner, Supervisor, Triggers, WindowLimits, WindowQuota,
+};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -42,16 +44,33 @@ pub(crate) async fn publish(
         ));
     }
     let payload: Value = decode(body)?;
+    // The agents it may start are admitted now (see `attach`'s quota).
+    let scope = caller.scope();
     let event = Event {
         topic,
         payload,
-        tenant: caller.tenant,
+        tenant: scope.tenant.clone(),
+        user: scope.user.clone(),
     };
     match shared.supervisor.publish(event) {
         Ok(matched) => {
             Ok((StatusCode::ACCEPTED, Json(json!({"matched": matched}))).into_response())
         }
         Err(EventError::Topic(reason)) => Err(Problem::invalid(Some("topic".to_owned()), reason)),
+        Err(EventError::Key(reason)) => Err(Problem::invalid(Some("payload".to_owned()), reason)),
+        Err(EventError::Quota { quota, max }) => Err(crate::quota::exceeded(
+            &format!("quotas.{quota}"),
+            &scope.tenant.as_deref().map_or_else(
+                || "this server".to_owned(),
+                |tenant| format!("tenant `{tenant}`"),
+            ),
+            max,
+            match quota {
+                "trigger_windows" => "trigger windows open",
+                "agents" => "live agents, counting those its open trigger windows will start",
+                _ => "bytes of events waiting in trigger windows",
+            },
+        )),
         Err(EventError::Full) => Err(Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             "too-many-events",
@@ -93,9 +112,12 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
                 inline: None,
                 context: context.ids().clone(),
             };
-            let owner = Scope { tenant, user: None };
+            let owner = Scope {
+                tenant,
+                user: spec.context.ids().user_id.clone(),
+            };
             let info = shared
-                .spawn(spec, owner, &origin)
+                .spawn_admitted(spec, owner, &origin)
                 .await
                 .map_err(|problem| problem.detail)?;
             shared
@@ -104,5 +126,28 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
                 .ok_or_else(|| "the agent started on another host".to_owned())
         })
     });
-    Triggers::attach_with(supervisor, shared.definitions.clone(), spawner);
+    let me: Weak<Shared> = Arc::downgrade(shared);
+    let quota: WindowQuota = Arc::new(move |tenant| {
+        let Some(shared) = me.upgrade() else {
+            return WindowLimits {
+                windows: 0,
+                bytes: 0,
+                agents: 0,
+            };
+        };
+        let scope = Scope {
+            tenant: tenant.map(str::to_owned),
+            user: None,
+        };
+        let quotas = shared.quotas_of(&scope).0;
+        WindowLimits {
+            windows: quotas.trigger_windows.unwrap_or(usize::MAX),
+            bytes: quotas.trigger_bytes.unwrap_or(usize::MAX),
+            // No more windows starting an agent than the tenant may still start.
+            agents: quotas.agents.map_or(usize::MAX, |max| {
+                max.saturating_sub(shared.agents_held.of_tenant(&scope.tenant))
+            }),
+        }
+    });
+    Triggers::attach_limited(supervisor, shared.definitions.clone(), spawner, quota);
 }

@@ -1052,3 +1052,77 @@ async fn with_tokens_the_metrics_are_the_operators_and_the_api_description_needs
     }
     server.stop().await;
 }
+
+/// A tenant and each of its users hold at most their quotas of live agents
+/// and of stored sessions: past one, 429 `quota-exceeded` naming it; a
+/// deleted agent frees its live share, not its stored session.
+#[tokio::test]
+async fn quotas_bound_the_agents_and_sessions_a_tenant_and_a_user_hold() {
+    use reqwest::Method;
+    use tiller_server::Quotas;
+    let faux = FauxProvider::new();
+    let mut config = support::closed_for(&[
+        ("token-acme", "acme", None),
+        ("token-ann", "acme", Some("ann")),
+    ]);
+    config.tokens = config.tokens.with_quotas(
+        "acme",
+        Quotas {
+            agents: Some(3),
+            sessions: Some(4),
+            ..Quotas::default()
+        },
+        Quotas {
+            agents: Some(1),
+            ..Quotas::default()
+        },
+    );
+    let server = Running::start(&faux, config).await;
+    let create = |token: &'static str| {
+        let server = &server;
+        async move {
+            server
+                .send_as(
+                    Method::POST,
+                    "/agents",
+                    Some(token),
+                    Some(json!({"definition": "helper"})),
+                )
+                .await
+        }
+    };
+    let refused = |(status, problem): (u16, Value), field: &str| {
+        assert_eq!(
+            (status, &problem["type"], &problem["field"]),
+            (
+                429,
+                &json!("urn:tiller:problem:quota-exceeded"),
+                &json!(field)
+            ),
+            "{problem}"
+        );
+    };
+    let (status, first) = create("token-ann").await;
+    assert_eq!(status, 201);
+    refused(create("token-ann").await, "user_quotas.agents");
+    let (status, second) = create("token-acme").await;
+    assert_eq!(status, 201);
+    assert_eq!(create("token-acme").await.0, 201);
+    refused(create("token-acme").await, "quotas.agents");
+    // A deleted agent frees its share of live agents; its session stays.
+    for agent in [&first, &second] {
+        let id = agent["id"].as_str().unwrap();
+        let (status, _) = server
+            .send_as(
+                Method::DELETE,
+                &format!("/agents/{id}"),
+                Some("token-acme"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 204);
+    }
+    assert_eq!(create("token-ann").await.0, 201);
+    refused(create("token-acme").await, "quotas.sessions");
+    server.stop().await;
+}

@@ -91,6 +91,18 @@ pub trait SessionStore: Send + Sync + 'static {
         filter: &'a SessionFilter,
     ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>>;
 
+    /// How many sessions `filter` matches, its `limit` aside (a quota's count:
+    /// no session is read). By default the length of [`SessionStore::list`].
+    fn count<'a>(&'a self, filter: &'a SessionFilter) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let all = SessionFilter {
+                limit: None,
+                ..filter.clone()
+            };
+            Ok(self.list(&all).await?.len() as u64)
+        })
+    }
+
     /// At most `limit` stored messages of session `id`, in order, from its
     /// message `from` (a place in the transcript, from 0): a page of a long
     /// transcript without loading the rest. Empty past the end or for no session.

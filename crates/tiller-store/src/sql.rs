@@ -1097,6 +1097,25 @@ async fn apply_one(
 const SPENDING_COLUMNS: &str =
     "input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms";
 
+/// The `WHERE` conditions of `filter` (its limit aside), numbered from `$1`, and
+/// the values they bind.
+fn conditions_of(filter: &SessionFilter) -> (Vec<String>, Vec<&str>) {
+    let mut conditions = Vec::new();
+    let mut values: Vec<&str> = Vec::new();
+    for (column, value) in [
+        ("id", filter.id.as_deref()),
+        ("tenant_id", filter.tenant_id.as_deref()),
+        ("user_id", filter.user_id.as_deref()),
+        ("status", filter.status.map(SessionStatus::as_str)),
+    ] {
+        if let Some(value) = value {
+            values.push(value);
+            conditions.push(format!("{column} = ${}", values.len()));
+        }
+    }
+    (conditions, values)
+}
+
 /// Adds a scope's spending to what it spent before (both databases' upsert).
 const ADD_SPENDING: &str = "INSERT INTO tiller_spending \
      (scope, input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms) \
@@ -1416,24 +1435,30 @@ impl SessionStore for SqlStore {
         })
     }
 
+    fn count<'a>(&'a self, filter: &'a SessionFilter) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let (conditions, values) = conditions_of(filter);
+            let mut sql = "SELECT count(*) FROM tiller_sessions".to_owned();
+            if !conditions.is_empty() {
+                sql.push_str(" WHERE ");
+                sql.push_str(&conditions.join(" AND "));
+            }
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for value in values {
+                query = query.bind(value);
+            }
+            let row = query.fetch_one(&self.pool).await.map_err(database)?;
+            let count: i64 = row.try_get(0).map_err(database)?;
+            Ok(u64::try_from(count).unwrap_or(0))
+        })
+    }
+
     fn list<'a>(
         &'a self,
         filter: &'a SessionFilter,
     ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>> {
         Box::pin(async move {
-            let mut conditions = Vec::new();
-            let mut values: Vec<&str> = Vec::new();
-            for (column, value) in [
-                ("id", filter.id.as_deref()),
-                ("tenant_id", filter.tenant_id.as_deref()),
-                ("user_id", filter.user_id.as_deref()),
-                ("status", filter.status.map(SessionStatus::as_str)),
-            ] {
-                if let Some(value) = value {
-                    values.push(value);
-                    conditions.push(format!("{column} = ${}", values.len()));
-                }
-            }
+            let (conditions, values) = conditions_of(filter);
             let mut sql = format!(
                 "SELECT {RECORD_COLUMNS}, (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
                  FROM tiller_messages m WHERE m.session_id = s.id) AS messages \

@@ -67,8 +67,8 @@ pub use tiller_runtime::{
 pub use tiller_agents::{
     self, ASK_AGENT_TOOL, AgentAsTool, AskAgent, AskAgentConfig, CommandTool, Compression,
     Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigError, LlmConfigs, ModelChoice,
-    ModelChoiceError, ModelSources, Named, Spawner, ToolRegistry, Trigger, Triggers, agent_file,
-    choose_model, command_tool, trigger,
+    ModelChoiceError, ModelSources, Named, Spawner, ToolRegistry, Trigger, Triggers, WindowLimits,
+    WindowQuota, agent_file, choose_model, command_tool, trigger,
 };
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
