@@ -112,7 +112,7 @@ impl CommandTool {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        tiller_core::process::contain(&mut command);
+        tiller_core::process::contain_tree(&mut command);
         let mut child = command.spawn().map_err(|error| {
             ToolError::new(format!(
                 "could not start `{}`: {error}",

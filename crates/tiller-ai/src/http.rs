@@ -125,12 +125,15 @@ pub(crate) fn post_json<T: Serialize>(
     let body = if options.extra_body.is_empty() {
         serde_json::to_vec(body).map_err(unserializable)?
     } else {
-        // The provider's own keys, then the caller's, which win.
+        // The caller's keys, where the request sets none of its own: an
+        // inline `model` or `n` never redirects or multiplies the call.
         let mut value = serde_json::to_value(body).map_err(unserializable)?;
         let Some(object) = value.as_object_mut() else {
             return Err(invalid("extra body keys need a JSON object body".into()));
         };
-        object.extend(options.extra_body.clone());
+        for (key, extra) in &options.extra_body {
+            object.entry(key.clone()).or_insert_with(|| extra.clone());
+        }
         serde_json::to_vec(&value).map_err(unserializable)?
     };
     let mut headers = HeaderMap::with_capacity(8);

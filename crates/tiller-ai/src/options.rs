@@ -93,7 +93,8 @@ pub struct StreamOptions {
     pub output_schema: Option<OutputSchema>,
     /// Provider-specific keys added to the top level of the request's JSON body
     /// as they are (vLLM's `top_k`, llama.cpp's `min_p`, OpenAI's `service_tier`,
-    /// …). A key here replaces the one Tiller would send under the same name; the
+    /// …). A key the request sets itself (`model`, `messages`, `stream`, a set
+    /// `temperature`, …) is never replaced: such a key here is left out. The
     /// body goes out unchanged when it is empty (the default).
     pub extra_body: serde_json::Map<String, Value>,
 }

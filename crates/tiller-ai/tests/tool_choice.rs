@@ -245,14 +245,15 @@ async fn a_thinking_level_and_its_budget_reach_the_wire() {
     assert_eq!(sent.get("thinking"), None);
 }
 
-/// Extra body keys go to the top level of each dialect's body as they are, and
-/// replace a key Tiller would send under the same name.
+/// Extra body keys go to the top level of each dialect's body as they are,
+/// and never replace a key the request sets itself (its model, its stream, a
+/// temperature it sets): an inline `model` cannot send the call elsewhere.
 #[tokio::test]
 async fn extra_body_keys_pass_through_to_the_request() {
     let context = Context::new().with_message(Message::user("Hi"));
-    let extra = json!({"top_k": 40, "temperature": 0.9, "chat_template_kwargs": {"enable_thinking": false}});
+    let extra = json!({"top_k": 40, "temperature": 0.9, "model": "gpt-stolen", "stream": false, "chat_template_kwargs": {"enable_thinking": false}});
     let options = || StreamOptions {
-        temperature: Some(0.1),
+        temperature: Some(0.5),
         extra_body: extra.as_object().unwrap().clone(),
         ..StreamOptions::default()
     };
@@ -264,10 +265,18 @@ async fn extra_body_keys_pass_through_to_the_request() {
                 &sent["temperature"],
                 &sent["chat_template_kwargs"]
             ),
-            (&json!(40), &json!(0.9), &json!({"enable_thinking": false}))
+            (&json!(40), &json!(0.5), &json!({"enable_thinking": false}))
         );
         assert_eq!(sent["stream"], json!(true));
+        assert_ne!(sent["model"], json!("gpt-stolen"));
     }
+    // A key the request leaves out is the caller's to add.
+    let unset = StreamOptions {
+        temperature: None,
+        ..options()
+    };
+    let sent = sent_body_with(openai, &context, unset).await;
+    assert_eq!(sent["temperature"], json!(0.9));
     let plain = sent_body_with(openai, &context, StreamOptions::default()).await;
     assert_eq!(plain.get("top_k"), None);
 }

@@ -100,6 +100,14 @@ pub enum CliCommand {
         /// Accept only JWTs meant for this audience (`aud`).
         #[arg(long, value_name = "AUD")]
         jwt_audience: Option<String>,
+        /// Seconds a JWT is still taken past its `exp` (or before its `nbf`):
+        /// the clock skew allowed with the issuer.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        jwt_leeway: u64,
+        /// The longest a JWT may live, in seconds (from its `iat`, or from now):
+        /// longer-lived tokens are refused.
+        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+        jwt_max_lifetime: u64,
         /// Take X-User-Id, X-Session-Id, X-Client-Id and X-Evaluation from requests
         /// into the agents' context (only behind a gateway that sets them).
         #[arg(long)]

@@ -16,7 +16,7 @@ use crate::outcome::Exit;
 use crate::sessions::open_store;
 
 /// Where JSON Web Tokens' keys come from (`--jwt-*`); none accepts no JWT.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct JwtOptions<'a> {
     /// The environment variable holding the HS256 secret.
     pub secret_env: Option<&'a str>,
@@ -26,6 +26,23 @@ pub struct JwtOptions<'a> {
     pub issuer: Option<&'a str>,
     /// The audience tokens must name.
     pub audience: Option<&'a str>,
+    /// Seconds a token is still taken past its `exp`.
+    pub leeway: u64,
+    /// The longest a token may live.
+    pub max_lifetime: std::time::Duration,
+}
+
+impl Default for JwtOptions<'_> {
+    fn default() -> Self {
+        JwtOptions {
+            secret_env: None,
+            public_key: None,
+            issuer: None,
+            audience: None,
+            leeway: 0,
+            max_lifetime: JwtKeys::DEFAULT_MAX_LIFETIME,
+        }
+    }
 }
 
 impl JwtOptions<'_> {
@@ -43,6 +60,9 @@ impl JwtOptions<'_> {
             }
             (None, None) => return Ok(None),
         };
+        let keys = keys
+            .with_leeway(self.leeway)
+            .with_max_lifetime(self.max_lifetime);
         let keys = match self.issuer {
             Some(issuer) => keys.with_issuer(issuer),
             None => keys,

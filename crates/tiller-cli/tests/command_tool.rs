@@ -86,33 +86,106 @@ async fn a_program_that_cannot_start_or_that_dies_by_a_signal_is_an_error() {
     );
 }
 
+/// The processes whose command line holds `marker`.
+fn running(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                String::from_utf8_lossy(&line)
+                    .replace('\0', " ")
+                    .contains(marker)
+            })
+        })
+        .collect()
+}
+
+/// The process of each marker, once each has started (at most ten seconds).
+async fn started_all(markers: &[&str]) -> Vec<i32> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let pids: Vec<Vec<i32>> = markers.iter().map(|marker| running(marker)).collect();
+            if pids.iter().all(|pids| pids.len() == 1) {
+                return pids.concat();
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the program's children never started")
+}
+
+/// A program that starts a child, and a grandchild in a session of its own
+/// (`setsid`, out of the program's process group), then waits: cancelling the
+/// call kills all three.
 #[tokio::test]
-async fn cancelling_a_call_kills_the_program_and_its_children() {
+async fn cancelling_a_call_kills_the_program_and_all_it_started() {
     let scratch = Scratch::new();
-    let pids = scratch.path().join("pids");
+    let started = scratch.path().join("started");
+    // A script, so that only the processes it starts hold the markers.
+    let script = scratch.write(
+        "spawner.sh",
+        &format!(
+            "sleep 6061 & setsid sleep 6062 & echo up > {}; wait\n",
+            started.display()
+        ),
+    );
     let tool = CommandTool::new(
         "spawner",
-        "Starts a child and waits",
+        "Starts a child and a grandchild of its own session, and waits",
         json!({"type": "object"}),
         "sh",
-        vec![
-            "-c".into(),
-            format!("sleep 60 & echo $$ $! > {}; wait", pids.display()),
-        ],
+        vec![script.to_str().unwrap().into()],
         Duration::from_secs(60),
     );
     let cancel = CancellationToken::new();
     let ctx = ToolContext::detached("call_1", cancel.clone(), |_| {});
-    let running = tokio::spawn(async move { tool.execute(json!({}), ctx).await });
-    let started = wait_for_file(&pids).await;
+    let running_call = tokio::spawn(async move { tool.execute(json!({}), ctx).await });
+    wait_for_file(&started).await;
+    let pids = started_all(&["sleep 6061", "sleep 6062"]).await;
     cancel.cancel();
-    let outcome = running.await.unwrap().map_err(|e| e.message().to_owned());
+    let outcome = running_call
+        .await
+        .unwrap()
+        .map_err(|e| e.message().to_owned());
     assert_eq!(
         outcome,
         Err("`spawner` was stopped: the run was aborted and wrote nothing to stderr".to_owned())
     );
-    for pid in started.split_whitespace() {
-        gone(pid.parse().unwrap()).await;
+    for pid in pids {
+        gone(pid).await;
+    }
+}
+
+/// `tiller run` killed with SIGKILL while a command tool runs: the program and
+/// the grandchild it started in a session of its own die with it.
+#[tokio::test]
+async fn a_killed_tiller_takes_the_programs_whole_tree_with_it() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "tools/spawner.sh",
+        "sleep 6071 & setsid sleep 6072 & echo up > \"$(dirname \"$0\")/started\"; wait\n",
+    );
+    let agent = scratch.write(
+        "agent.yaml",
+        &common::agent_yaml(
+            "    - name: spawner\n      description: Starts and waits\n      command: [sh, tools/spawner.sh]\n",
+        ),
+    );
+    let server = tiller_test_support::MockServer::start().await;
+    server.push(common::Dialect::OpenAi.tool_call("call_1", "spawner", json!({})));
+    let mut child = common::Dialect::OpenAi
+        .tiller(&server, "run", &["--agent", agent.to_str().unwrap(), "go"])
+        .spawn()
+        .unwrap();
+    wait_for_file(&scratch.path().join("tools/started")).await;
+    let pids = started_all(&["sleep 6071", "sleep 6072"]).await;
+    common::kill_hard(child.id().unwrap());
+    common::exit_of(&mut child).await;
+    for pid in pids {
+        gone(pid).await;
     }
 }
 

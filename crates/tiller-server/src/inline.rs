@@ -50,6 +50,12 @@ impl Shared {
             check_model(&spec, &self.proxy_models)?;
             keep_operator_approvals(&mut spec, &self.definitions);
         }
+        // The operator's guardrails check a client's agent too, before its own.
+        let operator = &self.config.guardrails;
+        if !operator.is_empty() {
+            let hooks = &mut Arc::make_mut(&mut spec.settings).code.hooks;
+            hooks.guardrails = operator.clone().and(&hooks.guardrails);
+        }
         Ok(spec)
     }
 }

@@ -3,16 +3,19 @@
 //! given as PEM).
 //!
 //! A token is accepted when its signature holds, it has not expired (`exp`, which
-//! it must have), it is already valid (`nbf`, when it has one), and, when the
-//! server names them, it has an issuer (`iss`) and an audience (`aud`) and they
-//! are the server's;
-//! anything else is 401. Its claims give the caller: `tenant_id` (the tenant,
+//! it must have), it is already valid (`nbf`, when it has one), it lives no
+//! longer than the server's maximum ([`JwtKeys::DEFAULT_MAX_LIFETIME`] from its
+//! `iat`, or from now when it has none), and, when the server names them, it
+//! has an issuer (`iss`) and an audience (`aud`) and they are the server's;
+//! anything else is 401. Times are taken as they are ([`JwtKeys::with_leeway`]
+//! allows a clock skew; none by default). Its claims give the caller: `tenant_id` (the tenant,
 //! [`DEFAULT_TENANT`](tiller::DEFAULT_TENANT) when it has none), `user_id` (else
 //! `sub`) and `client_id`. The static token file works beside it: a token it lists
 //! is taken first.
 
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -23,6 +26,8 @@ use serde::Deserialize;
 pub struct JwtKeys {
     key: DecodingKey,
     validation: Validation,
+    /// The longest a token may live.
+    max_lifetime: Duration,
 }
 
 /// The claims that say who the caller is.
@@ -40,6 +45,12 @@ pub(crate) struct Identity {
     /// The application or device.
     #[serde(default)]
     pub(crate) client_id: Option<String>,
+    /// When it expires, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub(crate) exp: u64,
+    /// When it was issued.
+    #[serde(default)]
+    pub(crate) iat: Option<u64>,
 }
 
 impl fmt::Debug for JwtKeys {
@@ -49,11 +60,16 @@ impl fmt::Debug for JwtKeys {
             .field("algorithms", &self.validation.algorithms)
             .field("issuer", &self.validation.iss)
             .field("audience", &self.validation.aud)
+            .field("leeway_s", &self.validation.leeway)
+            .field("max_lifetime", &self.max_lifetime)
             .finish_non_exhaustive()
     }
 }
 
 impl JwtKeys {
+    /// The longest a token may live by default: a day.
+    pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// Tokens signed with `secret` (HS256).
     pub fn hs256(secret: &[u8]) -> Self {
         JwtKeys::with(DecodingKey::from_secret(secret), Algorithm::HS256)
@@ -91,7 +107,26 @@ impl JwtKeys {
         let mut validation = Validation::new(algorithm);
         validation.validate_nbf = true;
         validation.validate_aud = false;
-        JwtKeys { key, validation }
+        // An expired token is expired: no minute of grace unless asked.
+        validation.leeway = 0;
+        JwtKeys {
+            key,
+            validation,
+            max_lifetime: JwtKeys::DEFAULT_MAX_LIFETIME,
+        }
+    }
+
+    /// Tokens `seconds` past their `exp` (or before their `nbf`) still taken:
+    /// the clock skew allowed between the issuer and this server.
+    pub fn with_leeway(mut self, seconds: u64) -> Self {
+        self.validation.leeway = seconds;
+        self
+    }
+
+    /// Only tokens that live at most `lifetime` (from their `iat`, or from now).
+    pub fn with_max_lifetime(mut self, lifetime: Duration) -> Self {
+        self.max_lifetime = lifetime;
+        self
     }
 
     /// Only tokens issued by `issuer` (`iss`).
@@ -115,8 +150,14 @@ impl JwtKeys {
 
     /// The caller `token` names, if it holds.
     pub(crate) fn verify(&self, token: &str) -> Option<Identity> {
-        jsonwebtoken::decode::<Identity>(token, &self.key, &self.validation)
-            .ok()
-            .map(|data| data.claims)
+        let identity = jsonwebtoken::decode::<Identity>(token, &self.key, &self.validation)
+            .ok()?
+            .claims;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let since = identity.iat.unwrap_or(now).min(now);
+        let lives = identity.exp.saturating_sub(since);
+        (lives <= self.max_lifetime.as_secs()).then_some(identity)
     }
 }

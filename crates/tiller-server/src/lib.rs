@@ -190,6 +190,10 @@ pub struct ServerConfig {
     /// What each user of a tenant may hold at once where its tenant's entry
     /// does not say ([`Quotas::user_defaults`]).
     pub user_quotas: Quotas,
+    /// The operator's guardrails: they check every agent sent inline (before
+    /// its own), and the input checks every `/api/stream` call's last user
+    /// message before the model is called (403 `guardrail-tripped`).
+    pub guardrails: tiller::Guardrails,
     /// Whether an agent file sent inline may carry what only an operator should:
     /// command tools, a model's `base_url`, `api_key_env`, a tool's `env` and MCP
     /// servers, and models the server does not serve (see the `inline` rules in
@@ -226,6 +230,7 @@ impl Default for ServerConfig {
             mcp_idle_timeout: Duration::from_secs(300),
             tenant_quotas: Quotas::tenant_defaults(),
             user_quotas: Quotas::user_defaults(),
+            guardrails: tiller::Guardrails::default(),
             drain_on_shutdown: false,
         }
     }

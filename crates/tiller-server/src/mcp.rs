@@ -3,6 +3,9 @@
 //! bearer token as the rest of the API, and the agents a call runs work for the
 //! token's tenant and user.
 //!
+//! With tokens, the definitions' instructions (an open server's MCP prompts)
+//! are not offered: they are the operator's, not any tenant's.
+//!
 //! An MCP session belongs to the caller that opened it: a request naming another
 //! caller's `Mcp-Session-Id` is answered as if the session did not exist (404).
 //! At most [`crate::ServerConfig::max_mcp_sessions`] are live at once (503
@@ -49,9 +52,16 @@ pub(crate) fn router(shared: &Arc<Shared>) -> Router<Arc<Shared>> {
             tracing::warn!(%error, "the definitions cannot be offered over /mcp");
             Vec::new()
         });
+    // A definition's instructions are the operator's: offered as prompts on an
+    // open server (one tenant) only, never to the tenants of a server with tokens.
+    let prompts = if config.tokens.is_empty() {
+        shared.definitions.prompts()
+    } else {
+        Vec::new()
+    };
     let (service, live) = McpToolServer::new("tiller", tools)
-        .with_prompts(shared.definitions.prompts())
-        .with_instructions("Each tool is an agent: call it with `text`, what to ask it; each prompt is an agent's instructions.")
+        .with_prompts(prompts)
+        .with_instructions("Each tool is an agent: call it with `text`, what to ask it; each prompt (an open server's) is an agent's instructions.")
         .with_context_from(move |parts| {
             caller(&tokens, trust, &parts.headers)
                 .map(|caller| caller.context)

@@ -503,17 +503,17 @@ pub(crate) struct DrainReport {
 
 /// `POST /admin/drain`: moves this host's agents to the other hosts of its
 /// cluster, each between two turns, and takes no new ones (an operator's
-/// request: a token marked `metrics: true`).
+/// request: a token marked `admin: true`).
 pub(crate) async fn drain(
     axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
     headers: HeaderMap,
 ) -> Result<axum::Json<DrainReport>, Problem> {
     let caller = shared.caller(&headers)?;
-    if !caller.reads_metrics {
+    if !caller.admin {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "a drain is an operator's: it needs a token marked `metrics: true`",
+            "a drain is an operator's: it needs a token marked `admin: true`",
         ));
     }
     let Some(cluster) = &shared.cluster else {

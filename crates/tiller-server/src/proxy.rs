@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use tiller::tiller_ai::pi::{ProxyEvent, ProxyRequest};
-use tiller::{AgentSettings, AssistantEvent, Definitions, Model, StreamOptions};
+use tiller::{AgentSettings, AssistantEvent, Definitions, GuardrailStage, Model, StreamOptions};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -172,6 +172,38 @@ pub(crate) async fn stream(
     call.tenant = caller.tenant.as_deref().map(Arc::from);
     call.breakers = Some(shared.supervisor.breakers().clone());
     let context = request.context.into_context(model.api);
+    // The operator's input checks see what the client asks, before the model.
+    let guardrails = &shared.config.guardrails;
+    if !guardrails.input.is_empty() {
+        let asked = context
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                tiller::Message::User(user) => Some(
+                    user.content
+                        .iter()
+                        .filter_map(|block| match block {
+                            tiller::Content::Text(text) => Some(text.text.as_str()),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+                _ => None,
+            });
+        if let Some(asked) = asked {
+            let check = guardrails.check(GuardrailStage::Input, asked, &caller.context);
+            if let Some(tripped) = check.await {
+                return Err(Problem::new(
+                    StatusCode::FORBIDDEN,
+                    "guardrail-tripped",
+                    tripped.to_string(),
+                )
+                .into());
+            }
+        }
+    }
     shared.metrics.proxy_call();
     let started = Instant::now();
     let counted = shared.clone();

@@ -52,6 +52,10 @@ pub struct Owner {
     /// tenant: an operator's token, for a scraper (`metrics: true`).
     #[serde(default)]
     pub metrics: bool,
+    /// Whether the token may act on the server itself (`POST /admin/drain`): an
+    /// operator's (`admin: true`); reading the metrics gives no such right.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 #[derive(Deserialize)]
@@ -111,7 +115,8 @@ impl Tokens {
     }
 
     /// Reads a token file (YAML or JSON): `tokens: [{token: …, tenant: …, user: …,
-    /// metrics: true}]` (`user` and `metrics` optional), and optionally, by
+    /// metrics: true, admin: true}]` (`user`, `metrics` and `admin` optional),
+    /// and optionally, by
     /// tenant, its budget, its weight (its share of each provider account's
     /// turns) and its quotas and its users': `tenants: {acme: {budget:
     /// {total_tokens: 1000000, cost_usd: 50}, weight: 2, quotas: {agents: 50},
@@ -213,6 +218,7 @@ impl Tokens {
                 .unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
             user: identity.user_id.or(identity.sub),
             metrics: false,
+            admin: false,
         };
         Some((owner, identity.client_id))
     }
@@ -244,6 +250,8 @@ pub(crate) struct Caller {
     pub(crate) context: AgentContext,
     /// Whether it may read `/metrics` (always on an open server).
     pub(crate) reads_metrics: bool,
+    /// Whether it may act on the server itself (always on an open server).
+    pub(crate) admin: bool,
     /// Who its token says it is (tenant, and user), whatever headers add: what
     /// its quotas count against.
     pub(crate) token_holder: Scope,
@@ -280,6 +288,7 @@ pub(crate) fn caller(
             tenant: None,
             context,
             reads_metrics: true,
+            admin: true,
             token_holder: Scope::default(),
         });
     }
@@ -306,6 +315,7 @@ pub(crate) fn caller(
         tenant: Some(owner.tenant.clone()),
         context,
         reads_metrics: owner.metrics,
+        admin: owner.admin,
         token_holder: Scope {
             tenant: Some(owner.tenant.clone()),
             user: owner.user.clone(),

@@ -709,6 +709,66 @@ async fn pi_proxy_caps_max_tokens_and_reserves_against_the_tenants_budget() {
     server.stop().await;
 }
 
+/// The operator's guardrails check what a client brings: an inline agent's
+/// prompts (its run ends `guardrail_tripped`) and `/api/stream`'s last user
+/// message (403 `guardrail-tripped`, the model never called).
+#[tokio::test]
+async fn the_operators_guardrails_check_inline_agents_and_the_pi_proxy() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Never sent."));
+    let no_secrets = tiller::Guardrail::new(
+        "no_secrets",
+        |input: tiller::tiller_core::GuardrailInput| async move {
+            Ok(if input.text.contains("password") {
+                tiller::Verdict::Fail {
+                    reason: "it mentions a password".to_owned(),
+                }
+            } else {
+                tiller::Verdict::Pass
+            })
+        },
+    );
+    let config = ServerConfig {
+        guardrails: tiller::Guardrails {
+            input: vec![no_secrets],
+            ..tiller::Guardrails::default()
+        },
+        ..ServerConfig::default()
+    };
+    let server = Running::start(&faux, config).await;
+    let (status, _) = server
+        .post(
+            "/agents",
+            json!({"inline": {"type": "object", "description": "You help.", "json_schema_extra": {"kind": "agent", "name": "mine"}}, "id": "mine"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, outcome) = server
+        .post(
+            "/agents/mine/prompt?wait=true",
+            json!({"text": "my password is hunter2"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &outcome["end"]),
+        (200, &json!("guardrail_tripped")),
+        "{outcome}"
+    );
+    let model = faux.model();
+    let mut asked = pi_request(&model.provider, &model.id);
+    asked["context"]["messages"] =
+        json!([{"role": "user", "content": "the password is hunter2", "timestamp": 1}]);
+    let (status, body) = server.post_raw("/api/stream", &[], &asked).await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, &problem["type"]),
+        (403, &json!("urn:tiller:problem:guardrail-tripped")),
+        "{problem}"
+    );
+    assert_eq!(faux.remaining(), 1, "the model was never asked");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn pi_proxy_refuses_unknown_models_bad_bodies_and_unknown_tokens() {
     let faux = FauxProvider::new();

@@ -50,6 +50,7 @@ fn config(keys: JwtKeys) -> ServerConfig {
                     tenant: "initech".into(),
                     user: None,
                     metrics: false,
+                    admin: false,
                 },
             )
             .with_jwt(keys),
@@ -126,6 +127,14 @@ async fn an_hs256_tokens_claims_say_who_calls_and_a_bad_token_is_401() {
     };
     let wrong = [
         ("expired", changed("exp", json!(now() - 3_600))),
+        // No minute of grace by default (the library's own default is 60 s).
+        ("expired five seconds ago", changed("exp", json!(now() - 5))),
+        // Longer-lived than a day, counted from now or from its issue.
+        ("lives ten days", changed("exp", json!(now() + 10 * 86_400))),
+        (
+            "issued to live two days",
+            changed("iat", json!(now() - 86_400)),
+        ),
         ("not yet valid", changed("nbf", json!(now() + 3_600))),
         (
             "another issuer",

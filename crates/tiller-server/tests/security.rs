@@ -952,7 +952,22 @@ async fn streams_and_mcp_sessions_are_bounded_and_an_mcp_session_is_its_openers(
     assert_eq!(kind(&problem), "too-many-mcp-sessions");
     let opened = mcp("t-b", None, INITIALIZE).await.unwrap();
     assert_eq!(opened.status(), 200);
+    let b_session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     drop(opened);
+    // The definitions' instructions are the operator's: no tenant lists them.
+    const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    const PROMPTS: &str = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/list"}"#;
+    mcp("t-b", Some(&b_session), INITIALIZED).await.unwrap();
+    let listed = mcp("t-b", Some(&b_session), PROMPTS)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(listed.contains(r#""prompts":[]"#), "{listed}");
     let refused = mcp("t-c", None, INITIALIZE).await.unwrap();
     assert_eq!(refused.status(), 503);
     let problem: Value = refused.json().await.unwrap();
@@ -1022,7 +1037,8 @@ async fn deleting_a_session_deletes_its_sub_agents_sessions() {
 
 /// Item 17: with tokens, only the dashboard's page (static, no data) and
 /// `/healthz` need none; `/openapi.json` needs one, and `/metrics`, whose figures
-/// cover every tenant, an operator's token marked `metrics: true`.
+/// cover every tenant, an operator's token marked `metrics: true`, which gives
+/// no right to act on the server (`POST /admin/drain` needs `admin: true`).
 #[tokio::test]
 async fn with_tokens_the_metrics_are_the_operators_and_the_api_description_needs_a_token() {
     let faux = FauxProvider::new();
@@ -1033,6 +1049,16 @@ async fn with_tokens_the_metrics_are_the_operators_and_the_api_description_needs
             tenant: "operator".to_owned(),
             user: None,
             metrics: true,
+            admin: false,
+        },
+    );
+    config.tokens = config.tokens.with(
+        "t-admin",
+        tiller_server::Owner {
+            tenant: "operator".to_owned(),
+            user: None,
+            metrics: false,
+            admin: true,
         },
     );
     let server = Running::start(&faux, config).await;
@@ -1049,6 +1075,13 @@ async fn with_tokens_the_metrics_are_the_operators_and_the_api_description_needs
             .send_as(reqwest::Method::GET, path, token, None)
             .await;
         assert_eq!(status, expected, "{path} with {token:?}");
+    }
+    // Past the right's check, a server of no cluster has nothing to drain.
+    for (token, expected) in [("t-tenant", 403), ("t-scraper", 403), ("t-admin", 409)] {
+        let (status, problem) = server
+            .send_as(reqwest::Method::POST, "/admin/drain", Some(token), None)
+            .await;
+        assert_eq!(status, expected, "{token}: {problem}");
     }
     server.stop().await;
 }

@@ -279,6 +279,7 @@ pub(crate) fn closed_for(tokens: &[(&str, &str, Option<&str>)]) -> ServerConfig 
                     tenant: (*tenant).to_owned(),
                     user: user.map(str::to_owned),
                     metrics: false,
+                    admin: false,
                 },
             )
         });
