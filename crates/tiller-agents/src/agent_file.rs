@@ -724,7 +724,22 @@ impl RawAgentFile {
                 exclude: extra.exclude_tools,
             },
             #[cfg(feature = "mcp")]
-            mcp_servers: extra.mcp_servers,
+            // A stdio server's program and files are found as a command
+            // tool's are: from the agent file's folder.
+            mcp_servers: extra
+                .mcp_servers
+                .into_iter()
+                .map(|mut server| {
+                    let mut command = std::mem::take(&mut server.command).into_iter();
+                    server.command = command
+                        .next()
+                        .map(|program| resolve(&program, folder).to_string_lossy().into_owned())
+                        .into_iter()
+                        .chain(command.map(|arg| in_folder(arg, folder)))
+                        .collect();
+                    server
+                })
+                .collect(),
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,
             answers: extra.answers,
@@ -796,16 +811,7 @@ impl RawTool {
                 format!("no such program: {}", program.display()),
             ));
         }
-        let args = command
-            .map(|arg| {
-                let resolved = resolve(&arg, folder);
-                if arg.contains('/') && resolved.exists() {
-                    resolved.to_string_lossy().into_owned()
-                } else {
-                    arg
-                }
-            })
-            .collect();
+        let args = command.map(|arg| in_folder(arg, folder)).collect();
         let timeout = self
             .timeout_ms
             .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
@@ -883,12 +889,26 @@ fn check_variable_name(name: &str, field: String) -> Result<(), (String, String)
 /// A command element as a path: relative ones with a directory part are taken from
 /// the agent file's folder; a bare program name is left for `PATH`.
 fn resolve(element: &str, folder: &Path) -> PathBuf {
-    let path = Path::new(element);
-    if path.is_relative() && element.contains('/') {
-        folder.join(path.strip_prefix(".").unwrap_or(path))
-    } else {
-        path.to_owned()
+    match beside(element, folder) {
+        Some(path) if element.contains('/') => path,
+        _ => PathBuf::from(element),
     }
+}
+
+/// An argument naming a file of the agent's `folder` (`tools/add.py`,
+/// `remind.py`) as that file, wherever Tiller runs from; any other as it is.
+fn in_folder(arg: String, folder: &Path) -> String {
+    match beside(&arg, folder) {
+        Some(file) if file.exists() => file.to_string_lossy().into_owned(),
+        _ => arg,
+    }
+}
+
+/// A relative `element` as a path in `folder`; `None` for an absolute one.
+fn beside(element: &str, folder: &Path) -> Option<PathBuf> {
+    let path = Path::new(element);
+    path.is_relative()
+        .then(|| folder.join(path.strip_prefix(".").unwrap_or(path)))
 }
 
 /// The tools' names and schemas checked as the runtime will (the named ones by

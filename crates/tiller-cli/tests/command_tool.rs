@@ -32,11 +32,12 @@ async fn programs_and_path_arguments_are_found_from_the_agent_folder() {
         "tools/add.py",
         &python_tool("print(sys.argv[0], sys.argv[1:], args['a'] + args['b'])"),
     );
+    scratch.write("remind.py", &python_tool("print(sys.argv[0])"));
     let script = scratch.write("tools/where.sh", "#!/bin/sh\necho \"$0 $1\"\n");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let agent = scratch.write(
         "agent.yaml",
-        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, description: Add, command: [python3, tools/add.py, --verbose]}\n    - {name: where, description: Where, command: [./tools/where.sh, tools/absent.txt]}\n",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: h\n  tools:\n    - {name: add, description: Add, command: [python3, tools/add.py, --verbose]}\n    - {name: where, description: Where, command: [./tools/where.sh, tools/absent.txt]}\n    - {name: remind, description: Remind, command: [python3, remind.py]}\n",
     );
     // From another working directory, so nothing resolves by accident.
     std::env::set_current_dir(std::env::temp_dir()).unwrap();
@@ -52,6 +53,25 @@ async fn programs_and_path_arguments_are_found_from_the_agent_folder() {
         call(tools[1].as_ref(), json!({})).await,
         Ok(format!("{folder}/tools/where.sh tools/absent.txt")),
         "an argument naming no file of the folder is passed as written"
+    );
+    // A bare name of a file beside the agent file is that file too.
+    assert_eq!(
+        call(tools[2].as_ref(), json!({})).await,
+        Ok(format!("{folder}/remind.py"))
+    );
+    // A stdio MCP server's program and files are found the same way.
+    let reader = scratch.write(
+        "reader.yaml",
+        "type: object\ndescription: x\njson_schema_extra:\n  kind: agent\n  name: r\n  mcp_servers:\n    - {name: notes, command: [python3, remind.py, --port, ./tools/add.py]}\n",
+    );
+    assert_eq!(
+        AgentFile::load(&reader).unwrap().mcp_servers[0].command,
+        [
+            "python3".to_owned(),
+            format!("{folder}/remind.py"),
+            "--port".to_owned(),
+            format!("{folder}/tools/add.py")
+        ]
     );
 }
 

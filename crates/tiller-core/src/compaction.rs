@@ -56,6 +56,15 @@ requests, decisions made, facts learned (names, numbers, files, results of tool 
 what was being worked on last. Keep an earlier summary's content. Write plain prose or short bullet points, no \
 preamble.";
 
+/// The summarizer's instructions `base` with what a user asked of this summary
+/// (`/compact keep the warehouse numbers`) added.
+pub fn with_request(base: &str, asked: &str) -> String {
+    format!(
+        "{base}\n\nFor this summary, the user also asks: {}",
+        asked.trim()
+    )
+}
+
 /// Tokens counted for an image.
 pub const IMAGE_TOKENS: u64 = 1_200;
 
@@ -78,6 +87,8 @@ pub struct CompactionPolicy {
     /// 2,048.
     pub summary_max_tokens: u32,
     /// What the summarizing model is told in place of [`DEFAULT_INSTRUCTIONS`].
+    /// (A manual compaction's instructions are added to these, never put in
+    /// their place: see [`with_request`].)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
     /// The named LLM configuration that writes the summaries in place of the

@@ -50,7 +50,7 @@ pub enum Prompt {
     /// [`crate::request`]).
     Reply(Reply),
     /// No model turn: compact the transcript (see [`crate::compaction`]), with
-    /// these instructions for the summary in place of the policy's.
+    /// these instructions for the summary added to the policy's.
     Compact {
         /// What the summary should keep or stress.
         instructions: Option<String>,
@@ -1530,9 +1530,16 @@ impl Run {
             tokens_before,
         });
         let max_tokens = policy.summary_tokens(self.window);
-        let instructions = instructions
-            .or_else(|| policy.instructions.clone())
-            .unwrap_or_else(|| compaction::DEFAULT_INSTRUCTIONS.to_owned());
+        // A manual compaction's words add to the summarizer's instructions: the
+        // summary stays a summary, and keeps what the user asked besides.
+        let base = policy
+            .instructions
+            .as_deref()
+            .unwrap_or(compaction::DEFAULT_INSTRUCTIONS);
+        let instructions = match instructions.filter(|asked| !asked.trim().is_empty()) {
+            Some(asked) => compaction::with_request(base, &asked),
+            None => base.to_owned(),
+        };
         let budget = u64::from(self.window)
             .saturating_sub(u64::from(max_tokens) + (instructions.len() as u64).div_ceil(4) + 64);
         let summarize = self.config.hooks.summarize.clone().unwrap_or_else(|| {

@@ -261,10 +261,28 @@ impl Shared {
                         })?;
                     self.process_id
                         .store(transport.id().unwrap_or(0), Ordering::Relaxed);
-                    if let Some(stderr) = stderr {
-                        tokio::spawn(log_stderr(config.name.clone(), stderr));
+                    let logging =
+                        stderr.map(|stderr| tokio::spawn(log_stderr(config.name.clone(), stderr)));
+                    match handler.serve(transport).await {
+                        Ok(service) => Ok(service),
+                        // A server that ended before it answered says why on
+                        // its stderr: the last lines go with the error.
+                        Err(error) => {
+                            let said = match logging {
+                                Some(logging) => tokio::time::timeout(STDERR_WAIT, logging)
+                                    .await
+                                    .ok()
+                                    .and_then(Result::ok)
+                                    .unwrap_or_default(),
+                                None => String::new(),
+                            };
+                            return Err(self.connect_error(if said.is_empty() {
+                                format!("{error} (it wrote nothing to stderr)")
+                            } else {
+                                format!("{error}; the end of its stderr:\n{said}")
+                            }));
+                        }
                     }
-                    handler.serve(transport).await
                 }
                 _ => {
                     return Err(McpError::Config {
@@ -464,10 +482,11 @@ const MAX_STDERR_LINE: usize = 8 * 1024;
 /// A command's stderr, line by line (each cut to [`MAX_STDERR_LINE`] bytes), as
 /// debug logs; read to its end whatever it holds, so the server never blocks on
 /// a full pipe.
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) -> String {
     let mut reader = tokio::io::BufReader::new(stderr);
     let mut line = Vec::with_capacity(256);
     let mut dropped = 0usize;
+    let mut last = std::collections::VecDeque::with_capacity(STDERR_TAIL_LINES);
     loop {
         let buffer = match reader.fill_buf().await {
             Ok([]) | Err(_) => break,
@@ -481,23 +500,39 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
         let used = end.map_or(buffer.len(), |end| end + 1);
         reader.consume(used);
         if end.is_some() {
-            log_line(&server, &line, dropped);
+            log_line(&server, &line, dropped, &mut last);
             line.clear();
             dropped = 0;
         }
     }
     if !line.is_empty() {
-        log_line(&server, &line, dropped);
+        log_line(&server, &line, dropped, &mut last);
     }
+    Vec::from(last).join("\n")
 }
 
-fn log_line(server: &str, line: &[u8], dropped: usize) {
+/// The lines of a server's stderr kept for an error when it fails to connect.
+const STDERR_TAIL_LINES: usize = 5;
+
+/// How long a server that failed to connect is given to finish its stderr.
+const STDERR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn log_line(
+    server: &str,
+    line: &[u8],
+    dropped: usize,
+    last: &mut std::collections::VecDeque<String>,
+) {
     let line = String::from_utf8_lossy(line);
     if dropped > 0 {
         tracing::debug!(server = %server, dropped, "{line} [… {dropped} more bytes dropped]");
     } else {
         tracing::debug!(server = %server, "{line}");
     }
+    if last.len() == STDERR_TAIL_LINES {
+        last.pop_front();
+    }
+    last.push_back(line.into_owned());
 }
 
 /// The configured headers, as HTTP's types.

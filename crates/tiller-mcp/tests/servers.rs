@@ -304,6 +304,26 @@ async fn a_server_that_cannot_start_or_answer_is_a_typed_error() {
             after: Duration::from_millis(200)
         }
     );
+    // A program that fails before it answers: its error says what it wrote.
+    let failing = McpClient::connect(McpServer::stdio(
+        "failing",
+        "sh",
+        [
+            "-c",
+            "echo starting >&2; echo 'no config at ./mcp.json' >&2; exit 3",
+        ],
+    ))
+    .await
+    .err()
+    .unwrap();
+    let tiller_mcp::McpError::Connect { server, detail } = &failing else {
+        panic!("{failing:?}");
+    };
+    assert_eq!(server, "failing");
+    assert!(
+        detail.ends_with("; the end of its stderr:\nstarting\nno config at ./mcp.json"),
+        "{detail}"
+    );
 }
 
 #[tokio::test]

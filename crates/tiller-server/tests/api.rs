@@ -1748,7 +1748,13 @@ async fn an_agent_is_compacted_over_http_and_its_session_keeps_every_message() {
         "{outcome}"
     );
     let asked = faux.requests().pop().unwrap().context;
-    assert_eq!(asked.system_prompt.as_deref(), Some("Keep the numbers."));
+    assert!(
+        asked.system_prompt.as_deref().is_some_and(|prompt| prompt
+            .starts_with("You write the memory of a long conversation")
+            && prompt.ends_with("the user also asks: Keep the numbers.")),
+        "{:?}",
+        asked.system_prompt
+    );
 
     let (_, state) = server.get("/agents/long").await;
     let messages = state["messages"].as_array().unwrap();

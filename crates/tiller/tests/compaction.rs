@@ -169,7 +169,21 @@ async fn a_compaction_asked_for_runs_alone_with_its_instructions() {
     assert_eq!(report.reason, CompactionReason::Manual);
     assert_eq!(report.summary_id, Some(12));
     let asked = faux.requests().pop().unwrap().context;
-    assert_eq!(asked.system_prompt.as_deref(), Some("Keep every number."));
+    // The request adds to the summarizer's instructions: still a summary.
+    assert_eq!(
+        asked.system_prompt,
+        Some(tiller::compaction::with_request(
+            tiller::compaction::DEFAULT_INSTRUCTIONS,
+            "Keep every number."
+        ))
+    );
+    assert!(
+        asked
+            .system_prompt
+            .as_deref()
+            .unwrap()
+            .ends_with("\n\nFor this summary, the user also asks: Keep every number.")
+    );
     let state = agent.state().await.unwrap();
     let AgentMessage::Custom(summary) = &state.messages[0] else {
         panic!("the summary comes first");
