@@ -873,12 +873,12 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn requests_past_the_learned_rate_wait_their_turn_in_order() {
+    /// An account whose first answer said: 1,000 tokens a second, 100 left (the
+    /// bucket whole again in 900 ms); 400 bytes are then a 100-token call.
+    async fn paced_at_a_thousand_tokens_a_second() -> (RateLimits, Arc<Account>) {
         let limits = RateLimits::new();
         let account = limits.account("openai", "api.openai.com", "gpt", None, Some(b"sk-test"));
         let mut first = account.turn(400, None, None).await;
-        // 1,000 tokens a second, 100 left: the bucket is whole again in 900 ms.
         first.answered(
             200,
             &headers(&[
@@ -890,6 +890,12 @@ mod tests {
             Duration::from_secs(60),
         );
         first.settle(100, 0);
+        (limits, account)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_past_the_learned_rate_wait_their_turn_in_order() {
+        let (limits, account) = paced_at_a_thousand_tokens_a_second().await;
         let start = Instant::now();
         let mut waited = Vec::new();
         for _ in 0..3 {
@@ -916,20 +922,7 @@ mod tests {
     /// A's hundred; a tenant of four shares gets four of every five turns.
     #[tokio::test(start_paused = true)]
     async fn each_tenant_waits_behind_its_own_backlog_and_its_share_of_the_others() {
-        let limits = RateLimits::new();
-        let account = limits.account("openai", "api.openai.com", "gpt", None, Some(b"sk-test"));
-        let mut first = account.turn(400, None, None).await;
-        first.answered(
-            200,
-            &headers(&[
-                ("x-ratelimit-limit-tokens", "1000"),
-                ("x-ratelimit-remaining-tokens", "100"),
-                ("x-ratelimit-reset-tokens", "900ms"),
-            ]),
-            None,
-            Duration::from_secs(60),
-        );
-        first.settle(100, 0);
+        let (limits, account) = paced_at_a_thousand_tokens_a_second().await;
         let backlog: Vec<_> = (0..100)
             .map(|_| {
                 let account = account.clone();

@@ -89,6 +89,16 @@ async fn client(
     }
 }
 
+/// The server's `/metrics`.
+async fn metrics_of(base: &str) -> String {
+    reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// How a store is made to fail and recover under the running server.
 trait Fault {
     /// Makes the store fail for the server `pid`.
@@ -157,12 +167,7 @@ async fn load_through(name: &str, store: &str, fault: &mut dyn Fault) {
         .await
         .unwrap()
         .acked;
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&base).await;
     assert!(
         metrics.contains("\ntiller_store_unavailable 1\n"),
         "{metrics}"
@@ -177,12 +182,7 @@ async fn load_through(name: &str, store: &str, fault: &mut dyn Fault) {
     }
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&base).await;
     assert!(
         metrics.contains("\ntiller_store_unavailable 0\n"),
         "{metrics}"
