@@ -475,16 +475,17 @@ impl Account {
 }
 
 /// The requests waiting for an account's turn, served tenant by tenant
-/// (weighted fair queueing): each gets a tag, the later of its tenant's last
-/// tag and the tag last served, plus its estimated tokens over its tenant's
-/// weight; the smallest tag goes next. A tenant's request so waits behind its
-/// own backlog and its share of the others', never behind all of another
-/// tenant's. Requests of no tenant share one.
+/// (start-time fair queueing, weighted): each gets a start tag, the later of
+/// the tag being served and where its tenant's backlog ends (each request
+/// moves that end on by its estimated tokens over its tenant's weight); the
+/// smallest tag goes next. A tenant's request so waits behind its own backlog
+/// and its share of the others', never behind all of another tenant's: one
+/// that has nothing queued goes next. Requests of no tenant share one.
 #[derive(Default)]
 struct FairQueue {
-    /// The tag of the request served last.
+    /// The start tag of the request served last.
     served: f64,
-    /// Each tenant's last tag, while it is past `served`.
+    /// Where each tenant's backlog ends, while past `served`.
     last: HashMap<Option<Arc<str>>, f64>,
     /// The requests waiting, by their tag's bits (non-negative floats order as
     /// their bits do) and arrival, each with what wakes it.
@@ -510,10 +511,13 @@ impl FairQueue {
             .last
             .get(&key)
             .map_or(self.served, |last| last.max(self.served));
-        let tag = start + estimate.max(1.0) / f64::from(weight.max(1));
-        self.last.insert(key, tag);
-        let place = (tag.to_bits(), arrival);
+        self.last
+            .insert(key, start + estimate.max(1.0) / f64::from(weight.max(1)));
+        let place = (start.to_bits(), arrival);
         if self.head.is_none() && self.waiting.is_empty() {
+            // Served at once: the queue's time moves on to it, so that a tenant
+            // that had the account alone builds up no lead over the next one.
+            self.served = start;
             self.head = Some(arrival);
             return (place, None);
         }

@@ -356,3 +356,58 @@ async fn a_postgresql_restart_under_load_loses_no_acknowledged_prompt() {
     let mut restarted = Restarted(url.clone());
     load_through("postgresql, restarted", &url, &mut restarted).await;
 }
+
+/// SIGTERM while the store stays full: the server does not wait for it
+/// forever. A prompt taken as the disk fills parks at its write; the server
+/// gives the store `Supervisor::SHUTDOWN_STORE_WAIT` and exits, saying the
+/// writes it could not make were never acknowledged (the client got no 2xx).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_while_its_store_fails_exits_without_acknowledging() {
+    let scratch = Scratch::new();
+    let mut disk = SmallDisk::new(&scratch);
+    let store = format!("sqlite://{}", disk.path().join("tiller.db").display());
+    let mut serving = Serving::start_with(Scratch::new(), &["--store", &store], &[]).await;
+    let base = serving.base.clone();
+    let (status, body) = request(
+        Method::POST,
+        format!("{base}/agents"),
+        None,
+        Some(json!({"definition": "helper", "id": "parked"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let pid = serving.child.id().unwrap();
+    disk.fail(pid);
+    let prompt = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/agents/parked/prompt?wait=true"))
+            .json(&json!({"text": "never kept"}))
+            .send()
+            .await
+            .map(|response| response.status().as_u16())
+    });
+    // The prompt's write fails: the store is unavailable, the run parked.
+    loop {
+        let health = reqwest::get(format!("{}/healthz", serving.base))
+            .await
+            .unwrap();
+        if health.status() == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    common::terminate(pid);
+    let status = tokio::time::timeout(Duration::from_secs(60), serving.child.wait())
+        .await
+        .expect("the server exits though its store fails")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let said = common::read_until(&mut serving.stderr, |line| line == "tiller: stopped").await;
+    assert!(
+        said.iter()
+            .any(|line| line.contains("shutting down without the writes that wait for it")),
+        "{said:?}"
+    );
+    // Its client was never told the prompt was taken.
+    assert!(!matches!(prompt.await.unwrap(), Ok(200..=299)));
+}

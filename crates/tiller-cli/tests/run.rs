@@ -148,10 +148,11 @@ async fn a_failing_tool_becomes_an_error_result_and_the_run_goes_on() {
 #[tokio::test]
 async fn a_tool_past_its_timeout_is_killed_and_reported() {
     let scratch = Scratch::new();
+    // The tool's pid on this machine (in a PID namespace of its own it is 2).
     scratch.write(
         "tools/slow.py",
         &python_tool(
-            "open(os.path.join(here, 'pid'), 'w').write(str(os.getpid()))\n\
+            "open(os.path.join(here, 'pid'), 'w').write(os.readlink('/proc/self'))\n\
              print('started', file=sys.stderr, flush=True)\n\
              time.sleep(60)",
         ),

@@ -19,8 +19,9 @@
 //! `128 + signal`). The program dies with the keeper (`PR_SET_PDEATHSIG`), and
 //! when the first process of a PID namespace dies the kernel kills every other
 //! process in it: an abort, a timeout or a `kill -9` of Tiller (which kills the
-//! keeper) leaves nothing of the program running. Inside, the program sees
-//! itself as PID 1. Where no namespace can be made, it is [`contain`].
+//! keeper) leaves nothing of the program running. Inside, the program is PID 2
+//! (PID 1, the namespace's first process, only waits for it). Where no
+//! namespace can be made, it is [`contain`].
 
 use tokio::process::Command;
 
@@ -62,8 +63,8 @@ pub fn contain_tree(command: &mut Command) {
 fn keep_in_namespace(command: &mut Command) {
     // SAFETY: the closure runs in the child between fork and exec, where only
     // async-signal-safe calls are allowed: unshare, pipe2, fork, prctl, waitpid,
-    // read, write, syscall (close_range), signal, kill, getpid and _exit are,
-    // and it allocates nothing.
+    // read, write, syscall (close_range), getrlimit, close, signal, kill, getpid
+    // and _exit are, and it allocates nothing.
     unsafe {
         command.pre_exec(|| {
             // Refused (no privilege): the process group alone holds the tree.
@@ -114,13 +115,7 @@ unsafe fn namespace_init(write_end: libc::c_int) -> Result<(), std::io::Error> {
         if program == 0 {
             return Ok(());
         }
-        libc::syscall(libc::SYS_close_range, 0u32, (write_end - 1) as u32, 0u32);
-        libc::syscall(
-            libc::SYS_close_range,
-            (write_end + 1) as u32,
-            u32::MAX,
-            0u32,
-        );
+        close_all_but(write_end);
         let mut status = 0;
         loop {
             let mut reaped = 0;
@@ -139,6 +134,49 @@ unsafe fn namespace_init(write_end: libc::c_int) -> Result<(), std::io::Error> {
     }
 }
 
+/// Closes every file descriptor but `kept`: with `close_range` (Linux 5.9), else
+/// one by one up to the process's limit, so that no copy of the spawner's error
+/// pipe stays open (it would hold `spawn` until the program ended).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+unsafe fn close_all_but(kept: libc::c_int) {
+    // SAFETY: close_range, getrlimit and close are system calls, safe between
+    // fork and exec.
+    unsafe {
+        let kept = kept.max(0) as libc::c_uint;
+        let below = kept == 0
+            || libc::syscall(
+                libc::SYS_close_range,
+                0 as libc::c_uint,
+                kept - 1,
+                0 as libc::c_uint,
+            ) == 0;
+        let above = libc::syscall(
+            libc::SYS_close_range,
+            kept + 1,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        ) == 0;
+        if below && above {
+            return;
+        }
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1 << 16
+        };
+        for fd in 0..last {
+            if fd as libc::c_uint != kept {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
 /// The keeper, outside the namespace: holds none of the program's files (its
 /// pipes end when the program's do; the spawner's error pipe closes at the
 /// program's exec), waits for the namespace's first process, and ends as the
@@ -148,8 +186,7 @@ unsafe fn namespace_init(write_end: libc::c_int) -> Result<(), std::io::Error> {
 unsafe fn keeper(first: libc::pid_t, read_end: libc::c_int) -> ! {
     // SAFETY: async-signal-safe calls only (see `keep_in_namespace`).
     unsafe {
-        libc::syscall(libc::SYS_close_range, 0u32, (read_end - 1) as u32, 0u32);
-        libc::syscall(libc::SYS_close_range, (read_end + 1) as u32, u32::MAX, 0u32);
+        close_all_but(read_end);
         let mut bytes = [0u8; 4];
         let mut got = 0;
         while got < bytes.len() {

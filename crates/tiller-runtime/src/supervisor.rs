@@ -394,6 +394,9 @@ impl Supervisor {
         self.inner.runtime.writer.store()
     }
 
+    /// How long a shutdown waits for a session store that stays unavailable.
+    pub const SHUTDOWN_STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
     /// Whether the session store takes writes now (see
     /// [`StoreWriter`](tiller_store::StoreWriter)): while it does not, writes wait
     /// and runs park at their next one.
@@ -816,7 +819,9 @@ impl Supervisor {
 
     /// Shuts every agent down gracefully (aborting runs and waiting for them to end,
     /// every write committed), then the supervisor. Sessions stay active in the
-    /// store, for [`Supervisor::resume`]. Spawning afterwards fails.
+    /// store, for [`Supervisor::resume`]. Spawning afterwards fails. A store that
+    /// stays unavailable for [`Supervisor::SHUTDOWN_STORE_WAIT`] is given up on:
+    /// the writes still waiting are not made (and were never acknowledged).
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         inner.shut_down.store(true, Ordering::Release);
@@ -826,18 +831,44 @@ impl Supervisor {
             .iter()
             .map(|entry| entry.value().clone())
             .collect();
-        futures::future::join_all(
-            agents
-                .iter()
-                .map(|agent| halt(agent, "the supervisor shut down")),
-        )
-        .await;
-        if let Err(error) = inner.runtime.writer.flush().await {
-            tracing::warn!(%error, "the session store failed while shutting down");
+        let halting = async {
+            futures::future::join_all(
+                agents
+                    .iter()
+                    .map(|agent| halt(agent, "the supervisor shut down")),
+            )
+            .await;
+            if let Err(error) = inner.runtime.writer.flush().await {
+                tracing::warn!(%error, "the session store failed while shutting down");
+            }
+        };
+        let down = stays_unavailable(self.store_health(), Supervisor::SHUTDOWN_STORE_WAIT);
+        let (halting, down) = (std::pin::pin!(halting), std::pin::pin!(down));
+        if let futures::future::Either::Right(_) = futures::future::select(halting, down).await {
+            tracing::error!(
+                "the session store is still unavailable: shutting down without the writes that wait for it (none was acknowledged)"
+            );
         }
         inner.agents.clear();
         inner.names.clear();
         inner.actor.stop(None);
+    }
+}
+
+/// Resolves once `health` has said the store is unavailable for `wait` without
+/// a break.
+async fn stays_unavailable(health: &tiller_store::StoreHealth, wait: std::time::Duration) {
+    let mut since = None;
+    loop {
+        if health.is_unavailable() {
+            let since = *since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= wait {
+                return;
+            }
+        } else {
+            since = None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 

@@ -16,7 +16,9 @@
 //! - **An open server is this machine's.** Without tokens, a connection from
 //!   another address is answered `403 not-this-machine` and closed.
 //! - **Graceful end.** Once shutdown is asked, no connection is accepted; idle
-//!   kept-alive connections close; requests in flight finish.
+//!   kept-alive connections close; requests in flight finish, within
+//!   `finish_runs` and [`IN_FLIGHT_GRACE`] more (then they are cut off
+//!   unanswered).
 //! - **Connections live on the shards, beside their agent.** One loop accepts;
 //!   each connection goes to one of the supervisor's shards
 //!   ([`tiller::Supervisor::spawn_on_shard`]), where its requests and its streams
@@ -178,8 +180,23 @@ pub(crate) async fn serve(
     drop(listener);
     stop.cancel();
     connections.close();
-    connections.wait().await;
+    // Requests in flight finish, within the runs' time to finish and a grace
+    // more: one waiting on a run parked at a store that stays down never would.
+    let grace = config.finish_runs.saturating_add(IN_FLIGHT_GRACE);
+    if tokio::time::timeout(grace, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still in flight {}s into shutdown are cut off unanswered",
+            grace.as_secs()
+        );
+    }
 }
+
+/// How long past [`crate::ServerConfig::finish_runs`] requests in flight may
+/// take to finish once shutdown begins.
+pub(crate) const IN_FLIGHT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves one connection's requests until it closes, or ends gracefully once
 /// `stop` is cancelled.

@@ -165,6 +165,10 @@ impl From<StoreError> for Problem {
             StoreError::TakenOver { .. } => {
                 Problem::new(StatusCode::CONFLICT, "taken-over", detail)
             }
+            // The store cannot be reached just now: try again later.
+            StoreError::Unavailable(_) => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail)
+            }
             _ => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store", detail),
         }
     }

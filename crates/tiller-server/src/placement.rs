@@ -317,7 +317,7 @@ impl Shared {
         origin: &Origin,
     ) -> Result<AgentInfo, Problem> {
         let shares = self.agent_shares(&owner, false)?;
-        self.spawn_with(spec, owner, origin, shares).await
+        self.spawn_with(spec, owner, origin, shares, false).await
     }
 
     /// [`Shared::spawn`] for an agent admitted before (a trigger's, when its
@@ -329,7 +329,7 @@ impl Shared {
         origin: &Origin,
     ) -> Result<AgentInfo, Problem> {
         let shares = self.agent_shares(&owner, true)?;
-        self.spawn_with(spec, owner, origin, shares).await
+        self.spawn_with(spec, owner, origin, shares, true).await
     }
 
     async fn spawn_with(
@@ -338,9 +338,11 @@ impl Shared {
         owner: Scope,
         origin: &Origin,
         shares: crate::quota::AgentShares,
+        admitted: bool,
     ) -> Result<AgentInfo, Problem> {
         // Within the owner's quotas: a live agent more (`shares`), and, for a
-        // session the store does not keep yet, a session more.
+        // session the store does not keep yet, a session more (one admitted
+        // before, when its event was taken, is not refused now).
         let resumes = match &spec.session {
             Some(session) => {
                 self.supervisor
@@ -351,7 +353,7 @@ impl Shared {
             }
             None => false,
         };
-        if !resumes {
+        if !resumes && !admitted {
             self.check_sessions(&owner).await?;
         }
         let spec = spec.with_origin(origin.stored());

@@ -127,41 +127,6 @@ pub(crate) async fn stream(
     // a client may ask for.
     let limit = served.max_tokens.unwrap_or(model.max_tokens);
     call.max_tokens = Some(options.max_tokens.map_or(limit, |asked| asked.min(limit)));
-    // The tenant's budget holds the call's most until it ends.
-    let tally =
-        (caller.tenant.as_deref()).and_then(|tenant| shared.supervisor.tenant_tally(tenant));
-    let mut spending = match tally {
-        Some(tally) => {
-            let most = u64::from(call.output_cap(model));
-            let hold =
-                tally
-                    .reserve(sent / 4, most, &model.cost)
-                    .map_err(|(limit, max, spent)| {
-                        Problem::new(
-                            StatusCode::TOO_MANY_REQUESTS,
-                            "budget-exceeded",
-                            tiller::BudgetExceeded {
-                                scope: tiller::tiller_core::budget::BudgetScope::Tenant,
-                                limit,
-                                max,
-                                spent,
-                            }
-                            .to_string(),
-                        )
-                    })?;
-            if hold.output_tokens < most {
-                call = call
-                    .capped(model, u32::try_from(hold.output_tokens).unwrap_or(u32::MAX))
-                    .unwrap_or(call);
-            }
-            Some(ProxySpending {
-                tally,
-                hold,
-                used: None,
-            })
-        }
-        None => None,
-    };
     call.thinking = options.reasoning.unwrap_or(call.thinking);
     call.session_id = options.session_id.or(call.session_id);
     // Its own token: a shutdown aborts the call (pi's client gets `error`, reason
@@ -172,38 +137,17 @@ pub(crate) async fn stream(
     call.tenant = caller.tenant.as_deref().map(Arc::from);
     call.breakers = Some(shared.supervisor.breakers().clone());
     let context = request.context.into_context(model.api);
-    // The operator's input checks see what the client asks, before the model.
-    let guardrails = &shared.config.guardrails;
-    if !guardrails.input.is_empty() {
-        let asked = context
-            .messages
-            .iter()
-            .rev()
-            .find_map(|message| match message {
-                tiller::Message::User(user) => Some(
-                    user.content
-                        .iter()
-                        .filter_map(|block| match block {
-                            tiller::Content::Text(text) => Some(text.text.as_str()),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                ),
-                _ => None,
-            });
-        if let Some(asked) = asked {
-            let check = guardrails.check(GuardrailStage::Input, asked, &caller.context);
-            if let Some(tripped) = check.await {
-                return Err(Problem::new(
-                    StatusCode::FORBIDDEN,
-                    "guardrail-tripped",
-                    tripped.to_string(),
-                )
-                .into());
-            }
-        }
-    }
+    check_input(&shared.config.guardrails, &context, &caller.context).await?;
+    // Last, the tenant's budget holds the call's most (its settings all
+    // applied) until it ends.
+    let mut spending = match caller
+        .tenant
+        .as_deref()
+        .and_then(|tenant| shared.supervisor.tenant_tally(tenant))
+    {
+        Some(tally) => Some(reserve(tally, sent / 4, model, &mut call)?),
+        None => None,
+    };
     shared.metrics.proxy_call();
     let started = Instant::now();
     let counted = shared.clone();
@@ -245,6 +189,84 @@ pub(crate) async fn stream(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// The operator's input checks on what the client asks (its last user
+/// message), before the model is called: 403 `guardrail-tripped`.
+async fn check_input(
+    guardrails: &tiller::Guardrails,
+    context: &tiller::tiller_ai::Context,
+    caller: &tiller::AgentContext,
+) -> Result<(), Problem> {
+    if guardrails.input.is_empty() {
+        return Ok(());
+    }
+    let asked = context
+        .messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            tiller::Message::User(user) => Some(
+                user.content
+                    .iter()
+                    .filter_map(|block| match block {
+                        tiller::Content::Text(text) => Some(text.text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+            _ => None,
+        });
+    let Some(asked) = asked else {
+        return Ok(());
+    };
+    match guardrails.check(GuardrailStage::Input, asked, caller).await {
+        Some(tripped) => Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "guardrail-tripped",
+            tripped.to_string(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Holds `call`'s most (`input` tokens, the output its options allow, priced)
+/// against the tenant's `tally`, its `max_tokens` lowered to what the budget
+/// leaves; 429 `budget-exceeded` when it leaves nothing.
+fn reserve(
+    tally: Arc<tiller::tiller_core::Tally>,
+    input: u64,
+    model: &Model,
+    call: &mut StreamOptions,
+) -> Result<ProxySpending, Problem> {
+    let most = u64::from(call.output_cap(model));
+    let hold = tally
+        .reserve(input, most, &model.cost)
+        .map_err(|(limit, max, spent)| {
+            Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "budget-exceeded",
+                tiller::BudgetExceeded {
+                    scope: tiller::tiller_core::budget::BudgetScope::Tenant,
+                    limit,
+                    max,
+                    spent,
+                }
+                .to_string(),
+            )
+        })?;
+    if hold.output_tokens < most
+        && let Some(capped) =
+            call.capped(model, u32::try_from(hold.output_tokens).unwrap_or(u32::MAX))
+    {
+        *call = capped;
+    }
+    Ok(ProxySpending {
+        tally,
+        hold,
+        used: None,
+    })
 }
 
 /// A proxied call's hold on its tenant's budget: settled to what its response

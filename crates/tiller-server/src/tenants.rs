@@ -141,7 +141,18 @@ impl Tokens {
             if !entry.budget.is_unbounded() {
                 tokens = tokens.with_budget(tenant.clone(), entry.budget);
             }
-            tokens = tokens.with_quotas(tenant, entry.quotas, entry.user_quotas);
+            let per_user = entry.user_quotas;
+            if per_user.trigger_windows.is_some()
+                || per_user.trigger_bytes.is_some()
+                || per_user.streams.is_some()
+                || per_user.mcp_sessions.is_some()
+            {
+                return Err(format!(
+                    "{}: tenants.{tenant}.user_quotas: a user's quotas are `agents` and `sessions` (its streams are bounded per token by the server; trigger windows and MCP sessions by its tenant's quotas)",
+                    path.display()
+                ));
+            }
+            tokens = tokens.with_quotas(tenant, entry.quotas, per_user);
         }
         for entry in file.tokens {
             if entry.token.trim().is_empty() {

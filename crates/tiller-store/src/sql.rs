@@ -217,10 +217,10 @@ fn database(error: sqlx::Error) -> StoreError {
 /// system error (58), a conflict with another transaction (40001, 40P01).
 fn unavailable(error: &sqlx::Error) -> bool {
     match error {
+        // A closed pool is closed for good: not worth another try.
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(error) => {
             let Some(code) = error.code() else {
