@@ -357,7 +357,8 @@ impl EventSink for Triggers {
     fn publish(&self, event: Event) -> Result<usize, EventError> {
         event.check()?;
         let mut matched = 0;
-        let mut keys = std::collections::HashSet::new();
+        // Each session's key, and its id.
+        let mut keys = HashMap::new();
         for (definition, trigger) in self.triggers.iter() {
             if !trigger.matches(&event) {
                 continue;
@@ -375,14 +376,15 @@ impl EventSink for Triggers {
                 debounce: Duration::from_millis(trigger.debounce_ms),
             };
             // Refused here, not dropped when its agent cannot start.
-            tiller_runtime::check_id("session", &key.id()).map_err(|_| {
+            let id = key.id();
+            tiller_runtime::check_id("session", &id).map_err(|_| {
                 EventError::Key(format!(
                     "the trigger of `{definition}` makes the key {:?}, which cannot name a session: a session id is at most {} bytes, without control characters",
                     truncated(&key.session),
                     tiller_runtime::MAX_ID_BYTES
                 ))
             })?;
-            keys.insert(key);
+            keys.insert(key, id);
         }
         if keys.is_empty() {
             return Ok(matched);
@@ -400,8 +402,8 @@ impl EventSink for Triggers {
         // The windows this event opens, and whether each will start an agent.
         let opening: Vec<(Key, bool)> = keys
             .iter()
-            .filter(|key| !open.by_key.contains_key(*key))
-            .map(|key| (key.clone(), self.supervisor.get(&key.id()).is_none()))
+            .filter(|(key, _)| !open.by_key.contains_key(*key))
+            .map(|(key, id)| (key.clone(), self.supervisor.get(id).is_none()))
             .collect();
         let starting = opening.iter().filter(|(_, starts)| *starts).count();
         let past = |quota, max| Err(EventError::Quota { quota, max });
@@ -424,7 +426,7 @@ impl EventSink for Triggers {
         for (key, starts) in opening {
             open.by_key.insert(key, Window { bytes: 0, starts });
         }
-        for key in keys {
+        for key in keys.into_keys() {
             if let Some(window) = open.by_key.get_mut(&key) {
                 window.bytes += bytes;
             }

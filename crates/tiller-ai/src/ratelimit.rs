@@ -319,7 +319,7 @@ impl Bucket {
         }
         self.limit = Some(limit);
         let slowest = limit / longest.as_secs_f64().max(1.0);
-        self.per_second = refill.clamp(slowest, limit * 1000.0).max(slowest);
+        self.per_second = refill.clamp(slowest, limit * 1000.0);
         // The provider's count has not seen the requests still in flight: the
         // lower of the two is the truth.
         self.level = self.level.min(window.remaining);
@@ -377,9 +377,9 @@ impl Account {
     }
 
     /// Waits for a request's turn, `body_bytes` the size of its body (a quarter
-    /// of it is its estimated input tokens), made for `tenant` (see
-    /// the module docs: tenants take turns by weight); `observer` hears of a wait before it starts. Tell the
-    /// ticket what the response said, then settle it.
+    /// of it is its estimated input tokens), made for `tenant` (tenants take
+    /// turns by weight: see the module docs); `observer` hears of a wait before
+    /// it starts. Tell the ticket what the response said, then settle it.
     pub async fn turn(
         self: &Arc<Self>,
         body_bytes: usize,

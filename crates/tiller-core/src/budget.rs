@@ -120,13 +120,8 @@ impl Budget {
         input: u64,
         prices: &ModelCost,
     ) -> Result<Option<u64>, (BudgetLimit, Amount, Amount)> {
-        let call = Spent {
-            input_tokens: input,
-            cost_usd: input as f64 * prices.input.max(prices.cache_write) / 1e6,
-            model_calls: 1,
-            ..Spent::default()
-        };
-        let after = spent.plus(&call);
+        // The call before any output: its input and one call, priced.
+        let after = spent.plus(&Spent::at_most(input, 0, prices));
         for limit in [
             BudgetLimit::ModelCalls,
             BudgetLimit::InputTokens,

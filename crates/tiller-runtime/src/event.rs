@@ -84,7 +84,8 @@ pub enum EventError {
     #[error("bad session key: {0}")]
     Key(String),
     /// The tenant holds its quota of what the event would add to (`quota`:
-    /// `trigger_windows` or `trigger_bytes`); nothing of it was taken.
+    /// `trigger_windows`, `trigger_bytes`, or `agents` for windows that would
+    /// start one); nothing of it was taken.
     #[error("the tenant holds {max} of its {quota} quota: wait for its windows to close")]
     Quota {
         /// Which quota.

@@ -108,7 +108,7 @@ async fn guard(State(sessions): State<Arc<Sessions>>, request: Request, next: Ne
             sessions.owners.retain(|id, _| live.contains(id.as_str()));
             let per_tenant = sessions
                 .shared
-                .quotas_of(&scope)
+                .quotas_of(scope.tenant.as_deref())
                 .0
                 .mcp_sessions
                 .unwrap_or(config.max_mcp_sessions_per_tenant);

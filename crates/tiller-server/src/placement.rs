@@ -316,8 +316,7 @@ impl Shared {
         owner: Scope,
         origin: &Origin,
     ) -> Result<AgentInfo, Problem> {
-        let shares = self.agent_shares(&owner, false)?;
-        self.spawn_with(spec, owner, origin, shares, false).await
+        self.spawn_with(spec, owner, origin, false).await
     }
 
     /// [`Shared::spawn`] for an agent admitted before (a trigger's, when its
@@ -328,8 +327,7 @@ impl Shared {
         owner: Scope,
         origin: &Origin,
     ) -> Result<AgentInfo, Problem> {
-        let shares = self.agent_shares(&owner, true)?;
-        self.spawn_with(spec, owner, origin, shares, true).await
+        self.spawn_with(spec, owner, origin, true).await
     }
 
     async fn spawn_with(
@@ -337,24 +335,14 @@ impl Shared {
         spec: AgentSpec,
         owner: Scope,
         origin: &Origin,
-        shares: crate::quota::AgentShares,
         admitted: bool,
     ) -> Result<AgentInfo, Problem> {
-        // Within the owner's quotas: a live agent more (`shares`), and, for a
-        // session the store does not keep yet, a session more (one admitted
-        // before, when its event was taken, is not refused now).
-        let resumes = match &spec.session {
-            Some(session) => {
-                self.supervisor
-                    .store()
-                    .count(&tiller::tiller_store::SessionFilter::only(session))
-                    .await?
-                    > 0
-            }
-            None => false,
-        };
-        if !resumes && !admitted {
-            self.check_sessions(&owner).await?;
+        // Within the owner's quotas: a live agent more, and a session more for
+        // a new one (one admitted before, when its event was taken, is not
+        // refused now).
+        let shares = self.agent_shares(&owner, admitted)?;
+        if !admitted {
+            self.check_sessions(&owner, spec.session.as_deref()).await?;
         }
         let spec = spec.with_origin(origin.stored());
         let agent = match &self.cluster {

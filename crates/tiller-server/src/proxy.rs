@@ -206,16 +206,7 @@ async fn check_input(
         .iter()
         .rev()
         .find_map(|message| match message {
-            tiller::Message::User(user) => Some(
-                user.content
-                    .iter()
-                    .filter_map(|block| match block {
-                        tiller::Content::Text(text) => Some(text.text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ),
+            tiller::Message::User(user) => Some(user.text_content()),
             _ => None,
         });
     let Some(asked) = asked else {

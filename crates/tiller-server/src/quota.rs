@@ -92,7 +92,11 @@ impl Shared {
                 ),
             )
         })?;
-        let tenant_max = self.quotas_of(holder).0.streams.unwrap_or(usize::MAX);
+        let tenant_max = self
+            .quotas_of(holder.tenant.as_deref())
+            .0
+            .streams
+            .unwrap_or(usize::MAX);
         let tenant = self
             .tenant_streams
             .take(holder.tenant.clone(), tenant_max)
@@ -189,12 +193,11 @@ pub(crate) struct AgentShares {
 }
 
 impl Shared {
-    /// The quotas of `scope`'s tenant and of its user.
-    pub(crate) fn quotas_of(&self, scope: &Scope) -> (Quotas, Quotas) {
+    /// The quotas of `tenant` (`None` on an open server) and of each of its
+    /// users.
+    pub(crate) fn quotas_of(&self, tenant: Option<&str>) -> (Quotas, Quotas) {
         let config = &self.config;
-        let (tenant, user) = scope
-            .tenant
-            .as_deref()
+        let (tenant, user) = tenant
             .map(|tenant| config.tokens.quotas(tenant))
             .unwrap_or_default();
         (tenant.or(config.tenant_quotas), user.or(config.user_quotas))
@@ -208,7 +211,7 @@ impl Shared {
         owner: &Scope,
         admitted: bool,
     ) -> Result<AgentShares, Problem> {
-        let (tenant, user) = self.quotas_of(owner);
+        let (tenant, user) = self.quotas_of(owner.tenant.as_deref());
         let bound = |max: Option<usize>| {
             if admitted {
                 usize::MAX
@@ -249,10 +252,27 @@ impl Shared {
     }
 
     /// Refuses a new session of `owner` when its tenant or its user keeps its
-    /// quota of sessions already.
-    pub(crate) async fn check_sessions(&self, owner: &Scope) -> Result<(), Problem> {
-        let (tenant, user) = self.quotas_of(owner);
+    /// quota of sessions already; resuming `session`, one the store keeps, is
+    /// no new one.
+    pub(crate) async fn check_sessions(
+        &self,
+        owner: &Scope,
+        session: Option<&str>,
+    ) -> Result<(), Problem> {
+        let (tenant, user) = self.quotas_of(owner.tenant.as_deref());
+        let user_bound = owner.user.is_some() && user.sessions.is_some();
+        if tenant.sessions.is_none() && !user_bound {
+            return Ok(());
+        }
         let store = self.supervisor.store();
+        if let Some(session) = session
+            && store
+                .count(&tiller::tiller_store::SessionFilter::only(session))
+                .await?
+                > 0
+        {
+            return Ok(());
+        }
         let mut filter = tiller::tiller_store::SessionFilter {
             tenant_id: owner.tenant.clone(),
             ..Default::default()
@@ -284,13 +304,6 @@ impl Shared {
     }
 }
 
-impl AgentsHeld {
-    /// The live agents of `tenant`.
-    pub(crate) fn of_tenant(&self, tenant: &Option<String>) -> usize {
-        self.tenants.held(tenant)
-    }
-}
-
 /// The live agents each tenant and each user holds, and each agent's shares.
 #[derive(Default)]
 pub(crate) struct AgentsHeld {
@@ -300,8 +313,15 @@ pub(crate) struct AgentsHeld {
     pub(crate) by_agent: DashMap<AgentId, AgentShares>,
 }
 
+impl AgentsHeld {
+    /// The live agents of `tenant`.
+    pub(crate) fn of_tenant(&self, tenant: &Option<String>) -> usize {
+        self.tenants.held(tenant)
+    }
+}
+
 /// A tenant as a problem names it.
-fn tenant_name(scope: &Scope) -> String {
+pub(crate) fn tenant_name(scope: &Scope) -> String {
     match &scope.tenant {
         Some(tenant) => format!("tenant `{tenant}`"),
         None => "this server".to_owned(),

@@ -60,10 +60,7 @@ pub(crate) async fn publish(
         Err(EventError::Key(reason)) => Err(Problem::invalid(Some("payload".to_owned()), reason)),
         Err(EventError::Quota { quota, max }) => Err(crate::quota::exceeded(
             &format!("quotas.{quota}"),
-            &scope.tenant.as_deref().map_or_else(
-                || "this server".to_owned(),
-                |tenant| format!("tenant `{tenant}`"),
-            ),
+            &crate::quota::tenant_name(&scope),
             max,
             match quota {
                 "trigger_windows" => "trigger windows open",
@@ -135,17 +132,13 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
                 agents: 0,
             };
         };
-        let scope = Scope {
-            tenant: tenant.map(str::to_owned),
-            user: None,
-        };
-        let quotas = shared.quotas_of(&scope).0;
+        let quotas = shared.quotas_of(tenant).0;
         WindowLimits {
             windows: quotas.trigger_windows.unwrap_or(usize::MAX),
             bytes: quotas.trigger_bytes.unwrap_or(usize::MAX),
             // No more windows starting an agent than the tenant may still start.
             agents: quotas.agents.map_or(usize::MAX, |max| {
-                max.saturating_sub(shared.agents_held.of_tenant(&scope.tenant))
+                max.saturating_sub(shared.agents_held.of_tenant(&tenant.map(str::to_owned)))
             }),
         }
     });

@@ -217,7 +217,7 @@ fn database(error: sqlx::Error) -> StoreError {
 /// system error (58), a conflict with another transaction (40001, 40P01).
 fn unavailable(error: &sqlx::Error) -> bool {
     match error {
-        // A closed pool is closed for good: not worth another try.
+        // (A closed pool is closed for good: not among them.)
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
@@ -1097,9 +1097,9 @@ async fn apply_one(
 const SPENDING_COLUMNS: &str =
     "input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms";
 
-/// The `WHERE` conditions of `filter` (its limit aside), numbered from `$1`, and
-/// the values they bind.
-fn conditions_of(filter: &SessionFilter) -> (Vec<String>, Vec<&str>) {
+/// The `WHERE` clause of `filter` (its limit aside; empty when it filters
+/// nothing), its values numbered from `$1`, and the values it binds.
+fn where_of(filter: &SessionFilter) -> (String, Vec<&str>) {
     let mut conditions = Vec::new();
     let mut values: Vec<&str> = Vec::new();
     for (column, value) in [
@@ -1113,7 +1113,12 @@ fn conditions_of(filter: &SessionFilter) -> (Vec<String>, Vec<&str>) {
             conditions.push(format!("{column} = ${}", values.len()));
         }
     }
-    (conditions, values)
+    let clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    (clause, values)
 }
 
 /// Adds a scope's spending to what it spent before (both databases' upsert).
@@ -1437,12 +1442,8 @@ impl SessionStore for SqlStore {
 
     fn count<'a>(&'a self, filter: &'a SessionFilter) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let (conditions, values) = conditions_of(filter);
-            let mut sql = "SELECT count(*) FROM tiller_sessions".to_owned();
-            if !conditions.is_empty() {
-                sql.push_str(" WHERE ");
-                sql.push_str(&conditions.join(" AND "));
-            }
+            let (filtered, values) = where_of(filter);
+            let sql = format!("SELECT count(*) FROM tiller_sessions{filtered}");
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for value in values {
                 query = query.bind(value);
@@ -1458,16 +1459,12 @@ impl SessionStore for SqlStore {
         filter: &'a SessionFilter,
     ) -> BoxFuture<'a, Result<Vec<SessionInfo>, StoreError>> {
         Box::pin(async move {
-            let (conditions, values) = conditions_of(filter);
+            let (filtered, values) = where_of(filter);
             let mut sql = format!(
                 "SELECT {RECORD_COLUMNS}, (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
                  FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
-                 FROM tiller_sessions s"
+                 FROM tiller_sessions s{filtered}"
             );
-            if !conditions.is_empty() {
-                sql.push_str(" WHERE ");
-                sql.push_str(&conditions.join(" AND "));
-            }
             sql.push_str(" ORDER BY updated_at DESC, id");
             if let Some(limit) = filter.limit {
                 sql.push_str(&format!(" LIMIT {limit}"));

@@ -276,7 +276,10 @@ impl StoreHealth {
     }
 
     fn answered(&self) {
-        if self.0.unavailable.swap(false, Ordering::AcqRel) {
+        // A load first: the usual answer, while all is well, writes nothing.
+        if self.0.unavailable.load(Ordering::Acquire)
+            && self.0.unavailable.swap(false, Ordering::AcqRel)
+        {
             tracing::info!("the session store is available again");
         }
     }
