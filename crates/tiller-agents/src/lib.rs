@@ -47,8 +47,8 @@ pub use llm::{LlmConfigError, LlmConfigs};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use tool_registry::ToolRegistry;
 pub use trigger::{
-    DEFAULT_WINDOW_BYTES, DEFAULT_WINDOWS, MAX_BATCH, MAX_DEBOUNCE_MS, Spawner, Trigger, Triggers,
-    WindowLimits, WindowQuota,
+    Arrival, DEFAULT_WINDOW_BYTES, DEFAULT_WINDOWS, MAX_BATCH, MAX_DEBOUNCE_MS, Spawned, Spawner,
+    Trigger, Triggers, WindowLimits, WindowQuota,
 };
 
 // Paths the modules name the runtime's, the loop's and the wire's types by.

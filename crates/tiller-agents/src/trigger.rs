@@ -179,15 +179,36 @@ fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
     })
 }
 
-/// Makes the agent of a session a trigger starts, from the spec (its id,
-/// session and owner set), the definition's name and the event's tenant. By
-/// default the supervisor spawns it; a server passes its own, to record whom the
-/// agent belongs to.
-pub type Spawner = Arc<
-    dyn Fn(AgentSpec, String, Option<String>) -> BoxFuture<'static, Result<AgentHandle, String>>
-        + Send
-        + Sync,
->;
+/// Makes the agent of a session a trigger starts, when this process holds no
+/// agent for it. By default the supervisor spawns it; a server passes its own,
+/// to record whom the agent belongs to, and — a host of a cluster — to hand the
+/// prompt to the host that holds the session.
+pub type Spawner =
+    Arc<dyn Fn(Arrival) -> BoxFuture<'static, Result<Spawned, String>> + Send + Sync>;
+
+/// What a [`Spawner`] is given: the agent to start for a batch of events, and
+/// the batch's prompt.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The agent's spec: its id, session and owner set.
+    pub spec: AgentSpec,
+    /// The definition it is made from.
+    pub definition: String,
+    /// The events' tenant.
+    pub tenant: Option<String>,
+    /// The prompt the batch makes.
+    pub prompt: String,
+}
+
+/// What a [`Spawner`] did with an [`Arrival`].
+#[derive(Debug)]
+pub enum Spawned {
+    /// The agent runs here: it is prompted with the batch.
+    Here(AgentHandle),
+    /// Another process holds the session's agent and has taken the prompt
+    /// (durably, once).
+    Delivered,
+}
 
 /// The triggers of a set of definitions, attached to a supervisor (see the
 /// module docs). Events go through a bounded queue to one task that owns the
@@ -294,9 +315,15 @@ impl Triggers {
     /// [`Supervisor::publish`] reaches them).
     pub fn attach(supervisor: &Supervisor, definitions: Definitions) -> Self {
         let spawning = supervisor.clone();
-        let spawner: Spawner = Arc::new(move |spec: AgentSpec, _definition, _tenant| {
+        let spawner: Spawner = Arc::new(move |arrival: Arrival| {
             let supervisor = spawning.clone();
-            Box::pin(async move { supervisor.spawn(spec).await.map_err(|e| e.to_string()) })
+            Box::pin(async move {
+                supervisor
+                    .spawn(arrival.spec)
+                    .await
+                    .map(Spawned::Here)
+                    .map_err(|e| e.to_string())
+            })
         });
         Triggers::attach_with(supervisor, definitions, spawner)
     }
@@ -516,8 +543,15 @@ impl Delivery {
                         return;
                     }
                 };
-                match (self.spawner)(spec, key.definition.clone(), key.tenant.clone()).await {
-                    Ok(agent) => agent,
+                let arrival = Arrival {
+                    spec,
+                    definition: key.definition.clone(),
+                    tenant: key.tenant.clone(),
+                    prompt: prompt.clone(),
+                };
+                match (self.spawner)(arrival).await {
+                    Ok(Spawned::Here(agent)) => agent,
+                    Ok(Spawned::Delivered) => return,
                     Err(error) => match self.supervisor.get(&id) {
                         // Another delivery made it meanwhile.
                         Some(agent) => agent,

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ use crate::{limits, lock};
 pub struct RateLimits {
     accounts: Arc<Mutex<HashMap<u64, Arc<Account>>>>,
     weights: Weights,
+    /// How many processes share each account (see [`RateLimits::set_sharers`]).
+    sharers: Arc<AtomicU32>,
 }
 
 /// Each tenant's share of an account's turns (1 when unnamed).
@@ -72,6 +74,14 @@ impl RateLimits {
     /// others', it is served `weight` times as much as a tenant of one share.
     pub fn set_weight(&self, tenant: &str, weight: u32) {
         lock(&self.weights).insert(Arc::from(tenant), weight.max(1));
+    }
+
+    /// Paces every account as one of `sharers` processes that share it (the
+    /// live hosts of a cluster): the limits a response states are divided
+    /// among them, so that together they keep to the account's. 0 counts as 1;
+    /// a bucket already learned takes the new share with the next response.
+    pub fn set_sharers(&self, sharers: u32) {
+        self.sharers.store(sharers.max(1), Ordering::Relaxed);
     }
 
     /// The account of `model` at `origin` (`host:port`) of `provider`, reached
@@ -110,7 +120,11 @@ impl RateLimits {
                     }
                     None => format!("{name}/{model}"),
                 };
-                Arc::new(Account::new(label, self.weights.clone()))
+                Arc::new(Account::new(
+                    label,
+                    self.weights.clone(),
+                    self.sharers.clone(),
+                ))
             })
             .clone()
     }
@@ -208,6 +222,8 @@ pub struct Account {
     /// The requests waiting for their turn, tenant by tenant.
     queue: Mutex<FairQueue>,
     weights: Weights,
+    /// How many processes share the account's limits.
+    sharers: Arc<AtomicU32>,
     requests: AtomicU64,
     waits: AtomicU64,
     waited_micros: AtomicU64,
@@ -339,7 +355,7 @@ struct Window {
 }
 
 impl Account {
-    fn new(label: String, weights: Weights) -> Self {
+    fn new(label: String, weights: Weights, sharers: Arc<AtomicU32>) -> Self {
         let now = Instant::now();
         Account {
             label: label.into(),
@@ -356,6 +372,7 @@ impl Account {
             learned: Notify::new(),
             queue: Mutex::default(),
             weights,
+            sharers,
             requests: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             waited_micros: AtomicU64::new(0),
@@ -634,6 +651,14 @@ impl Ticket {
     ) {
         let now = Instant::now();
         let (requests, tokens) = windows(headers);
+        // This process's part of what the account allows.
+        let sharers = f64::from(self.account.sharers.load(Ordering::Relaxed).max(1));
+        let share = |window: Window| Window {
+            limit: window.limit.map(|limit| limit / sharers),
+            remaining: window.remaining / sharers,
+            reset: window.reset,
+        };
+        let (requests, tokens) = (requests.map(share), tokens.map(share));
         {
             let mut pace = lock(&self.account.pace);
             if let Some(window) = requests {
@@ -880,7 +905,13 @@ mod tests {
     /// An account whose first answer said: 1,000 tokens a second, 100 left (the
     /// bucket whole again in 900 ms); 400 bytes are then a 100-token call.
     async fn paced_at_a_thousand_tokens_a_second() -> (RateLimits, Arc<Account>) {
+        paced_by(1).await
+    }
+
+    /// [`paced_at_a_thousand_tokens_a_second`] for one of `sharers` processes.
+    async fn paced_by(sharers: u32) -> (RateLimits, Arc<Account>) {
         let limits = RateLimits::new();
+        limits.set_sharers(sharers);
         let account = limits.account("openai", "api.openai.com", "gpt", None, Some(b"sk-test"));
         let mut first = account.turn(400, None, None).await;
         first.answered(
@@ -897,18 +928,24 @@ mod tests {
         (limits, account)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn requests_past_the_learned_rate_wait_their_turn_in_order() {
-        let (limits, account) = paced_at_a_thousand_tokens_a_second().await;
+    /// When each of three 100-token calls, one after the other, got its turn,
+    /// in milliseconds from the first's asking.
+    async fn three_calls(account: &Arc<Account>) -> Vec<u128> {
         let start = Instant::now();
         let mut waited = Vec::new();
         for _ in 0..3 {
-            // 400 bytes is 100 tokens: the first fits, each next waits 100 ms more.
             let ticket = account.turn(400, None, None).await;
             waited.push(start.elapsed().as_millis());
             ticket.settle(100, 0);
         }
-        assert_eq!(waited, [0, 100, 200]);
+        waited
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_past_the_learned_rate_wait_their_turn_in_order() {
+        let (limits, account) = paced_at_a_thousand_tokens_a_second().await;
+        // 400 bytes is 100 tokens: the first fits, each next waits 100 ms more.
+        assert_eq!(three_calls(&account).await, [0, 100, 200]);
         let stats = limits.stats();
         assert_eq!(stats.len(), 1);
         assert!(
@@ -919,6 +956,15 @@ mod tests {
         assert!(!stats[0].account.contains("sk-test"));
         assert_eq!((stats[0].requests, stats[0].waits), (4, 2));
         assert_eq!(stats[0].tokens_per_minute, Some(60_000.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn processes_sharing_an_account_each_keep_to_their_part_of_it() {
+        // Two hosts: each has half the stated tokens left (50) and half the
+        // rate (500 a second).
+        let (limits, account) = paced_by(2).await;
+        assert_eq!(three_calls(&account).await, [100, 300, 500]);
+        assert_eq!(limits.stats()[0].tokens_per_minute, Some(30_000.0));
     }
 
     /// Tenant A has a hundred calls queued when tenant B's one comes: B's goes

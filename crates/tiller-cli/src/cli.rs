@@ -20,8 +20,33 @@ pub struct Cli {
     pub command: CliCommand,
 }
 
+/// The NATS URLs of `--cluster` (or `$TILLER_CLUSTER`), separated by commas:
+/// a user's password or a token in them never shows in `Debug`.
+#[derive(Clone)]
+pub struct ClusterUrls(pub String);
+
+impl std::str::FromStr for ClusterUrls {
+    type Err = std::convert::Infallible;
+
+    fn from_str(urls: &str) -> Result<Self, Self::Err> {
+        Ok(ClusterUrls(urls.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for ClusterUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(tiller_cluster::ClusterConfig::servers_from(&self.0))
+            .finish()
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process: boxing `serve`'s options would save nothing"
+)]
 pub enum CliCommand {
     /// Run one prompt to the end, then exit.
     ///
@@ -150,9 +175,60 @@ pub enum CliCommand {
         /// Be one host of a cluster on these NATS servers (JetStream; URLs
         /// separated by commas): any host takes any request, each agent has one
         /// owner, and a dead host's agents come back on the others. Needs
-        /// --store postgres://… shared by every host.
-        #[arg(long, value_name = "URLS")]
-        cluster: Option<String>,
+        /// --store postgres://… shared by every host. `tls://` requires TLS; a
+        /// user and password (`USER:PASSWORD@`) or a token (`TOKEN@`) in the URLs
+        /// are taken from $TILLER_CLUSTER only, never from the command line.
+        #[arg(
+            long,
+            value_name = "URLS",
+            env = "TILLER_CLUSTER",
+            hide_env_values = true
+        )]
+        cluster: Option<ClusterUrls>,
+        /// A NATS credentials file (a user JWT and its NKey seed, as `nsc`
+        /// writes it) for the cluster's bus.
+        #[arg(
+            long,
+            value_name = "FILE",
+            env = "TILLER_NATS_CREDS",
+            requires = "cluster"
+        )]
+        nats_creds: Option<PathBuf>,
+        /// A file holding this host's NKey user seed (`SU…`) for the cluster's bus.
+        #[arg(
+            long,
+            value_name = "FILE",
+            env = "TILLER_NATS_NKEY",
+            requires = "cluster"
+        )]
+        nats_nkey: Option<PathBuf>,
+        /// The certificate authority (PEM) that signed the NATS servers'
+        /// certificates; TLS is then required.
+        #[arg(
+            long,
+            value_name = "FILE",
+            env = "TILLER_NATS_CA",
+            requires = "cluster"
+        )]
+        nats_ca: Option<PathBuf>,
+        /// This host's client certificate (PEM), for NATS servers that verify
+        /// clients (mutual TLS); with --nats-key.
+        #[arg(long, value_name = "FILE", env = "TILLER_NATS_CERT", requires_all = ["cluster", "nats_key"])]
+        nats_cert: Option<PathBuf>,
+        /// The key (PEM) of --nats-cert.
+        #[arg(long, value_name = "FILE", env = "TILLER_NATS_KEY", requires_all = ["cluster", "nats_cert"])]
+        nats_key: Option<PathBuf>,
+        /// Join a NATS bus off this machine without credentials or TLS anyway.
+        /// Anyone who reaches that bus can then read every agent's events and
+        /// send any agent any op.
+        #[arg(long, requires = "cluster")]
+        insecure_cluster: bool,
+        /// How long an agent stays idle before its lease is marked idle: a host
+        /// that dies leaves its idle agents for their next request, and its busy
+        /// ones are taken over at once.
+        #[arg(long, value_name = "SECS", default_value_t = 30, requires = "cluster",
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        idle_after: u64,
         /// This host's id in the cluster (letters, digits, `-`, `_`, `.`). A host
         /// restarted under its id takes its place back at once. Default: a new id.
         #[arg(long, value_name = "ID", requires = "cluster")]

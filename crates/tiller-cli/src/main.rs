@@ -45,6 +45,13 @@ fn main() -> ExitCode {
                 max_connections,
                 retain_closed_days,
                 cluster,
+                nats_creds,
+                nats_nkey,
+                nats_ca,
+                nats_cert,
+                nats_key,
+                insecure_cluster,
+                idle_after,
                 host_id,
                 drain,
                 lease_ttl,
@@ -75,12 +82,25 @@ fn main() -> ExitCode {
                         std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))
                     }),
                     cluster: cluster
-                        .as_deref()
+                        .as_ref()
                         .map(|servers| tiller_cli::serve::ClusterOptions {
                             servers,
+                            // A URL's secret is welcome from the environment only.
+                            servers_on_command_line: std::env::var("TILLER_CLUSTER")
+                                .ok()
+                                .as_deref()
+                                != Some(servers.0.as_str()),
+                            security: tiller_cluster::NatsSecurity {
+                                credentials_file: nats_creds.clone(),
+                                nkey_file: nats_nkey.clone(),
+                                ca_file: nats_ca.clone(),
+                                client_certificate: nats_cert.clone().zip(nats_key.clone()),
+                                insecure: *insecure_cluster,
+                            },
                             host_id: host_id.as_deref(),
                             drain: *drain,
                             lease_ttl: std::time::Duration::from_secs(*lease_ttl),
+                            idle_after: std::time::Duration::from_secs(*idle_after),
                         }),
                 };
                 tiller_cli::serve::serve(options).await

@@ -115,14 +115,21 @@ pub struct ServeOptions<'a> {
 /// What `tiller serve --cluster` was given.
 #[derive(Debug)]
 pub struct ClusterOptions<'a> {
-    /// The NATS servers, separated by commas.
-    pub servers: &'a str,
+    /// The NATS servers, separated by commas (never shown with a secret).
+    pub servers: &'a crate::cli::ClusterUrls,
+    /// Whether `servers` came from the command line (where `ps` shows it), not
+    /// from `$TILLER_CLUSTER`: a secret in it is refused.
+    pub servers_on_command_line: bool,
+    /// The host's NATS credentials and TLS files.
+    pub security: tiller_cluster::NatsSecurity,
     /// This host's id (a new one when `None`).
     pub host_id: Option<&'a str>,
     /// Whether shutdown moves the agents away first.
     pub drain: bool,
     /// The lease TTL every host of the cluster shares.
     pub lease_ttl: std::time::Duration,
+    /// How long an agent stays idle before its lease is marked idle.
+    pub idle_after: std::time::Duration,
 }
 
 impl ClusterOptions<'_> {
@@ -132,8 +139,10 @@ impl ClusterOptions<'_> {
             || format!("host-{}", &tiller::tiller_ai::new_id()[24..]),
             str::to_owned,
         );
-        let mut config = ClusterConfig::new(ClusterConfig::servers_from(self.servers), host_id);
+        let mut config = ClusterConfig::new(ClusterConfig::servers_from(&self.servers.0), host_id);
+        config.security = self.security.clone();
         config.lease_ttl = self.lease_ttl;
+        config.idle_after = self.idle_after;
         // The margin and the renewal scale down with a short TTL (tests), never
         // below what NATS counts in.
         config.fence_margin = (self.lease_ttl / 5).max(std::time::Duration::from_secs(1));
@@ -179,6 +188,21 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
             return Exit::Usage;
         }
     };
+    if let Some(cluster) = &cluster
+        && cluster.servers_on_command_line
+        && cluster.servers.0.contains('@')
+    {
+        say!(
+            "tiller: --cluster carries a secret where `ps` shows it: put the URLs in $TILLER_CLUSTER, or give --nats-creds or --nats-nkey"
+        );
+        return Exit::Usage;
+    }
+    let drain_on_shutdown = cluster.as_ref().is_some_and(|cluster| cluster.drain);
+    let cluster = cluster.map(|cluster| cluster.config());
+    if let Some(Err(error)) = cluster.as_ref().map(ClusterConfig::check) {
+        say!("tiller: {error}");
+        return Exit::Usage;
+    }
     if cluster.is_some() && !store.is_some_and(|url| url.starts_with("postgres")) {
         say!(
             "tiller: --cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL"
@@ -272,15 +296,27 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         trust_inline_definitions,
         max_connections,
         retain_closed,
-        drain_on_shutdown: cluster.as_ref().is_some_and(|cluster| cluster.drain),
+        drain_on_shutdown,
         ..defaults
     };
     let server = match cluster {
         None => Server::new(supervisor, definitions, config),
         Some(cluster) => {
-            let cluster = cluster.config();
             let host = cluster.host_id.clone();
-            match Server::clustered(supervisor, definitions, config, cluster).await {
+            // The port answers 503 `joining` (healthz too) until the host has joined.
+            let joined = tiller_server::while_joining(
+                &listener,
+                Server::clustered(supervisor, definitions, config, cluster),
+            )
+            .await;
+            let joined = match joined {
+                Ok(joined) => joined,
+                Err(error) => {
+                    say!("tiller: cannot listen on {address} while joining: {error}");
+                    return Exit::Failed;
+                }
+            };
+            match joined {
                 Ok(server) => {
                     say!("tiller: host {host} joined the cluster");
                     server

@@ -35,7 +35,7 @@ use common::{Scratch, exit_of, lines, python_tool, read_until, tiller};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller_cluster::{EventSubject, PublishedBatch};
+use tiller_cluster::{ClusterConfig, EventSubject, NatsSecurity, PublishedBatch};
 use tiller_test_support::nats::NatsCluster;
 use tiller_test_support::postgres::postgres_url;
 use tiller_test_support::{CapturedRequest, MockResponse, MockServer, sse};
@@ -54,6 +54,21 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 const AGENT: &str = "type: object\n\
                      description: You help.\n\
                      json_schema_extra:\n  kind: agent\n  name: helper\n  max_turns: 10\n  tools:\n    - name: note\n      description: Takes a note\n      command: [python3, tools/note.py]\n";
+
+/// The address a host said it serves on.
+fn address_in(said: &[String]) -> String {
+    said.iter()
+        .find_map(|line| line.split("http://").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned()
+}
+
+/// An agent a trigger starts: one session per event's `key`, events 50 ms
+/// apart becoming one prompt.
+const LISTENER: &str = "type: object\n\
+                        description: You listen.\n\
+                        json_schema_extra:\n  kind: agent\n  name: listener\n  triggers:\n    - {on: ping, session: \"{key}\", debounce_ms: 50}\n";
 
 /// The user texts a request carries after the model's last answer.
 fn unanswered(request: &CapturedRequest) -> Vec<String> {
@@ -153,6 +168,9 @@ fn signal(pid: i32, signal: libc::c_int) {
 
 /// A scenario's cluster.
 struct Chaos {
+    /// The token file every host serves, if any (its requests then carry the
+    /// first token).
+    tokens: Option<std::path::PathBuf>,
     nats: NatsCluster,
     store: String,
     model: MockServer,
@@ -174,6 +192,16 @@ impl Chaos {
     /// NATS, PostgreSQL, the model streaming `pace` apart, and `hosts` hosts
     /// `h1`…; `None` when the components are not installed here.
     async fn start(hosts: usize, pace: Duration) -> Option<Chaos> {
+        Chaos::start_with(hosts, pace, None).await
+    }
+
+    /// [`Chaos::start`] with a token file (`tokens:` first entry's token is
+    /// the one requests carry).
+    async fn start_with(
+        hosts: usize,
+        pace: Duration,
+        tokens: Option<(&str, &str)>,
+    ) -> Option<Chaos> {
         let one_at_a_time = ONE_AT_A_TIME.lock().await;
         let store = postgres_url()?;
         let nats = NatsCluster::start(3)?;
@@ -182,18 +210,28 @@ impl Chaos {
         let scratch = Scratch::new();
         std::fs::create_dir_all(scratch.path().join("agents/tools")).unwrap();
         scratch.write("agents/helper.yaml", AGENT);
+        scratch.write("agents/listener.yaml", LISTENER);
         // Long enough for a drain to be asked while it runs.
         scratch.write(
             "agents/tools/note.py",
             &python_tool("time.sleep(1.5)\nprint('noted')"),
         );
+        let mut http = reqwest::Client::builder();
+        let tokens = tokens.map(|(file, token)| {
+            scratch.write("tokens.yaml", file);
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+            http = std::mem::take(&mut http).default_headers(headers);
+            scratch.path().join("tokens.yaml")
+        });
         let mut chaos = Chaos {
+            tokens,
             nats,
             store,
             model,
             scratch,
             hosts: Vec::new(),
-            http: reqwest::Client::new(),
+            http: http.build().unwrap(),
             _one_at_a_time: one_at_a_time,
         };
         for n in 1..=hosts {
@@ -202,11 +240,19 @@ impl Chaos {
         Some(chaos)
     }
 
-    /// Starts host `id`.
+    /// How the invariant checker reads the stream: as a host would.
+    fn auditor(&self) -> ClusterConfig {
+        let user = self.nats.user("tiller");
+        let mut config =
+            ClusterConfig::new(user.urls.into_iter().map(Into::into).collect(), "audit");
+        config.security = NatsSecurity::mutual_tls(user.ca, user.cert, user.key);
+        config
+    }
+
+    /// Starts host `id`, its bus's URLs and secrets in its environment.
     async fn add(&mut self, id: &str) {
         let agents = self.scratch.path().join("agents");
-        let urls = self.nats.url_list();
-        let mut child = tiller(&[
+        let mut args = vec![
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -214,26 +260,24 @@ impl Chaos {
             agents.to_str().unwrap(),
             "--store",
             &self.store,
-            "--cluster",
-            &urls,
             "--host-id",
             id,
-        ])
-        .env("TILLER_PROVIDER", "openai")
-        .env("TILLER_BASE_URL", self.model.base_url())
-        .env("TILLER_MODEL", "scripted")
-        .env("TILLER_LOG", "warn,tiller_cluster=info")
-        .env("NO_COLOR", "1")
-        .spawn()
-        .unwrap();
+        ];
+        if let Some(tokens) = &self.tokens {
+            args.extend(["--tokens", tokens.to_str().unwrap()]);
+        }
+        let mut child = tiller(&args)
+            .envs(self.nats.env("tiller"))
+            .env("TILLER_PROVIDER", "openai")
+            .env("TILLER_BASE_URL", self.model.base_url())
+            .env("TILLER_MODEL", "scripted")
+            .env("TILLER_LOG", "warn,tiller_cluster=info")
+            .env("NO_COLOR", "1")
+            .spawn()
+            .unwrap();
         let mut stderr = lines(child.stderr.take().unwrap());
         let said = read_until(&mut stderr, |line| line.contains("joined the cluster")).await;
-        let address = said
-            .iter()
-            .find_map(|line| line.split("http://").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap()
-            .to_owned();
+        let address = address_in(&said);
         let log = Arc::new(Mutex::new(said));
         let notify = Arc::new(Notify::new());
         {
@@ -419,7 +463,7 @@ impl Chaos {
     async fn published_until(&self, subject: &EventSubject, last: &str) -> Vec<PublishedBatch> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let batches = tiller_cluster::published(&self.nats.urls, subject)
+            let batches = tiller_cluster::published(&self.auditor(), subject)
                 .await
                 .unwrap();
             let newest = batches.last().and_then(|batch| batch.events.last());
@@ -882,4 +926,597 @@ async fn fifty_concurrent_follow_ups_to_an_agent_no_host_holds_apply_once() {
         },
     );
     chaos.check(&agent, "h2", "owner_changed").await;
+}
+
+/// What a NATS client was told by the server: its `-ERR`s, as the client's
+/// event callback saw them.
+fn server_errors() -> (
+    async_nats::ConnectOptions,
+    Arc<Mutex<Vec<String>>>,
+    Arc<Notify>,
+) {
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let told = Arc::new(Notify::new());
+    let options = {
+        let (said, told) = (said.clone(), told.clone());
+        async_nats::ConnectOptions::new().event_callback(move |event| {
+            let (said, told) = (said.clone(), told.clone());
+            async move {
+                if let async_nats::Event::ServerError(error) = event {
+                    said.lock().unwrap().push(error.to_string());
+                    told.notify_waiters();
+                }
+            }
+        })
+    };
+    (options, said, told)
+}
+
+/// Waits (30 s at most) until the server has said something containing `text`.
+async fn told(said: &Mutex<Vec<String>>, told: &Notify, text: &str) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let notified = told.notified();
+            if said
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|error| error.contains(text))
+            {
+                return;
+            }
+            notified.await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the server never said `{text}`: {:?}", said.lock().unwrap()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_refuses_intruders_and_owners_refuse_what_a_client_could_not_send() {
+    let Some(chaos) = Chaos::start(3, Duration::from_millis(1)).await else {
+        return;
+    };
+    let agent = chaos.create("h1").await;
+    let (status, _) = chaos
+        .post(
+            "h2",
+            &format!("/agents/{agent}/prompt?wait=true"),
+            json!({"text": "hi"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let before = chaos.transcript("h3", &agent).await;
+    let url = chaos.nats.urls[0].clone();
+    let monitor = chaos.nats.user("monitor");
+    let plain = url.replace("tls://", "nats://");
+
+    // No credentials at all, over TLS or not: refused as it connects.
+    let refused = async_nats::ConnectOptions::new()
+        .add_root_certificates(monitor.ca.clone())
+        .connect(url.as_str())
+        .await;
+    assert!(refused.is_err(), "a client without a certificate connected");
+    assert!(async_nats::connect(plain.as_str()).await.is_err());
+    // A certificate the authority signed, but no password.
+    let refused = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(monitor.ca.clone())
+        .add_client_certificate(monitor.cert.clone(), monitor.key.clone())
+        .connect(url.as_str())
+        .await;
+    assert_eq!(
+        refused.err().map(|error| error.kind()),
+        Some(async_nats::ConnectErrorKind::AuthorizationViolation)
+    );
+
+    // The monitoring user reads no subject and sends no op.
+    let (options, said, told_by) = server_errors();
+    let watcher = monitor
+        .connect(None, options.custom_inbox_prefix("_INBOX_monitor"))
+        .await
+        .unwrap();
+    let _events = watcher.subscribe("tiller.>").await.unwrap();
+    watcher.flush().await.unwrap();
+    told(
+        &said,
+        &told_by,
+        "Permissions Violation for Subscription to \"tiller.>\"",
+    )
+    .await;
+    let _inboxes = watcher.subscribe("_INBOX.>").await.unwrap();
+    watcher.flush().await.unwrap();
+    told(
+        &said,
+        &told_by,
+        "Permissions Violation for Subscription to \"_INBOX.>\"",
+    )
+    .await;
+    let stop = tiller_cluster::Request::Stop;
+    watcher
+        .publish(
+            tiller_cluster::op_subject(&agent),
+            serde_json::to_vec(&stop).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+    told(&said, &told_by, "Permissions Violation for Publish").await;
+    // The account's figures, which it may read, hold no event; a stream's
+    // information (which would list its subjects: tenants, users, agents) it
+    // may not ask for.
+    let info = watcher.request("$JS.API.INFO", "".into()).await.unwrap();
+    assert!(String::from_utf8_lossy(&info.payload).contains("\"streams\""));
+    watcher
+        .publish("$JS.API.STREAM.INFO.TILLER_EVENTS", "".into())
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+    told(
+        &said,
+        &told_by,
+        "Permissions Violation for Publish to \"$JS.API.STREAM.INFO",
+    )
+    .await;
+
+    // A host's own user, sending what no client may: each refused by the owner.
+    let host = chaos
+        .nats
+        .user("tiller")
+        .connect(None, async_nats::ConnectOptions::new())
+        .await
+        .unwrap();
+    // (the op, whom it is sent for, what the refusal names)
+    let forbidden = [
+        (
+            json!({"type": "update_settings", "patch": {"base_url": "http://127.0.0.1:9/v1", "model": "evil"}}),
+            json!({}),
+            "only prompt",
+        ),
+        (
+            json!({"type": "set_messages", "messages": []}),
+            json!({}),
+            "only prompt",
+        ),
+        // The model's own answer, as if the client had written it.
+        (
+            json!({"type": "prompt", "messages": [before[1].clone()]}),
+            json!({}),
+            "user messages only",
+        ),
+        // A prompt sent for a tenant the agent does not work for.
+        (
+            json!({"type": "prompt", "text": "hi"}),
+            json!({"tenant": "someone-else"}),
+            "tenant",
+        ),
+    ];
+    for (n, (op, on_behalf, named)) in forbidden.iter().enumerate() {
+        let request =
+            json!({"type": "submit", "op": op, "key": format!("evil-{n}"), "on_behalf": on_behalf});
+        let answer = host
+            .request(
+                tiller_cluster::op_subject(&agent),
+                request.to_string().into(),
+            )
+            .await
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&answer.payload).unwrap();
+        assert!(
+            answer["forbidden"]
+                .as_str()
+                .is_some_and(|reason| reason.contains(named)),
+            "{op} was not refused: {answer}"
+        );
+    }
+    let mut refused = 0.0;
+    for on in ["h1", "h2", "h3"] {
+        refused += chaos.metrics(on).await["tiller_cluster_ops_refused_total"];
+    }
+    assert_eq!(refused, 4.0);
+    // Nothing changed: the transcript and the agent's model are as they were.
+    assert_eq!(chaos.transcript("h3", &agent).await, before);
+    let state = chaos.get("h2", &format!("/agents/{agent}")).await;
+    assert_eq!(state["definition"]["model"]["id"], "scripted");
+    assert!(state["owner"]["epoch"].as_u64().unwrap() > 0, "{state}");
+    assert_eq!(state["owner"]["host"], "h1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_events_on_any_host_reach_their_sessions_once_wherever_they_live() {
+    let Some(chaos) = Chaos::start(3, Duration::from_millis(1)).await else {
+        return;
+    };
+    let hosts = ["h1", "h2", "h3"];
+    let ping = |key: usize, n: usize| json!({"key": format!("k{key}"), "n": n});
+    // Each session starts on the host its first event reaches: three each.
+    for key in 0..9 {
+        let (status, body) = chaos
+            .post(hosts[key % 3], "/triggers/ping", ping(key, key), None)
+            .await;
+        assert_eq!((status, &body["matched"]), (202, &json!(1)), "{body}");
+    }
+    let sessions = wait_for_events(&chaos, 9).await;
+    // The other 91, spread over every host at once, for keys each host owns.
+    let sends = (9..100).map(|n| {
+        let chaos = &chaos;
+        async move {
+            let (status, body) = chaos
+                .post(hosts[n % 3], "/triggers/ping", ping(n % 9, n), None)
+                .await;
+            assert_eq!((status, &body["matched"]), (202, &json!(1)), "{body}");
+        }
+    });
+    futures::future::join_all(sends).await;
+    let seen = wait_for_events(&chaos, 100).await;
+    let mut owners = std::collections::BTreeSet::new();
+    for session in sessions.keys() {
+        let state = chaos.get("h1", &format!("/agents/{session}")).await;
+        owners.insert(state["owner"]["host"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        owners.len(),
+        3,
+        "the sessions live on every host: {owners:?}"
+    );
+    let mut counted: Vec<usize> = seen.values().flatten().copied().collect();
+    counted.sort_unstable();
+    assert_eq!(counted, (0..100).collect::<Vec<_>>(), "each event once");
+}
+
+/// Waits until the listener's sessions hold `count` events in their user
+/// messages; each session's event numbers.
+async fn wait_for_events(chaos: &Chaos, count: usize) -> HashMap<String, Vec<usize>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = chaos.get("h2", "/sessions?limit=1000").await;
+        let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
+        for session in listed.as_array().into_iter().flatten() {
+            let id = session["id"].as_str().unwrap_or_default();
+            if !id.contains("listener") {
+                continue;
+            }
+            let numbers = seen.entry(id.to_owned()).or_default();
+            for message in chaos.transcript("h2", id).await {
+                if message["role"] != "user" {
+                    continue;
+                }
+                let text: String = message["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|part| part["text"].as_str())
+                    .collect();
+                numbers.extend(text.split("\"n\":").skip(1).filter_map(|rest| {
+                    rest.split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<usize>()
+                        .ok()
+                }));
+            }
+        }
+        if seen.values().map(Vec::len).sum::<usize>() >= count {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {seen:?} of {count} events arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_budget_is_one_figure_for_every_host() {
+    let tokens = "tokens:\n  - {token: t-acme, tenant: acme}\n\
+                  tenants:\n  acme: {budget: {model_calls: 5}}\n";
+    let Some(chaos) =
+        Chaos::start_with(3, Duration::from_millis(1), Some((tokens, "t-acme"))).await
+    else {
+        return;
+    };
+    // Three agents of the tenant's on each host, prompted at once through
+    // another host than their owner.
+    let mut agents = Vec::new();
+    for on in ["h1", "h2", "h3"] {
+        for _ in 0..3 {
+            agents.push(chaos.create(on).await);
+        }
+    }
+    let prompts = agents.iter().enumerate().map(|(n, agent)| {
+        let chaos = &chaos;
+        async move {
+            let on = ["h2", "h3", "h1"][n / 3];
+            let path = format!("/agents/{agent}/prompt?wait=true");
+            chaos
+                .post(on, &path, json!({"text": format!("p{n}")}), None)
+                .await
+        }
+    });
+    let answered = futures::future::join_all(prompts).await;
+    let calls = chaos.model.requests().len();
+    println!(
+        "budget: {calls} model calls reached the model under a budget of 5 (9 prompts on 3 hosts)"
+    );
+    assert_eq!(calls, 5, "{answered:?}");
+    let refused = answered
+        .iter()
+        .filter(|(_, outcome)| outcome["budget_exceeded"]["scope"] == "tenant")
+        .count();
+    assert_eq!(refused, 4, "{answered:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_agents_on_three_hosts_keep_to_one_accounts_limit() {
+    let Some(chaos) = Chaos::start(3, Duration::from_millis(1)).await else {
+        return;
+    };
+    // The account: 20 requests, refilled at 20 a second, as OpenAI's headers
+    // state it; past it, 429 with the wait.
+    const CAPACITY: f64 = 20.0;
+    const PER_SECOND: f64 = 20.0;
+    let bucket = Arc::new(Mutex::new((CAPACITY, Instant::now())));
+    let throttled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (bucket, throttled) = (bucket.clone(), throttled.clone());
+        chaos.model.respond_with(move |request| {
+            let mut bucket = bucket.lock().unwrap();
+            let now = Instant::now();
+            bucket.0 = (bucket.0 + (now - bucket.1).as_secs_f64() * PER_SECOND).min(CAPACITY);
+            bucket.1 = now;
+            let allowed = bucket.0 >= 1.0;
+            if allowed {
+                bucket.0 -= 1.0;
+            }
+            let remaining = bucket.0.floor();
+            let reset_ms = ((CAPACITY - bucket.0) / PER_SECOND * 1_000.0).ceil();
+            let response = if allowed {
+                scripted(request, Duration::from_millis(1))
+            } else {
+                throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                MockResponse::status(429, r#"{"error": {"message": "rate limited"}}"#).header(
+                    "retry-after-ms",
+                    &((1.0 - bucket.0) / PER_SECOND * 1_000.0).ceil().to_string(),
+                )
+            };
+            response
+                .header("x-ratelimit-limit-requests", &CAPACITY.to_string())
+                .header("x-ratelimit-remaining-requests", &remaining.to_string())
+                .header("x-ratelimit-reset-requests", &format!("{reset_ms}ms"))
+        });
+    }
+    let hosts = ["h1", "h2", "h3"];
+    let mut agents: Vec<String> = Vec::new();
+    for n in 0..200 {
+        agents.push(chaos.create(hosts[n % 3]).await);
+    }
+    let started = Instant::now();
+    let prompts = agents.iter().enumerate().map(|(n, agent)| {
+        let chaos = &chaos;
+        async move {
+            let path = format!("/agents/{agent}/prompt?wait=true");
+            let (status, outcome) = chaos
+                .post(
+                    hosts[(n + 1) % 3],
+                    &path,
+                    json!({"text": format!("p{n}")}),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{outcome}");
+            assert!(outcome["error"].is_null(), "{outcome}");
+        }
+    });
+    futures::future::join_all(prompts).await;
+    let took = started.elapsed();
+    let requests = chaos.model.requests().len();
+    let throttled = throttled.load(std::sync::atomic::Ordering::Relaxed);
+    let share = throttled as f64 / requests as f64;
+    println!(
+        "rate limits: {requests} requests, {throttled} answered 429 ({:.1}%, target at most 10%), 200 answers in {:.1} s (the account's floor: {:.1} s)",
+        share * 100.0,
+        took.as_secs_f64(),
+        (200.0 - CAPACITY) / PER_SECOND
+    );
+    assert!(
+        share <= 0.10,
+        "{throttled} of {requests} requests were throttled"
+    );
+    // Every host's agents, page by page from any host.
+    let mut listed = Vec::new();
+    let mut next = Some("/agents?limit=64".to_owned());
+    while let Some(path) = next.take() {
+        let response = chaos
+            .http
+            .get(format!("{}{path}", chaos.host("h2").base))
+            .send()
+            .await
+            .unwrap();
+        next = response
+            .headers()
+            .get("link")
+            .and_then(|link| link.to_str().ok()?.strip_prefix('<')?.split_once('>'))
+            .map(|(path, _)| path.to_owned());
+        let page: Vec<Value> = response.json().await.unwrap();
+        assert!(page.len() <= 64);
+        listed.extend(
+            page.into_iter()
+                .map(|agent| agent["id"].as_str().unwrap().to_owned()),
+        );
+    }
+    agents.sort();
+    assert_eq!(listed, agents);
+}
+
+#[tokio::test]
+async fn a_secret_on_the_command_line_and_an_open_bus_off_this_machine_are_refused() {
+    let store = "postgres://tiller@127.0.0.1:1/db";
+    // (the URLs on the command line, or in $TILLER_CLUSTER; what stderr says)
+    let cases = [
+        (
+            Some("tls://tiller:hunter2@127.0.0.1:4222"),
+            None,
+            "$TILLER_CLUSTER",
+        ),
+        (Some("nats://10.1.2.3:4222"), None, "--insecure-cluster"),
+        // From the environment, the secret is taken (and never shown).
+        (None, Some("nats://tiller:hunter2@10.1.2.3:4222"), "TLS"),
+    ];
+    for (argument, environment, said) in cases {
+        let mut args = vec!["serve", "--store", store];
+        args.extend(
+            argument
+                .map(|urls| ["--cluster", urls])
+                .into_iter()
+                .flatten(),
+        );
+        let mut command = tiller(&args);
+        if let Some(urls) = environment {
+            command.env("TILLER_CLUSTER", urls);
+        }
+        let refused = common::finish(command).await;
+        assert_eq!(refused.code(), Some(2), "{refused:?}");
+        assert!(refused.stderr.contains(said), "{}", refused.stderr);
+        assert!(!refused.stderr.contains("hunter2"), "{}", refused.stderr);
+        assert!(
+            !refused.stderr.contains("serving"),
+            "refused before it listens: {}",
+            refused.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_answers_joining_until_it_has_joined() {
+    let Some(store) = postgres_url() else {
+        return;
+    };
+    // A "NATS server" that takes the connection and never says a word: the
+    // host waits out its connection timeout, joining all the while.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let _held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let mut host = tiller(&["serve", "--listen", "127.0.0.1:0", "--store", &store])
+        .env("TILLER_CLUSTER", format!("nats://127.0.0.1:{port}"))
+        .spawn()
+        .unwrap();
+    let mut stderr = lines(host.stderr.take().unwrap());
+    let said = read_until(&mut stderr, |line| line.contains("http://")).await;
+    let address = address_in(&said);
+    for path in ["/healthz", "/agents"] {
+        let response = reqwest::get(format!("http://{address}{path}"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["type"], "urn:tiller:problem:joining");
+    }
+    // It never joins: it says why and exits.
+    read_until(&mut stderr, |line| line.contains("cannot reach NATS")).await;
+    assert_eq!(exit_of(&mut host).await.code(), Some(1));
+}
+
+/// The README's "A cluster of hosts" block, run by bash as written (the
+/// `tiller` on its path this build's), in a folder of its own beside the
+/// repository's scripts and examples; then the jobs it left and what its
+/// scripts started are stopped the README's way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_cluster_section_runs_as_written() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    if postgres_url().is_none() || !NatsCluster::available() {
+        return;
+    }
+    let tools = ["curl", "jq", "openssl"];
+    if let Some(missing) = tools.iter().find(|tool| {
+        !std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }) {
+        assert!(
+            !tiller_test_support::live::live_required(),
+            "{missing} is needed by the README's cluster section"
+        );
+        eprintln!("skipping the README's cluster section: no {missing} here");
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = &readme[readme.find("### A cluster of hosts").unwrap()..];
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    let scratch = Scratch::new();
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    for linked in ["scripts", "examples"] {
+        std::os::unix::fs::symlink(
+            root.join(linked).canonicalize().unwrap(),
+            scratch.path().join(linked),
+        )
+        .unwrap();
+    }
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_tiller"))
+        .parent()
+        .unwrap();
+    let script = format!(
+        "set -e\n{block}\necho\nkill $(jobs -p) 2>/dev/null || true\nwait 2>/dev/null || true\nscripts/nats.sh stop\nscripts/postgres.sh stop\n"
+    );
+    let mut bash = tokio::process::Command::new("bash");
+    bash.args(["-c", &script])
+        .current_dir(scratch.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                binary.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env_remove("TILLER_CLUSTER")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = bash.spawn().unwrap();
+    // Whatever happens, nothing the block started outlives the test.
+    let group = child.id().unwrap() as i32;
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            signal(-self.0, libc::SIGKILL);
+        }
+    }
+    let _group = Group(group);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the README's cluster section did not finish in two minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("\"end\":\"completed\""),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("owner_changed"),
+        "the follower on h2 read the takeover: {stdout}"
+    );
+    let folder = std::fs::read_to_string(scratch.path().join("nats.txt")).unwrap();
+    let folder = folder.lines().nth(1).unwrap();
+    assert!(
+        !std::path::Path::new(folder).exists(),
+        "scripts/nats.sh stop stopped its cluster"
+    );
 }

@@ -38,9 +38,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::{Definitions, Supervisor, SupervisorConfig};
-use tiller_cluster::ClusterConfig;
+use tiller_cluster::{ClusterConfig, NatsSecurity};
 use tiller_server::{Server, ServerConfig};
-use tiller_test_support::nats::NatsCluster;
+use tiller_test_support::nats::{NatsCluster, NatsUser};
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
 use tiller_test_support::postgres::postgres_url;
 use tiller_test_support::workload::{CpuTicks, monotonic_ns, runtimes};
@@ -74,7 +74,7 @@ fn definitions(model_port: u16) -> Definitions {
 /// A host's process: serves until killed, its base URL on stdout.
 fn host(given: &str) {
     let parts: Vec<&str> = given.split(' ').collect();
-    let [id, urls, store, model_port, hibernate] = parts[..] else {
+    let [id, nats_dir, store, model_port, hibernate] = parts[..] else {
         panic!("{given}");
     };
     let runtime = two_workers();
@@ -92,7 +92,9 @@ fn host(given: &str) {
             max_connections_per_address: open,
             ..ServerConfig::default()
         };
-        let mut cluster = ClusterConfig::new(ClusterConfig::servers_from(urls), id);
+        let user = NatsUser::read(std::path::Path::new(nats_dir), "tiller");
+        let mut cluster = ClusterConfig::new(user.urls.into_iter().map(Into::into).collect(), id);
+        cluster.security = NatsSecurity::mutual_tls(user.ca, user.cert, user.key);
         // To compare settings: `TILLER_BENCH_DURABLE_WINDOW_MS`,
         // `TILLER_BENCH_LIVE_INTERVAL_MS`.
         let millis = |name: &str| {
@@ -210,7 +212,7 @@ impl World {
     async fn add(&mut self, id: &str, hibernate: bool) {
         let given = format!(
             "{id} {} {} {} {}",
-            self.nats.url_list(),
+            self.nats.dir.display(),
             self.store,
             self.model.port,
             u8::from(hibernate)
@@ -442,13 +444,16 @@ fn stamp_after(data: &str, key: &str) -> Option<u64> {
 /// forwarded prompt and its answer; their latencies in ms, and the CPU of this
 /// process (both ends) and of NATS.
 async fn request_floor(world: &World, count: usize) -> (Vec<f64>, Duration) {
-    let asker = async_nats::connect(world.nats.urls[0].as_str())
+    let user = world.nats.user("tiller");
+    let asker = user
+        .connect(Some(0), async_nats::ConnectOptions::new())
         .await
         .unwrap();
-    let answerer = async_nats::connect(world.nats.urls[1].as_str())
+    let answerer = user
+        .connect(Some(1), async_nats::ConnectOptions::new())
         .await
         .unwrap();
-    let mut asked = answerer.subscribe("bench.floor").await.unwrap();
+    let mut asked = answerer.subscribe("tiller.bench.floor").await.unwrap();
     let answering = tokio::spawn(async move {
         while let Some(message) = asked.next().await {
             if let Some(reply) = message.reply {
@@ -467,7 +472,11 @@ async fn request_floor(world: &World, count: usize) -> (Vec<f64>, Duration) {
             .to_string(),
     );
     // The subscription reaches the other node a moment later.
-    while asker.request("bench.floor", request.clone()).await.is_err() {
+    while asker
+        .request("tiller.bench.floor", request.clone())
+        .await
+        .is_err()
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut pids = world.nats_pids();
@@ -476,7 +485,10 @@ async fn request_floor(world: &World, count: usize) -> (Vec<f64>, Duration) {
     let mut latencies = Vec::with_capacity(count);
     for _ in 0..count {
         let started = Instant::now();
-        asker.request("bench.floor", request.clone()).await.unwrap();
+        asker
+            .request("tiller.bench.floor", request.clone())
+            .await
+            .unwrap();
         latencies.push(started.elapsed().as_secs_f64() * 1e3);
     }
     let cpu = clock.elapsed();
@@ -802,7 +814,10 @@ async fn renewal(owned: usize) {
         sent / hold.as_secs_f64()
     );
     // What renewing each lease on its own would take: one round of CAS writes.
-    let client = async_nats::connect(world.nats.urls.as_slice())
+    let client = world
+        .nats
+        .user("tiller")
+        .connect(None, async_nats::ConnectOptions::new())
         .await
         .unwrap();
     let js = async_nats::jetstream::new(client);

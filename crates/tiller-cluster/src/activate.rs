@@ -271,6 +271,7 @@ async fn go_on(owned: &Owned, handed_off: bool) {
     let request = Request::Submit {
         op: Op::Continue,
         key,
+        on_behalf: crate::Principal::default(),
     };
     match owned.call(request).await {
         Some(Reply::Ok(_)) => {}

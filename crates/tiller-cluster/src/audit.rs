@@ -8,6 +8,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
 use futures::StreamExt;
 
+use crate::config::ClusterConfig;
 use crate::error::ClusterError;
 use crate::names::{EVENTS, EventSubject, stamp_of};
 
@@ -28,14 +29,12 @@ pub struct PublishedBatch {
 }
 
 /// Every batch JetStream keeps of `subject`'s events, oldest first, read from
-/// the NATS servers `servers`.
+/// the NATS servers of `config` with its credentials.
 pub async fn published(
-    servers: &[String],
+    config: &ClusterConfig,
     subject: &EventSubject,
 ) -> Result<Vec<PublishedBatch>, ClusterError> {
-    let client = async_nats::connect(servers)
-        .await
-        .map_err(ClusterError::nats)?;
+    let client = crate::connect::connect(config).await?;
     let js = async_nats::jetstream::new(client);
     // A node just lost leaves JetStream electing a while.
     let stream = crate::while_electing(|| js.get_stream(EVENTS)).await?;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::connect::{NatsSecurity, NatsUrl};
 use crate::error::ClusterError;
 
 /// How a host joins the cluster. Every host of one cluster must be given the same
@@ -10,9 +11,12 @@ use crate::error::ClusterError;
 /// another is refused ([`ClusterError::Config`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
-    /// The NATS servers (`nats://HOST:PORT`), any of the cluster's nodes: the
-    /// client moves to another when one is lost.
-    pub servers: Vec<String>,
+    /// The NATS servers (`nats://HOST:PORT`, `tls://HOST:PORT`, perhaps with
+    /// `USER:PASSWORD@` or `TOKEN@`), any of the cluster's nodes: the client
+    /// moves to another when one is lost.
+    pub servers: Vec<NatsUrl>,
+    /// The host's credentials and TLS beside its URLs.
+    pub security: NatsSecurity,
     /// This host's id, unique in the cluster (letters, digits, `-`, `_` and `.`,
     /// at most [`MAX_HOST_ID_BYTES`]). A host that restarts under the same id
     /// takes over its own heartbeat at once, and its old leases become orphans.
@@ -70,9 +74,10 @@ pub const MAX_HOST_ID_BYTES: usize = 128;
 
 impl ClusterConfig {
     /// The defaults for `servers` and this host's id.
-    pub fn new(servers: Vec<String>, host_id: impl Into<String>) -> Self {
+    pub fn new(servers: Vec<NatsUrl>, host_id: impl Into<String>) -> Self {
         ClusterConfig {
             servers,
+            security: NatsSecurity::default(),
             host_id: host_id.into(),
             lease_ttl: Duration::from_secs(15),
             fence_margin: Duration::from_secs(3),
@@ -91,11 +96,11 @@ impl ClusterConfig {
     }
 
     /// The servers of `--cluster`: URLs separated by commas.
-    pub fn servers_from(list: &str) -> Vec<String> {
+    pub fn servers_from(list: &str) -> Vec<NatsUrl> {
         list.split(',')
             .map(str::trim)
             .filter(|url| !url.is_empty())
-            .map(str::to_owned)
+            .map(NatsUrl::from)
             .collect()
     }
 
@@ -107,16 +112,7 @@ impl ClusterConfig {
     /// Refuses a configuration whose timings cannot hold or whose id is not one.
     pub fn check(&self) -> Result<(), ClusterError> {
         let refuse = |reason: String| Err(ClusterError::Config(reason));
-        if self.servers.is_empty() {
-            return refuse("no NATS server given: --cluster nats://HOST:PORT[,…]".to_owned());
-        }
-        if let Some(url) = self
-            .servers
-            .iter()
-            .find(|url| !(url.starts_with("nats://") || url.starts_with("tls://")))
-        {
-            return refuse(format!("`{url}` is not a NATS URL (nats://HOST:PORT)"));
-        }
+        crate::connect::check(self)?;
         let id = &self.host_id;
         if id.is_empty()
             || id.len() > MAX_HOST_ID_BYTES
@@ -173,7 +169,7 @@ mod tests {
     use super::*;
 
     fn config() -> ClusterConfig {
-        ClusterConfig::new(vec!["nats://127.0.0.1:4222".to_owned()], "h1")
+        ClusterConfig::new(vec!["nats://127.0.0.1:4222".into()], "h1")
     }
 
     #[test]
@@ -182,7 +178,7 @@ mod tests {
         assert_eq!(config().fence_after(), Duration::from_secs(12));
         assert_eq!(
             ClusterConfig::servers_from("nats://a:1, nats://b:2,"),
-            ["nats://a:1", "nats://b:2"]
+            [NatsUrl::from("nats://a:1"), NatsUrl::from("nats://b:2")]
         );
     }
 
@@ -194,7 +190,7 @@ mod tests {
             matches!(config.check(), Err(ClusterError::Config(_)))
         };
         assert!(refused(|c| c.servers.clear()));
-        assert!(refused(|c| c.servers = vec!["http://x".to_owned()]));
+        assert!(refused(|c| c.servers = vec!["http://x".into()]));
         assert!(refused(|c| c.host_id = "a b".to_owned()));
         assert!(refused(|c| c.host_id = String::new()));
         assert!(refused(|c| c.host_id = "h".repeat(200)));

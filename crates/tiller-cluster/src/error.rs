@@ -35,6 +35,15 @@ pub enum ClusterError {
         /// What was in the way.
         reason: String,
     },
+    /// The agent's owner refused the op: the principal it was sent for may not
+    /// act on this agent, or the op is not one a host may forward.
+    #[error("the agent `{agent}`'s host refused the op: {reason}")]
+    Forbidden {
+        /// The agent.
+        agent: String,
+        /// Why.
+        reason: String,
+    },
     /// The configuration cannot be used.
     #[error("the cluster configuration cannot be used: {0}")]
     Config(String),

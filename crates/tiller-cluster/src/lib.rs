@@ -61,6 +61,7 @@
 mod activate;
 mod audit;
 mod config;
+mod connect;
 mod drain;
 mod error;
 mod failover;
@@ -87,12 +88,13 @@ use tokio_util::task::AbortOnDropHandle;
 
 pub use audit::{PublishedBatch, published};
 pub use config::{ClusterConfig, MAX_HOST_ID_BYTES};
+pub use connect::{NatsSecurity, NatsUrl};
 pub use drain::Drained;
 pub use error::ClusterError;
 pub use follow::{Followed, Following};
 pub use metrics::ClusterMetrics;
-pub use names::EventSubject;
-pub use wire::{Request, Response};
+pub use names::{EventSubject, op_subject};
+pub use wire::{Holder, Principal, Request, Response};
 
 use membership::Life;
 use metrics::Counters;
@@ -106,6 +108,14 @@ use view::View;
 pub trait Activator: Send + Sync + 'static {
     /// The spec to bring `session`'s agent up with, or why it cannot be.
     fn spec(&self, session: &SessionRecord) -> Result<AgentSpec, String>;
+
+    /// Whether the owner carries out `op`, sent over the bus for `on_behalf`
+    /// by another host, on `agent` (its own host's ops were checked where they
+    /// were taken): a guard against a host's bugs and against ops no client
+    /// could send. Every op, by default.
+    fn admit(&self, _agent: &AgentHandle, _op: &Op, _on_behalf: &Principal) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Told once an agent is held here — spawned, taken over or moved here —
     /// for the host to follow it as its own (record its events, count its runs).
@@ -125,7 +135,7 @@ pub(crate) struct Inner {
     pub(crate) js: jetstream::Context,
     pub(crate) leases: kv::Store,
     pub(crate) hosts: kv::Store,
-    pub(crate) events: stream::Stream,
+    pub(crate) events: stream::Stream<()>,
     pub(crate) supervisor: Supervisor,
     pub(crate) activator: Arc<dyn Activator>,
     /// The agents this host owns.
@@ -153,6 +163,14 @@ impl Inner {
         &self.config.host_id
     }
 
+    /// Paces the providers' accounts as one of the live hosts: each keeps to
+    /// its part of every account's limits.
+    pub(crate) fn share_limits(&self) {
+        if let Some(limits) = self.supervisor.rate_limits() {
+            limits.set_sharers(u32::try_from(self.view.live()).unwrap_or(u32::MAX));
+        }
+    }
+
     /// Keeps `task` running until the host leaves.
     pub(crate) fn keep(&self, task: tokio::task::JoinHandle<()>) {
         self.tasks
@@ -172,8 +190,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// The last message on `subject` of `stream`; `None` when it has none.
-async fn last_message(
-    stream: &stream::Stream,
+async fn last_message<I>(
+    stream: &stream::Stream<I>,
     subject: &str,
 ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, stream::LastRawMessageError> {
     match stream.get_last_raw_message_by_subject(subject).await {
@@ -183,22 +201,59 @@ async fn last_message(
     }
 }
 
-/// Retries `attempt` while JetStream answers that it has no leader yet (a
-/// cluster just started, or electing), for up to 30 seconds.
-async fn while_electing<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+/// How long joining first waits for each answer while it makes the buckets
+/// and the stream before it asks again (a create answers in about 0.5 s on a
+/// fresh cluster; the wait doubles with each try, up to 5 s, for slow links).
+const SETUP_ANSWER_WITHIN: Duration = Duration::from_millis(500);
+
+/// `attempt` until it succeeds, for up to 30 seconds (a cluster just started,
+/// or electing): each try given `within` (doubling, up to 5 s), if anything,
+/// and `between` apart.
+async fn until_ready<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
     mut attempt: impl FnMut() -> F,
+    mut within: Option<Duration>,
+    between: Duration,
 ) -> Result<T, ClusterError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match attempt().await {
-            Ok(value) => return Ok(value),
-            Err(error) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(%error, "JetStream not ready; retrying");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => return Err(ClusterError::nats(error)),
+        let trouble = match within {
+            Some(wait) => match tokio::time::timeout(wait, attempt()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {wait:?}"),
+            },
+            None => match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(error) => error.to_string(),
+            },
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClusterError::Nats(trouble));
         }
+        tracing::debug!(%trouble, "JetStream not ready; retrying");
+        within = within.map(|wait| (wait * 2).min(Duration::from_secs(5)));
+        tokio::time::sleep(between).await;
     }
+}
+
+/// Retries `attempt` while JetStream answers that it has no leader yet (a
+/// cluster just started, or electing), for up to 30 seconds.
+async fn while_electing<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    attempt: impl FnMut() -> F,
+) -> Result<T, ClusterError> {
+    until_ready(attempt, None, Duration::from_millis(250)).await
+}
+
+/// Makes a bucket or the stream: [`until_ready`], each try given a while.
+async fn setting_up<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    attempt: impl FnMut() -> F,
+) -> Result<T, ClusterError> {
+    until_ready(
+        attempt,
+        Some(SETUP_ANSWER_WITHIN),
+        Duration::from_millis(50),
+    )
+    .await
 }
 
 impl Cluster {
@@ -213,31 +268,53 @@ impl Cluster {
         activator: Arc<dyn Activator>,
     ) -> Result<Cluster, ClusterError> {
         config.check()?;
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("tiller {}", config.host_id))
-            .connection_timeout(Duration::from_secs(5))
-            .connect(config.servers.as_slice())
-            .await
-            .map_err(|error| {
-                ClusterError::Nats(format!(
-                    "cannot reach NATS at {}: {error}",
-                    config.servers.join(",")
-                ))
-            })?;
+        let client = connect::connect(&config).await?;
         let js = jetstream::new(client.clone());
-        let hosts = while_electing(|| {
-            js.create_or_update_key_value(kv::Config {
-                bucket: names::HOSTS.to_owned(),
-                description: "Tiller hosts' heartbeats".to_owned(),
-                history: 1,
-                max_age: config.lease_ttl,
-                num_replicas: config.replicas,
-                // A heartbeat that expires leaves a marker watchers see.
-                limit_markers: Some(Duration::from_secs(1)),
-                ..kv::Config::default()
-            })
-        })
-        .await?;
+        // The buckets and the stream, made (or found) at once. Hosts started
+        // together race to make them, and JetStream may leave a losing create
+        // unanswered: each try is given up after a short wait and made again
+        // (then finding the winner's), where the client's own timeout would
+        // cost 5 s a loss.
+        let hosts_config = kv::Config {
+            bucket: names::HOSTS.to_owned(),
+            description: "Tiller hosts' heartbeats".to_owned(),
+            history: 1,
+            max_age: config.lease_ttl,
+            num_replicas: config.replicas,
+            // A heartbeat that expires leaves a marker watchers see.
+            limit_markers: Some(Duration::from_secs(1)),
+            ..kv::Config::default()
+        };
+        let leases_config = kv::Config {
+            bucket: names::LEASES.to_owned(),
+            description: "Tiller agents' owners".to_owned(),
+            history: 1,
+            num_replicas: config.replicas,
+            // Released leases leave markers that expire.
+            limit_markers: Some(Duration::from_secs(60)),
+            ..kv::Config::default()
+        };
+        let events_config = stream::Config {
+            name: names::EVENTS.to_owned(),
+            description: Some("Tiller agents' events".to_owned()),
+            subjects: vec![names::EVENT_SUBJECTS.to_owned()],
+            num_replicas: config.replicas,
+            max_messages_per_subject: config.event_batches_kept,
+            max_age: config.event_retention,
+            duplicate_window: Duration::from_secs(120),
+            max_consumers: -1,
+            allow_direct: true,
+            ..stream::Config::default()
+        };
+        let (hosts, leases, _) = tokio::try_join!(
+            setting_up(|| js.create_or_update_key_value(hosts_config.clone())),
+            setting_up(|| js.create_or_update_key_value(leases_config.clone())),
+            setting_up(|| js.create_or_update_stream(events_config.clone())),
+        )?;
+        let events = js
+            .get_stream_no_info(names::EVENTS)
+            .await
+            .map_err(ClusterError::nats)?;
         let ttl = while_electing(|| hosts.status()).await?.max_age();
         if ttl != config.lease_ttl {
             return Err(ClusterError::Config(format!(
@@ -245,34 +322,6 @@ impl Cluster {
                 config.lease_ttl
             )));
         }
-        let leases = while_electing(|| {
-            js.create_or_update_key_value(kv::Config {
-                bucket: names::LEASES.to_owned(),
-                description: "Tiller agents' owners".to_owned(),
-                history: 1,
-                num_replicas: config.replicas,
-                // Released leases leave markers that expire.
-                limit_markers: Some(Duration::from_secs(60)),
-                ..kv::Config::default()
-            })
-        })
-        .await?;
-        while_electing(|| {
-            js.create_or_update_stream(stream::Config {
-                name: names::EVENTS.to_owned(),
-                description: Some("Tiller agents' events".to_owned()),
-                subjects: vec![names::EVENT_SUBJECTS.to_owned()],
-                num_replicas: config.replicas,
-                max_messages_per_subject: config.event_batches_kept,
-                max_age: config.event_retention,
-                duplicate_window: Duration::from_secs(120),
-                max_consumers: -1,
-                allow_direct: true,
-                ..stream::Config::default()
-            })
-        })
-        .await?;
-        let events = while_electing(|| js.get_stream(names::EVENTS)).await?;
         let inner = Arc::new_cyclic(|weak| {
             let (publisher, publishing) =
                 publish::Publisher::start(weak.clone(), config.live_interval);
@@ -327,12 +376,25 @@ impl Cluster {
     /// holds it), and returns once it is durable. `key` is the op's idempotency
     /// key: a retry with the same key is never applied twice.
     pub async fn submit(&self, agent: &str, op: Op, key: &str) -> Result<(), ClusterError> {
+        self.submit_as(agent, op, key, Principal::default()).await
+    }
+
+    /// [`Cluster::submit`] for `on_behalf`, whom this host authorised the op
+    /// for: the owner checks it ([`Activator::admit`]).
+    pub async fn submit_as(
+        &self,
+        agent: &str,
+        op: Op,
+        key: &str,
+        on_behalf: Principal,
+    ) -> Result<(), ClusterError> {
         self.inner
             .request(
                 agent,
                 Request::Submit {
                     op,
                     key: key.to_owned(),
+                    on_behalf,
                 },
             )
             .await
@@ -349,13 +411,24 @@ impl Cluster {
         op: Op,
         key: &str,
     ) -> Result<RunOutcome, ClusterError> {
-        route::run(&self.inner, subject, op, key).await
+        self.run_as(subject, op, key, Principal::default()).await
     }
 
-    /// The agent's state, from its owner.
-    pub async fn state(&self, agent: &str) -> Result<AgentState, ClusterError> {
+    /// [`Cluster::run`] for `on_behalf`, whom this host authorised the op for.
+    pub async fn run_as(
+        &self,
+        subject: &EventSubject,
+        op: Op,
+        key: &str,
+        on_behalf: Principal,
+    ) -> Result<RunOutcome, ClusterError> {
+        route::run(&self.inner, subject, op, key, on_behalf).await
+    }
+
+    /// The agent's state, from its owner, and who that is.
+    pub async fn state(&self, agent: &str) -> Result<(AgentState, Holder), ClusterError> {
         match self.inner.request(agent, Request::State).await? {
-            Response::State(state) => Ok(*state),
+            Response::State { state, holder } => Ok((*state, holder)),
             other => Err(ClusterError::Nats(format!(
                 "the owner answered a state request with {other:?}"
             ))),

@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     live_batches: AtomicU64,
     stream_batches: AtomicU64,
     lease_writes: AtomicU64,
+    ops_refused: AtomicU64,
 }
 
 impl Counters {
@@ -47,6 +48,10 @@ impl Counters {
 
     pub(crate) fn stream_batch(&self) {
         self.stream_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refused_op(&self) {
+        self.ops_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn lease_write(&self) {
@@ -84,6 +89,9 @@ pub struct ClusterMetrics {
     pub stream_batches: u64,
     /// Writes of leases that mark them busy or idle.
     pub lease_writes: u64,
+    /// Ops this host's agents refused for whom they came from or what they
+    /// asked ([`crate::Activator::admit`]).
+    pub ops_refused: u64,
 }
 
 pub(crate) fn snapshot(inner: &Inner) -> ClusterMetrics {
@@ -102,5 +110,6 @@ pub(crate) fn snapshot(inner: &Inner) -> ClusterMetrics {
         live_batches: counters.live_batches.load(Ordering::Relaxed),
         stream_batches: counters.stream_batches.load(Ordering::Relaxed),
         lease_writes: counters.lease_writes.load(Ordering::Relaxed),
+        ops_refused: counters.ops_refused.load(Ordering::Relaxed),
     }
 }

@@ -88,8 +88,9 @@ impl EventSubject {
     }
 }
 
-/// The subject an agent's owner takes its requests on.
-pub(crate) fn op_subject(agent: &str) -> String {
+/// The subject an agent's owner takes its requests on (a [`crate::Request`]
+/// as JSON): what a NATS user must be allowed to publish to reach it.
+pub fn op_subject(agent: &str) -> String {
     format!("tiller.op.{}", token(agent))
 }
 

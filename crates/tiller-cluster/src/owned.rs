@@ -25,7 +25,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::Inner;
 use crate::names::{EventSubject, op_subject, token};
 use crate::publish::{Channel, Outbox};
-use crate::wire::{LeaseRecord, Reply, Request, Response};
+use crate::wire::{Holder, LeaseRecord, Reply, Request, Response};
 
 /// How long a released lease's marker stays in the bucket.
 const RELEASED_MARKER: Duration = Duration::from_secs(60);
@@ -272,6 +272,16 @@ async fn serve(
             replier.send(Reply::NotHere).await;
             continue;
         }
+        // An op from another host (over the bus) passes the rules of an op
+        // from a client; this host's own were checked where they were taken.
+        if let Request::Submit { op, on_behalf, .. } = &request
+            && !matches!(replier, Replier::Local(_))
+            && let Err(reason) = inner.activator.admit(&handle, op, on_behalf)
+        {
+            inner.counters.refused_op();
+            replier.send(Reply::Forbidden(reason)).await;
+            continue;
+        }
         if request.makes_work() && !held.record.busy {
             match mark(&inner, &agent, &mut held, true).await {
                 Ok(()) => {}
@@ -294,8 +304,12 @@ async fn serve(
         }
         let handle = handle.clone();
         let moving = moving.clone();
+        let holder = Holder {
+            host: inner.me().to_owned(),
+            epoch,
+        };
         running.spawn(async move {
-            let reply = apply(&handle, request, &moving).await;
+            let reply = apply(&handle, request, &moving, holder).await;
             replier.send(reply).await;
         });
     }
@@ -311,13 +325,20 @@ async fn serve(
 }
 
 /// Carries out a request on the agent.
-async fn apply(handle: &AgentHandle, request: Request, moving: &AtomicBool) -> Reply {
+async fn apply(
+    handle: &AgentHandle,
+    request: Request,
+    moving: &AtomicBool,
+    holder: Holder,
+) -> Reply {
     let result = match request {
-        Request::Submit { op, key } => handle.submit_keyed(op, key).await.map(|()| Response::Done),
-        Request::State => handle
-            .state()
-            .await
-            .map(|state| Response::State(Box::new(state))),
+        Request::Submit { op, key, .. } => {
+            handle.submit_keyed(op, key).await.map(|()| Response::Done)
+        }
+        Request::State => handle.state().await.map(|state| Response::State {
+            state: Box::new(state),
+            holder,
+        }),
         Request::Stop => return Reply::NotHere,
     };
     match result {

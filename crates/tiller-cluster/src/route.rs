@@ -74,6 +74,12 @@ impl Inner {
             match reply {
                 Some(Reply::Ok(response)) => return Ok(response),
                 Some(Reply::Refused(error)) => return Err(ClusterError::Agent(error)),
+                Some(Reply::Forbidden(reason)) => {
+                    return Err(ClusterError::Forbidden {
+                        agent: agent.to_owned(),
+                        reason,
+                    });
+                }
                 Some(Reply::Unavailable(reason)) => last_trouble = reason,
                 Some(Reply::NotHere) => last_trouble = "its owner is moving it".to_owned(),
                 None => {}
@@ -135,6 +141,7 @@ pub(crate) async fn run(
     subject: &EventSubject,
     op: Op,
     key: &str,
+    on_behalf: crate::Principal,
 ) -> Result<RunOutcome, ClusterError> {
     if !op.starts_run() {
         return Err(ClusterError::Agent(AgentError::CannotStart(
@@ -148,6 +155,7 @@ pub(crate) async fn run(
             Request::Submit {
                 op,
                 key: key.to_owned(),
+                on_behalf,
             },
         )
         .await?;

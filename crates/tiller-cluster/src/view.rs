@@ -7,13 +7,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::{self, consumer};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
 use crate::error::ClusterError;
+use crate::names;
 use crate::wire::{HostRecord, LeaseRecord};
 use crate::{Inner, Leased};
 
@@ -153,51 +154,63 @@ pub(crate) fn id_of(key: &str) -> Option<String> {
         .and_then(|bytes| String::from_utf8(bytes).ok())
 }
 
-/// One watched entry: its id and value, `None` when deleted.
-fn entry<T: serde::de::DeserializeOwned>(entry: &kv::Entry) -> Option<(String, Option<T>)> {
-    let id = id_of(&entry.key)?;
-    match entry.operation {
-        Operation::Put => serde_json::from_slice(&entry.value)
-            .ok()
-            .map(|value| (id, Some(value))),
-        Operation::Delete | Operation::Purge => Some((id, None)),
+/// One watched entry: its id and value, `None` when deleted or expired.
+fn entry<T: serde::de::DeserializeOwned>(
+    message: &jetstream::Message,
+) -> Option<(String, Option<T>)> {
+    let key = message
+        .subject
+        .as_str()
+        .strip_prefix("$KV.")?
+        .split_once('.')?
+        .1;
+    let id = id_of(key)?;
+    let headers = message.headers.as_ref();
+    let removed = headers.is_some_and(|headers| {
+        headers.get("KV-Operation").is_some() || headers.get("Nats-Marker-Reason").is_some()
+    });
+    if removed {
+        return Some((id, None));
     }
+    serde_json::from_slice(&message.payload)
+        .ok()
+        .map(|value| (id, Some(value)))
 }
 
 /// Starts the watchers, returning once the view holds both buckets as they
 /// stand.
 pub(crate) async fn watch(inner: &Arc<Inner>) -> Result<(), ClusterError> {
-    let hosts = watcher(&inner.hosts).await?;
-    let leases = watcher(&inner.leases).await?;
-    let mut hosts = load(inner, hosts, &inner.hosts, |view, entry| {
-        if let Some((host, record)) = self::entry(entry) {
+    let mut hosts = watcher(inner, names::HOSTS, |view, message| {
+        if let Some((host, record)) = self::entry(message) {
             view.host(host, record);
         }
     })
     .await?;
-    let mut leases = load(inner, leases, &inner.leases, |view, entry| {
-        if let Some((agent, record)) = self::entry(entry) {
+    let mut leases = watcher(inner, names::LEASES, |view, message| {
+        if let Some((agent, record)) = self::entry(message) {
             view.lease(agent, record);
         }
     })
     .await?;
+    inner.share_limits();
     let weak: Weak<Inner> = Arc::downgrade(inner);
     inner.keep(tokio::spawn(async move {
-        while let Some(Ok(entry)) = hosts.next().await {
+        while let Some(Ok(message)) = hosts.next().await {
             let Some(inner) = weak.upgrade() else { return };
-            if let Some((host, record)) = self::entry(&entry)
-                && inner.view.host(host, record)
-            {
-                inner.view.lost.notify_one();
+            if let Some((host, record)) = self::entry(&message) {
+                if inner.view.host(host, record) {
+                    inner.view.lost.notify_one();
+                }
+                inner.share_limits();
             }
         }
         tracing::warn!("the hosts bucket's watcher ended");
     }));
     let weak: Weak<Inner> = Arc::downgrade(inner);
     inner.keep(tokio::spawn(async move {
-        while let Some(Ok(entry)) = leases.next().await {
+        while let Some(Ok(message)) = leases.next().await {
             let Some(inner) = weak.upgrade() else { return };
-            if let Some((agent, record)) = self::entry(&entry) {
+            if let Some((agent, record)) = self::entry(&message) {
                 inner.view.lease(agent, record);
             }
         }
@@ -206,30 +219,46 @@ pub(crate) async fn watch(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     Ok(())
 }
 
-async fn watcher(store: &kv::Store) -> Result<kv::Watch, ClusterError> {
-    store.watch_all().await.map_err(ClusterError::nats)
-}
+/// How long the first load waits for a bucket's next entry before it takes
+/// what it has (the rest expired meanwhile).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Reads `watch` until it has delivered what `store` held when it started.
-async fn load(
+/// A watcher of `bucket`'s keys, each key's last value first, having applied
+/// what the bucket held when it started. The consumer says how many values it
+/// has to deliver as it is made, so an empty bucket (or one whose entries
+/// expire meanwhile) costs no wait.
+async fn watcher(
     inner: &Inner,
-    mut watch: kv::Watch,
-    store: &kv::Store,
-    apply: impl Fn(&View, &kv::Entry),
-) -> Result<kv::Watch, ClusterError> {
-    let held = store.status().await.map_err(ClusterError::nats)?.values();
+    bucket: &str,
+    apply: impl Fn(&View, &jetstream::Message),
+) -> Result<consumer::push::Ordered, ClusterError> {
+    let stream = inner
+        .js
+        .get_stream(format!("KV_{bucket}"))
+        .await
+        .map_err(ClusterError::nats)?;
+    let consumer = stream
+        .create_consumer(consumer::push::OrderedConfig {
+            deliver_subject: inner.client.new_inbox(),
+            filter_subject: format!("$KV.{bucket}.>"),
+            deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+            replay_policy: consumer::ReplayPolicy::Instant,
+            ..Default::default()
+        })
+        .await
+        .map_err(ClusterError::nats)?;
+    let held = consumer.cached_info().num_pending;
+    let mut messages = consumer.messages().await.map_err(ClusterError::nats)?;
     if held == 0 {
-        return Ok(watch);
+        return Ok(messages);
     }
-    // Entries that expired meanwhile are never delivered: the wait has an end.
-    while let Ok(Some(entry)) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), watch.next()).await
-    {
-        let entry = entry.map_err(ClusterError::nats)?;
-        apply(&inner.view, &entry);
-        if entry.delta == 0 {
+    // Entries that expire meanwhile are never delivered: the wait has an end.
+    while let Ok(Some(message)) = tokio::time::timeout(LOAD_WAIT, messages.next()).await {
+        let message = message.map_err(ClusterError::nats)?;
+        apply(&inner.view, &message);
+        if message.info().map_or(true, |info| info.pending == 0) {
             break;
         }
     }
-    Ok(watch)
+    Ok(messages)
 }

@@ -43,6 +43,10 @@ pub enum Request {
         op: Op,
         /// Its idempotency key.
         key: String,
+        /// Whom the sending host authorised it for: the owner checks it
+        /// against the agent's ([`crate::Activator::admit`]).
+        #[serde(default)]
+        on_behalf: Principal,
     },
     /// The agent's state.
     State,
@@ -68,6 +72,29 @@ impl Request {
     }
 }
 
+/// Whom an op was authorised for by the host that took it: a tenant and a
+/// user, each `None` where the host's caller had none (an open server, a Rust
+/// host acting for itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// The host that holds an agent, and its epoch (the revision of the lease
+/// write that made it the owner; every store write of the agent carries it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The owner host's id.
+    pub host: String,
+    /// Its epoch.
+    pub epoch: u64,
+}
+
 /// The owner's answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -75,8 +102,13 @@ impl Request {
 pub enum Response {
     /// The op is carried out (and durable).
     Done,
-    /// The agent's state.
-    State(Box<AgentState>),
+    /// The agent's state, and who holds it.
+    State {
+        /// The state.
+        state: Box<AgentState>,
+        /// The owner's [`Holder`].
+        holder: Holder,
+    },
     /// The agent was stopped.
     Stopped,
 }
@@ -89,6 +121,9 @@ pub(crate) enum Reply {
     Ok(Response),
     Refused(AgentError),
     NotHere,
+    /// The owner's host refused the op for whom it came from, or for what it
+    /// asks ([`crate::Activator::admit`]).
+    Forbidden(String),
     /// The owner could not mark its lease busy (NATS did not answer): nothing
     /// was carried out.
     Unavailable(String),

@@ -19,7 +19,9 @@ use tiller::{
     AgentMessage, AgentSettings, AgentSpec, AgentTool, FnTool, Op, Prompt, Supervisor, ToolOutput,
     ToolSet,
 };
-use tiller_cluster::{Activator, Cluster, ClusterConfig, EventSubject, Followed, Following};
+use tiller_cluster::{
+    Activator, Cluster, ClusterConfig, EventSubject, Followed, Following, NatsSecurity,
+};
 use tiller_test_support::nats::NatsCluster;
 use tiller_test_support::postgres::postgres_url;
 
@@ -67,7 +69,9 @@ impl Setup {
         let supervisor = Supervisor::with_store(Default::default(), store)
             .await
             .unwrap();
-        let config = ClusterConfig::new(self.nats.urls.clone(), id);
+        let user = self.nats.user("tiller");
+        let mut config = ClusterConfig::new(user.urls.into_iter().map(Into::into).collect(), id);
+        config.security = NatsSecurity::mutual_tls(user.ca, user.cert, user.key);
         Cluster::join(config, supervisor, self.faux.clone())
             .await
             .unwrap()
@@ -168,7 +172,9 @@ async fn a_request_to_any_host_reaches_the_owner_and_its_events_every_host() {
 
     // The same key again: acknowledged, not run again.
     b.submit(&id, prompt("hi"), "k1").await.unwrap();
-    let state = b.state(&id).await.unwrap();
+    let (state, holder) = b.state(&id).await.unwrap();
+    assert_eq!(Some(holder.host), b.owner_of(&id));
+    assert!(holder.epoch > 0);
     assert_eq!(state.messages.len(), 2);
     assert_eq!(
         state.messages[1].as_assistant().unwrap().text(),
@@ -264,7 +270,7 @@ async fn a_busy_agent_is_taken_over_when_its_host_goes_and_its_turn_run_again() 
     );
     assert!(!kinds[..changed].contains(&"agent_end"));
     consecutive(&[started.clone(), events.clone()].concat());
-    let state = b.state(&id).await.unwrap();
+    let (state, _) = b.state(&id).await.unwrap();
     let texts: Vec<String> = state
         .messages
         .iter()
@@ -324,10 +330,84 @@ async fn a_drain_moves_a_run_between_two_turns_and_it_goes_on_elsewhere() {
     let rest = read_until(&mut following, "agent_end").await;
     assert_eq!(kinds(&rest)[..2], ["owner_changed", "agent_start"]);
     assert!(!kinds(&rest).contains(&"turn_restarted"));
-    let state = b.state(&id).await.unwrap();
+    let (state, holder) = b.state(&id).await.unwrap();
+    assert_eq!(holder.host, "b");
     let roles: Vec<&str> = state.messages.iter().map(AgentMessage::role).collect();
     assert_eq!(roles, ["user", "assistant", "tool_result", "assistant"]);
     assert_eq!(b.owner_of(&id).as_deref(), Some("b"));
     a.leave().await;
     b.leave().await;
+}
+
+/// A host proves itself with an NKey seed file (`--nats-nkey`), on a node that
+/// knows only that key's public half: it joins and serves; a host with another
+/// seed, and one with none, are refused by the server; a file holding no seed
+/// is refused before connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_proves_itself_with_an_nkey_seed_file() {
+    let Some(store) = postgres_url() else {
+        return;
+    };
+    let user = nkeys::KeyPair::new_user();
+    let settings = format!(
+        "authorization {{\n  users: [{{nkey: \"{}\"}}]\n}}",
+        user.public_key()
+    );
+    let Some(node) = tiller_test_support::nats::NatsNode::start(&settings) else {
+        return;
+    };
+    let scratch = std::env::temp_dir().join(format!("tiller-nkey-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let seed_file = |name: &str, text: String| {
+        let path = scratch.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ours = seed_file(
+        "ours.nk",
+        format!("# this host\n{}\n", user.seed().unwrap()),
+    );
+    let theirs = seed_file("theirs.nk", nkeys::KeyPair::new_user().seed().unwrap());
+    let nothing = seed_file("nothing.nk", "no seed here".to_owned());
+    let faux = Arc::new(Faux {
+        faux: FauxProvider::new(),
+        tools: Vec::new(),
+    });
+    let join = |id: &str, nkey: Option<std::path::PathBuf>| {
+        let (store, faux, url) = (store.clone(), faux.clone(), node.url.clone());
+        let id = id.to_owned();
+        async move {
+            let supervisor = Supervisor::with_store(
+                Default::default(),
+                tiller::tiller_store::open(&store).await.unwrap(),
+            )
+            .await
+            .unwrap();
+            let mut config = ClusterConfig::new(vec![url.into()], id);
+            config.replicas = 1;
+            config.security.nkey_file = nkey;
+            Cluster::join(config, supervisor, faux).await
+        }
+    };
+    let host = join("nkey-host", Some(ours)).await.unwrap();
+    faux.faux.push(FauxTurn::text("Signed in."));
+    let agent = host.spawn(AgentSpec::new(faux.settings())).await.unwrap();
+    host.submit(agent.id().as_str(), prompt("hi"), "k1")
+        .await
+        .unwrap();
+    agent.wait_for_idle().await;
+    for (id, nkey) in [("stranger", Some(theirs)), ("anonymous", None)] {
+        let refused = join(id, nkey).await.unwrap_err();
+        assert!(
+            matches!(&refused, tiller_cluster::ClusterError::Nats(reason) if reason.contains("refused this host's credentials")),
+            "{refused}"
+        );
+    }
+    let unread = join("unread", Some(nothing)).await.unwrap_err();
+    assert!(
+        matches!(&unread, tiller_cluster::ClusterError::Config(reason) if reason.contains("no NKey user seed")),
+        "{unread}"
+    );
+    host.leave().await;
+    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -27,9 +27,17 @@
 //! ([`Budgets::agent`]) counts every run of the agent's session, the runs before
 //! this one given by [`Spending::agent_before`] (hosts read it from their store);
 //! the tenant's counts every run of its agents through a shared [`Tally`].
+//!
+//! Where several processes spend one tenant's budget (the hosts of a cluster on
+//! one PostgreSQL), a tally kept in memory would let each spend all of it: a
+//! [`Tally::shared`] keeps its holds and spending in a [`TenantLedger`] (the
+//! store of record), each model call held there in one step every process
+//! sees, its spending written when it settles. No process can then overspend.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tiller_ai::{AssistantMessage, Model, ModelCost, StopReason, StreamOptions, Usage};
 
@@ -334,9 +342,20 @@ impl std::ops::AddAssign<&Spent> for Spent {
 
 /// A running total shared by many runs (a tenant's agents), with its budget and
 /// what the model calls under way hold against it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Tally {
     state: Mutex<TallyState>,
+    /// Where the holds and spending live when other processes share them.
+    ledger: Option<(Arc<str>, Arc<dyn TenantLedger>)>,
+}
+
+impl std::fmt::Debug for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tally")
+            .field("state", &*self.lock())
+            .field("shared", &self.ledger.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -345,6 +364,83 @@ struct TallyState {
     spent: Spent,
     /// The most the calls under way may still spend (see [`Tally::reserve`]).
     held: Spent,
+}
+
+/// Where one tenant's holds and spending are kept for every process that
+/// spends its budget: the store of record of a cluster. Each step is one
+/// transaction there; an error is the store's, and the caller tries again.
+pub trait TenantLedger: Send + Sync {
+    /// Holds one model call of `input` tokens and at most `output` tokens at
+    /// `prices` for `tenant`, against `budget` with what every process spent
+    /// and holds, in one step.
+    fn reserve<'a>(
+        &'a self,
+        tenant: &'a str,
+        budget: &'a Budget,
+        input: u64,
+        output: u64,
+        prices: &'a ModelCost,
+    ) -> BoxFuture<'a, Result<Reserved, String>>;
+
+    /// Ends the hold `id`: `used` is spent, the rest of it free again.
+    fn settle<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        used: &'a Spent,
+    ) -> BoxFuture<'a, Result<(), String>>;
+
+    /// Adds to what `tenant` spent (tool calls, wall clock).
+    fn add<'a>(&'a self, tenant: &'a str, spent: &'a Spent) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// What a [`TenantLedger`] made of a reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reserved {
+    /// Held as `hold` under `id`; every process had spent `spent` (the holds
+    /// under way apart).
+    Held {
+        /// The hold's id, to settle it by.
+        id: String,
+        /// What it holds.
+        hold: Spent,
+        /// What the tenant had spent, as the ledger counts it.
+        spent: Spent,
+    },
+    /// The budget's bound that leaves no room, its maximum and what was taken.
+    Refused(BudgetLimit, Amount, Amount),
+}
+
+/// A model call's hold on a [`Tally`], from [`Tally::hold`] to
+/// [`Tally::release`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallHold {
+    /// The most the call may spend.
+    pub spent: Spent,
+    /// Its id in the tally's ledger, when the tally is shared.
+    pub id: Option<String>,
+}
+
+/// The first wait before a ledger step is tried again, and the longest.
+const LEDGER_RETRY: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(2));
+
+/// `step` until the ledger takes it: a store that is down holds the call (as it
+/// holds every write), it does not let it through unreserved.
+async fn until_taken<T, F>(what: &str, mut step: impl FnMut() -> F) -> T
+where
+    F: Future<Output = Result<T, String>>,
+{
+    let mut wait = LEDGER_RETRY.0;
+    loop {
+        match step().await {
+            Ok(value) => return value,
+            Err(error) => {
+                tracing::warn!(%error, "a tenant's ledger did not take {what}; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(LEDGER_RETRY.1);
+            }
+        }
+    }
 }
 
 impl Tally {
@@ -356,7 +452,29 @@ impl Tally {
                 spent,
                 held: Spent::default(),
             }),
+            ledger: None,
         }
+    }
+
+    /// A tally of `tenant` whose holds and spending `ledger` keeps for every
+    /// process that shares it (see the module's doc); `spent` is what it
+    /// counted so far.
+    pub fn shared(
+        budget: Budget,
+        spent: Spent,
+        tenant: &str,
+        ledger: Arc<dyn TenantLedger>,
+    ) -> Self {
+        Tally {
+            ledger: Some((Arc::from(tenant), ledger)),
+            ..Tally::new(budget, spent)
+        }
+    }
+
+    /// Whether a ledger keeps this tally's spending: runs then leave the
+    /// tenant's part of their spending to it.
+    pub fn is_shared(&self) -> bool {
+        self.ledger.is_some()
     }
 
     /// The budget.
@@ -369,7 +487,8 @@ impl Tally {
         self.lock().budget = budget;
     }
 
-    /// What was spent so far (calls under way not counted until they end).
+    /// What was spent so far (calls under way not counted until they end; of
+    /// a shared tally, as its ledger last said).
     pub fn spent(&self) -> Spent {
         self.lock().spent
     }
@@ -379,15 +498,22 @@ impl Tally {
         self.lock().held
     }
 
-    /// Adds to what was spent.
+    /// Adds to what was spent (and, shared, to the ledger, beside the caller).
     pub fn add(&self, spent: &Spent) {
         self.lock().spent += spent;
+        if let Some((tenant, ledger)) = self.ledger.clone() {
+            let spent = *spent;
+            spawn_beside(async move {
+                until_taken("spending", || ledger.add(&tenant, &spent)).await;
+            });
+        }
     }
 
     /// Holds one model call of `input` tokens and at most `output` tokens at
     /// `prices` against the budget, with what is spent and held already, in one
     /// step: the output it may use (at most `output`, less where the budget
-    /// leaves less), or the bound that leaves it no room.
+    /// leaves less), or the bound that leaves it no room. Local: a shared
+    /// tally holds through [`Tally::hold`].
     pub fn reserve(
         &self,
         input: u64,
@@ -410,10 +536,80 @@ impl Tally {
         state.spent += used;
     }
 
+    /// [`Tally::reserve`], in the ledger when the tally is shared (waiting out a
+    /// store that is down).
+    pub async fn hold(
+        &self,
+        input: u64,
+        output: u64,
+        prices: &ModelCost,
+    ) -> Result<CallHold, (BudgetLimit, Amount, Amount)> {
+        let Some((tenant, ledger)) = &self.ledger else {
+            let spent = self.reserve(input, output, prices)?;
+            return Ok(CallHold { spent, id: None });
+        };
+        let budget = self.budget();
+        let reserved = until_taken("a hold", || {
+            ledger.reserve(tenant, &budget, input, output, prices)
+        })
+        .await;
+        match reserved {
+            Reserved::Held { id, hold, spent } => {
+                let mut state = self.lock();
+                state.spent = spent;
+                state.held += &hold;
+                Ok(CallHold {
+                    spent: hold,
+                    id: Some(id),
+                })
+            }
+            Reserved::Refused(limit, max, spent) => Err((limit, max, spent)),
+        }
+    }
+
+    /// Ends a hold [`Tally::hold`] made: `used` is spent (written to the
+    /// ledger, when shared, before this returns; a caller that stops waiting
+    /// does not stop the write), the rest free again.
+    pub async fn release(&self, hold: &CallHold, used: &Spent) {
+        self.settle(&hold.spent, used);
+        if let Some(written) = self.settle_in_ledger(hold, used) {
+            let _ = written.await;
+        }
+    }
+
+    /// [`Tally::release`] beside the caller, for a hold dropped unsettled.
+    pub fn release_later(&self, hold: CallHold, used: Spent) {
+        self.settle(&hold.spent, &used);
+        let _ = self.settle_in_ledger(&hold, &used);
+    }
+
+    /// Settles `hold` in the ledger, when the tally is shared, on a task of its
+    /// own (tried until the ledger takes it).
+    fn settle_in_ledger(
+        &self,
+        hold: &CallHold,
+        used: &Spent,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let ((tenant, ledger), id) = (self.ledger.clone()?, hold.id.clone()?);
+        let used = *used;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(async move {
+            until_taken("a settlement", || ledger.settle(&tenant, &id, &used)).await;
+        }))
+    }
+
     fn lock(&self) -> MutexGuard<'_, TallyState> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Runs `work` on the current Tokio runtime, if there is one (a ledger step a
+/// caller does not wait for; without a runtime, the hold expires in the store).
+fn spawn_beside(work: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(work);
     }
 }
 
@@ -544,7 +740,7 @@ pub struct BudgetExceeded {
 #[derive(Debug, Default)]
 pub(crate) struct Reservation {
     /// The most the call may spend.
-    hold: Spent,
+    hold: CallHold,
     /// The tenant's tally holding it.
     tally: Option<Arc<Tally>>,
     /// The output the call may use, when a budget leaves it less than its limit.
@@ -554,7 +750,7 @@ pub(crate) struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(tally) = self.tally.take() {
-            tally.settle(&self.hold, &Spent::default());
+            tally.release_later(std::mem::take(&mut self.hold), Spent::default());
         }
     }
 }
@@ -612,7 +808,7 @@ impl Meter {
     /// tenant's budgets (see the module's doc): the hold, with the output the
     /// call may use when a budget leaves it less than its limit; or the budget
     /// that leaves no room.
-    pub(crate) fn reserve(
+    pub(crate) async fn reserve(
         &self,
         input: u64,
         model: &Model,
@@ -638,14 +834,18 @@ impl Meter {
         reservation.hold = match &self.spending.tenant {
             Some(tally) => {
                 let hold = tally
-                    .reserve(input, most, &model.cost)
+                    .hold(input, most, &model.cost)
+                    .await
                     .map_err(|limit| BudgetExceeded::of(BudgetScope::Tenant, limit))?;
                 reservation.tally = Some(tally.clone());
                 hold
             }
-            None => Spent::at_most(input, most, &model.cost),
+            None => CallHold {
+                spent: Spent::at_most(input, most, &model.cost),
+                id: None,
+            },
         };
-        most = reservation.hold.output_tokens;
+        most = reservation.hold.spent.output_tokens;
         if most < cap {
             reservation.max_tokens = Some(u32::try_from(most).unwrap_or(u32::MAX));
         }
@@ -654,11 +854,11 @@ impl Meter {
 
     /// Ends `reservation` with what its call `used`: counted by the run, and by
     /// the tenant in place of the hold.
-    pub(crate) fn settle(&mut self, mut reservation: Reservation, used: Spent) {
+    pub(crate) async fn settle(&mut self, mut reservation: Reservation, used: Spent) {
         match reservation.tally.take() {
             Some(tally) => {
                 self.spent += &used;
-                tally.settle(&reservation.hold, &used);
+                tally.release(&reservation.hold, &used).await;
             }
             None => self.spend(used),
         }

@@ -76,7 +76,9 @@ mod transcript;
 mod validate;
 
 pub use action::{ActionTool, WidgetTool};
-pub use budget::{Budget, BudgetExceeded, Budgets, Spending, Spent, Tally};
+pub use budget::{
+    Budget, BudgetExceeded, Budgets, CallHold, Reserved, Spending, Spent, Tally, TenantLedger,
+};
 pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,

@@ -1275,7 +1275,11 @@ impl Run {
         // holds the most it may spend against the budgets until it ends.
         let input = self.context_tokens();
         let mut candidate = 0;
-        let mut reservation = match self.meter.reserve(input, &self.config.model, &self.options) {
+        let mut reservation = match self
+            .meter
+            .reserve(input, &self.config.model, &self.options)
+            .await
+        {
             Ok(reservation) => reservation,
             Err(exceeded) => {
                 drop(messages);
@@ -1298,8 +1302,9 @@ impl Run {
             };
             let failed = failed.to_string();
             self.meter
-                .settle(reservation, std::mem::take(&mut answered.spent));
-            reservation = match self.meter.reserve(input, next, &self.options) {
+                .settle(reservation, std::mem::take(&mut answered.spent))
+                .await;
+            reservation = match self.meter.reserve(input, next, &self.options).await {
                 Ok(reservation) => reservation,
                 Err(exceeded) => {
                     self.exceeded = Some(exceeded);
@@ -1320,7 +1325,7 @@ impl Run {
         };
         drop(messages);
         drop(llm);
-        self.meter.settle(reservation, spent);
+        self.meter.settle(reservation, spent).await;
         match outcome {
             Answered::Refused { start, window } => {
                 if let Some(window) = window {

@@ -418,8 +418,10 @@ impl Supervisor {
 
     /// Bounds what `tenant`'s agents spend together, from their next run on:
     /// what the store counted for the tenant so far is read first, and every
-    /// run of the process adds to it (see [`tiller_core::budget`]). An unbounded
-    /// budget lifts the bound.
+    /// run of the process adds to it (see [`tiller_core::budget`]); on a store
+    /// every process shares (PostgreSQL, [`SessionStore::ledger`]), each model
+    /// call is held in the store itself, so that no process overspends. An
+    /// unbounded budget lifts the bound.
     pub async fn set_tenant_budget(
         &self,
         tenant: &str,
@@ -436,9 +438,17 @@ impl Supervisor {
         }
         let scope = tiller_store::SpendScope::Tenant(tenant.to_owned());
         let spent = self.store().spent(&scope).await?;
+        // A store other processes share (PostgreSQL) holds and counts every
+        // call of the tenant's, so that together they keep to its budget.
+        let ledger = self.store().clone().ledger();
         tallies
             .entry(tenant.to_owned())
-            .or_insert_with(|| Arc::new(Tally::new(budget, spent)))
+            .or_insert_with(|| {
+                Arc::new(match ledger {
+                    Some(ledger) => Tally::shared(budget, spent, tenant, ledger),
+                    None => Tally::new(budget, spent),
+                })
+            })
             .set_budget(budget);
         Ok(())
     }

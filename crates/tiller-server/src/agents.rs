@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::{AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt};
+use tiller::{AgentHandle, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -217,21 +217,85 @@ pub(crate) async fn definitions(
     ))
 }
 
+/// `GET /agents?after=ID&limit=N`: a page of the agents the caller may see,
+/// in id order (on a cluster, every host's).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentsPage {
+    /// The last id of the page before.
+    after: Option<String>,
+    /// At most this many (1 to [`crate::MAX_PAGE`], that many by default).
+    limit: Option<u32>,
+}
+
+/// `GET /agents`: a page of agents; a `Link: <…>; rel="next"` header names the
+/// next page while there may be one.
 pub(crate) async fn list(
     State(shared): State<Arc<Shared>>,
+    page: Result<Query<AgentsPage>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Json<Vec<AgentInfo>>, Problem> {
+) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    Ok(Json(shared.agents_of(&caller).await?))
+    let Query(page) = page
+        .map_err(|rejection| Problem::invalid(Some("query".to_owned()), rejection.body_text()))?;
+    let limit = match page.limit {
+        None => crate::MAX_PAGE,
+        Some(limit) if (1..=crate::MAX_PAGE).contains(&limit) => limit,
+        Some(_) => {
+            return Err(Problem::invalid(
+                Some("limit".to_owned()),
+                format!("`limit` must be from 1 to {}", crate::MAX_PAGE),
+            ));
+        }
+    };
+    let (agents, next) = shared
+        .agents_of(&caller, page.after.unwrap_or_default(), limit)
+        .await?;
+    let mut response = Json(agents).into_response();
+    if let Some(next) = next {
+        let link = format!(
+            "</agents?after={}&limit={limit}>; rel=\"next\"",
+            url_escape(&next)
+        );
+        if let Ok(link) = link.parse() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::LINK, link);
+        }
+    }
+    Ok(response)
+}
+
+/// `text` as a URL's query value.
+fn url_escape(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 pub(crate) async fn get(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<AgentState>, Problem> {
+) -> Result<Json<Shown>, Problem> {
     let caller = shared.caller(&headers)?;
-    Ok(Json(shared.state(&caller, &id).await?))
+    let (state, owner) = shared.state(&caller, &id).await?;
+    Ok(Json(Shown { state, owner }))
+}
+
+/// `GET /agents/{id}`: the agent's state and, in a cluster, the host that
+/// holds it with its epoch.
+#[derive(Serialize)]
+pub(crate) struct Shown {
+    #[serde(flatten)]
+    state: AgentState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<tiller_cluster::Holder>,
 }
 
 pub(crate) async fn prompt(

@@ -16,13 +16,13 @@
 //! | method and path | does | answers |
 //! |---|---|---|
 //! | `GET /` | the dashboard: agents, a live conversation view, prompt, steer, abort, reset | 200 HTML |
-//! | `GET /healthz` | liveness, and whether the session store writes | 200 `ok`, 503 `store-unavailable` |
+//! | `GET /healthz` | liveness, whether the session store writes, and (a host of a cluster) whether it has joined | 200 `ok`, 503 `store-unavailable`, 503 `joining` |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 ([`OPENAPI_YAML`]) | 200 |
 //! | `GET /metrics` | Prometheus text: agents by status, runs started and ended, model calls and their time to the first event, responses by route and status, problems by kind, connections by where they are served, events streamed, proxied calls, each provider account's pace (requests, waits, 429s, learned tokens per minute), each failing endpoint's circuit breaker, each tenant's budget and spending (with tokens, for a token marked `metrics: true`) | 200 |
 //! | `GET /definitions` | the agent definitions it makes agents from | 200 |
 //! | `POST /agents` | `{"definition": NAME, "version"?, "id"?, "name"?}` or `{"inline": AGENT_FILE, …}` (without an id, the server makes up a time-ordered UUID; an id whose session the store has is 409 `session-exists`) | 201 the agent |
-//! | `GET /agents` | every agent and its status | 200 |
-//! | `GET /agents/{id}` | its state: transcript, queues, what is streaming | 200 |
+//! | `GET /agents[?after=ID&limit=N]` | a page of agents and their status, in id order (a `Link` header names the next) | 200 |
+//! | `GET /agents/{id}` | its state: transcript, queues, what is streaming; in a cluster, its `owner` host and epoch | 200 |
 //! | `POST /agents/{id}/prompt[?wait=true]` | `{"text": …}` | 202, or 200 the run's outcome |
 //! | `POST /agents/{id}/reply[?wait=true]` | `{"type": "answer" \| "approve" \| "deny", "request_id": …}`: the reply to the request it names | 202, or 200 the run's outcome |
 //! | `POST /agents/{id}/steer`, `/follow_up` | `{"text": …}` | 204 |
@@ -60,6 +60,7 @@ mod connections;
 mod error;
 mod events;
 mod inline;
+mod joining;
 mod jwt;
 mod mcp;
 mod metrics;
@@ -88,6 +89,7 @@ use tiller::{AgentId, Definitions, Supervisor};
 use tokio_util::sync::CancellationToken;
 
 pub use error::Problem;
+pub use joining::while_joining;
 pub use jwt::JwtKeys;
 pub use quota::Quotas;
 pub use sessions::MAX_PAGE;

@@ -515,6 +515,11 @@ fn cluster_metrics(text: &mut String, metrics: &tiller_cluster::ClusterMetrics) 
             "Writes of leases marking them busy or idle.",
             metrics.lease_writes,
         ),
+        (
+            "tiller_cluster_ops_refused_total",
+            "Ops from other hosts refused for whom they came from or what they asked.",
+            metrics.ops_refused,
+        ),
     ];
     for (name, help, value) in counters {
         header_of(text, name, "counter", help);

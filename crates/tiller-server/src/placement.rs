@@ -19,7 +19,7 @@ use tiller::{
     AgentContext, AgentHandle, AgentId, AgentInfo, AgentSpec, AgentState, AgentStatus, ContextIds,
     Delivered, Envelope, Notice, Op, RunOutcome,
 };
-use tiller_cluster::{Activator, ClusterError, EventSubject, Followed};
+use tiller_cluster::{Activator, ClusterError, EventSubject, Followed, Holder, Principal};
 
 use crate::Shared;
 use crate::error::Problem;
@@ -109,6 +109,9 @@ impl From<ClusterError> for Problem {
             ClusterError::Agent(error) => error.into(),
             ClusterError::Spawn(error) => error.into(),
             ClusterError::NoSuchAgent(agent) => Problem::unknown_agent(&agent),
+            ClusterError::Forbidden { .. } => {
+                Problem::new(StatusCode::FORBIDDEN, "forbidden", detail)
+            }
             ClusterError::Unavailable { .. } | ClusterError::Nats(_) | ClusterError::Leaving => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
             }
@@ -203,7 +206,7 @@ impl Shared {
             (Reached::Cluster(subject), Some(cluster)) => {
                 let op = op()?;
                 cluster
-                    .submit(&subject.agent, op, &key_of(headers)?)
+                    .submit_as(&subject.agent, op, &key_of(headers)?, caller.principal())
                     .await?;
             }
             (Reached::Cluster(_), None) => unreachable_placement(),
@@ -227,18 +230,25 @@ impl Shared {
                     .transpose()?;
                 Ok(agent.run_op(op, key.map(Into::into)).await?)
             }
-            (Reached::Cluster(subject), Some(cluster)) => {
-                Ok(cluster.run(&subject, op, &key_of(headers)?).await?)
-            }
+            (Reached::Cluster(subject), Some(cluster)) => Ok(cluster
+                .run_as(&subject, op, &key_of(headers)?, caller.principal())
+                .await?),
             (Reached::Cluster(_), None) => unreachable_placement(),
         }
     }
 
-    /// The agent's state.
-    pub(crate) async fn state(&self, caller: &Caller, id: &str) -> Result<AgentState, Problem> {
+    /// The agent's state, and in a cluster the host that holds it.
+    pub(crate) async fn state(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(AgentState, Option<Holder>), Problem> {
         match (self.reach(caller, id).await?, &self.cluster) {
-            (Reached::Local(agent), _) => Ok(agent.state().await?),
-            (Reached::Cluster(subject), Some(cluster)) => Ok(cluster.state(&subject.agent).await?),
+            (Reached::Local(agent), _) => Ok((agent.state().await?, None)),
+            (Reached::Cluster(subject), Some(cluster)) => {
+                let (state, holder) = cluster.state(&subject.agent).await?;
+                Ok((state, Some(holder)))
+            }
             (Reached::Cluster(_), None) => unreachable_placement(),
         }
     }
@@ -340,7 +350,13 @@ impl Shared {
         // Within the owner's quotas: a live agent more, and a session more for
         // a new one (one admitted before, when its event was taken, is not
         // refused now).
-        let shares = self.agent_shares(&owner, admitted)?;
+        let shares = match &self.cluster {
+            None => Some(self.agent_shares(&owner, admitted)?),
+            Some(_) => {
+                self.check_cluster_agents(&owner, admitted).await?;
+                None
+            }
+        };
         if !admitted {
             self.check_sessions(&owner, spec.session.as_deref()).await?;
         }
@@ -349,7 +365,9 @@ impl Shared {
             None => self.supervisor.spawn(spec).await?,
             Some(cluster) => cluster.spawn(spec).await?,
         };
-        self.agents_held.by_agent.insert(agent.id().clone(), shares);
+        if let Some(shares) = shares {
+            self.agents_held.by_agent.insert(agent.id().clone(), shares);
+        }
         self.owners.insert(agent.id().clone(), owner);
         // No one following every agent is no error.
         let _ = self.created.send(agent.id().clone());
@@ -357,14 +375,30 @@ impl Shared {
         Ok(agent.info())
     }
 
-    /// The agents `caller` may see, sorted by id: this process's, or, in a
-    /// cluster, the caller's active sessions with the status their owners say
-    /// (`hibernated` for those no host holds).
-    pub(crate) async fn agents_of(&self, caller: &Caller) -> Result<Vec<AgentInfo>, Problem> {
+    /// A page of the agents `caller` may see, in id order from after `after`,
+    /// at most `limit`: this process's, or, in a cluster, the caller's active
+    /// sessions with the status their owners say (`hibernated` for those no
+    /// host holds); with the id the next page starts after, while there may be
+    /// one.
+    pub(crate) async fn agents_of(
+        &self,
+        caller: &Caller,
+        after: String,
+        limit: u32,
+    ) -> Result<(Vec<AgentInfo>, Option<String>), Problem> {
         let Some(cluster) = &self.cluster else {
             let mut agents = self.supervisor.list();
-            agents.retain(|agent| self.visible(&caller.scope(), agent.id.as_str()));
-            return Ok(agents);
+            agents.retain(|agent| {
+                agent.id.as_str() > after.as_str()
+                    && self.visible(&caller.scope(), agent.id.as_str())
+            });
+            agents.sort_by(|a, b| a.id.cmp(&b.id));
+            let full = agents.len() > limit as usize;
+            agents.truncate(limit as usize);
+            let next = full
+                .then(|| agents.last().map(|agent| agent.id.to_string()))
+                .flatten();
+            return Ok((agents, next));
         };
         let scope = caller.scope();
         let mut sessions = self
@@ -374,14 +408,18 @@ impl Shared {
                 tenant_id: scope.tenant.clone(),
                 user_id: scope.user.clone(),
                 status: Some(SessionStatus::Active),
-                limit: Some(crate::MAX_PAGE),
+                after: Some(after),
+                limit: Some(limit),
                 ..SessionFilter::default()
             })
             .await?;
+        let next = (sessions.len() == limit as usize)
+            .then(|| sessions.last().map(|info| info.record.id.clone()))
+            .flatten();
         sessions.retain(|info| !info.record.id.contains('/'));
         let ids: Vec<String> = sessions.iter().map(|info| info.record.id.clone()).collect();
         let mut statuses = cluster.statuses(&ids).await;
-        let mut agents: Vec<AgentInfo> = sessions
+        let agents: Vec<AgentInfo> = sessions
             .into_iter()
             .map(|info| AgentInfo {
                 status: statuses
@@ -391,8 +429,7 @@ impl Shared {
                 name: info.record.name,
             })
             .collect();
-        agents.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(agents)
+        Ok((agents, next))
     }
 
     /// The agent holding session `id` on this host or, in a cluster, anywhere.
@@ -467,7 +504,41 @@ impl Activator for Activations {
                 origin.inline.as_ref(),
             )
             .map_err(|problem| problem.detail)?;
+        // Whom it works for, for the ops other hosts send it.
+        shared.owners.insert(
+            AgentId::from(session.id.as_str()),
+            Scope {
+                tenant: session.tenant_id.clone(),
+                user: session.user_id.clone(),
+            },
+        );
         Ok(spec.with_context(AgentContext::from_ids(origin.context)))
+    }
+
+    /// An op from another host passes the rules of an op from a client (no
+    /// settings, no transcript, user messages only), for a principal that may
+    /// see the agent.
+    fn admit(&self, agent: &AgentHandle, op: &Op, on_behalf: &Principal) -> Result<(), String> {
+        let shared = self
+            .shared
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or("the server is starting or stopping")?;
+        crate::agents::from_client(op).map_err(|problem| problem.detail)?;
+        let owner = shared
+            .owners
+            .get(agent.id().as_str())
+            .map(|owner| owner.clone())
+            .ok_or("this host does not know whom the agent works for")?;
+        let caller = Scope {
+            tenant: on_behalf.tenant.clone(),
+            user: on_behalf.user.clone(),
+        };
+        if caller.sees(&owner) {
+            Ok(())
+        } else {
+            Err("the op was sent for a tenant or user the agent does not work for".to_owned())
+        }
     }
 
     fn held(&self, agent: &AgentHandle) {

@@ -145,7 +145,7 @@ pub(crate) async fn stream(
         .as_deref()
         .and_then(|tenant| shared.supervisor.tenant_tally(tenant))
     {
-        Some(tally) => Some(reserve(tally, sent / 4, model, &mut call)?),
+        Some(tally) => Some(reserve(tally, sent / 4, model, &mut call).await?),
         None => None,
     };
     shared.metrics.proxy_call();
@@ -225,7 +225,7 @@ async fn check_input(
 /// Holds `call`'s most (`input` tokens, the output its options allow, priced)
 /// against the tenant's `tally`, its `max_tokens` lowered to what the budget
 /// leaves; 429 `budget-exceeded` when it leaves nothing.
-fn reserve(
+async fn reserve(
     tally: Arc<tiller::tiller_core::Tally>,
     input: u64,
     model: &Model,
@@ -233,7 +233,8 @@ fn reserve(
 ) -> Result<ProxySpending, Problem> {
     let most = u64::from(call.output_cap(model));
     let hold = tally
-        .reserve(input, most, &model.cost)
+        .hold(input, most, &model.cost)
+        .await
         .map_err(|(limit, max, spent)| {
             Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -247,9 +248,11 @@ fn reserve(
                 .to_string(),
             )
         })?;
-    if hold.output_tokens < most
-        && let Some(capped) =
-            call.capped(model, u32::try_from(hold.output_tokens).unwrap_or(u32::MAX))
+    if hold.spent.output_tokens < most
+        && let Some(capped) = call.capped(
+            model,
+            u32::try_from(hold.spent.output_tokens).unwrap_or(u32::MAX),
+        )
     {
         *call = capped;
     }
@@ -265,14 +268,15 @@ fn reserve(
 /// most, which the provider may have spent.
 struct ProxySpending {
     tally: Arc<tiller::tiller_core::Tally>,
-    hold: tiller::tiller_core::Spent,
+    hold: tiller::tiller_core::CallHold,
     used: Option<tiller::tiller_core::Spent>,
 }
 
 impl Drop for ProxySpending {
     fn drop(&mut self) {
-        let used = self.used.unwrap_or(self.hold);
-        self.tally.settle(&self.hold, &used);
+        let used = self.used.unwrap_or(self.hold.spent);
+        self.tally
+            .release_later(std::mem::take(&mut self.hold), used);
     }
 }
 

@@ -304,6 +304,51 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// In a cluster, whose agents live on every host: the owner's live agents
+    /// are its active sessions in the shared store, counted against its
+    /// quotas (agents created at the same moment on two hosts may pass it
+    /// together by a few). One admitted before is not refused.
+    pub(crate) async fn check_cluster_agents(
+        &self,
+        owner: &Scope,
+        admitted: bool,
+    ) -> Result<(), Problem> {
+        if admitted {
+            return Ok(());
+        }
+        let (tenant, user) = self.quotas_of(owner.tenant.as_deref());
+        let store = self.supervisor.store();
+        let mut filter = tiller::tiller_store::SessionFilter {
+            tenant_id: owner.tenant.clone(),
+            status: Some(tiller::tiller_store::SessionStatus::Active),
+            ..Default::default()
+        };
+        if let Some(max) = tenant.agents
+            && store.count(&filter).await? >= max as u64
+        {
+            return Err(exceeded(
+                "quotas.agents",
+                &tenant_name(owner),
+                max,
+                "live agents",
+            ));
+        }
+        if let (Some(name), Some(max)) = (&owner.user, user.agents) {
+            filter.user_id = Some(name.clone());
+            if store.count(&filter).await? >= max as u64 {
+                return Err(exceeded(
+                    "user_quotas.agents",
+                    &format!("user `{name}`"),
+                    max,
+                    "live agents",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The live agents each tenant and each user holds, and each agent's shares.
 #[derive(Default)]
 pub(crate) struct AgentsHeld {

@@ -13,8 +13,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tiller::{
-    AgentContext, Event, EventError, Spawner, Supervisor, Triggers, WindowLimits, WindowQuota,
+    AgentContext, AgentError, AgentMessage, Arrival, Event, EventError, Op, Spawned, Spawner,
+    Supervisor, Triggers, WindowLimits, WindowQuota,
 };
+use tiller_cluster::{ClusterError, Principal};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -93,34 +95,53 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
         return;
     }
     let me: Weak<Shared> = Arc::downgrade(shared);
-    let spawner: Spawner = Arc::new(move |spec, definition, tenant| {
+    let spawner: Spawner = Arc::new(move |arrival: Arrival| {
         let me = me.clone();
         Box::pin(async move {
             let shared = me
                 .upgrade()
                 .ok_or_else(|| "the server has stopped".to_owned())?;
+            // In a cluster, the session may live on another host: it takes
+            // the prompt there, once (one key per batch).
+            let key = tiller::tiller_ai::new_id();
+            if shared.cluster.is_some() && deliver_elsewhere(&shared, &arrival, &key).await? {
+                return Ok(Spawned::Delivered);
+            }
+            let Arrival {
+                spec,
+                definition,
+                tenant,
+                prompt: _,
+            } = &arrival;
             let mut context = AgentContext::new();
-            if let Some(tenant) = &tenant {
+            if let Some(tenant) = tenant {
                 context = context.with_tenant_id(tenant.clone());
             }
             let origin = Origin {
-                definition: Some(definition),
+                definition: Some(definition.clone()),
                 version: None,
                 inline: None,
                 context: context.ids().clone(),
             };
             let owner = Scope {
-                tenant,
+                tenant: tenant.clone(),
                 user: spec.context.ids().user_id.clone(),
             };
-            let info = shared
-                .spawn_admitted(spec, owner, &origin)
-                .await
-                .map_err(|problem| problem.detail)?;
-            shared
-                .supervisor
-                .get(info.id.as_str())
-                .ok_or_else(|| "the agent started on another host".to_owned())
+            match shared.spawn_admitted(spec.clone(), owner, &origin).await {
+                Ok(info) => shared
+                    .supervisor
+                    .get(info.id.as_str())
+                    .map(Spawned::Here)
+                    .ok_or_else(|| "the agent started on another host".to_owned()),
+                // Another host may have made it meanwhile: it takes the prompt.
+                Err(problem) if shared.cluster.is_some() => {
+                    match deliver_elsewhere(&shared, &arrival, &key).await {
+                        Ok(true) => Ok(Spawned::Delivered),
+                        Ok(false) | Err(_) => Err(problem.detail),
+                    }
+                }
+                Err(problem) => Err(problem.detail),
+            }
         })
     });
     let me: Weak<Shared> = Arc::downgrade(shared);
@@ -143,4 +164,37 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
         }
     });
     Triggers::attach_limited(supervisor, shared.definitions.clone(), spawner, quota);
+}
+
+/// Hands a batch's prompt to the host of the cluster that holds (or brings up)
+/// its session, as a prompt or, while the agent is busy, a follow-up; `false`
+/// when no session has its id yet (it is started here).
+async fn deliver_elsewhere(shared: &Shared, arrival: &Arrival, key: &str) -> Result<bool, String> {
+    let Some(cluster) = &shared.cluster else {
+        return Ok(false);
+    };
+    let id = arrival.spec.id.as_deref().unwrap_or_default();
+    let on_behalf = Principal {
+        tenant: arrival.tenant.clone(),
+        user: arrival.spec.context.ids().user_id.clone(),
+    };
+    let message = AgentMessage::user(arrival.prompt.clone());
+    let prompt = Op::Prompt {
+        messages: vec![message.clone()],
+    };
+    match cluster.submit_as(id, prompt, key, on_behalf.clone()).await {
+        Ok(()) => Ok(true),
+        Err(ClusterError::NoSuchAgent(_)) => Ok(false),
+        Err(ClusterError::Agent(AgentError::Busy)) => cluster
+            .submit_as(
+                id,
+                Op::FollowUp { message },
+                &format!("{key}-follow-up"),
+                on_behalf,
+            )
+            .await
+            .map(|()| true)
+            .map_err(|error| error.to_string()),
+        Err(error) => Err(error.to_string()),
+    }
 }

@@ -86,6 +86,49 @@ async fn an_agent_is_created_prompted_read_and_deleted_over_http() {
 }
 
 #[tokio::test]
+async fn agents_are_listed_page_by_page_in_id_order() {
+    let faux = FauxProvider::new();
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    for id in ["p3", "p1", "p5", "p2", "p4"] {
+        let (status, _) = server
+            .post("/agents", json!({"definition": "helper", "id": id}))
+            .await;
+        assert_eq!(status, 201);
+    }
+    let mut pages = Vec::new();
+    let mut next = Some("/agents?limit=2".to_owned());
+    while let Some(path) = next.take() {
+        let response = server
+            .http
+            .get(format!("{}{path}", server.base))
+            .send()
+            .await
+            .unwrap();
+        next = response
+            .headers()
+            .get("link")
+            .map(|link| link.to_str().unwrap().to_owned());
+        let page: Vec<Value> = response.json().await.unwrap();
+        pages.push(
+            page.iter()
+                .map(|agent| agent["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>(),
+        );
+        next = next.map(|link| {
+            assert!(link.ends_with(">; rel=\"next\""), "{link}");
+            link[1..link.find('>').unwrap()].to_owned()
+        });
+    }
+    assert_eq!(pages, [vec!["p1", "p2"], vec!["p3", "p4"], vec!["p5"]]);
+    let (status, problem) = server.get("/agents?limit=0").await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (422, &json!("urn:tiller:problem:invalid"))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_inline_definition_makes_an_agent_and_a_bad_one_names_its_field() {
     let faux = FauxProvider::new();
     let server = Running::start(&faux, ServerConfig::default()).await;

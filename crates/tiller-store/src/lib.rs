@@ -130,6 +130,15 @@ pub trait SessionStore: Send + Sync + 'static {
         let _ = scope;
         Box::pin(futures::future::ready(Ok(tiller_core::Spent::default())))
     }
+
+    /// This store as the [`TenantLedger`](tiller_core::TenantLedger) of
+    /// tenants' budgets, when every process that shares it should hold and
+    /// count through it (PostgreSQL: the hosts of a cluster): a tenant's budget
+    /// is then one figure for all of them. `None` (in memory, SQLite): each
+    /// process's tallies stay in its memory.
+    fn ledger(self: Arc<Self>) -> Option<Arc<dyn tiller_core::TenantLedger>> {
+        None
+    }
 }
 
 /// The time `age` ago, in milliseconds since the Unix epoch (saturating): the

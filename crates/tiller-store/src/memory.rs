@@ -242,18 +242,26 @@ impl SessionStore for MemoryStore {
                         .as_ref()
                         .is_none_or(|user| record.user_id.as_ref() == Some(user))
                     && filter.status.is_none_or(|status| record.status == status)
+                    && filter
+                        .after
+                        .as_ref()
+                        .is_none_or(|after| record.id.as_str() > after.as_str())
             })
             .map(|session| SessionInfo {
                 record: session.record.clone(),
                 messages: session.messages.len() as u64,
             })
             .collect();
-        found.sort_by(|a, b| {
-            b.record
-                .updated_at
-                .cmp(&a.record.updated_at)
-                .then_with(|| a.record.id.cmp(&b.record.id))
-        });
+        if filter.after.is_some() {
+            found.sort_by(|a, b| a.record.id.cmp(&b.record.id));
+        } else {
+            found.sort_by(|a, b| {
+                b.record
+                    .updated_at
+                    .cmp(&a.record.updated_at)
+                    .then_with(|| a.record.id.cmp(&b.record.id))
+            });
+        }
         if let Some(limit) = filter.limit {
             found.truncate(limit as usize);
         }

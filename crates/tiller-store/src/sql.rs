@@ -17,7 +17,8 @@ use futures::future::BoxFuture;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
-use tiller_core::{AgentMessage, Spent};
+use tiller_ai::ModelCost;
+use tiller_core::{AgentMessage, Budget, Reserved, Spent, TenantLedger};
 
 use crate::types::{
     Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
@@ -82,6 +83,20 @@ const MIGRATIONS: &[&[&str]] = &[
             tool_calls BIGINT NOT NULL,
             wall_clock_ms BIGINT NOT NULL
         )"],
+    &[
+        "CREATE TABLE tiller_holds (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            input_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            cost_nanos BIGINT NOT NULL,
+            model_calls BIGINT NOT NULL,
+            tool_calls BIGINT NOT NULL,
+            wall_clock_ms BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL
+        )",
+        "CREATE INDEX tiller_holds_tenant ON tiller_holds (tenant, expires_at)",
+    ],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -1113,6 +1128,10 @@ fn where_of(filter: &SessionFilter) -> (String, Vec<&str>) {
             conditions.push(format!("{column} = ${}", values.len()));
         }
     }
+    if let Some(after) = filter.after.as_deref() {
+        values.push(after);
+        conditions.push(format!("id > ${}", values.len()));
+    }
     let clause = if conditions.is_empty() {
         String::new()
     } else {
@@ -1139,18 +1158,25 @@ async fn spend(
     scope: &str,
     spent: &Spent,
 ) -> Result<(), StoreError> {
-    sqlx::query(ADD_SPENDING)
-        .bind(scope)
+    bind_spent(sqlx::query(ADD_SPENDING).bind(scope), spent)
+        .execute(&mut **tx)
+        .await
+        .map_err(database)?;
+    Ok(())
+}
+
+/// `query` with `spent`'s [`SPENDING_COLUMNS`] bound next, in order.
+fn bind_spent<'q>(
+    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    spent: &Spent,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    query
         .bind(to_i64(spent.input_tokens))
         .bind(to_i64(spent.output_tokens))
         .bind((spent.cost_usd * 1e9).round() as i64)
         .bind(to_i64(spent.model_calls))
         .bind(to_i64(spent.tool_calls))
         .bind(to_i64(spent.wall_clock_ms))
-        .execute(&mut **tx)
-        .await
-        .map_err(database)?;
-    Ok(())
 }
 
 /// Drops `session`'s messages from `from` on, cutting the row whose run holds
@@ -1465,7 +1491,11 @@ impl SessionStore for SqlStore {
                  FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
                  FROM tiller_sessions s{filtered}"
             );
-            sql.push_str(" ORDER BY updated_at DESC, id");
+            sql.push_str(if filter.after.is_some() {
+                " ORDER BY id"
+            } else {
+                " ORDER BY updated_at DESC, id"
+            });
             if let Some(limit) = filter.limit {
                 sql.push_str(&format!(" LIMIT {limit}"));
             }
@@ -1625,21 +1655,166 @@ impl SessionStore for SqlStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(database)?;
-            let Some(row) = row else {
-                return Ok(Spent::default());
+            row.as_ref().map_or(Ok(Spent::default()), spending_of)
+        })
+    }
+
+    fn ledger(self: Arc<Self>) -> Option<Arc<dyn TenantLedger>> {
+        // One SQLite file is one process's: its tallies stay in memory.
+        (self.backend == Backend::Postgres).then_some(self as Arc<dyn TenantLedger>)
+    }
+}
+
+/// A row of [`SPENDING_COLUMNS`] (sums of them, too) as what was spent.
+fn spending_of(row: &AnyRow) -> Result<Spent, StoreError> {
+    let column = |index: usize| -> Result<u64, StoreError> {
+        let value: i64 = row.try_get(index).map_err(database)?;
+        Ok(u64::try_from(value).unwrap_or(0))
+    };
+    Ok(Spent {
+        input_tokens: column(0)?,
+        output_tokens: column(1)?,
+        cost_usd: column(2)? as f64 / 1e9,
+        model_calls: column(3)?,
+        tool_calls: column(4)?,
+        wall_clock_ms: column(5)?,
+    })
+}
+
+/// How long a hold counts when no one settles it (its host died mid-call):
+/// longer than any model call.
+const HOLD_LIFETIME_MS: i64 = 30 * 60 * 1_000;
+
+/// How long a hold is kept after it stopped counting, so that a late
+/// settlement still finds it (and one tried again finds it gone).
+const HOLD_KEPT_MS: i64 = 24 * 60 * 60 * 1_000;
+
+/// The database's clock in milliseconds since the Unix epoch (PostgreSQL):
+/// every host's holds expire by the same clock.
+const NOW_MS: &str = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
+
+/// The sums of a tenant's holds that still count.
+const HELD: &str = "SELECT CAST(coalesce(sum(input_tokens), 0) AS BIGINT), \
+     CAST(coalesce(sum(output_tokens), 0) AS BIGINT), CAST(coalesce(sum(cost_nanos), 0) AS BIGINT), \
+     CAST(coalesce(sum(model_calls), 0) AS BIGINT), CAST(coalesce(sum(tool_calls), 0) AS BIGINT), \
+     CAST(coalesce(sum(wall_clock_ms), 0) AS BIGINT) FROM tiller_holds WHERE tenant = $1 AND expires_at > ";
+
+/// Locks `tenant`'s spending row for the transaction (made at zero when it is
+/// missing) and reads it: every ledger step of a tenant takes this lock first.
+async fn lock_spending(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    tenant: &str,
+) -> Result<Spent, StoreError> {
+    let scope = SpendScope::Tenant(tenant.to_owned()).key();
+    sqlx::query(
+        "INSERT INTO tiller_spending (scope, input_tokens, output_tokens, cost_nanos, \
+         model_calls, tool_calls, wall_clock_ms) VALUES ($1, 0, 0, 0, 0, 0, 0) \
+         ON CONFLICT (scope) DO NOTHING",
+    )
+    .bind(&scope)
+    .execute(&mut **tx)
+    .await
+    .map_err(database)?;
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {SPENDING_COLUMNS} FROM tiller_spending WHERE scope = $1 FOR UPDATE"
+    )))
+    .bind(&scope)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(database)?;
+    spending_of(&row)
+}
+
+/// A ledger step of the store, its error as the ledger reports it.
+fn ledger_step<'a, T>(
+    step: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+) -> BoxFuture<'a, Result<T, String>> {
+    Box::pin(async move { step.await.map_err(|error| error.to_string()) })
+}
+
+/// A tenant's budget as one figure for every process on one PostgreSQL: each
+/// hold is made under a lock on the tenant's spending row, against what its
+/// row and every unexpired hold say (by the database's clock); settling a hold
+/// removes it and writes what it used in one transaction, once however often
+/// it is tried.
+impl TenantLedger for SqlStore {
+    fn reserve<'a>(
+        &'a self,
+        tenant: &'a str,
+        budget: &'a Budget,
+        input: u64,
+        output: u64,
+        prices: &'a ModelCost,
+    ) -> BoxFuture<'a, Result<Reserved, String>> {
+        ledger_step(async move {
+            let mut tx = self.pool.begin().await.map_err(database)?;
+            let spent = lock_spending(&mut tx, tenant).await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM tiller_holds WHERE tenant = $1 AND expires_at <= {NOW_MS} - $2"
+            )))
+            .bind(tenant)
+            .bind(HOLD_KEPT_MS)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
+            let row = sqlx::query(AssertSqlSafe(format!("{HELD}{NOW_MS}")))
+                .bind(tenant)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(database)?;
+            let taken = spent.plus(&spending_of(&row)?);
+            let room = match budget.room(&taken, input, prices) {
+                Ok(room) => room,
+                Err((limit, max, spent)) => return Ok(Reserved::Refused(limit, max, spent)),
             };
-            let column = |index: usize| -> Result<u64, StoreError> {
-                let value: i64 = row.try_get(index).map_err(database)?;
-                Ok(u64::try_from(value).unwrap_or(0))
-            };
-            Ok(Spent {
-                input_tokens: column(0)?,
-                output_tokens: column(1)?,
-                cost_usd: column(2)? as f64 / 1e9,
-                model_calls: column(3)?,
-                tool_calls: column(4)?,
-                wall_clock_ms: column(5)?,
-            })
+            let hold = Spent::at_most(input, room.map_or(output, |room| room.min(output)), prices);
+            let id = tiller_ai::new_id();
+            let insert = format!(
+                "INSERT INTO tiller_holds (id, tenant, {SPENDING_COLUMNS}, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW_MS} + $9)"
+            );
+            bind_spent(
+                sqlx::query(AssertSqlSafe(insert)).bind(&id).bind(tenant),
+                &hold,
+            )
+            .bind(HOLD_LIFETIME_MS)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
+            tx.commit().await.map_err(database)?;
+            Ok(Reserved::Held { id, hold, spent })
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        used: &'a Spent,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        ledger_step(async move {
+            let mut tx = self.pool.begin().await.map_err(database)?;
+            lock_spending(&mut tx, tenant).await?;
+            let removed = sqlx::query("DELETE FROM tiller_holds WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?
+                .rows_affected();
+            // Gone: settled before (this is a retry whose first commit went
+            // through), and not to be counted twice.
+            if removed == 1 {
+                spend(&mut tx, &SpendScope::Tenant(tenant.to_owned()).key(), used).await?;
+            }
+            tx.commit().await.map_err(database)
+        })
+    }
+
+    fn add<'a>(&'a self, tenant: &'a str, spent: &'a Spent) -> BoxFuture<'a, Result<(), String>> {
+        ledger_step(async move {
+            let mut tx = self.pool.begin().await.map_err(database)?;
+            spend(&mut tx, &SpendScope::Tenant(tenant.to_owned()).key(), spent).await?;
+            tx.commit().await.map_err(database)
         })
     }
 }

@@ -236,6 +236,10 @@ pub struct SessionFilter {
     pub user_id: Option<String>,
     /// Only sessions with this status.
     pub status: Option<SessionStatus>,
+    /// Only sessions whose id sorts after this one, listed in id order (a
+    /// cursor: the last id of the page before; empty for the first page).
+    /// Without it, the most recently changed come first.
+    pub after: Option<String>,
     /// At most this many.
     pub limit: Option<u32>,
 }

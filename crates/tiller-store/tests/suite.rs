@@ -1062,3 +1062,96 @@ async fn a_steady_stream_of_writes_keeps_the_wal_bounded() {
     let reloaded = store.load("long").await.unwrap().unwrap();
     assert_eq!(reloaded.messages.len() as u64, MESSAGES);
 }
+
+/// Two processes' stores on one PostgreSQL, twenty calls at once against a
+/// budget of five: five held, whatever the interleaving; settling writes what
+/// was used, freeing the rest; SQLite and memory keep no shared ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_holds_on_one_postgresql_never_pass_its_budget() {
+    use tiller_core::{Budget, Reserved, Spent, TenantLedger};
+    let temp = TempSqlite::new();
+    assert!(
+        Arc::new(SqlStore::open(temp.url()).await.unwrap())
+            .ledger()
+            .is_none()
+    );
+    assert!(Arc::new(MemoryStore::new()).ledger().is_none());
+    let Some(url) = tiller_test_support::postgres::postgres_url() else {
+        return;
+    };
+    let tenant = tenant("ledger");
+    let stores: Vec<Arc<dyn TenantLedger>> = vec![
+        Arc::new(SqlStore::open(&url).await.unwrap())
+            .ledger()
+            .unwrap(),
+        Arc::new(SqlStore::open(&url).await.unwrap())
+            .ledger()
+            .unwrap(),
+    ];
+    let budget = Budget {
+        model_calls: Some(5),
+        ..Budget::default()
+    };
+    let prices = tiller_ai::ModelCost::default();
+    let calls = (0..20).map(|n| {
+        let (ledger, budget, prices, tenant) = (&stores[n % 2], &budget, &prices, &tenant);
+        async move {
+            ledger
+                .reserve(tenant, budget, 100, 50, prices)
+                .await
+                .unwrap()
+        }
+    });
+    let reserved = futures::future::join_all(calls).await;
+    let held: Vec<(String, Spent)> = reserved
+        .iter()
+        .filter_map(|reserved| match reserved {
+            Reserved::Held { id, hold, .. } => Some((id.clone(), *hold)),
+            Reserved::Refused(..) => None,
+        })
+        .collect();
+    assert_eq!(held.len(), 5, "{reserved:?}");
+    assert!(
+        held.iter()
+            .all(|(_, hold)| hold.model_calls == 1 && hold.output_tokens == 50)
+    );
+    // Settled with what each used: the spending row has it, and the budget is
+    // still spent.
+    let used = Spent {
+        input_tokens: 100,
+        output_tokens: 10,
+        model_calls: 1,
+        ..Spent::default()
+    };
+    for (n, (id, _)) in held.iter().enumerate() {
+        stores[n % 2].settle(&tenant, id, &used).await.unwrap();
+    }
+    // A settlement tried again (its first reply lost) is not counted twice.
+    stores[1].settle(&tenant, &held[0].0, &used).await.unwrap();
+    let store = SqlStore::open(&url).await.unwrap();
+    let spent = store
+        .spent(&tiller_store::SpendScope::Tenant(tenant.clone()))
+        .await
+        .unwrap();
+    assert_eq!((spent.model_calls, spent.output_tokens), (5, 50));
+    assert!(matches!(
+        stores[0]
+            .reserve(&tenant, &budget, 100, 50, &prices)
+            .await
+            .unwrap(),
+        Reserved::Refused(tiller_core::budget::BudgetLimit::ModelCalls, ..)
+    ));
+    // A larger budget: the room left, one call at a time.
+    let more = Budget {
+        model_calls: Some(6),
+        ..Budget::default()
+    };
+    let Reserved::Held { spent, .. } = stores[1]
+        .reserve(&tenant, &more, 100, 50, &prices)
+        .await
+        .unwrap()
+    else {
+        panic!("the sixth call had room");
+    };
+    assert_eq!(spent.model_calls, 5);
+}

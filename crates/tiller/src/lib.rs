@@ -65,10 +65,10 @@ pub use tiller_runtime::{
 };
 
 pub use tiller_agents::{
-    self, ASK_AGENT_TOOL, AgentAsTool, AskAgent, AskAgentConfig, CommandTool, Compression,
+    self, ASK_AGENT_TOOL, AgentAsTool, Arrival, AskAgent, AskAgentConfig, CommandTool, Compression,
     Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigError, LlmConfigs, ModelChoice,
-    ModelChoiceError, ModelSources, Named, Spawner, ToolRegistry, Trigger, Triggers, WindowLimits,
-    WindowQuota, agent_file, choose_model, command_tool, trigger,
+    ModelChoiceError, ModelSources, Named, Spawned, Spawner, ToolRegistry, Trigger, Triggers,
+    WindowLimits, WindowQuota, agent_file, choose_model, command_tool, trigger,
 };
 pub use tiller_ai::{
     self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,

@@ -85,6 +85,10 @@ pub(super) struct ActiveRun {
     pub(super) after_end: Vec<RpcReplyPort<Result<(), AgentError>>>,
     /// The run's `agent_end`, held until its writes are committed.
     pub(super) ending: Option<AgentEvent>,
+    /// Whether the tenant's ledger writes the tenant's part of what the run
+    /// spends ([`Tally::is_shared`](tiller_core::Tally::is_shared)): the run's
+    /// writes then count its session alone.
+    pub(super) tenant_ledger: bool,
     /// Tells when the write of the run's last finished message is committed,
     /// until the run's write-ahead request takes it: one agent's writes commit in
     /// order, so everything before it is then committed too.
@@ -317,6 +321,11 @@ impl ActorState {
             run = run_id
         );
         // The run's context is `AgentContext::current()` for all its work.
+        let tenant_ledger = config
+            .spending
+            .tenant
+            .as_ref()
+            .is_some_and(|tally| tally.is_shared());
         let task = tokio::spawn(
             current
                 .scope(async move {
@@ -340,6 +349,7 @@ impl ActorState {
             reset_keys: Vec::new(),
             after_end: Vec::new(),
             ending: None,
+            tenant_ledger,
             last_write: None,
             compactions: Vec::new(),
             started: tokio::time::Instant::now(),
@@ -428,9 +438,10 @@ impl ActorState {
                 })];
                 writes.extend(context);
                 // What it spent, counted in the same write.
+                let tenant_ledger = run.tenant_ledger;
                 writes.extend(spent.map(|spent| {
                     self.spent += &spent;
-                    spend_write(&self.agent, &self.context, spent)
+                    spend_write(&self.agent, &self.context, spent, tenant_ledger)
                 }));
                 // The run's write-ahead may wait on this one.
                 let (done, committed) = oneshot::channel();
@@ -515,7 +526,7 @@ impl ActorState {
                 let ms = u64::try_from(run.started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let spent = Spent::wall_clock(ms);
                 self.spent += &spent;
-                let wall_clock = spend_write(&self.agent, &self.context, spent);
+                let wall_clock = spend_write(&self.agent, &self.context, spent, run.tenant_ledger);
                 let Some(run) = self.run.as_mut() else {
                     return;
                 };
@@ -659,13 +670,18 @@ impl ActorState {
     }
 }
 
-/// The write that stores what the agent spent, for its session and its tenant.
+/// The write that stores what the agent spent, for its session and (unless
+/// the tenant's ledger writes it) its tenant.
 fn spend_write(
     agent: &crate::agent::Agent,
     context: &AgentContext,
     spent: Spent,
+    tenant_ledger: bool,
 ) -> tiller_store::SessionWrite {
-    let tenant = context.tenant_id().map(Arc::from);
+    let tenant = context
+        .tenant_id()
+        .filter(|_| !tenant_ledger)
+        .map(Arc::from);
     agent.write(Change::Spend { spent, tenant })
 }
 
