@@ -390,8 +390,14 @@ pub trait TenantLedger: Send + Sync {
         used: &'a Spent,
     ) -> BoxFuture<'a, Result<(), String>>;
 
-    /// Adds to what `tenant` spent (tool calls, wall clock).
-    fn add<'a>(&'a self, tenant: &'a str, spent: &'a Spent) -> BoxFuture<'a, Result<(), String>>;
+    /// Adds to what `tenant` spent (tool calls, wall clock), once for `id`
+    /// however often it is tried.
+    fn add<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        spent: &'a Spent,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// What a [`TenantLedger`] made of a reservation.
@@ -504,7 +510,8 @@ impl Tally {
         if let Some((tenant, ledger)) = self.ledger.clone() {
             let spent = *spent;
             spawn_beside(async move {
-                until_taken("spending", || ledger.add(&tenant, &spent)).await;
+                let id = tiller_ai::new_id();
+                until_taken("spending", || ledger.add(&tenant, &id, &spent)).await;
             });
         }
     }

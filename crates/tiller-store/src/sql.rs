@@ -1810,10 +1810,29 @@ impl TenantLedger for SqlStore {
         })
     }
 
-    fn add<'a>(&'a self, tenant: &'a str, spent: &'a Spent) -> BoxFuture<'a, Result<(), String>> {
+    fn add<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        spent: &'a Spent,
+    ) -> BoxFuture<'a, Result<(), String>> {
         ledger_step(async move {
             let mut tx = self.pool.begin().await.map_err(database)?;
-            spend(&mut tx, &SpendScope::Tenant(tenant.to_owned()).key(), spent).await?;
+            // A hold that never counted marks the addition made: tried again
+            // (its first reply lost), it finds the mark and adds nothing.
+            let marked = sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO tiller_holds (id, tenant, {SPENDING_COLUMNS}, expires_at) \
+                 VALUES ($1, $2, 0, 0, 0, 0, 0, 0, {NOW_MS}) ON CONFLICT (id) DO NOTHING"
+            )))
+            .bind(id)
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?
+            .rows_affected();
+            if marked == 1 {
+                spend(&mut tx, &SpendScope::Tenant(tenant.to_owned()).key(), spent).await?;
+            }
             tx.commit().await.map_err(database)
         })
     }

@@ -1126,14 +1126,21 @@ async fn a_tenants_holds_on_one_postgresql_never_pass_its_budget() {
     for (n, (id, _)) in held.iter().enumerate() {
         stores[n % 2].settle(&tenant, id, &used).await.unwrap();
     }
-    // A settlement tried again (its first reply lost) is not counted twice.
+    // A settlement tried again (its first reply lost) is not counted twice;
+    // nor is an addition.
     stores[1].settle(&tenant, &held[0].0, &used).await.unwrap();
+    let tools = Spent::tool_calls(2);
+    stores[0].add(&tenant, "add-1", &tools).await.unwrap();
+    stores[1].add(&tenant, "add-1", &tools).await.unwrap();
     let store = SqlStore::open(&url).await.unwrap();
     let spent = store
         .spent(&tiller_store::SpendScope::Tenant(tenant.clone()))
         .await
         .unwrap();
-    assert_eq!((spent.model_calls, spent.output_tokens), (5, 50));
+    assert_eq!(
+        (spent.model_calls, spent.output_tokens, spent.tool_calls),
+        (5, 50, 2)
+    );
     assert!(matches!(
         stores[0]
             .reserve(&tenant, &budget, 100, 50, &prices)
