@@ -95,6 +95,7 @@ pub use provider::{
     AnthropicMessages, BedrockConverseStream, CustomProvider, GoogleGenerativeAi,
     OpenAiCompletions, OpenAiResponses, PiProxy, Provider, ProviderEvent,
 };
+pub use providers::path_segment;
 pub use ratelimit::{RateLimitObserver, RateLimitWait, RateLimits};
 pub use retry::RetryPolicy;
 pub use stream::{AssistantStream, stream, stream_ref};

@@ -509,7 +509,7 @@ impl Tally {
         self.lock().spent += spent;
         if let Some((tenant, ledger)) = self.ledger.clone() {
             let spent = *spent;
-            spawn_beside(async move {
+            let _ = spawn_beside(async move {
                 let id = tiller_ai::new_id();
                 until_taken("spending", || ledger.add(&tenant, &id, &spent)).await;
             });
@@ -599,10 +599,9 @@ impl Tally {
     ) -> Option<tokio::task::JoinHandle<()>> {
         let ((tenant, ledger), id) = (self.ledger.clone()?, hold.id.clone()?);
         let used = *used;
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(runtime.spawn(async move {
+        spawn_beside(async move {
             until_taken("a settlement", || ledger.settle(&tenant, &id, &used)).await;
-        }))
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, TallyState> {
@@ -612,12 +611,14 @@ impl Tally {
     }
 }
 
-/// Runs `work` on the current Tokio runtime, if there is one (a ledger step a
-/// caller does not wait for; without a runtime, the hold expires in the store).
-fn spawn_beside(work: impl Future<Output = ()> + Send + 'static) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(work);
-    }
+/// Runs `work` on a task of its own on the current Tokio runtime, if there is
+/// one (a ledger step its caller may stop waiting for; without a runtime, a
+/// hold expires in the store).
+fn spawn_beside(
+    work: impl Future<Output = ()> + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    Some(runtime.spawn(work))
 }
 
 /// What a run counts against besides its own spending.

@@ -255,7 +255,7 @@ pub(crate) async fn list(
     if let Some(next) = next {
         let link = format!(
             "</agents?after={}&limit={limit}>; rel=\"next\"",
-            url_escape(&next)
+            tiller::tiller_ai::path_segment(&next)
         );
         if let Ok(link) = link.parse() {
             response
@@ -264,18 +264,6 @@ pub(crate) async fn list(
         }
     }
     Ok(response)
-}
-
-/// `text` as a URL's query value.
-fn url_escape(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
 }
 
 pub(crate) async fn get(

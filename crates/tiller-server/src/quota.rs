@@ -264,47 +264,27 @@ impl Shared {
         if tenant.sessions.is_none() && !user_bound {
             return Ok(());
         }
-        let store = self.supervisor.store();
         if let Some(session) = session
-            && store
+            && self
+                .supervisor
+                .store()
                 .count(&tiller::tiller_store::SessionFilter::only(session))
                 .await?
                 > 0
         {
             return Ok(());
         }
-        let mut filter = tiller::tiller_store::SessionFilter {
-            tenant_id: owner.tenant.clone(),
-            ..Default::default()
-        };
-        if let Some(max) = tenant.sessions {
-            let kept = store.count(&filter).await?;
-            if kept >= max as u64 {
-                return Err(exceeded(
-                    "quotas.sessions",
-                    &tenant_name(owner),
-                    max,
-                    "sessions",
-                ));
-            }
-        }
-        if let (Some(name), Some(max)) = (&owner.user, user.sessions) {
-            filter.user_id = Some(name.clone());
-            let kept = store.count(&filter).await?;
-            if kept >= max as u64 {
-                return Err(exceeded(
-                    "user_quotas.sessions",
-                    &format!("user `{name}`"),
-                    max,
-                    "sessions",
-                ));
-            }
-        }
-        Ok(())
+        let every = tiller::tiller_store::SessionFilter::default();
+        self.within_stored(
+            owner,
+            every,
+            "sessions",
+            (tenant.sessions, user.sessions),
+            "sessions",
+        )
+        .await
     }
-}
 
-impl Shared {
     /// In a cluster, whose agents live on every host: the owner's live agents
     /// are its active sessions in the shared store, counted against its
     /// quotas (agents created at the same moment on two hosts may pass it
@@ -318,30 +298,51 @@ impl Shared {
             return Ok(());
         }
         let (tenant, user) = self.quotas_of(owner.tenant.as_deref());
-        let store = self.supervisor.store();
-        let mut filter = tiller::tiller_store::SessionFilter {
-            tenant_id: owner.tenant.clone(),
+        let active = tiller::tiller_store::SessionFilter {
             status: Some(tiller::tiller_store::SessionStatus::Active),
             ..Default::default()
         };
-        if let Some(max) = tenant.agents
+        self.within_stored(
+            owner,
+            active,
+            "agents",
+            (tenant.agents, user.agents),
+            "live agents",
+        )
+        .await
+    }
+
+    /// Refuses one more of the sessions `filter` matches when `owner`'s tenant,
+    /// or its user, keeps its quota `quota` of them already (`maxes`: the
+    /// tenant's and the user's bounds).
+    async fn within_stored(
+        &self,
+        owner: &Scope,
+        mut filter: tiller::tiller_store::SessionFilter,
+        quota: &str,
+        (tenant_max, user_max): (Option<usize>, Option<usize>),
+        what: &str,
+    ) -> Result<(), Problem> {
+        let store = self.supervisor.store();
+        filter.tenant_id.clone_from(&owner.tenant);
+        if let Some(max) = tenant_max
             && store.count(&filter).await? >= max as u64
         {
             return Err(exceeded(
-                "quotas.agents",
+                &format!("quotas.{quota}"),
                 &tenant_name(owner),
                 max,
-                "live agents",
+                what,
             ));
         }
-        if let (Some(name), Some(max)) = (&owner.user, user.agents) {
+        if let (Some(name), Some(max)) = (&owner.user, user_max) {
             filter.user_id = Some(name.clone());
             if store.count(&filter).await? >= max as u64 {
                 return Err(exceeded(
-                    "user_quotas.agents",
+                    &format!("user_quotas.{quota}"),
                     &format!("user `{name}`"),
                     max,
-                    "live agents",
+                    what,
                 ));
             }
         }

@@ -104,7 +104,7 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
             // In a cluster, the session may live on another host: it takes
             // the prompt there, once (one key per batch).
             let key = tiller::tiller_ai::new_id();
-            if shared.cluster.is_some() && deliver_elsewhere(&shared, &arrival, &key).await? {
+            if deliver_elsewhere(&shared, &arrival, &key).await? {
                 return Ok(Spawned::Delivered);
             }
             let Arrival {
@@ -134,13 +134,10 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
                     .map(Spawned::Here)
                     .ok_or_else(|| "the agent started on another host".to_owned()),
                 // Another host may have made it meanwhile: it takes the prompt.
-                Err(problem) if shared.cluster.is_some() => {
-                    match deliver_elsewhere(&shared, &arrival, &key).await {
-                        Ok(true) => Ok(Spawned::Delivered),
-                        Ok(false) | Err(_) => Err(problem.detail),
-                    }
-                }
-                Err(problem) => Err(problem.detail),
+                Err(problem) => match deliver_elsewhere(&shared, &arrival, &key).await {
+                    Ok(true) => Ok(Spawned::Delivered),
+                    Ok(false) | Err(_) => Err(problem.detail),
+                },
             }
         })
     });

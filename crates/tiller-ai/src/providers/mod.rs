@@ -40,10 +40,10 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-/// `id` as one path segment: everything but unreserved characters percent-encoded
-/// (`amazon.nova-lite-v1:0` → `amazon.nova-lite-v1%3A0`), so a model id cannot
-/// reach another endpoint.
-pub(crate) fn path_segment(id: &str) -> String {
+/// `id` as one path segment (or one query value): everything but unreserved
+/// characters percent-encoded (`amazon.nova-lite-v1:0` →
+/// `amazon.nova-lite-v1%3A0`), so a model id cannot reach another endpoint.
+pub fn path_segment(id: &str) -> String {
     let mut segment = String::with_capacity(id.len() + 4);
     for byte in id.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
