@@ -365,7 +365,9 @@ pub struct AgentOptions {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// How events are written: `text` streams the answer to stdout and tool activity
-    /// to stderr; `jsonl` writes every event to stdout as one JSON object per line.
+    /// to stderr; `jsonl` writes every event to stdout as one JSON object per line,
+    /// each update carrying its piece; `jsonl-full` carries in each update the
+    /// message as it stands (bytes growing with the square of an answer's length).
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = EventFormat::Text)]
     pub events: EventFormat,
 }
@@ -376,8 +378,11 @@ pub enum EventFormat {
     /// The answer's text on stdout; tool calls, thinking and errors on stderr.
     #[default]
     Text,
-    /// One JSON object per event envelope and line, nothing else.
+    /// One JSON object per event envelope and line, nothing else; an update
+    /// carries its piece ([`tiller::wire`]).
     Jsonl,
+    /// As `jsonl`, every update with the message (or arguments) as it stands.
+    JsonlFull,
 }
 
 fn provider_names() -> PossibleValuesParser {

@@ -3,12 +3,15 @@
 //! In `text`, the answer streams to stdout as it arrives; each tool call becomes one
 //! line on stderr when it ends, with its arguments and outcome; thinking goes to
 //! stderr too, as does what sub-agents (`ask_agent`) write. In `jsonl`, each envelope (`agent_id`, `seq`, `event`) is one line of
-//! stdout, exactly as the library serializes it, flushed as it is written.
+//! stdout in the lean form of every wire ([`tiller::wire`]: an update carries its
+//! piece), flushed as it is written; `jsonl-full` writes every update with the
+//! message as it stands.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde_json::Value;
+use tiller::wire::{Cursor, Updates};
 use tiller::{AgentEvent, AssistantEvent, Delivered, Envelope, Notice};
 
 use crate::cli::EventFormat;
@@ -28,6 +31,8 @@ pub struct Output {
     /// Whether answers must match an output schema: their text is not streamed,
     /// and the validated JSON is written once the run ends.
     structured: bool,
+    /// The form of each JSON line.
+    cursor: Cursor,
 }
 
 impl Output {
@@ -38,6 +43,10 @@ impl Output {
             line_open: false,
             tool_args: HashMap::new(),
             structured: false,
+            cursor: Cursor::new(match format {
+                EventFormat::JsonlFull => Updates::Full,
+                EventFormat::Text | EventFormat::Jsonl => Updates::Lean,
+            }),
         }
     }
 
@@ -50,9 +59,10 @@ impl Output {
     /// Writes one envelope. An error means stdout is gone.
     pub fn write(&mut self, envelope: &Envelope) -> io::Result<()> {
         match self.format {
-            EventFormat::Jsonl => {
+            EventFormat::Jsonl | EventFormat::JsonlFull => {
+                let json = self.cursor.frame(envelope).json();
                 let mut stdout = io::stdout().lock();
-                serde_json::to_writer(&mut stdout, envelope)?;
+                stdout.write_all(&json)?;
                 stdout.write_all(b"\n")?;
                 stdout.flush()
             }

@@ -621,6 +621,107 @@ fn consecutive(read: &[Read]) {
     }
 }
 
+/// A client following an agent on a host that does not hold it gets each
+/// update as its piece, so a 100,000-character answer costs its length a few
+/// times over; one that joins in the middle of the answer gets one snapshot
+/// (the owner's message as it stood, the stream read on from there) and
+/// rebuilds the answer exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_elsewhere_gets_pieces_and_one_joining_mid_answer_a_snapshot() {
+    let Some(chaos) = Chaos::start(2, Duration::from_millis(100)).await else {
+        return;
+    };
+    let agent = chaos.create("h1").await;
+    let on_h2 = chaos.follow("h2", &agent, None).await;
+    let long: String = "the sky \"is\" blue "
+        .chars()
+        .cycle()
+        .take(100_000)
+        .collect();
+    chaos.prompt("h2", &agent, &long, Some("p1")).await;
+    let before = on_h2.until(|read| deltas(read) >= 3).await;
+    let joined = chaos.follow("h2", &agent, None).await;
+    // A client back after the second piece, holding what it read by then.
+    let seen = before
+        .iter()
+        .filter(|event| event.kind == "message_update")
+        .nth(1)
+        .unwrap()
+        .id;
+    let back = chaos.follow("h2", &agent, seen).await;
+    let ended = |read: &[Read]| read.iter().any(|event| event.kind == "agent_end");
+    let all = on_h2.until(ended).await;
+    let late = joined.until(ended).await;
+    let resumed = back.until(ended).await;
+
+    let answer = all
+        .iter()
+        .rfind(|event| event.kind == "message_end")
+        .map(|event| event.data["event"]["message"]["content"][0]["text"].clone())
+        .unwrap();
+    assert!(answer.as_str().unwrap().len() > 100_000);
+    let mut bytes = 0;
+    for event in &all {
+        let data = event.data.to_string();
+        bytes += data.len();
+        if event.kind == "message_update" {
+            let piece = &event.data["event"]["assistant_message_event"];
+            let escaped = piece
+                .get("delta")
+                .map_or(0, |delta| delta.to_string().len());
+            assert!(data.len() <= 200 + escaped, "{data}");
+        }
+    }
+    // The prompt and the answer each three times whole, the answer once in
+    // pieces.
+    assert!(bytes < 8 * long.len(), "{bytes} bytes");
+
+    let first_update = late
+        .iter()
+        .position(|event| event.kind == "message_update")
+        .unwrap();
+    assert_eq!(
+        late[first_update].data["event"]["message"]["role"], "assistant",
+        "the first update a late follower gets is whole"
+    );
+    assert!(late[first_update + 1..].iter().all(|event| {
+        event.kind != "message_update" || event.data["event"].get("message").is_none()
+    }));
+    let mut rebuild = tiller::wire::Rebuild::default();
+    let mut text = None;
+    for event in &late[first_update..] {
+        let envelope = rebuild.envelope(event.data.to_string().as_bytes()).unwrap();
+        if let tiller::Delivered::Event(tiller::AgentEvent::MessageUpdate { message, .. }) =
+            envelope.event
+        {
+            text = Some(message.get().text());
+        }
+    }
+    assert_eq!(json!(text.unwrap()), answer);
+
+    // Back with Last-Event-ID: each event once from there, and the answer
+    // rebuilt exactly from what it held and what came.
+    let held: Vec<&Read> = all.iter().take_while(|event| event.id <= seen).collect();
+    assert_eq!(
+        resumed.iter().map(|event| event.id).collect::<Vec<_>>(),
+        all[held.len()..]
+            .iter()
+            .map(|event| event.id)
+            .collect::<Vec<_>>()
+    );
+    let mut rebuild = tiller::wire::Rebuild::default();
+    let mut text = None;
+    for event in held.into_iter().chain(&resumed) {
+        let envelope = rebuild.envelope(event.data.to_string().as_bytes()).unwrap();
+        if let tiller::Delivered::Event(tiller::AgentEvent::MessageUpdate { message, .. }) =
+            envelope.event
+        {
+            text = Some(message);
+        }
+    }
+    assert_eq!(json!(text.unwrap().get().text()), answer);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_owners_agent_is_taken_over_and_its_turn_run_again() {
     let Some(chaos) = Chaos::start(3, Duration::from_millis(150)).await else {

@@ -988,3 +988,187 @@ async fn a_budget_that_runs_out_is_said_on_stderr_and_exits_1() {
         )
     );
 }
+
+/// A model streaming a 100,000-character answer in 4-character pieces:
+/// `--events jsonl` writes it a few times over (each update carries its
+/// piece), not once per piece, and its pieces give the answer back;
+/// `--events jsonl-full` carries the answer so far in each update.
+#[tokio::test]
+async fn json_lines_cost_what_the_answer_carries_and_full_is_there_when_asked() {
+    let answer: String = "echo \"this\" back\n"
+        .chars()
+        .cycle()
+        .take(100_000)
+        .collect();
+    let pieces: Vec<String> = answer
+        .as_bytes()
+        .chunks(4)
+        .map(|piece| String::from_utf8(piece.to_vec()).unwrap())
+        .collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let server = MockServer::start().await;
+    server.push(MockResponse::sse(sse::openai_text(&pieces)));
+    server.push(MockResponse::sse(sse::openai_text(&[
+        "Whole", " every", " time.",
+    ])));
+    let run = finish(Dialect::OpenAi.tiller(&server, "run", &["--events", "jsonl", "Echo"])).await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let lines = envelopes(&run.stdout);
+    let updates: Vec<&Value> = lines
+        .iter()
+        .filter(|line| event_type(line) == "message_update")
+        .collect();
+    assert_eq!(
+        updates.len(),
+        25_000 + 2,
+        "text_start, the pieces, text_end"
+    );
+    for update in &updates {
+        let piece = &update["event"]["assistant_message_event"];
+        let escaped = piece
+            .get("delta")
+            .map_or(0, |delta| delta.to_string().len());
+        assert!(update.to_string().len() <= 200 + escaped, "{update}");
+    }
+    // The answer in its message_end, turn_end and agent_end, and in pieces.
+    let bytes = run.stdout.len();
+    assert!(
+        bytes < 4 * answer.len() + 200 * lines.len(),
+        "{bytes} bytes for {} lines",
+        lines.len()
+    );
+    let text: String = updates
+        .iter()
+        .filter_map(|update| update["event"]["assistant_message_event"]["delta"].as_str())
+        .collect();
+    assert_eq!(text, answer);
+
+    let full =
+        finish(Dialect::OpenAi.tiller(&server, "run", &["--events", "jsonl-full", "Again"])).await;
+    let texts: Vec<Value> = envelopes(&full.stdout)
+        .into_iter()
+        .filter(|line| event_type(line) == "message_update")
+        .map(|line| line["event"]["message"]["content"][0]["text"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "",
+            "Whole",
+            "Whole every",
+            "Whole every time.",
+            "Whole every time."
+        ]
+        .map(|text| json!(text))
+    );
+}
+
+/// The README's rebuild rule, in JavaScript (node) and Python as the README
+/// writes it, rebuilds every assistant message of a run with reasoning, text
+/// and a tool call from `--events jsonl` exactly as its `message_end` has it.
+#[tokio::test]
+async fn the_readmes_rebuild_rule_gives_back_every_message_of_a_run() {
+    let scratch = Scratch::new();
+    scratch.write("tools/echo.py", &python_tool("print(args['text'])"));
+    let agent = scratch.write(
+        "agent.yaml",
+        &agent_yaml("    - name: echo\n      description: Echo\n      parameters: {type: object, properties: {text: {type: string}}, required: [text]}\n      command: [python3, tools/echo.py]\n"),
+    );
+    let server = MockServer::start().await;
+    server.push(MockResponse::sse(
+        [
+            sse::openai_delta(json!({"role": "assistant", "content": ""})),
+            sse::openai_delta(json!({"reasoning_content": "They want "})),
+            sse::openai_delta(json!({"reasoning_content": "an \"echo\"."})),
+            sse::openai_delta(json!({"content": "Calling\n"})),
+            sse::openai_delta(json!({"content": " echo."})),
+            sse::openai_delta(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":"}}]}),
+            ),
+            sse::openai_delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"ping\"}"}}]})),
+            sse::openai_finish("tool_calls"),
+            sse::openai_usage(10, 5),
+            sse::OPENAI_DONE.to_owned(),
+        ]
+        .concat(),
+    ));
+    server.push(Dialect::OpenAi.text(&["Got ", "ping."]));
+    let run = finish(Dialect::OpenAi.tiller(
+        &server,
+        "run",
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--events",
+            "jsonl",
+            "Echo ping",
+        ],
+    ))
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let kinds: Vec<String> = envelopes(&run.stdout).iter().map(event_kind).collect();
+    for kind in ["thinking_start", "text_delta", "tool_call_end"] {
+        assert!(
+            kinds.contains(&format!("message_update:{kind}")),
+            "{kinds:?}"
+        );
+    }
+
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme.split("### Rebuilding a message").nth(1).unwrap();
+    let block = |fence: &str| {
+        section
+            .split(fence)
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap()
+            .to_owned()
+    };
+    let js = format!(
+        "{}\n{}",
+        block("```js\n"),
+        r#"
+const lines = require("fs").readFileSync(0, "utf8").trim().split("\n").map(JSON.parse);
+let message, rebuilt = 0;
+for (const { event } of lines) {
+  message = rebuild(message, event);
+  if (event.type === "message_end" && event.message.role === "assistant") {
+    const want = JSON.stringify(event.message.content), got = JSON.stringify(message.content);
+    if (want !== got) throw new Error(`rebuilt ${got}, not ${want}`);
+    rebuilt += 1;
+  }
+}
+console.log(rebuilt);
+"#
+    );
+    let python = format!(
+        "{}\n{}",
+        block("```python\n"),
+        r#"
+import json, sys
+message, rebuilt = None, 0
+for line in sys.stdin:
+    event = json.loads(line)["event"]
+    message = rebuild(message, event)
+    if event["type"] == "message_end" and event["message"]["role"] == "assistant":
+        assert message["content"] == event["message"]["content"], (message, event)
+        rebuilt += 1
+print(rebuilt)
+"#
+    );
+    for (program, flag, code) in [("node", "-e", js), ("python3", "-c", python)] {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args([flag, &code])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let done = common::finish_with_input(command, run.stdout.as_bytes()).await;
+        assert_eq!(
+            (done.code(), done.stdout.trim()),
+            (Some(0), "2"),
+            "{program}: {}",
+            done.stderr
+        );
+    }
+}

@@ -144,6 +144,7 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
     let output = tokio::process::Command::new(python)
         .arg(client)
         .arg(&serving.base)
+        .arg(readme())
         .output()
         .await
         .unwrap();
@@ -781,9 +782,10 @@ async fn serve_reads_the_model_and_key_from_the_environment_as_run_does() {
     }
 }
 
-/// pi-agent-core's own `Agent`, fed the server's event stream, renders the answer
-/// as it streams from `message_update`'s `message`: the text grows with each
-/// event, and the Agent ends with the prompt and the answer.
+/// pi-agent-core's own `Agent`, fed the server's lean event stream through the
+/// README's rebuild rule (in JavaScript, as the README writes it), renders the
+/// answer as it streams: the text grows with each event, and the Agent ends
+/// with the prompt and the answer.
 #[tokio::test]
 async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events() {
     let Some(modules) = installed_client("node-modules", "pi-agent-core") else {
@@ -812,10 +814,11 @@ async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events
         .unwrap();
     assert_eq!(created.status(), 201);
 
+    let readme = readme();
     let seen = pi_client(
         "pi_events_client.mjs",
         &modules,
-        &[&serving.base, "pi", "What time is it?"],
+        &[readme.as_str(), &serving.base, "pi", "What time is it?"],
     )
     .await;
     assert_eq!(
@@ -906,4 +909,12 @@ async fn serve_takes_json_web_tokens_signed_with_the_secret_it_is_given() {
             "tiller: TILLER_TEST_JWT_UNSET is not set: it should hold the JWT secret\n"
         )
     );
+}
+
+/// The README, whose rebuild rule the clients run as written.
+fn readme() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../README.md")
+        .display()
+        .to_string()
 }

@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use tiller::agent_file::AgentFile;
 use tiller::{Definitions, Supervisor, SupervisorConfig};
 use tiller_cluster::{ClusterConfig, NatsSecurity};
-use tiller_server::{Server, ServerConfig};
+use tiller_server::{Quotas, Server, ServerConfig};
 use tiller_test_support::nats::{NatsCluster, NatsUser};
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};
 use tiller_test_support::postgres::postgres_url;
@@ -86,7 +86,10 @@ fn host(given: &str) {
         };
         let supervisor = Supervisor::with_store(config, store).await.unwrap();
         let open = 1_000_000;
+        // One open tenant holds every agent and stream here: no quotas.
         let config = ServerConfig {
+            tenant_quotas: Quotas::default(),
+            user_quotas: Quotas::default(),
             max_streams_per_caller: open,
             max_connections: open,
             max_connections_per_address: open,

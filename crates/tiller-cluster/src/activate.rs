@@ -179,18 +179,18 @@ async fn announce(
         // Past what the previous owner may have published live only (all of
         // its events, when the stream has none yet).
         let seq = last_event.map_or(LIVE_LEAD, |seq| seq + 1 + LIVE_LEAD);
-        let envelope = Envelope {
-            agent_id: AgentId::from(subject.agent.as_str()),
+        let envelope = Envelope::new(
+            AgentId::from(subject.agent.as_str()),
             seq,
-            event: Delivered::Notice(Notice::OwnerChanged {
+            Delivered::Notice(Notice::OwnerChanged {
                 host: inner.me().to_owned(),
                 epoch,
             }),
-        };
-        let payload = serde_json::to_vec(&envelope).map_err(ClusterError::nats)?;
+        );
+        let payload = envelope.lean().json();
         let mut channel = Channel::new(&subject.agent, name.clone(), epoch, last);
         // Refused only when the previous owner published meanwhile: read again.
-        if crate::publish::send_once(inner, &mut channel, seq, payload.into()).await? {
+        if crate::publish::send_once(inner, &mut channel, seq, payload).await? {
             return Ok((channel.last, seq + 1));
         }
     }

@@ -510,6 +510,12 @@ impl Cluster {
         statuses
     }
 
+    /// The owner of `agent` when it has work (a run, queued messages) and its
+    /// host lives, as the lease view has it: where a message may be streaming.
+    pub fn working_owner(&self, agent: &str) -> Option<String> {
+        self.inner.view.working_owner(agent)
+    }
+
     /// The owner of `agent`, as the lease view has it.
     pub fn owner_of(&self, agent: &str) -> Option<String> {
         self.inner.view.owner_of(agent)

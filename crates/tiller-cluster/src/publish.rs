@@ -42,7 +42,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tiller::{AgentEvent, Delivered, Envelope, Notice};
+use tiller::{AgentEvent, Delivered, Envelope};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -230,24 +230,14 @@ impl Channel {
     }
 }
 
-/// `events` as lines of JSON: an event that cannot be encoded is told as one
-/// missed, so that numbers stay consecutive within a batch.
+/// `events` as lines of lean JSON (see [`tiller::wire`]), each made once for
+/// the bus, the stream and this host's readers.
 fn lines(events: &[Arc<Envelope>], into: &mut BytesMut) {
-    let mut writer = bytes::BufMut::writer(into);
     for (n, event) in events.iter().enumerate() {
         if n > 0 {
-            let _ = std::io::Write::write_all(&mut writer, b"\n");
+            into.extend_from_slice(b"\n");
         }
-        let start = writer.get_ref().len();
-        if serde_json::to_writer(&mut writer, &**event).is_err() {
-            writer.get_mut().truncate(start);
-            let missed = Envelope {
-                agent_id: event.agent_id.clone(),
-                seq: event.seq,
-                event: Delivered::Notice(Notice::Lagged { missed: 1 }),
-            };
-            let _ = serde_json::to_writer(&mut writer, &missed);
-        }
+        into.extend_from_slice(&event.lean().json());
     }
 }
 

@@ -95,6 +95,18 @@ impl View {
         })
     }
 
+    /// `agent`'s owner, when its lease is busy and the owner lives in the life
+    /// that took it.
+    pub(crate) fn working_owner(&self, agent: &str) -> Option<String> {
+        let state = self.read();
+        let lease = state.leases.get(agent)?;
+        let lives = state
+            .hosts
+            .get(&lease.record.host)
+            .is_some_and(|host| host.incarnation == lease.record.incarnation);
+        (lease.record.busy && lives).then(|| lease.record.host.clone())
+    }
+
     /// Every leased agent, sorted by id.
     pub(crate) fn leased(&self) -> Vec<Leased> {
         let mut leased: Vec<Leased> = self

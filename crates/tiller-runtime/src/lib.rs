@@ -49,6 +49,7 @@ mod state;
 mod subscription;
 mod supervisor;
 mod wakes;
+pub mod wire;
 
 #[doc = include_str!("../../../docs/runtime-semantics.md")]
 pub mod runtime_semantics {}

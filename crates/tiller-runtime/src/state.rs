@@ -54,6 +54,10 @@ pub struct AgentState {
     /// [`tiller_core::request`]); a reply names the one it resolves by its
     /// `tool_call_id`.
     pub waiting: Vec<UserRequest>,
+    /// The number the agent's next event will get: the state is as of every
+    /// event numbered below it, so a stream read from here goes on from it.
+    #[serde(default)]
+    pub next_seq: u64,
 }
 
 impl AgentState {

@@ -69,7 +69,11 @@ impl fmt::Debug for AgentId {
 }
 
 /// One delivery to a subscriber: `{"agent_id": …, "seq": …, "event": {"type": …}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialized with serde it is the full form (a `message_update` with the message
+/// as it stands); on a wire it is sent lean, turned into bytes once for every
+/// reader ([`Envelope::lean`], see [`crate::wire`]).
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Envelope {
     /// The agent.
     pub agent_id: AgentId,
@@ -77,9 +81,38 @@ pub struct Envelope {
     pub seq: u64,
     /// The event, exactly as the loop emitted it, or a notice.
     pub event: Delivered,
+    /// Its JSON forms, made at most once each.
+    #[serde(skip)]
+    pub(crate) json: crate::wire::Encoded,
+}
+
+impl PartialEq for Envelope {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.agent_id, self.seq, &self.event) == (&other.agent_id, other.seq, &other.event)
+    }
+}
+
+impl fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Envelope")
+            .field("agent_id", &self.agent_id)
+            .field("seq", &self.seq)
+            .field("event", &self.event)
+            .finish()
+    }
 }
 
 impl Envelope {
+    /// Event `seq` of `agent_id`.
+    pub fn new(agent_id: AgentId, seq: u64, event: Delivered) -> Self {
+        Envelope {
+            agent_id,
+            seq,
+            event,
+            json: crate::wire::Encoded::default(),
+        }
+    }
+
     /// The type of the event in an envelope's JSON (`message_update`,
     /// `lagged`, …), without decoding it; `event` when there is none. An
     /// envelope's fields come in order (`agent_id`, `seq`, `event`) and an
@@ -339,11 +372,7 @@ impl Hub {
         if subscribers.mailboxes.is_empty() {
             return;
         }
-        let envelope = Arc::new(Envelope {
-            agent_id: agent_id.clone(),
-            seq,
-            event,
-        });
+        let envelope = Arc::new(Envelope::new(agent_id.clone(), seq, event));
         let hold = subscribers.holding;
         subscribers
             .mailboxes
@@ -418,11 +447,11 @@ impl Stream for Subscription {
             let missed = std::mem::take(&mut state.missed);
             let seq = state.first_missed;
             drop(state);
-            return Poll::Ready(Some(Arc::new(Envelope {
-                agent_id: self.agent_id.clone(),
+            return Poll::Ready(Some(Arc::new(Envelope::new(
+                self.agent_id.clone(),
                 seq,
-                event: Delivered::Notice(Notice::Lagged { missed }),
-            })));
+                Delivered::Notice(Notice::Lagged { missed }),
+            ))));
         }
         if let Some(envelope) = state.queue.pop_front() {
             drop(state);

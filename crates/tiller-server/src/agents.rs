@@ -9,7 +9,6 @@ use axum::Json;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -19,7 +18,7 @@ use tiller::{AgentHandle, AgentMessage, AgentSpec, AgentState, Envelope, Op, Pro
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::events::{Replay, envelopes};
+use crate::events::{Replay, UpdatesQuery, envelopes, event_stream};
 use crate::placement::Origin;
 use crate::shutdown::until_closing;
 use crate::tenants::{Caller, Scope, caller};
@@ -491,6 +490,7 @@ pub(crate) async fn delete(
 pub(crate) async fn events(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
+    query: Result<Query<UpdatesQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
@@ -512,16 +512,15 @@ pub(crate) async fn events(
     };
     let slot = shared.stream_slot(&caller)?;
     let counted = shared.clone();
-    let following = shared.events_of(&caller, &id, last_seen).await?;
-    let events = until_closing(following, &shared.closing).map(move |outgoing| {
+    let Query(UpdatesQuery { updates }) = query.map_err(updates_rejected)?;
+    let following = shared.events_of(&caller, &id, last_seen, updates).await?;
+    let events = until_closing(following, &shared.closing).map(move |frame| {
         // Held while the stream is.
         let _ = &slot;
         counted.metrics.event_streamed();
-        Ok::<_, std::convert::Infallible>(outgoing.sse(true))
+        frame.sse().clone()
     });
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
-        .into_response())
+    Ok(event_stream(events, shared.config.keep_alive))
 }
 
 /// `GET /events`: every event of every agent the caller may see, agents created
@@ -529,19 +528,24 @@ pub(crate) async fn events(
 /// each agent's own (the envelope carries agent and number).
 pub(crate) async fn all_events(
     State(shared): State<Arc<Shared>>,
+    query: Result<Query<UpdatesQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
+    let Query(UpdatesQuery { updates }) = query.map_err(updates_rejected)?;
     let slot = shared.stream_slot(&caller)?;
     let counted = shared.clone();
-    let following = shared.all_events_of(&caller).await?;
-    let events = until_closing(following, &shared.closing).map(move |outgoing| {
+    let following = shared.all_events_of(&caller, updates).await?;
+    let events = until_closing(following, &shared.closing).map(move |frame| {
         // Held while the stream is.
         let _ = &slot;
         counted.metrics.event_streamed();
-        Ok::<_, std::convert::Infallible>(outgoing.sse(false))
+        frame.sse_unnumbered()
     });
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(shared.config.keep_alive))
-        .into_response())
+    Ok(event_stream(events, shared.config.keep_alive))
+}
+
+/// A `?updates=` that is not `lean` or `full`.
+pub(crate) fn updates_rejected(rejection: QueryRejection) -> Problem {
+    Problem::invalid(Some("updates".to_owned()), rejection.body_text())
 }

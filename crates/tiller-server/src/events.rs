@@ -8,14 +8,33 @@
 //! in the store, for the client to read from `GET /sessions/{id}/messages`. A
 //! slow client gets the same notice from its own bounded queue rather than
 //! slowing the agent.
+//!
+//! Every stream is lean ([`tiller::wire`]): a `message_update` carries its
+//! piece, and a client that cannot rebuild (it came in the middle of a message,
+//! or lagged) gets that message's next update whole, as a snapshot. Each form of
+//! an event is turned into JSON once and the bytes are shared by every client
+//! and the replay buffer. `?updates=full` asks for every update whole.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use axum::response::sse::Event;
+use std::collections::HashMap;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
-use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
+use serde::Deserialize;
+use tiller::wire::{Cursor, Frame, Rebuild, Updates};
+use tiller::{
+    AgentHandle, AgentId, AssistantMessage, Delivered, Envelope, Notice, Relay, Subscription,
+};
+use tiller_cluster::Followed;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::Shared;
@@ -158,28 +177,156 @@ pub(crate) fn envelopes(
     if let Some(seq) = last_seen {
         let (replayed, missed) = replay.between(seq, live.starts_at());
         if missed > 0 {
-            head.push(Arc::new(Envelope {
+            head.push(Arc::new(Envelope::new(
                 agent_id,
-                seq: seq.saturating_add(1),
-                event: Delivered::Notice(Notice::Lagged { missed }),
-            }));
+                seq.saturating_add(1),
+                Delivered::Notice(Notice::Lagged { missed }),
+            )));
         }
         head.extend(replayed);
     }
     futures::stream::iter(head).chain(live)
 }
 
-/// One envelope as a server-sent event, its `id:` the sequence number and its
-/// `event:` the type the JSON names.
-pub(crate) fn to_sse(envelope: &Envelope) -> Event {
-    unnumbered(envelope).id(envelope.seq.to_string())
+/// `?updates=lean|full`: the form of the updates a client gets (lean when not
+/// said).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct UpdatesQuery {
+    #[serde(default, deserialize_with = "updates")]
+    pub(crate) updates: Updates,
 }
 
-/// One envelope as a server-sent event without an `id:` (for a stream of several
-/// agents, whose numbers are each agent's own).
-pub(crate) fn unnumbered(envelope: &Envelope) -> Event {
-    let data = serde_json::to_string(envelope).unwrap_or_default();
-    Event::default().event(Envelope::type_in(&data)).data(data)
+pub(crate) fn updates<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Updates, D::Error> {
+    String::deserialize(deserializer)?
+        .parse()
+        .map_err(serde::de::Error::custom)
+}
+
+/// `missed` events of `agent` from `seq` on that the client will not get.
+pub(crate) fn lagged(agent: AgentId, seq: u64, missed: u64) -> Frame {
+    Envelope::new(agent, seq, Delivered::Notice(Notice::Lagged { missed }))
+        .lean()
+        .clone()
+}
+
+/// A `text/event-stream` response of `frames` (each one or more whole events),
+/// with a `: keep-alive` comment every `keep_alive` besides; it ends when
+/// `frames` does. The frames' bytes go out as they are: a frame shared by many
+/// clients is never copied for one.
+pub(crate) fn event_stream(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    keep_alive: Duration,
+) -> Response {
+    let frames = frames
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    let ticks = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(keep_alive).await;
+        Some((Some(Bytes::from_static(b": keep-alive\n\n")), ()))
+    });
+    let body = futures::stream::select(frames, ticks)
+        .take_while(|frame| std::future::ready(frame.is_some()))
+        .filter_map(|frame| std::future::ready(frame.map(Ok::<_, Infallible>)));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// One agent's envelopes, in order, as a client that asked for `updates` gets
+/// them.
+pub(crate) fn framed(
+    envelopes: impl Stream<Item = Arc<Envelope>>,
+    updates: Updates,
+) -> impl Stream<Item = Frame> {
+    let mut cursor = Cursor::new(updates);
+    envelopes.map(move |envelope| cursor.frame(&envelope))
+}
+
+/// Many agents' envelopes, each agent's in order, as a client that asked for
+/// `updates` gets them: a cursor per agent, forgotten when it stops.
+pub(crate) fn framed_each(
+    envelopes: impl Stream<Item = Arc<Envelope>>,
+    updates: Updates,
+) -> impl Stream<Item = Frame> {
+    let mut cursors: HashMap<AgentId, Cursor> = HashMap::new();
+    envelopes.map(move |envelope| {
+        if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
+            cursors.remove(&envelope.agent_id);
+            envelope.lean().clone()
+        } else {
+            cursors
+                .entry(envelope.agent_id.clone())
+                .or_insert_with(|| Cursor::new(updates))
+                .frame(&envelope)
+        }
+    })
+}
+
+/// An agent's message in progress as its owner had it when a client came,
+/// with the number of the owner's next event then.
+pub(crate) struct Seed {
+    pub(crate) agent: AgentId,
+    pub(crate) message: AssistantMessage,
+    pub(crate) from: u64,
+}
+
+/// A cluster's events of one `agent` or many (`agent` empty), as published
+/// (lean), as a client that asked for `updates` gets them. With a `seed`, the
+/// first event from its number on is rebuilt here from it and sent whole when
+/// it is an update (the snapshot); the events before pass as published. With
+/// `updates` full, every update is rebuilt here (parsing each event: the full
+/// form's cost), and one that cannot be (its message began before the client
+/// came, with no seed) passes as published.
+pub(crate) fn published(
+    agent: AgentId,
+    following: impl Stream<Item = Followed>,
+    updates: Updates,
+    seed: Option<Seed>,
+) -> impl Stream<Item = Frame> {
+    let from = seed.as_ref().map_or(0, |seed| seed.from);
+    let mut rebuild = (updates == Updates::Full || seed.is_some()).then(|| {
+        let mut rebuild = Rebuild::default();
+        if let Some(seed) = seed {
+            rebuild.seed(&seed.agent, seed.message);
+        }
+        rebuild
+    });
+    let mut cursors: HashMap<AgentId, Cursor> = HashMap::new();
+    following.map(move |followed| {
+        let (seq, json) = match followed {
+            Followed::Event { seq, json } => (seq, json),
+            Followed::Lagged { seq, missed } => {
+                cursors.clear();
+                rebuild = (updates == Updates::Full).then(Rebuild::default);
+                return lagged(agent.clone(), seq, missed);
+            }
+        };
+        let Some(rebuilding) = rebuild.as_mut().filter(|_| seq >= from) else {
+            return Frame::new(seq, &json);
+        };
+        let Ok(envelope) = rebuilding.envelope(&json) else {
+            return Frame::new(seq, &json);
+        };
+        if updates == Updates::Lean {
+            // The seed served its one event.
+            rebuild = None;
+        }
+        if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
+            cursors.remove(&envelope.agent_id);
+            return envelope.lean().clone();
+        }
+        cursors
+            .entry(envelope.agent_id.clone())
+            .or_insert_with(|| Cursor::new(updates))
+            .frame(&envelope)
+    })
 }
 
 /// Every event of the agents `visible` allows, as they come, agents created
@@ -280,12 +427,7 @@ mod tests {
 
     #[test]
     fn the_event_type_is_found_whatever_the_agent_is_called() {
-        let envelope = Envelope {
-            agent_id: AgentId::from(r#"x","event":{"type":"fake"#),
-            seq: 7,
-            event: Delivered::Notice(Notice::Lagged { missed: 2 }),
-        };
-        let data = serde_json::to_string(&envelope).unwrap_or_default();
-        assert_eq!(Envelope::type_in(&data), "lagged");
+        let frame = lagged(AgentId::from(r#"x","event":{"type":"fake"#), 7, 2);
+        assert!(frame.sse().starts_with(b"id: 7\nevent: lagged\ndata: "));
     }
 }

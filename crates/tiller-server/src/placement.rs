@@ -10,21 +10,25 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
 
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::Event;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::tiller_store::{Definition, SessionFilter, SessionRecord, SessionStatus};
+use tiller::wire::{Frame, Updates};
 use tiller::{
     AgentContext, AgentHandle, AgentId, AgentInfo, AgentSpec, AgentState, AgentStatus, ContextIds,
-    Delivered, Envelope, Notice, Op, RunOutcome,
+    Op, RunOutcome,
 };
-use tiller_cluster::{Activator, ClusterError, EventSubject, Followed, Holder, Principal};
+use tiller_cluster::{Activator, ClusterError, EventSubject, Holder, Principal};
 
 use crate::Shared;
 use crate::error::Problem;
-use crate::events::to_sse;
+use crate::events::{Seed, framed, framed_each, published};
 use crate::tenants::{Caller, Scope};
+
+/// How long a client joining a cluster's agent waits for the owner's state (its
+/// message in progress); past it, the client's stream starts without it.
+const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The longest `Idempotency-Key` a client may send, in bytes.
 pub(crate) const MAX_KEY_BYTES: usize = 255;
@@ -51,56 +55,8 @@ impl Origin {
     }
 }
 
-/// What a client reads of an agent's events.
-pub(crate) enum Outgoing {
-    /// An event of an agent of this process.
-    Local(Arc<Envelope>),
-    /// An event as a cluster published it.
-    Published(AgentId, Followed),
-}
-
-impl Outgoing {
-    /// The event as a server-sent event: with `id:` when `numbered`.
-    pub(crate) fn sse(&self, numbered: bool) -> Event {
-        match self {
-            Outgoing::Local(envelope) if numbered => to_sse(envelope),
-            Outgoing::Local(envelope) => crate::events::unnumbered(envelope),
-            Outgoing::Published(agent, followed) => {
-                let json = self.text_of(agent, followed);
-                let event = Event::default().event(followed.event_type()).data(json);
-                match followed {
-                    Followed::Event { seq, .. } | Followed::Lagged { seq, .. } if numbered => {
-                        event.id(seq.to_string())
-                    }
-                    _ => event,
-                }
-            }
-        }
-    }
-
-    /// The envelope's JSON (a WebSocket frame).
-    pub(crate) fn text(&self) -> String {
-        match self {
-            Outgoing::Local(envelope) => serde_json::to_string(&**envelope).unwrap_or_default(),
-            Outgoing::Published(agent, followed) => self.text_of(agent, followed),
-        }
-    }
-
-    fn text_of(&self, agent: &AgentId, followed: &Followed) -> String {
-        match followed {
-            Followed::Event { json, .. } => String::from_utf8_lossy(json).into_owned(),
-            Followed::Lagged { seq, missed } => serde_json::to_string(&Envelope {
-                agent_id: agent.clone(),
-                seq: *seq,
-                event: Delivered::Notice(Notice::Lagged { missed: *missed }),
-            })
-            .unwrap_or_default(),
-        }
-    }
-}
-
 /// A client's stream of events.
-pub(crate) type Outgoings = Pin<Box<dyn Stream<Item = Outgoing> + Send>>;
+pub(crate) type Outgoings = Pin<Box<dyn Stream<Item = Frame> + Send>>;
 
 impl From<ClusterError> for Problem {
     fn from(error: ClusterError) -> Self {
@@ -266,30 +222,61 @@ impl Shared {
         Ok(stopped)
     }
 
-    /// The agent's events for a client that last saw `last_seen`.
+    /// The agent's events for a client that last saw `last_seen` and asked
+    /// for `updates`.
     pub(crate) async fn events_of(
         &self,
         caller: &Caller,
         id: &str,
         last_seen: Option<u64>,
+        updates: Updates,
     ) -> Result<Outgoings, Problem> {
         match (self.reach(caller, id).await?, &self.cluster) {
-            (Reached::Local(agent), _) => Ok(Box::pin(
-                self.follow(&agent, last_seen).map(Outgoing::Local),
-            )),
+            (Reached::Local(agent), _) => {
+                Ok(Box::pin(framed(self.follow(&agent, last_seen), updates)))
+            }
             (Reached::Cluster(subject), Some(cluster)) => {
                 let agent = AgentId::from(id);
-                let following = cluster.follow(&subject, last_seen).await?;
-                Ok(Box::pin(following.map(move |followed| {
-                    Outgoing::Published(agent.clone(), followed)
-                })))
+                // The owner's message in progress, and the number of its next
+                // event: a client joining (or back) in the middle of a message
+                // gets its next update whole, rebuilt from it. Asked only of a
+                // live owner with work (following wakes no agent), and not
+                // waited for long.
+                let state = match cluster.working_owner(id) {
+                    Some(_) => tokio::time::timeout(SEED_WAIT, cluster.state(id))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .map(|(state, _)| state),
+                    None => None,
+                };
+                let seed = state.and_then(|state| {
+                    Some(Seed {
+                        agent: agent.clone(),
+                        message: state.streaming_message?,
+                        from: state.next_seq,
+                    })
+                });
+                let after = match (last_seen, &seed) {
+                    (Some(seen), _) => Some(seen),
+                    (None, seed) => seed.as_ref().and_then(|seed| seed.from.checked_sub(1)),
+                };
+                // Of no use to a client past it.
+                let seed = seed.filter(|seed| after.is_none_or(|after| seed.from > after));
+                let following = cluster.follow(&subject, after).await?;
+                Ok(Box::pin(published(agent, following, updates, seed)))
             }
             (Reached::Cluster(_), None) => unreachable_placement(),
         }
     }
 
-    /// Every event of every agent `caller` may see, agents created later joining.
-    pub(crate) async fn all_events_of(&self, caller: &Caller) -> Result<Outgoings, Problem> {
+    /// Every event of every agent `caller` may see, agents created later
+    /// joining, with `updates` as asked.
+    pub(crate) async fn all_events_of(
+        &self,
+        caller: &Caller,
+        updates: Updates,
+    ) -> Result<Outgoings, Problem> {
         let scope = caller.scope();
         match &self.cluster {
             None => {
@@ -304,15 +291,19 @@ impl Shared {
                     let shared = shared.clone();
                     move |id: &str| shared.visible(&scope, id)
                 };
-                Ok(Box::pin(
-                    crate::events::following(shared, visible).map(Outgoing::Local),
-                ))
+                Ok(Box::pin(framed_each(
+                    crate::events::following(shared, visible),
+                    updates,
+                )))
             }
             Some(cluster) => {
                 let following = cluster.follow_all(scope.tenant.as_deref(), scope.user.as_deref());
-                Ok(Box::pin(following.map(|followed| {
-                    Outgoing::Published(AgentId::from(""), followed)
-                })))
+                Ok(Box::pin(published(
+                    AgentId::from(""),
+                    following,
+                    updates,
+                    None,
+                )))
             }
         }
     }

@@ -11,14 +11,12 @@
 //! the model call; a server shutting down aborts it, and the client reads pi's
 //! `error` event with reason `aborted`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -27,6 +25,7 @@ use tiller::{AgentSettings, AssistantEvent, Definitions, GuardrailStage, Model, 
 
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::events::event_stream;
 
 /// The models `/api/stream` calls, each with the request options it is called
 /// with (its configuration's temperature, token limit, thinking and key).
@@ -171,24 +170,8 @@ pub(crate) async fn stream(
             event
         })
         .ready_chunks(MAX_BATCH)
-        .map(|events| Some(sse_frames(&events)))
-        .chain(futures::stream::once(async { None }));
-    let keep_alive = shared.config.keep_alive;
-    let ticks = futures::stream::unfold((), move |()| async move {
-        tokio::time::sleep(keep_alive).await;
-        Some((Some(Bytes::from_static(b": keep-alive\n\n")), ()))
-    });
-    let body = futures::stream::select(frames, ticks)
-        .take_while(|frame| std::future::ready(frame.is_some()))
-        .filter_map(|frame| std::future::ready(frame.map(Ok::<_, Infallible>)));
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response())
+        .map(|events| sse_frames(&events));
+    Ok(event_stream(frames, shared.config.keep_alive))
 }
 
 /// The operator's input checks on what the client asks (its last user

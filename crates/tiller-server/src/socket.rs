@@ -18,13 +18,14 @@ use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tiller::Op;
+use tiller::wire::Updates;
 
 use crate::Shared;
 use crate::agents::from_client;
@@ -34,10 +35,13 @@ use crate::quota::StreamSlot;
 use crate::shutdown::{UntilClosing, until_closing};
 use crate::tenants::Caller;
 
-/// `?after=N`: resume after event `N`.
+/// `?after=N`: resume after event `N`; `?updates=lean|full` as on the event
+/// stream.
 #[derive(Debug, Deserialize)]
 pub(crate) struct After {
     after: Option<u64>,
+    #[serde(default, deserialize_with = "crate::events::updates")]
+    updates: Updates,
 }
 
 /// `GET /agents/{id}/ws`.
@@ -54,11 +58,11 @@ pub(crate) async fn socket(
         Problem::new(rejection.status(), "not-a-websocket", rejection.body_text())
     })?;
     let slot = shared.stream_slot(&caller)?;
-    let Query(After { after }) = after
-        .map_err(|rejection| Problem::invalid(Some("after".to_owned()), rejection.body_text()))?;
+    let Query(After { after, updates }) =
+        after.map_err(|rejection| Problem::invalid(None, rejection.body_text()))?;
     // Ends when the server closes its streams, after the events published by then.
     let events = until_closing(
-        shared.events_of(&caller, &id, after).await?,
+        shared.events_of(&caller, &id, after, updates).await?,
         &shared.closing,
     );
     Ok(upgrade
@@ -79,9 +83,10 @@ async fn serve(
     loop {
         let frame = tokio::select! {
             event = events.next() => match event {
-                Some(event) => {
+                Some(frame) => {
                     shared.metrics.event_streamed();
-                    event.text()
+                    // Compact JSON is text: checked, never copied.
+                    Utf8Bytes::try_from(frame.json()).unwrap_or_default()
                 }
                 None => break,
             },
@@ -92,14 +97,14 @@ async fn serve(
                         let mut frame = serde_json::to_value(&problem).unwrap_or_default();
                         frame["type"] = "problem".into();
                         frame["kind"] = problem.kind.into();
-                        frame.to_string()
+                        frame.to_string().into()
                     }
                 },
                 Some(Ok(Message::Close(_)) | Err(_)) | None => break,
                 Some(Ok(_)) => continue,
             },
         };
-        if outgoing.send(Message::Text(frame.into())).await.is_err() {
+        if outgoing.send(Message::Text(frame)).await.is_err() {
             break;
         }
     }

@@ -307,12 +307,20 @@ async fn events_stream_in_order_and_resume_after_the_last_one_seen() {
     assert_eq!(first[0].data["seq"], json!(first[0].id));
     assert_eq!(first[0].data["event"]["type"], "agent_start");
 
+    // Each update carries its piece, not the answer.
+    assert!(first[5..first.len() - 3].iter().all(|event| {
+        event.kind == "message_update" && event.data["event"].get("message").is_none()
+    }));
     // A client that saw up to the assistant's message_start comes back: the rest
-    // of the run, then the next run, each event once.
+    // of the run, then the next run, each event once; the first update whole (a
+    // snapshot of the answer so far, which it replaces), the others as they were.
     let seen = first[4].id;
     let mut resumed = server.events(&id, Some(seen)).await;
     let replayed = resumed.until_end().await;
-    assert_eq!(replayed, first[5..]);
+    let (snapshot, message) = unsnapshot(&replayed[0]);
+    assert_eq!(message["role"], "assistant");
+    assert_eq!(snapshot, first[5]);
+    assert_eq!(replayed[1..], first[6..]);
     let (status, _) = server
         .post(&format!("/agents/{id}/prompt"), json!({"text": "again"}))
         .await;
@@ -421,7 +429,15 @@ async fn a_client_back_after_the_replay_buffer_moved_on_is_told_what_it_missed()
         ("lagged", all[1].id, &json!(last - 3 - all[1].id))
     );
     let rest = resumed.until_end().await;
-    assert_eq!(rest, all[all.len() - 4..]);
+    // It cannot rebuild the answer from pieces it missed: the first update it
+    // gets is whole.
+    let (snapshot, message) = unsnapshot(&rest[0]);
+    assert_eq!(
+        message["content"],
+        json!([{"type": "text", "text": "a long answer streamed in many pieces"}])
+    );
+    assert_eq!(snapshot, all[all.len() - 4]);
+    assert_eq!(rest[1..], all[all.len() - 3..]);
     // What it missed of the conversation, the store has.
     let finished: Vec<&Value> = all
         .iter()
@@ -1817,4 +1833,16 @@ async fn an_agent_is_compacted_over_http_and_its_session_keeps_every_message() {
     assert_eq!(page["messages"][0]["content"][0]["text"], "question 0");
     assert_eq!(page["messages"][6]["kind"], "compaction");
     server.stop().await;
+}
+
+/// A snapshot update (a `message_update` with the message as it stands) as the
+/// lean update it stands for, and the message.
+fn unsnapshot(event: &Sse) -> (Sse, Value) {
+    assert_eq!(event.kind, "message_update");
+    let mut lean = event.clone();
+    let message = lean.data["event"]
+        .as_object_mut()
+        .and_then(|event| event.remove("message"))
+        .expect("a snapshot carries the message");
+    (lean, message)
 }

@@ -61,7 +61,7 @@ pub use tiller_runtime::{
     EventError, EventSink, MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits,
     QueueMode, Queues, Relay, RunOutcome, RunSummary, SettingsChange, Shards, SpawnError,
     Submission, Subscription, Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture,
-    runtime_semantics,
+    runtime_semantics, wire,
 };
 
 pub use tiller_agents::{

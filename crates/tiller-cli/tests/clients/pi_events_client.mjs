@@ -1,14 +1,19 @@
 // pi-agent-core's own Agent following an agent of `tiller serve` through its
-// server-sent events: each event, its keys in pi's camelCase, goes through the
-// Agent's own reducer (`processEvents`), and a subscriber renders what the Agent
-// then holds as its streaming message, the way a pi interface does.
+// lean server-sent events: each update's message is rebuilt from its piece by
+// the README's `rebuild` (taken from README.md as written there), then each
+// event, its keys in pi's camelCase, goes through the Agent's own reducer
+// (`processEvents`), and a subscriber renders what the Agent then holds as its
+// streaming message, the way a pi interface does.
 //
-// usage: node pi_events_client.mjs NODE_MODULES BASE_URL AGENT_ID PROMPT
+// usage: node pi_events_client.mjs NODE_MODULES README BASE_URL AGENT_ID PROMPT
 // prints one JSON line: {rendered, messages}
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [modules, base, agentId, prompt] = process.argv.slice(2);
+const [modules, readme, base, agentId, prompt] = process.argv.slice(2);
+const section = readFileSync(readme, "utf8").split("### Rebuilding a message")[1];
+const rebuild = new Function(`${section.match(/```js\n([\s\S]*?)```/)[1]}\nreturn rebuild;`)();
 const { Agent } = await import(
   pathToFileURL(join(modules, "@mariozechner/pi-agent-core/dist/index.js")).href
 );
@@ -47,6 +52,7 @@ if (!prompted.ok) throw new Error(`prompt: ${prompted.status}`);
 await agent.runWithLifecycle(async () => {
   const reader = events.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
+  let message;
   for (;;) {
     const { value, done } = await reader.read();
     if (done) throw new Error("the event stream ended before agent_end");
@@ -57,7 +63,9 @@ await agent.runWithLifecycle(async () => {
       buffer = buffer.slice(end + 2);
       const data = frame.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim()).join("\n");
       if (!data) continue;
-      const event = camel(JSON.parse(data).event);
+      const lean = JSON.parse(data).event;
+      message = rebuild(message, lean);
+      const event = camel(lean.type === "message_update" ? { ...lean, message } : lean);
       await agent.processEvents(event);
       if (event.type === "agent_end") {
         await reader.cancel();

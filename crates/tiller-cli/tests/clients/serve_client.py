@@ -1,8 +1,10 @@
 """A user of `tiller serve` in Python, with `httpx` and the `httpx-sse` client: it
 creates an agent, follows its events while prompting it, resumes the stream with
 Last-Event-ID, reads problem+json errors, waits for a run's outcome, and deletes the
-agent. Run by crates/tiller-cli/tests/serve.rs as `python serve_client.py BASE_URL`;
-any mismatch fails with a message and exit status 1."""
+agent; the answer is rebuilt from the lean stream, whole and after resuming in its
+middle, by the README's `rebuild` (taken from README.md as written there). Run by
+crates/tiller-cli/tests/serve.rs as `python serve_client.py BASE_URL README`; any
+mismatch fails with a message and exit status 1."""
 
 import json
 import sys
@@ -29,7 +31,26 @@ def follow(http, headers=None):
     expect(False, "the event stream ended before agent_end")
 
 
-def main(base):
+def readme_rebuild(readme):
+    """The README's rebuild rule in Python, as written there."""
+    with open(readme, encoding="utf-8") as file:
+        section = file.read().split("### Rebuilding a message")[1]
+    code = section.split("```python\n")[1].split("```")[0]
+    scope = {}
+    exec(code, scope)
+    return scope["rebuild"]
+
+
+def rebuilt(rebuild, envelopes):
+    """The assistant message each update of `envelopes` leaves, the last one."""
+    message = None
+    for envelope in envelopes:
+        message = rebuild(message, envelope["event"])
+    return message
+
+
+def main(base, readme):
+    rebuild = readme_rebuild(readme)
     with httpx.Client(base_url=base, timeout=30) as http:
         created = http.post("/agents", json={"definition": "helper", "id": "py"})
         expect(created.status_code == 201, f"create: {created.status_code} {created.text}")
@@ -63,12 +84,23 @@ def main(base):
         )
         expect(text.startswith('You said: "hello from Python".'), f"streamed text: {text!r}")
 
-        # Back after the assistant's message_start: the rest, each event once.
-        resumed = follow(http, {"Last-Event-ID": events[4].id})
+        # Each update is a piece; the rule rebuilds the answer message_end brings.
+        expect(all("message" not in e["event"] for e in envelopes[5:-3]), "updates are lean")
+        answer = envelopes[-3]["event"]["message"]["content"]
+        expect(rebuilt(rebuild, envelopes[:-3])["content"] == answer, "the rebuilt answer differs")
+
+        # Back after the assistant's first piece: the rest, each event once, its
+        # first update a snapshot of the answer so far, from which it rebuilds.
+        resumed = follow(http, {"Last-Event-ID": events[5].id})
         expect(
-            [(e.id, e.event, e.data) for e in resumed] == [(e.id, e.event, e.data) for e in events[5:]],
+            [(e.id, e.event) for e in resumed] == [(e.id, e.event) for e in events[6:]]
+            and [e.data for e in resumed[1:]] == [e.data for e in events[7:]],
             "the resumed stream differs from what was missed",
         )
+        snapshot = json.loads(resumed[0].data)
+        expect("message" in snapshot["event"], "a resumed update in the middle is a snapshot")
+        again = [json.loads(e.data) for e in resumed]
+        expect(rebuilt(rebuild, again[:-3])["content"] == answer, "the answer rebuilt after resuming differs")
 
         # Errors are problem+json and name what is wrong.
         missing = http.post("/agents/ghost/prompt", json={"text": "hi"})
@@ -107,4 +139,4 @@ def main(base):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

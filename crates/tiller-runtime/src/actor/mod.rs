@@ -466,6 +466,7 @@ impl ActorState {
                 .unwrap_or_default(),
             error: self.error.clone(),
             waiting,
+            next_seq: agent.hub.next_seq(),
         }
     }
 

@@ -197,6 +197,8 @@ pub(crate) struct Sse {
 pub(crate) struct SseReader {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
     buffer: String,
+    /// Bytes of the body read so far.
+    read: usize,
 }
 
 impl SseReader {
@@ -211,6 +213,7 @@ impl SseReader {
         SseReader {
             body: response.bytes_stream().boxed(),
             buffer: String::new(),
+            read: 0,
         }
     }
 
@@ -241,8 +244,14 @@ impl SseReader {
                 continue;
             }
             let chunk = self.body.next().await.expect("the stream went on").unwrap();
+            self.read += chunk.len();
             self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
         }
+    }
+
+    /// The bytes of the stream read so far.
+    pub(crate) fn bytes_read(&self) -> usize {
+        self.read
     }
 
     /// Events up to and including the next `agent_end`.
