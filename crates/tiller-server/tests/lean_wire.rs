@@ -265,9 +265,9 @@ async fn updates_full_carries_each_update_whole_as_asked() {
 }
 
 /// The figure the lean wire was built for: a 2,000-character answer streamed
-/// in 4-character pieces took 786 KB of SSE with every update whole (as
-/// `?updates=full` still sends it). Lean, each of its 502 updates is about 210
-/// bytes, 49 of them the agent's id each envelope names: 114 KB in all.
+/// in 4-character pieces took 787 KB of SSE with every update whole (as
+/// `?updates=full` still sends it). Lean, each of its 502 updates is about 213
+/// bytes, 49 of them the agent's id each envelope names: 116 KB in all.
 #[tokio::test]
 async fn a_two_thousand_character_answer_costs_its_pieces_in_sse() {
     let answer: String = "abcdefghij".repeat(200);
