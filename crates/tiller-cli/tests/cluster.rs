@@ -609,6 +609,22 @@ fn deltas(read: &[Read]) -> usize {
         .count()
 }
 
+/// The answer's text as the last update of `read` leaves it, rebuilt from the
+/// lean events by [`tiller::wire::Rebuild`].
+fn rebuilt(read: &[Read]) -> String {
+    let mut rebuild = tiller::wire::Rebuild::default();
+    let mut last = None;
+    for event in read {
+        let envelope = rebuild.envelope(event.data.to_string().as_bytes()).unwrap();
+        if let tiller::Delivered::Event(tiller::AgentEvent::MessageUpdate { message, .. }) =
+            envelope.event
+        {
+            last = Some(message);
+        }
+    }
+    last.expect("an update").get().text()
+}
+
 /// Numbers rise by one from event to event, but where a new owner begins (its
 /// `owner_changed` numbered past what the previous one may have published live).
 fn consecutive(read: &[Read]) {
@@ -687,17 +703,7 @@ async fn a_follower_elsewhere_gets_pieces_and_one_joining_mid_answer_a_snapshot(
     assert!(late[first_update + 1..].iter().all(|event| {
         event.kind != "message_update" || event.data["event"].get("message").is_none()
     }));
-    let mut rebuild = tiller::wire::Rebuild::default();
-    let mut text = None;
-    for event in &late[first_update..] {
-        let envelope = rebuild.envelope(event.data.to_string().as_bytes()).unwrap();
-        if let tiller::Delivered::Event(tiller::AgentEvent::MessageUpdate { message, .. }) =
-            envelope.event
-        {
-            text = Some(message.get().text());
-        }
-    }
-    assert_eq!(json!(text.unwrap()), answer);
+    assert_eq!(json!(rebuilt(&late[first_update..])), answer);
 
     // Back with Last-Event-ID: each event once from there, and the answer
     // rebuilt exactly from what it held and what came.
@@ -709,17 +715,8 @@ async fn a_follower_elsewhere_gets_pieces_and_one_joining_mid_answer_a_snapshot(
             .map(|event| event.id)
             .collect::<Vec<_>>()
     );
-    let mut rebuild = tiller::wire::Rebuild::default();
-    let mut text = None;
-    for event in held.into_iter().chain(&resumed) {
-        let envelope = rebuild.envelope(event.data.to_string().as_bytes()).unwrap();
-        if let tiller::Delivered::Event(tiller::AgentEvent::MessageUpdate { message, .. }) =
-            envelope.event
-        {
-            text = Some(message);
-        }
-    }
-    assert_eq!(json!(text.unwrap().get().text()), answer);
+    let held: Vec<Read> = held.into_iter().cloned().chain(resumed).collect();
+    assert_eq!(json!(rebuilt(&held)), answer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -227,14 +227,19 @@ async fn options_override_the_agent_file_and_a_turn_limit_fails_the_run() {
     assert_eq!(requests[0].body["max_tokens"], json!(64));
 }
 
+/// An agent file in `scratch` with one command tool, `echo`, printing its `text`.
+fn echo_agent(scratch: &Scratch) -> std::path::PathBuf {
+    scratch.write("tools/echo.py", &python_tool("print(args['text'])"));
+    scratch.write(
+        "agent.yaml",
+        &agent_yaml("    - name: echo\n      description: Echo\n      parameters: {type: object, properties: {text: {type: string}}, required: [text]}\n      command: [python3, tools/echo.py]\n"),
+    )
+}
+
 #[tokio::test]
 async fn jsonl_writes_every_envelope_in_the_library_order() {
     let scratch = Scratch::new();
-    scratch.write("tools/echo.py", &python_tool("print(args['text'])"));
-    let agent = scratch.write(
-        "agent.yaml",
-        &agent_yaml("    - name: echo\n      description: Echo\n      parameters: {type: object, properties: {text: {type: string}}, required: [text]}\n      command: [python3, tools/echo.py]\n"),
-    );
+    let agent = echo_agent(&scratch);
     let dialect = Dialect::OpenAi;
     let server = MockServer::start().await;
     server.push(dialect.tool_call("call_1", "echo", json!({"text": "ping"})));
@@ -1069,11 +1074,7 @@ async fn json_lines_cost_what_the_answer_carries_and_full_is_there_when_asked() 
 #[tokio::test]
 async fn the_readmes_rebuild_rule_gives_back_every_message_of_a_run() {
     let scratch = Scratch::new();
-    scratch.write("tools/echo.py", &python_tool("print(args['text'])"));
-    let agent = scratch.write(
-        "agent.yaml",
-        &agent_yaml("    - name: echo\n      description: Echo\n      parameters: {type: object, properties: {text: {type: string}}, required: [text]}\n      command: [python3, tools/echo.py]\n"),
-    );
+    let agent = echo_agent(&scratch);
     let server = MockServer::start().await;
     server.push(MockResponse::sse(
         [

@@ -32,20 +32,21 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use tiller_ai::{AssistantEvent, AssistantMessage, StreamedMessage};
 use tiller_core::AgentEvent;
 
 use crate::{AgentId, Delivered, Envelope, Notice};
 
-/// Which form of `message_update` and `tool_execution_update` a reader gets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Which form of `message_update` and `tool_execution_update` a reader gets
+/// (`lean` or `full` as text).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Updates {
     /// The piece only (and a snapshot where the reader cannot rebuild).
     #[default]
@@ -54,18 +55,6 @@ pub enum Updates {
     /// pi-agent-core's shape, whose bytes grow with the square of an answer's
     /// length.
     Full,
-}
-
-impl FromStr for Updates {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "lean" => Ok(Updates::Lean),
-            "full" => Ok(Updates::Full),
-            other => Err(format!("`{other}` is not `lean` or `full`")),
-        }
-    }
 }
 
 /// One form of an event on the wire, made once: the server-sent event
@@ -299,8 +288,8 @@ impl Cursor {
     }
 
     /// Forgets every message and call: what follows needs a snapshot (after
-    /// events missed, or a stream joined in the middle).
-    pub fn forget(&mut self) {
+    /// events missed).
+    fn forget(&mut self) {
         self.messages.clear();
         self.calls.clear();
     }
@@ -378,9 +367,16 @@ pub enum RebuildError {
 /// ```
 #[derive(Default)]
 pub struct Rebuild {
-    /// Each scope's message in progress.
+    /// What each agent has in progress.
+    agents: HashMap<AgentId, InProgress>,
+}
+
+/// One agent's messages and tool calls in progress, by where they stream.
+#[derive(Default)]
+struct InProgress {
+    /// Each scope's message.
     messages: HashMap<String, StreamedMessage>,
-    /// The arguments of each call in progress.
+    /// The arguments of each call.
     args: HashMap<String, Arc<Value>>,
 }
 
@@ -388,8 +384,11 @@ impl Rebuild {
     /// Starts from `agent`'s message in progress as it stands (from its
     /// state), for a stream joined after that message began.
     pub fn seed(&mut self, agent: &AgentId, message: AssistantMessage) {
-        self.messages
-            .insert(agent_scope(agent), StreamedMessage::start(message));
+        self.agents
+            .entry(agent.clone())
+            .or_default()
+            .messages
+            .insert(String::new(), StreamedMessage::start(message));
     }
 
     /// The envelope `json` holds, rebuilt.
@@ -397,10 +396,16 @@ impl Rebuild {
         let mut value: Value = serde_json::from_slice(json)?;
         let agent_id: AgentId = serde_json::from_value(value["agent_id"].take())?;
         let seq: u64 = serde_json::from_value(value["seq"].take())?;
-        let event = self.delivered(&agent_scope(&agent_id), value["event"].take())?;
+        let in_progress = self.agents.entry(agent_id.clone()).or_default();
+        let event = in_progress.delivered("", value["event"].take())?;
+        if let Delivered::Notice(Notice::AgentStopped { .. }) = event {
+            self.agents.remove(&agent_id);
+        }
         Ok(Envelope::new(agent_id, seq, event))
     }
+}
 
+impl InProgress {
     fn delivered(&mut self, scope: &str, mut value: Value) -> Result<Delivered, RebuildError> {
         let event = match value["type"].as_str() {
             Some("message_update") if value.get("message").is_none() => {
@@ -433,7 +438,7 @@ impl Rebuild {
             Some("child_event") => {
                 let path: Vec<String> = serde_json::from_value(value["path"].take())?;
                 let tool_call_id: String = serde_json::from_value(value["tool_call_id"].take())?;
-                let inner = format!("{scope}\u{2}{}", scope_of(&tool_call_id, &path));
+                let inner = scope_of(&tool_call_id, &path);
                 let Delivered::Event(event) = self.delivered(&inner, value["event"].take())? else {
                     return Err(RebuildError::Unstarted("child_event"));
                 };
@@ -446,9 +451,8 @@ impl Rebuild {
             _ => match serde_json::from_value(value)? {
                 Delivered::Event(event) => event,
                 Delivered::Notice(notice) => {
-                    if !matches!(notice, Notice::AgentStopped { .. }) {
-                        self.forget(scope);
-                    }
+                    // Missed events, or a turn run again: nothing holds.
+                    *self = InProgress::default();
                     return Ok(Delivered::Notice(notice));
                 }
             },
@@ -486,25 +490,10 @@ impl Rebuild {
             AgentEvent::ToolExecutionEnd { tool_call_id, .. } => {
                 self.args.remove(&call_of(scope, tool_call_id));
             }
-            AgentEvent::AgentEnd { .. } if !scope.contains('\u{2}') => self.forget(scope),
+            AgentEvent::AgentEnd { .. } if scope.is_empty() => *self = InProgress::default(),
             _ => {}
         }
     }
-
-    /// Forgets what the agent of `scope` (its own) had in progress, and its
-    /// sub-agents.
-    fn forget(&mut self, scope: &str) {
-        let (children, calls) = (format!("{scope}\u{2}"), format!("{scope}\u{1}"));
-        let of_agent =
-            |key: &str| key == scope || key.starts_with(&children) || key.starts_with(&calls);
-        self.messages.retain(|key, _| !of_agent(key));
-        self.args.retain(|key, _| !of_agent(key));
-    }
-}
-
-/// An agent's own scope in a [`Rebuild`] of several agents' streams.
-fn agent_scope(agent: &AgentId) -> String {
-    format!("\u{3}{agent}")
 }
 
 #[cfg(test)]

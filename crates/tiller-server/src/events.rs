@@ -15,12 +15,9 @@
 //! an event is turned into JSON once and the bytes are shared by every client
 //! and the replay buffer. `?updates=full` asks for every update whole.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-
-use std::collections::HashMap;
-
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -192,16 +189,8 @@ pub(crate) fn envelopes(
 /// said).
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct UpdatesQuery {
-    #[serde(default, deserialize_with = "updates")]
+    #[serde(default)]
     pub(crate) updates: Updates,
-}
-
-pub(crate) fn updates<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Updates, D::Error> {
-    String::deserialize(deserializer)?
-        .parse()
-        .map_err(serde::de::Error::custom)
 }
 
 /// `missed` events of `agent` from `seq` on that the client will not get.
@@ -250,23 +239,40 @@ pub(crate) fn framed(
 }
 
 /// Many agents' envelopes, each agent's in order, as a client that asked for
-/// `updates` gets them: a cursor per agent, forgotten when it stops.
+/// `updates` gets them.
 pub(crate) fn framed_each(
     envelopes: impl Stream<Item = Arc<Envelope>>,
     updates: Updates,
 ) -> impl Stream<Item = Frame> {
-    let mut cursors: HashMap<AgentId, Cursor> = HashMap::new();
-    envelopes.map(move |envelope| {
-        if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
-            cursors.remove(&envelope.agent_id);
-            envelope.lean().clone()
-        } else {
-            cursors
-                .entry(envelope.agent_id.clone())
-                .or_insert_with(|| Cursor::new(updates))
-                .frame(&envelope)
+    let mut cursors = Cursors::new(updates);
+    envelopes.map(move |envelope| cursors.frame(&envelope))
+}
+
+/// A client's cursor per agent, on a stream of several: each made at the
+/// agent's first event, forgotten when it stops.
+struct Cursors {
+    updates: Updates,
+    by_agent: HashMap<AgentId, Cursor>,
+}
+
+impl Cursors {
+    fn new(updates: Updates) -> Self {
+        Cursors {
+            updates,
+            by_agent: HashMap::new(),
         }
-    })
+    }
+
+    fn frame(&mut self, envelope: &Envelope) -> Frame {
+        if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
+            self.by_agent.remove(&envelope.agent_id);
+            return envelope.lean().clone();
+        }
+        self.by_agent
+            .entry(envelope.agent_id.clone())
+            .or_insert_with(|| Cursor::new(self.updates))
+            .frame(envelope)
+    }
 }
 
 /// An agent's message in progress as its owner had it when a client came,
@@ -298,12 +304,12 @@ pub(crate) fn published(
         }
         rebuild
     });
-    let mut cursors: HashMap<AgentId, Cursor> = HashMap::new();
+    let mut cursors = Cursors::new(updates);
     following.map(move |followed| {
         let (seq, json) = match followed {
             Followed::Event { seq, json } => (seq, json),
             Followed::Lagged { seq, missed } => {
-                cursors.clear();
+                cursors.by_agent.clear();
                 rebuild = (updates == Updates::Full).then(Rebuild::default);
                 return lagged(agent.clone(), seq, missed);
             }
@@ -318,14 +324,7 @@ pub(crate) fn published(
             // The seed served its one event.
             rebuild = None;
         }
-        if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
-            cursors.remove(&envelope.agent_id);
-            return envelope.lean().clone();
-        }
-        cursors
-            .entry(envelope.agent_id.clone())
-            .or_insert_with(|| Cursor::new(updates))
-            .frame(&envelope)
+        cursors.frame(&envelope)
     })
 }
 

@@ -257,10 +257,8 @@ impl Shared {
                         from: state.next_seq,
                     })
                 });
-                let after = match (last_seen, &seed) {
-                    (Some(seen), _) => Some(seen),
-                    (None, seed) => seed.as_ref().and_then(|seed| seed.from.checked_sub(1)),
-                };
+                let after =
+                    last_seen.or_else(|| seed.as_ref().and_then(|seed| seed.from.checked_sub(1)));
                 // Of no use to a client past it.
                 let seed = seed.filter(|seed| after.is_none_or(|after| seed.from > after));
                 let following = cluster.follow(&subject, after).await?;

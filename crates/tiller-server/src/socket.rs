@@ -40,7 +40,7 @@ use crate::tenants::Caller;
 #[derive(Debug, Deserialize)]
 pub(crate) struct After {
     after: Option<u64>,
-    #[serde(default, deserialize_with = "crate::events::updates")]
+    #[serde(default)]
     updates: Updates,
 }
 

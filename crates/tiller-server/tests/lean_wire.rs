@@ -37,6 +37,22 @@ fn roomy() -> ServerConfig {
     }
 }
 
+/// A server whose faux model answers `turn`, and a `helper` agent's id there.
+async fn answering(turn: FauxTurn) -> (Running, String) {
+    let faux = FauxProvider::new();
+    faux.push(turn);
+    let server = Running::start(&faux, roomy()).await;
+    let id = server.create_helper().await;
+    (server, id)
+}
+
+/// Prompts agent `id` of `server`.
+async fn prompt(server: &Running, id: &str) {
+    server
+        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
+        .await;
+}
+
 /// The text of the answer as the last update of `envelopes` (JSON, in order)
 /// leaves it, rebuilt by [`Rebuild`].
 fn rebuilt(envelopes: &[Value]) -> String {
@@ -93,15 +109,10 @@ async fn frames_until_end(socket: &mut Socket) -> Vec<(Value, usize)> {
 #[tokio::test]
 async fn a_long_answer_costs_its_length_on_the_event_stream_and_the_websocket() {
     let answer = long_answer();
-    let faux = FauxProvider::new();
-    faux.push(FauxTurn::text(answer.clone()).chunk_size(8));
-    let server = Running::start(&faux, roomy()).await;
-    let id = server.create_helper().await;
+    let (server, id) = answering(FauxTurn::text(answer.clone()).chunk_size(8)).await;
     let mut sse = server.events(&id, None).await;
     let mut ws = socket(&server, &format!("/agents/{id}/ws")).await;
-    server
-        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
-        .await;
+    prompt(&server, &id).await;
 
     let events = sse.until_end().await;
     let updates = events
@@ -135,14 +146,9 @@ async fn a_long_answer_costs_its_length_on_the_event_stream_and_the_websocket() 
 #[tokio::test]
 async fn a_client_back_in_the_middle_of_an_answer_rebuilds_it_exactly() {
     let answer = long_answer();
-    let faux = FauxProvider::new();
-    faux.push(FauxTurn::text(answer.clone()).chunk_size(8));
-    let server = Running::start(&faux, roomy()).await;
-    let id = server.create_helper().await;
+    let (server, id) = answering(FauxTurn::text(answer.clone()).chunk_size(8)).await;
     let mut sse = server.events(&id, None).await;
-    server
-        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
-        .await;
+    prompt(&server, &id).await;
     let events = sse.until_end().await;
     let middle = events
         .iter()
@@ -188,20 +194,14 @@ async fn a_client_back_in_the_middle_of_an_answer_rebuilds_it_exactly() {
 #[tokio::test]
 async fn a_websocket_opened_in_the_middle_of_an_answer_starts_from_a_snapshot() {
     let answer: String = long_answer().chars().take(4_000).collect();
-    let faux = FauxProvider::new();
     // Paced as a model streams, so that the answer is under way when the socket
     // opens.
-    faux.push(
-        FauxTurn::text(answer.clone())
-            .chunk_size(4)
-            .delay(Duration::from_millis(2)),
-    );
-    let server = Running::start(&faux, roomy()).await;
-    let id = server.create_helper().await;
+    let turn = FauxTurn::text(answer.clone())
+        .chunk_size(4)
+        .delay(Duration::from_millis(2));
+    let (server, id) = answering(turn).await;
     let mut sse = server.events(&id, None).await;
-    server
-        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
-        .await;
+    prompt(&server, &id).await;
     let mut pieces = 0;
     while pieces < 20 {
         if sse.next().await.kind == "message_update" {
@@ -225,16 +225,11 @@ async fn a_websocket_opened_in_the_middle_of_an_answer_starts_from_a_snapshot() 
 
 #[tokio::test]
 async fn updates_full_carries_each_update_whole_as_asked() {
-    let faux = FauxProvider::new();
-    faux.push(FauxTurn::text("Whole, every time.").chunk_size(6));
-    let server = Running::start(&faux, roomy()).await;
-    let id = server.create_helper().await;
+    let (server, id) = answering(FauxTurn::text("Whole, every time.").chunk_size(6)).await;
     let mut full = server
         .stream(&format!("/agents/{id}/events?updates=full"), &[])
         .await;
-    server
-        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
-        .await;
+    prompt(&server, &id).await;
     let texts: Vec<Value> = full
         .until_end()
         .await
@@ -271,18 +266,13 @@ async fn updates_full_carries_each_update_whole_as_asked() {
 #[tokio::test]
 async fn a_two_thousand_character_answer_costs_its_pieces_in_sse() {
     let answer: String = "abcdefghij".repeat(200);
-    let faux = FauxProvider::new();
-    faux.push(FauxTurn::text(answer).chunk_size(4));
-    let server = Running::start(&faux, roomy()).await;
-    let id = server.create_helper().await;
+    let (server, id) = answering(FauxTurn::text(answer).chunk_size(4)).await;
     assert_eq!(id.len(), 36, "an agent id as the server makes them");
     let mut sse = server.events(&id, None).await;
     let mut full = server
         .stream(&format!("/agents/{id}/events?updates=full"), &[])
         .await;
-    server
-        .post(&format!("/agents/{id}/prompt"), json!({"text": "go"}))
-        .await;
+    prompt(&server, &id).await;
     sse.until_end().await;
     full.until_end().await;
     let bytes = sse.bytes_read();
