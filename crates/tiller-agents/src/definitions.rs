@@ -26,7 +26,9 @@ use crate::agent_file::{AgentFile, AgentFileError};
 use crate::agent_tool::AgentAsTool;
 use crate::compress::Compression;
 use crate::guardrail::agent_guardrail;
-use crate::{AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry};
+use crate::{
+    ASK_AGENT_TOOL, AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry,
+};
 use tiller_core::{Guardrail, Guardrails};
 #[cfg(feature = "mcp")]
 use tiller_mcp::{McpError, McpServer};
@@ -112,6 +114,30 @@ impl Definitions {
     /// No definitions.
     pub fn new() -> Self {
         Definitions::default()
+    }
+
+    /// The definitions `file` is assembled with when it is run alone (`tiller
+    /// run --agent FILE`): when it names other agents (a guardrail, or the
+    /// `ask_agent` tool), every file of its folder, as `tiller serve --agents
+    /// FOLDER` reads them; else the file alone.
+    pub fn around(file: &AgentFile) -> Result<Self, DefinitionsError> {
+        let names_others = !file.guardrails.is_empty()
+            || file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL);
+        match file.path.parent() {
+            Some(folder) if names_others => {
+                let folder = if folder.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    folder
+                };
+                Definitions::load_dir(folder)
+            }
+            _ => {
+                let mut alone = Definitions::new();
+                alone.insert(file.clone())?;
+                Ok(alone)
+            }
+        }
     }
 
     /// Reads every `.yaml`, `.yml` and `.json` file of `folder` (not its

@@ -29,6 +29,11 @@ pub struct GuardrailNames {
 }
 
 impl GuardrailNames {
+    /// Whether it names no guardrail.
+    pub fn is_empty(&self) -> bool {
+        self.stages().iter().all(|(_, _, names)| names.is_empty())
+    }
+
     /// Each stage, its field's name and the names it lists.
     pub fn stages(&self) -> [(GuardrailStage, &'static str, &[String]); 3] {
         [

@@ -7,6 +7,7 @@
 //! `base_url` gets a key only when the file names one with `api_key_env`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tiller::{
     ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Compression, DefinitionPatch,
@@ -48,9 +49,11 @@ pub enum SetupError {
 }
 
 impl Setup {
-    /// The agent the options describe (connected to the MCP servers its file
-    /// lists, which stay connected while its tools live). A file listing
-    /// `ask_agent` asks the agent files of its own folder, run under `supervisor`.
+    /// The agent the options describe, assembled from its file as `tiller
+    /// serve` assembles it ([`Definitions::spec_of`]): with the agent files of
+    /// its folder when it names others (a guardrail, or `ask_agent`, whose agents
+    /// run under `supervisor`), connected to the MCP servers the files list
+    /// (which stay connected while its tools live). The options go over the file.
     pub async fn new(options: &AgentOptions, supervisor: &Supervisor) -> Result<Setup, SetupError> {
         let file = options.agent.as_deref().map(AgentFile::load).transpose()?;
         let var = |name: &str| {
@@ -61,51 +64,46 @@ impl Setup {
         // The file's model settings: its named LLM configuration with its own
         // fields over it.
         let llm = match &file {
-            Some(file) => Some((file, file_llm(options, file, var)?)),
+            Some(file) => {
+                let llms = file_llms(options, file, var)?;
+                let patch = file.patch_over(&llms)?;
+                Some((file, patch, llms))
+            }
             None => None,
         };
+        let file_patch = llm.as_ref().map(|(file, patch, _)| (*file, patch));
         let ModelChoice {
             model,
             api_key,
             notice,
-        } = choose_model(options, llm.as_ref(), var)?;
-        let api_key = file_key(llm.as_ref(), var)?.or(api_key);
-        // The file first, then the options over it.
-        let mut settings = AgentSettings::new(model);
-        settings.definition.run.stream.api_key = api_key;
-        if let Some((file, llm)) = &llm {
-            // Its instructions and options; the model and key are chosen above.
-            let file_options = DefinitionPatch {
-                provider: None,
-                model: None,
-                base_url: None,
-                api_key_env: None,
-                ..llm.clone()
-            };
-            file_options
-                .apply(&mut settings.definition)
-                .map_err(|error| SetupError::Model {
-                    origin: format!("{}: json_schema_extra.llm", file.path.display()),
-                    reason: error.to_string(),
-                })?;
-            let registry = if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
-                delegating(file, &settings, supervisor).await?
-            } else {
-                let mut registry = ToolRegistry::new();
-                registry.connect_mcp(&file.mcp_servers).await?;
-                registry
-            };
-            file.apply(&mut settings, &registry)?;
-            if let Some(spec) = &options.instructions_prompt {
-                let arguments = options
-                    .prompt_args
-                    .iter()
-                    .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
-                    .collect();
-                settings.definition.system_prompt =
-                    Some(registry.mcp_prompt(spec, arguments).await?);
+        } = choose_model(options, file_patch, var)?;
+        let api_key = file_key(file_patch, var)?.or(api_key);
+        let mut settings = match llm {
+            Some((file, _, llms)) => {
+                let Assembled {
+                    agent: mut settings,
+                    registry,
+                } = assembled(file, llms, &model, &api_key, supervisor).await?;
+                // The model and key chosen above: the options' over the file's.
+                settings.definition.model = Some(model);
+                settings.definition.run.stream.api_key = api_key;
+                if let Some(spec) = &options.instructions_prompt {
+                    let arguments = options
+                        .prompt_args
+                        .iter()
+                        .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
+                        .collect();
+                    settings.definition.system_prompt =
+                        Some(registry.mcp_prompt(spec, arguments).await?);
+                }
+                settings
             }
-        }
+            None => {
+                let mut settings = AgentSettings::new(model);
+                settings.definition.run.stream.api_key = api_key;
+                settings
+            }
+        };
         // The options over the file.
         let flags = DefinitionPatch {
             system_prompt: options.system.clone(),
@@ -124,12 +122,9 @@ impl Setup {
         if options.system.as_deref() == Some("") {
             settings.definition.system_prompt = None;
         }
-        let compression = options
-            .compress_chars
-            .map(|chars| Compression::keeping(chars as usize))
-            .or(file.as_ref().and_then(|file| file.compression));
-        if let Some(compression) = compression {
-            settings = compression.applied_to(settings, supervisor.store().clone());
+        if let Some(chars) = options.compress_chars {
+            settings = Compression::keeping(chars as usize)
+                .applied_to(settings, supervisor.store().clone());
         }
         let name = file.map_or_else(|| "tiller".to_owned(), |f| f.name);
         Ok(Setup {
@@ -138,6 +133,49 @@ impl Setup {
             notice,
         })
     }
+}
+
+/// An agent's settings as [`assembled`] makes them, with the registry its
+/// tools came from.
+struct Assembled {
+    agent: AgentSettings,
+    registry: ToolRegistry,
+}
+
+/// The agent of `file` as `tiller serve` makes it: [`Definitions::spec_of`] over
+/// the definitions [`Definitions::around`] it, with `llms`, the chosen model
+/// and key for files naming no model, and the session store (for the file's
+/// `compression`).
+async fn assembled(
+    file: &AgentFile,
+    llms: LlmConfigs,
+    model: &Model,
+    api_key: &Option<ApiKey>,
+    supervisor: &Supervisor,
+) -> Result<Assembled, SetupError> {
+    let unusable = |error: DefinitionsError| match error {
+        DefinitionsError::Unusable(error) => SetupError::AgentFile(error),
+        DefinitionsError::Mcp(error) => SetupError::Mcp(error),
+        error => SetupError::Model {
+            origin: format!("{}: the agent files beside it", file.path.display()),
+            reason: error.to_string(),
+        },
+    };
+    let mut definitions = Definitions::around(file)
+        .map_err(unusable)?
+        .with_llms(llms)
+        .with_default_model(model.clone())
+        .with_default_key(api_key.clone())
+        .with_session_store(supervisor.store().clone());
+    definitions.connect_mcp().await.map_err(unusable)?;
+    if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
+        definitions = definitions.with_ask_agent(supervisor, AskAgentConfig::default());
+    }
+    let spec = definitions.spec_of(file).map_err(unusable)?;
+    Ok(Assembled {
+        agent: Arc::unwrap_or_clone(spec.settings),
+        registry: definitions.tools().clone(),
+    })
 }
 
 /// The context window `--context-window` gives, else `$TILLER_CONTEXT_WINDOW`
@@ -158,53 +196,21 @@ fn context_window(
     }
 }
 
-/// The registry of a file that lists `ask_agent`: that of the agent files of its
-/// folder (itself among them; their MCP servers connected once), which get
-/// `settings`' model and key when they name no model, with `ask_agent` over them.
-async fn delegating(
-    file: &AgentFile,
-    settings: &AgentSettings,
-    supervisor: &Supervisor,
-) -> Result<ToolRegistry, SetupError> {
-    let folder = file.path.parent().unwrap_or(Path::new("."));
-    let unusable = |error: DefinitionsError| SetupError::Model {
-        origin: format!("{}: ask_agent", file.path.display()),
-        reason: error.to_string(),
-    };
-    let mut definitions = Definitions::load_dir(folder).map_err(unusable)?;
-    let definition = &settings.definition;
-    if let Some(model) = &definition.model {
-        definitions = definitions
-            .with_default_model(model.clone())
-            .with_default_key(definition.run.stream.api_key.clone());
-    }
-    definitions
-        .connect_mcp()
-        .await
-        .map_err(|error| match error {
-            DefinitionsError::Mcp(error) => SetupError::Mcp(error),
-            error => unusable(error),
-        })?;
-    let definitions = definitions.with_ask_agent(supervisor, AskAgentConfig::default());
-    Ok(definitions.tools().clone())
-}
-
-/// The agent file's model configuration: the one its `llm` names in `--llms` (or
-/// $TILLER_LLMS), with the file's own fields over it.
-fn file_llm(
+/// The named LLM configurations of `--llms` (or $TILLER_LLMS), when the agent
+/// file names one.
+fn file_llms(
     options: &AgentOptions,
     file: &AgentFile,
     var: impl Fn(&str) -> Option<String>,
-) -> Result<DefinitionPatch, SetupError> {
-    let llms = match (&file.llm, &options.llms) {
-        (None, _) => LlmConfigs::new(),
-        (Some(_), Some(path)) => load_llms(path, "--llms")?,
+) -> Result<LlmConfigs, SetupError> {
+    match (&file.llm, &options.llms) {
+        (None, _) => Ok(LlmConfigs::new()),
+        (Some(_), Some(path)) => load_llms(path, "--llms"),
         (Some(_), None) => match var("TILLER_LLMS") {
-            Some(path) => load_llms(Path::new(&path), "TILLER_LLMS")?,
-            None => LlmConfigs::new(),
+            Some(path) => load_llms(Path::new(&path), "TILLER_LLMS"),
+            None => Ok(LlmConfigs::new()),
         },
-    };
-    Ok(file.patch_over(&llms)?)
+    }
 }
 
 fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
@@ -218,7 +224,7 @@ fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
 /// ([`tiller::choose_model`]), each option named by its flag.
 fn choose_model(
     options: &AgentOptions,
-    file: Option<&(&AgentFile, DefinitionPatch)>,
+    file: Option<(&AgentFile, &DefinitionPatch)>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<ModelChoice, SetupError> {
     let named = |value: &Option<String>, flag: &str| {
@@ -231,7 +237,7 @@ fn choose_model(
         provider: named(&options.provider, "provider"),
         model: named(&options.model, "model"),
         base_url: named(&options.base_url, "base-url"),
-        file: file.map(|(file, patch)| (*file, patch)),
+        file,
     };
     tiller::choose_model(sources, var).map_err(|error| SetupError::Model {
         origin: error.origin,
@@ -242,7 +248,7 @@ fn choose_model(
 /// The key the agent file names with `api_key_env` (itself or through its LLM
 /// configuration), if it names one.
 fn file_key(
-    file: Option<&(&AgentFile, DefinitionPatch)>,
+    file: Option<(&AgentFile, &DefinitionPatch)>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ApiKey>, SetupError> {
     let Some((file, name)) = file.and_then(|(f, llm)| Some((f, llm.api_key_env.as_deref()?)))
@@ -278,6 +284,93 @@ pub fn describe(model: &Model) -> String {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    /// What makes an agent: its definition, its tools, its guardrails and its
+    /// hooks, in a form to compare.
+    fn described(settings: &AgentSettings) -> serde_json::Value {
+        let code = &settings.code;
+        let guardrails = &code.hooks.guardrails;
+        let names = |list: &[tiller::Guardrail]| -> Vec<String> {
+            list.iter().map(|g| g.name().to_owned()).collect()
+        };
+        serde_json::json!({
+            "definition": serde_json::to_value(&settings.definition).unwrap(),
+            "tools": code.tools.definitions().iter().map(|tool| tool.name.clone()).collect::<Vec<_>>(),
+            "guardrails": [names(&guardrails.input), names(&guardrails.output), names(&guardrails.tool_calls)],
+            "summarizer": code.hooks.summarize.is_some(),
+            "on_reload": code.on_reload.is_some(),
+        })
+    }
+
+    #[tokio::test]
+    async fn the_command_and_the_server_assemble_the_same_agent_from_one_file() {
+        let folder = std::env::temp_dir().join(format!("tiller-assemble-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        let agents = folder.join("agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        let write = |name: &str, text: &str| {
+            let path = folder.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let llms = write(
+            "llms.yaml",
+            "cheap: {model: openai/gpt-4o-mini, max_tokens: 512}\nlocal: {model: llamacpp/smollm2, base_url: 'http://127.0.0.1:9/v1', temperature: 0.2}\n",
+        );
+        let file = agents.join("support.yaml");
+        std::fs::write(
+            &file,
+            r#"type: object
+description: You answer support questions.
+json_schema_extra:
+  kind: agent
+  name: support
+  llm: local
+  max_turns: 7
+  tools:
+    - {name: stamp, description: The time, command: [date]}
+  approvals: {stamp: ask}
+  compaction: {llm: cheap}
+  compression: {max_chars: 400, keep_end_chars: 100}
+  budget: {run: {model_calls: 5}}
+  guardrails: {input: [judge], output: [judge]}
+"#,
+        )
+        .unwrap();
+        std::fs::write(
+            agents.join("judge.yaml"),
+            "type: object\ndescription: You judge.\njson_schema_extra: {kind: agent, name: judge}\n",
+        )
+        .unwrap();
+        let supervisor = Supervisor::start().await.unwrap();
+
+        let options = AgentOptions {
+            agent: Some(file),
+            llms: Some(llms.clone()),
+            ..AgentOptions::default()
+        };
+        let command = Setup::new(&options, &supervisor).await.unwrap();
+        let served = crate::serve::connected_definitions(Some(&agents), Some(&llms))
+            .await
+            .map_err(|_| "the folder does not load")
+            .unwrap()
+            .with_session_store(supervisor.store().clone())
+            .spec("support", None)
+            .unwrap();
+
+        let command = described(&command.settings);
+        assert_eq!(command, described(&served.settings));
+        assert_eq!(
+            command["guardrails"],
+            serde_json::json!([["judge"], ["judge"], []])
+        );
+        assert_eq!(
+            (&command["summarizer"], &command["on_reload"]),
+            (&serde_json::json!(true), &serde_json::json!(true))
+        );
+        supervisor.shutdown().await;
+        let _ = std::fs::remove_dir_all(&folder);
+    }
 
     fn chosen(options: AgentOptions, env: &[(&str, &str)]) -> Result<(String, bool), String> {
         let env: HashMap<&str, &str> = env.iter().copied().collect();

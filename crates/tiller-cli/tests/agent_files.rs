@@ -6,11 +6,12 @@
 
 mod common;
 
-use common::{Scratch, finish, tiller};
+use common::{Dialect, Scratch, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::agent_file::AgentFile;
 use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolRegistry};
+use tiller_test_support::MockServer;
 
 const GOOD: &str = r#"type: object
 description: |
@@ -334,4 +335,69 @@ async fn a_missing_program_a_missing_file_and_broken_json_exit_2() {
             (Some(2), format!("tiller: {}: {message}\n", path.display()))
         );
     }
+}
+
+/// A file that names another agent file of its folder as its input guardrail:
+/// `tiller run --agent` asks that agent first, and ends the run on its refusal
+/// without asking the agent's own model.
+#[tokio::test]
+async fn tiller_run_asks_the_guardrail_agent_its_file_names() {
+    let scratch = Scratch::new();
+    let guarded = scratch.write(
+        "guarded.yaml",
+        "type: object\ndescription: You answer support questions.\njson_schema_extra: {kind: agent, name: guarded, guardrails: {input: [judge]}}\n",
+    );
+    scratch.write(
+        "judge.yaml",
+        "type: object\ndescription: You decide whether a text is about support.\njson_schema_extra: {kind: agent, name: judge}\n",
+    );
+    let server = MockServer::start().await;
+    server.respond_with(|request| {
+        let system = request.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("");
+        let asked = Dialect::OpenAi.last_user_text(request);
+        if system.starts_with("You decide") {
+            let verdict = if asked.contains("password") {
+                r#"{"pass": false, "reason": "a password"}"#
+            } else {
+                r#"{"pass": true, "reason": "a support question"}"#
+            };
+            Dialect::OpenAi.text(&[verdict])
+        } else {
+            Dialect::OpenAi.text(&["Restart the router."])
+        }
+    });
+    let run = |prompt: &str| {
+        let args = ["--agent", guarded.to_str().unwrap(), prompt];
+        finish(Dialect::OpenAi.tiller(&server, "run", &args))
+    };
+
+    let refused = run("My password is hunter2.").await;
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("[the input guardrail `judge` tripped: a password]"),
+        "{}",
+        refused.stderr
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "the agent's own model was never asked");
+
+    let answered = run("My router is down.").await;
+    assert_eq!(answered.code(), Some(0), "{}", answered.stderr);
+    assert_eq!(answered.stdout, "Restart the router.\n");
+    let asked: Vec<String> = server.requests()[1..]
+        .iter()
+        .map(|request| {
+            let system = request.body["messages"][0]["content"].as_str().unwrap();
+            system
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    assert_eq!(asked, ["You decide", "You answer"]);
 }
