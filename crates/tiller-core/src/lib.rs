@@ -61,7 +61,6 @@ pub mod hook;
 mod action;
 mod config;
 mod context;
-mod execute;
 mod message;
 mod output;
 pub mod process;

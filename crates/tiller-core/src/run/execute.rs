@@ -22,6 +22,8 @@ use tiller_ai::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::{Interrupted, Run, panic_text};
+use crate::budget::Spent;
 use crate::config::{
     AfterToolCall, AfterToolCallHook, BeforeToolCall, SteeringDelivery, ToolCallInfo,
     ToolExecutionMode,
@@ -30,7 +32,6 @@ use crate::event::AgentEvent;
 use crate::guardrail::GuardrailStage;
 use crate::message::AgentMessage;
 use crate::request::{Approval, UserRequest, asks_in_a_row};
-use crate::run::{Interrupted, Run, panic_text};
 use crate::tool::{AgentTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 
 /// Said for calls skipped because steering arrived.
@@ -426,7 +427,7 @@ fn aborted(call: &ToolCall) -> Outcome {
 
 /// Finds the tool, checks the arguments and asks `before_tool_call`.
 async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
-    if run.is_tripped() {
+    if run.gate.tripped().is_some() {
         return Prepared::Answered(Outcome::error(format!(
             "Tool \"{}\" was not executed: a guardrail stopped the run.",
             call.name
@@ -477,7 +478,7 @@ async fn prepare(run: &Run, call: &ToolCall) -> Prepared {
                 "Tool call \"{}\" was blocked by the guardrail `{}`: {}",
                 call.name, tripped.guardrail, tripped.reason
             );
-            run.trip(tripped);
+            run.gate.trip(tripped);
             return Prepared::Answered(Outcome::error(blocked));
         }
     }
@@ -754,5 +755,76 @@ async fn finish_hooks(
         Err(Interrupted::Aborted) => Outcome::error(format!(
             "Tool \"{tool_name}\" finished, but after_tool_call did not return after the abort."
         )),
+    }
+}
+
+impl Run {
+    /// The tool calls of `message` answered: run once the response is durable
+    /// (write-ahead), or refused when a guardrail tripped or they would pass a
+    /// budget. Every call the model made counts, answered however it was (as
+    /// the agent's stored spending counts its results).
+    pub(super) async fn batch(&mut self, message: &AssistantMessage) -> Batch {
+        let calls: Vec<_> = message.tool_calls().cloned().collect();
+        let more = Spent::tool_calls(calls.len() as u64);
+        let batch = if calls.is_empty() {
+            Batch::default()
+        } else if let Err(failure) = self.write_ahead(message).await {
+            not_durable(self, &calls, failure)
+        } else if let Some(tripped) = self.gate.tripped() {
+            let why = format!("the guardrail `{}` tripped.", tripped.guardrail);
+            refused(self, &calls, &why)
+        } else if let Some(exceeded) = self.gate.over(&more) {
+            refused(self, &calls, &format!("{exceeded}."))
+        } else {
+            run_batch(self, message, calls).await
+        };
+        self.gate.meter.spend(more);
+        self.record_batch(&batch);
+        batch
+    }
+
+    /// Waits until `message`, whose calls are about to run, is durable (see
+    /// [`LoopConfig::write_ahead`]). Calls that will not run need no wait.
+    pub(super) async fn write_ahead(&self, message: &AssistantMessage) -> Result<(), String> {
+        if not_run_because(message).is_some() {
+            return Ok(());
+        }
+        self.durable().await
+    }
+
+    /// Waits until everything the run emitted is durable (see
+    /// [`LoopConfig::write_ahead`]), as a callback is waited for; an aborted run
+    /// stops waiting: its calls are answered without running.
+    pub(super) async fn durable(&self) -> Result<(), String> {
+        let Some(write_ahead) = &self.config.write_ahead else {
+            return Ok(());
+        };
+        match self.call_back(write_ahead()).await {
+            Ok(durable) => durable,
+            Err(Interrupted::Panicked(panic)) => {
+                Err(format!("the write-ahead wait panicked: {panic}"))
+            }
+            Err(Interrupted::Aborted) => Ok(()),
+        }
+    }
+
+    /// Adds a batch's results to the transcript, then its requests to the user,
+    /// each announced.
+    pub(super) fn record_batch(&mut self, batch: &Batch) {
+        self.echoes.clone_from(&batch.echoes);
+        for result in batch
+            .results
+            .iter()
+            .filter(|result| !result.state.is_empty())
+        {
+            crate::tool::lock(&self.state).extend(result.state.clone());
+        }
+        for result in &batch.results {
+            self.history.push(result.clone().into());
+        }
+        for request in &batch.parked {
+            self.deliver(request.to_message());
+            self.emit(AgentEvent::requested(request));
+        }
     }
 }
