@@ -186,81 +186,20 @@ impl ActorState {
             caller,
             ..
         } = request;
-        let settings = if patch.is_none() && hooks.is_none() {
-            self.settings.clone()
-        } else {
-            let mut settings = (*self.settings).clone();
-            if let Some(patch) = patch {
-                patch.apply(&mut settings.definition)?;
-                if patch.system_prompt.is_some() {
-                    settings.code.system_prompt_fn = None;
-                }
-            }
-            if let Some(hooks) = hooks {
-                settings.code.hooks = settings.code.hooks.merged(&hooks);
-            }
-            Arc::new(settings)
-        };
+        let settings = self.run_settings(patch, hooks)?;
         let model = settings
             .definition
             .model
             .clone()
             .ok_or(AgentError::NoModel)?;
-        let run_id = self.runs + 1;
         let mut in_flight = VecDeque::new();
-        let replying = matches!(prompt, Prompt::Reply(_));
-        let compacting = matches!(prompt, Prompt::Compact { .. });
-        let (start, from_steering) = match check_start(prompt, &self.messages) {
-            Ok(start) => (start, false),
-            // The model answered last: the oldest queued message starts the run.
-            Err(ContinueError::EndsWithAssistant) => {
-                let queue = if !self.steering.is_empty() {
-                    QueueKind::Steering
-                } else if !self.follow_up.is_empty() {
-                    QueueKind::FollowUp
-                } else {
-                    return Err(ContinueError::EndsWithAssistant.into());
-                };
-                let mode = self.mode(queue);
-                let taken = deliver_from(self.queue_mut(queue), queue, mode, &mut in_flight);
-                (Start::Messages(taken), queue == QueueKind::Steering)
-            }
-            Err(error) => return Err(error.into()),
-        };
+        let (start, first_steering) = self.opening(prompt, &mut in_flight)?;
         let brings_messages = match &start {
             Start::Messages(messages) => !messages.is_empty(),
             Start::Continue | Start::Compact(_) => false,
             _ => true,
         };
-        // The run's first read of the steering queue, done here: nothing when the
-        // run starts from steering (the next message gets its own response); left
-        // to the run after a reply, whose call runs first.
-        let first_steering = match (from_steering || compacting, replying) {
-            (true, _) => Some(Vec::new()),
-            (false, true) => None,
-            (false, false) => {
-                let mode = self.mode(QueueKind::Steering);
-                Some(deliver_from(
-                    &mut self.steering,
-                    QueueKind::Steering,
-                    mode,
-                    &mut in_flight,
-                ))
-            }
-        };
-        // A transcript restored from elsewhere may hold calls without results: they
-        // are answered before anything else.
-        let answered = answer_open(
-            &self.agent,
-            self.base,
-            &mut self.messages,
-            "no result was recorded before the next run started.",
-        );
-        if !answered.is_empty() {
-            let from = self.messages.len() - answered.len();
-            self.count_from(from);
-            self.commit(answered, None);
-        }
+        self.answer_open_calls();
         let agent_context = self.agent.run_context(&self.context);
         let context = LoopContext {
             system_prompt: match &settings.code.system_prompt_fn {
@@ -273,46 +212,29 @@ impl ActorState {
             first_seq: self.base,
         };
         self.error = None;
-        self.runs = run_id;
-
-        let token = self.agent.runtime.root.child_token();
-        let pause = CancellationToken::new();
+        self.runs += 1;
+        let run_id = self.runs;
         let events = Arc::new(RunEvents {
             queue: std::sync::Mutex::new(Vec::new()),
             actor: self.myself.clone(),
         });
+        let pause = CancellationToken::new();
         let current = agent_context.clone();
-        let mut config = loop_config(
-            &self.myself,
-            &events,
-            run_id,
-            &settings,
-            model,
-            agent_context,
+        let config = LoopConfig {
+            pause: Some(pause.clone()),
             first_steering,
-        );
-        config.pause = Some(pause.clone());
-        let runtime = &self.agent.runtime;
-        config
-            .run
-            .stream
-            .rate_limits
-            .clone_from(&runtime.rate_limits);
-        config.run.stream.breakers = Some(runtime.breakers.clone());
-        config.run.stream.tenant = config.context.tenant_id().map(Arc::from);
-        config.spending = Spending {
-            agent_before: self.spent,
-            tenant: config
-                .context
-                .tenant_id()
-                .and_then(|tenant| runtime.tallies.get(tenant))
-                .map(|tally| tally.clone()),
+            ..self.loop_config(&events, run_id, &settings, model, agent_context)
         };
+        let tenant_ledger = config
+            .spending
+            .tenant
+            .as_ref()
+            .is_some_and(|tally| tally.is_shared());
+        let token = self.agent.runtime.root.child_token();
         let sink = {
             let events = events.clone();
             Arc::new(move |event| events.push(RunItem::Event(event)))
         };
-        let run_token = token.clone();
         let span = tracing::info_span!(
             parent: &caller,
             "run",
@@ -321,11 +243,7 @@ impl ActorState {
             run = run_id
         );
         // The run's context is `AgentContext::current()` for all its work.
-        let tenant_ledger = config
-            .spending
-            .tenant
-            .as_ref()
-            .is_some_and(|tally| tally.is_shared());
+        let run_token = token.clone();
         let task = tokio::spawn(
             current
                 .scope(async move {
@@ -358,6 +276,123 @@ impl ActorState {
         });
         self.agent.route.mark_running();
         Ok(brings_messages)
+    }
+
+    /// The agent's settings with a run's `patch` and `hooks` over them.
+    fn run_settings(
+        &self,
+        patch: Option<Box<DefinitionPatch>>,
+        hooks: Option<Box<RunHooks>>,
+    ) -> Result<Arc<AgentSettings>, AgentError> {
+        if patch.is_none() && hooks.is_none() {
+            return Ok(self.settings.clone());
+        }
+        let mut settings = (*self.settings).clone();
+        if let Some(patch) = patch {
+            patch.apply(&mut settings.definition)?;
+            if patch.system_prompt.is_some() {
+                settings.code.system_prompt_fn = None;
+            }
+        }
+        if let Some(hooks) = hooks {
+            settings.code.hooks = settings.code.hooks.merged(&hooks);
+        }
+        Ok(Arc::new(settings))
+    }
+
+    /// How a run of `prompt` starts, and the run's first read of the steering
+    /// queue, done here: nothing when the run starts from steering (the next
+    /// message gets its own response) or compacts; left to the run after a
+    /// reply, whose call runs first. What it takes from the queues goes to
+    /// `in_flight`. When the model answered last, the oldest queued message
+    /// starts the run.
+    fn opening(
+        &mut self,
+        prompt: Prompt,
+        in_flight: &mut VecDeque<(QueueKind, u64, AgentMessage)>,
+    ) -> Result<(Start, Option<Vec<AgentMessage>>), AgentError> {
+        let replying = matches!(prompt, Prompt::Reply(_));
+        let compacting = matches!(prompt, Prompt::Compact { .. });
+        let (start, from_steering) = match check_start(prompt, &self.messages) {
+            Ok(start) => (start, false),
+            Err(ContinueError::EndsWithAssistant) => {
+                let queue = if !self.steering.is_empty() {
+                    QueueKind::Steering
+                } else if !self.follow_up.is_empty() {
+                    QueueKind::FollowUp
+                } else {
+                    return Err(ContinueError::EndsWithAssistant.into());
+                };
+                let mode = self.mode(queue);
+                let taken = deliver_from(self.queue_mut(queue), queue, mode, in_flight);
+                (Start::Messages(taken), queue == QueueKind::Steering)
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let first_steering = match (from_steering || compacting, replying) {
+            (true, _) => Some(Vec::new()),
+            (false, true) => None,
+            (false, false) => {
+                let mode = self.mode(QueueKind::Steering);
+                let steering = &mut self.steering;
+                Some(deliver_from(steering, QueueKind::Steering, mode, in_flight))
+            }
+        };
+        Ok((start, first_steering))
+    }
+
+    /// Answers the calls without results of a transcript restored from
+    /// elsewhere, before anything else.
+    fn answer_open_calls(&mut self) {
+        let answered = answer_open(
+            &self.agent,
+            self.base,
+            &mut self.messages,
+            "no result was recorded before the next run started.",
+        );
+        if !answered.is_empty() {
+            let from = self.messages.len() - answered.len();
+            self.count_from(from);
+            self.commit(answered, None);
+        }
+    }
+
+    /// The loop's configuration for run `run`: the settings', with the agent's
+    /// queues, its write-ahead and the runtime's shared parts (rate limits,
+    /// breakers, the spending so far and the tenant's tally).
+    fn loop_config(
+        &self,
+        events: &Arc<RunEvents>,
+        run: u64,
+        settings: &AgentSettings,
+        model: tiller_ai::Model,
+        context: AgentContext,
+    ) -> LoopConfig {
+        let runtime = &self.agent.runtime;
+        let tenant = context.tenant_id();
+        let mut options = settings.definition.run.clone();
+        options.stream.rate_limits.clone_from(&runtime.rate_limits);
+        options.stream.breakers = Some(runtime.breakers.clone());
+        options.stream.tenant = tenant.map(Arc::from);
+        let spending = Spending {
+            agent_before: self.spent,
+            tenant: tenant
+                .and_then(|tenant| runtime.tallies.get(tenant))
+                .map(|tally| tally.clone()),
+        };
+        LoopConfig {
+            model,
+            fallbacks: settings.definition.fallbacks.clone(),
+            spending,
+            run: options,
+            hooks: settings.code.hooks.clone(),
+            steering: Some(queue_source(&self.myself, run, QueueKind::Steering)),
+            first_steering: None,
+            follow_up: Some(queue_source(&self.myself, run, QueueKind::FollowUp)),
+            write_ahead: Some(write_ahead(events)),
+            pause: None,
+            context,
+        }
     }
 
     pub(super) fn drain_events(&mut self) {
@@ -400,70 +435,7 @@ impl ActorState {
             }
             AgentEvent::MessageEnd { message } => {
                 run.streaming = None;
-                let spent = match &**message {
-                    AgentMessage::Llm(tiller_ai::Message::Assistant(answer)) => {
-                        Some(Spent::response(answer)).filter(|spent| !spent.is_zero())
-                    }
-                    AgentMessage::Llm(tiller_ai::Message::ToolResult(_)) => {
-                        Some(Spent::tool_calls(1))
-                    }
-                    _ => None,
-                };
-                let dequeued = match run.in_flight.front() {
-                    Some((_, seq, taken)) if taken == &**message => {
-                        let seq = *seq;
-                        run.in_flight.pop_front();
-                        Some(seq)
-                    }
-                    _ => None,
-                };
-                let seq = self.base + self.messages.len() as u64;
-                let shared = Arc::new((**message).clone());
-                self.tokens = self.tokens.after(&shared);
-                self.messages.push(shared.clone());
-                let state = shared
-                    .as_tool_result()
-                    .map(|result| &result.state)
-                    .filter(|state| !state.is_empty());
-                let context = state.map(|state| {
-                    self.context = self.context.clone().with_states(state);
-                    self.agent
-                        .write(Change::SetContext(stored_context(&self.context)))
-                });
-                // A tool's state is stored in the write of its result.
-                let mut writes = vec![self.agent.write(Change::Append {
-                    seq,
-                    message: shared,
-                    dequeued,
-                })];
-                writes.extend(context);
-                // What it spent, counted in the same write.
-                let tenant_ledger = run.tenant_ledger;
-                writes.extend(spent.map(|spent| {
-                    self.spent += &spent;
-                    spend_write(&self.agent, &self.context, spent, tenant_ledger)
-                }));
-                // The run's write-ahead may wait on this one.
-                let (done, committed) = oneshot::channel();
-                run.last_write = Some(committed);
-                // The run's first message acknowledges the op that started it.
-                let start_ack = run.start_ack.take();
-                if let Some(key) = start_ack.as_ref().and_then(|ack| ack.key.clone()) {
-                    writes.push(self.agent.write(Change::OpKey(key)));
-                }
-                let ack = self.ack(move |result| {
-                    if let Some(StartAck {
-                        reply: Some(reply), ..
-                    }) = start_ack
-                    {
-                        let _ = reply.send(result.clone().map_err(AgentError::from));
-                    }
-                    let _ = done.send(result);
-                });
-                self.agent.runtime.writer.submit(writes, Some(ack));
-                if let Some(hook) = &self.settings.code.on_message {
-                    hook(&self.agent.id, message);
-                }
+                self.message_ended(message);
             }
             AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
                 run.pending_tool_calls.push(tool_call_id.clone())
@@ -477,38 +449,8 @@ impl ActorState {
                 kept,
                 ..
             } => {
-                let kept = *kept as usize;
-                let seq = self.base + self.messages.len() as u64;
-                let mut report = event.compaction_report();
-                let fits = *summary_id == seq && kept <= self.messages.len();
-                if !fits {
-                    // The run's transcript and this one differ: never written.
-                    tracing::error!(agent = %self.agent.id, summary_id, seq, "a compaction does not fit the transcript; not applied");
-                    if let Some(report) = report.as_mut() {
-                        report.summary_id = None;
-                        report.error =
-                            Some("the compaction did not fit the agent's transcript".to_owned());
-                    }
-                }
-                run.compactions.extend(report);
-                if fits {
-                    let mut compacted = Vec::with_capacity(1 + kept);
-                    compacted.push(Arc::new((**summary).clone()));
-                    compacted.extend(self.messages.drain(self.messages.len() - kept..));
-                    // The summary and the copies of the kept messages, in one
-                    // transaction: the compaction is stored whole or not at all.
-                    let writes = appends(&self.agent, seq, &compacted);
-                    let agent = self.agent.id.clone();
-                    let ack = self.ack(move |result| {
-                        if let Err(error) = result {
-                            tracing::error!(%agent, %error, "a compaction could not be stored");
-                        }
-                    });
-                    self.agent.runtime.writer.submit(writes, Some(ack));
-                    self.tokens = ContextTokens::of(&compacted);
-                    self.messages = compacted;
-                    self.base = seq;
-                }
+                let report = event.compaction_report();
+                self.compacted(summary, *summary_id, *kept as usize, report);
             }
             AgentEvent::CompactionEnd { .. } => {
                 run.compactions.extend(event.compaction_report());
@@ -523,52 +465,7 @@ impl ActorState {
                 run.guardrail_tripped = event.guardrail_tripped();
             }
             AgentEvent::AgentEnd { .. } => {
-                let ms = u64::try_from(run.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                let spent = Spent::wall_clock(ms);
-                self.spent += &spent;
-                let wall_clock = spend_write(&self.agent, &self.context, spent, run.tenant_ledger);
-                let Some(run) = self.run.as_mut() else {
-                    return;
-                };
-                // Taken and never delivered (an abort): back to the front of its queue,
-                // where the store still has it; refused by an input guardrail: gone.
-                let refused = run
-                    .guardrail_tripped
-                    .as_ref()
-                    .is_some_and(|tripped| tripped.stage == tiller_core::GuardrailStage::Input);
-                let mut dropped = Vec::new();
-                while let Some((queue, seq, message)) = run.in_flight.pop_back() {
-                    if refused {
-                        dropped.push(seq);
-                        continue;
-                    }
-                    match queue {
-                        QueueKind::Steering => self.steering.push_front((seq, message)),
-                        QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
-                    }
-                }
-                let reset = run.reset;
-                let run_id = run.id;
-                run.ending = Some(event);
-                let reset_keys = std::mem::take(&mut run.reset_keys);
-                let mut writes = if reset { self.clear() } else { Vec::new() };
-                writes.push(wall_clock);
-                writes.extend(
-                    dropped
-                        .into_iter()
-                        .map(|seq| self.agent.write(Change::Dequeue(seq))),
-                );
-                writes.extend(
-                    reset_keys
-                        .into_iter()
-                        .map(|key| self.agent.write(Change::OpKey(key))),
-                );
-                let actor = self.myself.clone();
-                let ack = self.ack(move |_| {
-                    let _ =
-                        actor.send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
-                });
-                self.agent.runtime.writer.submit(writes, Some(ack));
+                self.ended(event);
                 return;
             }
             AgentEvent::AgentStart
@@ -585,6 +482,171 @@ impl ActorState {
         self.agent
             .hub
             .publish(&self.agent.id, Delivered::Event(event));
+    }
+
+    /// A message the run ended: in the transcript, written with what it
+    /// spent, the queue entry it came from and the op key it acknowledges (the
+    /// run's write-ahead may wait on this write).
+    fn message_ended(&mut self, message: &AgentMessage) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let spent = match message {
+            AgentMessage::Llm(tiller_ai::Message::Assistant(answer)) => {
+                Some(Spent::response(answer)).filter(|spent| !spent.is_zero())
+            }
+            AgentMessage::Llm(tiller_ai::Message::ToolResult(_)) => Some(Spent::tool_calls(1)),
+            _ => None,
+        };
+        let dequeued = match run.in_flight.front() {
+            Some((_, seq, taken)) if taken == message => {
+                let seq = *seq;
+                run.in_flight.pop_front();
+                Some(seq)
+            }
+            _ => None,
+        };
+        let seq = self.base + self.messages.len() as u64;
+        let shared = Arc::new(message.clone());
+        self.tokens = self.tokens.after(&shared);
+        self.messages.push(shared.clone());
+        let state = shared
+            .as_tool_result()
+            .map(|result| &result.state)
+            .filter(|state| !state.is_empty());
+        let context = state.map(|state| {
+            self.context = self.context.clone().with_states(state);
+            self.agent
+                .write(Change::SetContext(stored_context(&self.context)))
+        });
+        // A tool's state is stored in the write of its result.
+        let mut writes = vec![self.agent.write(Change::Append {
+            seq,
+            message: shared,
+            dequeued,
+        })];
+        writes.extend(context);
+        // What it spent, counted in the same write.
+        let tenant_ledger = run.tenant_ledger;
+        writes.extend(spent.map(|spent| {
+            self.spent += &spent;
+            spend_write(&self.agent, &self.context, spent, tenant_ledger)
+        }));
+        // The run's write-ahead may wait on this one.
+        let (done, committed) = oneshot::channel();
+        run.last_write = Some(committed);
+        // The run's first message acknowledges the op that started it.
+        let start_ack = run.start_ack.take();
+        if let Some(key) = start_ack.as_ref().and_then(|ack| ack.key.clone()) {
+            writes.push(self.agent.write(Change::OpKey(key)));
+        }
+        let ack = self.ack(move |result| {
+            if let Some(StartAck {
+                reply: Some(reply), ..
+            }) = start_ack
+            {
+                let _ = reply.send(result.clone().map_err(AgentError::from));
+            }
+            let _ = done.send(result);
+        });
+        self.agent.runtime.writer.submit(writes, Some(ack));
+        if let Some(hook) = &self.settings.code.on_message {
+            hook(&self.agent.id, message);
+        }
+    }
+
+    /// A compaction the run made: its summary in place of all but the last
+    /// `kept` messages, stored in one transaction, when it fits the transcript.
+    fn compacted(
+        &mut self,
+        summary: &AgentMessage,
+        summary_id: u64,
+        kept: usize,
+        mut report: Option<CompactionReport>,
+    ) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let seq = self.base + self.messages.len() as u64;
+        let fits = summary_id == seq && kept <= self.messages.len();
+        if !fits {
+            // The run's transcript and this one differ: never written.
+            tracing::error!(agent = %self.agent.id, summary_id, seq, "a compaction does not fit the transcript; not applied");
+            if let Some(report) = report.as_mut() {
+                report.summary_id = None;
+                report.error = Some("the compaction did not fit the agent's transcript".to_owned());
+            }
+        }
+        run.compactions.extend(report);
+        if fits {
+            let mut compacted = Vec::with_capacity(1 + kept);
+            compacted.push(Arc::new(summary.clone()));
+            compacted.extend(self.messages.drain(self.messages.len() - kept..));
+            // The summary and the copies of the kept messages, in one
+            // transaction: the compaction is stored whole or not at all.
+            let writes = appends(&self.agent, seq, &compacted);
+            let agent = self.agent.id.clone();
+            let ack = self.ack(move |result| {
+                if let Err(error) = result {
+                    tracing::error!(%agent, %error, "a compaction could not be stored");
+                }
+            });
+            self.agent.runtime.writer.submit(writes, Some(ack));
+            self.tokens = ContextTokens::of(&compacted);
+            self.messages = compacted;
+            self.base = seq;
+        }
+    }
+
+    /// The run's `agent_end`: its wall clock spent, what it took from the queues
+    /// and never delivered put back (or dropped, when an input guardrail refused
+    /// it), a reset's clearing; the end is told once all of it is committed.
+    fn ended(&mut self, event: AgentEvent) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let ms = u64::try_from(run.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let spent = Spent::wall_clock(ms);
+        self.spent += &spent;
+        let wall_clock = spend_write(&self.agent, &self.context, spent, run.tenant_ledger);
+        // Taken and never delivered (an abort): back to the front of its queue,
+        // where the store still has it; refused by an input guardrail: gone.
+        let refused = run
+            .guardrail_tripped
+            .as_ref()
+            .is_some_and(|tripped| tripped.stage == tiller_core::GuardrailStage::Input);
+        let mut dropped = Vec::new();
+        while let Some((queue, seq, message)) = run.in_flight.pop_back() {
+            if refused {
+                dropped.push(seq);
+                continue;
+            }
+            match queue {
+                QueueKind::Steering => self.steering.push_front((seq, message)),
+                QueueKind::FollowUp => self.follow_up.push_front((seq, message)),
+            }
+        }
+        let reset = run.reset;
+        let run_id = run.id;
+        run.ending = Some(event);
+        let reset_keys = std::mem::take(&mut run.reset_keys);
+        let mut writes = if reset { self.clear() } else { Vec::new() };
+        writes.push(wall_clock);
+        writes.extend(
+            dropped
+                .into_iter()
+                .map(|seq| self.agent.write(Change::Dequeue(seq))),
+        );
+        writes.extend(
+            reset_keys
+                .into_iter()
+                .map(|key| self.agent.write(Change::OpKey(key))),
+        );
+        let actor = self.myself.clone();
+        let ack = self.ack(move |_| {
+            let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::Committed(run_id))));
+        });
+        self.agent.runtime.writer.submit(writes, Some(ack));
     }
 
     /// The run `run` ended and its writes are committed: the state says so, then
@@ -683,33 +745,6 @@ fn spend_write(
         .filter(|_| !tenant_ledger)
         .map(Arc::from);
     agent.write(Change::Spend { spent, tenant })
-}
-
-/// The loop's configuration for one run of this agent: the agent's run options
-/// whole, its queues (with the first steering read already done, when it was),
-/// and write-ahead through the run's `events`.
-pub(super) fn loop_config(
-    actor: &ActorRef<AgentMsg>,
-    events: &Arc<RunEvents>,
-    run: u64,
-    settings: &AgentSettings,
-    model: tiller_ai::Model,
-    context: AgentContext,
-    first_steering: Option<Vec<AgentMessage>>,
-) -> LoopConfig {
-    LoopConfig {
-        model,
-        fallbacks: settings.definition.fallbacks.clone(),
-        spending: Spending::default(),
-        run: settings.definition.run.clone(),
-        hooks: settings.code.hooks.clone(),
-        steering: Some(queue_source(actor, run, QueueKind::Steering)),
-        first_steering,
-        follow_up: Some(queue_source(actor, run, QueueKind::FollowUp)),
-        write_ahead: Some(write_ahead(events)),
-        pause: None,
-        context,
-    }
 }
 
 /// Write-ahead for the loop: a request behind the response in the run's queue,
