@@ -9,6 +9,7 @@ use crate::limits::Limit;
 /// an API key or a request header.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StreamError {
     /// No API key was passed and the provider's environment variable is unset.
     #[error(

@@ -18,6 +18,7 @@ use crate::message::{AssistantMessage, StopReason, ToolCall};
 /// One step of a streamed assistant response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AssistantEvent {
     /// The response began; `message` is still empty.
     Start {

@@ -163,6 +163,7 @@ pub struct AccountStats {
 /// Why a request waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WaitCause {
     /// The account's requests or tokens are used up until they refill.
     Paced,

@@ -58,5 +58,6 @@ pub fn verdict(
             Some(Output::Invalid(error)) => error.to_string(),
             _ => "the answer did not match the output schema".to_owned(),
         }),
+        other => Err(format!("the run ended: {other:?}")),
     }
 }

@@ -218,6 +218,7 @@ pub fn notice_text(notice: &Notice) -> String {
             format!("the agent is held by host {host} now (epoch {epoch})")
         }
         Notice::TurnRestarted => "the turn in progress is run again from its start".to_owned(),
+        other => format!("{other:?}"),
     }
 }
 

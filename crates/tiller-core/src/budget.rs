@@ -656,6 +656,7 @@ impl BudgetScope {
 /// Which bound of a budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BudgetLimit {
     /// [`Budget::input_tokens`].
     InputTokens,

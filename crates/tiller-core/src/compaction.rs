@@ -132,6 +132,7 @@ impl CompactionPolicy {
 /// Why a compaction ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CompactionReason {
     /// The transcript passed `context_window − reserve_tokens`.
     Threshold,

@@ -48,6 +48,7 @@ use crate::tool::ToolOutput;
 /// One step of an agent run; serialized as `{"type": "<snake_case>", ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// The run began.
     AgentStart,
@@ -258,6 +259,7 @@ pub enum AgentEvent {
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunEnd {
     /// The model answered and nothing was left to do.
     Completed,

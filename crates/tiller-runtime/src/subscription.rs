@@ -140,6 +140,7 @@ pub enum Delivered {
 /// Notices the runtime adds to an agent's events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Notice {
     /// This subscriber fell behind and missed `missed` events, from the envelope's `seq` on.
     Lagged {

@@ -123,6 +123,11 @@ pub fn describe(events: &[AgentEvent]) -> Vec<String> {
                 messages.len(),
                 serde_json::to_string(output).unwrap()
             ),
+            // An event this list does not know yet: its type.
+            other => serde_json::to_value(other).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
         })
         .collect()
 }

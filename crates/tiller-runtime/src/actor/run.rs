@@ -468,16 +468,8 @@ impl ActorState {
                 self.ended(event);
                 return;
             }
-            AgentEvent::AgentStart
-            | AgentEvent::CompactionStart { .. }
-            | AgentEvent::TurnStart
-            | AgentEvent::ToolExecutionUpdate { .. }
-            | AgentEvent::Action { .. }
-            | AgentEvent::InputRequested { .. }
-            | AgentEvent::ApprovalRequested { .. }
-            | AgentEvent::ChildEvent { .. }
-            | AgentEvent::RateLimited { .. }
-            | AgentEvent::ModelFallback { .. } => {}
+            // The others change nothing the actor keeps.
+            _ => {}
         }
         self.agent
             .hub
