@@ -636,28 +636,7 @@ impl RawAgentFile {
             .collect::<Result<Vec<_>, _>>()?;
         check_tools(&tools)?;
         check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
-        #[cfg(not(feature = "mcp"))]
-        if !extra.mcp_servers.is_empty() {
-            return Err((
-                "json_schema_extra.mcp_servers".to_owned(),
-                "this build of Tiller has no MCP support: enable the `mcp` feature".to_owned(),
-            ));
-        }
-        #[cfg(feature = "mcp")]
-        for (index, server) in extra.mcp_servers.iter().enumerate() {
-            let field = format!("json_schema_extra.mcp_servers[{index}]");
-            server.check().map_err(|message| (field.clone(), message))?;
-            if extra.mcp_servers[..index]
-                .iter()
-                .any(|other| other.name == server.name)
-            {
-                return Err((
-                    format!("{field}.name"),
-                    format!("another MCP server is named `{}`", server.name),
-                ));
-            }
-        }
-
+        check_mcp_servers(&extra.mcp_servers)?;
         for (index, trigger) in extra.triggers.iter().enumerate() {
             trigger.check().map_err(|(field, message)| {
                 (
@@ -667,17 +646,12 @@ impl RawAgentFile {
             })?;
         }
 
-        let mut output_schema = json!({
-            "type": "object",
-            "properties": self.properties,
-            "required": self.required,
-        });
-        if let Some(title) = self.title {
-            output_schema["title"] = Value::String(title);
-        }
-        if let Some(additional) = self.additional_properties {
-            output_schema["additionalProperties"] = additional;
-        }
+        let output_schema = output_schema(
+            self.properties,
+            self.required,
+            self.title,
+            self.additional_properties,
+        );
         let (provider, model, base_url, fallbacks) = match extra.model {
             None => (None, None, None, None),
             Some(ModelSpec::Name(name)) => (None, Some(name), None, None),
@@ -724,22 +698,7 @@ impl RawAgentFile {
                 exclude: extra.exclude_tools,
             },
             #[cfg(feature = "mcp")]
-            // A stdio server's program and files are found as a command
-            // tool's are: from the agent file's folder.
-            mcp_servers: extra
-                .mcp_servers
-                .into_iter()
-                .map(|mut server| {
-                    let mut command = std::mem::take(&mut server.command).into_iter();
-                    server.command = command
-                        .next()
-                        .map(|program| resolve(&program, folder).to_string_lossy().into_owned())
-                        .into_iter()
-                        .chain(command.map(|arg| in_folder(arg, folder)))
-                        .collect();
-                    server
-                })
-                .collect(),
+            mcp_servers: in_folder_servers(extra.mcp_servers, folder),
             approvals: extra.approvals,
             max_asks_per_tool: extra.max_asks_per_tool,
             answers: extra.answers,
@@ -749,6 +708,79 @@ impl RawAgentFile {
             guardrails: extra.guardrails,
         })
     }
+}
+
+/// The MCP servers a file lists, checked: each usable, no two of one name (a
+/// build without MCP refuses any).
+#[cfg(feature = "mcp")]
+fn check_mcp_servers(servers: &[McpServer]) -> Result<(), (String, String)> {
+    for (index, server) in servers.iter().enumerate() {
+        let field = format!("json_schema_extra.mcp_servers[{index}]");
+        server.check().map_err(|message| (field.clone(), message))?;
+        if servers[..index]
+            .iter()
+            .any(|other| other.name == server.name)
+        {
+            return Err((
+                format!("{field}.name"),
+                format!("another MCP server is named `{}`", server.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A build without MCP refuses a file listing MCP servers.
+#[cfg(not(feature = "mcp"))]
+fn check_mcp_servers(servers: &[Value]) -> Result<(), (String, String)> {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    Err((
+        "json_schema_extra.mcp_servers".to_owned(),
+        "this build of Tiller has no MCP support: enable the `mcp` feature".to_owned(),
+    ))
+}
+
+/// A stdio server's program and files, found as a command tool's are: from
+/// the agent file's folder.
+#[cfg(feature = "mcp")]
+fn in_folder_servers(servers: Vec<McpServer>, folder: &Path) -> Vec<McpServer> {
+    servers
+        .into_iter()
+        .map(|mut server| {
+            let mut command = std::mem::take(&mut server.command).into_iter();
+            server.command = command
+                .next()
+                .map(|program| resolve(&program, folder).to_string_lossy().into_owned())
+                .into_iter()
+                .chain(command.map(|arg| in_folder(arg, folder)))
+                .collect();
+            server
+        })
+        .collect()
+}
+
+/// The answer's schema: an object of the file's `properties` and `required`,
+/// with its `title` and `additionalProperties` when it gives them.
+fn output_schema(
+    properties: serde_json::Map<String, Value>,
+    required: Vec<String>,
+    title: Option<String>,
+    additional: Option<Value>,
+) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+    });
+    if let Some(title) = title {
+        schema["title"] = Value::String(title);
+    }
+    if let Some(additional) = additional {
+        schema["additionalProperties"] = additional;
+    }
+    schema
 }
 
 /// A named tool must be one of the file's tools, a choice needs tools to choose

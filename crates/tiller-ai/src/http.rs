@@ -403,19 +403,9 @@ async fn send(
         // request does not wait there longer than for a silent server.
         let mut ticket = match &request.account {
             Some(account) => {
-                let turn = account.turn(
-                    request.body.len(),
-                    request.tenant.as_deref(),
-                    observer.as_ref(),
-                );
-                Some(match idle_timeout {
-                    Some(limit) => tokio::time::timeout(limit, turn).await.map_err(|_| {
-                        StreamError::Stalled {
-                            idle_timeout_ms: millis(limit),
-                        }
-                    })?,
-                    None => turn.await,
-                })
+                let tenant = request.tenant.as_deref();
+                let turn = account.turn(request.body.len(), tenant, observer.as_ref());
+                Some(idle_bounded(idle_timeout, turn).await?)
             }
             None => None,
         };
@@ -431,15 +421,7 @@ async fn send(
             .headers(headers)
             .body(request.body.clone())
             .send();
-        let result =
-            match idle_timeout {
-                Some(limit) => tokio::time::timeout(limit, pending).await.map_err(|_| {
-                    StreamError::Stalled {
-                        idle_timeout_ms: millis(limit),
-                    }
-                })?,
-                None => pending.await,
-            };
+        let result = idle_bounded(idle_timeout, pending).await?;
         let wait = match result {
             Ok(response) if response.status().is_success() => {
                 if let Some(ticket) = &mut ticket {
@@ -450,47 +432,18 @@ async fn send(
                 return Ok(Sent { response, ticket });
             }
             Ok(response) => {
-                let status = response.status();
-                let requested = retry::requested_wait(response.headers());
-                if let Some(ticket) = &mut ticket {
-                    ticket.answered(
-                        status.as_u16(),
-                        response.headers(),
-                        requested,
-                        policy.max_retry_after,
-                    );
-                }
-                let body = read_capped(response, idle_timeout).await;
-                let retryable = retry::is_retryable_status(status.as_u16());
-                let waited_out = ticket.is_some()
-                    && status.as_u16() == 429
-                    && throttled < policy.max_throttled_retries
-                    && requested.is_none_or(|wait| wait <= policy.max_retry_after);
-                if waited_out {
-                    // The account is paused: the next turn there waits it out.
-                    throttled += 1;
-                    tracing::warn!(
-                        provider = %request.provider,
-                        throttled,
-                        "the account is rate limited: waiting its turn to try again"
-                    );
-                    continue;
-                }
-                match requested {
-                    _ if !retryable || attempt >= policy.max_retries => {
-                        return Err(http_error(&request.provider, status, body, requested));
-                    }
-                    Some(wait) if wait > policy.max_retry_after => {
-                        return Err(StreamError::RetryAfterTooLong {
-                            provider: request.provider.clone(),
-                            status: status.as_u16(),
-                            retry_after_ms: millis(wait),
-                            max_retry_after_ms: millis(policy.max_retry_after),
-                            body,
-                        });
-                    }
+                let refused = Refused {
+                    request: &request,
+                    policy: &policy,
+                    attempt,
+                    throttled,
+                };
+                match refused.wait(response, &mut ticket, idle_timeout).await? {
                     Some(wait) => wait,
-                    None => policy.backoff(attempt),
+                    None => {
+                        throttled += 1;
+                        continue;
+                    }
                 }
             }
             Err(error)
@@ -515,6 +468,85 @@ async fn send(
             "retrying the request"
         );
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// `future`, given at most `idle_timeout` when there is one.
+async fn idle_bounded<T>(
+    idle_timeout: Option<Duration>,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T, StreamError> {
+    match idle_timeout {
+        Some(limit) => {
+            tokio::time::timeout(limit, future)
+                .await
+                .map_err(|_| StreamError::Stalled {
+                    idle_timeout_ms: millis(limit),
+                })
+        }
+        None => Ok(future.await),
+    }
+}
+
+/// A response that refused an attempt of `request`.
+struct Refused<'a> {
+    request: &'a HttpRequest,
+    policy: &'a RetryPolicy,
+    /// The attempt it answered (0 for the first).
+    attempt: u32,
+    /// The 429s waited out at the account so far.
+    throttled: u32,
+}
+
+impl Refused<'_> {
+    /// How long to wait before trying again; `None`: a 429 the account's next
+    /// turn waits out; `Err`: the error the request ends with.
+    async fn wait(
+        &self,
+        response: reqwest::Response,
+        ticket: &mut Option<Ticket>,
+        idle_timeout: Option<Duration>,
+    ) -> Result<Option<Duration>, StreamError> {
+        let (request, policy) = (self.request, self.policy);
+        let status = response.status();
+        let requested = retry::requested_wait(response.headers());
+        if let Some(ticket) = ticket.as_mut() {
+            ticket.answered(
+                status.as_u16(),
+                response.headers(),
+                requested,
+                policy.max_retry_after,
+            );
+        }
+        let body = read_capped(response, idle_timeout).await;
+        let retryable = retry::is_retryable_status(status.as_u16());
+        let waited_out = ticket.is_some()
+            && status.as_u16() == 429
+            && self.throttled < policy.max_throttled_retries
+            && requested.is_none_or(|wait| wait <= policy.max_retry_after);
+        if waited_out {
+            // The account is paused: the next turn there waits it out.
+            tracing::warn!(
+                provider = %request.provider,
+                throttled = self.throttled + 1,
+                "the account is rate limited: waiting its turn to try again"
+            );
+            return Ok(None);
+        }
+        match requested {
+            _ if !retryable || self.attempt >= policy.max_retries => {
+                Err(http_error(&request.provider, status, body, requested))
+            }
+            Some(wait) if wait > policy.max_retry_after => Err(StreamError::RetryAfterTooLong {
+                provider: request.provider.clone(),
+                status: status.as_u16(),
+                retry_after_ms: millis(wait),
+                max_retry_after_ms: millis(policy.max_retry_after),
+                body,
+            }),
+            Some(wait) => Ok(Some(wait)),
+            None => Ok(Some(policy.backoff(self.attempt))),
+        }
     }
 }
 

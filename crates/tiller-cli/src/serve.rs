@@ -153,6 +153,13 @@ impl ClusterOptions<'_> {
 
 /// Runs `tiller serve`.
 pub async fn serve(options: ServeOptions<'_>) -> Exit {
+    match serving(options).await {
+        Ok(exit) | Err(exit) => exit,
+    }
+}
+
+/// `tiller serve`, each failure its exit status (said on stderr).
+async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
     let ServeOptions {
         listen,
         agents,
@@ -171,116 +178,16 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         retain_closed,
         cluster,
     } = options;
-    let definitions = match connected_definitions(agents, llms).await {
-        Ok(definitions) => definitions,
-        Err(exit) => return exit,
-    };
-    let tokens = match tokens.map(Tokens::load).transpose().and_then(|tokens| {
-        let tokens = tokens.unwrap_or_default();
-        Ok(match jwt.keys()? {
-            Some(keys) => tokens.with_jwt(keys),
-            None => tokens,
-        })
-    }) {
-        Ok(tokens) => tokens,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Usage;
-        }
-    };
-    if let Some(cluster) = &cluster
-        && cluster.servers_on_command_line
-        && cluster.servers.0.contains('@')
-    {
-        say!(
-            "tiller: --cluster carries a secret where `ps` shows it: put the URLs in $TILLER_CLUSTER, or give --nats-creds or --nats-nkey"
-        );
-        return Exit::Usage;
-    }
+    let definitions = connected_definitions(agents, llms).await?;
+    let tokens = load_tokens(tokens, jwt)?;
     let drain_on_shutdown = cluster.as_ref().is_some_and(|cluster| cluster.drain);
-    let cluster = cluster.map(|cluster| cluster.config());
-    if let Some(Err(error)) = cluster.as_ref().map(ClusterConfig::check) {
-        say!("tiller: {error}");
-        return Exit::Usage;
-    }
-    if cluster.is_some() && !store.is_some_and(|url| url.starts_with("postgres")) {
-        say!(
-            "tiller: --cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL"
-        );
-        return Exit::Usage;
-    }
-    let store: Arc<dyn SessionStore> = match store {
-        None => Arc::new(MemoryStore::new()),
-        Some(url) => match open_store(Some(url)).await {
-            Ok(store) => store,
-            Err(exit) => return exit,
-        },
-    };
-    let config = SupervisorConfig {
-        hibernate_after,
-        ..SupervisorConfig::default()
-    };
-    let supervisor = match Supervisor::with_store(config, store).await {
-        Ok(supervisor) => supervisor,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Failed;
-        }
-    };
-    for (tenant, budget) in tokens.budgets() {
-        if let Err(error) = supervisor.set_tenant_budget(tenant, *budget).await {
-            say!("tiller: the budget of tenant `{tenant}`: {error}");
-            return Exit::Failed;
-        }
-    }
-    if let Some(limits) = supervisor.rate_limits() {
-        for (tenant, weight) in tokens.weights() {
-            limits.set_weight(tenant, weight);
-        }
-    }
-    // Before `ask_agent` takes the definitions, for its sub-agents too.
-    let mut definitions = definitions.with_session_store(supervisor.store().clone());
-    if let Some(chars) = compress_chars {
-        definitions = definitions.with_compression(Compression::keeping(chars as usize));
-    }
-    // A caller's restatement of a sub-agent's streamed answer is not streamed
-    // to clients again.
-    let definitions = definitions.with_ask_agent(
-        &supervisor,
-        AskAgentConfig {
-            quiet_restatements: true,
-            ..AskAgentConfig::default()
-        },
-    );
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            say!("tiller: cannot listen on {listen}: {error}");
-            return Exit::Failed;
-        }
-    };
-    let address = listener
-        .local_addr()
-        .map_or_else(|_| listen.to_owned(), |address| address.to_string());
-    let names: Vec<&str> = definitions.iter().map(|file| file.name.as_str()).collect();
-    say!(
-        "tiller: serving {} agent definition(s) on http://{address} ({})",
-        names.len(),
-        if names.is_empty() {
-            "none: create agents with an inline definition".to_owned()
-        } else {
-            names.join(", ")
-        }
-    );
-    if tokens.is_empty()
-        && listener
-            .local_addr()
-            .is_ok_and(|address| !address.ip().is_loopback())
-    {
-        say!(
-            "tiller: warning: without --tokens only this machine is answered; other addresses are refused"
-        );
-    }
+    let cluster = cluster_config(cluster, store)?;
+    let supervisor = start_supervisor(store, hibernate_after, &tokens).await?;
+    let definitions = served_definitions(definitions, &supervisor, compress_chars);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|error| failed(format!("cannot listen on {listen}: {error}")))?;
+    let address = announce(&listener, listen, &definitions, &tokens);
     let defaults = ServerConfig::default();
     let config = ServerConfig {
         tokens,
@@ -303,44 +210,167 @@ pub async fn serve(options: ServeOptions<'_>) -> Exit {
         None => Server::new(supervisor, definitions, config),
         Some(cluster) => {
             let host = cluster.host_id.clone();
-            // The port answers 503 `joining` (healthz too) until the host has joined.
-            let joined = tiller_server::while_joining(
-                &listener,
-                Server::clustered(supervisor, definitions, config, cluster),
-            )
-            .await;
-            let joined = match joined {
-                Ok(joined) => joined,
-                Err(error) => {
-                    say!("tiller: cannot listen on {address} while joining: {error}");
-                    return Exit::Failed;
-                }
-            };
-            match joined {
-                Ok(server) => {
-                    say!("tiller: host {host} joined the cluster");
-                    server
-                }
-                Err(error @ tiller_cluster::ClusterError::Config(_)) => {
-                    say!("tiller: {error}");
-                    return Exit::Usage;
-                }
-                Err(error) => {
-                    say!("tiller: {error}");
-                    return Exit::Failed;
-                }
-            }
+            let joining = Server::clustered(supervisor, definitions, config, cluster);
+            joined(&listener, &address, &host, joining).await?
         }
     };
     match server.serve(listener, stop_signal()).await {
         Ok(()) => {
             say!("tiller: stopped");
-            Exit::Success
+            Ok(Exit::Success)
         }
-        Err(error) => {
-            say!("tiller: the server failed: {error}");
-            Exit::Failed
+        Err(error) => Err(failed(format!("the server failed: {error}"))),
+    }
+}
+
+/// Says `error` on stderr; exit status 1.
+fn failed(error: impl std::fmt::Display) -> Exit {
+    say!("tiller: {error}");
+    Exit::Failed
+}
+
+/// Says `error` on stderr; exit status 2.
+fn usage(error: impl std::fmt::Display) -> Exit {
+    say!("tiller: {error}");
+    Exit::Usage
+}
+
+/// The token file at `path`, if given, with the JWT keys `jwt` names.
+fn load_tokens(path: Option<&Path>, jwt: JwtOptions<'_>) -> Result<Tokens, Exit> {
+    let tokens = path.map(Tokens::load).transpose().map_err(usage)?;
+    let tokens = tokens.unwrap_or_default();
+    Ok(match jwt.keys().map_err(usage)? {
+        Some(keys) => tokens.with_jwt(keys),
+        None => tokens,
+    })
+}
+
+/// The cluster's configuration, checked: its URLs carry no secret on the
+/// command line, and its sessions are in PostgreSQL.
+fn cluster_config(
+    cluster: Option<ClusterOptions<'_>>,
+    store: Option<&str>,
+) -> Result<Option<ClusterConfig>, Exit> {
+    let Some(cluster) = cluster else {
+        return Ok(None);
+    };
+    if cluster.servers_on_command_line && cluster.servers.0.contains('@') {
+        return Err(usage(
+            "--cluster carries a secret where `ps` shows it: put the URLs in $TILLER_CLUSTER, or give --nats-creds or --nats-nkey",
+        ));
+    }
+    let config = cluster.config();
+    config.check().map_err(usage)?;
+    if !store.is_some_and(|url| url.starts_with("postgres")) {
+        return Err(usage(
+            "--cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL",
+        ));
+    }
+    Ok(Some(config))
+}
+
+/// The supervisor over the store `store` names (memory when none), with the
+/// tenants' budgets and weights of `tokens`.
+async fn start_supervisor(
+    store: Option<&str>,
+    hibernate_after: Option<std::time::Duration>,
+    tokens: &Tokens,
+) -> Result<Supervisor, Exit> {
+    let store: Arc<dyn SessionStore> = match store {
+        None => Arc::new(MemoryStore::new()),
+        Some(url) => open_store(Some(url)).await?,
+    };
+    let config = SupervisorConfig {
+        hibernate_after,
+        ..SupervisorConfig::default()
+    };
+    let supervisor = Supervisor::with_store(config, store)
+        .await
+        .map_err(failed)?;
+    for (tenant, budget) in tokens.budgets() {
+        if let Err(error) = supervisor.set_tenant_budget(tenant, *budget).await {
+            return Err(failed(format!("the budget of tenant `{tenant}`: {error}")));
         }
+    }
+    if let Some(limits) = supervisor.rate_limits() {
+        for (tenant, weight) in tokens.weights() {
+            limits.set_weight(tenant, weight);
+        }
+    }
+    Ok(supervisor)
+}
+
+/// The definitions as the server runs them: knowing the supervisor's store
+/// (before `ask_agent` takes them, for its sub-agents too), compressing as
+/// `--compress-chars` says, with `ask_agent`, whose callers' restatements of a
+/// sub-agent's streamed answer are not streamed to clients again.
+fn served_definitions(
+    definitions: Definitions,
+    supervisor: &Supervisor,
+    compress_chars: Option<u32>,
+) -> Definitions {
+    let mut definitions = definitions.with_session_store(supervisor.store().clone());
+    if let Some(chars) = compress_chars {
+        definitions = definitions.with_compression(Compression::keeping(chars as usize));
+    }
+    let config = AskAgentConfig {
+        quiet_restatements: true,
+        ..AskAgentConfig::default()
+    };
+    definitions.with_ask_agent(supervisor, config)
+}
+
+/// Says on stderr what is served where (and warns when only this machine is
+/// answered); the address listened on.
+fn announce(
+    listener: &tokio::net::TcpListener,
+    listen: &str,
+    definitions: &Definitions,
+    tokens: &Tokens,
+) -> String {
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| listen.to_owned(), |address| address.to_string());
+    let names: Vec<&str> = definitions.iter().map(|file| file.name.as_str()).collect();
+    say!(
+        "tiller: serving {} agent definition(s) on http://{address} ({})",
+        names.len(),
+        if names.is_empty() {
+            "none: create agents with an inline definition".to_owned()
+        } else {
+            names.join(", ")
+        }
+    );
+    if tokens.is_empty()
+        && listener
+            .local_addr()
+            .is_ok_and(|address| !address.ip().is_loopback())
+    {
+        say!(
+            "tiller: warning: without --tokens only this machine is answered; other addresses are refused"
+        );
+    }
+    address
+}
+
+/// The clustered server once its host joined; the port answers 503 `joining`
+/// (healthz too) until then.
+async fn joined(
+    listener: &tokio::net::TcpListener,
+    address: &str,
+    host: &str,
+    joining: impl std::future::Future<Output = Result<Server, tiller_cluster::ClusterError>>,
+) -> Result<Server, Exit> {
+    let joined = tiller_server::while_joining(listener, joining)
+        .await
+        .map_err(|error| failed(format!("cannot listen on {address} while joining: {error}")))?;
+    match joined {
+        Ok(server) => {
+            say!("tiller: host {host} joined the cluster");
+            Ok(server)
+        }
+        Err(error @ tiller_cluster::ClusterError::Config(_)) => Err(usage(error)),
+        Err(error) => Err(failed(error)),
     }
 }
 

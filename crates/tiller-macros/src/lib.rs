@@ -264,8 +264,10 @@ fn expand_impl(mut block: ItemImpl) -> syn::Result<proc_macro2::TokenStream> {
     })
 }
 
-/// The tool struct, its arguments type and its `AgentTool` implementation.
-fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_macro2::TokenStream> {
+/// The arguments of a `#[tool]` function, checked: not generic, returning a
+/// `Result`, each argument a plain name or the tool context, each documented
+/// parameter one of them.
+fn arguments_of(options: &Options, source: &ToolSource<'_>) -> syn::Result<Vec<Argument>> {
     let signature = source.signature;
     if !signature.generics.params.is_empty() {
         return Err(syn::Error::new(
@@ -314,7 +316,13 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
             ));
         }
     }
+    Ok(arguments)
+}
 
+/// The tool struct, its arguments type and its `AgentTool` implementation.
+fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_macro2::TokenStream> {
+    let signature = source.signature;
+    let arguments = arguments_of(&options, &source)?;
     let function_name = &signature.ident;
     let tool_name = options
         .name
@@ -328,7 +336,6 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
         ));
     }
     let struct_name = &source.struct_name;
-    let visibility = source.visibility;
     let fields = arguments.iter().filter_map(|argument| match argument {
         Argument::Field(ident, ty) => {
             let doc = options
@@ -347,38 +354,13 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
             Argument::Context { .. } => None,
         })
         .collect();
-    let call_arguments = arguments.iter().map(|argument| match argument {
-        Argument::Field(ident, _) => quote!(#ident),
-        Argument::Context { by_ref: true } => quote!(&__tiller_ctx),
-        Argument::Context { by_ref: false } => quote!(__tiller_ctx.clone()),
-    });
-    let callee = match source.holder {
-        Some(_) => quote!(self.0.#function_name),
-        None => quote!(#function_name),
-    };
-    let call = if signature.asyncness.is_some() {
-        quote!(#callee(#(#call_arguments),*).await)
-    } else {
-        quote!(#callee(#(#call_arguments),*))
-    };
+    let call = call_tokens(&arguments, &source);
     let execution = if options.sequential {
         quote!(::tiller::ToolExecution::Sequential)
     } else {
         quote!(::tiller::ToolExecution::Parallel)
     };
-    let struct_doc = format!("The `{tool_name}` tool, made by `#[tool]` from `{function_name}`.");
-    let definition = match source.holder {
-        Some(holder) => quote! {
-            #[doc = #struct_doc]
-            #[derive(Clone)]
-            #visibility struct #struct_name(#visibility ::std::sync::Arc<#holder>);
-        },
-        None => quote! {
-            #[doc = #struct_doc]
-            #[derive(Debug, Clone, Copy, Default)]
-            #visibility struct #struct_name;
-        },
-    };
+    let definition = tool_struct(&source, &tool_name);
     let args_name = Ident::new("Arguments", Span::call_site());
 
     Ok(quote! {
@@ -426,6 +408,48 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
             }
         };
     })
+}
+
+/// The call of a `#[tool]` function with its decoded arguments (and the tool
+/// context where it takes one), awaited when it is async.
+fn call_tokens(arguments: &[Argument], source: &ToolSource<'_>) -> proc_macro2::TokenStream {
+    let function_name = &source.signature.ident;
+    let call_arguments = arguments.iter().map(|argument| match argument {
+        Argument::Field(ident, _) => quote!(#ident),
+        Argument::Context { by_ref: true } => quote!(&__tiller_ctx),
+        Argument::Context { by_ref: false } => quote!(__tiller_ctx.clone()),
+    });
+    let callee = match source.holder {
+        Some(_) => quote!(self.0.#function_name),
+        None => quote!(#function_name),
+    };
+    let call = if source.signature.asyncness.is_some() {
+        quote!(#callee(#(#call_arguments),*).await)
+    } else {
+        quote!(#callee(#(#call_arguments),*))
+    };
+    call
+}
+
+/// The struct a `#[tool]` function's tool is: a unit struct, or one holding
+/// the methods' `Arc`'d receiver.
+fn tool_struct(source: &ToolSource<'_>, tool_name: &str) -> proc_macro2::TokenStream {
+    let function_name = &source.signature.ident;
+    let struct_name = &source.struct_name;
+    let visibility = source.visibility;
+    let struct_doc = format!("The `{tool_name}` tool, made by `#[tool]` from `{function_name}`.");
+    match source.holder {
+        Some(holder) => quote! {
+            #[doc = #struct_doc]
+            #[derive(Clone)]
+            #visibility struct #struct_name(#visibility ::std::sync::Arc<#holder>);
+        },
+        None => quote! {
+            #[doc = #struct_doc]
+            #[derive(Debug, Clone, Copy, Default)]
+            #visibility struct #struct_name;
+        },
+    }
 }
 
 fn pascal_case(snake: &str) -> String {

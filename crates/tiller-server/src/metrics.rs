@@ -160,30 +160,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
     }
     let metrics = &shared.metrics;
     let mut text = String::new();
-    let mut by_status = [0u64; 5];
-    for agent in shared.supervisor.list() {
-        let slot = match agent.status {
-            AgentStatus::Idle => 0,
-            AgentStatus::Running => 1,
-            AgentStatus::Hibernated => 2,
-            AgentStatus::Stopped { .. } => 3,
-            AgentStatus::WaitingForInput => 4,
-        };
-        by_status[slot] += 1;
-    }
-    header_of(&mut text, "tiller_agents", "gauge", "Agents by status.");
-    for (status, count) in [
-        "idle",
-        "running",
-        "hibernated",
-        "stopped",
-        "waiting_for_input",
-    ]
-    .iter()
-    .zip(by_status)
-    {
-        let _ = writeln!(text, "tiller_agents{{status=\"{status}\"}} {count}");
-    }
+    agent_metrics(&mut text, &shared.supervisor);
     counter(
         &mut text,
         "tiller_runs_started_total",
@@ -206,43 +183,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
         &metrics.model_first_event_micros,
         &metrics.model_first_events,
     );
-    header_of(
-        &mut text,
-        "tiller_http_responses_total",
-        "counter",
-        "HTTP responses by route and status.",
-    );
-    for ((route, status), count) in sorted(&metrics.responses) {
-        let _ = writeln!(
-            text,
-            "tiller_http_responses_total{{route=\"{route}\",status=\"{status}\"}} {count}"
-        );
-    }
-    header_of(
-        &mut text,
-        "tiller_problems_total",
-        "counter",
-        "Problem responses by kind.",
-    );
-    for (kind, count) in sorted(&metrics.problems) {
-        let _ = writeln!(text, "tiller_problems_total{{kind=\"{kind}\"}} {count}");
-    }
-    header_of(
-        &mut text,
-        "tiller_connections_total",
-        "counter",
-        "Connections by where they are served: on the shard of the agent their first request names, or on one chosen in turn.",
-    );
-    for (placed, count) in [
-        ("beside_agent", &metrics.connections_beside_agent),
-        ("in_turn", &metrics.connections_in_turn),
-    ] {
-        let count = count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            text,
-            "tiller_connections_total{{placed=\"{placed}\"}} {count}"
-        );
-    }
+    http_metrics(&mut text, metrics);
     let counters = [
         (
             "tiller_events_streamed_total",
@@ -306,9 +247,7 @@ fn store_metrics(text: &mut String, health: &tiller::tiller_store::StoreHealth) 
 /// and each tenant's budget and spending. A family with nothing to show is left
 /// out.
 fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
-    use tiller::tiller_ai::BreakerStats;
     use tiller::tiller_ai::ratelimit::AccountStats;
-    use tiller::tiller_core::budget::BudgetLimit;
     let accounts = supervisor
         .rate_limits()
         .map(|limits| limits.stats())
@@ -358,36 +297,119 @@ fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
             let _ = writeln!(text, "{name}{{account={}}} {value}", quoted(account));
         }
     }
+    breaker_metrics(text, supervisor);
+    tenant_metrics(text, supervisor);
+}
+
+/// The live agents, by status.
+fn agent_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
+    let mut by_status = [0u64; 5];
+    for agent in supervisor.list() {
+        let slot = match agent.status {
+            AgentStatus::Idle => 0,
+            AgentStatus::Running => 1,
+            AgentStatus::Hibernated => 2,
+            AgentStatus::Stopped { .. } => 3,
+            AgentStatus::WaitingForInput => 4,
+        };
+        by_status[slot] += 1;
+    }
+    header_of(text, "tiller_agents", "gauge", "Agents by status.");
+    for (status, count) in [
+        "idle",
+        "running",
+        "hibernated",
+        "stopped",
+        "waiting_for_input",
+    ]
+    .iter()
+    .zip(by_status)
+    {
+        let _ = writeln!(text, "tiller_agents{{status=\"{status}\"}} {count}");
+    }
+}
+
+/// The HTTP responses by route and status, the problems by kind, and where
+/// connections are served.
+fn http_metrics(text: &mut String, metrics: &Metrics) {
+    header_of(
+        text,
+        "tiller_http_responses_total",
+        "counter",
+        "HTTP responses by route and status.",
+    );
+    for ((route, status), count) in sorted(&metrics.responses) {
+        let _ = writeln!(
+            text,
+            "tiller_http_responses_total{{route=\"{route}\",status=\"{status}\"}} {count}"
+        );
+    }
+    header_of(
+        text,
+        "tiller_problems_total",
+        "counter",
+        "Problem responses by kind.",
+    );
+    for (kind, count) in sorted(&metrics.problems) {
+        let _ = writeln!(text, "tiller_problems_total{{kind=\"{kind}\"}} {count}");
+    }
+    header_of(
+        text,
+        "tiller_connections_total",
+        "counter",
+        "Connections by where they are served: on the shard of the agent their first request names, or on one chosen in turn.",
+    );
+    for (placed, count) in [
+        ("beside_agent", &metrics.connections_beside_agent),
+        ("in_turn", &metrics.connections_in_turn),
+    ] {
+        let count = count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            text,
+            "tiller_connections_total{{placed=\"{placed}\"}} {count}"
+        );
+    }
+}
+
+/// Each failing endpoint's breaker.
+fn breaker_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
+    use tiller::tiller_ai::BreakerStats;
     let breakers = supervisor.breakers().stats();
-    if !breakers.is_empty() {
-        let rows: [Family<BreakerStats, u64>; 3] = [
-            (
-                "tiller_breaker_open",
-                "gauge",
-                "Whether the endpoint's circuit is open (1) or closed (0).",
-                |breaker| u64::from(breaker.open),
-            ),
-            (
-                "tiller_breaker_failures",
-                "gauge",
-                "The endpoint's failures in a row.",
-                |breaker| u64::from(breaker.failures),
-            ),
-            (
-                "tiller_breaker_opened_total",
-                "counter",
-                "Times the endpoint's circuit opened.",
-                |breaker| breaker.opened,
-            ),
-        ];
-        for (name, kind, help, value) in rows {
-            header_of(text, name, kind, help);
-            for breaker in &breakers {
-                let endpoint = quoted(&breaker.endpoint);
-                let _ = writeln!(text, "{name}{{endpoint={endpoint}}} {}", value(breaker));
-            }
+    if breakers.is_empty() {
+        return;
+    }
+    let rows: [Family<BreakerStats, u64>; 3] = [
+        (
+            "tiller_breaker_open",
+            "gauge",
+            "Whether the endpoint's circuit is open (1) or closed (0).",
+            |breaker| u64::from(breaker.open),
+        ),
+        (
+            "tiller_breaker_failures",
+            "gauge",
+            "The endpoint's failures in a row.",
+            |breaker| u64::from(breaker.failures),
+        ),
+        (
+            "tiller_breaker_opened_total",
+            "counter",
+            "Times the endpoint's circuit opened.",
+            |breaker| breaker.opened,
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        header_of(text, name, kind, help);
+        for breaker in &breakers {
+            let endpoint = quoted(&breaker.endpoint);
+            let _ = writeln!(text, "{name}{{endpoint={endpoint}}} {}", value(breaker));
         }
     }
+}
+
+/// Each tenant's budget and spending.
+fn tenant_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
+    use tiller::tiller_core::budget::BudgetLimit;
     let budgets = supervisor.tenant_budgets();
     if !budgets.is_empty() {
         header_of(

@@ -201,16 +201,7 @@ impl ActorState {
         };
         self.answer_open_calls();
         let agent_context = self.agent.run_context(&self.context);
-        let context = LoopContext {
-            system_prompt: match &settings.code.system_prompt_fn {
-                Some(write) => Some(write(&agent_context)),
-                None => settings.definition.system_prompt.clone(),
-            },
-            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
-            tools: settings.code.tools.clone(),
-            tokens: Some(self.tokens),
-            first_seq: self.base,
-        };
+        let context = self.loop_context(&settings, &agent_context);
         self.error = None;
         self.runs += 1;
         let run_id = self.runs;
@@ -276,6 +267,21 @@ impl ActorState {
         });
         self.agent.route.mark_running();
         Ok(brings_messages)
+    }
+
+    /// What the run starts from: the system prompt (written for `context` when
+    /// the code writes it), a copy of the transcript, the tools.
+    fn loop_context(&self, settings: &AgentSettings, context: &AgentContext) -> LoopContext {
+        LoopContext {
+            system_prompt: match &settings.code.system_prompt_fn {
+                Some(write) => Some(write(context)),
+                None => settings.definition.system_prompt.clone(),
+            },
+            messages: self.messages.iter().map(|m| (**m).clone()).collect(),
+            tools: settings.code.tools.clone(),
+            tokens: Some(self.tokens),
+            first_seq: self.base,
+        }
     }
 
     /// The agent's settings with a run's `patch` and `hooks` over them.
