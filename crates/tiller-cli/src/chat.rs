@@ -59,26 +59,8 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     }
                     continue;
                 };
-                match Line::parse(&line) {
-                    Line::Quit => break,
-                    Line::Empty => {}
-                    Line::Prompt(text) => apply(&agent, prompt_or_steer(&agent, text).await).await,
-                    Line::Follow(text) => apply(&agent, follow(&agent, text).await).await,
-                    Line::Abort => {
-                        if matches!(agent.status(), AgentStatus::Running | AgentStatus::WaitingForInput) {
-                            agent.abort();
-                        } else {
-                            crate::say!("[nothing to abort]");
-                        }
-                    }
-                    Line::Reset => apply(&agent, Some(Op::Reset)).await,
-                    Line::Compact(text) => {
-                        let instructions = (!text.is_empty()).then(|| text.to_owned());
-                        apply(&agent, Some(Op::Compact { instructions })).await
-                    }
-                    Line::State => state(&agent, options.session.as_deref()).await,
-                    Line::Help => crate::say!("[{HELP}]"),
-                    Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
+                if !command(&agent, &line, options.session.as_deref()).await {
+                    break;
                 }
                 if interactive && agent.status() != AgentStatus::Running {
                     ready();
@@ -125,6 +107,35 @@ pub async fn chat(options: &AgentOptions) -> Exit {
         Ok(()) => Exit::Success,
         Err(_) => Exit::Failed,
     }
+}
+
+/// Carries out one line of input; `false` for `/quit`.
+async fn command(agent: &AgentHandle, line: &str, session: Option<&str>) -> bool {
+    match Line::parse(line) {
+        Line::Quit => return false,
+        Line::Empty => {}
+        Line::Prompt(text) => apply(agent, prompt_or_steer(agent, text).await).await,
+        Line::Follow(text) => apply(agent, follow(agent, text).await).await,
+        Line::Abort => {
+            if matches!(
+                agent.status(),
+                AgentStatus::Running | AgentStatus::WaitingForInput
+            ) {
+                agent.abort();
+            } else {
+                crate::say!("[nothing to abort]");
+            }
+        }
+        Line::Reset => apply(agent, Some(Op::Reset)).await,
+        Line::Compact(text) => {
+            let instructions = (!text.is_empty()).then(|| text.to_owned());
+            apply(agent, Some(Op::Compact { instructions })).await
+        }
+        Line::State => state(agent, session).await,
+        Line::Help => crate::say!("[{HELP}]"),
+        Line::Unknown(command) => crate::say!("[unknown command {command}: {HELP}]"),
+    }
+    true
 }
 
 /// One line of input.

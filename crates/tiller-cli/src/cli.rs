@@ -89,162 +89,7 @@ pub enum CliCommand {
     /// and the runs it starts, linked by their spans. GET /sessions lists the conversations --store keeps, which
     /// POST /sessions/{id}/resume brings back. Exit status: 0 after a clean shutdown, 1 when the address cannot
     /// be used, 2 for bad usage or bad agent files.
-    Serve {
-        /// The address to listen on (port 0 picks a free one; the address is said
-        /// on stderr).
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
-        listen: String,
-        /// A folder of agent files (YAML or JSON) the API makes agents from.
-        #[arg(long, value_name = "DIR")]
-        agents: Option<PathBuf>,
-        /// Named LLM configurations the agent files may use (default: $TILLER_LLMS).
-        #[arg(long, value_name = "FILE")]
-        llms: Option<PathBuf>,
-        /// The session store (`memory:`, `sqlite://PATH`, `postgres://…`). Default:
-        /// in memory.
-        #[arg(long, value_name = "URL")]
-        store: Option<String>,
-        /// Bearer tokens and their tenants (`tokens: [{token, tenant, user}]`, YAML
-        /// or JSON): every request then needs a token, and each tenant sees only its
-        /// own agents. Without it the server is open to anyone who can reach it.
-        #[arg(long, value_name = "FILE")]
-        tokens: Option<PathBuf>,
-        /// Also accept JSON Web Tokens signed (HS256) with the secret this
-        /// environment variable holds: their claims give the tenant (`tenant_id`,
-        /// else `default`), the user (`user_id`, else `sub`) and the client
-        /// (`client_id`); `exp` is required and `nbf` checked. Beside --tokens.
-        #[arg(long, value_name = "VAR", conflicts_with = "jwt_public_key")]
-        jwt_secret_env: Option<String>,
-        /// Also accept JSON Web Tokens signed (RS256 or ES256) by the private half
-        /// of this PEM public key; claims as for --jwt-secret-env.
-        #[arg(long, value_name = "FILE")]
-        jwt_public_key: Option<PathBuf>,
-        /// Accept only JWTs issued by this issuer (`iss`).
-        #[arg(long, value_name = "ISS")]
-        jwt_issuer: Option<String>,
-        /// Accept only JWTs meant for this audience (`aud`).
-        #[arg(long, value_name = "AUD")]
-        jwt_audience: Option<String>,
-        /// Seconds a JWT is still taken past its `exp` (or before its `nbf`):
-        /// the clock skew allowed with the issuer.
-        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
-        jwt_leeway: u64,
-        /// The longest a JWT may live, in seconds (from its `iat`, or from now):
-        /// longer-lived tokens are refused.
-        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
-        jwt_max_lifetime: u64,
-        /// Take X-User-Id, X-Session-Id, X-Client-Id and X-Evaluation from requests
-        /// into the agents' context (only behind a gateway that sets them).
-        #[arg(long)]
-        trust_context_headers: bool,
-        /// On Ctrl-C or SIGTERM, give runs in flight this many seconds to finish
-        /// (new work is refused with 503 meanwhile) before aborting them.
-        #[arg(long, value_name = "SECS", default_value_t = 0)]
-        finish_runs: u64,
-        /// Let an agent idle this many seconds leave memory (its session stays in
-        /// the store; its next request brings it back). Default: never.
-        #[arg(long, value_name = "SECS")]
-        hibernate_after: Option<u64>,
-        /// A page origin (`https://app.example.com`) whose browser requests are
-        /// accepted, besides loopback ones and the server's own; repeatable.
-        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
-        allowed_origins: Vec<String>,
-        /// A host name the server answers without --tokens, besides loopback
-        /// (`localhost`, 127.0.0.1, ::1); repeatable.
-        #[arg(long = "allowed-host", value_name = "NAME")]
-        allowed_hosts: Vec<String>,
-        /// Let agent files sent inline carry what only an operator should: command
-        /// tools, a model's base_url, api_key_env, a tool's env, MCP servers, and
-        /// models the server does not serve. Only for clients trusted with a shell.
-        #[arg(long)]
-        trust_inline_definitions: bool,
-        /// Cut assistant answers longer than N characters when a session is
-        /// reloaded (resume, restart, thaw), keeping their start and end with a
-        /// marker the agent's `lookup` tool reads whole; for agent files that set
-        /// no `compression`. Default: off.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        compress_chars: Option<u32>,
-        /// The most connections open at once (503 past it).
-        #[arg(long, value_name = "N", default_value_t = 1024,
-              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        max_connections: u32,
-        /// Delete closed sessions this many days after their last change (checked
-        /// every hour). Default: keep them.
-        #[arg(long, value_name = "DAYS")]
-        retain_closed_days: Option<u64>,
-        /// Be one host of a cluster on these NATS servers (JetStream; URLs
-        /// separated by commas): any host takes any request, each agent has one
-        /// owner, and a dead host's agents come back on the others. Needs
-        /// --store postgres://… shared by every host. `tls://` requires TLS; a
-        /// user and password (`USER:PASSWORD@`) or a token (`TOKEN@`) in the URLs
-        /// are taken from $TILLER_CLUSTER only, never from the command line.
-        #[arg(
-            long,
-            value_name = "URLS",
-            env = "TILLER_CLUSTER",
-            hide_env_values = true
-        )]
-        cluster: Option<ClusterUrls>,
-        /// A NATS credentials file (a user JWT and its NKey seed, as `nsc`
-        /// writes it) for the cluster's bus.
-        #[arg(
-            long,
-            value_name = "FILE",
-            env = "TILLER_NATS_CREDS",
-            requires = "cluster"
-        )]
-        nats_creds: Option<PathBuf>,
-        /// A file holding this host's NKey user seed (`SU…`) for the cluster's bus.
-        #[arg(
-            long,
-            value_name = "FILE",
-            env = "TILLER_NATS_NKEY",
-            requires = "cluster"
-        )]
-        nats_nkey: Option<PathBuf>,
-        /// The certificate authority (PEM) that signed the NATS servers'
-        /// certificates; TLS is then required.
-        #[arg(
-            long,
-            value_name = "FILE",
-            env = "TILLER_NATS_CA",
-            requires = "cluster"
-        )]
-        nats_ca: Option<PathBuf>,
-        /// This host's client certificate (PEM), for NATS servers that verify
-        /// clients (mutual TLS); with --nats-key.
-        #[arg(long, value_name = "FILE", env = "TILLER_NATS_CERT", requires_all = ["cluster", "nats_key"])]
-        nats_cert: Option<PathBuf>,
-        /// The key (PEM) of --nats-cert.
-        #[arg(long, value_name = "FILE", env = "TILLER_NATS_KEY", requires_all = ["cluster", "nats_cert"])]
-        nats_key: Option<PathBuf>,
-        /// Join a NATS bus off this machine without credentials or TLS anyway.
-        /// Anyone who reaches that bus can then read every agent's events and
-        /// send any agent any op.
-        #[arg(long, requires = "cluster")]
-        insecure_cluster: bool,
-        /// How long an agent stays idle before its lease is marked idle: a host
-        /// that dies leaves its idle agents for their next request, and its busy
-        /// ones are taken over at once.
-        #[arg(long, value_name = "SECS", default_value_t = 30, requires = "cluster",
-              value_parser = clap::value_parser!(u64).range(1..=86_400))]
-        idle_after: u64,
-        /// This host's id in the cluster (letters, digits, `-`, `_`, `.`). A host
-        /// restarted under its id takes its place back at once. Default: a new id.
-        #[arg(long, value_name = "ID", requires = "cluster")]
-        host_id: Option<String>,
-        /// In a cluster, on Ctrl-C or SIGTERM, first move this host's agents to
-        /// the other hosts, each between two turns (POST /admin/drain does the
-        /// same while serving).
-        #[arg(long, requires = "cluster")]
-        drain: bool,
-        /// How long a silent host's agents wait before the others take them over;
-        /// every host of a cluster must be given the same. Must exceed a NATS
-        /// leader election (see docs/cluster.md).
-        #[arg(long, value_name = "SECS", default_value_t = 15, requires = "cluster",
-              value_parser = clap::value_parser!(u64).range(2..=3_600))]
-        lease_ttl: u64,
-    },
+    Serve(ServeArgs),
     /// Offer agents to MCP hosts (an editor, a desktop assistant) over stdio: each
     /// agent definition of --agents is a tool that runs the agent on the call's
     /// `text` and answers with its final answer, its text streamed as progress.
@@ -271,6 +116,165 @@ pub enum CliCommand {
         #[arg(long, value_name = "URL", global = true)]
         store: Option<String>,
     },
+}
+
+/// The options of `tiller serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free one; the address is said
+    /// on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// A folder of agent files (YAML or JSON) the API makes agents from.
+    #[arg(long, value_name = "DIR")]
+    pub agents: Option<PathBuf>,
+    /// Named LLM configurations the agent files may use (default: $TILLER_LLMS).
+    #[arg(long, value_name = "FILE")]
+    pub llms: Option<PathBuf>,
+    /// The session store (`memory:`, `sqlite://PATH`, `postgres://…`). Default:
+    /// in memory.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Bearer tokens and their tenants (`tokens: [{token, tenant, user}]`, YAML
+    /// or JSON): every request then needs a token, and each tenant sees only its
+    /// own agents. Without it the server is open to anyone who can reach it.
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// Also accept JSON Web Tokens signed (HS256) with the secret this
+    /// environment variable holds: their claims give the tenant (`tenant_id`,
+    /// else `default`), the user (`user_id`, else `sub`) and the client
+    /// (`client_id`); `exp` is required and `nbf` checked. Beside --tokens.
+    #[arg(long, value_name = "VAR", conflicts_with = "jwt_public_key")]
+    pub jwt_secret_env: Option<String>,
+    /// Also accept JSON Web Tokens signed (RS256 or ES256) by the private half
+    /// of this PEM public key; claims as for --jwt-secret-env.
+    #[arg(long, value_name = "FILE")]
+    pub jwt_public_key: Option<PathBuf>,
+    /// Accept only JWTs issued by this issuer (`iss`).
+    #[arg(long, value_name = "ISS")]
+    pub jwt_issuer: Option<String>,
+    /// Accept only JWTs meant for this audience (`aud`).
+    #[arg(long, value_name = "AUD")]
+    pub jwt_audience: Option<String>,
+    /// Seconds a JWT is still taken past its `exp` (or before its `nbf`):
+    /// the clock skew allowed with the issuer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub jwt_leeway: u64,
+    /// The longest a JWT may live, in seconds (from its `iat`, or from now):
+    /// longer-lived tokens are refused.
+    #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+    pub jwt_max_lifetime: u64,
+    /// Take X-User-Id, X-Session-Id, X-Client-Id and X-Evaluation from requests
+    /// into the agents' context (only behind a gateway that sets them).
+    #[arg(long)]
+    pub trust_context_headers: bool,
+    /// On Ctrl-C or SIGTERM, give runs in flight this many seconds to finish
+    /// (new work is refused with 503 meanwhile) before aborting them.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub finish_runs: u64,
+    /// Let an agent idle this many seconds leave memory (its session stays in
+    /// the store; its next request brings it back). Default: never.
+    #[arg(long, value_name = "SECS")]
+    pub hibernate_after: Option<u64>,
+    /// A page origin (`https://app.example.com`) whose browser requests are
+    /// accepted, besides loopback ones and the server's own; repeatable.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// A host name the server answers without --tokens, besides loopback
+    /// (`localhost`, 127.0.0.1, ::1); repeatable.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// Let agent files sent inline carry what only an operator should: command
+    /// tools, a model's base_url, api_key_env, a tool's env, MCP servers, and
+    /// models the server does not serve. Only for clients trusted with a shell.
+    #[arg(long)]
+    pub trust_inline_definitions: bool,
+    /// Cut assistant answers longer than N characters when a session is
+    /// reloaded (resume, restart, thaw), keeping their start and end with a
+    /// marker the agent's `lookup` tool reads whole; for agent files that set
+    /// no `compression`. Default: off.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub compress_chars: Option<u32>,
+    /// The most connections open at once (503 past it).
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Delete closed sessions this many days after their last change (checked
+    /// every hour). Default: keep them.
+    #[arg(long, value_name = "DAYS")]
+    pub retain_closed_days: Option<u64>,
+    /// Be one host of a cluster on these NATS servers (JetStream; URLs
+    /// separated by commas): any host takes any request, each agent has one
+    /// owner, and a dead host's agents come back on the others. Needs
+    /// --store postgres://… shared by every host. `tls://` requires TLS; a
+    /// user and password (`USER:PASSWORD@`) or a token (`TOKEN@`) in the URLs
+    /// are taken from $TILLER_CLUSTER only, never from the command line.
+    #[arg(
+        long,
+        value_name = "URLS",
+        env = "TILLER_CLUSTER",
+        hide_env_values = true
+    )]
+    pub cluster: Option<ClusterUrls>,
+    /// A NATS credentials file (a user JWT and its NKey seed, as `nsc`
+    /// writes it) for the cluster's bus.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TILLER_NATS_CREDS",
+        requires = "cluster"
+    )]
+    pub nats_creds: Option<PathBuf>,
+    /// A file holding this host's NKey user seed (`SU…`) for the cluster's bus.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TILLER_NATS_NKEY",
+        requires = "cluster"
+    )]
+    pub nats_nkey: Option<PathBuf>,
+    /// The certificate authority (PEM) that signed the NATS servers'
+    /// certificates; TLS is then required.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TILLER_NATS_CA",
+        requires = "cluster"
+    )]
+    pub nats_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM), for NATS servers that verify
+    /// clients (mutual TLS); with --nats-key.
+    #[arg(long, value_name = "FILE", env = "TILLER_NATS_CERT", requires_all = ["cluster", "nats_key"])]
+    pub nats_cert: Option<PathBuf>,
+    /// The key (PEM) of --nats-cert.
+    #[arg(long, value_name = "FILE", env = "TILLER_NATS_KEY", requires_all = ["cluster", "nats_cert"])]
+    pub nats_key: Option<PathBuf>,
+    /// Join a NATS bus off this machine without credentials or TLS anyway.
+    /// Anyone who reaches that bus can then read every agent's events and
+    /// send any agent any op.
+    #[arg(long, requires = "cluster")]
+    pub insecure_cluster: bool,
+    /// How long an agent stays idle before its lease is marked idle: a host
+    /// that dies leaves its idle agents for their next request, and its busy
+    /// ones are taken over at once.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "cluster",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub idle_after: u64,
+    /// This host's id in the cluster (letters, digits, `-`, `_`, `.`). A host
+    /// restarted under its id takes its place back at once. Default: a new id.
+    #[arg(long, value_name = "ID", requires = "cluster")]
+    pub host_id: Option<String>,
+    /// In a cluster, on Ctrl-C or SIGTERM, first move this host's agents to
+    /// the other hosts, each between two turns (POST /admin/drain does the
+    /// same while serving).
+    #[arg(long, requires = "cluster")]
+    pub drain: bool,
+    /// How long a silent host's agents wait before the others take them over;
+    /// every host of a cluster must be given the same. Must exceed a NATS
+    /// leader election (see docs/cluster.md).
+    #[arg(long, value_name = "SECS", default_value_t = 15, requires = "cluster",
+          value_parser = clap::value_parser!(u64).range(2..=3_600))]
+    pub lease_ttl: u64,
 }
 
 /// What `tiller sessions` does.

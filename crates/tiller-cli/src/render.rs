@@ -126,24 +126,7 @@ impl Output {
                 tool_name,
                 result,
                 is_error,
-            } => {
-                self.end_line()?;
-                let (label, args) = self
-                    .tool_args
-                    .remove(tool_call_id)
-                    .unwrap_or_else(|| (tool_name.clone(), Value::Null));
-                let label = if label.is_empty() { tool_name } else { &label };
-                let outcome = if result.streamed {
-                    "(the answer streamed above)".to_owned()
-                } else {
-                    preview(&result.text_content())
-                };
-                if *is_error {
-                    crate::say!("[{label} {args}] failed: {outcome}");
-                } else {
-                    crate::say!("[{label} {args}] -> {outcome}");
-                }
-            }
+            } => self.tool_ended(tool_call_id, tool_name, result, *is_error)?,
             AgentEvent::ModelFallback { from, to, error } => {
                 self.end_line()?;
                 crate::say!("[{from} failed ({error}); asking {to}]");
@@ -167,20 +150,7 @@ impl Output {
                 stdout.write_all(b"\n")?;
                 stdout.flush()?;
             }
-            AgentEvent::ChildEvent { path, event, .. } => match &**event {
-                AgentEvent::MessageStart { message } if message.as_assistant().is_some() => {
-                    self.end_line()?;
-                    crate::say_part!("[{}] ", path.join(" → "));
-                }
-                AgentEvent::MessageUpdate {
-                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-                    ..
-                } => crate::say_part!("{delta}"),
-                AgentEvent::MessageEnd { message } if message.as_assistant().is_some() => {
-                    crate::say!()
-                }
-                _ => {}
-            },
+            AgentEvent::ChildEvent { path, event, .. } => self.child(path, event)?,
             AgentEvent::CompactionEnd {
                 tokens_before,
                 tokens_after,
@@ -200,6 +170,52 @@ impl Output {
                 }
             }
             AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.end_line()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A tool call's end, with the label and arguments its start gave.
+    fn tool_ended(
+        &mut self,
+        tool_call_id: &str,
+        tool_name: &str,
+        result: &tiller::ToolOutput,
+        is_error: bool,
+    ) -> io::Result<()> {
+        self.end_line()?;
+        let (label, args) = self
+            .tool_args
+            .remove(tool_call_id)
+            .unwrap_or_else(|| (tool_name.to_owned(), Value::Null));
+        let label = if label.is_empty() { tool_name } else { &label };
+        let outcome = if result.streamed {
+            "(the answer streamed above)".to_owned()
+        } else {
+            preview(&result.text_content())
+        };
+        if is_error {
+            crate::say!("[{label} {args}] failed: {outcome}");
+        } else {
+            crate::say!("[{label} {args}] -> {outcome}");
+        }
+        Ok(())
+    }
+
+    /// A sub-agent's answer, under its path.
+    fn child(&mut self, path: &[String], event: &AgentEvent) -> io::Result<()> {
+        match event {
+            AgentEvent::MessageStart { message } if message.as_assistant().is_some() => {
+                self.end_line()?;
+                crate::say_part!("[{}] ", path.join(" → "));
+            }
+            AgentEvent::MessageUpdate {
+                assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                ..
+            } => crate::say_part!("{delta}"),
+            AgentEvent::MessageEnd { message } if message.as_assistant().is_some() => {
+                crate::say!()
+            }
             _ => {}
         }
         Ok(())

@@ -151,6 +151,55 @@ impl ClusterOptions<'_> {
     }
 }
 
+impl crate::cli::ServeArgs {
+    /// The options these arguments give `tiller serve`.
+    pub fn options(&self) -> ServeOptions<'_> {
+        ServeOptions {
+            listen: &self.listen,
+            agents: self.agents.as_deref(),
+            llms: self.llms.as_deref(),
+            store: self.store.as_deref(),
+            tokens: self.tokens.as_deref(),
+            jwt: JwtOptions {
+                secret_env: self.jwt_secret_env.as_deref(),
+                public_key: self.jwt_public_key.as_deref(),
+                issuer: self.jwt_issuer.as_deref(),
+                audience: self.jwt_audience.as_deref(),
+                leeway: self.jwt_leeway,
+                max_lifetime: std::time::Duration::from_secs(self.jwt_max_lifetime),
+            },
+            trust_context_headers: self.trust_context_headers,
+            finish_runs: std::time::Duration::from_secs(self.finish_runs),
+            hibernate_after: self.hibernate_after.map(std::time::Duration::from_secs),
+            allowed_origins: &self.allowed_origins,
+            allowed_hosts: &self.allowed_hosts,
+            trust_inline_definitions: self.trust_inline_definitions,
+            compress_chars: self.compress_chars,
+            max_connections: self.max_connections as usize,
+            retain_closed: self
+                .retain_closed_days
+                .map(|days| std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))),
+            cluster: self.cluster.as_ref().map(|servers| ClusterOptions {
+                servers,
+                // A URL's secret is welcome from the environment only.
+                servers_on_command_line: std::env::var("TILLER_CLUSTER").ok().as_deref()
+                    != Some(servers.0.as_str()),
+                security: tiller_cluster::NatsSecurity {
+                    credentials_file: self.nats_creds.clone(),
+                    nkey_file: self.nats_nkey.clone(),
+                    ca_file: self.nats_ca.clone(),
+                    client_certificate: self.nats_cert.clone().zip(self.nats_key.clone()),
+                    insecure: self.insecure_cluster,
+                },
+                host_id: self.host_id.as_deref(),
+                drain: self.drain,
+                lease_ttl: std::time::Duration::from_secs(self.lease_ttl),
+                idle_after: std::time::Duration::from_secs(self.idle_after),
+            }),
+        }
+    }
+}
+
 /// Runs `tiller serve`.
 pub async fn serve(options: ServeOptions<'_>) -> Exit {
     match serving(options).await {

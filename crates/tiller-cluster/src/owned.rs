@@ -224,17 +224,9 @@ async fn serve(
         let (request, replier) = tokio::select! {
             Some(message) = subscription.next() => {
                 let Some(inner) = inner.upgrade() else { return };
-                let replier = match message.reply {
-                    Some(subject) => Replier::Nats(inner.client.clone(), subject),
-                    None => Replier::Nobody,
-                };
-                match serde_json::from_slice::<Request>(&message.payload) {
-                    Ok(request) => (request, replier),
-                    Err(error) => {
-                        let refused = AgentError::Failed { reason: format!("the request could not be read: {error}") };
-                        replier.send(Reply::Refused(refused)).await;
-                        continue;
-                    }
+                match read_request(&inner, message).await {
+                    Some(read) => read,
+                    None => continue,
                 }
             }
             command = commands.recv() => match command {
@@ -272,12 +264,7 @@ async fn serve(
             replier.send(Reply::NotHere).await;
             continue;
         }
-        // An op from another host (over the bus) passes the rules of an op
-        // from a client; this host's own were checked where they were taken.
-        if let Request::Submit { op, on_behalf, .. } = &request
-            && !matches!(replier, Replier::Local(_))
-            && let Err(reason) = inner.activator.admit(&handle, op, on_behalf)
-        {
+        if let Err(reason) = admitted(&inner, &handle, &request, &replier) {
             inner.counters.refused_op();
             replier.send(Reply::Forbidden(reason)).await;
             continue;
@@ -286,13 +273,7 @@ async fn serve(
             match mark(&inner, &agent, &mut held, true).await {
                 Ok(()) => {}
                 Err(Lost::Lease) => {
-                    moving.store(true, Ordering::Release);
-                    inner
-                        .owned
-                        .remove_if(&agent, |_, owned| owned.epoch == epoch);
-                    inner
-                        .supervisor
-                        .evict(&agent, "its lease was taken by another host");
+                    lost_lease(&inner, &handle, &moving, epoch);
                     replier.send(Reply::NotHere).await;
                     break;
                 }
@@ -322,6 +303,54 @@ async fn serve(
             .owned
             .remove_if(&agent, |_, owned| owned.epoch == epoch);
     }
+}
+
+/// Whether a request may be carried out: an op from another host (over the
+/// bus) passes the rules of an op from a client; this host's own were checked
+/// where they were taken.
+fn admitted(
+    inner: &Inner,
+    handle: &AgentHandle,
+    request: &Request,
+    replier: &Replier,
+) -> Result<(), String> {
+    match request {
+        Request::Submit { op, on_behalf, .. } if !matches!(replier, Replier::Local(_)) => {
+            inner.activator.admit(handle, op, on_behalf)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A request from NATS and whom to answer; one that cannot be read is
+/// refused here (`None`).
+async fn read_request(inner: &Inner, message: async_nats::Message) -> Option<(Request, Replier)> {
+    let replier = match message.reply {
+        Some(subject) => Replier::Nats(inner.client.clone(), subject),
+        None => Replier::Nobody,
+    };
+    match serde_json::from_slice::<Request>(&message.payload) {
+        Ok(request) => Some((request, replier)),
+        Err(error) => {
+            let reason = format!("the request could not be read: {error}");
+            let refused = AgentError::Failed { reason };
+            replier.send(Reply::Refused(refused)).await;
+            None
+        }
+    }
+}
+
+/// The agent's lease, taken by another host while this one held it: the agent
+/// moves (its requests are answered "not here"), and leaves this host.
+fn lost_lease(inner: &Inner, handle: &AgentHandle, moving: &AtomicBool, epoch: u64) {
+    let agent = handle.id().to_string();
+    moving.store(true, Ordering::Release);
+    inner
+        .owned
+        .remove_if(&agent, |_, owned| owned.epoch == epoch);
+    inner
+        .supervisor
+        .evict(&agent, "its lease was taken by another host");
 }
 
 /// Carries out a request on the agent.

@@ -423,12 +423,11 @@ fn call_tokens(arguments: &[Argument], source: &ToolSource<'_>) -> proc_macro2::
         Some(_) => quote!(self.0.#function_name),
         None => quote!(#function_name),
     };
-    let call = if source.signature.asyncness.is_some() {
+    if source.signature.asyncness.is_some() {
         quote!(#callee(#(#call_arguments),*).await)
     } else {
         quote!(#callee(#(#call_arguments),*))
-    };
-    call
+    }
 }
 
 /// The struct a `#[tool]` function's tool is: a unit struct, or one holding

@@ -130,50 +130,18 @@ pub(crate) async fn serve(
             }
         };
         let service = TowerToHyperService::new(router.clone());
-        let (mut http, stop) = (http.clone(), stop.clone());
+        let (http, stop) = (http.clone(), stop.clone());
         accepted = accepted.wrapping_add(1);
-        let (shards, placed) = (supervisor.clone(), metrics.clone());
-        let in_turn = accepted % shards.shard_count().max(1);
-        let header_timeout = config.header_timeout;
+        let in_turn = accepted % supervisor.shard_count().max(1);
+        let placement = Placement {
+            shards: supervisor.clone(),
+            metrics: metrics.clone(),
+            in_turn,
+            header_timeout: config.header_timeout,
+        };
         let connection = connections.track_future(async move {
             let _held = (permit, counted);
-            if shards.shard_count() < 2 {
-                return serve_connection(tcp, http, service, stop).await;
-            }
-            let (stopping, peeking) = (stop.clone(), tokio::time::Instant::now());
-            let named = tokio::time::timeout(header_timeout, agent_named(&tcp));
-            let home = tokio::select! {
-                named = named => match named {
-                    Ok(named) => named.map(|id| shards.shard_of(&id)),
-                    Err(_) => {
-                        tracing::debug!("a connection sent no request in time and was closed");
-                        return;
-                    }
-                },
-                // An idle connection closes at once when the server stops.
-                () = stopping.cancelled() => return,
-            };
-            placed.connection_placed(home.is_some());
-            // The wait for the first bytes counts against the head's time: a
-            // client trickling its head gets no second `header_timeout`.
-            http.header_read_timeout(header_timeout.saturating_sub(peeking.elapsed()));
-            let serve = move |tcp| serve_connection(tcp, http, service, stop);
-            match home {
-                Some(home) if home != in_turn => match tcp.into_std() {
-                    Ok(tcp) => {
-                        let moved = shards.spawn_on_shard(home, async move {
-                            match TcpStream::from_std(tcp) {
-                                Ok(tcp) => serve(tcp).await,
-                                Err(error) => tracing::debug!(%error, "a connection failed"),
-                            }
-                        });
-                        // Err only when the shards are being dropped.
-                        let _ = moved.await;
-                    }
-                    Err(error) => tracing::debug!(%error, "a connection failed"),
-                },
-                _ => serve(tcp).await,
-            }
+            placement.serve(tcp, http, service, stop).await;
         });
         supervisor.spawn_on_shard(in_turn, connection);
     }
@@ -197,6 +165,72 @@ pub(crate) async fn serve(
 /// How long past [`crate::ServerConfig::finish_runs`] requests in flight may
 /// take to finish once shutdown begins.
 pub(crate) const IN_FLIGHT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where a connection is served: on the shard of the agent its first request
+/// names (read with `peek`, so hyper still parses it whole), else on the one
+/// chosen in turn.
+struct Placement {
+    shards: Supervisor,
+    metrics: Arc<Metrics>,
+    /// The shard chosen in turn.
+    in_turn: usize,
+    header_timeout: Duration,
+}
+
+impl Placement {
+    /// Serves `tcp` where it belongs.
+    async fn serve(
+        self,
+        tcp: TcpStream,
+        mut http: http1::Builder,
+        service: TowerToHyperService<Router>,
+        stop: CancellationToken,
+    ) {
+        let Placement {
+            shards,
+            metrics: placed,
+            in_turn,
+            header_timeout,
+        } = self;
+        if shards.shard_count() < 2 {
+            return serve_connection(tcp, http, service, stop).await;
+        }
+        let (stopping, peeking) = (stop.clone(), tokio::time::Instant::now());
+        let named = tokio::time::timeout(header_timeout, agent_named(&tcp));
+        let home = tokio::select! {
+            named = named => match named {
+                Ok(named) => named.map(|id| shards.shard_of(&id)),
+                Err(_) => {
+                    tracing::debug!("a connection sent no request in time and was closed");
+                    return;
+                }
+            },
+            // An idle connection closes at once when the server stops.
+            () = stopping.cancelled() => return,
+        };
+        placed.connection_placed(home.is_some());
+        // The wait for the first bytes counts against the head's time: a
+        // client trickling its head gets no second `header_timeout`.
+        http.header_read_timeout(header_timeout.saturating_sub(peeking.elapsed()));
+        let serve = move |tcp| serve_connection(tcp, http, service, stop);
+        match home {
+            Some(home) if home != in_turn => match tcp.into_std() {
+                Ok(tcp) => {
+                    let moved = shards.spawn_on_shard(home, async move {
+                        match TcpStream::from_std(tcp) {
+                            Ok(tcp) => serve(tcp).await,
+                            Err(error) => tracing::debug!(%error, "a connection failed"),
+                        }
+                    });
+                    // Err only when the shards are being dropped.
+                    let _ = moved.await;
+                }
+                Err(error) => tracing::debug!(%error, "a connection failed"),
+            },
+            _ => serve(tcp).await,
+        }
+    }
+}
 
 /// Serves one connection's requests until it closes, or ends gracefully once
 /// `stop` is cancelled.

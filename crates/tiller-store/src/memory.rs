@@ -77,32 +77,93 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
+/// Why `batch` cannot be applied to `sessions` as a whole, if it cannot: a
+/// session created twice, a write to no session, a write at an older epoch.
+fn refusal(sessions: &HashMap<Arc<str>, Session>, batch: &[SessionWrite]) -> Option<StoreError> {
+    let mut created = HashMap::new();
+    for write in batch {
+        let epoch = sessions
+            .get(&write.session)
+            .map(|session| session.record.epoch)
+            .or_else(|| created.get(&write.session).copied());
+        let refused = match (&write.change, epoch) {
+            (Change::Create(_), Some(_)) => StoreError::SessionExists(write.session.to_string()),
+            (Change::Create(_), None) => {
+                created.insert(write.session.clone(), write.epoch);
+                continue;
+            }
+            (_, None) => StoreError::NoSuchSession(write.session.to_string()),
+            (_, Some(current)) if current != write.epoch => StoreError::TakenOver {
+                session: write.session.to_string(),
+                epoch: write.epoch,
+                current,
+            },
+            _ => continue,
+        };
+        return Some(refused);
+    }
+    None
+}
+
+impl Session {
+    /// Carries out one change of a session (a creation and a spending are
+    /// made by the caller).
+    fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Create(_) | Change::Spend { .. } => {}
+            Change::Append {
+                seq,
+                message,
+                dequeued,
+            } => {
+                match self
+                    .messages
+                    .get_mut(usize::try_from(*seq).unwrap_or(usize::MAX))
+                {
+                    Some(slot) => *slot = message.clone(),
+                    None => self.messages.push(message.clone()),
+                }
+                if let Some(dequeued) = dequeued {
+                    self.queued.remove(dequeued);
+                }
+            }
+            Change::Enqueue {
+                queue,
+                seq,
+                message,
+            } => {
+                self.queued.insert(*seq, (*queue, message.clone()));
+            }
+            Change::ClearQueue(queue) => self.queued.retain(|_, (kind, _)| kind != queue),
+            Change::Dequeue(seq) => {
+                self.queued.remove(seq);
+            }
+            Change::Truncate { from } => {
+                self.messages
+                    .truncate(usize::try_from(*from).unwrap_or(usize::MAX));
+            }
+            Change::SetDefinition(definition) => {
+                self.record.definition = definition.clone();
+            }
+            Change::SetStatus(status) => self.record.status = *status,
+            Change::SetContext(context) => self.record.context = context.clone(),
+            Change::OpKey(key) => {
+                if !self.op_keys.contains(key) {
+                    if self.op_keys.len() == MAX_OP_KEYS {
+                        self.op_keys.pop_front();
+                    }
+                    self.op_keys.push_back(key.clone());
+                }
+            }
+        }
+    }
+}
+
 impl SessionStore for MemoryStore {
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut sessions = self.lock();
         // All or nothing: check every write before applying any.
-        let mut created = HashMap::new();
-        for write in batch {
-            let epoch = sessions
-                .get(&write.session)
-                .map(|session| session.record.epoch)
-                .or_else(|| created.get(&write.session).copied());
-            let refused = match (&write.change, epoch) {
-                (Change::Create(_), Some(_)) => {
-                    StoreError::SessionExists(write.session.to_string())
-                }
-                (Change::Create(_), None) => {
-                    created.insert(write.session.clone(), write.epoch);
-                    continue;
-                }
-                (_, None) => StoreError::NoSuchSession(write.session.to_string()),
-                (_, Some(current)) if current != write.epoch => StoreError::TakenOver {
-                    session: write.session.to_string(),
-                    epoch: write.epoch,
-                    current,
-                },
-                _ => continue,
-            };
+        if let Some(refused) = refusal(&sessions, batch) {
             return Box::pin(ready(Err(refused)));
         }
         let now = now();
@@ -134,54 +195,7 @@ impl SessionStore for MemoryStore {
                 continue;
             };
             session.record.updated_at = now;
-            match &write.change {
-                Change::Create(_) | Change::Spend { .. } => {}
-                Change::Append {
-                    seq,
-                    message,
-                    dequeued,
-                } => {
-                    match session
-                        .messages
-                        .get_mut(usize::try_from(*seq).unwrap_or(usize::MAX))
-                    {
-                        Some(slot) => *slot = message.clone(),
-                        None => session.messages.push(message.clone()),
-                    }
-                    if let Some(dequeued) = dequeued {
-                        session.queued.remove(dequeued);
-                    }
-                }
-                Change::Enqueue {
-                    queue,
-                    seq,
-                    message,
-                } => {
-                    session.queued.insert(*seq, (*queue, message.clone()));
-                }
-                Change::ClearQueue(queue) => session.queued.retain(|_, (kind, _)| kind != queue),
-                Change::Dequeue(seq) => {
-                    session.queued.remove(seq);
-                }
-                Change::Truncate { from } => {
-                    session
-                        .messages
-                        .truncate(usize::try_from(*from).unwrap_or(usize::MAX));
-                }
-                Change::SetDefinition(definition) => {
-                    session.record.definition = definition.clone();
-                }
-                Change::SetStatus(status) => session.record.status = *status,
-                Change::SetContext(context) => session.record.context = context.clone(),
-                Change::OpKey(key) => {
-                    if !session.op_keys.contains(key) {
-                        if session.op_keys.len() == MAX_OP_KEYS {
-                            session.op_keys.pop_front();
-                        }
-                        session.op_keys.push_back(key.clone());
-                    }
-                }
-            }
+            session.apply(&write.change);
         }
         Box::pin(ready(Ok(())))
     }

@@ -685,11 +685,13 @@ impl<'a> Pending<'a> {
     /// removals from the queue (a message queued and delivered in one batch is
     /// inserted first). The inserts run as one stream of statements, so that the
     /// messages' encoding overlaps the sessions' insert too.
-    async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
-        let now = now();
-        let backend = self.backend;
-        let bytes = &self.bytes;
-        let sessions = self.sessions.chunks(ROWS_PER_INSERT / 2).map(|chunk| {
+    /// The inserts of the new sessions, each with its epoch.
+    fn session_inserts(
+        &self,
+        now: i64,
+    ) -> impl Iterator<Item = Result<Statement<'_>, StoreError>> + '_ {
+        let (backend, bytes) = (self.backend, &self.bytes);
+        self.sessions.chunks(ROWS_PER_INSERT / 2).map(move |chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
                 values(backend, chunk.len(), 11)
@@ -714,7 +716,37 @@ impl<'a> Pending<'a> {
                 query,
                 creates: Some(chunk[0].0),
             })
-        });
+        })
+    }
+
+    /// The inserts of the queued messages.
+    fn queued_inserts(&self) -> impl Iterator<Item = Result<Statement<'_>, StoreError>> + '_ {
+        let (backend, bytes) = (self.backend, &self.bytes);
+        self.queued.chunks(ROWS_PER_INSERT).map(move |chunk| {
+            let sql = format!(
+                "INSERT INTO tiller_queued (session_id, seq, queue, message) VALUES {} \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET queue = excluded.queue, message = excluded.message",
+                values(backend, chunk.len(), 4)
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (session, seq, queue, message) in chunk {
+                let json = json(message)?;
+                bytes.fetch_add(json.len(), Ordering::Relaxed);
+                query = query
+                    .bind(*session)
+                    .bind(to_i64(*seq))
+                    .bind(queue.as_str())
+                    .bind(json);
+            }
+            Ok(Statement::new(query))
+        })
+    }
+
+    async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+        let now = now();
+        let backend = self.backend;
+        let bytes = &self.bytes;
+        let sessions = self.session_inserts(now);
         let mut rows = RunRows {
             messages: &self.messages,
             runs: &self.runs,
@@ -744,24 +776,7 @@ impl<'a> Pending<'a> {
             }
             Some(Ok(Statement::new(query)))
         });
-        let queued = self.queued.chunks(ROWS_PER_INSERT).map(|chunk| {
-            let sql = format!(
-                "INSERT INTO tiller_queued (session_id, seq, queue, message) VALUES {} \
-                 ON CONFLICT (session_id, seq) DO UPDATE SET queue = excluded.queue, message = excluded.message",
-                values(backend, chunk.len(), 4)
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (session, seq, queue, message) in chunk {
-                let json = json(message)?;
-                bytes.fetch_add(json.len(), Ordering::Relaxed);
-                query = query
-                    .bind(*session)
-                    .bind(to_i64(*seq))
-                    .bind(queue.as_str())
-                    .bind(json);
-            }
-            Ok(Statement::new(query))
-        });
+        let queued = self.queued_inserts();
         let op_keys = self.op_keys.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_op_keys (session_id, op_key, at) VALUES {} \

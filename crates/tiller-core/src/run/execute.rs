@@ -576,53 +576,8 @@ async fn execute(
     args: Value,
     token: CancellationToken,
 ) -> Outcome {
-    let sink = run.sink().clone();
-    let (id, name) = (call.id.clone(), call.name.clone());
     let max_output = run.config.run.max_tool_output_bytes;
-    // Copied once for all the call's updates.
-    let shared_args = Arc::new(args.clone());
-    let updates = Arc::new(move |mut partial_result: ToolOutput| {
-        partial_result.cut_to(max_output);
-        sink(AgentEvent::ToolExecutionUpdate {
-            tool_call_id: id.clone(),
-            tool_name: name.clone(),
-            args: shared_args.clone(),
-            partial_result,
-        });
-    });
-    let actions = {
-        let sink = run.sink().clone();
-        let id = call.id.clone();
-        Arc::new(move |action_type: String, payload: Value| {
-            sink(AgentEvent::Action {
-                tool_call_id: id.clone(),
-                action_type,
-                payload,
-            });
-        })
-    };
-    let children = {
-        let sink = run.sink().clone();
-        let id = call.id.clone();
-        Arc::new(move |path: Vec<String>, event: AgentEvent| {
-            sink(AgentEvent::ChildEvent {
-                path,
-                tool_call_id: id.clone(),
-                event: Box::new(event),
-            });
-        })
-    };
-    let ctx = ToolContext::new(
-        call.id.clone(),
-        run.config.context.clone(),
-        token,
-        updates,
-        actions,
-        children,
-    )
-    .approved_by_user(run.is_approved(&call.id))
-    .answered_by_user(run.is_answered(&call.id))
-    .with_run_state(run.state.clone());
+    let ctx = tool_context(run, call, &args, token);
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
@@ -683,6 +638,59 @@ async fn execute(
         outcome.output.state.extend(ctx.take_state());
     }
     outcome
+}
+
+/// The context a call of `call` runs with: its updates, actions and
+/// sub-agents' events sent as the call's events, the user's approval or answer
+/// if this run's reply gave one, the run's state.
+fn tool_context(run: &Run, call: &ToolCall, args: &Value, token: CancellationToken) -> ToolContext {
+    let sink = run.sink().clone();
+    let (id, name) = (call.id.clone(), call.name.clone());
+    let max_output = run.config.run.max_tool_output_bytes;
+    // Copied once for all the call's updates.
+    let shared_args = Arc::new(args.clone());
+    let updates = Arc::new(move |mut partial_result: ToolOutput| {
+        partial_result.cut_to(max_output);
+        sink(AgentEvent::ToolExecutionUpdate {
+            tool_call_id: id.clone(),
+            tool_name: name.clone(),
+            args: shared_args.clone(),
+            partial_result,
+        });
+    });
+    let actions = {
+        let sink = run.sink().clone();
+        let id = call.id.clone();
+        Arc::new(move |action_type: String, payload: Value| {
+            sink(AgentEvent::Action {
+                tool_call_id: id.clone(),
+                action_type,
+                payload,
+            });
+        })
+    };
+    let children = {
+        let sink = run.sink().clone();
+        let id = call.id.clone();
+        Arc::new(move |path: Vec<String>, event: AgentEvent| {
+            sink(AgentEvent::ChildEvent {
+                path,
+                tool_call_id: id.clone(),
+                event: Box::new(event),
+            });
+        })
+    };
+    ToolContext::new(
+        call.id.clone(),
+        run.config.context.clone(),
+        token,
+        updates,
+        actions,
+        children,
+    )
+    .approved_by_user(run.is_approved(&call.id))
+    .answered_by_user(run.is_answered(&call.id))
+    .with_run_state(run.state.clone())
 }
 
 /// The tool's result through `after_tool_call`, if there is one.
