@@ -70,6 +70,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::agent_tool::model_safe_name;
 use crate::command_tool::CommandTool;
 use crate::compress::Compression;
 use crate::guardrail::GuardrailNames;
@@ -486,21 +487,6 @@ fn field_path(path: &serde_path_to_error::Path) -> Option<String> {
     let path = path.to_string();
     let path = path.strip_suffix(".?").unwrap_or(&path);
     (path != "." && path != "?").then(|| path.to_owned())
-}
-
-/// `name` in the characters providers accept in a tool's or schema's name
-/// (letters, digits, `-`; others become `_`), at most 64 of them.
-pub(crate) fn model_safe_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect()
 }
 
 /// The file as written; [`RawAgentFile::check`] makes an [`AgentFile`] of it.

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use tiller_ai::AssistantEvent;
 use tiller_core::{AgentEvent, AgentTool, Output, RunEnd, ToolContext, ToolError, ToolOutput};
 
-use crate::agent_file::model_safe_name;
 use crate::{AgentSpec, RunOutcome, Supervisor};
 use tiller_runtime::Delivered;
 
@@ -116,4 +115,19 @@ pub(crate) fn answer(outcome: &RunOutcome, who: &str) -> Result<ToolOutput, Tool
             None => format!("{who}'s run ended ({end:?}) without an answer"),
         })),
     }
+}
+
+/// `name` in the characters providers accept in a tool's or schema's name
+/// (letters, digits, `-`; others become `_`), at most 64 of them.
+pub(crate) fn model_safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
 }

@@ -42,7 +42,7 @@ use tiller_ai::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::config::BoxError;
+use crate::failure::BoxError;
 use crate::message::{AgentMessage, CustomMessage};
 use crate::request::open_requests;
 
@@ -207,6 +207,13 @@ pub fn summary_as_llm(message: &AgentMessage) -> Option<Cow<'_, Message>> {
         AgentMessage::Custom(_) => CompactionSummary::of(message)
             .map(|summary| Cow::Owned(Message::User(UserMessage::text(summary.for_model())))),
     }
+}
+
+/// The default `convert_to_llm`: every user, assistant and tool-result message as
+/// it is (borrowed, not copied); a compaction's summary as a user message (see
+/// this module); other custom messages dropped.
+pub fn default_convert_to_llm(messages: &[AgentMessage]) -> Vec<Cow<'_, Message>> {
+    messages.iter().filter_map(summary_as_llm).collect()
 }
 
 /// The estimate of `bytes` of text: a token per four bytes.

@@ -21,14 +21,12 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{Budgets, Spending};
 use crate::compaction::{CompactionPolicy, Summarize};
 use crate::context::AgentContext;
+use crate::failure::BoxError;
 use crate::guardrail::Guardrails;
 use crate::hook;
 use crate::message::AgentMessage;
 use crate::request::{Answers, Approval};
 use crate::tool::ToolOutput;
-
-/// Any error a callback reports.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Turns the transcript into the messages the model sees. One of your own
 /// should show a compaction's summary as the default does

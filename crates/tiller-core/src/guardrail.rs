@@ -27,9 +27,9 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
 use serde::{Deserialize, Serialize};
 
-use crate::config::BoxError;
 use crate::context::AgentContext;
-use crate::run::panic_text;
+use crate::failure::BoxError;
+use crate::failure::panic_text;
 
 /// What a guardrail checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

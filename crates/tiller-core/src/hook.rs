@@ -22,9 +22,10 @@ use tiller_ai::{ApiKey, Message};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{
-    AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
+    AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook,
     ConvertToLlm, MessageSource, StopWhen, ToolCallInfo, TransformContext, TurnSummary,
 };
+use crate::failure::BoxError;
 use crate::message::AgentMessage;
 use crate::tool::ToolOutput;
 

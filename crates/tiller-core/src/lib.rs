@@ -61,6 +61,7 @@ pub mod hook;
 mod action;
 mod config;
 mod context;
+mod failure;
 mod message;
 mod output;
 pub mod process;
@@ -78,9 +79,10 @@ pub use action::{ActionTool, WidgetTool};
 pub use budget::{
     Budget, BudgetExceeded, Budgets, CallHold, Reserved, Spending, Spent, Tally, TenantLedger,
 };
+pub use compaction::default_convert_to_llm;
 pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
-    AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook, BoxError,
+    AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook,
     ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
     WriteAhead,
@@ -90,15 +92,16 @@ pub use context::{
     StoredContext,
 };
 pub use event::{AgentEvent, RunEnd};
+pub use failure::{BoxError, panic_text};
 pub use guardrail::{
     Guardrail, GuardrailInput, GuardrailStage, GuardrailTripped, Guardrails, Verdict,
 };
-pub use message::{AgentMessage, CustomMessage, default_convert_to_llm};
+pub use message::{AgentMessage, CustomMessage};
 pub use output::{Output, OutputError};
 pub use request::{Answers, Approval, Reply, UserRequest, cancel_requests, open_requests};
 pub use run::{
     ContinueError, EventSink, LoopContext, Prompt, Start, check_continue, check_prompt,
-    check_reply, check_start, panic_text, run_from, run_loop,
+    check_reply, check_start, run_from, run_loop,
 };
 pub use stream::{AgentLoop, agent_loop, agent_loop_continue};
 pub use tool::{

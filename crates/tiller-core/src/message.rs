@@ -1,8 +1,6 @@
 //! What an agent's transcript holds: every LLM message, plus application messages
 //! the model never sees unless `convert_to_llm` says so.
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller_ai::{AssistantMessage, Message, ToolResultMessage, UserMessage, now_ms};
@@ -133,20 +131,12 @@ impl From<CustomMessage> for AgentMessage {
     }
 }
 
-/// The default `convert_to_llm`: every user, assistant and tool-result message as
-/// it is (borrowed, not copied); a compaction's summary as a user message (see
-/// [`crate::compaction`]); other custom messages dropped.
-pub fn default_convert_to_llm(messages: &[AgentMessage]) -> Vec<Cow<'_, Message>> {
-    messages
-        .iter()
-        .filter_map(crate::compaction::summary_as_llm)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compaction::default_convert_to_llm;
     use serde_json::json;
+    use std::borrow::Cow;
 
     #[test]
     fn messages_serialize_flat_with_their_role() {

@@ -22,13 +22,14 @@ use tiller_ai::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Interrupted, Run, panic_text};
+use super::{Interrupted, Run};
 use crate::budget::Spent;
 use crate::config::{
     AfterToolCall, AfterToolCallHook, BeforeToolCall, SteeringDelivery, ToolCallInfo,
     ToolExecutionMode,
 };
 use crate::event::AgentEvent;
+use crate::failure::panic_text;
 use crate::guardrail::GuardrailStage;
 use crate::message::AgentMessage;
 use crate::request::{Approval, UserRequest, asks_in_a_row};

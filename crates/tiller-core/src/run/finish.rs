@@ -10,10 +10,11 @@ use futures::future::BoxFuture;
 use tiller_ai::{AssistantMessage, StopReason, ToolChoice};
 use tokio_util::sync::CancellationToken;
 
+use super::Run;
 use super::execute::Batch;
-use super::{Run, panic_text};
 use crate::config::{RUN_UNTIL_NUDGE, StopWhen, TurnSummary};
 use crate::event::{AgentEvent, RunEnd};
+use crate::failure::panic_text;
 use crate::guardrail::{GuardrailStage, GuardrailTripped};
 use crate::message::AgentMessage;
 use crate::output::{self, Output, OutputCheck, OutputError};

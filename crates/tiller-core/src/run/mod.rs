@@ -34,6 +34,7 @@ use crate::budget::Meter;
 use crate::compaction;
 use crate::config::{LoopConfig, MessageSource};
 use crate::event::{AgentEvent, RunEnd};
+use crate::failure::panic_text;
 use crate::message::AgentMessage;
 use crate::output::{Output, OutputCheck};
 use crate::toolset::ToolSet;
@@ -435,15 +436,4 @@ fn failed_message(model: &tiller_ai::Model, reason: String) -> AssistantMessage 
     message.stop_reason = StopReason::Error;
     message.error_message = Some(reason);
     message
-}
-
-/// The message of a panic payload.
-pub fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(text) => *text,
-        Err(payload) => payload.downcast_ref::<&str>().map_or_else(
-            || "a panic without a message".to_owned(),
-            |s| (*s).to_owned(),
-        ),
-    }
 }

@@ -14,11 +14,13 @@ use tiller_ai::{
 use tracing::Instrument;
 
 use super::compact::Unfinished;
-use super::{Interrupted, Run, panic_text};
+use super::{Interrupted, Run};
 use crate::budget::Spent;
 use crate::compaction::CompactionReason;
+use crate::compaction::default_convert_to_llm;
 use crate::event::AgentEvent;
-use crate::message::{AgentMessage, default_convert_to_llm};
+use crate::failure::panic_text;
+use crate::message::AgentMessage;
 use crate::repair::repair;
 use crate::restate::Restatements;
 
