@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv::{CreateErrorKind, Operation, UpdateErrorKind};
 use futures::StreamExt;
-use tiller::tiller_store::{SessionFilter, SessionStatus};
-use tiller::{AgentHandle, AgentId, AgentSpec, Delivered, Envelope, Notice, Op};
+use tiller_runtime::{AgentHandle, AgentId, AgentSpec, Delivered, Envelope, Notice, Op};
+use tiller_store::{SessionFilter, SessionStatus};
 
 use crate::error::ClusterError;
 use crate::names::{EventSubject, FIRST_HEADER, host_subject, token};
@@ -70,7 +70,7 @@ pub(crate) async fn spawn(
         .id
         .clone()
         .or_else(|| spec.session.clone())
-        .unwrap_or_else(tiller::tiller_ai::new_id);
+        .unwrap_or_else(tiller_ai::new_id);
     let spec = spec.with_id(id.clone());
     let subject = EventSubject {
         agent: id.clone(),
@@ -80,7 +80,7 @@ pub(crate) async fn spawn(
     let record = lease_record(inner, incarnation, false);
     let (epoch, taken_over) = claim(inner, &id, &record)
         .await?
-        .ok_or_else(|| ClusterError::Spawn(tiller::SpawnError::IdTaken(id.clone())))?;
+        .ok_or_else(|| ClusterError::Spawn(tiller_runtime::SpawnError::IdTaken(id.clone())))?;
     let reason = taken_over.then_some(Reason::Request);
     let owned = bring_up(inner, spec, subject, epoch, record, reason).await?;
     Ok(owned.handle.clone())

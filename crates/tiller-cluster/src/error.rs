@@ -1,6 +1,6 @@
 //! What can go wrong in a cluster, as a caller can act on it.
 
-use tiller::{AgentError, SpawnError};
+use tiller_runtime::{AgentError, SpawnError};
 
 /// Why a cluster request, or joining, failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -31,7 +31,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use tiller::Envelope;
+use tiller_runtime::Envelope;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 

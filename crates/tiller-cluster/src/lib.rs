@@ -82,8 +82,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
 use dashmap::DashMap;
-use tiller::tiller_store::SessionRecord;
-use tiller::{AgentHandle, AgentSpec, AgentState, AgentStatus, Op, RunOutcome, Supervisor};
+use tiller_runtime::{AgentHandle, AgentSpec, AgentState, AgentStatus, Op, RunOutcome, Supervisor};
+use tiller_store::SessionRecord;
 use tokio_util::task::AbortOnDropHandle;
 
 pub use audit::{PublishedBatch, published};

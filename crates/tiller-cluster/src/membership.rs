@@ -40,7 +40,7 @@ impl Life {
         Life {
             state: Mutex::new(LifeState {
                 record: HostRecord {
-                    incarnation: tiller::tiller_ai::new_id(),
+                    incarnation: tiller_ai::new_id(),
                     draining: false,
                 },
                 revision: 0,
@@ -77,7 +77,7 @@ impl Life {
     /// Ends this life: the next write of the key starts a new one.
     fn end(&self) {
         let mut state = self.lock();
-        state.record.incarnation = tiller::tiller_ai::new_id();
+        state.record.incarnation = tiller_ai::new_id();
         state.registered = false;
     }
 }

@@ -42,7 +42,8 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tiller::{AgentEvent, Delivered, Envelope};
+use tiller_core::AgentEvent;
+use tiller_runtime::{Delivered, Envelope};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -230,7 +231,7 @@ impl Channel {
     }
 }
 
-/// `events` as lines of lean JSON (see [`tiller::wire`]), each made once for
+/// `events` as lines of lean JSON (see [`tiller_runtime::wire`]), each made once for
 /// the bus, the stream and this host's readers.
 fn lines(events: &[Arc<Envelope>], into: &mut BytesMut) {
     for (n, event) in events.iter().enumerate() {

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use async_nats::client::RequestErrorKind;
 use futures::StreamExt;
-use tiller::{AgentError, AgentEvent, Envelope, Op, RunEnd, RunOutcome};
+use tiller_core::{AgentEvent, RunEnd};
+use tiller_runtime::{AgentError, Envelope, Op, RunOutcome};
 use tokio::time::Instant;
 
 use crate::Inner;
@@ -145,7 +146,7 @@ pub(crate) async fn run(
 ) -> Result<RunOutcome, ClusterError> {
     if !op.starts_run() {
         return Err(ClusterError::Agent(AgentError::CannotStart(
-            tiller::ContinueError::EmptyPrompt,
+            tiller_core::ContinueError::EmptyPrompt,
         )));
     }
     let mut events = crate::follow::follow(inner, subject, None).await?;
@@ -171,14 +172,14 @@ pub(crate) async fn run(
         match Envelope::type_in(text) {
             "compaction_end" => {
                 if let Ok(envelope) = serde_json::from_str::<Envelope>(text)
-                    && let tiller::Delivered::Event(event) = envelope.event
+                    && let tiller_runtime::Delivered::Event(event) = envelope.event
                 {
                     compactions.extend(event.compaction_report());
                 }
             }
             "budget_exceeded" | "guardrail_tripped" => {
                 if let Ok(envelope) = serde_json::from_str::<Envelope>(text)
-                    && let tiller::Delivered::Event(event) = envelope.event
+                    && let tiller_runtime::Delivered::Event(event) = envelope.event
                 {
                     budget_exceeded = event.budget_exceeded().or(budget_exceeded);
                     guardrail_tripped = event.guardrail_tripped().or(guardrail_tripped);
@@ -188,7 +189,7 @@ pub(crate) async fn run(
                 let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
                     continue;
                 };
-                if let tiller::Delivered::Event(AgentEvent::AgentEnd {
+                if let tiller_runtime::Delivered::Event(AgentEvent::AgentEnd {
                     messages,
                     reason,
                     output,
@@ -213,9 +214,9 @@ pub(crate) async fn run(
                 let reason = serde_json::from_str::<Envelope>(text)
                     .ok()
                     .and_then(|envelope| match envelope.event {
-                        tiller::Delivered::Notice(tiller::Notice::AgentStopped { reason }) => {
-                            Some(reason)
-                        }
+                        tiller_runtime::Delivered::Notice(
+                            tiller_runtime::Notice::AgentStopped { reason },
+                        ) => Some(reason),
                         _ => None,
                     })
                     .unwrap_or_default();

@@ -2,7 +2,7 @@
 //! requests an agent's owner answers, and activations.
 
 use serde::{Deserialize, Serialize};
-use tiller::{AgentError, AgentState, Op};
+use tiller_runtime::{AgentError, AgentState, Op};
 
 /// A host's heartbeat, the value of its key in the hosts bucket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
