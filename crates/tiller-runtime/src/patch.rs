@@ -120,60 +120,29 @@ pub enum PatchError {
 }
 
 impl DefinitionPatch {
-    /// This patch with `over`'s fields where `over` sets them; naming a model or a
-    /// provider in `over` starts the model over (its server too).
+    /// This patch with `over`'s fields where `over` sets them (`extra_body` key
+    /// by key); naming a model or a provider in `over` starts the model over (its
+    /// server too). Merged field by field as their JSON, so that a new field of
+    /// the patch merges with no code of its own.
     pub fn merged(&self, over: &DefinitionPatch) -> DefinitionPatch {
-        let new_model = over.provider.is_some() || over.model.is_some();
-        let pick = |mine: &Option<String>, theirs: &Option<String>| {
-            theirs.clone().or_else(|| mine.clone())
-        };
-        let (provider, model, base_url) = if new_model {
-            (
-                over.provider.clone(),
-                over.model.clone(),
-                over.base_url.clone(),
-            )
-        } else {
-            (
-                self.provider.clone(),
-                self.model.clone(),
-                pick(&self.base_url, &over.base_url),
-            )
-        };
-        DefinitionPatch {
-            provider,
-            model,
-            base_url,
-            api_key_env: pick(&self.api_key_env, &over.api_key_env),
-            system_prompt: pick(&self.system_prompt, &over.system_prompt),
-            default_system_prompt: pick(&self.default_system_prompt, &over.default_system_prompt),
-            temperature: over.temperature.or(self.temperature),
-            max_tokens: over.max_tokens.or(self.max_tokens),
-            context_window: over.context_window.or(self.context_window),
-            thinking: over.thinking.or(self.thinking),
-            thinking_budgets: over.thinking_budgets.or(self.thinking_budgets),
-            extra_body: {
-                let mut extra = self.extra_body.clone();
-                extra.extend(over.extra_body.clone());
-                extra
-            },
-            max_turns: over.max_turns.or(self.max_turns),
-            tool_choice: over
-                .tool_choice
-                .clone()
-                .or_else(|| self.tool_choice.clone()),
-            tool_choice_after_tools: over
-                .tool_choice_after_tools
-                .clone()
-                .or_else(|| self.tool_choice_after_tools.clone()),
-            output_schema: over
-                .output_schema
-                .clone()
-                .or_else(|| self.output_schema.clone()),
-            fallbacks: over.fallbacks.clone().or_else(|| self.fallbacks.clone()),
-            budget: over.budget.or(self.budget),
-            account: pick(&self.account, &over.account),
+        let mut merged = fields(self);
+        if over.provider.is_some() || over.model.is_some() {
+            for field in ["provider", "model", "base_url"] {
+                merged.remove(field);
+            }
         }
+        for (field, value) in fields(over) {
+            match (merged.get_mut(&field), value) {
+                (Some(Value::Object(mine)), Value::Object(theirs)) if field == "extra_body" => {
+                    mine.extend(theirs);
+                }
+                (_, value) => {
+                    merged.insert(field, value);
+                }
+            }
+        }
+        serde_json::from_value(Value::Object(merged))
+            .expect("the fields of two patches make a patch")
     }
 
     /// The fallback models it names, each made as [`DefinitionPatch::model`]
@@ -303,11 +272,69 @@ impl DefinitionPatch {
     }
 }
 
+/// The fields a patch sets, as JSON.
+fn fields(patch: &DefinitionPatch) -> Map<String, Value> {
+    match serde_json::to_value(patch) {
+        Ok(Value::Object(fields)) => fields,
+        _ => unreachable!("a patch is a JSON object"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    #[test]
+    fn a_patch_setting_every_field_merges_whole_over_and_under_nothing() {
+        let mut budget = Budgets::default();
+        budget.run.output_tokens = Some(500);
+        budget.agent.cost_usd = Some(1.5);
+        let full = DefinitionPatch {
+            provider: Some("openai".into()),
+            model: Some("gpt-4o-mini".into()),
+            base_url: Some("http://127.0.0.1:8080/v1".into()),
+            api_key_env: Some("LOCAL_KEY".into()),
+            system_prompt: Some("Be brief.".into()),
+            default_system_prompt: Some("You help.".into()),
+            temperature: Some(0.2),
+            max_tokens: Some(256),
+            context_window: Some(8_192),
+            thinking: Some(ThinkingLevel::High),
+            thinking_budgets: Some(ThinkingBudgets {
+                minimal: 1,
+                low: 2,
+                medium: 3,
+                high: 4,
+                xhigh: 5,
+            }),
+            extra_body: serde_json::json!({"top_k": 40})
+                .as_object()
+                .unwrap()
+                .clone(),
+            max_turns: Some(7),
+            tool_choice: Some(ToolChoice::Tool("search".into())),
+            tool_choice_after_tools: Some(ToolChoice::None),
+            output_schema: Some(OutputSchema::new(
+                "answer",
+                serde_json::json!({"type": "object"}),
+            )),
+            fallbacks: Some(vec!["anthropic/claude-haiku-4-5".into()]),
+            budget: Some(budget),
+            account: Some("team".into()),
+        };
+        assert_eq!(DefinitionPatch::default().merged(&full), full);
+        assert_eq!(full.merged(&DefinitionPatch::default()), full);
+        let more = full.merged(&DefinitionPatch {
+            extra_body: serde_json::json!({"seed": 1}).as_object().unwrap().clone(),
+            ..DefinitionPatch::default()
+        });
+        assert_eq!(
+            Value::Object(more.extra_body),
+            serde_json::json!({"top_k": 40, "seed": 1})
+        );
+    }
 
     #[test]
     fn later_patches_win_field_by_field_and_a_new_model_drops_the_server() {
