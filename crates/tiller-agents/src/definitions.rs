@@ -27,7 +27,8 @@ use crate::agent_tool::AgentAsTool;
 use crate::compress::Compression;
 use crate::guardrail::agent_guardrail;
 use crate::{
-    ASK_AGENT_TOOL, AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor, ToolRegistry,
+    ASK_AGENT_TOOL, AgentSettings, AgentSpec, AgentTool, ApiKey, LlmConfigs, Model, Supervisor,
+    ToolRegistry,
 };
 use tiller_core::{Guardrail, Guardrails};
 #[cfg(feature = "mcp")]
@@ -352,10 +353,28 @@ impl Definitions {
                 "no guardrail or agent definition is named `{name}`"
             ))
         })?;
-        let settings = judge
+        let mut settings = judge
             .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;
+        self.give_default_key(&mut settings);
         Ok(agent_guardrail(name, &settings))
+    }
+
+    /// The default key, to settings on the default model (its context window
+    /// changed or not) with no key of their own.
+    fn give_default_key(&self, settings: &mut AgentSettings) {
+        let definition = &mut settings.definition;
+        let same = |a: &Model, b: &Model| {
+            (&a.provider, &a.id, &a.base_url) == (&b.provider, &b.id, &b.base_url)
+        };
+        let on_default = match (&definition.model, &self.default_model) {
+            (Some(model), Some(default)) => same(model, default),
+            (None, None) => true,
+            _ => false,
+        };
+        if definition.run.stream.api_key.is_none() && on_default {
+            definition.run.stream.api_key = self.default_key.clone();
+        }
     }
 
     /// The key passed with the default model.
@@ -421,10 +440,7 @@ impl Definitions {
         let mut settings = file
             .settings(&self.tools, &self.llms, self.default_model.clone())
             .map_err(DefinitionsError::Unusable)?;
-        let definition = &mut settings.definition;
-        if definition.run.stream.api_key.is_none() && definition.model == self.default_model {
-            definition.run.stream.api_key = self.default_key.clone();
-        }
+        self.give_default_key(&mut settings);
         if let (Some(compression), Some(store)) =
             (file.compression.or(self.compression), &self.store)
         {

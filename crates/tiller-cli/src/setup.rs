@@ -65,7 +65,7 @@ impl Setup {
         // fields over it.
         let llm = match &file {
             Some(file) => {
-                let llms = file_llms(options, file, var)?;
+                let llms = file_llms(options, var)?;
                 let patch = file.patch_over(&llms)?;
                 Some((file, patch, llms))
             }
@@ -79,12 +79,17 @@ impl Setup {
         } = choose_model(options, file_patch, var)?;
         let api_key = file_key(file_patch, var)?.or(api_key);
         let mut settings = match llm {
-            Some((file, _, llms)) => {
+            Some((file, patch, llms)) => {
                 let Assembled {
                     agent: mut settings,
                     registry,
                 } = assembled(file, llms, &model, &api_key, supervisor).await?;
-                // The model and key chosen above: the options' over the file's.
+                // The model and key chosen above: the options' over the file's;
+                // the file's context window stays with whichever model it is.
+                let mut model = model;
+                if let Some(window) = patch.context_window {
+                    model.context_window = window;
+                }
                 settings.definition.model = Some(model);
                 settings.definition.run.stream.api_key = api_key;
                 if let Some(spec) = &options.instructions_prompt {
@@ -196,17 +201,15 @@ fn context_window(
     }
 }
 
-/// The named LLM configurations of `--llms` (or $TILLER_LLMS), when the agent
-/// file names one.
+/// The named LLM configurations of `--llms` (or $TILLER_LLMS), if either is
+/// given: the file, its compaction and the agents beside it may name one.
 fn file_llms(
     options: &AgentOptions,
-    file: &AgentFile,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<LlmConfigs, SetupError> {
-    match (&file.llm, &options.llms) {
-        (None, _) => Ok(LlmConfigs::new()),
-        (Some(_), Some(path)) => load_llms(path, "--llms"),
-        (Some(_), None) => match var("TILLER_LLMS") {
+    match &options.llms {
+        Some(path) => load_llms(path, "--llms"),
+        None => match var("TILLER_LLMS") {
             Some(path) => load_llms(Path::new(&path), "TILLER_LLMS"),
             None => Ok(LlmConfigs::new()),
         },
@@ -315,7 +318,7 @@ mod tests {
         };
         let llms = write(
             "llms.yaml",
-            "cheap: {model: openai/gpt-4o-mini, max_tokens: 512}\nlocal: {model: llamacpp/smollm2, base_url: 'http://127.0.0.1:9/v1', temperature: 0.2}\n",
+            "cheap: {model: openai/gpt-4o-mini, max_tokens: 512}\n",
         );
         let file = agents.join("support.yaml");
         std::fs::write(
@@ -325,7 +328,8 @@ description: You answer support questions.
 json_schema_extra:
   kind: agent
   name: support
-  llm: local
+  model: {provider: llamacpp, id: smollm2, base_url: "http://127.0.0.1:9/v1"}
+  context_window: 4096
   max_turns: 7
   tools:
     - {name: stamp, description: The time, command: [date]}
@@ -342,6 +346,14 @@ json_schema_extra:
             "type: object\ndescription: You judge.\njson_schema_extra: {kind: agent, name: judge}\n",
         )
         .unwrap();
+        // Which model a command takes from the environment differs from the
+        // server's by design (over the file, not under it).
+        let set: Vec<&str> = ["TILLER_PROVIDER", "TILLER_MODEL", "TILLER_BASE_URL"]
+            .into_iter()
+            .chain(["TILLER_CONTEXT_WINDOW"])
+            .filter(|name| std::env::var_os(name).is_some())
+            .collect();
+        assert!(set.is_empty(), "unset {set:?} to run this test");
         let supervisor = Supervisor::start().await.unwrap();
 
         let options = AgentOptions {
@@ -364,6 +376,7 @@ json_schema_extra:
             command["guardrails"],
             serde_json::json!([["judge"], ["judge"], []])
         );
+        assert_eq!(command["definition"]["model"]["context_window"], 4096);
         assert_eq!(
             (&command["summarizer"], &command["on_reload"]),
             (&serde_json::json!(true), &serde_json::json!(true))

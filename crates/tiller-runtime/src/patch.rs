@@ -123,7 +123,9 @@ impl DefinitionPatch {
     /// This patch with `over`'s fields where `over` sets them (`extra_body` key
     /// by key); naming a model or a provider in `over` starts the model over (its
     /// server too). Merged field by field as their JSON, so that a new field of
-    /// the patch merges with no code of its own.
+    /// the patch merges with no code of its own. A patch holding a value no
+    /// patch can be read with (a negative cost, a temperature that is not a
+    /// number) gives way to `over` whole.
     pub fn merged(&self, over: &DefinitionPatch) -> DefinitionPatch {
         let mut merged = fields(self);
         if over.provider.is_some() || over.model.is_some() {
@@ -141,8 +143,9 @@ impl DefinitionPatch {
                 }
             }
         }
-        serde_json::from_value(Value::Object(merged))
-            .expect("the fields of two patches make a patch")
+        // Only a patch holding what a patch cannot be read with (a negative
+        // cost, a temperature that is not a number) fails here: `over` wins whole.
+        serde_json::from_value(Value::Object(merged)).unwrap_or_else(|_| over.clone())
     }
 
     /// The fallback models it names, each made as [`DefinitionPatch::model`]

@@ -681,10 +681,6 @@ impl<'a> Pending<'a> {
         }
     }
 
-    /// Sends what is gathered: new sessions, messages, then queued messages, then
-    /// removals from the queue (a message queued and delivered in one batch is
-    /// inserted first). The inserts run as one stream of statements, so that the
-    /// messages' encoding overlaps the sessions' insert too.
     /// The inserts of the new sessions, each with its epoch.
     fn session_inserts(
         &self,
@@ -742,6 +738,10 @@ impl<'a> Pending<'a> {
         })
     }
 
+    /// Sends what is gathered: new sessions, messages, then queued messages, then
+    /// removals from the queue (a message queued and delivered in one batch is
+    /// inserted first). The inserts run as one stream of statements, so that the
+    /// messages' encoding overlaps the sessions' insert too.
     async fn flush(&mut self, tx: &mut Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
         let now = now();
         let backend = self.backend;

@@ -474,7 +474,18 @@ impl ActorState {
                 self.ended(event);
                 return;
             }
-            // The others change nothing the actor keeps.
+            // These change nothing the actor keeps; a kind of event added later
+            // is published as it is until it is named here.
+            AgentEvent::AgentStart
+            | AgentEvent::CompactionStart { .. }
+            | AgentEvent::TurnStart
+            | AgentEvent::ToolExecutionUpdate { .. }
+            | AgentEvent::Action { .. }
+            | AgentEvent::InputRequested { .. }
+            | AgentEvent::ApprovalRequested { .. }
+            | AgentEvent::ChildEvent { .. }
+            | AgentEvent::RateLimited { .. }
+            | AgentEvent::ModelFallback { .. } => {}
             _ => {}
         }
         self.agent
