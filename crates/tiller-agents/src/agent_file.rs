@@ -354,6 +354,11 @@ impl AgentFile {
         Ok(())
     }
 
+    /// Whether it lists a tool named `name`.
+    pub fn lists_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|tool| tool.name() == name)
+    }
+
     /// The file's answer schema as an output schema named after the agent (in the
     /// characters OpenAI accepts).
     pub fn output(&self) -> OutputSchema {

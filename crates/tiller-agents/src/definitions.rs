@@ -122,8 +122,7 @@ impl Definitions {
     /// `ask_agent` tool), every file of its folder, as `tiller serve --agents
     /// FOLDER` reads them; else the file alone.
     pub fn around(file: &AgentFile) -> Result<Self, DefinitionsError> {
-        let names_others = !file.guardrails.is_empty()
-            || file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL);
+        let names_others = !file.guardrails.is_empty() || file.lists_tool(ASK_AGENT_TOOL);
         match file.path.parent() {
             Some(folder) if names_others => {
                 let folder = if folder.as_os_str().is_empty() {
@@ -353,16 +352,18 @@ impl Definitions {
                 "no guardrail or agent definition is named `{name}`"
             ))
         })?;
-        let mut settings = judge
-            .settings(&self.tools, &self.llms, self.default_model.clone())
-            .map_err(DefinitionsError::Unusable)?;
-        self.give_default_key(&mut settings);
+        let settings = self.file_settings(judge)?;
         Ok(agent_guardrail(name, &settings))
     }
 
-    /// The default key, to settings on the default model (its context window
-    /// changed or not) with no key of their own.
-    fn give_default_key(&self, settings: &mut AgentSettings) {
+    /// The settings of `file` ([`AgentFile::settings`]) with these definitions'
+    /// tools, LLM configurations and default model, and the default key when
+    /// they run on the default model (its context window changed or not) with
+    /// no key of their own.
+    fn file_settings(&self, file: &AgentFile) -> Result<AgentSettings, DefinitionsError> {
+        let mut settings = file
+            .settings(&self.tools, &self.llms, self.default_model.clone())
+            .map_err(DefinitionsError::Unusable)?;
         let definition = &mut settings.definition;
         let same = |a: &Model, b: &Model| {
             (&a.provider, &a.id, &a.base_url) == (&b.provider, &b.id, &b.base_url)
@@ -375,6 +376,7 @@ impl Definitions {
         if definition.run.stream.api_key.is_none() && on_default {
             definition.run.stream.api_key = self.default_key.clone();
         }
+        Ok(settings)
     }
 
     /// The key passed with the default model.
@@ -437,10 +439,7 @@ impl Definitions {
     /// definition sent inline), with this set's tools, LLM configurations and
     /// default model.
     pub fn spec_of(&self, file: &AgentFile) -> Result<AgentSpec, DefinitionsError> {
-        let mut settings = file
-            .settings(&self.tools, &self.llms, self.default_model.clone())
-            .map_err(DefinitionsError::Unusable)?;
-        self.give_default_key(&mut settings);
+        let mut settings = self.file_settings(file)?;
         if let (Some(compression), Some(store)) =
             (file.compression.or(self.compression), &self.store)
         {

@@ -17,18 +17,12 @@ pub async fn mcp(agents: Option<&Path>, llms: Option<&Path>) -> Exit {
     };
     let supervisor = match Supervisor::start().await {
         Ok(supervisor) => supervisor,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Failed;
-        }
+        Err(error) => return Exit::failed(error),
     };
     let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
     let tools = match definitions.agent_tools(&supervisor) {
         Ok(tools) => tools,
-        Err(error) => {
-            say!("tiller: {error}");
-            return Exit::Usage;
-        }
+        Err(error) => return Exit::usage(error),
     };
     let served = McpToolServer::new("tiller", tools)
         .with_prompts(definitions.prompts())

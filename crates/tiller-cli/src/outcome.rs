@@ -15,6 +15,20 @@ pub enum Exit {
     Interrupted = 130,
 }
 
+impl Exit {
+    /// Says `error` on stderr (`tiller: …`); exit status 1.
+    pub fn failed(error: impl std::fmt::Display) -> Exit {
+        crate::say!("tiller: {error}");
+        Exit::Failed
+    }
+
+    /// Says `error` on stderr (`tiller: …`); exit status 2.
+    pub fn usage(error: impl std::fmt::Display) -> Exit {
+        crate::say!("tiller: {error}");
+        Exit::Usage
+    }
+}
+
 impl From<Exit> for std::process::ExitCode {
     fn from(exit: Exit) -> Self {
         std::process::ExitCode::from(exit as u8)

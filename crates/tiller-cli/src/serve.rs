@@ -235,7 +235,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
     let definitions = served_definitions(definitions, &supervisor, compress_chars);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|error| failed(format!("cannot listen on {listen}: {error}")))?;
+        .map_err(|error| Exit::failed(format!("cannot listen on {listen}: {error}")))?;
     let address = announce(&listener, listen, &definitions, &tokens);
     let defaults = ServerConfig::default();
     let config = ServerConfig {
@@ -268,27 +268,15 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
             say!("tiller: stopped");
             Ok(Exit::Success)
         }
-        Err(error) => Err(failed(format!("the server failed: {error}"))),
+        Err(error) => Err(Exit::failed(format!("the server failed: {error}"))),
     }
-}
-
-/// Says `error` on stderr; exit status 1.
-fn failed(error: impl std::fmt::Display) -> Exit {
-    say!("tiller: {error}");
-    Exit::Failed
-}
-
-/// Says `error` on stderr; exit status 2.
-fn usage(error: impl std::fmt::Display) -> Exit {
-    say!("tiller: {error}");
-    Exit::Usage
 }
 
 /// The token file at `path`, if given, with the JWT keys `jwt` names.
 fn load_tokens(path: Option<&Path>, jwt: JwtOptions<'_>) -> Result<Tokens, Exit> {
-    let tokens = path.map(Tokens::load).transpose().map_err(usage)?;
+    let tokens = path.map(Tokens::load).transpose().map_err(Exit::usage)?;
     let tokens = tokens.unwrap_or_default();
-    Ok(match jwt.keys().map_err(usage)? {
+    Ok(match jwt.keys().map_err(Exit::usage)? {
         Some(keys) => tokens.with_jwt(keys),
         None => tokens,
     })
@@ -304,14 +292,14 @@ fn cluster_config(
         return Ok(None);
     };
     if cluster.servers_on_command_line && cluster.servers.0.contains('@') {
-        return Err(usage(
+        return Err(Exit::usage(
             "--cluster carries a secret where `ps` shows it: put the URLs in $TILLER_CLUSTER, or give --nats-creds or --nats-nkey",
         ));
     }
     let config = cluster.config();
-    config.check().map_err(usage)?;
+    config.check().map_err(Exit::usage)?;
     if !store.is_some_and(|url| url.starts_with("postgres")) {
-        return Err(usage(
+        return Err(Exit::usage(
             "--cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL",
         ));
     }
@@ -335,10 +323,12 @@ async fn start_supervisor(
     };
     let supervisor = Supervisor::with_store(config, store)
         .await
-        .map_err(failed)?;
+        .map_err(Exit::failed)?;
     for (tenant, budget) in tokens.budgets() {
         if let Err(error) = supervisor.set_tenant_budget(tenant, *budget).await {
-            return Err(failed(format!("the budget of tenant `{tenant}`: {error}")));
+            return Err(Exit::failed(format!(
+                "the budget of tenant `{tenant}`: {error}"
+            )));
         }
     }
     if let Some(limits) = supervisor.rate_limits() {
@@ -412,14 +402,16 @@ async fn joined(
 ) -> Result<Server, Exit> {
     let joined = tiller_server::while_joining(listener, joining)
         .await
-        .map_err(|error| failed(format!("cannot listen on {address} while joining: {error}")))?;
+        .map_err(|error| {
+            Exit::failed(format!("cannot listen on {address} while joining: {error}"))
+        })?;
     match joined {
         Ok(server) => {
             say!("tiller: host {host} joined the cluster");
             Ok(server)
         }
-        Err(error @ tiller_cluster::ClusterError::Config(_)) => Err(usage(error)),
-        Err(error) => Err(failed(error)),
+        Err(error @ tiller_cluster::ClusterError::Config(_)) => Err(Exit::usage(error)),
+        Err(error) => Err(Exit::failed(error)),
     }
 }
 
@@ -430,14 +422,8 @@ pub(crate) async fn connected_definitions(
     agents: Option<&Path>,
     llms: Option<&Path>,
 ) -> Result<Definitions, Exit> {
-    let mut definitions = definitions(agents, llms).map_err(|error| {
-        say!("tiller: {error}");
-        Exit::Usage
-    })?;
-    definitions.connect_mcp().await.map_err(|error| {
-        say!("tiller: {error}");
-        Exit::Failed
-    })?;
+    let mut definitions = definitions(agents, llms).map_err(Exit::usage)?;
+    definitions.connect_mcp().await.map_err(Exit::failed)?;
     Ok(definitions)
 }
 

@@ -32,10 +32,6 @@ impl Session {
     /// Sets up the agent the options describe; on failure says why on stderr and
     /// answers the exit status.
     pub async fn start(options: &AgentOptions) -> Result<Session, Exit> {
-        let failed = |error: &dyn std::fmt::Display| {
-            crate::say!("tiller: {error}");
-            Exit::Failed
-        };
         let supervisor = match &options.session {
             Some(_) => {
                 let store = open_store(options.store.as_deref()).await?;
@@ -43,14 +39,13 @@ impl Session {
             }
             None => Supervisor::start().await,
         }
-        .map_err(|e| failed(&e))?;
-        let setup = Setup::new(options, &supervisor).await.map_err(|error| {
-            crate::say!("tiller: {error}");
-            match error {
-                SetupError::Mcp(_) => Exit::Failed,
-                _ => Exit::Usage,
-            }
-        })?;
+        .map_err(Exit::failed)?;
+        let setup = Setup::new(options, &supervisor)
+            .await
+            .map_err(|error| match error {
+                SetupError::Mcp(_) => Exit::failed(error),
+                _ => Exit::usage(error),
+            })?;
         if let Some(notice) = &setup.notice {
             crate::say!("tiller: {notice}");
         }
@@ -60,7 +55,7 @@ impl Session {
             // This invocation's agent and model, the session's conversation.
             spec = spec.with_session(session.clone()).with_own_settings();
         }
-        let agent = supervisor.spawn(spec).await.map_err(|e| failed(&e))?;
+        let agent = supervisor.spawn(spec).await.map_err(Exit::failed)?;
         let events = agent.subscribe_with_buffer(EVENT_BUFFER);
         Ok(Session {
             supervisor,

@@ -33,14 +33,8 @@ pub fn store_url(option: Option<&str>) -> Result<String, String> {
 
 /// Opens the store `option` (or the default) names; says why not on stderr.
 pub async fn open_store(option: Option<&str>) -> Result<Arc<dyn SessionStore>, Exit> {
-    let url = store_url(option).map_err(|error| {
-        crate::say!("tiller: {error}");
-        Exit::Usage
-    })?;
-    tiller_store::open(&url).await.map_err(|error| {
-        crate::say!("tiller: {error}");
-        Exit::Failed
-    })
+    let url = store_url(option).map_err(Exit::usage)?;
+    tiller_store::open(&url).await.map_err(Exit::failed)
 }
 
 /// Runs `tiller sessions ACTION`.

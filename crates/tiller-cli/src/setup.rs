@@ -173,7 +173,7 @@ async fn assembled(
         .with_default_key(api_key.clone())
         .with_session_store(supervisor.store().clone());
     definitions.connect_mcp().await.map_err(unusable)?;
-    if file.tools.iter().any(|tool| tool.name() == ASK_AGENT_TOOL) {
+    if file.lists_tool(ASK_AGENT_TOOL) {
         definitions = definitions.with_ask_agent(supervisor, AskAgentConfig::default());
     }
     let spec = definitions.spec_of(file).map_err(unusable)?;

@@ -411,45 +411,46 @@ fn breaker_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
 fn tenant_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
     use tiller::tiller_core::budget::BudgetLimit;
     let budgets = supervisor.tenant_budgets();
-    if !budgets.is_empty() {
-        header_of(
-            text,
-            "tiller_tenant_spent",
-            "gauge",
-            "What each tenant with a budget spent, by what is counted.",
-        );
-        for (tenant, _, spent) in &budgets {
-            let tenant = quoted(tenant);
-            // What is counted: every bound but the total, which is a sum.
-            let counted = BudgetLimit::ALL
-                .into_iter()
-                .filter(|limit| *limit != BudgetLimit::TotalTokens);
-            for limit in counted {
+    if budgets.is_empty() {
+        return;
+    }
+    header_of(
+        text,
+        "tiller_tenant_spent",
+        "gauge",
+        "What each tenant with a budget spent, by what is counted.",
+    );
+    for (tenant, _, spent) in &budgets {
+        let tenant = quoted(tenant);
+        // What is counted: every bound but the total, which is a sum.
+        let counted = BudgetLimit::ALL
+            .into_iter()
+            .filter(|limit| *limit != BudgetLimit::TotalTokens);
+        for limit in counted {
+            let _ = writeln!(
+                text,
+                "tiller_tenant_spent{{tenant={tenant},counted=\"{}\"}} {}",
+                limit.as_str(),
+                spent.amount(limit).value()
+            );
+        }
+    }
+    header_of(
+        text,
+        "tiller_tenant_budget",
+        "gauge",
+        "Each tenant's budget, by bound (only the bounds set).",
+    );
+    for (tenant, budget, _) in &budgets {
+        let tenant = quoted(tenant);
+        for limit in BudgetLimit::ALL {
+            if let Some(max) = budget.bound(limit) {
                 let _ = writeln!(
                     text,
-                    "tiller_tenant_spent{{tenant={tenant},counted=\"{}\"}} {}",
+                    "tiller_tenant_budget{{tenant={tenant},bound=\"{}\"}} {}",
                     limit.as_str(),
-                    spent.amount(limit).value()
+                    max.value()
                 );
-            }
-        }
-        header_of(
-            text,
-            "tiller_tenant_budget",
-            "gauge",
-            "Each tenant's budget, by bound (only the bounds set).",
-        );
-        for (tenant, budget, _) in &budgets {
-            let tenant = quoted(tenant);
-            for limit in BudgetLimit::ALL {
-                if let Some(max) = budget.bound(limit) {
-                    let _ = writeln!(
-                        text,
-                        "tiller_tenant_budget{{tenant={tenant},bound=\"{}\"}} {}",
-                        limit.as_str(),
-                        max.value()
-                    );
-                }
             }
         }
     }

@@ -30,8 +30,8 @@ pub(super) enum Next {
 /// How a turn ends the run before its answer is judged.
 struct Early {
     end: RunEnd,
-    /// Whether the batch failed, with this reason (said after `turn_end`).
-    failure: Option<String>,
+    /// Whether it is the batch's failure, said after `turn_end`.
+    batch_failed: bool,
 }
 
 /// What is asked of a turn's answer before `turn_end` (the stop conditions see
@@ -65,16 +65,17 @@ impl Run {
             results,
             steering,
             terminate,
+            failure,
             ..
         } = batch;
         self.end_turn(message, results);
         match judged {
             Ok(judged) => self.after(judged, steering, terminate, check).await,
-            Err(Early { end, failure }) => {
+            Err(Early { end, batch_failed }) => {
                 if matches!(end, RunEnd::GuardrailTripped | RunEnd::BudgetExceeded) {
                     self.leave(steering);
                 }
-                if let Some(failure) = failure {
+                if let Some(failure) = failure.filter(|_| batch_failed) {
                     self.fail(failure);
                 }
                 Next::End(end)
@@ -86,7 +87,12 @@ impl Run {
     /// verdict of the gate, a failed or aborted response, a call waiting for the
     /// user, a batch that failed.
     fn early_end(&self, message: &AssistantMessage, batch: &Batch) -> Option<Early> {
-        let end = |end| Some(Early { end, failure: None });
+        let end = |end| {
+            Some(Early {
+                end,
+                batch_failed: false,
+            })
+        };
         if let Some(verdict) = self.gate.ends() {
             return end(verdict);
         }
@@ -95,9 +101,9 @@ impl Run {
             StopReason::Error if self.overflowed => end(RunEnd::ContextOverflow),
             StopReason::Error => end(RunEnd::Error),
             _ if !batch.parked.is_empty() => end(RunEnd::Parked),
-            _ => batch.failure.clone().map(|failure| Early {
+            _ => batch.failure.as_ref().map(|_| Early {
                 end: RunEnd::Error,
-                failure: Some(failure),
+                batch_failed: true,
             }),
         }
     }
