@@ -1,6 +1,6 @@
 //! The agents API: create, list, read, prompt, steer, follow up, abort, reset,
 //! delete, and the event stream. Every handler is an `Op` (or a state request) to
-//! the agent, wherever it lives ([`crate::placement`]); nothing about an agent is
+//! the agent, wherever it lives ([`crate::reach`]); nothing about an agent is
 //! kept here but its replay buffer and the tenant it belongs to.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use tiller::{AgentHandle, AgentMessage, AgentSpec, AgentState, Envelope, Op, Pro
 use crate::Shared;
 use crate::error::{Problem, decode};
 use crate::events::{Replay, UpdatesQuery, envelopes, event_stream};
-use crate::placement::Origin;
+use crate::reach::Origin;
 use crate::shutdown::until_closing;
 use crate::tenants::{Caller, Scope, caller};
 
@@ -59,11 +59,6 @@ impl Shared {
         )
     }
 
-    /// Whether `caller` may see the agent `id` (see [`Shared::visible`]).
-    fn owns(&self, caller: &Caller, id: &str) -> bool {
-        self.visible(&caller.scope(), id)
-    }
-
     /// Whether a caller of `scope` may see the agent `id`: one created through
     /// the API if [`Scope::sees`] its owner; one the host spawned only on an
     /// open server.
@@ -72,14 +67,6 @@ impl Shared {
             Some(owner) => scope.sees(&owner),
             None => scope.tenant.is_none(),
         }
-    }
-
-    /// The agent `id`, if `caller` may see it.
-    pub(crate) fn agent(&self, caller: &Caller, id: &str) -> Result<AgentHandle, Problem> {
-        self.supervisor
-            .get(id)
-            .filter(|_| self.owns(caller, id))
-            .ok_or_else(|| Problem::unknown_agent(id))
     }
 
     /// `agent`'s events for a client that last saw `last_seen` (see
@@ -282,7 +269,7 @@ pub(crate) struct Shown {
     #[serde(flatten)]
     state: AgentState,
     #[serde(skip_serializing_if = "Option::is_none")]
-    owner: Option<tiller_cluster::Holder>,
+    owner: Option<crate::reach::Holder>,
 }
 
 pub(crate) async fn prompt(
@@ -535,7 +522,7 @@ pub(crate) async fn all_events(
     let Query(UpdatesQuery { updates }) = query.map_err(updates_rejected)?;
     let slot = shared.stream_slot(&caller)?;
     let counted = shared.clone();
-    let following = shared.all_events_of(&caller, updates).await?;
+    let following = shared.all_events_of(&caller, updates)?;
     let events = until_closing(following, &shared.closing).map(move |frame| {
         // Held while the stream is.
         let _ = &slot;

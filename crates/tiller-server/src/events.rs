@@ -27,11 +27,8 @@ use bytes::Bytes;
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
-use tiller::wire::{Cursor, Frame, Rebuild, Updates};
-use tiller::{
-    AgentHandle, AgentId, AssistantMessage, Delivered, Envelope, Notice, Relay, Subscription,
-};
-use tiller_cluster::Followed;
+use tiller::wire::{Cursor, Frame, Updates};
+use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::Shared;
@@ -193,13 +190,6 @@ pub(crate) struct UpdatesQuery {
     pub(crate) updates: Updates,
 }
 
-/// `missed` events of `agent` from `seq` on that the client will not get.
-pub(crate) fn lagged(agent: AgentId, seq: u64, missed: u64) -> Frame {
-    Envelope::new(agent, seq, Delivered::Notice(Notice::Lagged { missed }))
-        .lean()
-        .clone()
-}
-
 /// A `text/event-stream` response of `frames` (each one or more whole events),
 /// with a `: keep-alive` comment every `keep_alive` besides; it ends when
 /// `frames` does. The frames' bytes go out as they are: a frame shared by many
@@ -250,20 +240,28 @@ pub(crate) fn framed_each(
 
 /// A client's cursor per agent, on a stream of several: each made at the
 /// agent's first event, forgotten when it stops.
-struct Cursors {
+pub(crate) struct Cursors {
     updates: Updates,
     by_agent: HashMap<AgentId, Cursor>,
 }
 
 impl Cursors {
-    fn new(updates: Updates) -> Self {
+    /// Cursors for a client that asked for `updates`.
+    pub(crate) fn new(updates: Updates) -> Self {
         Cursors {
             updates,
             by_agent: HashMap::new(),
         }
     }
 
-    fn frame(&mut self, envelope: &Envelope) -> Frame {
+    /// Forgets every agent's cursor (the client missed events).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn clear(&mut self) {
+        self.by_agent.clear();
+    }
+
+    /// `envelope` as the client gets it.
+    pub(crate) fn frame(&mut self, envelope: &Envelope) -> Frame {
         if let Delivered::Notice(Notice::AgentStopped { .. }) = envelope.event {
             self.by_agent.remove(&envelope.agent_id);
             return envelope.lean().clone();
@@ -273,59 +271,6 @@ impl Cursors {
             .or_insert_with(|| Cursor::new(self.updates))
             .frame(envelope)
     }
-}
-
-/// An agent's message in progress as its owner had it when a client came,
-/// with the number of the owner's next event then.
-pub(crate) struct Seed {
-    pub(crate) agent: AgentId,
-    pub(crate) message: AssistantMessage,
-    pub(crate) from: u64,
-}
-
-/// A cluster's events of one `agent` or many (`agent` empty), as published
-/// (lean), as a client that asked for `updates` gets them. With a `seed`, the
-/// first event from its number on is rebuilt here from it and sent whole when
-/// it is an update (the snapshot); the events before pass as published. With
-/// `updates` full, every update is rebuilt here (parsing each event: the full
-/// form's cost), and one that cannot be (its message began before the client
-/// came, with no seed) passes as published.
-pub(crate) fn published(
-    agent: AgentId,
-    following: impl Stream<Item = Followed>,
-    updates: Updates,
-    seed: Option<Seed>,
-) -> impl Stream<Item = Frame> {
-    let from = seed.as_ref().map_or(0, |seed| seed.from);
-    let mut rebuild = (updates == Updates::Full || seed.is_some()).then(|| {
-        let mut rebuild = Rebuild::default();
-        if let Some(seed) = seed {
-            rebuild.seed(&seed.agent, seed.message);
-        }
-        rebuild
-    });
-    let mut cursors = Cursors::new(updates);
-    following.map(move |followed| {
-        let (seq, json) = match followed {
-            Followed::Event { seq, json } => (seq, json),
-            Followed::Lagged { seq, missed } => {
-                cursors.by_agent.clear();
-                rebuild = (updates == Updates::Full).then(Rebuild::default);
-                return lagged(agent.clone(), seq, missed);
-            }
-        };
-        let Some(rebuilding) = rebuild.as_mut().filter(|_| seq >= from) else {
-            return Frame::new(seq, &json);
-        };
-        let Ok(envelope) = rebuilding.envelope(&json) else {
-            return Frame::new(seq, &json);
-        };
-        if updates == Updates::Lean {
-            // The seed served its one event.
-            rebuild = None;
-        }
-        cursors.frame(&envelope)
-    })
 }
 
 /// Every event of the agents `visible` allows, as they come, agents created
@@ -387,7 +332,6 @@ pub(crate) fn following(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tiller::{AgentSettings, AgentSpec, Definitions, Supervisor};
 
     /// An agent its host stops (not the API) leaves no replay buffer behind.
@@ -422,11 +366,5 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(!shared.replays.contains_key("h"));
-    }
-
-    #[test]
-    fn the_event_type_is_found_whatever_the_agent_is_called() {
-        let frame = lagged(AgentId::from(r#"x","event":{"type":"fake"#), 7, 2);
-        assert!(frame.sse().starts_with(b"id: 7\nevent: lagged\ndata: "));
     }
 }

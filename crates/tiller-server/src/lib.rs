@@ -56,18 +56,21 @@
 //! ```
 
 mod agents;
+#[cfg(feature = "cluster")]
+mod clustered;
 mod connections;
 mod error;
 mod events;
 mod inline;
 mod joining;
 mod jwt;
+mod local;
 mod mcp;
 mod metrics;
 mod origin;
-mod placement;
 mod proxy;
 mod quota;
+mod reach;
 mod sessions;
 mod shutdown;
 mod socket;
@@ -241,8 +244,9 @@ impl Default for ServerConfig {
 /// What every handler shares.
 pub(crate) struct Shared {
     supervisor: Supervisor,
-    /// The cluster this host is part of, if any: its agents are reached through it.
-    cluster: Option<tiller_cluster::Cluster>,
+    /// Where the agents live: this process's supervisor, or the hosts of a
+    /// cluster.
+    agents: Arc<dyn reach::Agents>,
     definitions: Definitions,
     config: ServerConfig,
     replays: DashMap<AgentId, Arc<Replay>>,
@@ -283,7 +287,8 @@ pub struct Server {
 impl Server {
     /// A server for `supervisor`'s agents, creating new ones from `definitions`.
     pub fn new(supervisor: Supervisor, definitions: Definitions, config: ServerConfig) -> Self {
-        Server::made(supervisor, None, definitions, config)
+        let agents = Arc::new(local::Local::new(supervisor.clone()));
+        Server::made(supervisor, agents, definitions, config)
     }
 
     /// A server that is one host of a cluster (see [`tiller_cluster`]): it joins
@@ -291,28 +296,24 @@ impl Server {
     /// cluster's PostgreSQL), creates agents on this host, and reaches every
     /// other agent of the cluster through its owner. Any host answers any
     /// request; `POST /admin/drain` moves this host's agents away.
+    #[cfg(feature = "cluster")]
     pub async fn clustered(
         supervisor: Supervisor,
         definitions: Definitions,
         config: ServerConfig,
         cluster: tiller_cluster::ClusterConfig,
     ) -> Result<Self, tiller_cluster::ClusterError> {
-        let activations = Arc::new(placement::Activations::default());
+        let activations = Arc::new(clustered::Activations::default());
         let joined =
             tiller_cluster::Cluster::join(cluster, supervisor.clone(), activations.clone()).await?;
-        let server = Server::made(supervisor, Some(joined), definitions, config);
+        let server = Server::made(supervisor, Arc::new(joined), definitions, config);
         activations.serve(&server.shared);
         Ok(server)
     }
 
-    /// The cluster this server is a host of, if any.
-    pub fn cluster(&self) -> Option<&tiller_cluster::Cluster> {
-        self.shared.cluster.as_ref()
-    }
-
     fn made(
         supervisor: Supervisor,
-        cluster: Option<tiller_cluster::Cluster>,
+        agents: Arc<dyn reach::Agents>,
         definitions: Definitions,
         config: ServerConfig,
     ) -> Self {
@@ -326,7 +327,7 @@ impl Server {
                 stopped,
                 stops: std::sync::Mutex::new(Some(stops)),
                 supervisor,
-                cluster,
+                agents,
                 definitions,
                 config,
                 proxy_models,
@@ -386,7 +387,7 @@ impl Server {
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
             .route("/metrics", get(metrics::render))
-            .route("/admin/drain", post(placement::drain))
+            .route("/admin/drain", post(reach::drain))
             .nest("/mcp", mcp::router(&self.shared))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
@@ -440,11 +441,7 @@ impl Server {
         if let Some(pruning) = pruning {
             pruning.abort();
         }
-        if let Some(cluster) = &self.shared.cluster {
-            // What is left is not written to any more: the other hosts take the
-            // busy agents over when this host's heartbeat lapses.
-            cluster.leave().await;
-        }
+        self.shared.agents.leave().await;
         self.shared.supervisor.shutdown().await;
         Ok(())
     }

@@ -208,9 +208,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
     );
     store_metrics(&mut text, shared.supervisor.store_health());
     provider_metrics(&mut text, &shared.supervisor);
-    if let Some(cluster) = &shared.cluster {
-        cluster_metrics(&mut text, &cluster.metrics());
-    }
+    shared.agents.metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -470,7 +468,8 @@ fn quoted(value: &str) -> String {
 }
 
 /// The cluster's figures on this host.
-fn cluster_metrics(text: &mut String, metrics: &tiller_cluster::ClusterMetrics) {
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster_metrics(text: &mut String, metrics: &tiller_cluster::ClusterMetrics) {
     let gauges = [
         (
             "tiller_cluster_hosts_live",

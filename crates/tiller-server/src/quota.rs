@@ -289,6 +289,7 @@ impl Shared {
     /// are its active sessions in the shared store, counted against its
     /// quotas (agents created at the same moment on two hosts may pass it
     /// together by a few). One admitted before is not refused.
+    #[cfg(feature = "cluster")]
     pub(crate) async fn check_cluster_agents(
         &self,
         owner: &Scope,

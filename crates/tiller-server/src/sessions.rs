@@ -22,7 +22,7 @@ use tiller::{AgentInfo, AgentMessage};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::placement::Origin;
+use crate::reach::Origin;
 use crate::tenants::{Caller, Scope};
 
 /// The most sessions, or messages, one page holds.
@@ -240,10 +240,8 @@ pub(crate) async fn delete(
             shared.stop(agent.id.as_str()).await?;
         }
     }
-    if shared.cluster.is_some() {
-        // Wherever in the cluster it is held.
-        shared.stop(&id).await?;
-    }
+    // Wherever else it is held.
+    shared.stop(&id).await?;
     if !shared.supervisor.store().delete(&id).await? {
         return Err(Problem::unknown_session(&id));
     }

@@ -67,10 +67,9 @@ impl Shared {
     /// agent to be idle, then ends the event streams.
     pub(crate) async fn drain(&self) {
         self.stopping.cancel();
-        if let Some(cluster) = &self.cluster
-            && self.config.drain_on_shutdown
+        if self.config.drain_on_shutdown
+            && let Some(drained) = self.agents.drain().await
         {
-            let drained = cluster.drain().await;
             tracing::info!(
                 moved = drained.moved.len(),
                 failed = drained.failed.len(),

@@ -30,8 +30,8 @@ use tiller::wire::Updates;
 use crate::Shared;
 use crate::agents::from_client;
 use crate::error::Problem;
-use crate::placement::Outgoings;
 use crate::quota::StreamSlot;
+use crate::reach::Outgoings;
 use crate::shutdown::{UntilClosing, until_closing};
 use crate::tenants::Caller;
 

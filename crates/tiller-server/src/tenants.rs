@@ -276,12 +276,6 @@ impl Caller {
             user: self.context.ids().user_id.clone(),
         }
     }
-
-    /// Whom an op sent to another host of a cluster is for.
-    pub(crate) fn principal(&self) -> tiller_cluster::Principal {
-        let Scope { tenant, user } = self.scope();
-        tiller_cluster::Principal { tenant, user }
-    }
 }
 
 /// The caller `headers` say: by its bearer token when tokens are configured; with

@@ -13,14 +13,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tiller::{
-    AgentContext, AgentError, AgentMessage, Arrival, Event, EventError, Op, Spawned, Spawner,
-    Supervisor, Triggers, WindowLimits, WindowQuota,
+    AgentContext, AgentMessage, Arrival, Event, EventError, Spawned, Spawner, Supervisor, Triggers,
+    WindowLimits, WindowQuota,
 };
-use tiller_cluster::{ClusterError, Principal};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::placement::Origin;
+use crate::reach::Origin;
 use crate::tenants::Scope;
 
 /// The largest event payload `POST /triggers/{topic}` takes, in bytes.
@@ -164,34 +163,13 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
 }
 
 /// Hands a batch's prompt to the host of the cluster that holds (or brings up)
-/// its session, as a prompt or, while the agent is busy, a follow-up; `false`
-/// when no session has its id yet (it is started here).
+/// its session; `false` when none does (it is started here).
 async fn deliver_elsewhere(shared: &Shared, arrival: &Arrival, key: &str) -> Result<bool, String> {
-    let Some(cluster) = &shared.cluster else {
-        return Ok(false);
-    };
     let id = arrival.spec.id.as_deref().unwrap_or_default();
-    let on_behalf = Principal {
+    let on_behalf = Scope {
         tenant: arrival.tenant.clone(),
         user: arrival.spec.context.ids().user_id.clone(),
     };
     let message = AgentMessage::user(arrival.prompt.clone());
-    let prompt = Op::Prompt {
-        messages: vec![message.clone()],
-    };
-    match cluster.submit_as(id, prompt, key, on_behalf.clone()).await {
-        Ok(()) => Ok(true),
-        Err(ClusterError::NoSuchAgent(_)) => Ok(false),
-        Err(ClusterError::Agent(AgentError::Busy)) => cluster
-            .submit_as(
-                id,
-                Op::FollowUp { message },
-                &format!("{key}-follow-up"),
-                on_behalf,
-            )
-            .await
-            .map(|()| true)
-            .map_err(|error| error.to_string()),
-        Err(error) => Err(error.to_string()),
-    }
+    shared.agents.hand_over(id, message, key, on_behalf).await
 }
