@@ -25,8 +25,10 @@ use std::sync::Arc;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentSettings, AgentSpec, Approval, Message, Model, Prompt, Reply, RunEnd, Supervisor,
-    ToolError, ToolSet, UserRequest, tool,
+    AgentSettings, AgentSpec, Model, Prompt, RunEnd, Supervisor, ToolError, ToolSet,
+    ai::Message,
+    run::{Approval, Reply, UserRequest},
+    tool,
 };
 
 /// Set a reminder.
@@ -38,7 +40,7 @@ async fn remind(what: String, due: Option<String>) -> Result<String, ToolError> 
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let mut settings = tiller::env::from_env()?
+    let mut settings = tiller::ai::env::from_env()?
         .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You set reminders with the remind tool.")
         .with_tools(ToolSet::new([Arc::new(RemindTool) as _])?);

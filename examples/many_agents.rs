@@ -8,7 +8,7 @@
 //! given a `lookup` tool, on Tiller's scripted `faux` model. Every agent runs a prompt
 //! concurrently: a model call, a tool call, and the answer. The program then finds an
 //! agent by name, lists the agents by status, and shuts them all down. The scripted
-//! model keeps the demo about the runtime; swap in `tiller::env::from_env()` to
+//! model keeps the demo about the runtime; swap in `tiller::ai::env::from_env()` to
 //! run a handful against a real one.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,8 @@ use futures::future::join_all;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentSettings, AgentSpec, AgentTool, FnTool, Message, Model, Supervisor, ToolOutput, ToolSet,
+    AgentSettings, AgentSpec, AgentTool, FnTool, Model, Supervisor, ToolOutput, ToolSet,
+    ai::Message,
 };
 
 #[tokio::main]

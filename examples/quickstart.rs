@@ -17,8 +17,9 @@ use futures::StreamExt;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentEvent, AgentSettings, AgentSpec, AgentTool, AssistantEvent, Delivered, FnTool, Message,
-    Model, Supervisor, ToolOutput, ToolSet,
+    AgentEvent, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, Model, Supervisor,
+    ToolOutput, ToolSet,
+    ai::{AssistantEvent, Message},
 };
 
 #[tokio::main]
@@ -45,7 +46,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             Ok(ToolOutput::text(sum.to_string()))
         },
     );
-    let settings = tiller::env::from_env()?
+    let settings = tiller::ai::env::from_env()?
         .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You are a careful assistant. Use the add tool for arithmetic.")
         .with_tools(ToolSet::new([Arc::new(add) as Arc<dyn AgentTool>])?);

@@ -27,9 +27,11 @@ use futures::StreamExt;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentEvent, AgentHandle, AgentSettings, AgentSpec, AgentTool, AssistantEvent, Delivered,
-    FnTool, Message, Model, Prompt, Queues, SteeringDelivery, Supervisor, ToolError, ToolOutput,
-    ToolSet,
+    AgentEvent, AgentHandle, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, Model, Prompt,
+    Supervisor, ToolError, ToolOutput, ToolSet,
+    ai::{AssistantEvent, Message},
+    run::SteeringDelivery,
+    runtime::Queues,
 };
 
 const STEER: &str = "Stop researching: one sentence is all I need.";
@@ -42,7 +44,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     } else {
         SteeringDelivery::Interrupt
     };
-    let mut settings = tiller::env::from_env()?
+    let mut settings = tiller::ai::env::from_env()?
         .map_or_else(|| AgentSettings::new(scripted_model()), AgentSettings::from)
         .with_system_prompt("You are a research assistant. Use the research tool before answering.")
         .with_tools(ToolSet::new([
@@ -94,7 +96,7 @@ async fn steer_when_the_tool_reports(agent: AgentHandle) {
 }
 
 /// Prints the run as it happens, until the agent is idle with nothing queued.
-async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::Subscription) {
+async fn print_until_idle(agent: &AgentHandle, events: &mut tiller::runtime::Subscription) {
     while let Some(envelope) = events.next().await {
         let Delivered::Event(event) = &envelope.event else {
             continue;

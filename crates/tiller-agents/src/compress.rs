@@ -23,9 +23,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tiller::{AgentSettings, Compression, SessionStore};
+//! use tiller::{AgentSettings, agents::Compression, store::SessionStore};
 //! # let model = tiller::faux::FauxProvider::new().model();
-//! let store: Arc<dyn SessionStore> = Arc::new(tiller::tiller_store::MemoryStore::new());
+//! let store: Arc<dyn SessionStore> = Arc::new(tiller::store::MemoryStore::new());
 //! let settings = Compression::default().applied_to(AgentSettings::new(model), store);
 //! assert!(settings.code.tools.tools().any(|tool| tool.name() == "lookup"));
 //! assert!(settings.definition.tools.is_empty(), "the session does not store it");

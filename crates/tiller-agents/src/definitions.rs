@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::sync::{Arc, OnceLock};
-//! use tiller::{Definitions, LlmConfigs, Supervisor, ToolRegistry};
+//! use tiller::{Definitions, Supervisor, agents::{LlmConfigs, ToolRegistry}};
 //!
 //! # async fn run(search: Arc<dyn tiller::AgentTool>) -> Result<(), Box<dyn std::error::Error>> {
 //! let definitions = Definitions::load_dir("agents")?

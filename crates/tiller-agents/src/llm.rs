@@ -4,7 +4,7 @@
 //! overrides what it needs:
 //!
 //! ```
-//! use tiller::{AgentSettings, DefinitionPatch, LlmConfigs};
+//! use tiller::{AgentSettings, runtime::DefinitionPatch, agents::LlmConfigs};
 //!
 //! let llms = LlmConfigs::new().with(
 //!     "local",

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tiller::{AgentTool, ToolError, ToolRegistry, tool};
+//! use tiller::{AgentTool, ToolError, tool, agents::ToolRegistry};
 //!
 //! /// Search the knowledge base.
 //! #[tool]

@@ -9,11 +9,15 @@ use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::agent_file::AgentFileError;
+use tiller::agents::agent_file::AgentFileError;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    CompactionPolicy, DefinitionPatch, Definitions, DefinitionsError, LlmConfigs, Supervisor,
-    ThinkingLevel, ToolError, ToolRegistry, ToolSet, tool,
+    Definitions, Supervisor, ToolError, ToolSet,
+    agents::{DefinitionsError, LlmConfigs, ToolRegistry},
+    ai::ThinkingLevel,
+    run::CompactionPolicy,
+    runtime::DefinitionPatch,
+    tool,
 };
 
 /// The sample agent of the design the format follows: its tools named only.
@@ -440,13 +444,13 @@ json_schema_extra:
         "type: object\ndescription: \"\"\njson_schema_extra: {kind: agent, name: broken, guardrails: {output: [nobody]}}\n",
     );
     let faux = FauxProvider::new();
-    let no_secrets = tiller::Guardrail::new("no_secrets", |input| async move {
+    let no_secrets = tiller::run::Guardrail::new("no_secrets", |input| async move {
         Ok(if input.text.contains("password") {
-            tiller::Verdict::Fail {
+            tiller::run::Verdict::Fail {
                 reason: "a password".into(),
             }
         } else {
-            tiller::Verdict::Pass
+            tiller::run::Verdict::Pass
         })
     });
     let definitions = Definitions::load_dir(agents.path())
@@ -508,7 +512,7 @@ json_schema_extra:
             tripped.guardrail.as_str(),
             tripped.reason.as_str()
         ),
-        (tiller::GuardrailStage::Output, "judge", "too glib")
+        (tiller::run::GuardrailStage::Output, "judge", "too glib")
     );
     // The input checks run together; the first failure in list order is the one
     // reported, and the agent's model is never asked.

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentContext, AgentEvent, AgentHandle, AgentTool, AskAgentConfig, AssistantEvent, Definitions,
-    Delivered, Envelope, FnTool, RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput,
-    ToolRegistry,
+    AgentContext, AgentEvent, AgentHandle, AgentTool, Definitions, Delivered, Envelope, FnTool,
+    RunEnd, RunOutcome, Supervisor, ToolError, ToolOutput,
+    agents::{AskAgentConfig, ToolRegistry},
+    ai::AssistantEvent,
 };
 
 /// An agent file named `name` listing `tools`.
@@ -402,7 +403,7 @@ async fn a_sub_agents_question_parks_the_caller_until_the_user_answers() {
     assert_eq!(outcome.end, RunEnd::Parked);
     assert_eq!(
         planner.state().await.unwrap().waiting,
-        vec![tiller::UserRequest::Input {
+        vec![tiller::run::UserRequest::Input {
             tool_call_id: "p1".into(),
             tool_name: "ask_agent".into(),
             field: "text".into(),
@@ -666,7 +667,7 @@ async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
     assert_eq!(planner.run("plan it").await.unwrap().end, RunEnd::Parked);
     assert_eq!(
         planner.state().await.unwrap().waiting,
-        vec![tiller::UserRequest::Approval {
+        vec![tiller::run::UserRequest::Approval {
             tool_call_id: "p1".into(),
             tool_name: "ask_agent".into(),
             args: json!({"agent": "writer", "text": "who am I?"}),
@@ -678,7 +679,7 @@ async fn a_sub_agents_approval_is_asked_of_the_user_through_the_caller() {
     faux.push(FauxTurn::text("You are u-7."));
     faux.push(FauxTurn::text("Done."));
     let outcome = planner
-        .run(tiller::Prompt::Reply(tiller::Reply::approve("p1")))
+        .run(tiller::Prompt::Reply(tiller::run::Reply::approve("p1")))
         .await
         .unwrap();
     assert_eq!(outcome.text(), "Done.");
@@ -716,14 +717,14 @@ async fn approving_one_of_two_delegated_requests_runs_that_one_only() {
     assert_eq!(waiting, ["p1", "p2"]);
 
     let denied = planner
-        .run(tiller::Prompt::Reply(tiller::Reply::deny("p1", None)))
+        .run(tiller::Prompt::Reply(tiller::run::Reply::deny("p1", None)))
         .await
         .unwrap();
     assert_eq!(denied.end, RunEnd::Parked);
     faux.push(FauxTurn::text("You are u-7."));
     faux.push(FauxTurn::text("Done."));
     let approved = planner
-        .run(tiller::Prompt::Reply(tiller::Reply::approve("p2")))
+        .run(tiller::Prompt::Reply(tiller::run::Reply::approve("p2")))
         .await
         .unwrap();
     assert_eq!(approved.text(), "Done.");

@@ -10,10 +10,14 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::MemoryStore;
-use tiller::{AgentStatus, Definitions, Event, EventError, Supervisor, SupervisorConfig, Triggers};
+use tiller::store::MemoryStore;
+use tiller::{
+    Definitions, Supervisor, SupervisorConfig,
+    agents::Triggers,
+    runtime::{AgentStatus, Event, EventError},
+};
 use tokio::sync::mpsc;
 
 const SUPPORT: &str = r#"type: object
@@ -172,7 +176,7 @@ async fn each_tenant_has_its_own_session_of_a_key() {
 async fn a_full_window_goes_at_once_and_the_next_event_opens_another() {
     let (faux, mut heard) = listening();
     let (supervisor, _triggers) = attached(SupervisorConfig::default(), &faux).await;
-    for _ in 0..tiller::trigger::MAX_BATCH {
+    for _ in 0..tiller::agents::trigger::MAX_BATCH {
         supervisor.publish(opened(3, "high")).unwrap();
     }
     let full = heard.recv().await.unwrap();

@@ -4,8 +4,9 @@ use std::io::IsTerminal;
 
 use futures::StreamExt;
 use tiller::{
-    AgentError, AgentEvent, AgentHandle, AgentMessage, AgentStatus, Delivered, Op, Prompt, Reply,
-    RunEnd, UserRequest,
+    AgentError, AgentEvent, AgentHandle, AgentMessage, Delivered, Op, Prompt, RunEnd,
+    run::{Reply, UserRequest},
+    runtime::AgentStatus,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tiller::ThinkingLevel;
+use tiller::ai::ThinkingLevel;
 
 /// Run agents from a terminal or a script.
 ///
@@ -390,7 +390,7 @@ pub enum EventFormat {
 }
 
 fn provider_names() -> PossibleValuesParser {
-    let known = tiller::catalog::providers().iter().map(|p| p.name);
+    let known = tiller::ai::catalog::providers().iter().map(|p| p.name);
     PossibleValuesParser::new(known.chain(["faux"]))
 }
 

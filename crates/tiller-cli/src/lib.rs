@@ -11,12 +11,12 @@
 //! ```
 //!
 //! This library holds what the binary is made of, so the pieces can be used and
-//! tested on their own ([`tiller::agent_file`] reads the agents declared in YAML or
-//! JSON, [`tiller::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
+//! tested on their own ([`tiller::agents::agent_file`] reads the agents declared in YAML or
+//! JSON, [`tiller::agents::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
 //! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]), [`mcp`] offers
-//! them to MCP hosts ([`tiller::McpToolServer`]).
+//! them to MCP hosts ([`tiller::mcp::McpToolServer`]).
 
 /// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
 /// stderr loses the line, not the run.

@@ -1,10 +1,10 @@
 //! `tiller mcp`: the agent definitions of a folder offered to an MCP host over
-//! stdio, each a tool that runs the agent ([`tiller::AgentAsTool`] served by
-//! [`tiller::McpToolServer`]), until the host disconnects.
+//! stdio, each a tool that runs the agent ([`tiller::agents::AgentAsTool`] served by
+//! [`tiller::mcp::McpToolServer`]), until the host disconnects.
 
 use std::path::Path;
 
-use tiller::{AskAgentConfig, McpToolServer, Supervisor};
+use tiller::{Supervisor, agents::AskAgentConfig, mcp::McpToolServer};
 
 use crate::outcome::Exit;
 use crate::serve::connected_definitions;

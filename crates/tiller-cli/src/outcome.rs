@@ -1,6 +1,6 @@
 //! How a run ended, as the exit status and message a script acts on.
 
-use tiller::{AgentMessage, Output, RunEnd, StopReason};
+use tiller::{AgentMessage, RunEnd, ai::StopReason, run::Output};
 
 /// The exit status of the `tiller` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

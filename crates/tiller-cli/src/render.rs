@@ -12,7 +12,7 @@ use std::io::{self, Write};
 
 use serde_json::Value;
 use tiller::wire::{Cursor, Updates};
-use tiller::{AgentEvent, AssistantEvent, Delivered, Envelope, Notice};
+use tiller::{AgentEvent, Delivered, Envelope, ai::AssistantEvent, runtime::Notice};
 
 use crate::cli::EventFormat;
 
@@ -141,7 +141,7 @@ impl Output {
                 }
             }
             AgentEvent::AgentEnd {
-                output: Some(tiller::Output::Valid { value }),
+                output: Some(tiller::run::Output::Valid { value }),
                 ..
             } => {
                 self.end_line()?;

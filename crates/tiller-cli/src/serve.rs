@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tiller::tiller_store::MemoryStore;
+use tiller::store::MemoryStore;
 use tiller::{
-    AskAgentConfig, Compression, Definitions, LlmConfigs, SessionStore, Supervisor,
-    SupervisorConfig,
+    Definitions, Supervisor, SupervisorConfig,
+    agents::{AskAgentConfig, Compression, LlmConfigs},
+    store::SessionStore,
 };
 use tiller_cluster::ClusterConfig;
 use tiller_server::{JwtKeys, Server, ServerConfig, Tokens};
@@ -136,7 +137,7 @@ impl ClusterOptions<'_> {
     /// The cluster configuration these options make.
     fn config(&self) -> ClusterConfig {
         let host_id = self.host_id.map_or_else(
-            || format!("host-{}", &tiller::tiller_ai::new_id()[24..]),
+            || format!("host-{}", &tiller::ai::new_id()[24..]),
             str::to_owned,
         );
         let mut config = ClusterConfig::new(ClusterConfig::servers_from(&self.servers.0), host_id);
@@ -445,7 +446,7 @@ fn definitions(agents: Option<&Path>, llms: Option<&Path>) -> Result<Definitions
         None => LlmConfigs::new(),
     };
     // Chosen as `tiller run` chooses it.
-    let chosen = tiller::choose_model(tiller::ModelSources::default(), |name| {
+    let chosen = tiller::agents::choose_model(tiller::agents::ModelSources::default(), |name| {
         std::env::var(name)
             .ok()
             .filter(|value| !value.trim().is_empty())

@@ -1,7 +1,7 @@
 //! The agent a command talks to: spawned under a supervisor, with a bounded
 //! subscription and the output its events are written to.
 
-use tiller::{AgentHandle, AgentSpec, Subscription, Supervisor, SupervisorConfig};
+use tiller::{AgentHandle, AgentSpec, Supervisor, SupervisorConfig, runtime::Subscription};
 
 use crate::cli::AgentOptions;
 use crate::outcome::Exit;

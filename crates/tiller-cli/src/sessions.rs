@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use tiller::AgentMessage;
-use tiller::tiller_store::{self, SessionFilter, SessionStore, StoredSession};
+use tiller::store::{self, SessionFilter, SessionStore, StoredSession};
 
 use crate::cli::SessionsAction;
 use crate::outcome::Exit;
@@ -34,7 +34,7 @@ pub fn store_url(option: Option<&str>) -> Result<String, String> {
 /// Opens the store `option` (or the default) names; says why not on stderr.
 pub async fn open_store(option: Option<&str>) -> Result<Arc<dyn SessionStore>, Exit> {
     let url = store_url(option).map_err(Exit::usage)?;
-    tiller_store::open(&url).await.map_err(Exit::failed)
+    store::open(&url).await.map_err(Exit::failed)
 }
 
 /// Runs `tiller sessions ACTION`.
@@ -53,7 +53,7 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
         },
         SessionsAction::Prune { older_than_days } => {
             let age = std::time::Duration::from_secs(older_than_days.saturating_mul(24 * 3_600));
-            match store.prune(tiller::tiller_store::ago(age)).await {
+            match store.prune(tiller::store::ago(age)).await {
                 Ok(pruned) => {
                     println!("{pruned} closed session(s) deleted");
                     Ok(())
@@ -129,14 +129,14 @@ fn as_json(stored: &StoredSession) -> serde_json::Value {
     })
 }
 
-fn queued(queued: &[tiller_store::Queued]) -> Vec<&AgentMessage> {
+fn queued(queued: &[store::Queued]) -> Vec<&AgentMessage> {
     queued.iter().map(|queued| &queued.message).collect()
 }
 
 /// One message as a line: its role and text (tool calls named).
 fn line(message: &AgentMessage) -> String {
     let text = match message {
-        AgentMessage::Llm(tiller::Message::Assistant(assistant)) => {
+        AgentMessage::Llm(tiller::ai::Message::Assistant(assistant)) => {
             let calls: Vec<String> = assistant
                 .tool_calls()
                 .map(|call| format!("[calls {}({})]", call.name, call.arguments))
@@ -147,22 +147,24 @@ fn line(message: &AgentMessage) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         }
-        AgentMessage::Llm(tiller::Message::ToolResult(result)) => result.text_content(),
-        AgentMessage::Llm(tiller::Message::User(user)) => user
+        AgentMessage::Llm(tiller::ai::Message::ToolResult(result)) => result.text_content(),
+        AgentMessage::Llm(tiller::ai::Message::User(user)) => user
             .content
             .iter()
             .filter_map(|content| match content {
-                tiller::Content::Text(text) => Some(text.text.as_str()),
+                tiller::ai::Content::Text(text) => Some(text.text.as_str()),
                 _ => None,
             })
             .collect(),
-        AgentMessage::Custom(custom) => match tiller::compaction::CompactionSummary::of(message) {
-            Some(summary) => format!(
-                "compaction of message:{} to message:{}, the {} messages after it kept as they were: {}",
-                summary.first_seq, summary.last_seq, summary.kept, summary.summary
-            ),
-            None => custom.kind.clone(),
-        },
+        AgentMessage::Custom(custom) => {
+            match tiller::run::compaction::CompactionSummary::of(message) {
+                Some(summary) => format!(
+                    "compaction of message:{} to message:{}, the {} messages after it kept as they were: {}",
+                    summary.first_seq, summary.last_seq, summary.kept, summary.summary
+                ),
+                None => custom.kind.clone(),
+            }
+        }
     };
     format!("{}: {}", message.role(), text.replace('\n', " "))
 }

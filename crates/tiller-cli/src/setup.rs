@@ -1,7 +1,7 @@
 //! From options, environment and agent file to an agent's settings.
 //!
 //! The model is chosen as every command and host chooses it
-//! ([`tiller::choose_model`]): the `--provider`/`--model`/`--base-url` options
+//! ([`tiller::agents::choose_model`]): the `--provider`/`--model`/`--base-url` options
 //! over their variables, then the agent file's `model`, then a provider whose API
 //! key is set; with none, the scripted faux model answers. An agent file's
 //! `base_url` gets a key only when the file names one with `api_key_env`.
@@ -10,13 +10,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tiller::{
-    ASK_AGENT_TOOL, AgentSettings, ApiKey, AskAgentConfig, Compression, DefinitionPatch,
-    Definitions, DefinitionsError, LlmConfigs, Model, ModelChoice, ModelSources, Named, Supervisor,
-    ToolRegistry,
+    AgentSettings, Definitions, Model, Supervisor,
+    agents::{
+        ASK_AGENT_TOOL, AskAgentConfig, Compression, DefinitionsError, LlmConfigs, ModelChoice,
+        ModelSources, Named, ToolRegistry,
+    },
+    ai::ApiKey,
+    runtime::DefinitionPatch,
 };
 
 use crate::cli::AgentOptions;
-use tiller::agent_file::{AgentFile, AgentFileError};
+use tiller::agents::agent_file::{AgentFile, AgentFileError};
 
 /// An agent ready to spawn.
 #[derive(Debug)]
@@ -37,7 +41,7 @@ pub enum SetupError {
     AgentFile(#[from] AgentFileError),
     /// An MCP server the agent file lists could not be connected to.
     #[error(transparent)]
-    Mcp(#[from] tiller::tiller_mcp::McpError),
+    Mcp(#[from] tiller::mcp::McpError),
     /// The model named cannot be used.
     #[error("{origin}: {reason}")]
     Model {
@@ -224,7 +228,7 @@ fn load_llms(path: &Path, origin: &str) -> Result<LlmConfigs, SetupError> {
 }
 
 /// The model the options, the agent file and the environment (`var`) choose
-/// ([`tiller::choose_model`]), each option named by its flag.
+/// ([`tiller::agents::choose_model`]), each option named by its flag.
 fn choose_model(
     options: &AgentOptions,
     file: Option<(&AgentFile, &DefinitionPatch)>,
@@ -242,7 +246,7 @@ fn choose_model(
         base_url: named(&options.base_url, "base-url"),
         file,
     };
-    tiller::choose_model(sources, var).map_err(|error| SetupError::Model {
+    tiller::agents::choose_model(sources, var).map_err(|error| SetupError::Model {
         origin: error.origin,
         reason: error.reason,
     })
@@ -274,8 +278,8 @@ fn file_key(
 /// The display name of a model: `provider/id`, and the server when it is not the
 /// provider's own.
 pub fn describe(model: &Model) -> String {
-    let own =
-        tiller::catalog::provider(&model.provider).is_some_and(|p| p.base_url == model.base_url);
+    let own = tiller::ai::catalog::provider(&model.provider)
+        .is_some_and(|p| p.base_url == model.base_url);
     if own || model.provider == "faux" {
         format!("{}/{}", model.provider, model.id)
     } else {
@@ -293,7 +297,7 @@ mod tests {
     fn described(settings: &AgentSettings) -> serde_json::Value {
         let code = &settings.code;
         let guardrails = &code.hooks.guardrails;
-        let names = |list: &[tiller::Guardrail]| -> Vec<String> {
+        let names = |list: &[tiller::run::Guardrail]| -> Vec<String> {
             list.iter().map(|g| g.name().to_owned()).collect()
         };
         serde_json::json!({

@@ -9,8 +9,12 @@ mod common;
 use common::{Dialect, Scratch, finish, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller::agent_file::AgentFile;
-use tiller::{AgentTool, ThinkingLevel, ToolChoice, ToolRegistry};
+use tiller::agents::agent_file::AgentFile;
+use tiller::{
+    AgentTool,
+    agents::ToolRegistry,
+    ai::{ThinkingLevel, ToolChoice},
+};
 use tiller_test_support::MockServer;
 
 const GOOD: &str = r#"type: object

@@ -557,7 +557,7 @@ impl Chaos {
         assert_eq!(session["epoch"].as_u64(), Some(last_claim), "{session}");
         let messages: Vec<tiller::AgentMessage> =
             serde_json::from_value(Value::Array(self.transcript(via, agent).await)).unwrap();
-        assert_eq!(tiller::check_transcript(&messages), Ok(()));
+        assert_eq!(tiller::run::check_transcript(&messages), Ok(()));
     }
 }
 

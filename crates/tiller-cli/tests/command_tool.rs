@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::{Scratch, gone, python_tool};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
+use tiller::agents::{CommandTool, ToolRegistry};
 use tiller::{AgentTool, ToolContext};
-use tiller::{CommandTool, ToolRegistry};
 use tokio_util::sync::CancellationToken;
 
 async fn call(tool: &dyn AgentTool, args: Value) -> Result<String, String> {

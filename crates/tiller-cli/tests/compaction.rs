@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{Scratch, exit_of, finish_with_input, lines, read_until, tiller};
-use tiller::compaction::CompactionSummary;
-use tiller::tiller_store::SqlStore;
-use tiller::{AgentMessage, SessionStore, check_transcript};
+use tiller::run::compaction::CompactionSummary;
+use tiller::store::SqlStore;
+use tiller::{AgentMessage, run::check_transcript, store::SessionStore};
 use tiller_test_support::{CapturedRequest, MockResponse, MockServer, sse};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};

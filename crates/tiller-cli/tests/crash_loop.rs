@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use common::{Scratch, agent_yaml, finish, lines, python_tool, tiller};
 use serde_json::{Value, json};
-use tiller::tiller_store;
+use tiller::store;
 use tiller_test_support::{CapturedRequest, MockResponse, MockServer, sse};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -144,7 +144,7 @@ async fn two_hundred_runs_killed_at_random_points_lose_and_repeat_nothing() {
     let seed: u64 = std::env::var("TILLER_CRASH_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| tiller::tiller_ai::now_ms() | 1);
+        .unwrap_or_else(|| tiller::ai::now_ms() | 1);
     let _ = writeln!(
         std::io::stderr(),
         "crash loop: {runs} runs, TILLER_CRASH_SEED={seed}"
@@ -286,12 +286,12 @@ async fn two_hundred_runs_killed_at_random_points_lose_and_repeat_nothing() {
             ));
         }
 
-        let opened = tiller_store::open(&store).await.unwrap();
+        let opened = store::open(&store).await.unwrap();
         let stored = opened.load(&session).await.unwrap().unwrap();
         drop(opened);
         let messages: Vec<tiller::AgentMessage> =
             stored.messages.iter().map(|m| (**m).clone()).collect();
-        if let Err(error) = tiller::check_transcript(&messages) {
+        if let Err(error) = tiller::run::check_transcript(&messages) {
             violations.push(format!("run {run}: invalid transcript: {error}"));
         }
         let said: HashSet<String> = messages

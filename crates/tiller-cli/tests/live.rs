@@ -221,8 +221,8 @@ async fn a_forty_turn_chat_outlives_smollm2s_context_window() {
     assert!(matches!(exit.code(), Some(0 | 1)), "{exit:?}");
     assert!(compactions >= 1, "forty turns and no compaction");
 
-    let store = tiller::tiller_store::SqlStore::open(&store).await.unwrap();
-    let stored = tiller::SessionStore::load(&store, "forty")
+    let store = tiller::store::SqlStore::open(&store).await.unwrap();
+    let stored = tiller::store::SessionStore::load(&store, "forty")
         .await
         .unwrap()
         .unwrap();
@@ -234,7 +234,7 @@ async fn a_forty_turn_chat_outlives_smollm2s_context_window() {
             copies -= 1;
             continue;
         }
-        if let Some(summary) = tiller::compaction::CompactionSummary::of(message) {
+        if let Some(summary) = tiller::run::compaction::CompactionSummary::of(message) {
             copies = summary.kept;
             continue;
         }

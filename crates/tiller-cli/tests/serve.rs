@@ -637,11 +637,7 @@ async fn two_servers_share_a_store_and_never_overwrite_each_other(store: &str) {
     let options = ["--store", store];
     let first = Serving::start_with(Scratch::new(), &options, &[]).await;
     let second = Serving::start_with(Scratch::new(), &options, &[]).await;
-    let id = format!(
-        "shared-{}-{}",
-        std::process::id(),
-        tiller::tiller_ai::now_ms()
-    );
+    let id = format!("shared-{}-{}", std::process::id(), tiller::ai::now_ms());
     let at = |serving: &Serving, path: &str| format!("{}{path}", serving.base);
 
     let (status, _) = request(

@@ -98,7 +98,7 @@ async fn killed_while_a_tool_runs_then_resumed(store: &str, name: &str) {
     let after = stored(store, name).await;
     let messages: Vec<tiller::AgentMessage> =
         serde_json::from_value(after["messages"].clone()).unwrap();
-    tiller::check_transcript(&messages).unwrap();
+    tiller::run::check_transcript(&messages).unwrap();
     assert_eq!(
         roles(&after),
         [
@@ -132,11 +132,7 @@ async fn a_chat_killed_mid_tool_resumes_from_postgres() {
     let Some(url) = tiller_test_support::postgres::postgres_url() else {
         return;
     };
-    let name = format!(
-        "killed-{}-{}",
-        std::process::id(),
-        tiller::tiller_ai::now_ms()
-    );
+    let name = format!("killed-{}-{}", std::process::id(), tiller::ai::now_ms());
     killed_while_a_tool_runs_then_resumed(&url, &name).await;
 }
 
@@ -180,10 +176,8 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
 
     // A closed session past the retention is pruned; an active one never is.
     {
-        use tiller::tiller_store::{
-            Change, SessionFilter, SessionStatus, SessionWrite, StoreWriter,
-        };
-        let kept = tiller::tiller_store::open(&store).await.unwrap();
+        use tiller::store::{Change, SessionFilter, SessionStatus, SessionWrite, StoreWriter};
+        let kept = tiller::store::open(&store).await.unwrap();
         let epoch = kept.list(&SessionFilter::default()).await.unwrap()[0]
             .record
             .epoch;

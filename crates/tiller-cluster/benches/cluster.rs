@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::{Definitions, Supervisor, SupervisorConfig};
 use tiller_cluster::{ClusterConfig, NatsSecurity};
 use tiller_server::{Quotas, Server, ServerConfig};
@@ -79,7 +79,7 @@ fn host(given: &str) {
     };
     let runtime = two_workers();
     runtime.block_on(async {
-        let store = tiller::tiller_store::open(store).await.unwrap();
+        let store = tiller::store::open(store).await.unwrap();
         let config = SupervisorConfig {
             hibernate_after: (hibernate == "1").then_some(Duration::ZERO),
             ..SupervisorConfig::default()

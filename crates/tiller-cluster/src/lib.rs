@@ -32,7 +32,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use tiller::{AgentSettings, AgentSpec, Op, Supervisor, tiller_store::SessionRecord};
+//! use tiller::{AgentSettings, AgentSpec, Op, Supervisor, store::SessionRecord};
 //! use tiller_cluster::{Activator, Cluster, ClusterConfig};
 //!
 //! /// Brings any agent up on the faux model (a real host rebuilds it from the
@@ -45,7 +45,7 @@
 //! }
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = tiller::tiller_store::open("postgres://tiller@127.0.0.1:5432/tiller").await?;
+//! let store = tiller::store::open("postgres://tiller@127.0.0.1:5432/tiller").await?;
 //! let supervisor = Supervisor::with_store(Default::default(), store).await?;
 //! let config = ClusterConfig::new(vec!["nats://127.0.0.1:4222".into()], "host-1");
 //! let cluster = Cluster::join(config, supervisor, Arc::new(Faux)).await?;

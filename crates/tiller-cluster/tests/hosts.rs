@@ -14,7 +14,7 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::SessionRecord;
+use tiller::store::SessionRecord;
 use tiller::{
     AgentMessage, AgentSettings, AgentSpec, AgentTool, FnTool, Op, Prompt, Supervisor, ToolOutput,
     ToolSet,
@@ -65,7 +65,7 @@ impl Setup {
     }
 
     async fn host(&self, id: &str) -> Cluster {
-        let store = tiller::tiller_store::open(&self.store).await.unwrap();
+        let store = tiller::store::open(&self.store).await.unwrap();
         let supervisor = Supervisor::with_store(Default::default(), store)
             .await
             .unwrap();
@@ -204,7 +204,7 @@ async fn a_request_to_any_host_reaches_the_owner_and_its_events_every_host() {
             .unwrap()
             .record
             .status,
-        tiller::tiller_store::SessionStatus::Closed
+        tiller::store::SessionStatus::Closed
     );
     a.leave().await;
     b.leave().await;
@@ -379,7 +379,7 @@ async fn a_host_proves_itself_with_an_nkey_seed_file() {
         async move {
             let supervisor = Supervisor::with_store(
                 Default::default(),
-                tiller::tiller_store::open(&store).await.unwrap(),
+                tiller::store::open(&store).await.unwrap(),
             )
             .await
             .unwrap();

@@ -138,7 +138,7 @@ pub fn agent_file(text: &[u8]) {
     } else {
         "/nonexistent-tiller-fuzz/agent.yaml"
     };
-    if let Err(error) = tiller::agent_file::AgentFile::parse(Path::new(name), &text) {
+    if let Err(error) = tiller::agents::agent_file::AgentFile::parse(Path::new(name), &text) {
         assert!(!error.message.is_empty(), "an error says what is wrong");
     }
 }

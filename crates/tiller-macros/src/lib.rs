@@ -356,9 +356,9 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
         .collect();
     let call = call_tokens(&arguments, &source);
     let execution = if options.sequential {
-        quote!(::tiller::ToolExecution::Sequential)
+        quote!(::tiller::run::ToolExecution::Sequential)
     } else {
-        quote!(::tiller::ToolExecution::Parallel)
+        quote!(::tiller::run::ToolExecution::Parallel)
     };
     let definition = tool_struct(&source, &tool_name);
     let args_name = Ident::new("Arguments", Span::call_site());
@@ -389,7 +389,7 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
                     SCHEMA.get_or_init(::tiller::__private::parameters_schema::<#args_name>)
                 }
 
-                fn execution(&self) -> ::tiller::ToolExecution {
+                fn execution(&self) -> ::tiller::run::ToolExecution {
                     #execution
                 }
 

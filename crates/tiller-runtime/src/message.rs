@@ -4,7 +4,7 @@
 //! can send them straight to [`crate::AgentHandle::actor`]:
 //!
 //! ```
-//! # use tiller::{AgentMsg, AgentSettings, AgentSpec, Op, Supervisor};
+//! # use tiller::{AgentSettings, AgentSpec, Op, Supervisor, runtime::AgentMsg};
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let faux = tiller::faux::FauxProvider::new();

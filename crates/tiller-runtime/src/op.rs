@@ -6,7 +6,7 @@
 //! On the wire an op is tagged by `type`; a message may be given as its text:
 //!
 //! ```
-//! use tiller::{Op, Reply};
+//! use tiller::{Op, run::Reply};
 //!
 //! let steer: Op = serde_json::from_str(r#"{"type": "steer", "text": "shorter"}"#)?;
 //! let Op::Steer { message } = steer else { unreachable!() };

@@ -4,7 +4,7 @@
 //! [`DefinitionPatch::merged`] and land with [`DefinitionPatch::apply`].
 //!
 //! ```
-//! use tiller::{AgentSettings, DefinitionPatch};
+//! use tiller::{AgentSettings, runtime::DefinitionPatch};
 //!
 //! let local = DefinitionPatch {
 //!     base_url: Some("http://127.0.0.1:8080/v1".into()),

@@ -64,7 +64,7 @@ impl fmt::Debug for AgentCode {
 /// one copy until one of them changes.
 ///
 /// ```
-/// use tiller::{AgentSettings, RunHooks, hook};
+/// use tiller::{AgentSettings, run::{RunHooks, hook}};
 /// # let model = tiller::faux::FauxProvider::new().model();
 /// let mut settings = AgentSettings::new(model).with_hooks(RunHooks {
 ///     stop_when: Some(hook::stop_when(|turn| turn.called("finish"))),

@@ -13,7 +13,7 @@ use common::{agent, endless, idle, is_agent_end, is_restart, until};
 use pretty_assertions::assert_eq;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tiller::faux::FauxTurn;
-use tiller::{AgentError, AgentMessage, AgentMsg, Op, Prompt, RunEnd};
+use tiller::{AgentError, AgentMessage, Op, Prompt, RunEnd, runtime::AgentMsg};
 
 /// A host actor that turns its own messages into the agent's.
 struct Host;

@@ -9,9 +9,10 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use tiller::faux::FauxTurn;
 use tiller::{
-    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Content,
-    ContinueError, Delivered, ImageContent, Message, QueueMode, RunEnd, RunHooks, Supervisor,
-    ThinkingLevel, catalog, hook,
+    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, Delivered, RunEnd, Supervisor,
+    ai::{Content, ImageContent, Message, ThinkingLevel, catalog},
+    run::{ContinueError, RunHooks, hook},
+    runtime::{AgentStatus, QueueMode},
 };
 
 #[tokio::test]
@@ -111,7 +112,7 @@ async fn message_setters() {
         .unwrap();
     assert_eq!(roles(&agent.state().await.unwrap().messages), ["user"]);
     let model = agent.state().await.unwrap().definition.model.unwrap();
-    let answer = tiller::AssistantMessage::empty(&model);
+    let answer = tiller::ai::AssistantMessage::empty(&model);
     agent
         .set_messages(vec![AgentMessage::user("Hello"), answer.into()])
         .await
@@ -131,9 +132,15 @@ async fn queued_messages_stay_out_of_the_transcript() {
     agent.follow_up("Follow-up message").await.unwrap();
     assert!(agent.state().await.unwrap().messages.is_empty());
     assert!(agent.has_queued_messages().await.unwrap());
-    agent.clear_queues(tiller::Queues::Steering).await.unwrap();
+    agent
+        .clear_queues(tiller::runtime::Queues::Steering)
+        .await
+        .unwrap();
     assert!(agent.has_queued_messages().await.unwrap());
-    agent.clear_queues(tiller::Queues::Both).await.unwrap();
+    agent
+        .clear_queues(tiller::runtime::Queues::Both)
+        .await
+        .unwrap();
     assert!(!agent.has_queued_messages().await.unwrap());
 }
 
@@ -141,7 +148,7 @@ async fn queued_messages_stay_out_of_the_transcript() {
 async fn abort_while_idle_does_nothing() {
     let (_supervisor, agent, _faux) = agent(|s| s).await;
     agent.abort();
-    assert_eq!(agent.status(), tiller::AgentStatus::Idle);
+    assert_eq!(agent.status(), tiller::runtime::AgentStatus::Idle);
     assert!(agent.state().await.unwrap().messages.is_empty());
 }
 
@@ -288,7 +295,10 @@ async fn clearing_the_follow_ups_leaves_the_steering_queued() {
     agent.run("hello").await.unwrap();
     agent.steer("keep me").await.unwrap();
     agent.follow_up("drop me").await.unwrap();
-    agent.clear_queues(tiller::Queues::FollowUp).await.unwrap();
+    agent
+        .clear_queues(tiller::runtime::Queues::FollowUp)
+        .await
+        .unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(state.follow_up_queue, []);
     assert_eq!(
@@ -299,7 +309,10 @@ async fn clearing_the_follow_ups_leaves_the_steering_queued() {
             .collect::<Vec<_>>(),
         ["keep me"]
     );
-    agent.clear_queues(tiller::Queues::Steering).await.unwrap();
+    agent
+        .clear_queues(tiller::runtime::Queues::Steering)
+        .await
+        .unwrap();
     assert!(!agent.has_queued_messages().await.unwrap());
 }
 
@@ -332,13 +345,15 @@ async fn run_reports_the_outcome() {
     let (_supervisor, agent, faux) =
         agent(|s| s.with_tools(common::tools(vec![common::echo()]))).await;
     faux.push(
-        FauxTurn::tool_call("echo", serde_json::json!({"value": "pong"})).usage(tiller::Usage {
-            input: 10,
-            output: 5,
-            ..Default::default()
-        }),
+        FauxTurn::tool_call("echo", serde_json::json!({"value": "pong"})).usage(
+            tiller::ai::Usage {
+                input: 10,
+                output: 5,
+                ..Default::default()
+            },
+        ),
     );
-    faux.push(FauxTurn::text("got pong").usage(tiller::Usage {
+    faux.push(FauxTurn::text("got pong").usage(tiller::ai::Usage {
         input: 20,
         output: 3,
         ..Default::default()
@@ -354,7 +369,7 @@ async fn run_reports_the_outcome() {
         "the final turn called no tool"
     );
     assert_eq!((outcome.usage().input, outcome.usage().output), (30, 8));
-    assert_eq!(outcome.stop_reason(), Some(tiller::StopReason::Stop));
+    assert_eq!(outcome.stop_reason(), Some(tiller::ai::StopReason::Stop));
     assert_eq!(
         (outcome.error(), outcome.end),
         (None, tiller::RunEnd::Completed)
@@ -385,7 +400,7 @@ async fn a_failed_model_call_becomes_state_and_the_next_run_clears_it() {
             outcome.text().as_str()
         ),
         (
-            Some(tiller::StopReason::Error),
+            Some(tiller::ai::StopReason::Error),
             Some("faux reported an error: upstream exploded"),
             "half an ans"
         )

@@ -13,11 +13,13 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::SqlStore;
+use tiller::store::SqlStore;
 use tiller::{
-    AgentError, AgentEvent, AgentSettings, AgentSpec, AgentStatus, AgentTool, Approval,
-    ContinueError, Delivered, FnTool, RunEnd, SessionStore, Supervisor, SupervisorConfig,
-    ToolError, ToolOutput, UserRequest,
+    AgentError, AgentEvent, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, RunEnd,
+    Supervisor, SupervisorConfig, ToolError, ToolOutput,
+    run::{Approval, ContinueError, UserRequest},
+    runtime::AgentStatus,
+    store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{SessionStore, SpendScope, SqlStore};
+use tiller::store::{SessionStore, SpendScope, SqlStore};
 use tiller::{
-    AgentContext, AgentSettings, AgentSpec, Budget, RunEnd, Supervisor, SupervisorConfig, Usage,
+    AgentContext, AgentSettings, AgentSpec, RunEnd, Supervisor, SupervisorConfig, ai::Usage,
+    run::Budget,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -155,8 +156,8 @@ async fn twenty_runs_at_once_never_spend_past_the_tenants_budget() {
         faux.respond_with(move |request| {
             let last = request.context.messages.last();
             let prompt = match last {
-                Some(tiller::Message::User(user)) => match user.content.first() {
-                    Some(tiller::Content::Text(text)) => text.text.clone(),
+                Some(tiller::ai::Message::User(user)) => match user.content.first() {
+                    Some(tiller::ai::Content::Text(text)) => text.text.clone(),
                     _ => String::new(),
                 },
                 _ => String::new(),

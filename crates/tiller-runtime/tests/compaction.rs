@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
-use tiller::compaction::{COMPACTION_KIND, CompactionSummary};
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::SqlStore;
+use tiller::run::compaction::{COMPACTION_KIND, CompactionSummary};
+use tiller::store::SqlStore;
 use tiller::{
-    AgentError, AgentMessage, AgentSettings, AgentSpec, CompactionReason, ContinueError,
-    SessionStore, Supervisor, SupervisorConfig,
+    AgentError, AgentMessage, AgentSettings, AgentSpec, Supervisor, SupervisorConfig,
+    run::{CompactionReason, ContinueError},
+    store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -22,12 +23,10 @@ fn conversation(faux: &FauxProvider, turns: usize) -> Vec<AgentMessage> {
     let mut messages = Vec::new();
     for turn in 0..turns {
         messages.push(AgentMessage::user(format!("question {turn}")));
-        let mut answer = tiller::AssistantMessage::empty(&faux.model());
-        answer
-            .content
-            .push(tiller::tiller_ai::AssistantContent::Text(
-                tiller::tiller_ai::TextContent::new(vec![format!("answer{turn}"); 40].join(" ")),
-            ));
+        let mut answer = tiller::ai::AssistantMessage::empty(&faux.model());
+        answer.content.push(tiller::ai::AssistantContent::Text(
+            tiller::ai::TextContent::new(vec![format!("answer{turn}"); 40].join(" ")),
+        ));
         messages.push(answer.into());
     }
     messages
@@ -123,7 +122,7 @@ async fn a_compacted_session_keeps_every_original_and_comes_back_from_its_summar
     faux.push(FauxTurn::text("Seven."));
     agent.run("question 7").await.unwrap();
     let request = faux.requests().last().unwrap().context.clone();
-    let tiller::Message::User(first_sent) = &request.messages[0] else {
+    let tiller::ai::Message::User(first_sent) = &request.messages[0] else {
         panic!("the summary goes first, as a user message");
     };
     assert!(
@@ -172,8 +171,8 @@ async fn a_compaction_asked_for_runs_alone_with_its_instructions() {
     // The request adds to the summarizer's instructions: still a summary.
     assert_eq!(
         asked.system_prompt,
-        Some(tiller::compaction::with_request(
-            tiller::compaction::DEFAULT_INSTRUCTIONS,
+        Some(tiller::run::compaction::with_request(
+            tiller::run::compaction::DEFAULT_INSTRUCTIONS,
             "Keep every number."
         ))
     );

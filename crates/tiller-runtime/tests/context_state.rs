@@ -13,10 +13,12 @@ use pretty_assertions::assert_eq;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{MemoryStore, SessionStore, SqlStore};
+use tiller::store::{MemoryStore, SessionStore, SqlStore};
 use tiller::{
-    AgentContext, AgentSettings, AgentSpec, AgentStatus, ContextState, FnTool, StoredContext,
-    Supervisor, SupervisorConfig, ToolOutput, ToolSet,
+    AgentContext, AgentSettings, AgentSpec, FnTool, Supervisor, SupervisorConfig, ToolOutput,
+    ToolSet,
+    run::{ContextState, StoredContext},
+    runtime::AgentStatus,
 };
 use tiller_test_support::sqlite::TempSqlite;
 

@@ -15,12 +15,14 @@ use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{
+use tiller::store::{
     MemoryStore, SessionFilter, SessionInfo, SessionWrite, SqlStore, StoreError, StoredSession,
 };
 use tiller::{
-    AgentError, AgentMessage, AgentSettings, AgentSpec, AgentStatus, AgentTool, Delivered, FnTool,
-    Notice, RunEnd, SessionStore, Supervisor, SupervisorConfig, ToolOutput,
+    AgentError, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, RunEnd,
+    Supervisor, SupervisorConfig, ToolOutput,
+    runtime::{AgentStatus, Notice},
+    store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -36,7 +38,7 @@ impl SessionStore for SlowStore {
         Box::pin(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let calls = batch.iter().any(|write| match &write.change {
-                tiller::tiller_store::Change::Append { message, .. } => message
+                tiller::store::Change::Append { message, .. } => message
                     .as_assistant()
                     .is_some_and(|m| m.tool_calls().next().is_some()),
                 _ => false,
@@ -192,11 +194,7 @@ async fn a_session_taken_over_stops_its_old_holder(
     first_store: Arc<dyn SessionStore>,
     second_store: Arc<dyn SessionStore>,
 ) {
-    let session = format!(
-        "shared-{}-{}",
-        std::process::id(),
-        tiller::tiller_ai::now_ms()
-    );
+    let session = format!("shared-{}-{}", std::process::id(), tiller::ai::now_ms());
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("First answer."));
     let first = Supervisor::with_store(SupervisorConfig::default(), first_store.clone())
@@ -386,7 +384,7 @@ async fn an_approved_call_caught_mid_tool_is_answered_interrupted_not_asked_agai
         .definition
         .run
         .approvals
-        .insert("charge".to_owned(), tiller::Approval::Ask);
+        .insert("charge".to_owned(), tiller::run::Approval::Ask);
     let first = Supervisor::with_store(SupervisorConfig::default(), first_store)
         .await
         .unwrap();

@@ -15,19 +15,21 @@ use common::{
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::FauxTurn;
-use tiller::{AgentMessage, AgentTool, FnTool, ToolExecutionMode, ToolOutput};
+use tiller::{AgentMessage, AgentTool, FnTool, ToolOutput, run::ToolExecutionMode};
 use tokio::sync::Notify;
 
 /// An `on_message` hook that panics, once, on the first message `breaks` matches.
 fn breaking_once(
     breaks: impl Fn(&AgentMessage) -> bool + Send + Sync + 'static,
-) -> tiller::OnMessage {
+) -> tiller::runtime::OnMessage {
     let broke = AtomicBool::new(false);
-    Arc::new(move |_: &tiller::AgentId, message: &AgentMessage| {
-        if breaks(message) && !broke.swap(true, Ordering::SeqCst) {
-            panic!("the persistence hook broke");
-        }
-    })
+    Arc::new(
+        move |_: &tiller::runtime::AgentId, message: &AgentMessage| {
+            if breaks(message) && !broke.swap(true, Ordering::SeqCst) {
+                panic!("the persistence hook broke");
+            }
+        },
+    )
 }
 
 /// A tool that returns once `gate` is notified.

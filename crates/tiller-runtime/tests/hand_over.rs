@@ -16,12 +16,14 @@ use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{
+use tiller::store::{
     MemoryStore, SessionFilter, SessionInfo, SessionStatus, SessionWrite, StoreError, StoredSession,
 };
 use tiller::{
-    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, Delivered, FnTool, Notice, Op,
-    RunEnd, SessionStore, SpawnError, Supervisor, SupervisorConfig, ToolOutput, Workload,
+    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, Delivered, FnTool, Op, RunEnd,
+    SpawnError, Supervisor, SupervisorConfig, ToolOutput,
+    runtime::{Notice, Workload},
+    store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -127,7 +129,7 @@ async fn an_op_with_an_idempotency_key_is_applied_once() {
 
     let first = Supervisor::with_store(
         SupervisorConfig::default(),
-        tiller::tiller_store::open(db.url()).await.unwrap(),
+        tiller::store::open(db.url()).await.unwrap(),
     )
     .await
     .unwrap();
@@ -140,7 +142,7 @@ async fn an_op_with_an_idempotency_key_is_applied_once() {
 
     let second = Supervisor::with_store(
         SupervisorConfig::default(),
-        tiller::tiller_store::open(db.url()).await.unwrap(),
+        tiller::store::open(db.url()).await.unwrap(),
     )
     .await
     .unwrap();

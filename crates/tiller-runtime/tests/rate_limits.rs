@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::join_all;
 use tiller::{
-    AgentEvent, AgentSettings, AgentSpec, ApiKey, Delivered, Model, RunEnd, Supervisor,
-    SupervisorConfig,
+    AgentEvent, AgentSettings, AgentSpec, Delivered, Model, RunEnd, Supervisor, SupervisorConfig,
+    ai::ApiKey,
 };
 use tiller_test_support::sse::{OPENAI_DONE, openai_delta, openai_finish, openai_usage};
 use tiller_test_support::{MockResponse, MockServer};

@@ -18,9 +18,11 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, AgentTool,
-    Delivered, FnTool, Notice, SteeringDelivery, StopReason, Supervisor, SupervisorConfig,
-    ToolExecutionMode, ToolOutput,
+    AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool,
+    Supervisor, SupervisorConfig, ToolOutput,
+    ai::StopReason,
+    run::{SteeringDelivery, ToolExecutionMode},
+    runtime::{AgentStatus, Notice},
 };
 use tokio::sync::Notify;
 
@@ -38,7 +40,7 @@ async fn abort_during_a_stream_keeps_the_partial_answer() {
         matches!(
             &e.event,
             Delivered::Event(AgentEvent::MessageUpdate {
-                assistant_message_event: tiller::AssistantEvent::TextDelta { .. },
+                assistant_message_event: tiller::ai::AssistantEvent::TextDelta { .. },
                 ..
             })
         )
@@ -162,7 +164,9 @@ async fn steering_mid_batch_skips_the_rest_when_it_interrupts() {
         assert!(result.is_error);
         assert_eq!(
             result.content,
-            vec![tiller::Content::text("Skipped due to queued user message.")]
+            vec![tiller::ai::Content::text(
+                "Skipped due to queued user message."
+            )]
         );
     }
 }
@@ -389,11 +393,12 @@ async fn an_agent_failing_past_its_budget_stays_down_and_says_why() {
     })
     .await
     .unwrap();
-    let hooks: tiller::OnMessage = Arc::new(|_: &tiller::AgentId, message: &AgentMessage| {
-        if message.as_assistant().is_some() {
-            panic!("always broken");
-        }
-    });
+    let hooks: tiller::runtime::OnMessage =
+        Arc::new(|_: &tiller::runtime::AgentId, message: &AgentMessage| {
+            if message.as_assistant().is_some() {
+                panic!("always broken");
+            }
+        });
     let agent = supervisor
         .spawn(AgentSpec::new(
             AgentSettings::new(faux.model()).with_on_message(hooks),

@@ -15,22 +15,16 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::{
-    Change, MemoryStore, SessionRecord, SessionWrite, SqlStore, StoreWriter,
-};
+use tiller::store::{Change, MemoryStore, SessionRecord, SessionWrite, SqlStore, StoreWriter};
 use tiller::{
-    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentStatus, Delivered, Prompt,
-    SessionStore, Supervisor, SupervisorConfig,
+    AgentEvent, AgentMessage, AgentSettings, AgentSpec, Delivered, Prompt, Supervisor,
+    SupervisorConfig, runtime::AgentStatus, store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
 /// A session id no other test (or earlier run against a shared database) uses.
 fn unique(name: &str) -> String {
-    format!(
-        "{name}-{}-{}",
-        std::process::id(),
-        tiller::tiller_ai::now_ms()
-    )
+    format!("{name}-{}-{}", std::process::id(), tiller::ai::now_ms())
 }
 
 /// Stored messages as the agent's state shows them.
@@ -144,10 +138,10 @@ async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
     let db = TempSqlite::new();
     let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
     let faux = FauxProvider::new();
-    let mut call = tiller::AssistantMessage::empty(&faux.model());
-    call.stop_reason = tiller::StopReason::ToolUse;
-    call.content = vec![tiller::tiller_ai::AssistantContent::ToolCall(Box::new(
-        tiller::ToolCall {
+    let mut call = tiller::ai::AssistantMessage::empty(&faux.model());
+    call.stop_reason = tiller::ai::StopReason::ToolUse;
+    call.content = vec![tiller::ai::AssistantContent::ToolCall(Box::new(
+        tiller::ai::ToolCall {
             id: "call_1".into(),
             name: "echo".into(),
             arguments: json!({"value": "x"}),
@@ -175,7 +169,7 @@ async fn a_session_left_mid_tool_resumes_with_the_call_answered() {
             SessionWrite::new(
                 "crashed",
                 Change::Enqueue {
-                    queue: tiller::tiller_store::QueueKind::FollowUp,
+                    queue: tiller::store::QueueKind::FollowUp,
                     seq: 0,
                     message: and_then.clone(),
                 },
@@ -386,7 +380,8 @@ async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
         "do the next thing. ".repeat(40)
     );
     faux.push(FauxTurn::text(long.clone()));
-    let compressed = || tiller::Compression::default().applied_to(settings(&faux), store.clone());
+    let compressed =
+        || tiller::agents::Compression::default().applied_to(settings(&faux), store.clone());
     let first = Supervisor::with_store(SupervisorConfig::default(), store.clone())
         .await
         .unwrap();
@@ -429,7 +424,7 @@ async fn a_long_answer_is_cut_on_reload_and_read_back_with_lookup() {
     // The model saw the cut answer, never the whole one, until it asked.
     let first_request = &faux.requests()[1];
     let seen = first_request.context.messages[1].clone();
-    let tiller::Message::Assistant(seen) = seen else {
+    let tiller::ai::Message::Assistant(seen) = seen else {
         panic!("the answer is the second message")
     };
     assert_eq!(seen.text(), cut);

@@ -16,8 +16,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentEvent, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, Shards, Supervisor,
-    SupervisorConfig, ToolOutput, ToolSet,
+    AgentEvent, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, Supervisor,
+    SupervisorConfig, ToolOutput, ToolSet, runtime::Shards,
 };
 use tiller_test_support::Cassette;
 use tiller_test_support::MockServer;
@@ -64,7 +64,7 @@ async fn each_agents_runs_and_tools_stay_on_its_shard_even_after_hibernation() {
             .context
             .messages
             .last()
-            .is_some_and(|message| matches!(message, tiller::Message::ToolResult(_)))
+            .is_some_and(|message| matches!(message, tiller::ai::Message::ToolResult(_)))
         {
             FauxTurn::text("done")
         } else {
@@ -122,7 +122,7 @@ async fn a_sharded_agent_streams_its_model_over_http_whole_and_in_order() {
     let model =
         tiller::Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai");
     let mut settings = AgentSettings::new(model);
-    settings.definition.run.stream.api_key = Some(tiller::ApiKey::new("test-key"));
+    settings.definition.run.stream.api_key = Some(tiller::ai::ApiKey::new("test-key"));
     let mut expected = None;
     for n in 0..4 {
         server.push_cassette(&cassette);

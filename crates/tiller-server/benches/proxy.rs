@@ -16,8 +16,11 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tiller::tiller_ai::Context;
-use tiller::{Definitions, Message, StreamOptions, Supervisor};
+use tiller::ai::Context;
+use tiller::{
+    Definitions, Supervisor,
+    ai::{Message, StreamOptions},
+};
 use tiller_server::{Server, ServerConfig};
 use tiller_test_support::paced::{self, PacedProcess};
 use tiller_test_support::workload::{cpu_time, runtimes};
@@ -55,9 +58,7 @@ async fn measure(flavour: &str, model: &tiller::Model) {
     let options = StreamOptions::default();
     let direct_calls = || async {
         for _ in 0..REQUESTS {
-            let answer = tiller::tiller_ai::stream(model, &context, &options)
-                .result()
-                .await;
+            let answer = tiller::ai::stream(model, &context, &options).result().await;
             assert!(answer.error_message.is_none(), "{answer:?}");
         }
     };

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::{Definitions, Supervisor};
 use tiller_server::{Quotas, Server, ServerConfig};
 use tiller_test_support::paced::{self, PacedProcess, STAMPED_TOKENS};

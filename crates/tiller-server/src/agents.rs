@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::{AgentHandle, AgentMessage, AgentSpec, AgentState, Envelope, Op, Prompt};
+use tiller::{AgentHandle, AgentMessage, AgentSpec, Envelope, Op, Prompt, runtime::AgentState};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -241,7 +241,7 @@ pub(crate) async fn list(
     if let Some(next) = next {
         let link = format!(
             "</agents?after={}&limit={limit}>; rel=\"next\"",
-            tiller::tiller_ai::path_segment(&next)
+            tiller::ai::path_segment(&next)
         );
         if let Ok(link) = link.parse() {
             response

@@ -9,11 +9,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use axum::http::StatusCode;
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
-use tiller::tiller_store::{SessionFilter, SessionRecord, SessionStatus};
+use tiller::store::{SessionFilter, SessionRecord, SessionStatus};
 use tiller::wire::{Frame, Rebuild, Updates};
 use tiller::{
-    AgentContext, AgentError, AgentHandle, AgentId, AgentInfo, AgentMessage, AgentSpec, AgentState,
-    AgentStatus, Delivered, Envelope, Notice, Op, RunOutcome,
+    AgentContext, AgentError, AgentHandle, AgentMessage, AgentSpec, Delivered, Envelope, Op,
+    RunOutcome,
+    runtime::{AgentId, AgentInfo, AgentState, AgentStatus, Notice},
 };
 use tiller_cluster::{Activator, Cluster, ClusterError, EventSubject, Followed, Principal};
 
@@ -119,7 +120,7 @@ impl Agents for Cluster {
         on_behalf: Scope,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let key = key.unwrap_or_else(tiller::tiller_ai::new_id);
+            let key = key.unwrap_or_else(tiller::ai::new_id);
             Ok(self
                 .submit_as(agent.id, op, &key, principal(on_behalf))
                 .await?)
@@ -134,7 +135,7 @@ impl Agents for Cluster {
         on_behalf: Scope,
     ) -> BoxFuture<'a, Result<RunOutcome, Problem>> {
         Box::pin(async move {
-            let key = key.unwrap_or_else(tiller::tiller_ai::new_id);
+            let key = key.unwrap_or_else(tiller::ai::new_id);
             let subject = subject(agent.id, agent.owner);
             Ok(self
                 .run_as(&subject, op, &key, principal(on_behalf))
@@ -333,7 +334,7 @@ impl Agents for Cluster {
 /// with the number of the owner's next event then.
 struct Seed {
     agent: AgentId,
-    message: tiller::AssistantMessage,
+    message: tiller::ai::AssistantMessage,
     from: u64,
 }
 

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tiller::tiller_store::StoreError;
-use tiller::{AgentError, ContinueError, DefinitionsError, SpawnError};
+use tiller::store::StoreError;
+use tiller::{AgentError, SpawnError, agents::DefinitionsError, run::ContinueError};
 
 use crate::metrics::ProblemKind;
 

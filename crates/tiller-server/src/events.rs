@@ -28,7 +28,10 @@ use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use tiller::wire::{Cursor, Frame, Updates};
-use tiller::{AgentHandle, AgentId, Delivered, Envelope, Notice, Relay, Subscription};
+use tiller::{
+    AgentHandle, Delivered, Envelope,
+    runtime::{AgentId, Notice, Relay, Subscription},
+};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::Shared;

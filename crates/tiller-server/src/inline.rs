@@ -21,8 +21,11 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::Value;
-use tiller::agent_file::{AgentFile, FileTool};
-use tiller::{ActionTool, AgentSpec, Approval, Definitions};
+use tiller::agents::agent_file::{AgentFile, FileTool};
+use tiller::{
+    AgentSpec, Definitions,
+    run::{ActionTool, Approval},
+};
 
 use crate::Shared;
 use crate::error::Problem;

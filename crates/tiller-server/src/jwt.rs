@@ -9,7 +9,7 @@
 //! has an issuer (`iss`) and an audience (`aud`) and they are the server's;
 //! anything else is 401. Times are taken as they are ([`JwtKeys::with_leeway`]
 //! allows a clock skew; none by default). Its claims give the caller: `tenant_id` (the tenant,
-//! [`DEFAULT_TENANT`](tiller::DEFAULT_TENANT) when it has none), `user_id` (else
+//! [`DEFAULT_TENANT`](tiller::run::DEFAULT_TENANT) when it has none), `user_id` (else
 //! `sub`) and `client_id`. The static token file works beside it: a token it lists
 //! is taken first.
 

@@ -87,8 +87,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Html;
 use axum::routing::{get, post};
 use dashmap::DashMap;
-use tiller::tiller_mcp::McpHttpConfig;
-use tiller::{AgentId, Definitions, Supervisor};
+use tiller::mcp::McpHttpConfig;
+use tiller::{Definitions, Supervisor, runtime::AgentId};
 use tokio_util::sync::CancellationToken;
 
 pub use error::Problem;
@@ -198,7 +198,7 @@ pub struct ServerConfig {
     /// The operator's guardrails: they check every agent sent inline (before
     /// its own), and the input checks every `/api/stream` call's last user
     /// message before the model is called (403 `guardrail-tripped`).
-    pub guardrails: tiller::Guardrails,
+    pub guardrails: tiller::run::Guardrails,
     /// Whether an agent file sent inline may carry what only an operator should:
     /// command tools, a model's `base_url`, `api_key_env`, a tool's `env` and MCP
     /// servers, and models the server does not serve (see the `inline` rules in
@@ -235,7 +235,7 @@ impl Default for ServerConfig {
             mcp_idle_timeout: Duration::from_secs(300),
             tenant_quotas: Quotas::tenant_defaults(),
             user_quotas: Quotas::user_defaults(),
-            guardrails: tiller::Guardrails::default(),
+            guardrails: tiller::run::Guardrails::default(),
             drain_on_shutdown: false,
         }
     }

@@ -4,7 +4,10 @@
 
 use futures::future::BoxFuture;
 use tiller::wire::Updates;
-use tiller::{AgentHandle, AgentInfo, AgentSpec, AgentState, Op, RunOutcome, Supervisor};
+use tiller::{
+    AgentHandle, AgentSpec, Op, RunOutcome, Supervisor,
+    runtime::{AgentInfo, AgentState},
+};
 
 use crate::Shared;
 use crate::error::Problem;

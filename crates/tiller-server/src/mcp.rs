@@ -1,5 +1,5 @@
 //! `/mcp`: the definitions offered to MCP hosts over streamable HTTP, each a tool
-//! that runs an agent of it ([`tiller::McpToolServer`]). A request needs the same
+//! that runs an agent of it ([`tiller::mcp::McpToolServer`]). A request needs the same
 //! bearer token as the rest of the API, and the agents a call runs work for the
 //! token's tenant and user.
 //!
@@ -24,8 +24,8 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
-use tiller::McpToolServer;
-use tiller::tiller_mcp::{McpHttpConfig, McpSessions};
+use tiller::mcp::McpToolServer;
+use tiller::mcp::{McpHttpConfig, McpSessions};
 
 use crate::Shared;
 use crate::error::{Problem, is_problem};

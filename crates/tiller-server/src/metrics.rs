@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
-use tiller::{AgentEvent, AgentStatus, Delivered};
+use tiller::{AgentEvent, Delivered, runtime::AgentStatus};
 
 use crate::Shared;
 
@@ -213,7 +213,7 @@ pub(crate) async fn render(State(shared): State<Arc<Shared>>, headers: HeaderMap
 }
 
 /// Whether the session store writes, and how often it failed.
-fn store_metrics(text: &mut String, health: &tiller::tiller_store::StoreHealth) {
+fn store_metrics(text: &mut String, health: &tiller::store::StoreHealth) {
     let figures = [
         (
             "tiller_store_unavailable",
@@ -245,7 +245,7 @@ fn store_metrics(text: &mut String, health: &tiller::tiller_store::StoreHealth) 
 /// and each tenant's budget and spending. A family with nothing to show is left
 /// out.
 fn provider_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
-    use tiller::tiller_ai::ratelimit::AccountStats;
+    use tiller::ai::ratelimit::AccountStats;
     let accounts = supervisor
         .rate_limits()
         .map(|limits| limits.stats())
@@ -371,7 +371,7 @@ fn http_metrics(text: &mut String, metrics: &Metrics) {
 
 /// Each failing endpoint's breaker.
 fn breaker_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
-    use tiller::tiller_ai::BreakerStats;
+    use tiller::ai::BreakerStats;
     let breakers = supervisor.breakers().stats();
     if breakers.is_empty() {
         return;
@@ -407,7 +407,7 @@ fn breaker_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
 
 /// Each tenant's budget and spending.
 fn tenant_metrics(text: &mut String, supervisor: &tiller::Supervisor) {
-    use tiller::tiller_core::budget::BudgetLimit;
+    use tiller::run::budget::BudgetLimit;
     let budgets = supervisor.tenant_budgets();
     if budgets.is_empty() {
         return;

@@ -1,5 +1,5 @@
 //! `POST /api/stream`: pi's proxy endpoint. pi-agent-core's `streamProxy` sends a
-//! model, a context and options ([`tiller::tiller_ai::pi::ProxyRequest`]); the
+//! model, a context and options ([`tiller::ai::pi::ProxyRequest`]); the
 //! server makes the model call with its own keys and streams the answer back as
 //! server-sent events in pi's proxy form ([`ProxyEvent`]), so that clients hold no
 //! provider keys.
@@ -20,8 +20,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use tiller::tiller_ai::pi::{ProxyEvent, ProxyRequest};
-use tiller::{AgentSettings, AssistantEvent, Definitions, GuardrailStage, Model, StreamOptions};
+use tiller::ai::pi::{ProxyEvent, ProxyRequest};
+use tiller::{
+    AgentSettings, Definitions, Model,
+    ai::{AssistantEvent, StreamOptions},
+    run::GuardrailStage,
+};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -152,7 +156,7 @@ pub(crate) async fn stream(
     let counted = shared.clone();
     // Events ready together go out as one chunk (a reply often arrives in a few
     // large reads): one write for many, not one per event.
-    let frames = tiller::tiller_ai::stream(model, &context, &call)
+    let frames = tiller::ai::stream(model, &context, &call)
         .enumerate()
         .map(move |(index, event)| {
             // Held while the call streams.
@@ -165,7 +169,7 @@ pub(crate) async fn stream(
                 AssistantEvent::Done { message, .. } | AssistantEvent::Error { message, .. },
             ) = (spending.as_mut(), &event)
             {
-                spending.used = Some(tiller::tiller_core::Spent::response(message));
+                spending.used = Some(tiller::run::Spent::response(message));
             }
             event
         })
@@ -177,8 +181,8 @@ pub(crate) async fn stream(
 /// The operator's input checks on what the client asks (its last user
 /// message), before the model is called: 403 `guardrail-tripped`.
 async fn check_input(
-    guardrails: &tiller::Guardrails,
-    context: &tiller::tiller_ai::Context,
+    guardrails: &tiller::run::Guardrails,
+    context: &tiller::ai::Context,
     caller: &tiller::AgentContext,
 ) -> Result<(), Problem> {
     if guardrails.input.is_empty() {
@@ -189,7 +193,7 @@ async fn check_input(
         .iter()
         .rev()
         .find_map(|message| match message {
-            tiller::Message::User(user) => Some(user.text_content()),
+            tiller::ai::Message::User(user) => Some(user.text_content()),
             _ => None,
         });
     let Some(asked) = asked else {
@@ -209,7 +213,7 @@ async fn check_input(
 /// against the tenant's `tally`, its `max_tokens` lowered to what the budget
 /// leaves; 429 `budget-exceeded` when it leaves nothing.
 async fn reserve(
-    tally: Arc<tiller::tiller_core::Tally>,
+    tally: Arc<tiller::run::Tally>,
     input: u64,
     model: &Model,
     call: &mut StreamOptions,
@@ -222,8 +226,8 @@ async fn reserve(
             Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "budget-exceeded",
-                tiller::BudgetExceeded {
-                    scope: tiller::tiller_core::budget::BudgetScope::Tenant,
+                tiller::run::BudgetExceeded {
+                    scope: tiller::run::budget::BudgetScope::Tenant,
                     limit,
                     max,
                     spent,
@@ -250,9 +254,9 @@ async fn reserve(
 /// used when the stream ends; a call cut short (the client gone) counts as its
 /// most, which the provider may have spent.
 struct ProxySpending {
-    tally: Arc<tiller::tiller_core::Tally>,
-    hold: tiller::tiller_core::CallHold,
-    used: Option<tiller::tiller_core::Spent>,
+    tally: Arc<tiller::run::Tally>,
+    hold: tiller::run::CallHold,
+    used: Option<tiller::run::Spent>,
 }
 
 impl Drop for ProxySpending {

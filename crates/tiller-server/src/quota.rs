@@ -21,7 +21,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use dashmap::DashMap;
 use serde::Deserialize;
-use tiller::AgentId;
+use tiller::runtime::AgentId;
 
 use crate::Shared;
 use crate::error::Problem;
@@ -268,13 +268,13 @@ impl Shared {
             && self
                 .supervisor
                 .store()
-                .count(&tiller::tiller_store::SessionFilter::only(session))
+                .count(&tiller::store::SessionFilter::only(session))
                 .await?
                 > 0
         {
             return Ok(());
         }
-        let every = tiller::tiller_store::SessionFilter::default();
+        let every = tiller::store::SessionFilter::default();
         self.within_stored(
             owner,
             every,
@@ -299,8 +299,8 @@ impl Shared {
             return Ok(());
         }
         let (tenant, user) = self.quotas_of(owner.tenant.as_deref());
-        let active = tiller::tiller_store::SessionFilter {
-            status: Some(tiller::tiller_store::SessionStatus::Active),
+        let active = tiller::store::SessionFilter {
+            status: Some(tiller::store::SessionStatus::Active),
             ..Default::default()
         };
         self.within_stored(
@@ -319,7 +319,7 @@ impl Shared {
     async fn within_stored(
         &self,
         owner: &Scope,
-        mut filter: tiller::tiller_store::SessionFilter,
+        mut filter: tiller::store::SessionFilter,
         quota: &str,
         (tenant_max, user_max): (Option<usize>, Option<usize>),
         what: &str,

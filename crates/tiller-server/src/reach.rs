@@ -16,10 +16,12 @@ use futures::Stream;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::tiller_store::Definition;
+use tiller::store::Definition;
 use tiller::wire::{Frame, Updates};
 use tiller::{
-    AgentHandle, AgentInfo, AgentMessage, AgentSpec, AgentState, ContextIds, Op, RunOutcome,
+    AgentHandle, AgentMessage, AgentSpec, Op, RunOutcome,
+    run::ContextIds,
+    runtime::{AgentInfo, AgentState},
 };
 
 use crate::Shared;

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::tiller_store::{SessionFilter, SessionInfo, SessionStatus, ago, is_within};
-use tiller::{AgentInfo, AgentMessage};
+use tiller::store::{SessionFilter, SessionInfo, SessionStatus, ago, is_within};
+use tiller::{AgentMessage, runtime::AgentInfo};
 
 use crate::Shared;
 use crate::error::{Problem, decode};

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
-use tiller::Budget;
-use tiller::{AgentContext, DEFAULT_TENANT};
+use tiller::run::Budget;
+use tiller::{AgentContext, run::DEFAULT_TENANT};
 
 use crate::error::Problem;
 use crate::jwt::JwtKeys;
@@ -70,7 +70,7 @@ struct TokenFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TenantEntry {
-    /// What its agents may spend together (see [`tiller::tiller_core::budget`]).
+    /// What its agents may spend together (see [`tiller::run::budget`]).
     #[serde(default)]
     budget: Budget,
     /// Its share of each provider account's turns (1 by default).
@@ -197,7 +197,7 @@ impl Tokens {
     }
 
     /// Each tenant's share of a provider account's turns, where not 1, for
-    /// [`RateLimits::set_weight`](tiller::tiller_ai::RateLimits::set_weight).
+    /// [`RateLimits::set_weight`](tiller::ai::RateLimits::set_weight).
     pub fn weights(&self) -> impl Iterator<Item = (&str, u32)> {
         self.weights
             .iter()

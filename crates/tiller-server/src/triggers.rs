@@ -1,5 +1,5 @@
 //! `POST /triggers/{topic}`: an event for the agents whose definitions' triggers
-//! answer it (see `tiller::trigger`). The event is the caller's tenant's: only
+//! answer it (see `tiller::agents::trigger`). The event is the caller's tenant's: only
 //! that tenant's sessions are started or prompted, and the agents they make
 //! belong to the tenant, as agents it created would.
 
@@ -13,8 +13,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tiller::{
-    AgentContext, AgentMessage, Arrival, Event, EventError, Spawned, Spawner, Supervisor, Triggers,
-    WindowLimits, WindowQuota,
+    AgentContext, AgentMessage, Supervisor,
+    agents::{Arrival, Spawned, Spawner, Triggers, WindowLimits, WindowQuota},
+    runtime::{Event, EventError},
 };
 
 use crate::Shared;
@@ -102,7 +103,7 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
                 .ok_or_else(|| "the server has stopped".to_owned())?;
             // In a cluster, the session may live on another host: it takes
             // the prompt there, once (one key per batch).
-            let key = tiller::tiller_ai::new_id();
+            let key = tiller::ai::new_id();
             if deliver_elsewhere(&shared, &arrival, &key).await? {
                 return Ok(Spawned::Delivered);
             }

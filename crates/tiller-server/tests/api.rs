@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_store::MemoryStore;
+use tiller::store::MemoryStore;
 use tiller::{Definitions, Supervisor, SupervisorConfig};
 use tiller_server::ServerConfig;
 use tiller_test_support::{MockResponse, MockServer, sse};
@@ -714,13 +714,13 @@ async fn pi_proxy_caps_max_tokens_and_reserves_against_the_tenants_budget() {
     let model = tiller::Model::openai_compatible(upstream.base_url(), "local-model");
     let (provider, limit) = (model.provider.clone(), model.max_tokens);
     let supervisor = Supervisor::start().await.unwrap();
-    let calls = tiller::Budget {
+    let calls = tiller::run::Budget {
         model_calls: Some(2),
-        ..tiller::Budget::default()
+        ..tiller::run::Budget::default()
     };
-    let tokens = tiller::Budget {
+    let tokens = tiller::run::Budget {
         total_tokens: Some(1_000),
-        ..tiller::Budget::default()
+        ..tiller::run::Budget::default()
     };
     supervisor.set_tenant_budget("acme", calls).await.unwrap();
     supervisor
@@ -775,22 +775,22 @@ async fn pi_proxy_caps_max_tokens_and_reserves_against_the_tenants_budget() {
 async fn the_operators_guardrails_check_inline_agents_and_the_pi_proxy() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Never sent."));
-    let no_secrets = tiller::Guardrail::new(
+    let no_secrets = tiller::run::Guardrail::new(
         "no_secrets",
-        |input: tiller::tiller_core::GuardrailInput| async move {
+        |input: tiller::run::GuardrailInput| async move {
             Ok(if input.text.contains("password") {
-                tiller::Verdict::Fail {
+                tiller::run::Verdict::Fail {
                     reason: "it mentions a password".to_owned(),
                 }
             } else {
-                tiller::Verdict::Pass
+                tiller::run::Verdict::Pass
             })
         },
     );
     let config = ServerConfig {
-        guardrails: tiller::Guardrails {
+        guardrails: tiller::run::Guardrails {
             input: vec![no_secrets],
-            ..tiller::Guardrails::default()
+            ..tiller::run::Guardrails::default()
         },
         ..ServerConfig::default()
     };
@@ -1026,7 +1026,7 @@ async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
         tiller::ToolSet::new([std::sync::Arc::new(clock) as std::sync::Arc<dyn tiller::AgentTool>])
             .unwrap(),
     );
-    settings.definition.run.stream.api_key = Some(tiller::ApiKey::new("proxy-token"));
+    settings.definition.run.stream.api_key = Some(tiller::ai::ApiKey::new("proxy-token"));
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
         .spawn(tiller::AgentSpec::new(settings))
@@ -1602,7 +1602,7 @@ async fn a_shutdown_lets_runs_in_flight_finish_and_refuses_new_work_meanwhile() 
     faux.push(FauxTurn::text("Done."));
     let mut definitions = Definitions::new()
         .with_default_model(faux.model())
-        .with_tools(tiller::ToolRegistry::new().with(std::sync::Arc::new(waits)));
+        .with_tools(tiller::agents::ToolRegistry::new().with(std::sync::Arc::new(waits)));
     definitions
         .insert(
             AgentFile::parse(
@@ -1703,19 +1703,20 @@ async fn mcp_hosts_list_and_call_the_definitions_over_streamable_http_with_a_tok
     let endpoint = format!("{}/mcp", server.base);
 
     // Without the token: refused.
-    let refused = tiller::McpClient::connect(
-        tiller::McpServer::http("tiller", &endpoint).with_connect_timeout(Duration::from_secs(10)),
+    let refused = tiller::mcp::McpClient::connect(
+        tiller::mcp::McpServer::http("tiller", &endpoint)
+            .with_connect_timeout(Duration::from_secs(10)),
     )
     .await
     .err()
     .unwrap();
     assert!(
-        matches!(&refused, tiller::tiller_mcp::McpError::Connect { detail, .. } if detail.contains("401")),
+        matches!(&refused, tiller::mcp::McpError::Connect { detail, .. } if detail.contains("401")),
         "{refused:?}"
     );
 
-    let client = tiller::McpClient::connect(
-        tiller::McpServer::http("tiller", &endpoint)
+    let client = tiller::mcp::McpClient::connect(
+        tiller::mcp::McpServer::http("tiller", &endpoint)
             .with_prefix("")
             .with_bearer_token("token-acme"),
     )

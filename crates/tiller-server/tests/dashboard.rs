@@ -16,11 +16,12 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use std::sync::Arc;
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 
 use tiller::{
-    AgentTool, Definitions, FnTool, Message, Supervisor, ToolError, ToolOutput, ToolRegistry,
+    AgentTool, Definitions, FnTool, Supervisor, ToolError, ToolOutput, agents::ToolRegistry,
+    ai::Message,
 };
 use tiller_server::{Server, ServerConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};

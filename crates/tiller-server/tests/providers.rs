@@ -10,8 +10,8 @@ use std::time::Duration;
 use support::Running;
 use tiller::faux::FauxProvider;
 use tiller::{
-    AgentContext, AgentSettings, AgentSpec, ApiKey, Budget, Definitions, Model, RunEnd, Supervisor,
-    SupervisorConfig,
+    AgentContext, AgentSettings, AgentSpec, Definitions, Model, RunEnd, Supervisor,
+    SupervisorConfig, ai::ApiKey, run::Budget,
 };
 use tiller_server::ServerConfig;
 use tiller_test_support::sse;
@@ -45,7 +45,7 @@ async fn metrics_show_the_accounts_pace_the_open_breaker_and_the_tenants_budget(
     ));
 
     let supervisor = Supervisor::with_config(SupervisorConfig {
-        breakers: tiller::tiller_ai::BreakerPolicy {
+        breakers: tiller::ai::BreakerPolicy {
             failures: 1,
             open_for: Duration::from_secs(60),
         },

@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{
-    AgentTool, AskAgentConfig, Definitions, FnTool, Supervisor, ToolOutput, ToolRegistry,
+    AgentTool, Definitions, FnTool, Supervisor, ToolOutput,
+    agents::{AskAgentConfig, ToolRegistry},
 };
 use tiller_server::ServerConfig;
 use tiller_test_support::MockServer;

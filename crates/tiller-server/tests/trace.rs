@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::json;
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::{Definitions, Supervisor};
 use tiller_server::{Server, ServerConfig};

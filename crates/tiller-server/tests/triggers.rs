@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::json;
 use support::{Running, closed};
 use tiller::Definitions;
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller_server::{MAX_EVENT_BYTES, Quotas};
 

@@ -17,7 +17,7 @@
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // A scripted model: it calls the clock, then answers. Use a real one with
-//! // `tiller::catalog::find("openai/gpt-4o-mini")`.
+//! // `tiller::ai::catalog::find("openai/gpt-4o-mini")`.
 //! let faux = FauxProvider::new();
 //! faux.push(FauxTurn::tool_call("clock", json!({})));
 //! faux.push(FauxTurn::text("It is noon.").chunk_size(4));
@@ -45,46 +45,53 @@
 //! # }
 //! ```
 //!
-//! This crate is a facade: the runtime is [`tiller_runtime`], agents as
-//! definitions (agent files, delegation, LLM configurations, command tools) are
-//! [`tiller_agents`], the loop is [`tiller_core`] and the wire [`tiller_ai`]. The
-//! guarantees — what happens on abort, reset, failure, lag and shutdown — are
-//! written down in [`runtime_semantics`]; the layers, the path of one prompt and
-//! where each fact lives, in [`architecture`].
+//! This crate is a facade. Its root holds what a host uses every day: the
+//! supervisor, agent specs and settings, the ops and events, prompts, tools and
+//! their context, definitions and the model. The rest is by module, one per
+//! layer: [`runtime`] (the supervisor and its actors), [`run`] (the loop:
+//! guardrails, budgets, hooks, compaction, user requests), [`agents`] (agent
+//! files, delegation, LLM configurations, triggers), [`ai`] (providers,
+//! messages, request options, the model catalog), [`store`] (sessions) and
+//! `mcp`. The guarantees — what happens on abort, reset, failure, lag and
+//! shutdown — are written down in [`runtime::runtime_semantics`]; the layers,
+//! the path of one prompt and where each fact lives, in
+//! [`runtime::architecture`].
 //!
 //! Features (all on by default): `sqlite` and `postgres`, the session stores;
-//! `mcp`, tools from MCP servers and tools served to MCP hosts ([`tiller_mcp`]).
+//! `mcp`, tools from MCP servers and tools served to MCP hosts (`tiller::mcp`).
 
 pub use tiller_runtime::{
-    self, AgentCode, AgentDefinition, AgentError, AgentHandle, AgentId, AgentInfo, AgentMsg,
-    AgentSettings, AgentSpec, AgentState, AgentStatus, DefinitionPatch, Delivered, Envelope, Event,
-    EventError, EventSink, MAX_ID_BYTES, Notice, OnMessage, OnReload, Op, PatchError, QueueLimits,
-    QueueMode, Queues, Relay, RunOutcome, RunSummary, SettingsChange, Shards, SpawnError,
-    Submission, Subscription, Supervisor, SupervisorConfig, SystemPromptFn, Workload, architecture,
-    runtime_semantics, wire,
+    AgentDefinition, AgentError, AgentHandle, Delivered, Envelope, Op, RunOutcome, SpawnError,
+    Supervisor, SupervisorConfig, wire,
+};
+pub use tiller_runtime::{AgentSettings, AgentSpec};
+
+pub use tiller_agents::Definitions;
+pub use tiller_ai::{Model, faux};
+pub use tiller_core::{
+    AgentContext, AgentEvent, AgentMessage, AgentTool, FnTool, Prompt, RunEnd, ToolContext,
+    ToolError, ToolOutput, ToolSet,
 };
 
-pub use tiller_agents::{
-    self, ASK_AGENT_TOOL, AgentAsTool, Arrival, AskAgent, AskAgentConfig, CommandTool, Compression,
-    Definitions, DefinitionsError, LOOKUP_TOOL, LlmConfigError, LlmConfigs, ModelChoice,
-    ModelChoiceError, ModelSources, Named, Spawned, Spawner, ToolRegistry, Trigger, Triggers,
-    WindowLimits, WindowQuota, agent_file, choose_model, command_tool, trigger,
-};
-pub use tiller_ai::{
-    self, ApiKey, AssistantEvent, AssistantMessage, Content, ImageContent, Limit, Message, Model,
-    OutputSchema, StopReason, StreamLimits, StreamOptions, ThinkingLevel, ToolCall, ToolChoice,
-    Usage, catalog, env, faux,
-};
-pub use tiller_core::compaction;
-pub use tiller_core::{
-    self, ActionTool, AgentContext, AgentEvent, AgentMessage, AgentTool, Approval, Budget,
-    BudgetExceeded, Budgets, CompactionPolicy, CompactionReason, CompactionReport, ContextIds,
-    ContextOverrides, ContextState, ContinueError, CustomMessage, DEFAULT_TENANT, DEFAULT_USER,
-    FnTool, Guardrail, GuardrailStage, GuardrailTripped, Guardrails, IntoToolOutput, Output,
-    OutputError, Prompt, Reply, RunEnd, RunHooks, RunOptions, SteeringDelivery, StoredContext,
-    ToolContext, ToolError, ToolExecution, ToolExecutionMode, ToolFilter, ToolOutput, ToolSet,
-    ToolSetError, TranscriptError, UserRequest, Verdict, WidgetTool, check_transcript, hook,
-};
+/// The runtime: supervisor, agents as actors, their ops, state and events
+/// (the [`tiller_runtime`] crate).
+pub use tiller_runtime as runtime;
+
+/// The loop and what it runs with: tools, guardrails, budgets, hooks,
+/// compaction, user requests (the [`tiller_core`] crate).
+pub use tiller_core as run;
+
+/// Agents as definitions: agent files, delegation, LLM configurations, command
+/// tools, triggers (the [`tiller_agents`] crate).
+pub use tiller_agents as agents;
+
+/// The wire to the models: providers, messages, streaming options, the model
+/// catalog (the [`tiller_ai`] crate).
+pub use tiller_ai as ai;
+
+/// Where sessions are kept (the [`tiller_store`] crate).
+pub use tiller_store as store;
+
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter
 /// schema (the argument types, through `schemars`) come from the function.
@@ -116,9 +123,11 @@ pub use tiller_core::{
 /// `Ok` is a `String`, a `serde_json::Value` or a [`ToolOutput`], and whose `Err`
 /// converts into a [`ToolError`].
 pub use tiller_macros::tool;
+
+/// Tools from MCP servers, and an agent's tools served to MCP hosts (the
+/// [`tiller_mcp`] crate).
 #[cfg(feature = "mcp")]
-pub use tiller_mcp::{self, McpClient, McpServer, McpToolServer};
-pub use tiller_store::{self, SessionStore};
+pub use tiller_mcp as mcp;
 
 // `#[tool]`'s generated code names `::tiller`, also inside this crate.
 extern crate self as tiller;

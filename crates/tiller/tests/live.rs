@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiller::tiller_ai::{Context, StreamError, Tool};
+use tiller::ai::{Context, StreamError, Tool};
 use tiller::{
-    AgentEvent, AgentHandle, AgentMessage, AgentSettings, AgentSpec, AssistantEvent,
-    AssistantMessage, Delivered, Envelope, FnTool, Message, RunEnd, StopReason, StreamOptions,
-    Supervisor, ToolChoice, ToolOutput, ToolSet,
+    AgentEvent, AgentHandle, AgentMessage, AgentSettings, AgentSpec, Delivered, Envelope, FnTool,
+    RunEnd, Supervisor, ToolOutput, ToolSet,
+    ai::{AssistantEvent, AssistantMessage, Message, StopReason, StreamOptions, ToolChoice},
 };
 use tiller_test_support::live::LocalServer;
 use tiller_test_support::transcript::roles;
@@ -36,7 +36,9 @@ fn settings(server: LocalServer, max_tokens: u32) -> AgentSettings {
 }
 
 /// Reads envelopes until `agent_end`, with when each arrived; fails after two minutes.
-async fn until_agent_end(events: &mut tiller::Subscription) -> Vec<(Instant, Arc<Envelope>)> {
+async fn until_agent_end(
+    events: &mut tiller::runtime::Subscription,
+) -> Vec<(Instant, Arc<Envelope>)> {
     tokio::time::timeout(Duration::from_secs(120), async {
         let mut seen = Vec::new();
         while let Some(envelope) = events.next().await {
@@ -340,7 +342,7 @@ async fn llama_cpp_python_streams_nothing_for_a_choice_it_cannot_stream() {
             max_tokens: Some(16),
             ..StreamOptions::default()
         };
-        let events: Vec<AssistantEvent> = tiller::tiller_ai::stream(&model, &context, &options)
+        let events: Vec<AssistantEvent> = tiller::ai::stream(&model, &context, &options)
             .collect()
             .await;
         let Some(AssistantEvent::Error { error, message, .. }) = events.last() else {
@@ -460,7 +462,7 @@ async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
     }
     let _turn = LLAMA_CPP_PYTHON.lock().await;
     let server = LocalServer::LlamaCppPython;
-    let helper = tiller::agent_file::AgentFile::parse(
+    let helper = tiller::agents::agent_file::AgentFile::parse(
         "helper.yaml",
         "type: object\ndescription: You answer in one short sentence.\njson_schema_extra:\n  kind: agent\n  name: helper\n  temperature: 0\n  max_tokens: 24\n",
     )
@@ -468,8 +470,9 @@ async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
     let supervisor = Supervisor::start().await.unwrap();
     let mut definitions = tiller::Definitions::new().with_default_model(server.model());
     definitions.insert(helper).unwrap();
-    let definitions = definitions.with_ask_agent(&supervisor, tiller::AskAgentConfig::default());
-    let ask_agent = definitions.tool(tiller::ASK_AGENT_TOOL).unwrap();
+    let definitions =
+        definitions.with_ask_agent(&supervisor, tiller::agents::AskAgentConfig::default());
+    let ask_agent = definitions.tool(tiller::agents::ASK_AGENT_TOOL).unwrap();
     let settings = settings(server, 48)
         .with_tools(ToolSet::new([ask_agent]).unwrap())
         .with_tool_choice(ToolChoice::Tool("ask_agent".into()), Some(ToolChoice::None));

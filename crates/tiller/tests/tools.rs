@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
-use tiller::tiller_core::RUN_UNTIL_NUDGE;
+use tiller::run::RUN_UNTIL_NUDGE;
 use tiller::{
-    AgentContext, AgentError, AgentMessage, AgentSettings, AgentSpec, AgentTool, ContextIds,
-    DefinitionPatch, Message, OutputSchema, PatchError, RunEnd, RunHooks, Supervisor, ToolContext,
-    ToolError, ToolExecution, ToolOutput, ToolSet, hook, tool,
+    AgentContext, AgentError, AgentMessage, AgentSettings, AgentSpec, AgentTool, RunEnd,
+    Supervisor, ToolContext, ToolError, ToolOutput, ToolSet,
+    ai::{Message, OutputSchema},
+    run::{ContextIds, RunHooks, ToolExecution, hook},
+    runtime::{DefinitionPatch, PatchError},
+    tool,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -134,7 +137,7 @@ async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
                     info.call.name.clone(),
                     info.context.user_id().map(str::to_owned),
                 ));
-                async { Ok(tiller::tiller_core::BeforeToolCall::Proceed) }
+                async { Ok(tiller::run::BeforeToolCall::Proceed) }
             })),
             ..RunHooks::default()
         });
@@ -437,7 +440,7 @@ async fn a_tool_function_asks_the_user_through_its_error() {
     );
     assert_eq!(
         agent.state().await.unwrap().waiting,
-        [tiller::UserRequest::Input {
+        [tiller::run::UserRequest::Input {
             tool_call_id: "b1".into(),
             tool_name: "book".into(),
             field: "day".into(),

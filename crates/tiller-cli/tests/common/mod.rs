@@ -183,7 +183,7 @@ pub(crate) fn envelopes(stdout: &str) -> Vec<Value> {
         if line["event"]["type"] == "agent_end" {
             let messages: Vec<tiller::AgentMessage> =
                 serde_json::from_value(line["event"]["messages"].clone()).unwrap();
-            if let Err(error) = tiller::check_transcript(&messages) {
+            if let Err(error) = tiller::run::check_transcript(&messages) {
                 panic!("invalid transcript: {error}\n{messages:#?}");
             }
         }

@@ -65,22 +65,32 @@ struct Outcome {
     is_error: bool,
     /// Set when the call waits for the user instead of ending.
     parked: Option<UserRequest>,
+    /// When the call ended: its result's timestamp, the same in the events and
+    /// in the run's messages.
+    at: u64,
 }
 
 impl Outcome {
+    fn ok(output: ToolOutput) -> Self {
+        Outcome {
+            output,
+            is_error: false,
+            parked: None,
+            at: now_ms(),
+        }
+    }
+
     fn error(text: impl Into<String>) -> Self {
         Outcome {
-            output: ToolOutput::text(text),
             is_error: true,
-            parked: None,
+            ..Outcome::ok(ToolOutput::text(text))
         }
     }
 
     fn parked(request: UserRequest) -> Self {
         Outcome {
-            output: ToolOutput::default(),
-            is_error: false,
             parked: Some(request),
+            ..Outcome::ok(ToolOutput::default())
         }
     }
 }
@@ -155,6 +165,7 @@ pub(crate) fn answer(run: &Run, call: &ToolCall, result: ToolResultMessage) -> B
         },
         is_error: result.is_error,
         parked: None,
+        at: result.timestamp,
     };
     start(run, call);
     end(run, call, &outcome);
@@ -172,7 +183,7 @@ fn result_message(call: &ToolCall, outcome: Outcome) -> ToolResultMessage {
         content: outcome.output.content,
         details: outcome.output.details,
         is_error: outcome.is_error,
-        timestamp: now_ms(),
+        timestamp: outcome.at,
         state: outcome.output.state,
     }
 }
@@ -703,11 +714,7 @@ async fn finish_hooks(
 ) -> Outcome {
     let tool_name = call.name.as_str();
     let mut outcome = match ran {
-        Ok(Ok(output)) => Outcome {
-            output,
-            is_error: false,
-            parked: None,
-        },
+        Ok(Ok(output)) => Outcome::ok(output),
         Ok(Err(ToolError::NeedsInput { field, question })) => {
             let asked = asks_in_a_row(run.messages(), &call.name);
             if asked >= run.config.run.max_asks_per_tool {

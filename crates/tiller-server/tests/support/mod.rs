@@ -5,9 +5,9 @@
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tiller::agent_file::AgentFile;
+use tiller::agents::agent_file::AgentFile;
 use tiller::faux::FauxProvider;
-use tiller::{Definitions, Shards, Supervisor, SupervisorConfig};
+use tiller::{Definitions, Supervisor, SupervisorConfig, runtime::Shards};
 use tiller_server::{Owner, Server, ServerConfig, Tokens};
 
 pub(crate) const HELPER: &str = "
