@@ -48,10 +48,13 @@ async fn main() -> ExitCode {
         .with_system_prompt("You are a helpful assistant. Answer in a few sentences.")
         .with_message(Message::user(prompt));
     let options = StreamOptions {
-        api_key,
+        transport: tiller::ai::Transport {
+            api_key,
+            ..tiller::ai::Transport::default()
+        },
         ..StreamOptions::default()
     };
-    let cancel = options.cancel.clone();
+    let cancel = options.transport.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             cancel.cancel();

@@ -373,8 +373,8 @@ impl Definitions {
             (None, None) => true,
             _ => false,
         };
-        if definition.run.stream.api_key.is_none() && on_default {
-            definition.run.stream.api_key = self.default_key.clone();
+        if definition.run.stream.transport.api_key.is_none() && on_default {
+            definition.run.stream.transport.api_key = self.default_key.clone();
         }
         Ok(settings)
     }

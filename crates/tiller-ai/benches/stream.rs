@@ -319,7 +319,7 @@ fn reply_cpu() {
         .with_system_prompt("You are a helpful assistant.")
         .with_message(Message::user("Why is the sky blue?"));
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("bench")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("bench")),
         ..StreamOptions::default()
     };
     for runtime_label in ["current-thread runtime", "multi-thread runtime"] {

@@ -28,7 +28,7 @@ use crate::options::ApiKey;
 pub struct EnvModel {
     /// The model.
     pub model: Model,
-    /// The key to pass with it ([`StreamOptions::api_key`](crate::StreamOptions::api_key)).
+    /// The key to pass with it ([`Transport::api_key`](crate::Transport::api_key)).
     pub api_key: Option<ApiKey>,
 }
 

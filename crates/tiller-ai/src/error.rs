@@ -24,7 +24,7 @@ pub enum StreamError {
     },
     /// The provider's key from the environment was not sent, because the model is
     /// not at the provider's own address: a key goes only where its owner meant it
-    /// to. Pass the key explicitly (`StreamOptions::api_key`; for the `tiller`
+    /// to. Pass the key explicitly (`Transport::api_key`; for the `tiller`
     /// command, `--base-url` or an agent file's `api_key_env`) to send it there.
     #[error(
         "{env_var} is sent only to {provider}'s own API, not to {host}: pass the key explicitly to use it there"

@@ -64,7 +64,7 @@ pub(crate) fn api_key(
     model: &Model,
     options: &StreamOptions,
 ) -> Result<Option<ApiKey>, StreamError> {
-    if let Some(key) = &options.api_key {
+    if let Some(key) = &options.transport.api_key {
         return Ok(Some(key.clone()));
     }
     let Some(provider) = catalog::provider(&model.provider) else {
@@ -147,7 +147,7 @@ pub(crate) fn post_json<T: Serialize>(
         .map(|(name, value)| (*name, value.as_str()));
     for (name, value) in given
         .chain(model.headers.iter())
-        .chain(options.headers.iter())
+        .chain(options.transport.headers.iter())
     {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| invalid(format!("`{name}` is not a valid header name")))?;
@@ -161,7 +161,7 @@ pub(crate) fn post_json<T: Serialize>(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    let account = options.rate_limits.as_ref().map(|limits| {
+    let account = options.transport.rate_limits.as_ref().map(|limits| {
         let credential = CREDENTIAL_HEADERS
             .iter()
             .find_map(|name| headers.get(*name))
@@ -180,7 +180,7 @@ pub(crate) fn post_json<T: Serialize>(
         body: Bytes::from(body),
         provider: model.provider.clone(),
         account,
-        tenant: options.tenant.clone(),
+        tenant: options.transport.tenant.clone(),
         signer: None,
     })
 }
@@ -223,7 +223,7 @@ impl HttpSource {
         wire: WireDecoder,
         options: &StreamOptions,
     ) -> Result<Self, StreamError> {
-        let client = match &options.http_client {
+        let client = match &options.transport.http_client {
             Some(client) => client.clone(),
             None => shared_client()?,
         };
@@ -232,7 +232,7 @@ impl HttpSource {
             request,
             options.retry.clone(),
             options.idle_timeout,
-            options.on_rate_limited.clone(),
+            options.transport.on_rate_limited.clone(),
         );
         Ok(HttpSource {
             phase: Phase::Connecting(Box::pin(connecting)),

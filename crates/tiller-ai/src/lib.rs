@@ -86,7 +86,7 @@ pub use message::{
 };
 pub use model::{Api, Headers, InputKind, Model, ModelCost};
 pub use options::{
-    ApiKey, OutputSchema, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice,
+    ApiKey, OutputSchema, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice, Transport,
     UnknownThinkingLevel,
 };
 pub use overflow::ContextOverflow;

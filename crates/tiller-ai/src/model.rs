@@ -179,7 +179,7 @@ impl Model {
     /// The model `provider`/`id` reached through a pi proxy at `proxy_url` (such
     /// as `tiller serve`'s address): the proxy decides where the call goes and
     /// with which key. The proxy's token is the request's
-    /// [`api_key`](crate::StreamOptions::api_key), else `$TILLER_PROXY_TOKEN`.
+    /// [`api_key`](crate::Transport::api_key), else `$TILLER_PROXY_TOKEN`.
     ///
     /// ```
     /// use tiller_ai::{Api, Model};

@@ -18,8 +18,8 @@ use crate::retry::RetryPolicy;
 /// Settings for one streamed request. `StreamOptions::default()` is a sensible start.
 ///
 /// It serializes as settings (durations in milliseconds), without what belongs to
-/// one process or is secret: the headers, the key, the cancellation token and the
-/// HTTP client.
+/// one process or is secret, which is its [`Transport`]: the headers, the key,
+/// the cancellation token, the HTTP client, the rate limits and breakers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StreamOptions {
@@ -38,15 +38,6 @@ pub struct StreamOptions {
     /// An identifier of the conversation, forwarded to providers that use one for
     /// prompt caching (OpenAI's `prompt_cache_key`).
     pub session_id: Option<String>,
-    /// Extra HTTP headers for this request; they override the model's headers.
-    #[serde(skip)]
-    pub headers: Headers,
-    /// The API key; when `None`, it is read from the provider's environment variable.
-    #[serde(skip)]
-    pub api_key: Option<ApiKey>,
-    /// Cancelling this token ends the stream with stop reason `aborted`.
-    #[serde(skip)]
-    pub cancel: CancellationToken,
     /// Retries before the first byte of a response.
     pub retry: RetryPolicy,
     /// A stream that sends no event for this long ends with a "stalled" error
@@ -59,29 +50,10 @@ pub struct StreamOptions {
     pub response_deadline: Option<Duration>,
     /// How much of a response is accepted.
     pub limits: StreamLimits,
-    /// The HTTP client to use; a shared default client when `None`.
-    #[serde(skip)]
-    pub http_client: Option<reqwest::Client>,
-    /// The rate limits the request shares with others of its account
-    /// ([`crate::ratelimit`]); `None` paces nothing (each 429 is retried alone).
-    #[serde(skip)]
-    pub rate_limits: Option<RateLimits>,
     /// The account's name, when the caller names it (a named LLM configuration):
     /// requests of the same name, model and key share one pace wherever they go.
     /// Unnamed, an account is its key at the provider's address.
     pub account: Option<String>,
-    /// The tenant the request is made for: an account's turns are shared among
-    /// tenants by their weights ([`RateLimits::set_weight`]), not first come,
-    /// first served.
-    #[serde(skip)]
-    pub tenant: Option<Arc<str>>,
-    /// Told of each wait for the account's turn before it starts.
-    #[serde(skip)]
-    pub on_rate_limited: Option<RateLimitObserver>,
-    /// The circuit breakers the request's endpoint shares with others
-    /// ([`crate::Breakers`]); `None` sends every request.
-    #[serde(skip)]
-    pub breakers: Option<Breakers>,
     /// A JSON Schema the answer's text must follow: OpenAI-compatible servers get
     /// it as `response_format` (llama.cpp turns it into a grammar), the Responses
     /// API as `text.format`, Gemini as `responseJsonSchema`; Anthropic and Bedrock
@@ -97,6 +69,46 @@ pub struct StreamOptions {
     /// `temperature`, …) is never replaced: such a key here is left out. The
     /// body goes out unchanged when it is empty (the default).
     pub extra_body: serde_json::Map<String, Value>,
+    /// What of the request belongs to this process (credentials, cancellation,
+    /// the HTTP client, pacing, breakers); never serialized.
+    #[serde(skip)]
+    pub transport: Transport,
+}
+
+/// The process-local parts of a request: what cannot be written down and sent
+/// elsewhere, kept apart from the settings a [`StreamOptions`] serializes.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    /// Extra HTTP headers for this request; they override the model's headers.
+    pub headers: Headers,
+    /// The API key; when `None`, it is read from the provider's environment variable.
+    pub api_key: Option<ApiKey>,
+    /// Cancelling this token ends the stream with stop reason `aborted`.
+    pub cancel: CancellationToken,
+    /// The HTTP client to use; a shared default client when `None`.
+    pub http_client: Option<reqwest::Client>,
+    /// The rate limits the request shares with others of its account
+    /// ([`crate::ratelimit`]); `None` paces nothing (each 429 is retried alone).
+    pub rate_limits: Option<RateLimits>,
+    /// The tenant the request is made for: an account's turns are shared among
+    /// tenants by their weights ([`RateLimits::set_weight`]), not first come,
+    /// first served.
+    pub tenant: Option<Arc<str>>,
+    /// Told of each wait for the account's turn before it starts.
+    pub on_rate_limited: Option<RateLimitObserver>,
+    /// The circuit breakers the request's endpoint shares with others
+    /// ([`crate::Breakers`]); `None` sends every request.
+    pub breakers: Option<Breakers>,
+}
+
+impl Transport {
+    /// A transport that sends `key`, the rest as by default.
+    pub fn keyed(key: ApiKey) -> Self {
+        Transport {
+            api_key: Some(key),
+            ..Transport::default()
+        }
+    }
 }
 
 impl StreamOptions {
@@ -179,21 +191,14 @@ impl Default for StreamOptions {
             thinking: ThinkingLevel::Off,
             thinking_budgets: ThinkingBudgets::default(),
             session_id: None,
-            headers: Headers::default(),
-            api_key: None,
-            cancel: CancellationToken::new(),
             retry: RetryPolicy::default(),
             idle_timeout: Some(Duration::from_secs(120)),
             response_deadline: Some(Duration::from_secs(30 * 60)),
             limits: StreamLimits::default(),
-            http_client: None,
-            rate_limits: None,
             account: None,
-            tenant: None,
-            on_rate_limited: None,
-            breakers: None,
             output_schema: None,
             extra_body: serde_json::Map::new(),
+            transport: Transport::default(),
         }
     }
 }
@@ -396,7 +401,7 @@ mod tests {
     #[test]
     fn api_key_debug_hides_the_key() {
         let options = StreamOptions {
-            api_key: Some(ApiKey::new("sk-secret-123")),
+            transport: crate::Transport::keyed(ApiKey::new("sk-secret-123")),
             ..StreamOptions::default()
         };
         let debug = format!("{options:?}");

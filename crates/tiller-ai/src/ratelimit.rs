@@ -23,10 +23,10 @@
 //! - When a response ends, its reservation is settled against the usage it
 //!   reported, so the buckets track what the provider counted.
 //!
-//! Every wait longer than a millisecond is reported to [`StreamOptions::on_rate_limited`]
+//! Every wait longer than a millisecond is reported to [`Transport::on_rate_limited`](crate::Transport::on_rate_limited)
 //! (agents turn it into a `rate_limited` event) and counted in [`AccountStats`].
 //!
-//! [`StreamOptions::on_rate_limited`]: crate::StreamOptions::on_rate_limited
+//! [`Transport::on_rate_limited`](crate::Transport::on_rate_limited): crate::Transport::on_rate_limited
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -171,7 +171,7 @@ pub enum WaitCause {
     Throttled,
 }
 
-/// A wait about to start, as reported to [`StreamOptions::on_rate_limited`](crate::StreamOptions::on_rate_limited).
+/// A wait about to start, as reported to [`Transport::on_rate_limited`](crate::Transport::on_rate_limited).
 #[derive(Debug, Clone)]
 pub struct RateLimitWait {
     /// The account (see [`AccountStats::account`]).

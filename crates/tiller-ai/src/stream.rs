@@ -47,7 +47,7 @@ pub fn stream(model: &Model, context: &Context, options: &StreamOptions) -> Assi
 /// [`stream`] for a borrowed context; the request is written before this returns,
 /// so nothing stays borrowed. A model with a [custom provider](Model::with_custom_provider)
 /// goes to it; the others to their API's built-in [`Provider`]. With
-/// [`StreamOptions::breakers`], an endpoint whose circuit is open gets no request
+/// [`Transport::breakers`](crate::Transport::breakers), an endpoint whose circuit is open gets no request
 /// (the stream fails at once with [`StreamError::CircuitOpen`]), and how the
 /// response ends is recorded in its breaker.
 pub fn stream_ref(
@@ -56,7 +56,7 @@ pub fn stream_ref(
     options: &StreamOptions,
 ) -> AssistantStream {
     tracing::debug!(api = %model.api, provider = %model.provider, model = %model.id, "streaming a response");
-    let Some(breakers) = &options.breakers else {
+    let Some(breakers) = &options.transport.breakers else {
         return dispatch(model, context, options);
     };
     let endpoint = Breakers::endpoint(model);
@@ -156,8 +156,8 @@ impl AssistantStream {
             builder,
             source,
             circuit: None,
-            cancel: options.cancel.clone(),
-            cancelled: Box::pin(options.cancel.clone().cancelled_owned()),
+            cancel: options.transport.cancel.clone(),
+            cancelled: Box::pin(options.transport.cancel.clone().cancelled_owned()),
         }
     }
 

@@ -128,7 +128,7 @@ async fn client_errors_surface_the_providers_message_and_are_not_retried() {
     let body = json!({"error": {"message": "Incorrect API key provided: sk-wr***ng", "type": "invalid_request_error", "code": "invalid_api_key"}});
     server.push(MockResponse::json(401, &body));
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("sk-secret-never-shown")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("sk-secret-never-shown")),
         ..options()
     };
     let (events, error) = run(&openai(&server), &options).await;
@@ -281,7 +281,7 @@ async fn abort_mid_stream_keeps_the_partial_message() {
     let mut seen = Vec::new();
     while let Some(event) = stream.next().await {
         if matches!(event, AssistantEvent::TextDelta { .. }) {
-            options.cancel.cancel();
+            options.transport.cancel.cancel();
         }
         seen.push(event);
     }
@@ -316,7 +316,7 @@ async fn abort_during_a_backoff_wait_ends_at_once() {
     let started = tokio::time::Instant::now();
     let consumer = tokio::spawn(stream.collect::<Vec<_>>());
     server.wait_for_requests(1).await;
-    options.cancel.cancel();
+    options.transport.cancel.cancel();
     let events = consumer.await.unwrap();
     assert!(
         matches!(
@@ -339,7 +339,7 @@ async fn abort_during_a_backoff_wait_ends_at_once() {
 async fn an_already_cancelled_token_aborts_before_any_request() {
     let server = MockServer::start().await;
     let options = options();
-    options.cancel.cancel();
+    options.transport.cancel.cancel();
     let (events, error) = run(&openai(&server), &options).await;
     assert_eq!(error, Some(StreamError::Aborted));
     assert_eq!(events.len(), 2, "start and the abort: {events:?}");

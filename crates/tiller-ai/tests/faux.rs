@@ -134,7 +134,7 @@ async fn abort_ends_a_slow_scripted_stream() {
     let mut seen = Vec::new();
     while let Some(event) = stream.next().await {
         if matches!(event, AssistantEvent::TextDelta { .. }) {
-            options.cancel.cancel();
+            options.transport.cancel.cancel();
         }
         seen.push(event);
     }

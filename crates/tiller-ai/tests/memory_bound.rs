@@ -27,7 +27,7 @@ async fn peak_of(
     let server = MockServer::start().await;
     server.push(response);
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         idle_timeout: Some(Duration::from_secs(10)),
         limits: StreamLimits {
             max_event_bytes: 1024 * 1024,

@@ -35,7 +35,7 @@ impl Provider for Gateway {
         let mut routed = model.clone();
         routed.base_url = self.base_url.clone();
         let mut options = options.clone();
-        options.headers.insert("x-gateway-tenant", "acme");
+        options.transport.headers.insert("x-gateway-tenant", "acme");
         OpenAiCompletions.stream(&routed, context, &options)
     }
 }
@@ -80,7 +80,7 @@ async fn a_gateway_routes_a_built_in_dialect_through_its_own_transport() {
             base_url: server.base_url(),
         }));
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         ..StreamOptions::default()
     };
     let events = events(&model, &options).await;

@@ -47,7 +47,7 @@ async fn sent_body_with(
         sse::openai_text(&["ok"])
     }));
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         ..options
     };
     tiller_ai::stream(&model, context, &options).result().await;
@@ -157,7 +157,7 @@ async fn anthropic_structured_output_is_a_forced_tool_read_back_as_text() {
         .with_message(Message::user("What is 2 plus 3?"))
         .with_tool(add_tool());
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         output_schema: Some(tiller_ai::OutputSchema::new("answer", schema.clone())),
         ..StreamOptions::default()
     };

@@ -95,7 +95,7 @@ impl Setup {
                     model.context_window = window;
                 }
                 settings.definition.model = Some(model);
-                settings.definition.run.stream.api_key = api_key;
+                settings.definition.run.stream.transport.api_key = api_key;
                 if let Some(spec) = &options.instructions_prompt {
                     let arguments = options
                         .prompt_args
@@ -109,7 +109,7 @@ impl Setup {
             }
             None => {
                 let mut settings = AgentSettings::new(model);
-                settings.definition.run.stream.api_key = api_key;
+                settings.definition.run.stream.transport.api_key = api_key;
                 settings
             }
         };

@@ -400,13 +400,13 @@ pub type Summarize = Arc<
 pub fn model_summarizer(model: Model, options: StreamOptions) -> Summarize {
     Arc::new(move |request: SummaryRequest, cancel: CancellationToken| {
         let model = model.clone();
-        let options = StreamOptions {
-            cancel,
+        let mut options = StreamOptions {
             max_tokens: Some(request.max_tokens),
             tool_choice: None,
             output_schema: None,
             ..options.clone()
         };
+        options.transport.cancel = cancel;
         Box::pin(async move { summarize_with(&model, &options, request).await })
     })
 }

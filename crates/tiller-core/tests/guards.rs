@@ -98,7 +98,7 @@ async fn a_breaker_opens_after_failures_and_agents_skip_the_dead_provider_until_
         failures: 2,
         open_for: Duration::from_secs(30),
     });
-    config.run.stream.breakers = Some(breakers.clone());
+    config.run.stream.transport.breakers = Some(breakers.clone());
     primary.respond_with(|_| FauxTurn::new().fail_with(unavailable()));
     backup.respond_with(|_| FauxTurn::text("From the backup."));
     for _ in 0..2 {

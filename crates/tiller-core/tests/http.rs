@@ -216,7 +216,7 @@ async fn an_anthropic_tool_conversation_over_http() {
     let model = Model::anthropic_compatible(server.base_url(), first["model"].as_str().unwrap())
         .with_provider("anthropic");
     let mut config = LoopConfig::new(model);
-    config.run.stream.api_key = Some(ApiKey::new("test-key"));
+    config.run.stream.transport.api_key = Some(ApiKey::new("test-key"));
     run_two_tool_rounds(config, system, prompt, recorded_tools(&declared, &outputs)).await;
     let requests = server.requests();
     assert_eq!(requests.len(), 2);

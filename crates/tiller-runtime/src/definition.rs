@@ -196,9 +196,9 @@ impl AgentDefinition {
         // The tools are the agent's own: the stored names are a subset of them.
         self.tools = own.tools.clone();
         let (stream, own_stream) = (&mut self.run.stream, &own.run.stream);
-        stream.headers = own_stream.headers.clone();
-        stream.api_key = own_stream.api_key.clone();
-        stream.http_client = own_stream.http_client.clone();
+        stream.transport.headers = own_stream.transport.headers.clone();
+        stream.transport.api_key = own_stream.transport.api_key.clone();
+        stream.transport.http_client = own_stream.transport.http_client.clone();
         self.run.approvals = own.run.approvals.clone();
         // The operator's limits and fallbacks, as they stand now.
         self.run.budget = own.run.budget;

@@ -23,7 +23,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tiller_ai::{ApiKey, Model, OutputSchema, ThinkingBudgets, ThinkingLevel, ToolChoice};
+use tiller_ai::{
+    ApiKey, Model, OutputSchema, StreamOptions, ThinkingBudgets, ThinkingLevel, ToolChoice,
+};
 use tiller_core::Budgets;
 
 use crate::definition::AgentDefinition;
@@ -117,6 +119,9 @@ pub enum PatchError {
     /// The key variable it names is not set.
     #[error("{0} is not set")]
     MissingKey(String),
+    /// The request options it sets cannot be read as request options.
+    #[error("its request options cannot be used: {0}")]
+    Options(String),
 }
 
 impl DefinitionPatch {
@@ -206,6 +211,10 @@ impl DefinitionPatch {
             ),
             None => None,
         };
+        let mut stream = self.onto(&definition.run.stream)?;
+        if key.is_some() {
+            stream.transport.api_key = key;
+        }
         if model.is_some() {
             definition.model = model;
         }
@@ -230,29 +239,39 @@ impl DefinitionPatch {
         if let Some(after) = &self.tool_choice_after_tools {
             run.tool_choice_after_tools = Some(after.clone());
         }
-        let stream = &mut run.stream;
-        stream.temperature = self.temperature.or(stream.temperature);
-        stream.max_tokens = self.max_tokens.or(stream.max_tokens);
-        if let Some(thinking) = self.thinking {
-            stream.thinking = thinking;
-        }
-        if let Some(budgets) = self.thinking_budgets {
-            stream.thinking_budgets = budgets;
-        }
-        stream.extra_body.extend(self.extra_body.clone());
-        if let Some(account) = &self.account {
-            stream.account = Some(account.clone());
-        }
-        if let Some(choice) = &self.tool_choice {
-            stream.tool_choice = Some(choice.clone());
-        }
-        if let Some(schema) = &self.output_schema {
-            stream.output_schema = Some(schema.clone());
-        }
-        if key.is_some() {
-            stream.api_key = key;
-        }
+        run.stream = stream;
         Ok(())
+    }
+
+    /// `stream` with the request options this patch sets: each field of the
+    /// patch named as a field of [`StreamOptions`] is that option (`extra_body`
+    /// key by key), so that a new request option is patched with no code of its
+    /// own. The transport stays; the other options are read back as they
+    /// serialize (durations to the millisecond) when the patch sets any.
+    fn onto(&self, stream: &StreamOptions) -> Result<StreamOptions, PatchError> {
+        let unreadable = |error: serde_json::Error| PatchError::Options(error.to_string());
+        let Value::Object(mut options) = serde_json::to_value(stream).map_err(unreadable)? else {
+            unreachable!("request options are a JSON object")
+        };
+        let mut patched = false;
+        for (field, value) in fields(self) {
+            match (options.get_mut(&field), value) {
+                (Some(Value::Object(mine)), Value::Object(theirs)) if field == "extra_body" => {
+                    mine.extend(theirs);
+                }
+                (Some(option), value) => *option = value,
+                (None, _) => continue,
+            }
+            patched = true;
+        }
+        if !patched {
+            // Read back only when changed: durations are kept in milliseconds.
+            return Ok(stream.clone());
+        }
+        let mut patched: StreamOptions =
+            serde_json::from_value(Value::Object(options)).map_err(unreadable)?;
+        patched.transport = stream.transport.clone();
+        Ok(patched)
     }
 
     /// The model and request options `definition` runs with, as a patch (never a
@@ -289,12 +308,12 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn a_patch_setting_every_field_merges_whole_over_and_under_nothing() {
+    /// A patch that sets every field.
+    fn every_field() -> DefinitionPatch {
         let mut budget = Budgets::default();
         budget.run.output_tokens = Some(500);
         budget.agent.cost_usd = Some(1.5);
-        let full = DefinitionPatch {
+        DefinitionPatch {
             provider: Some("openai".into()),
             model: Some("gpt-4o-mini".into()),
             base_url: Some("http://127.0.0.1:8080/v1".into()),
@@ -326,7 +345,12 @@ mod tests {
             fallbacks: Some(vec!["anthropic/claude-haiku-4-5".into()]),
             budget: Some(budget),
             account: Some("team".into()),
-        };
+        }
+    }
+
+    #[test]
+    fn a_patch_setting_every_field_merges_whole_over_and_under_nothing() {
+        let full = every_field();
         assert_eq!(DefinitionPatch::default().merged(&full), full);
         assert_eq!(full.merged(&DefinitionPatch::default()), full);
         let more = full.merged(&DefinitionPatch {
@@ -337,6 +361,47 @@ mod tests {
             Value::Object(more.extra_body),
             serde_json::json!({"top_k": 40, "seed": 1})
         );
+    }
+
+    #[test]
+    fn every_request_option_a_patch_sets_reaches_the_stream_and_the_transport_stays() {
+        let patch = DefinitionPatch {
+            provider: None,
+            model: None,
+            base_url: None,
+            api_key_env: None,
+            fallbacks: None,
+            ..every_field()
+        };
+        let mut definition = AgentDefinition::new(tiller_ai::faux::demo_model());
+        let stream = &mut definition.run.stream;
+        stream.extra_body = serde_json::json!({"seed": 1}).as_object().unwrap().clone();
+        stream.transport.api_key = Some(ApiKey::new("kept"));
+        let cancel = stream.transport.cancel.clone();
+        patch.apply(&mut definition).unwrap();
+        let stream = &definition.run.stream;
+        assert_eq!(
+            (stream.temperature, stream.max_tokens, stream.thinking),
+            (patch.temperature, patch.max_tokens, ThinkingLevel::High)
+        );
+        assert_eq!(Some(stream.thinking_budgets), patch.thinking_budgets);
+        assert_eq!(stream.tool_choice, patch.tool_choice);
+        assert_eq!(stream.output_schema, patch.output_schema);
+        assert_eq!(stream.account, patch.account);
+        assert_eq!(
+            Value::Object(stream.extra_body.clone()),
+            serde_json::json!({"seed": 1, "top_k": 40})
+        );
+        let key = stream.transport.api_key.as_ref().map(ApiKey::expose);
+        assert_eq!(key, Some("kept"));
+        cancel.cancel();
+        assert!(stream.transport.cancel.is_cancelled(), "the same token");
+        let run = &definition.run;
+        assert_eq!(
+            (Some(run.max_turns), Some(run.budget)),
+            (patch.max_turns, patch.budget)
+        );
+        assert_eq!(run.tool_choice_after_tools, patch.tool_choice_after_tools);
     }
 
     #[test]

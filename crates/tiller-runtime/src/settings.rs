@@ -87,7 +87,7 @@ impl From<tiller_ai::env::EnvModel> for AgentSettings {
     /// ([`tiller_ai::env::from_env`]), passing the key it chose to pass.
     fn from(chosen: tiller_ai::env::EnvModel) -> Self {
         let mut settings = AgentSettings::new(chosen.model);
-        settings.definition.run.stream.api_key = chosen.api_key;
+        settings.definition.run.stream.transport.api_key = chosen.api_key;
         settings
     }
 }

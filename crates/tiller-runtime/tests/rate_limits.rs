@@ -109,7 +109,7 @@ async fn two_hundred_agents(share_rate_limits: bool) -> Outcome {
     .unwrap();
     let model = Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai");
     let mut settings = AgentSettings::new(model);
-    settings.definition.run.stream.api_key = Some(ApiKey::new("sk-shared"));
+    settings.definition.run.stream.transport.api_key = Some(ApiKey::new("sk-shared"));
     let settings = Arc::new(settings);
     let agents =
         join_all((0..AGENTS).map(|_| supervisor.spawn(AgentSpec::new(settings.clone())))).await;

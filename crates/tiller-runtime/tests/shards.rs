@@ -122,7 +122,7 @@ async fn a_sharded_agent_streams_its_model_over_http_whole_and_in_order() {
     let model =
         tiller::Model::openai_compatible(server.base_url(), "gpt-test").with_provider("openai");
     let mut settings = AgentSettings::new(model);
-    settings.definition.run.stream.api_key = Some(tiller::ai::ApiKey::new("test-key"));
+    settings.definition.run.stream.transport.api_key = Some(tiller::ai::ApiKey::new("test-key"));
     let mut expected = None;
     for n in 0..4 {
         server.push_cassette(&cassette);

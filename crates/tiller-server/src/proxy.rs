@@ -45,7 +45,10 @@ impl ProxyModels {
         let mut models: Vec<(Model, StreamOptions)> = Vec::new();
         let default = definitions.default_model().map(|model| {
             let options = StreamOptions {
-                api_key: definitions.default_key().cloned(),
+                transport: tiller::ai::Transport {
+                    api_key: definitions.default_key().cloned(),
+                    ..tiller::ai::Transport::default()
+                },
                 ..StreamOptions::default()
             };
             (model.clone(), options)
@@ -134,11 +137,11 @@ pub(crate) async fn stream(
     call.session_id = options.session_id.or(call.session_id);
     // Its own token: a shutdown aborts the call (pi's client gets `error`, reason
     // `aborted`); a client that goes away drops it.
-    call.cancel = shared.closing.child_token();
+    call.transport.cancel = shared.closing.child_token();
     // The pace of its account and the breaker of its endpoint are the agents'.
-    call.rate_limits = shared.supervisor.rate_limits().cloned();
-    call.tenant = caller.tenant.as_deref().map(Arc::from);
-    call.breakers = Some(shared.supervisor.breakers().clone());
+    call.transport.rate_limits = shared.supervisor.rate_limits().cloned();
+    call.transport.tenant = caller.tenant.as_deref().map(Arc::from);
+    call.transport.breakers = Some(shared.supervisor.breakers().clone());
     let context = request.context.into_context(model.api);
     check_input(&shared.config.guardrails, &context, &caller.context).await?;
     // Last, the tenant's budget holds the call's most (its settings all

@@ -1026,7 +1026,7 @@ async fn a_tiller_agent_calls_its_model_through_a_servers_pi_proxy() {
         tiller::ToolSet::new([std::sync::Arc::new(clock) as std::sync::Arc<dyn tiller::AgentTool>])
             .unwrap(),
     );
-    settings.definition.run.stream.api_key = Some(tiller::ai::ApiKey::new("proxy-token"));
+    settings.definition.run.stream.transport.api_key = Some(tiller::ai::ApiKey::new("proxy-token"));
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
         .spawn(tiller::AgentSpec::new(settings))

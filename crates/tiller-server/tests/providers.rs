@@ -68,7 +68,7 @@ async fn metrics_show_the_accounts_pace_the_open_breaker_and_the_tenants_budget(
     );
     settings.definition.fallbacks =
         vec![Model::openai_compatible(backup.base_url(), "gpt-test").with_provider("backup")];
-    settings.definition.run.stream.api_key = Some(ApiKey::new("sk-acme"));
+    settings.definition.run.stream.transport.api_key = Some(ApiKey::new("sk-acme"));
     let agent = supervisor
         .spawn(
             AgentSpec::new(settings).with_context(AgentContext::default().with_tenant_id("acme")),

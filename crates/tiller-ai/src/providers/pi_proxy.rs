@@ -26,6 +26,7 @@ pub(crate) fn request(
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
     let token = options
+        .transport
         .api_key
         .clone()
         .or_else(|| ApiKey::from_env(TOKEN_ENV));

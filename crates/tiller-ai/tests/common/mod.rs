@@ -68,7 +68,7 @@ pub(crate) async fn run_to_end(
 /// Options with a key and no idle timeout, for the loopback-server tests.
 pub(crate) fn options() -> StreamOptions {
     StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         idle_timeout: None,
         ..StreamOptions::default()
     }
@@ -850,7 +850,7 @@ pub(crate) fn import_request(
         }
     }
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         max_tokens: body["max_tokens"].as_u64().map(|n| n as u32),
         tool_choice: body.get("tool_choice").map(tool_choice),
         output_schema: body
@@ -930,7 +930,7 @@ fn import_responses_request(
         ));
     }
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         max_tokens: body["max_output_tokens"].as_u64().map(|n| n as u32),
         temperature: body["temperature"].as_f64().map(|t| t as f32),
         tool_choice: body.get("tool_choice").map(tool_choice),
@@ -1009,7 +1009,7 @@ fn import_bedrock_request(body: &Value, decoded: &[AssistantMessage]) -> (Contex
     };
     let inference = &body["inferenceConfig"];
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         max_tokens: inference["maxTokens"].as_u64().map(|n| n as u32),
         temperature: inference["temperature"].as_f64().map(|t| t as f32),
         tool_choice,
@@ -1134,7 +1134,7 @@ fn import_gemini_request(body: &Value, decoded: &[AssistantMessage]) -> (Context
     });
     let generation = &body["generationConfig"];
     let options = StreamOptions {
-        api_key: Some(ApiKey::new("test-key")),
+        transport: tiller_ai::Transport::keyed(ApiKey::new("test-key")),
         max_tokens: generation["maxOutputTokens"].as_u64().map(|n| n as u32),
         temperature: generation["temperature"].as_f64().map(|t| t as f32),
         tool_choice,

@@ -221,7 +221,7 @@ impl Run {
         mut verdict: BoxFuture<'static, Option<GuardrailTripped>>,
     ) -> AssistantMessage {
         let call = self.cancel.child_token();
-        let run = std::mem::replace(&mut self.options.cancel, call.clone());
+        let run = std::mem::replace(&mut self.options.transport.cancel, call.clone());
         let (message, decided) = {
             let respond = self.respond();
             tokio::pin!(respond);
@@ -235,7 +235,7 @@ impl Run {
                 }
             }
         };
-        self.options.cancel = run;
+        self.options.transport.cancel = run;
         // Tools wait for the verdict, as an aborted run waits for a callback.
         let tripped = match decided {
             Some(tripped) => tripped,

@@ -171,13 +171,11 @@ impl Run {
         cancel: CancellationToken,
         sink: EventSink,
     ) -> Self {
-        let mut options = StreamOptions {
-            cancel: cancel.clone(),
-            ..config.run.stream.clone()
-        };
-        if options.rate_limits.is_some() {
+        let mut options = config.run.stream.clone();
+        options.transport.cancel = cancel.clone();
+        if options.transport.rate_limits.is_some() {
             let sink = sink.clone();
-            options.on_rate_limited = Some(RateLimitObserver::new(move |wait| {
+            options.transport.on_rate_limited = Some(RateLimitObserver::new(move |wait| {
                 sink(AgentEvent::RateLimited {
                     account: wait.account.to_string(),
                     wait_ms: u64::try_from(wait.wait.as_millis()).unwrap_or(u64::MAX),

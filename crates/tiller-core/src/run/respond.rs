@@ -9,7 +9,7 @@ use std::panic::AssertUnwindSafe;
 use futures::StreamExt;
 use tiller_ai::{
     AssistantEvent, AssistantMessage, ContextRef, Message, Model, StopReason, StreamError,
-    StreamOptions, StreamedMessage,
+    StreamedMessage,
 };
 use tracing::Instrument;
 
@@ -87,7 +87,8 @@ impl Run {
     pub(super) async fn resolve_key(&mut self) -> Result<(), Interrupted> {
         if let Some(resolve) = &self.config.hooks.api_key_resolver {
             let key = self.call_back(resolve(&self.config.model.provider)).await?;
-            self.options.api_key = key.or_else(|| self.config.run.stream.api_key.clone());
+            self.options.transport.api_key =
+                key.or_else(|| self.config.run.stream.transport.api_key.clone());
         }
         Ok(())
     }
@@ -250,7 +251,7 @@ impl Run {
         }
         let own = &self.config.model;
         (own.provider == model.provider && own.base_url == model.base_url)
-            .then(|| self.options.api_key.clone())
+            .then(|| self.options.transport.api_key.clone())
             .flatten()
     }
 
@@ -282,10 +283,8 @@ impl Run {
         let stream = span.in_scope(|| match key {
             None => tiller_ai::stream_ref(model, context, options),
             Some(api_key) => {
-                let options = StreamOptions {
-                    api_key,
-                    ..options.clone()
-                };
+                let mut options = options.clone();
+                options.transport.api_key = api_key;
                 tiller_ai::stream_ref(model, context, &options)
             }
         });

@@ -377,9 +377,13 @@ impl ActorState {
         let runtime = &self.agent.runtime;
         let tenant = context.tenant_id();
         let mut options = settings.definition.run.clone();
-        options.stream.rate_limits.clone_from(&runtime.rate_limits);
-        options.stream.breakers = Some(runtime.breakers.clone());
-        options.stream.tenant = tenant.map(Arc::from);
+        options
+            .stream
+            .transport
+            .rate_limits
+            .clone_from(&runtime.rate_limits);
+        options.stream.transport.breakers = Some(runtime.breakers.clone());
+        options.stream.transport.tenant = tenant.map(Arc::from);
         let spending = Spending {
             agent_before: self.spent,
             tenant: tenant

@@ -9,7 +9,7 @@
 //!   shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
 //!   `~/.aws/credentials`), read at each request so rotated keys are picked up.
 //!   The request is signed with SigV4 for the service `bedrock` by `aws-sigv4`.
-//! - **A Bedrock API key** ([`StreamOptions::api_key`], else
+//! - **A Bedrock API key** ([`Transport::api_key`](crate::Transport::api_key), else
 //!   `AWS_BEARER_TOKEN_BEDROCK`) is sent as a bearer token instead of a signature.
 //!
 //! Credentials from the environment or the file go only to Bedrock's own runtime
@@ -87,7 +87,7 @@ pub(crate) fn api_key(
     model: &Model,
     options: &StreamOptions,
 ) -> Result<Option<ApiKey>, StreamError> {
-    if let Some(key) = &options.api_key {
+    if let Some(key) = &options.transport.api_key {
         return Ok(Some(key.clone()));
     }
     let Some(key) = ApiKey::from_env("AWS_BEARER_TOKEN_BEDROCK") else {
