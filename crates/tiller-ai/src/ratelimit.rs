@@ -23,10 +23,11 @@
 //! - When a response ends, its reservation is settled against the usage it
 //!   reported, so the buckets track what the provider counted.
 //!
-//! Every wait longer than a millisecond is reported to [`Transport::on_rate_limited`](crate::Transport::on_rate_limited)
-//! (agents turn it into a `rate_limited` event) and counted in [`AccountStats`].
+//! Every wait longer than a millisecond is reported to
+//! [`Transport::on_rate_limited`] (agents turn it into a `rate_limited` event)
+//! and counted in [`AccountStats`].
 //!
-//! [`Transport::on_rate_limited`](crate::Transport::on_rate_limited): crate::Transport::on_rate_limited
+//! [`Transport::on_rate_limited`]: crate::Transport::on_rate_limited
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;

@@ -177,7 +177,7 @@ pub struct RunHooks {
     pub convert_to_llm: Option<ConvertToLlm>,
     /// Applied to the transcript before `convert_to_llm` on every model call.
     pub transform_context: Option<TransformContext>,
-    /// Asked for the key before every model call; falls back to `stream.api_key`.
+    /// Asked for the key before every model call; falls back to `stream.transport.api_key`.
     pub api_key_resolver: Option<ApiKeyResolver>,
     /// Runs before each validated tool call.
     pub before_tool_call: Option<BeforeToolCallHook>,
