@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Clients no one here wrote, for the tests that talk to `tiller serve` as its users
-# would: Python's `httpx` and `httpx-sse` and the API fuzzer `schemathesis` from
-# PyPI, in a virtualenv, and pi-agent-core from the npm registry (its `Agent` and
-# `streamProxy`), both cached under ~/.cache/tiller/http-clients.
+# would: Python's `httpx`, `httpx-sse` and `openai` and the API fuzzer
+# `schemathesis` from PyPI, in a virtualenv, and pi-agent-core from the npm
+# registry (its `Agent` and `streamProxy`), both cached under
+# ~/.cache/tiller/http-clients.
 #
 #   scripts/http-clients.sh install        install both unless present
 #   scripts/http-clients.sh python         print the virtualenv's python (exit 1 when not installed);
@@ -12,13 +13,13 @@ set -euo pipefail
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/http-clients"
 VENV="$CACHE/venv"
-PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3 schemathesis==4.32.5)
+PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3 openai==3.57.0 schemathesis==4.32.5)
 NODE="$CACHE/node"
 NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1)
 
 say() { printf 'http-clients: %s\n' "$*" >&2; }
 
-python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse, schemathesis' 2>/dev/null; }
+python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse, openai, schemathesis' 2>/dev/null; }
 
 node_installed() { [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ]; }
 
@@ -29,7 +30,7 @@ install() {
     mkdir -p "$CACHE"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet "${PACKAGES[@]}"
-    python_installed || { say "the install left httpx_sse or schemathesis unimportable"; exit 1; }
+    python_installed || { say "the install left httpx_sse, openai or schemathesis unimportable"; exit 1; }
   fi
   if ! node_installed; then
     command -v npm >/dev/null || { say "npm is needed to install ${NPM_PACKAGES[*]}"; exit 1; }

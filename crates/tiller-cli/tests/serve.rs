@@ -2,9 +2,9 @@
 //! agent files and answered by the faux model over HTTP; a clean stop at SIGTERM
 //! with an event stream open; bad agent files refused before listening; and
 //! clients no one here wrote (installed by `scripts/http-clients.sh`): Python's
-//! `httpx` and `httpx-sse` using the API as a user would, schemathesis fuzzing the
-//! OpenAPI document, and pi-agent-core's `Agent` and `streamProxy` through
-//! `/api/stream`.
+//! `httpx` and `httpx-sse` using the API as a user would, the `openai` package
+//! through `/v1`, schemathesis fuzzing the OpenAPI document, and pi-agent-core's
+//! `Agent` and `streamProxy` through `/api/stream`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -153,6 +153,40 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
     assert!(
         output.status.success() && stdout.trim() == "ok",
         "the Python client failed: {stdout}{stderr}"
+    );
+    serving.stop().await;
+}
+
+/// The `openai` package's client, as its users call it: the model list, a
+/// completion that starts a session, a streamed one that continues it, an
+/// unknown model's error, and the README's snippet (`tests/clients/openai_client.py`).
+#[tokio::test]
+async fn the_openai_package_talks_to_the_agents_as_to_openai() {
+    let Some(python) = installed_client("python", "OpenAI") else {
+        return;
+    };
+    // The README's snippet runs against the examples' calculator, beside the helper.
+    let scratch = Scratch::new();
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/agents");
+    for file in ["calculator.yaml", "tools/add.py"] {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        std::fs::create_dir_all(scratch.path().join("agents/tools")).unwrap();
+        scratch.write(&format!("agents/{file}"), &text);
+    }
+    let serving = Serving::start_with(scratch, &[], &[]).await;
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/openai_client.py");
+    let output = tokio::process::Command::new(python)
+        .arg(client)
+        .arg(&serving.base)
+        .arg(readme())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim() == "ok",
+        "the openai client failed: {stdout}{stderr}"
     );
     serving.stop().await;
 }

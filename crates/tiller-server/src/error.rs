@@ -229,6 +229,11 @@ pub(crate) fn decode<T: DeserializeOwned>(
     })
 }
 
+/// Marks a refusal that says what went wrong in a protocol's own JSON (the
+/// OpenAI API's error object): it goes out as it is.
+#[derive(Clone, Copy)]
+pub(crate) struct SaidInJson;
+
 /// The most bytes of a plain-text refusal kept as a problem's detail.
 const MAX_DETAIL_BYTES: usize = 4_096;
 
@@ -245,7 +250,8 @@ pub(crate) fn is_problem(response: &Response) -> bool {
 /// holding its words.
 pub(crate) async fn as_problem(response: Response) -> Response {
     let status = response.status();
-    if !(status.is_client_error() || status.is_server_error()) || is_problem(&response) {
+    let said = is_problem(&response) || response.extensions().get::<SaidInJson>().is_some();
+    if !(status.is_client_error() || status.is_server_error()) || said {
         return response;
     }
     let words = axum::body::to_bytes(response.into_body(), MAX_DETAIL_BYTES)

@@ -41,6 +41,8 @@
 //! | `DELETE /sessions/{id}` | stops the agent holding it, forgets the session | 204 |
 //! | `/mcp` | MCP over streamable HTTP: each definition a tool that runs the agent, working for the caller's token | MCP |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
+//! | `GET /v1/models` | the OpenAI API's model list: the definitions, each a model | 200 |
+//! | `POST /v1/chat/completions` | the OpenAI API's chat completions (streamed or not) on a session of the definition `model` names; `X-Tiller-Session` continues one (see `openai.rs`) | 200 a `chat.completion` or its chunks, `X-Tiller-Session` naming the session |
 //!
 //! ```no_run
 //! use tiller::{Definitions, Supervisor};
@@ -67,6 +69,7 @@ mod jwt;
 mod local;
 mod mcp;
 mod metrics;
+mod openai;
 mod origin;
 mod proxy;
 mod quota;
@@ -204,7 +207,7 @@ pub struct ServerConfig {
     /// servers, and models the server does not serve (see the `inline` rules in
     /// the README's "Exposing `tiller serve`"). Off by default.
     pub trust_inline_definitions: bool,
-    /// In a cluster ([`Server::clustered`]), whether shutdown first moves this
+    /// In a cluster (`Server::clustered`), whether shutdown first moves this
     /// host's agents to the other hosts between two turns (`tiller serve
     /// --drain`); without it, they are left to their leases' expiry, and the
     /// other hosts run again the turns they had in progress.
@@ -386,6 +389,8 @@ impl Server {
             .route("/sessions/{id}/messages", get(sessions::messages))
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
+            .route("/v1/models", get(openai::models))
+            .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/metrics", get(metrics::render))
             .route("/admin/drain", post(reach::drain))
             .nest("/mcp", mcp::router(&self.shared))

@@ -420,7 +420,7 @@ impl Serving {
         let said = read_until(&mut stderr, |line| line.contains("http://")).await;
         let line = said.last().unwrap();
         assert!(
-            line.contains("agent definition(s)") && line.contains("(helper"),
+            line.contains("agent definition(s)") && line.contains("helper"),
             "{line}"
         );
         let address = line
