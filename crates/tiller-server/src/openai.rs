@@ -38,7 +38,7 @@ use tiller::wire::Updates;
 use tiller::{AgentMessage, Op, RunEnd, RunOutcome};
 
 use crate::Shared;
-use crate::error::{Problem, SaidInJson, decode};
+use crate::error::{Problem, SaidInJson, as_problem, decode, is_problem};
 use crate::events::event_stream;
 use crate::reach::Origin;
 use crate::shutdown::until_closing;
@@ -506,6 +506,41 @@ impl From<Problem> for OpenAiError {
         OpenAiError(problem)
     }
 }
+
+impl OpenAiError {
+    /// `response` with any refusal in it said as an OpenAI error object: the
+    /// problem details the middleware answers with (a full queue, a body too
+    /// large, a server shutting down), and a plain-text refusal.
+    pub(crate) async fn reworded(response: Response) -> Response {
+        let response = as_problem(response).await;
+        if !is_problem(&response) {
+            return response;
+        }
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), MAX_PROBLEM_BYTES)
+            .await
+            .unwrap_or_default();
+        let said: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let text = |key: &str| said[key].as_str().map(str::to_owned);
+        OpenAiError(Problem {
+            field: text("field"),
+            ..Problem::new(
+                status,
+                text("type")
+                    .as_deref()
+                    .unwrap_or("failed")
+                    .rsplit(':')
+                    .next()
+                    .unwrap_or_default(),
+                text("detail").unwrap_or_default(),
+            )
+        })
+        .into_response()
+    }
+}
+
+/// The most bytes of a problem read to say it again.
+const MAX_PROBLEM_BYTES: usize = 16 * 1024;
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {

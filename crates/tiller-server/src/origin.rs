@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
 use crate::error::{Problem, as_problem};
+use crate::openai::OpenAiError;
 use crate::proxy::PiProblem;
 
 /// Refuses requests from where the server is not meant to be reached, and marks
@@ -41,15 +42,19 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    // pi's proxy clients read a refusal's words from `error`.
+    // pi's proxy clients read a refusal's words from `error`, OpenAI's clients
+    // from an error object.
     let pi = request.uri().path() == "/api/stream";
+    let openai = request.uri().path().starts_with("/v1/");
     let checked = match refusal(&shared, request.method(), request.headers()) {
         Some(problem) => Err(problem),
         None => admitted(&shared, request).await,
     };
     let mut response = match checked {
+        Ok(request) if openai => OpenAiError::reworded(next.run(request).await).await,
         Ok(request) => as_problem(next.run(request).await).await,
         Err(problem) if pi => PiProblem::from(problem).into_response(),
+        Err(problem) if openai => OpenAiError::from(problem).into_response(),
         Err(problem) => problem.into_response(),
     };
     let headers = response.headers_mut();
