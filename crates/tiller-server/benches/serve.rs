@@ -19,6 +19,12 @@
 //! same model server (no HTTP parsing, nothing handed on): its CPU per SSE event
 //! read is printed beside the server's figures.
 //!
+//! Then the same again with the followed agents prompted through the OpenAI
+//! API's chat completions instead (`POST /v1/chat/completions`, streamed, the
+//! agent named by `X-Tiller-Session`): each followed agent's reply is read as
+//! `chat.completion.chunk`s, and the server's CPU per event is printed beside
+//! that of Tiller's own SSE route.
+//!
 //! ```text
 //! cargo bench -p tiller-server --bench serve [-- --agents N --clients M --rate R]
 //! ```
@@ -38,6 +44,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Set in the environment of the clients' process: the server's base URL.
 const CLIENT: &str = "TILLER_BENCH_SERVE_CLIENT";
+/// Set in the environment of the clients' process: the route the followed
+/// agents' replies are read from (`events` or `chat`).
+const ROUTE: &str = "TILLER_BENCH_SERVE_ROUTE";
 /// The time between two tokens of a reply, in µs.
 const SPACING_US: u64 = 30_000;
 /// The SSE events of a stamped reply: the role, the tokens, the finish, the
@@ -101,7 +110,8 @@ fn main() {
     }
     let scale = Scale::from_args();
     if let Ok(base) = std::env::var(CLIENT) {
-        clients(&base, scale);
+        let chat = std::env::var(ROUTE).is_ok_and(|route| route == "chat");
+        clients(&base, scale, chat);
         return;
     }
     let upstream = PacedProcess::start();
@@ -118,10 +128,12 @@ fn main() {
     println!(
         "floor: {at_once} bare TcpStreams on a current-thread runtime reading the same stream at once: {floor:.1} µs CPU per SSE event read"
     );
-    let flavour = "default";
     let runtime = builder.build().unwrap();
-    runtime.block_on(async {
-        let mut definitions = Definitions::new().with_default_model(model);
+    // The server's CPU per event of every agent, by Tiller's own SSE route.
+    let mut own_route = None;
+    for (flavour, route) in [("default", "events"), ("chat completions", "chat")] {
+        let per_event = runtime.block_on(async {
+        let mut definitions = Definitions::new().with_default_model(model.clone());
         definitions
             .insert(AgentFile::parse("bench.yaml", AGENT).unwrap())
             .unwrap();
@@ -142,6 +154,7 @@ fn main() {
         let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
             .args(std::env::args().skip(1))
             .env(CLIENT, &base)
+            .env(ROUTE, route)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -164,13 +177,22 @@ fn main() {
             wall.as_secs_f64(),
             cpu.as_secs_f64()
         );
+        // The agents' events are the same whatever route their replies are
+        // read from: counted on Tiller's own.
+        let all_events = own_route.map_or(all_events, |(_, events)| events);
         let per_event = micros(cpu) / all_events as f64;
+        match own_route {
+            None => println!(
+                "{flavour}: server CPU per event of every agent (model bytes to actor, hub, replay buffer and SSE): {per_event:.1} µs (target <= 10 µs), {:.2}x the floor ({all_events} events)",
+                per_event / floor
+            ),
+            Some((own, _)) => println!(
+                "{flavour}: server CPU per event of every agent, a tenth of them read as chunks of POST /v1/chat/completions: {per_event:.1} µs, {:.2}x Tiller's own SSE route's {own:.1} µs (target <= 1.5x)",
+                per_event / own
+            ),
+        }
         println!(
-            "{flavour}: server CPU per event of every agent (model bytes to actor, hub, replay buffer and SSE): {per_event:.1} µs (target <= 10 µs), {:.2}x the floor ({all_events} events)",
-            per_event / floor
-        );
-        println!(
-            "{flavour}: server CPU per event delivered to an SSE client: {:.1} µs ({delivered} delivered, {} streams broken)",
+            "{flavour}: server CPU per event delivered to a client: {:.1} µs ({delivered} delivered, {} streams broken)",
             micros(cpu) / delivered as f64,
             seen["broken"]
         );
@@ -180,13 +202,16 @@ fn main() {
             seen["p99_ms"].as_f64().unwrap(),
             seen["max_ms"].as_f64().unwrap()
         );
+        (per_event, all_events)
     });
+        own_route = own_route.or(Some(per_event));
+    }
 }
 
 /// The clients' process: creates the agents, attaches the SSE clients, says
 /// `attached`, prompts every agent at the rate asked, reads every stream to its
 /// `agent_end`, waits for every agent to be idle, and says `done` with what it saw.
-fn clients(base: &str, scale: Scale) {
+fn clients(base: &str, scale: Scale, chat: bool) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -214,7 +239,7 @@ fn clients(base: &str, scale: Scale) {
 
         let every = scale.agents / scale.clients;
         let mut readers = Vec::new();
-        for n in 0..scale.clients {
+        for n in (0..scale.clients).filter(|_| !chat) {
             let response = http
                 .get(format!("{base}/agents/a{}/events", n * every))
                 .send()
@@ -229,6 +254,20 @@ fn clients(base: &str, scale: Scale) {
         let mut prompts = Vec::with_capacity(scale.agents);
         for n in 0..scale.agents {
             ticks.tick().await;
+            if chat && n % every == 0 && n / every < scale.clients {
+                let completion = http
+                    .post(format!("{base}/v1/chat/completions"))
+                    .header("x-tiller-session", format!("a{n}"))
+                    .json(&json!({"model": "bench", "stream": true,
+                                  "messages": [{"role": "user", "content": "Hi"}]}))
+                    .send();
+                readers.push(tokio::spawn(async move {
+                    let response = completion.await.unwrap();
+                    assert_eq!(response.status(), 200);
+                    read_chunks(response).await
+                }));
+                continue;
+            }
             let prompt = post(format!("/agents/a{n}/prompt"), json!({"text": "Hi"}));
             prompts.push(tokio::spawn(async move {
                 assert_eq!(prompt.await.unwrap().status(), 202);
@@ -329,6 +368,36 @@ async fn read(response: reqwest::Response) -> (u64, bool, Vec<u64>) {
         }
     }
     (events, true, latencies)
+}
+
+/// Reads one streamed chat completion to its `[DONE]`: how many chunks came,
+/// whether it ended without one, and each token's latency.
+async fn read_chunks(response: reqwest::Response) -> (u64, bool, Vec<u64>) {
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let (mut chunks, mut latencies) = (0u64, Vec::new());
+    while let Some(bytes) = body.next().await {
+        let read_at = monotonic_ns();
+        buffer.push_str(std::str::from_utf8(&bytes.unwrap()).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let Some(data) = block.strip_prefix("data: ") else {
+                continue;
+            };
+            chunks += 1;
+            if data.trim() == "[DONE]" {
+                return (chunks, false, latencies);
+            }
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            if let Some(Ok(stamp)) = chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(|text| text.trim().parse::<u64>())
+            {
+                latencies.push(read_at.saturating_sub(stamp));
+            }
+        }
+    }
+    (chunks, true, latencies)
 }
 
 fn micros(duration: Duration) -> f64 {
