@@ -140,7 +140,16 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
         return;
     };
     let serving = Serving::start().await;
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/serve_client.py");
+    run_python_client(&python, "serve_client.py", &serving).await;
+    serving.stop().await;
+}
+
+/// Runs `tests/clients/{script}` with `python` against `serving` (its base URL
+/// and the README's path as arguments), which must print `ok`.
+async fn run_python_client(python: &std::path::Path, script: &str, serving: &Serving) {
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
     let output = tokio::process::Command::new(python)
         .arg(client)
         .arg(&serving.base)
@@ -152,9 +161,8 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success() && stdout.trim() == "ok",
-        "the Python client failed: {stdout}{stderr}"
+        "{script} failed: {stdout}{stderr}"
     );
-    serving.stop().await;
 }
 
 /// The `openai` package's client, as its users call it: the model list, a
@@ -174,20 +182,7 @@ async fn the_openai_package_talks_to_the_agents_as_to_openai() {
         scratch.write(&format!("agents/{file}"), &text);
     }
     let serving = Serving::start_with(scratch, &[], &[]).await;
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/openai_client.py");
-    let output = tokio::process::Command::new(python)
-        .arg(client)
-        .arg(&serving.base)
-        .arg(readme())
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.trim() == "ok",
-        "the openai client failed: {stdout}{stderr}"
-    );
+    run_python_client(&python, "openai_client.py", &serving).await;
     serving.stop().await;
 }
 
