@@ -149,15 +149,8 @@ pub(crate) async fn create(
             format!("`{field}` is chosen by the server when it serves several tenants"),
         ));
     }
-    if let Some(id) = &request.id
-        && id.contains(['/', '#', '@'])
-    {
-        // A sub-agent's session is `{session}/{definition}`: an id of a client's
-        // own with these would reach into another conversation's.
-        return Err(Problem::invalid(
-            Some("id".to_owned()),
-            "`/`, `#` and `@` are kept for sub-agents' sessions: choose an id without them",
-        ));
+    if let Some(id) = &request.id {
+        check_client_id(id, "id")?;
     }
     let owner = caller.scope();
     let origin = Origin {
@@ -177,6 +170,19 @@ pub(crate) async fn create(
     };
     let agent = shared.spawn(spec, owner, &origin).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
+}
+
+/// Refuses an agent id a client chose (given as `field`) that holds `/`, `#`
+/// or `@`: a sub-agent's session is `{session}/{definition}`, and an id of a
+/// client's own with these would reach into another conversation's.
+pub(crate) fn check_client_id(id: &str, field: &str) -> Result<(), Problem> {
+    if id.contains(['/', '#', '@']) {
+        return Err(Problem::invalid(
+            Some(field.to_owned()),
+            "`/`, `#` and `@` are kept for sub-agents' sessions: choose an id without them",
+        ));
+    }
+    Ok(())
 }
 
 /// A definition as `GET /definitions` lists it.

@@ -6,7 +6,8 @@
 //! A request without an `X-Tiller-Session` header starts a session (an agent of
 //! that definition) whose transcript is the request's messages before the last,
 //! and whose prompt is the last, a user's; a request with the header continues
-//! that session, its last user message the prompt (the session holds the rest).
+//! that session, its last user message the prompt (the session holds the rest;
+//! its own definition answers, whatever `model` says).
 //! Every answer names its session in `X-Tiller-Session`. The agent runs its own
 //! tools: what it writes (in every turn of the run) is the answer's text, never a
 //! client tool call. `finish_reason` is `stop` (or `length`), else the run's end
@@ -38,6 +39,7 @@ use tiller::wire::Updates;
 use tiller::{AgentMessage, Op, RunEnd, RunOutcome};
 
 use crate::Shared;
+use crate::agents::check_client_id;
 use crate::error::{Problem, SaidInJson, as_problem, decode, is_problem};
 use crate::events::event_stream;
 use crate::reach::Origin;
@@ -144,6 +146,8 @@ pub(crate) async fn chat_completions(
         messages: vec![AgentMessage::user(prompt)],
     };
     let mut response = if request.stream {
+        // Counted with the caller's other event streams, while it lasts.
+        let slot = shared.stream_slot(&caller)?;
         // Followed before the prompt: nothing of the run is missed.
         let events = shared
             .events_of(&caller, &session, None, Updates::Lean)
@@ -158,7 +162,11 @@ pub(crate) async fn chat_completions(
             until_closing(events, &shared.closing),
             Completion::new(&request.model),
             usage,
-        );
+        )
+        .map(move |chunk| {
+            let _ = &slot;
+            chunk
+        });
         event_stream(chunks, shared.config.keep_alive)
     } else {
         let outcome = shared.run(&caller, &headers, &session, op).await?;
@@ -242,9 +250,12 @@ async fn session_of(
     {
         return Ok(id.clone());
     }
-    if named.is_some() && caller.tenant.is_some() {
-        // Ids are one namespace for every tenant: a client names only its own.
-        return Err(Problem::unknown_agent(named.as_deref().unwrap_or_default()));
+    if let Some(id) = &named {
+        if caller.tenant.is_some() {
+            // Ids are one namespace for every tenant: a client names only its own.
+            return Err(Problem::unknown_agent(id));
+        }
+        check_client_id(id, "X-Tiller-Session")?;
     }
     if !shared.definitions.iter().any(|file| file.name == model) {
         return Err(Problem::new(

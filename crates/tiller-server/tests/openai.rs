@@ -92,6 +92,20 @@ async fn a_stream_is_the_role_the_pieces_the_finish_the_usage_and_done() {
     assert!(chunks.iter().all(|chunk| chunk["id"] == chunks[0]["id"]));
     assert_eq!(chunks[0]["object"], "chat.completion.chunk");
     assert!(chunks[6]["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+
+    // A session a client names is no sub-agent's.
+    let (status, body) = server
+        .post_raw(
+            "/v1/chat/completions",
+            &[("x-tiller-session", "a/helper")],
+            &json!({"model": "helper", "messages": [user("hi")]}),
+        )
+        .await;
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, &error["error"]["param"]),
+        (422, &json!("X-Tiller-Session"))
+    );
     server.stop().await;
 }
 
