@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Clients no one here wrote, for the tests that talk to `tiller serve` as its users
 # would: Python's `httpx`, `httpx-sse` and `openai` and the API fuzzer
-# `schemathesis` from PyPI, in a virtualenv, and pi-agent-core from the npm
-# registry (its `Agent` and `streamProxy`), both cached under
+# `schemathesis` from PyPI, in a virtualenv, and pi-agent-core (its `Agent` and
+# `streamProxy`) and `openai` from the npm registry, both cached under
 # ~/.cache/tiller/http-clients.
 #
 #   scripts/http-clients.sh install        install both unless present
@@ -15,13 +15,16 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/http-clients"
 VENV="$CACHE/venv"
 PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3 openai==3.57.0 schemathesis==4.32.5)
 NODE="$CACHE/node"
-NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1)
+NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1 openai@6.26.0)
 
 say() { printf 'http-clients: %s\n' "$*" >&2; }
 
 python_installed() { "$VENV/bin/python" -c 'import httpx, httpx_sse, openai, schemathesis' 2>/dev/null; }
 
-node_installed() { [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ]; }
+node_installed() {
+  [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ] &&
+    [ -f "$NODE/node_modules/openai/index.mjs" ]
+}
 
 install() {
   if ! python_installed; then
@@ -38,7 +41,7 @@ install() {
     rm -rf "$NODE"
     mkdir -p "$NODE"
     npm install --prefix "$NODE" --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" >&2
-    node_installed || { say "the install left no pi-agent-core"; exit 1; }
+    node_installed || { say "the install left no pi-agent-core or openai"; exit 1; }
   fi
 }
 

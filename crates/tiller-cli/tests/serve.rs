@@ -186,6 +186,20 @@ async fn the_openai_package_talks_to_the_agents_as_to_openai() {
     serving.stop().await;
 }
 
+/// The npm `openai` package's client, from Node: the model list, a completion
+/// that starts a session, a streamed one that continues it
+/// (`tests/clients/openai_client.mjs`).
+#[tokio::test]
+async fn the_npm_openai_package_talks_to_the_agents_from_node() {
+    let Some(modules) = installed_client("node-modules", "npm openai") else {
+        return;
+    };
+    let serving = Serving::start().await;
+    let said = node_client("openai_client.mjs", &modules, &[&serving.base]).await;
+    assert_eq!(said, json!("ok"));
+    serving.stop().await;
+}
+
 #[tokio::test]
 async fn schemathesis_finds_no_server_error_in_the_documented_api() {
     let Some(python) = installed_client("python", "schemathesis") else {
@@ -234,9 +248,9 @@ async fn schemathesis_finds_no_server_error_in_the_documented_api() {
     serving.stop().await;
 }
 
-/// Runs the pi-agent-core client `script` (of `tests/clients`) with `modules`
-/// and `args` under node: the one JSON line it prints.
-async fn pi_client(script: &str, modules: &std::path::Path, args: &[&str]) -> Value {
+/// Runs the Node client `script` (of `tests/clients`: pi-agent-core's, npm
+/// `openai`'s) with `modules` and `args`: the one JSON line it prints.
+async fn node_client(script: &str, modules: &std::path::Path, args: &[&str]) -> Value {
     let client = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/clients")
         .join(script);
@@ -250,7 +264,7 @@ async fn pi_client(script: &str, modules: &std::path::Path, args: &[&str]) -> Va
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "the pi client failed: {stdout}{}",
+        "{script} failed: {stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap()
@@ -287,7 +301,7 @@ async fn pi_agent_cores_stream_proxy_drives_a_turn_through_the_server() {
     )
     .await;
 
-    let run = pi_client(
+    let run = node_client(
         "pi_proxy_client.mjs",
         &modules,
         &[
@@ -840,7 +854,7 @@ async fn pi_agent_cores_agent_renders_a_streamed_message_from_the_servers_events
     assert_eq!(created.status(), 201);
 
     let readme = readme();
-    let seen = pi_client(
+    let seen = node_client(
         "pi_events_client.mjs",
         &modules,
         &[readme.as_str(), &serving.base, "pi", "What time is it?"],
