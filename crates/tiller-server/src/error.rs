@@ -85,6 +85,8 @@ impl Problem {
             status,
             [(header::CONTENT_TYPE, "application/problem+json")],
             Extension(ProblemKind(self.slug().to_owned())),
+            // For a protocol's own words (the OpenAI routes').
+            Extension(self.clone()),
             body,
         )
             .into_response()

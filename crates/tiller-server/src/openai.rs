@@ -32,15 +32,16 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tiller::agents::DefinitionsError;
 use tiller::ai::{
     AssistantContent, AssistantMessage, Message, Model, StopReason, TextContent, Usage,
 };
 use tiller::wire::Updates;
-use tiller::{AgentMessage, Op, RunEnd, RunOutcome};
+use tiller::{AgentMessage, Envelope, Op, RunEnd, RunOutcome};
 
 use crate::Shared;
 use crate::agents::check_client_id;
-use crate::error::{Problem, SaidInJson, as_problem, decode, is_problem};
+use crate::error::{Problem, SaidInJson, as_problem, decode};
 use crate::events::event_stream;
 use crate::reach::Origin;
 use crate::shutdown::until_closing;
@@ -257,14 +258,17 @@ async fn session_of(
         }
         check_client_id(id, "X-Tiller-Session")?;
     }
-    if !shared.definitions.iter().any(|file| file.name == model) {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "unknown-model",
-            format!("no definition is named `{model}` (`GET /v1/models` lists them)"),
-        ));
-    }
-    let spec = shared.spec(Some(model), None, None)?;
+    let spec = match shared.definitions.spec(model, None) {
+        Ok(spec) => spec,
+        Err(DefinitionsError::Unknown { .. }) => {
+            return Err(Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-model",
+                format!("no definition is named `{model}` (`GET /v1/models` lists them)"),
+            ));
+        }
+        Err(error) => return Err(error.into()),
+    };
     let answered_by =
         (spec.settings.definition.model.clone()).unwrap_or_else(tiller::faux::demo_model);
     let history = history
@@ -344,25 +348,30 @@ impl Completion {
 
     /// A `chat.completion.chunk` of `delta`, with `finish` when it is the last.
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
-        sse_data(&json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }))
+        self.object(
+            json!([{"index": 0, "delta": delta, "finish_reason": finish}]),
+            None,
+        )
     }
 
     /// The chunk with the run's usage and no choices.
     fn usage_chunk(&self, usage: &Usage) -> Bytes {
-        sse_data(&json!({
+        self.object(json!([]), Some(self::usage(usage)))
+    }
+
+    /// A chunk of `choices`, with `usage` when given, as a server-sent event.
+    fn object(&self, choices: Value, usage: Option<Value>) -> Bytes {
+        let mut chunk = json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [],
-            "usage": self::usage(usage),
-        }))
+            "choices": choices,
+        });
+        if let Some(usage) = usage {
+            chunk["usage"] = usage;
+        }
+        sse_data(&chunk)
     }
 }
 
@@ -465,6 +474,11 @@ struct Reading {
 impl Reading {
     /// What the event `json` adds to the stream, if anything.
     fn chunk_of(&mut self, json: &[u8]) -> Option<Bytes> {
+        // Most events say nothing here: read no further than their type.
+        let kind = Envelope::type_in(std::str::from_utf8(json).ok()?);
+        if !matches!(kind, "message_start" | "message_update" | "agent_end") {
+            return None;
+        }
         let Lean { event } = serde_json::from_slice(json).ok()?;
         match event.kind.as_ref() {
             "message_start" => {
@@ -520,38 +534,16 @@ impl From<Problem> for OpenAiError {
 
 impl OpenAiError {
     /// `response` with any refusal in it said as an OpenAI error object: the
-    /// problem details the middleware answers with (a full queue, a body too
-    /// large, a server shutting down), and a plain-text refusal.
+    /// problems the middleware answers with (a full queue, a body too large, a
+    /// server shutting down), and a plain-text refusal.
     pub(crate) async fn reworded(response: Response) -> Response {
         let response = as_problem(response).await;
-        if !is_problem(&response) {
-            return response;
+        match response.extensions().get::<Problem>() {
+            Some(problem) => OpenAiError(problem.clone()).into_response(),
+            None => response,
         }
-        let status = response.status();
-        let body = axum::body::to_bytes(response.into_body(), MAX_PROBLEM_BYTES)
-            .await
-            .unwrap_or_default();
-        let said: Value = serde_json::from_slice(&body).unwrap_or_default();
-        let text = |key: &str| said[key].as_str().map(str::to_owned);
-        OpenAiError(Problem {
-            field: text("field"),
-            ..Problem::new(
-                status,
-                text("type")
-                    .as_deref()
-                    .unwrap_or("failed")
-                    .rsplit(':')
-                    .next()
-                    .unwrap_or_default(),
-                text("detail").unwrap_or_default(),
-            )
-        })
-        .into_response()
     }
 }
-
-/// The most bytes of a problem read to say it again.
-const MAX_PROBLEM_BYTES: usize = 16 * 1024;
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
