@@ -167,7 +167,9 @@ async fn run_python_client(python: &std::path::Path, script: &str, serving: &Ser
 
 /// The `openai` package's client, as its users call it: the model list, a
 /// completion that starts a session, a streamed one that continues it, an
-/// unknown model's error, and the README's snippet (`tests/clients/openai_client.py`).
+/// unknown model's error, and the README's snippets: Python's
+/// (`tests/clients/openai_client.py`), the AI SDK's and AG-UI's
+/// (`tests/clients/readme_snippets.mjs`).
 #[tokio::test]
 async fn the_openai_package_talks_to_the_agents_as_to_openai() {
     let Some(python) = installed_client("python", "OpenAI") else {
@@ -183,6 +185,21 @@ async fn the_openai_package_talks_to_the_agents_as_to_openai() {
     }
     let serving = Serving::start_with(scratch, &[], &[]).await;
     run_python_client(&python, "openai_client.py", &serving).await;
+    // The README's snippets for the AI SDK and AG-UI, beside it.
+    if let Some(modules) = installed_client("node-modules", "npm ai and @ag-ui/client") {
+        let readme = readme();
+        let ran = node_client("readme_snippets.mjs", &modules, &[&serving.base, &readme]).await;
+        // Each printed the answer's text, the AI SDK's as it grew.
+        let printed: Vec<Vec<String>> = serde_json::from_value(ran).unwrap();
+        assert_eq!(printed.len(), 2);
+        for lines in printed {
+            let last = lines.last().unwrap();
+            assert!(
+                last.starts_with("You said: \"What is 2 plus 3?\""),
+                "{lines:?}"
+            );
+        }
+    }
     serving.stop().await;
 }
 
@@ -198,6 +215,163 @@ async fn the_npm_openai_package_talks_to_the_agents_from_node() {
     let said = node_client("openai_client.mjs", &modules, &[&serving.base]).await;
     assert_eq!(said, json!("ok"));
     serving.stop().await;
+}
+
+/// `POST /v1/responses` through the `openai` package: a streamed response and
+/// one that continues it, then, the server restarted on the same store, one
+/// that continues the last by its id (`tests/clients/openai_responses.py`).
+#[tokio::test]
+async fn the_openai_package_continues_a_response_after_a_restart() {
+    let Some(python) = installed_client("python", "OpenAI") else {
+        return;
+    };
+    let kept = Scratch::new();
+    let store = format!("sqlite://{}", kept.path().join("chats.db").display());
+    let options = ["--store", store.as_str()];
+    let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let id = python_says(&python, "openai_responses.py", &[&serving.base, "start"]).await;
+    assert!(id.starts_with("resp_"), "{id}");
+    serving.stop().await;
+    let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let said = python_says(
+        &python,
+        "openai_responses.py",
+        &[&serving.base, "continue", &id],
+    )
+    .await;
+    assert_eq!(said, "ok");
+    serving.stop().await;
+}
+
+/// An agent file whose `cat` tool echoes its arguments.
+const TOOLED: &str = "
+type: object
+description: You use tools.
+json_schema_extra:
+  kind: agent
+  name: tooled
+  tools:
+    - {name: cat, description: Echo, command: [cat]}
+";
+
+/// `tiller serve` of the `tooled` agent, on a scripted model that calls `cat`
+/// once and answers, `runs` times.
+async fn serving_tooled(upstream: &MockServer, runs: usize) -> Serving {
+    for _ in 0..runs {
+        upstream.push(MockResponse::sse(sse::openai_tool_call(
+            "call_1",
+            "cat",
+            &json!({"x": 1}),
+        )));
+        upstream.push(MockResponse::sse(sse::openai_text(&[
+            "cat said ",
+            "x is 1.",
+        ])));
+    }
+    let scratch = Scratch::new();
+    std::fs::create_dir_all(scratch.path().join("agents")).unwrap();
+    scratch.write("agents/tooled.yaml", TOOLED);
+    let base_url = upstream.base_url();
+    let vars = [
+        ("TILLER_BASE_URL", base_url.as_str()),
+        ("TILLER_MODEL", "local-model"),
+    ];
+    Serving::start_with(scratch, &[], &vars).await
+}
+
+/// The AI SDK's chat transport (`useChat`'s) and `readUIMessageStream`
+/// render the agent's tool call, its result and its answer from
+/// `POST /ai-sdk/tooled` (`tests/clients/ui_stream_client.mjs`).
+#[tokio::test]
+async fn the_ai_sdks_chat_transport_renders_the_agents_tool_and_answer() {
+    let Some(modules) = installed_client("node-modules", "npm ai") else {
+        return;
+    };
+    let upstream = MockServer::start().await;
+    let serving = serving_tooled(&upstream, 1).await;
+    let rendered = node_client("ui_stream_client.mjs", &modules, &[&serving.base, "tooled"]).await;
+    assert_eq!(
+        rendered,
+        json!({
+            "parts": [
+                {"type": "step-start"},
+                {"type": "dynamic-tool", "toolName": "cat", "state": "output-available",
+                 "input": {"x": 1}, "output": "{\"x\":1}"},
+                {"type": "step-start"},
+                {"type": "text", "text": "cat said x is 1.", "state": "done"},
+            ],
+            "metadata": {"session": "chat-1", "end": "completed"},
+        })
+    );
+    serving.stop().await;
+}
+
+/// AG-UI's `HttpAgent` runs the agent, its event order checked by the client
+/// itself, and keeps the messages the events made; the `ag-ui-protocol`
+/// package's models validate every event (`tests/clients/ag_ui_client.mjs`,
+/// `ag_ui_events.py`).
+#[tokio::test]
+async fn ag_ui_clients_read_and_validate_every_event() {
+    let (Some(modules), Some(python)) = (
+        installed_client("node-modules", "@ag-ui/client"),
+        installed_client("python", "ag-ui-protocol"),
+    ) else {
+        return;
+    };
+    let upstream = MockServer::start().await;
+    let serving = serving_tooled(&upstream, 2).await;
+    let kinds = [
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ];
+    let run = node_client("ag_ui_client.mjs", &modules, &[&serving.base, "tooled"]).await;
+    assert_eq!(run["events"], json!(kinds));
+    assert_eq!(
+        run["messages"],
+        json!([
+            {"role": "user", "content": "What does cat say?", "toolCalls": []},
+            {"role": "assistant", "toolCalls": ["cat"]},
+            {"role": "tool", "content": "{\"x\":1}", "toolCalls": []},
+            {"role": "assistant", "content": "cat said x is 1.", "toolCalls": []},
+        ])
+    );
+    let validated = python_says(&python, "ag_ui_events.py", &[&serving.base, "tooled"]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&validated).unwrap(),
+        json!(kinds)
+    );
+    serving.stop().await;
+}
+
+/// Runs `tests/clients/{script}` with `python` and `args`: what it printed,
+/// trimmed.
+async fn python_says(python: &std::path::Path, script: &str, args: &[&str]) -> String {
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let output = tokio::process::Command::new(python)
+        .arg(client)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout.trim().to_owned()
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use crate::Shared;
 use crate::error::Problem;
 use crate::events::Cursors;
 use crate::quota::AgentShares;
-use crate::reach::{Agents, DrainReport, Holder, Origin, Outgoings, Page, Reached};
+use crate::reach::{Agents, DrainReport, Holder, Outgoings, Page, Reached};
 use crate::tenants::Scope;
 
 /// How long a client joining a cluster's agent waits for the owner's state (its
@@ -414,18 +414,9 @@ impl Activations {
 impl Activator for Activations {
     fn spec(&self, session: &SessionRecord) -> Result<AgentSpec, String> {
         let shared = self.shared()?;
-        let origin: Origin = match session.origin.as_json() {
-            "null" => {
-                return Err(
-                    "it was not made through the server's API: resume its session with a definition"
-                        .to_owned(),
-                );
-            }
-            _ => session
-                .origin
-                .decode()
-                .map_err(|error| format!("its origin cannot be read: {error}"))?,
-        };
+        let origin = shared
+            .origin_of(session)
+            .map_err(|problem| problem.detail)?;
         let spec = shared
             .spec(
                 origin.definition.as_deref(),

@@ -42,7 +42,10 @@
 //! | `/mcp` | MCP over streamable HTTP: each definition a tool that runs the agent, working for the caller's token | MCP |
 //! | `POST /api/stream` | pi's proxy: `{model, context, options}` as pi-agent-core's `streamProxy` sends them; the server calls the model with its own keys | 200 server-sent events in pi's proxy form |
 //! | `GET /v1/models` | the OpenAI API's model list: the definitions, each a model | 200 |
-//! | `POST /v1/chat/completions` | the OpenAI API's chat completions (streamed or not) on a session of the definition `model` names; `X-Tiller-Session` continues one (see `openai.rs`) | 200 a `chat.completion` or its chunks, `X-Tiller-Session` naming the session |
+//! | `POST /v1/chat/completions` | the OpenAI API's chat completions (streamed or not) on a session of the definition `model` names; `X-Tiller-Session` continues one (see `protocols/chat.rs`) | 200 a `chat.completion` or its chunks, `X-Tiller-Session` naming the session |
+//! | `POST /v1/responses` | the OpenAI API's responses (streamed or not) on a session of the definition `model` names; `previous_response_id` or `conversation` continues one (see `protocols/responses.rs`) | 200 a `response` or its events |
+//! | `POST /ai-sdk/{definition}` | the AI SDK's UI message stream (`useChat`'s transports): the chat `id` is the session (see `protocols/ui_stream.rs`) | 200 a UI message stream |
+//! | `POST /ag-ui/{definition}` | AG-UI: a `RunAgentInput`, its `threadId` the session (see `protocols/ag_ui.rs`) | 200 AG-UI events |
 //!
 //! ```no_run
 //! use tiller::{Definitions, Supervisor};
@@ -69,8 +72,8 @@ mod jwt;
 mod local;
 mod mcp;
 mod metrics;
-mod openai;
 mod origin;
+mod protocols;
 mod proxy;
 mod quota;
 mod reach;
@@ -389,8 +392,14 @@ impl Server {
             .route("/sessions/{id}/messages", get(sessions::messages))
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/api/stream", post(proxy::stream))
-            .route("/v1/models", get(openai::models))
-            .route("/v1/chat/completions", post(openai::chat_completions))
+            .route("/v1/models", get(protocols::openai::models))
+            .route(
+                "/v1/chat/completions",
+                post(protocols::chat::chat_completions),
+            )
+            .route("/v1/responses", post(protocols::responses::responses))
+            .route("/ai-sdk/{definition}", post(protocols::ui_stream::chat))
+            .route("/ag-ui/{definition}", post(protocols::ag_ui::run))
             .route("/metrics", get(metrics::render))
             .route("/admin/drain", post(reach::drain))
             .nest("/mcp", mcp::router(&self.shared))

@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
 use crate::error::{Problem, as_problem};
-use crate::openai::OpenAiError;
+use crate::protocols::openai::OpenAiError;
 use crate::proxy::PiProblem;
 
 /// Refuses requests from where the server is not meant to be reached, and marks

@@ -17,7 +17,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::store::{SessionFilter, SessionInfo, SessionStatus, ago, is_within};
+use tiller::AgentContext;
+use tiller::store::{SessionFilter, SessionInfo, SessionRecord, SessionStatus, ago, is_within};
 use tiller::{AgentMessage, runtime::AgentInfo};
 
 use crate::Shared;
@@ -117,15 +118,78 @@ impl Shared {
 
     /// The session `id`, if `caller` may see it.
     async fn session(&self, caller: &Caller, id: &str) -> Result<SessionInfo, Problem> {
+        self.find_session(caller, id)
+            .await?
+            .ok_or_else(|| Problem::unknown_session(id))
+    }
+
+    /// The session `id` if there is one `caller` may see.
+    pub(crate) async fn find_session(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Option<SessionInfo>, Problem> {
+        let Some(filter) = self.sessions_of(caller, None) else {
+            return Ok(None);
+        };
         let filter = SessionFilter {
             id: Some(id.to_owned()),
             limit: Some(1),
-            ..self
-                .sessions_of(caller, None)
-                .ok_or_else(|| Problem::unknown_session(id))?
+            ..filter
         };
-        let mut found = self.supervisor.store().list(&filter).await?;
-        found.pop().ok_or_else(|| Problem::unknown_session(id))
+        Ok(self.supervisor.store().list(&filter).await?.pop())
+    }
+
+    /// Whether an agent holds the session `id` for `caller`: the one that
+    /// does, or one brought up from the origin the session keeps (as after a
+    /// restart); `false` when `caller` has no such session.
+    pub(crate) async fn hold(&self, caller: &Caller, id: &str) -> Result<bool, Problem> {
+        if self.reach(caller, id).await.is_ok() {
+            return Ok(true);
+        }
+        let Some(info) = self.find_session(caller, id).await? else {
+            return Ok(false);
+        };
+        let record = info.record;
+        let origin = self.origin_of(&record)?;
+        let owner = Scope {
+            tenant: record.tenant_id.clone(),
+            user: record.user_id.clone(),
+        };
+        let mut spec = self
+            .spec(
+                origin.definition.as_deref(),
+                origin.version.as_deref(),
+                origin.inline.as_ref(),
+            )?
+            .with_context(AgentContext::from_ids(origin.context.clone()))
+            .with_owner(record.tenant_id, record.user_id)
+            .with_id(id.to_owned())
+            .with_session(id.to_owned());
+        spec.name = record.name;
+        self.spawn(spec, owner, &origin).await?;
+        Ok(true)
+    }
+
+    /// How the server made the session `record` keeps: what brings its agent
+    /// up again.
+    pub(crate) fn origin_of(&self, record: &SessionRecord) -> Result<Origin, Problem> {
+        let unusable = |why: String| {
+            Problem::new(
+                StatusCode::CONFLICT,
+                "session-not-resumable",
+                format!("the session `{}` cannot be brought up: {why}", record.id),
+            )
+        };
+        match record.origin.as_json() {
+            "null" => Err(unusable(
+                "it was not made through the server's API: resume it with a definition (`POST /sessions/{id}/resume`)".to_owned(),
+            )),
+            _ => record
+                .origin
+                .decode()
+                .map_err(|error| unusable(format!("its origin cannot be read: {error}"))),
+        }
     }
 
     fn view(&self, info: SessionInfo) -> SessionView {

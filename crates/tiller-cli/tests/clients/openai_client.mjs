@@ -1,7 +1,8 @@
 // The npm `openai` package's client against `tiller serve`'s OpenAI routes, as
 // its users call it: the model list, a completion that starts a session (its
 // id read from the answer's `x-tiller-session`), and a streamed one that
-// continues it.
+// continues it; a streamed response, and one that continues it by
+// `previous_response_id`.
 //
 // usage: node openai_client.mjs NODE_MODULES BASE_URL
 // prints `"ok"` (JSON)
@@ -45,4 +46,20 @@ assert.deepEqual(
   state.messages.map((message) => message.role),
   ["user", "assistant", "user", "assistant"],
 );
+const events = await client.responses.create({ model: "helper", input: "hello", stream: true });
+let said = "";
+let completed;
+for await (const event of events) {
+  if (event.type === "response.output_text.delta") said += event.delta;
+  if (event.type === "response.completed") completed = event.response;
+}
+assert.ok(said.startsWith('You said: "hello".'), said);
+assert.equal(completed.status, "completed");
+const again = await client.responses.create({
+  model: "helper",
+  input: [{ role: "user", content: "again" }],
+  previous_response_id: completed.id,
+});
+assert.ok(again.output_text.startsWith('You said: "again".'), again.output_text);
+
 console.log(JSON.stringify("ok"));
