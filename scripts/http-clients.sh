@@ -3,7 +3,8 @@
 # would: Python's `httpx`, `httpx-sse`, `openai` and `ag-ui-protocol` and the API
 # fuzzer `schemathesis` from PyPI, in a virtualenv, and pi-agent-core (its `Agent`
 # and `streamProxy`), `openai`, the AI SDK (`ai`) and AG-UI's `@ag-ui/client` from
-# the npm registry, both cached under ~/.cache/tiller/http-clients.
+# the npm registry (with esbuild, which bundles a test's chat page for the
+# browser), both cached under ~/.cache/tiller/http-clients.
 #
 #   scripts/http-clients.sh install        install both unless present
 #   scripts/http-clients.sh python         print the virtualenv's python (exit 1 when not installed);
@@ -15,7 +16,7 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tiller/http-clients"
 VENV="$CACHE/venv"
 PACKAGES=(httpx==0.28.1 httpx-sse==0.4.3 openai==3.57.0 ag-ui-protocol==1.0.0 schemathesis==4.32.5)
 NODE="$CACHE/node"
-NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1 openai@6.26.0 ai@7.0.173 @ag-ui/client@1.0.0)
+NPM_PACKAGES=(@mariozechner/pi-agent-core@0.73.1 openai@6.26.0 ai@7.0.173 @ag-ui/client@1.0.0 esbuild@0.28.2)
 
 say() { printf 'http-clients: %s\n' "$*" >&2; }
 
@@ -25,7 +26,8 @@ node_installed() {
   [ -f "$NODE/node_modules/@mariozechner/pi-agent-core/dist/proxy.js" ] &&
     [ -f "$NODE/node_modules/openai/index.mjs" ] &&
     [ -f "$NODE/node_modules/ai/dist/index.js" ] &&
-    [ -f "$NODE/node_modules/@ag-ui/client/dist/index.mjs" ]
+    [ -f "$NODE/node_modules/@ag-ui/client/dist/index.mjs" ] &&
+    [ -x "$NODE/node_modules/.bin/esbuild" ]
 }
 
 install() {
@@ -43,7 +45,7 @@ install() {
     rm -rf "$NODE"
     mkdir -p "$NODE"
     npm install --prefix "$NODE" --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" >&2
-    node_installed || { say "the install left no pi-agent-core, openai, ai or @ag-ui/client"; exit 1; }
+    node_installed || { say "the install left no pi-agent-core, openai, ai, @ag-ui/client or esbuild"; exit 1; }
   fi
 }
 

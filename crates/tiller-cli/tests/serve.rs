@@ -147,22 +147,8 @@ async fn a_python_client_uses_the_api_as_a_user_would() {
 /// Runs `tests/clients/{script}` with `python` against `serving` (its base URL
 /// and the README's path as arguments), which must print `ok`.
 async fn run_python_client(python: &std::path::Path, script: &str, serving: &Serving) {
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/clients")
-        .join(script);
-    let output = tokio::process::Command::new(python)
-        .arg(client)
-        .arg(&serving.base)
-        .arg(readme())
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.trim() == "ok",
-        "{script} failed: {stdout}{stderr}"
-    );
+    let said = python_says(python, script, &[&serving.base, &readme()]).await;
+    assert_eq!(said, "ok", "{script} said otherwise");
 }
 
 /// The `openai` package's client, as its users call it: the model list, a
@@ -217,12 +203,16 @@ async fn the_npm_openai_package_talks_to_the_agents_from_node() {
     serving.stop().await;
 }
 
-/// `POST /v1/responses` through the `openai` package: a streamed response and
-/// one that continues it, then, the server restarted on the same store, one
-/// that continues the last by its id (`tests/clients/openai_responses.py`).
+/// `POST /v1/responses` through the `openai` packages, across restarts on one
+/// store: Python's streams a response and continues it; the server restarts
+/// and Node's continues the last by its id; it restarts again and Python's
+/// continues Node's (`tests/clients/openai_responses.py`, `.mjs`).
 #[tokio::test]
-async fn the_openai_package_continues_a_response_after_a_restart() {
-    let Some(python) = installed_client("python", "OpenAI") else {
+async fn the_openai_packages_continue_a_response_after_a_restart() {
+    let (Some(python), Some(modules)) = (
+        installed_client("python", "OpenAI"),
+        installed_client("node-modules", "npm openai"),
+    ) else {
         return;
     };
     let kept = Scratch::new();
@@ -233,10 +223,14 @@ async fn the_openai_package_continues_a_response_after_a_restart() {
     assert!(id.starts_with("resp_"), "{id}");
     serving.stop().await;
     let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
+    let from_node = node_client("openai_responses.mjs", &modules, &[&serving.base, &id]).await;
+    let from_node = from_node.as_str().unwrap().to_owned();
+    serving.stop().await;
+    let serving = Serving::start_with(Scratch::new(), &options, &[]).await;
     let said = python_says(
         &python,
         "openai_responses.py",
-        &[&serving.base, "continue", &id],
+        &[&serving.base, "continue", &from_node],
     )
     .await;
     assert_eq!(said, "ok");

@@ -19,11 +19,14 @@
 //! same model server (no HTTP parsing, nothing handed on): its CPU per SSE event
 //! read is printed beside the server's figures.
 //!
-//! Then the same again with the followed agents prompted through the OpenAI
-//! API's chat completions instead (`POST /v1/chat/completions`, streamed, the
-//! agent named by `X-Tiller-Session`): each followed agent's reply is read as
-//! `chat.completion.chunk`s, and the server's CPU per event is printed beside
-//! that of Tiller's own SSE route.
+//! Then the same again with the followed agents prompted through each protocol
+//! route instead, each streamed, the agent named as that protocol names a
+//! session: the OpenAI API's chat completions (`POST /v1/chat/completions`,
+//! `X-Tiller-Session`) and responses (`POST /v1/responses`, `conversation`),
+//! the AI SDK's UI message stream (`POST /ai-sdk/bench`, the chat's `id`) and
+//! AG-UI (`POST /ag-ui/bench`, the `threadId`). Each followed agent's reply is
+//! read in that protocol, and the server's CPU per event is printed beside that
+//! of Tiller's own SSE route.
 //!
 //! ```text
 //! cargo bench -p tiller-server --bench serve [-- --agents N --clients M --rate R]
@@ -45,12 +48,12 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// Set in the environment of the clients' process: the server's base URL.
 const CLIENT: &str = "TILLER_BENCH_SERVE_CLIENT";
 /// Set in the environment of the clients' process: the route the followed
-/// agents' replies are read from (`events` or `chat`).
+/// agents' replies are read from ([`Route::name`]).
 const ROUTE: &str = "TILLER_BENCH_SERVE_ROUTE";
 /// The time between two tokens of a reply, in µs.
 const SPACING_US: u64 = 30_000;
-/// The SSE events of a stamped reply: the role, the tokens, the finish, the
-/// usage and `[DONE]`.
+/// The SSE events of a stamped reply as the floor reads it: the role, the
+/// tokens, the finish, the usage and `[DONE]`.
 const STAMPED_EVENTS: usize = STAMPED_TOKENS + 4;
 
 const AGENT: &str = "
@@ -90,6 +93,120 @@ impl Scale {
     }
 }
 
+/// The route the followed agents' replies are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Tiller's own: `GET /agents/{id}/events`, attached before the prompts.
+    Events,
+    Chat,
+    Responses,
+    AiSdk,
+    AgUi,
+}
+
+impl Route {
+    const ALL: [Route; 5] = [
+        Route::Events,
+        Route::Chat,
+        Route::Responses,
+        Route::AiSdk,
+        Route::AgUi,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Route::Events => "events",
+            Route::Chat => "chat",
+            Route::Responses => "responses",
+            Route::AiSdk => "ai-sdk",
+            Route::AgUi => "ag-ui",
+        }
+    }
+
+    /// What the printed figures call it.
+    fn said(self) -> &'static str {
+        match self {
+            Route::Events => "default",
+            Route::Chat => "POST /v1/chat/completions",
+            Route::Responses => "POST /v1/responses",
+            Route::AiSdk => "POST /ai-sdk/{definition}",
+            Route::AgUi => "POST /ag-ui/{definition}",
+        }
+    }
+
+    /// The streamed request that prompts the agent `id` with "Hi".
+    fn prompt(self, http: &reqwest::Client, base: &str, id: &str) -> reqwest::RequestBuilder {
+        let (path, body) = match self {
+            Route::Events => unreachable!("Tiller's own route is followed, not posted"),
+            Route::Chat => {
+                let body = json!({"model": "bench", "stream": true,
+                                  "messages": [{"role": "user", "content": "Hi"}]});
+                return http
+                    .post(format!("{base}/v1/chat/completions"))
+                    .header("x-tiller-session", id)
+                    .json(&body);
+            }
+            Route::Responses => (
+                "/v1/responses".to_owned(),
+                json!({"model": "bench", "stream": true, "input": "Hi", "conversation": id}),
+            ),
+            Route::AiSdk => (
+                "/ai-sdk/bench".to_owned(),
+                json!({"id": id, "messages": [{"id": "m", "role": "user",
+                                                "parts": [{"type": "text", "text": "Hi"}]}]}),
+            ),
+            Route::AgUi => (
+                "/ag-ui/bench".to_owned(),
+                json!({"threadId": id, "runId": "r",
+                       "messages": [{"id": "m", "role": "user", "content": "Hi"}]}),
+            ),
+        };
+        http.post(format!("{base}{path}")).json(&body)
+    }
+
+    /// The text piece `data` (one event's JSON) carries, and whether it is
+    /// the stream's last event.
+    fn read(self, data: &str) -> (Option<String>, bool) {
+        if data == "[DONE]" {
+            return (None, true);
+        }
+        let data: Value = serde_json::from_str(data).unwrap();
+        let kind = data["type"].as_str().unwrap_or_default();
+        let (piece, last) = match self {
+            Route::Events => unreachable!("read by `read`"),
+            Route::Chat => (&data["choices"][0]["delta"]["content"], false),
+            Route::Responses => (
+                if kind == "response.output_text.delta" {
+                    &data["delta"]
+                } else {
+                    &Value::Null
+                },
+                matches!(
+                    kind,
+                    "response.completed" | "response.incomplete" | "response.failed"
+                ),
+            ),
+            Route::AiSdk => (
+                if kind == "text-delta" {
+                    &data["delta"]
+                } else {
+                    &Value::Null
+                },
+                false,
+            ),
+            Route::AgUi => (
+                if kind == "TEXT_MESSAGE_CONTENT" {
+                    &data["delta"]
+                } else {
+                    &Value::Null
+                },
+                matches!(kind, "RUN_FINISHED" | "RUN_ERROR"),
+            ),
+        };
+        (piece.as_str().map(str::to_owned), last)
+    }
+}
+
 /// What the clients saw.
 #[derive(Debug, Default)]
 struct Seen {
@@ -110,8 +227,12 @@ fn main() {
     }
     let scale = Scale::from_args();
     if let Ok(base) = std::env::var(CLIENT) {
-        let chat = std::env::var(ROUTE).is_ok_and(|route| route == "chat");
-        clients(&base, scale, chat);
+        let asked = std::env::var(ROUTE).unwrap_or_default();
+        let route = Route::ALL
+            .into_iter()
+            .find(|route| route.name() == asked)
+            .unwrap_or(Route::Events);
+        clients(&base, scale, route);
         return;
     }
     let upstream = PacedProcess::start();
@@ -131,7 +252,8 @@ fn main() {
     let runtime = builder.build().unwrap();
     // The server's CPU per event of every agent, by Tiller's own SSE route.
     let mut own_route = None;
-    for (flavour, route) in [("default", "events"), ("chat completions", "chat")] {
+    for route in Route::ALL {
+        let flavour = route.said();
         let per_event = runtime.block_on(async {
         let mut definitions = Definitions::new().with_default_model(model.clone());
         definitions
@@ -154,7 +276,7 @@ fn main() {
         let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
             .args(std::env::args().skip(1))
             .env(CLIENT, &base)
-            .env(ROUTE, route)
+            .env(ROUTE, route.name())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -187,7 +309,7 @@ fn main() {
                 per_event / floor
             ),
             Some((own, _)) => println!(
-                "{flavour}: server CPU per event of every agent, a tenth of them read as chunks of POST /v1/chat/completions: {per_event:.1} µs, {:.2}x Tiller's own SSE route's {own:.1} µs (target <= 1.5x)",
+                "{flavour}: server CPU per event of every agent, a tenth of them read in this protocol: {per_event:.1} µs, {:.2}x Tiller's own SSE route's {own:.1} µs (target <= 1.5x)",
                 per_event / own
             ),
         }
@@ -211,7 +333,7 @@ fn main() {
 /// The clients' process: creates the agents, attaches the SSE clients, says
 /// `attached`, prompts every agent at the rate asked, reads every stream to its
 /// `agent_end`, waits for every agent to be idle, and says `done` with what it saw.
-fn clients(base: &str, scale: Scale, chat: bool) {
+fn clients(base: &str, scale: Scale, route: Route) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -239,7 +361,7 @@ fn clients(base: &str, scale: Scale, chat: bool) {
 
         let every = scale.agents / scale.clients;
         let mut readers = Vec::new();
-        for n in (0..scale.clients).filter(|_| !chat) {
+        for n in (0..scale.clients).filter(|_| route == Route::Events) {
             let response = http
                 .get(format!("{base}/agents/a{}/events", n * every))
                 .send()
@@ -254,17 +376,12 @@ fn clients(base: &str, scale: Scale, chat: bool) {
         let mut prompts = Vec::with_capacity(scale.agents);
         for n in 0..scale.agents {
             ticks.tick().await;
-            if chat && n % every == 0 && n / every < scale.clients {
-                let completion = http
-                    .post(format!("{base}/v1/chat/completions"))
-                    .header("x-tiller-session", format!("a{n}"))
-                    .json(&json!({"model": "bench", "stream": true,
-                                  "messages": [{"role": "user", "content": "Hi"}]}))
-                    .send();
+            if route != Route::Events && n % every == 0 && n / every < scale.clients {
+                let streamed = route.prompt(&http, base, &format!("a{n}")).send();
                 readers.push(tokio::spawn(async move {
-                    let response = completion.await.unwrap();
+                    let response = streamed.await.unwrap();
                     assert_eq!(response.status(), 200);
-                    read_chunks(response).await
+                    read_protocol(response, route).await
                 }));
                 continue;
             }
@@ -370,34 +487,32 @@ async fn read(response: reqwest::Response) -> (u64, bool, Vec<u64>) {
     (events, true, latencies)
 }
 
-/// Reads one streamed chat completion to its `[DONE]`: how many chunks came,
-/// whether it ended without one, and each token's latency.
-async fn read_chunks(response: reqwest::Response) -> (u64, bool, Vec<u64>) {
+/// Reads one reply streamed in the protocol of `route` to its last event: how
+/// many events came, whether it ended without its last, and each token's
+/// latency.
+async fn read_protocol(response: reqwest::Response, route: Route) -> (u64, bool, Vec<u64>) {
     let mut body = response.bytes_stream();
     let mut buffer = String::new();
-    let (mut chunks, mut latencies) = (0u64, Vec::new());
+    let (mut events, mut latencies) = (0u64, Vec::new());
     while let Some(bytes) = body.next().await {
         let read_at = monotonic_ns();
         buffer.push_str(std::str::from_utf8(&bytes.unwrap()).unwrap());
         while let Some(end) = buffer.find("\n\n") {
             let block: String = buffer.drain(..end + 2).collect();
-            let Some(data) = block.strip_prefix("data: ") else {
+            let Some(data) = block.lines().find_map(|line| line.strip_prefix("data: ")) else {
                 continue;
             };
-            chunks += 1;
-            if data.trim() == "[DONE]" {
-                return (chunks, false, latencies);
+            events += 1;
+            let (piece, last) = route.read(data.trim());
+            if last {
+                return (events, false, latencies);
             }
-            let chunk: Value = serde_json::from_str(data).unwrap();
-            if let Some(Ok(stamp)) = chunk["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(|text| text.trim().parse::<u64>())
-            {
+            if let Some(Ok(stamp)) = piece.map(|text| text.trim().parse::<u64>()) {
                 latencies.push(read_at.saturating_sub(stamp));
             }
         }
     }
-    (chunks, true, latencies)
+    (events, true, latencies)
 }
 
 fn micros(duration: Duration) -> f64 {

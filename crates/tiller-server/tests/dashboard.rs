@@ -499,3 +499,108 @@ attack();
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }
+
+/// An agent whose `remove` tool asks the user's approval first.
+const TOOLED: &str = "
+type: object
+description: You use tools.
+json_schema_extra:
+  kind: agent
+  name: tooled
+  tools: [{name: remove, description: Remove, command: [cat]}]
+  approvals: {remove: ask}
+";
+
+/// The chat page of `tests/pages/chat.mjs`, bundled for the browser by the
+/// esbuild of `scripts/http-clients.sh` (None: skip).
+async fn chat_page() -> Option<String> {
+    let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
+    let found = Command::new(scripts.join("http-clients.sh"))
+        .arg("node-modules")
+        .output()
+        .await
+        .unwrap();
+    if !found.status.success() {
+        assert!(
+            !tiller_test_support::live::live_required(),
+            "TILLER_LIVE=required and the npm clients are missing: run scripts/http-clients.sh install"
+        );
+        eprintln!(
+            "skipping the chat page test (no @ag-ui/client and esbuild): `scripts/http-clients.sh install` installs them"
+        );
+        return None;
+    }
+    let modules = String::from_utf8(found.stdout).unwrap();
+    let modules = std::path::Path::new(modules.trim());
+    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pages/chat.mjs");
+    let bundled = Command::new(modules.join(".bin/esbuild"))
+        .arg(page)
+        .args(["--bundle", "--format=esm", "--log-level=error"])
+        // The page's imports are found where the npm clients are.
+        .env("NODE_PATH", modules)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        bundled.status.success(),
+        "esbuild failed: {}",
+        String::from_utf8_lossy(&bundled.stderr)
+    );
+    Some(String::from_utf8(bundled.stdout).unwrap())
+}
+
+/// A web app that embeds Tiller's router and serves its own chat page on AG-UI's
+/// client, in the browser: the user types, the answer streams into the page, and
+/// a call waiting for approval shows as a question.
+#[tokio::test]
+async fn a_chat_page_on_ag_uis_client_streams_the_answer_and_shows_an_approval() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let Some(script) = chat_page().await else {
+        return;
+    };
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Hello from the chat page.").chunk_size(4));
+    faux.push(FauxTurn::tool_call("remove", json!({"path": "notes.txt"})));
+    let mut definitions = Definitions::new().with_default_model(faux.model());
+    definitions
+        .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
+        .unwrap();
+    let server = Server::new(
+        Supervisor::start().await.unwrap(),
+        definitions,
+        ServerConfig::default(),
+    );
+    let page = r#"<!doctype html><meta charset="utf-8"><title>Chat</title>
+<form id="form"><input id="text"><button id="send-button">Send</button></form>
+<div id="log"></div><script type="module" src="/chat.js"></script>"#;
+    let app = server
+        .router()
+        .route(
+            "/chat",
+            axum::routing::get(move || async move { axum::response::Html(page) }),
+        )
+        .route(
+            "/chat.js",
+            axum::routing::get(move || {
+                let script = script.clone();
+                async move { ([("content-type", "text/javascript")], script) }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let served = tokio::spawn(axum::serve(listener, app).into_future());
+
+    browser.client.goto(&format!("{base}/chat")).await.unwrap();
+    browser.shows("//input[@id='text']").await;
+    browser.send("hi").await;
+    browser
+        .shows("//p[@class='answer' and @data-done='true' and normalize-space()='Hello from the chat page.']")
+        .await;
+    browser.send("Remove notes.txt").await;
+    browser
+        .shows("//p[@class='approval' and normalize-space()='Approve remove? `remove` waits for approval']")
+        .await;
+    served.abort();
+}

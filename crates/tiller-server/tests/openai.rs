@@ -9,32 +9,8 @@ mod support;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::{Running, closed};
-use tiller::Definitions;
-use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller_server::ServerConfig;
-
-/// An agent whose `cat` tool echoes its arguments, and whose `remove` tool
-/// asks the user's approval first.
-const TOOLED: &str = "
-type: object
-description: You use tools.
-json_schema_extra:
-  kind: agent
-  name: tooled
-  tools:
-    - {name: cat, description: Echo, command: [cat]}
-    - {name: remove, description: Remove, command: [cat]}
-  approvals: {remove: ask}
-";
-
-async fn server(faux: &FauxProvider, config: ServerConfig) -> Running {
-    let mut definitions = Definitions::new().with_default_model(faux.model());
-    definitions
-        .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
-        .unwrap();
-    Running::serve(definitions, config).await
-}
 
 /// A user's message.
 fn user(text: &str) -> Value {
@@ -53,7 +29,7 @@ fn data_lines(body: &str) -> Vec<String> {
 async fn a_stream_is_the_role_the_pieces_the_finish_the_usage_and_done() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Hello there, friend.").chunk_size(5));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let (status, body) = server
         .post_raw(
             "/v1/chat/completions",
@@ -115,7 +91,7 @@ async fn the_agents_own_tools_stay_out_of_the_answer_and_a_session_goes_on() {
     faux.push(FauxTurn::tool_call("cat", json!({"x": 1})));
     faux.push(FauxTurn::text("It said x is 1."));
     faux.push(FauxTurn::text("Still 1."));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let response = server
         .http
         .post(format!("{}/v1/chat/completions", server.base))
@@ -180,7 +156,7 @@ async fn a_call_waiting_for_approval_finishes_parked_and_the_reply_goes_on() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::tool_call("remove", json!({"path": "a"})));
     faux.push(FauxTurn::text("Removed."));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let response = server
         .http
         .post(format!("{}/v1/chat/completions", server.base))
@@ -212,7 +188,7 @@ async fn a_call_waiting_for_approval_finishes_parked_and_the_reply_goes_on() {
 #[tokio::test]
 async fn refusals_are_openai_error_objects() {
     let faux = FauxProvider::new();
-    let server = server(
+    let server = Running::tooled(
         &faux,
         closed(&[("acme-token", "acme"), ("globex-token", "globex")]),
     )

@@ -11,32 +11,8 @@ mod support;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::{Running, closed};
-use tiller::Definitions;
-use tiller::agents::agent_file::AgentFile;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller_server::ServerConfig;
-
-/// An agent whose `cat` tool echoes its arguments, and whose `remove` tool
-/// asks the user's approval first.
-const TOOLED: &str = "
-type: object
-description: You use tools.
-json_schema_extra:
-  kind: agent
-  name: tooled
-  tools:
-    - {name: cat, description: Echo, command: [cat]}
-    - {name: remove, description: Remove, command: [cat]}
-  approvals: {remove: ask}
-";
-
-async fn server(faux: &FauxProvider, config: ServerConfig) -> Running {
-    let mut definitions = Definitions::new().with_default_model(faux.model());
-    definitions
-        .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
-        .unwrap();
-    Running::serve(definitions, config).await
-}
 
 /// The JSON `data:` payloads of a stream, in order, and whether `[DONE]`
 /// ended it.
@@ -78,7 +54,7 @@ async fn a_response_stream_tells_each_text_as_an_item_and_a_previous_response_go
     faux.push(FauxTurn::tool_call("cat", json!({"x": 1})));
     faux.push(FauxTurn::text("It said x is 1.").chunk_size(8));
     faux.push(FauxTurn::text("Still 1."));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let response = server
         .http
         .post(format!("{}/v1/responses", server.base))
@@ -144,37 +120,36 @@ async fn a_response_stream_tells_each_text_as_an_item_and_a_previous_response_go
         ]
     );
 
-    // An id that is not a response's, and one whose session there is not.
-    let (status, error) = server
-        .post(
-            "/v1/responses",
-            json!({"model": "tooled", "input": "hi", "previous_response_id": "resp_zz"}),
-        )
-        .await;
-    assert_eq!(
-        (status, &error["error"]["param"]),
-        (422, &json!("previous_response_id"))
-    );
-    let (status, error) = server
-        .post(
-            "/v1/responses",
-            json!({"model": "tooled", "input": "hi", "previous_response_id": "resp_6e6f6e65_1"}),
-        )
-        .await;
-    assert_eq!(
-        (status, &error["error"]["code"]),
-        (404, &json!("unknown-session"))
-    );
-    let (status, error) = server
-        .post(
-            "/v1/responses",
-            json!({"model": "tooled", "input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
-        )
-        .await;
-    assert_eq!(
-        (status, &error["error"]["param"]),
-        (422, &json!("input[0]"))
-    );
+    // An id that is not a response's, one whose session there is not, and an
+    // item the agent would not take.
+    let refusals = [
+        (
+            json!({"previous_response_id": "resp_zz"}),
+            422,
+            "param",
+            "previous_response_id",
+        ),
+        (
+            json!({"previous_response_id": "resp_6e6f6e65_1"}),
+            404,
+            "code",
+            "unknown-session",
+        ),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
+            422,
+            "param",
+            "input[0]",
+        ),
+    ];
+    for (fields, expected, key, said) in refusals {
+        let mut request = json!({"model": "tooled", "input": "hi"});
+        for (name, value) in fields.as_object().unwrap() {
+            request[name] = value.clone();
+        }
+        let (status, error) = server.post("/v1/responses", request).await;
+        assert_eq!((status, &error["error"][key]), (expected, &json!(said)));
+    }
     server.stop().await;
 }
 
@@ -183,7 +158,7 @@ async fn a_parked_response_is_incomplete_and_a_conversation_is_its_session() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::tool_call("remove", json!({"path": "a"})));
     faux.push(FauxTurn::text("Hello again."));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let (status, response) = server
         .post(
             "/v1/responses",
@@ -206,7 +181,7 @@ async fn the_ui_message_stream_carries_the_tools_the_text_and_an_approval() {
     faux.push(FauxTurn::tool_call("cat", json!({"x": 1})));
     faux.push(FauxTurn::text("It said x is 1.").chunk_size(8));
     faux.push(FauxTurn::tool_call("remove", json!({"path": "a"})));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let post = |text: &str| {
         json!({"id": "chat-1", "trigger": "submit-message", "messages": [
             {"id": "m1", "role": "user", "parts": [{"type": "text", "text": text}]},
@@ -292,7 +267,7 @@ async fn ag_ui_runs_tell_the_tools_and_the_text_and_resume_an_interrupt() {
     faux.push(FauxTurn::text("It said x is 1.").chunk_size(8));
     faux.push(FauxTurn::tool_call("remove", json!({"path": "a"})));
     faux.push(FauxTurn::text("Removed."));
-    let server = server(&faux, ServerConfig::default()).await;
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
     let input = |run: &str, text: &str| {
         json!({"threadId": "thread-1", "runId": run, "state": {}, "tools": [], "context": [],
                "forwardedProps": {},
@@ -385,7 +360,7 @@ async fn on_a_server_of_tenants_a_clients_ids_are_its_own() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::text("Hello, acme."));
     faux.push(FauxTurn::text("Hello, globex."));
-    let server = server(
+    let server = Running::tooled(
         &faux,
         closed(&[("acme-token", "acme"), ("globex-token", "globex")]),
     )

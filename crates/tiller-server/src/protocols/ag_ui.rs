@@ -447,7 +447,29 @@ mod tests {
     }
 
     #[test]
-    fn a_state_name_is_escaped_in_its_pointer() {
-        assert_eq!(pointer("a/b~c"), "/a~1b~0c");
+    fn the_state_a_tools_result_sets_is_a_state_delta() {
+        let json = br#"{"agent_id":"a","seq":7,"event":{"type":"message_end","message":{"role":"tool_result","tool_call_id":"c","tool_name":"count","content":[],"is_error":false,"timestamp":0,"state":{"counter":{"n":2},"a/b~c":1}}}}"#;
+        let step = Step::read(json).unwrap();
+        let mut running = Running {
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            state: Map::new(),
+            messages: 0,
+            open: None,
+            calls: Vec::new(),
+            interrupts: Vec::new(),
+        };
+        let mut out = Vec::new();
+        running.step(step, &mut out);
+        let data = String::from_utf8(out).unwrap();
+        let event: Value =
+            serde_json::from_str(data.trim().strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(
+            event,
+            json!({"type": "STATE_DELTA", "delta": [
+                {"op": "add", "path": "/a~1b~0c", "value": 1},
+                {"op": "add", "path": "/counter", "value": {"n": 2}},
+            ]})
+        );
     }
 }

@@ -16,6 +16,20 @@ description: You help.
 json_schema_extra: {kind: agent, name: helper}
 ";
 
+/// An agent whose `cat` tool echoes its arguments, and whose `remove` tool
+/// asks the user's approval first.
+pub(crate) const TOOLED: &str = "
+type: object
+description: You use tools.
+json_schema_extra:
+  kind: agent
+  name: tooled
+  tools:
+    - {name: cat, description: Echo, command: [cat]}
+    - {name: remove, description: Remove, command: [cat]}
+  approvals: {remove: ask}
+";
+
 /// A server on loopback whose definitions (`helper`) answer with `faux`.
 pub(crate) struct Running {
     pub(crate) base: String,
@@ -27,6 +41,15 @@ pub(crate) struct Running {
 impl Running {
     pub(crate) async fn start(faux: &FauxProvider, config: ServerConfig) -> Self {
         Running::serve(Definitions::new().with_default_model(faux.model()), config).await
+    }
+
+    /// Like [`Running::start`], with `tooled` ([`TOOLED`]) beside `helper`.
+    pub(crate) async fn tooled(faux: &FauxProvider, config: ServerConfig) -> Self {
+        let mut definitions = Definitions::new().with_default_model(faux.model());
+        definitions
+            .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
+            .unwrap();
+        Running::serve(definitions, config).await
     }
 
     /// Like [`Running::start`], with the agents and connections on two shards.
