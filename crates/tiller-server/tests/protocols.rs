@@ -309,6 +309,17 @@ async fn ag_ui_runs_tell_the_tools_and_the_text_and_resume_an_interrupt() {
         .post_raw("/ag-ui/tooled", &[], &input("run-2", "Remove a."))
         .await;
     let (events, _) = read(&body);
+    assert_eq!(
+        kinds(&events),
+        [
+            "RUN_STARTED",
+            "STATE_SNAPSHOT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "RUN_FINISHED"
+        ]
+    );
     let finished = events.last().unwrap();
     assert_eq!(finished["type"], "RUN_FINISHED");
     let interrupt = &finished["outcome"]["interrupts"][0];
@@ -395,5 +406,177 @@ async fn on_a_server_of_tenants_a_clients_ids_are_its_own() {
             .iter()
             .all(|session| session.starts_with("conversation-"))
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn ag_ui_answering_one_of_two_interrupts_streams_its_result_and_names_the_other() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::tool_call("remove", json!({"path": "a"}))
+            .with_tool_call("remove", json!({"path": "b"})),
+    );
+    faux.push(FauxTurn::text("Both removed."));
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
+    let input = |run: &str| {
+        json!({"threadId": "thread-2", "runId": run,
+               "messages": [{"id": "u1", "role": "user", "content": "Remove a and b."}]})
+    };
+    let (_, body) = server.post_raw("/ag-ui/tooled", &[], &input("run-1")).await;
+    let (events, _) = read(&body);
+    let interrupts = events.last().unwrap()["outcome"]["interrupts"].clone();
+    let calls: Vec<&str> = interrupts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|interrupt| interrupt["toolCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls.len(), 2, "{interrupts}");
+
+    // The first approved: its result is told, and the second is still asked.
+    let mut resume = input("run-2");
+    resume["resume"] =
+        json!([{"interruptId": calls[0], "status": "resolved", "payload": {"approved": true}}]);
+    let (_, body) = server.post_raw("/ag-ui/tooled", &[], &resume).await;
+    let (events, _) = read(&body);
+    assert_eq!(
+        kinds(&events),
+        [
+            "RUN_STARTED",
+            "STATE_SNAPSHOT",
+            "TOOL_CALL_RESULT",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_eq!(events[2]["toolCallId"], calls[0]);
+    let still = &events[3]["outcome"]["interrupts"];
+    assert_eq!(still.as_array().unwrap().len(), 1, "{still}");
+    assert_eq!(still[0]["toolCallId"], calls[1]);
+
+    // Both answered at once (the second again, denied): one stream tells both runs.
+    let mut resume = input("run-3");
+    resume["resume"] = json!([{"interruptId": calls[1], "status": "cancelled"}]);
+    let (_, body) = server.post_raw("/ag-ui/tooled", &[], &resume).await;
+    let (events, _) = read(&body);
+    assert_eq!(
+        kinds(&events),
+        [
+            "RUN_STARTED",
+            "STATE_SNAPSHOT",
+            "TOOL_CALL_RESULT",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_eq!(events[6]["outcome"], json!({"type": "success"}));
+
+    // A thread with nothing there has nothing to resume.
+    let mut resume = input("run-4");
+    resume["threadId"] = json!("thread-none");
+    resume["resume"] = json!([{"interruptId": "c", "status": "cancelled"}]);
+    let (status, problem) = server.post("/ag-ui/tooled", resume).await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (404, &json!("urn:tiller:problem:unknown-session"))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_aborted_ag_ui_run_ends_what_it_left_open_and_is_cancelled() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::text("a slow answer that will not be finished")
+            .chunk_size(4)
+            .delay(std::time::Duration::from_millis(200)),
+    );
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
+    let input = json!({"threadId": "thread-3", "runId": "r",
+                       "messages": [{"id": "u1", "role": "user", "content": "Go."}]});
+    let response = server
+        .http
+        .post(format!("{}/ag-ui/tooled", server.base))
+        .json(&input)
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    // Aborted once the answer is streaming.
+    while !text.contains("TEXT_MESSAGE_CONTENT") {
+        text.push_str(
+            std::str::from_utf8(&futures::StreamExt::next(&mut body).await.unwrap().unwrap())
+                .unwrap(),
+        );
+    }
+    let (status, _) = server.post("/agents/thread-3/abort", json!({})).await;
+    assert_eq!(status, 204);
+    while let Some(bytes) = futures::StreamExt::next(&mut body).await {
+        text.push_str(std::str::from_utf8(&bytes.unwrap()).unwrap());
+    }
+    let (events, _) = read(&text);
+    let kinds = kinds(&events);
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["TEXT_MESSAGE_END", "RUN_FINISHED"]
+    );
+    assert_eq!(
+        events.last().unwrap()["outcome"],
+        json!({"type": "cancelled"})
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_response_going_on_takes_every_input_message_and_a_repeated_key_streams_again() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("First."));
+    faux.push(FauxTurn::text("Second."));
+    faux.push(FauxTurn::text("Third."));
+    faux.push(FauxTurn::text("Fourth."));
+    let server = Running::tooled(&faux, ServerConfig::default()).await;
+    let (_, first) = server
+        .post(
+            "/v1/responses",
+            json!({"model": "tooled", "input": "One.", "conversation": "c-1"}),
+        )
+        .await;
+    assert_eq!(first["output"][0]["content"][0]["text"], "First.");
+    let (_, second) = server
+        .post(
+            "/v1/responses",
+            json!({"model": "tooled", "previous_response_id": first["id"],
+                   "input": [{"role": "user", "content": "Two."}, {"role": "user", "content": "Three."}]}),
+        )
+        .await;
+    assert_eq!(second["output"][0]["content"][0]["text"], "Second.");
+    let (_, state) = server.get("/agents/c-1").await;
+    let said: Vec<&str> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .map(|message| message["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["One.", "Two.", "Three."]);
+
+    // A streamed request sent again with the same key is told again, not left hanging.
+    let streamed =
+        json!({"model": "tooled", "input": "Four.", "conversation": "c-1", "stream": true});
+    let (status, body) = server
+        .post_raw("/v1/responses", &[("idempotency-key", "k-1")], &streamed)
+        .await;
+    assert_eq!(status, 200);
+    let (events, _) = read(&body);
+    assert_eq!(events.last().unwrap()["type"], "response.completed");
+    let (status, body) = server
+        .post_raw("/v1/responses", &[("idempotency-key", "k-1")], &streamed)
+        .await;
+    assert_eq!(status, 200);
+    let (events, _) = read(&body);
+    let completed = &events.last().unwrap()["response"];
+    assert_eq!(completed["output"][0]["content"][0]["text"], "Fourth.");
     server.stop().await;
 }

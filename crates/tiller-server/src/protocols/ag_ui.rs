@@ -9,7 +9,8 @@
 //! its `interruptId` the waiting call's id): `{"status": "resolved",
 //! "payload": {"approved": true}}` approves a call, `{"approved": false,
 //! "reason": …}` or `"status": "cancelled"` denies it, and `{"answer": …}` (or
-//! a text payload) answers a tool's question.
+//! a text payload) answers a tool's question. The runs of several answers are
+//! told as one. A thread with none to answer is a 404.
 //!
 //! The events: `RUN_STARTED`; `STATE_SNAPSHOT`, the state the agent's tools
 //! keep (its context's, as the session stores it); each answer's text as
@@ -18,10 +19,15 @@
 //! of them gave as `TOOL_CALL_RESULT`; `STATE_DELTA` (a JSON Patch) when a
 //! tool sets state; and `RUN_FINISHED`, its `outcome` `success`, `interrupt`
 //! (a call waits for the user's approval, `reason: "approval"`, or asks a
-//! question, `reason: "input"`, its `message`), or `cancelled` (aborted); or
+//! question, `reason: "input"`, its `message`; every request still open, those
+//! a `resume` left unanswered too), or `cancelled` (aborted, or paused between
+//! two turns); or
 //! `RUN_ERROR`, its `code` the run's end as Tiller names it (`error`,
-//! `budget_exceeded`, `guardrail_tripped`, …). The client's `tools`, `context`
-//! and `state` are not read: the agent's own tools and state stand.
+//! `budget_exceeded`, `guardrail_tripped`, …; `stream_cut` when the stream
+//! ends before the run: the server closing, the client too far behind, the
+//! agent stopped). Whatever an aborted answer left open is ended first. The
+//! client's `tools`, `context` and `state` are not read: the agent's own tools
+//! and state stand.
 
 use std::sync::Arc;
 
@@ -32,7 +38,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tiller::run::Reply;
+use tiller::run::{Reply, UserRequest};
 use tiller::{AgentMessage, Op, RunEnd, ToolOutput};
 
 use super::chat::SESSION_HEADER;
@@ -74,35 +80,44 @@ pub(crate) async fn run(
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
     let input: RunAgentInput = decode(body)?;
-    let mut replies = replies(&input.resume)?;
-    let history = match replies.is_empty() {
-        true => conversation(&input.messages)?,
-        false => Conversation {
+    let replies = replies(&input.resume)?;
+    let resuming = !replies.is_empty();
+    let history = match resuming {
+        false => conversation(&input.messages)?,
+        true => Conversation {
             history: Vec::new(),
             prompt: String::new(),
         },
     };
+    // Only a thread that is there has interrupts to answer.
     let asked = Asked::Client {
         id: input.thread_id.clone(),
         field: "threadId",
+        create: !resuming,
     };
-    let session = shared
+    // The stream is counted before anything is made for it.
+    let slot = shared.stream_slot(&caller)?;
+    let (session, _) = shared
         .converse(&caller, asked, &definition, history.history)
         .await?;
-    let op = match replies.pop() {
-        None => Op::Prompt {
+    // What stays open once the answers are in: an interrupt still, as no
+    // event of these runs says again.
+    let mut interrupts = Vec::new();
+    if resuming {
+        let (state, _) = shared.state(&caller, &session).await?;
+        let answered = |id: &str| replies.iter().any(|reply| reply.request_id() == id);
+        interrupts = state
+            .waiting
+            .iter()
+            .filter(|request| !answered(request.tool_call_id()))
+            .map(interrupt_of)
+            .collect();
+    }
+    let ops: Vec<Op> = match resuming {
+        false => vec![Op::Prompt {
             messages: vec![AgentMessage::user(history.prompt)],
-        },
-        Some(last) => {
-            // Each answer but the last finishes its run (which parks again
-            // while an interrupt is open); the last one's run is streamed.
-            for reply in replies {
-                shared
-                    .run(&caller, &headers, &session, Op::Reply(reply))
-                    .await?;
-            }
-            Op::Reply(last)
-        }
+        }],
+        true => replies.into_iter().map(Op::Reply).collect(),
     };
     let state = match shared.find_session(&caller, &session).await? {
         Some(info) => info
@@ -120,11 +135,12 @@ pub(crate) async fn run(
         messages: 0,
         open: None,
         calls: Vec::new(),
-        interrupts: Vec::new(),
+        interrupts,
+        // Each answer but the last finishes a run that parks again while an
+        // interrupt is open: one stream tells them all.
+        ends_to_skip: ops.len() - 1,
     };
-    let mut response = shared
-        .speak(&caller, &headers, &session, op, running)
-        .await?;
+    let mut response = shared.speak(&caller, &session, slot, ops, running).await?;
     if let Ok(value) = HeaderValue::from_str(&session) {
         response.headers_mut().insert(SESSION_HEADER, value);
     }
@@ -230,10 +246,13 @@ struct Running {
     messages: u64,
     /// The text or reasoning message open: its id, and whether it is reasoning.
     open: Option<(String, bool)>,
-    /// The calls of the answer being written, by block index: their ids.
-    calls: Vec<(usize, String)>,
+    /// The calls of the answer being written, by block index: their ids, and
+    /// whether they ended.
+    calls: Vec<(usize, String, bool)>,
     /// What the run waits for when it parks.
     interrupts: Vec<Value>,
+    /// How many of the runs' ends are not the stream's.
+    ends_to_skip: usize,
 }
 
 impl Running {
@@ -258,6 +277,8 @@ impl Speaker for Running {
 
     fn step(&mut self, step: Step<'_>, out: &mut Vec<u8>) {
         match step {
+            // The stream's own, read by `spoken`.
+            Step::Start | Step::Lost => {}
             Step::AnswerStart => self.calls.clear(),
             Step::Text(Block::Start) => {
                 let id = self.new_message();
@@ -303,10 +324,10 @@ impl Speaker for Running {
                     "TOOL_CALL_START",
                     json!({"toolCallId": id, "toolCallName": name}),
                 );
-                self.calls.push((index, id.into_owned()));
+                self.calls.push((index, id.into_owned(), false));
             }
             Step::CallDelta { index, delta } => {
-                if let Some((_, id)) = self.calls.iter().find(|(at, _)| *at == index)
+                if let Some((_, id, _)) = self.calls.iter().find(|(at, ..)| *at == index)
                     && !delta.is_empty()
                 {
                     Self::event(
@@ -317,7 +338,10 @@ impl Speaker for Running {
                 }
             }
             Step::CallEnd { id, .. } => {
-                Self::event(out, "TOOL_CALL_END", json!({"toolCallId": id}))
+                if let Some(call) = self.calls.iter_mut().find(|(_, open, _)| *open == id) {
+                    call.2 = true;
+                }
+                Self::event(out, "TOOL_CALL_END", json!({"toolCallId": id}));
             }
             Step::ToolEnd { id, output, .. } => {
                 let message = self.new_message();
@@ -340,37 +364,29 @@ impl Speaker for Running {
                 name,
                 args,
                 reason,
-            } => self.interrupts.push(json!({
-                "id": id,
-                "reason": "approval",
-                "message": reason.unwrap_or_else(|| format!("`{name}` waits for approval")),
-                "toolCallId": id,
-                "metadata": {"toolName": name, "args": args},
-            })),
+            } => self
+                .interrupts
+                .push(approval_interrupt(&id, &name, args, reason)),
             Step::Question {
                 id,
                 name,
                 field,
                 question,
-            } => self.interrupts.push(json!({
-                "id": id,
-                "reason": "input",
-                "message": question,
-                "toolCallId": id,
-                "metadata": {"toolName": name, "field": field},
-            })),
+            } => self
+                .interrupts
+                .push(question_interrupt(&id, &name, &field, question)),
+            Step::End { .. } if self.ends_to_skip > 0 => self.ends_to_skip -= 1,
             Step::End { reason, messages } => {
+                self.close_open(out);
                 let outcome = match reason {
-                    RunEnd::Completed
-                    | RunEnd::StopCondition
-                    | RunEnd::ToolsTerminated
-                    | RunEnd::Paused => {
+                    RunEnd::Completed | RunEnd::StopCondition | RunEnd::ToolsTerminated => {
                         json!({"type": "success"})
                     }
                     RunEnd::Parked => {
                         json!({"type": "interrupt", "interrupts": std::mem::take(&mut self.interrupts)})
                     }
-                    RunEnd::Aborted => json!({"type": "cancelled"}),
+                    // Stopped before it was done, and nothing waited for.
+                    RunEnd::Aborted | RunEnd::Paused => json!({"type": "cancelled"}),
                     end => {
                         let message = failure(&messages)
                             .unwrap_or_else(|| format!("the run ended: {}", named(end)));
@@ -393,9 +409,78 @@ impl Speaker for Running {
         }
     }
 
+    fn is_last(&self, step: &Step<'_>) -> bool {
+        matches!(step, Step::End { .. }) && self.ends_to_skip == 0
+    }
+
     fn cut(&mut self, out: &mut Vec<u8>) {
-        let error = json!({"message": "the server is closing", "code": "shutting_down"});
+        self.close_open(out);
+        let error = json!({
+            "message": "the stream was cut before the run ended: the server is closing, the client fell behind, or the agent stopped",
+            "code": "stream_cut",
+        });
         Self::event(out, "RUN_ERROR", error);
+    }
+}
+
+impl Running {
+    /// Ends what an aborted answer left open: its message, its reasoning, its
+    /// calls (an AG-UI run ends with none open).
+    fn close_open(&mut self, out: &mut Vec<u8>) {
+        match self.open.take() {
+            Some((id, false)) => Self::event(out, "TEXT_MESSAGE_END", json!({"messageId": id})),
+            Some((id, true)) => {
+                Self::event(out, "REASONING_MESSAGE_END", json!({"messageId": id}));
+                Self::event(out, "REASONING_END", json!({"messageId": id}));
+            }
+            None => {}
+        }
+        for (_, id, ended) in self.calls.drain(..) {
+            if !ended {
+                Self::event(out, "TOOL_CALL_END", json!({"toolCallId": id}));
+            }
+        }
+    }
+}
+
+/// The interrupt of a call waiting for the user's approval.
+fn approval_interrupt(id: &str, name: &str, args: Value, reason: Option<String>) -> Value {
+    json!({
+        "id": id,
+        "reason": "approval",
+        "message": reason.unwrap_or_else(|| format!("`{name}` waits for approval")),
+        "toolCallId": id,
+        "metadata": {"toolName": name, "args": args},
+    })
+}
+
+/// The interrupt of a call asking the user a question.
+fn question_interrupt(id: &str, name: &str, field: &str, question: String) -> Value {
+    json!({
+        "id": id,
+        "reason": "input",
+        "message": question,
+        "toolCallId": id,
+        "metadata": {"toolName": name, "field": field},
+    })
+}
+
+/// The interrupt of an open request.
+fn interrupt_of(request: &UserRequest) -> Value {
+    match request {
+        UserRequest::Approval {
+            tool_call_id,
+            tool_name,
+            args,
+            reason,
+        } => approval_interrupt(tool_call_id, tool_name, args.clone(), reason.clone()),
+        UserRequest::Input {
+            tool_call_id,
+            tool_name,
+            field,
+            question,
+            ..
+        } => question_interrupt(tool_call_id, tool_name, field, question.clone()),
     }
 }
 
@@ -458,6 +543,7 @@ mod tests {
             open: None,
             calls: Vec::new(),
             interrupts: Vec::new(),
+            ends_to_skip: 0,
         };
         let mut out = Vec::new();
         running.step(step, &mut out);

@@ -16,7 +16,9 @@
 //!
 //! A stream (`"stream": true`) is the agent's lean event stream mapped as it
 //! comes: each text piece a `chat.completion.chunk`, then one with the finish,
-//! the usage when `stream_options.include_usage` asks, and `data: [DONE]`.
+//! the usage when `stream_options.include_usage` asks, and `data: [DONE]`; a
+//! stream cut before the run ended (the server closing, the client too far
+//! behind, the agent stopped) finishes with `error`.
 //! Refusals are OpenAI's error objects, with Tiller's problem kind as `code`.
 
 use std::sync::Arc;
@@ -128,29 +130,37 @@ pub(crate) async fn chat_completions(
         },
         None => Asked::New,
     };
-    let session = shared
+    // A stream is counted before anything is made for it.
+    let slot = match request.stream {
+        true => Some(shared.stream_slot(&caller)?),
+        false => None,
+    };
+    let (session, _) = shared
         .converse(&caller, asked, &request.model, history)
         .await?;
     let op = Op::Prompt {
         messages: vec![AgentMessage::user(prompt)],
     };
     let completion = Completion::new(&request.model);
-    let mut response = if request.stream {
-        let include_usage = request
-            .stream_options
-            .is_some_and(|options| options.include_usage);
-        let reading = Reading {
-            completion,
-            include_usage,
-            wrote: false,
-            new_message: false,
-        };
-        shared
-            .speak(&caller, &headers, &session, op, reading)
-            .await?
-    } else {
-        let outcome = shared.run(&caller, &headers, &session, op).await?;
-        Json(completion.whole(&outcome)).into_response()
+    let mut response = match slot {
+        Some(slot) => {
+            let include_usage = request
+                .stream_options
+                .is_some_and(|options| options.include_usage);
+            let reading = Reading {
+                completion,
+                include_usage,
+                wrote: false,
+                new_message: false,
+            };
+            shared
+                .speak(&caller, &session, slot, vec![op], reading)
+                .await?
+        }
+        None => {
+            let outcome = shared.run(&caller, &headers, &session, op).await?;
+            Json(completion.whole(&outcome)).into_response()
+        }
     };
     if let Ok(value) = HeaderValue::from_str(&session) {
         response.headers_mut().insert(SESSION_HEADER, value);
@@ -324,6 +334,11 @@ impl Speaker for Reading {
             }
             _ => {}
         }
+    }
+
+    fn cut(&mut self, out: &mut Vec<u8>) {
+        self.completion.chunk(out, json!({}), Some("error"));
+        out.extend_from_slice(b"data: [DONE]\n\n");
     }
 }
 

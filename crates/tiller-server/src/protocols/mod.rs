@@ -9,6 +9,11 @@
 //! the protocol's events through its [`Speaker`] ([`Shared::speak`]). The run
 //! (its tools, approvals, budgets, durability) is the agent's, whichever
 //! protocol asked.
+//!
+//! A streamed answer reads no `Idempotency-Key`: the run it streams can be
+//! told only once, so a request sent again is a prompt again (these protocols'
+//! clients send none). Where a session exists, the definition it was made of
+//! answers, whatever the request names.
 
 pub(crate) mod ag_ui;
 pub(crate) mod chat;
@@ -33,6 +38,7 @@ use crate::Shared;
 use crate::agents::check_client_id;
 use crate::error::Problem;
 use crate::events::event_stream;
+use crate::quota::StreamSlot;
 use crate::reach::Origin;
 use crate::shutdown::until_closing;
 use crate::tenants::Caller;
@@ -89,33 +95,38 @@ pub(crate) enum Asked {
     Named { id: String, field: &'static str },
     /// The client's own id for its conversation (a chat's, a thread's): the
     /// session's id on an open server; on a server of tenants, an id made from
-    /// it and the caller, so that two tenants' (or users') never meet.
-    Client { id: String, field: &'static str },
+    /// it and the caller, so that two tenants' (or users') never meet. Made on
+    /// the first request when `create`, else a 404 when there is none.
+    Client {
+        id: String,
+        field: &'static str,
+        create: bool,
+    },
 }
 
 impl Shared {
     /// The session a request continues or starts: the one `asked` names, held
     /// by an agent (brought up from its stored origin when none holds it, after
     /// a restart), or a new one of the definition `definition` whose transcript
-    /// is `history`.
+    /// is `history`; and whether it went on with one that was there.
     pub(crate) async fn converse(
         &self,
         caller: &Caller,
         asked: Asked,
         definition: &str,
         history: Vec<(Said, String)>,
-    ) -> Result<String, Problem> {
+    ) -> Result<(String, bool), Problem> {
         let id = match asked {
             Asked::New => None,
             Asked::Existing(id) => {
                 return match self.hold(caller, &id).await? {
-                    true => Ok(id),
+                    true => Ok((id, true)),
                     false => Err(Problem::unknown_session(&id)),
                 };
             }
             Asked::Named { id, field } => {
                 if self.hold(caller, &id).await? {
-                    return Ok(id);
+                    return Ok((id, true));
                 }
                 if caller.tenant.is_some() {
                     return Err(Problem::unknown_agent(&id));
@@ -123,24 +134,30 @@ impl Shared {
                 check_client_id(&id, field)?;
                 Some(id)
             }
-            Asked::Client { id, field } => {
+            Asked::Client { id, field, create } => {
                 let id = client_session(caller, &id, field)?;
                 if self.hold(caller, &id).await? {
-                    return Ok(id);
+                    return Ok((id, true));
+                }
+                if !create {
+                    return Err(Problem::unknown_session(&id));
                 }
                 Some(id)
             }
         };
-        let spec = self.definitions.spec(definition, None).map_err(|error| {
-            match error {
+        let spec = self
+            .definitions
+            .spec(definition, None)
+            .map_err(|error| match error {
                 tiller::agents::DefinitionsError::Unknown { .. } => Problem::new(
                     axum::http::StatusCode::NOT_FOUND,
                     "unknown-model",
-                    format!("no definition is named `{definition}` (`GET /v1/models` and `GET /definitions` list them)"),
+                    format!(
+                        "no definition is named `{definition}` (`GET /v1/models` and `GET /definitions` list them)"
+                    ),
                 ),
                 error => error.into(),
-            }
-        })?;
+            })?;
         let answered_by =
             (spec.settings.definition.model.clone()).unwrap_or_else(tiller::faux::demo_model);
         let history = history
@@ -156,29 +173,45 @@ impl Shared {
         let spec = spec
             .with_messages(history)
             .with_context(caller.context.clone());
-        let spec = match id {
-            Some(id) => spec.with_id(id),
+        let spec = match &id {
+            Some(id) => spec.with_id(id.clone()),
             None => spec,
         };
-        let agent = self.spawn(spec, caller.scope(), &origin).await?;
-        Ok(agent.id.to_string())
+        match self.spawn(spec, caller.scope(), &origin).await {
+            Ok(agent) => Ok((agent.id.to_string(), false)),
+            // Another request made it meanwhile: this one goes on with it.
+            Err(problem) if problem.kind.ends_with("id-taken") => match id {
+                Some(id) if self.hold(caller, &id).await? => Ok((id, true)),
+                _ => Err(problem),
+            },
+            Err(problem) => Err(problem),
+        }
     }
 
-    /// Sends `op` to the agent `session` and answers with a `text/event-stream`
-    /// of what `speaker` makes of the run's events, up to its end. The events
-    /// are followed before `op` is sent, so nothing of the run is missed, and
-    /// the stream counts as one of the caller's while it lasts.
+    /// Sends `ops` to the agent `session`, one run after the other, and
+    /// answers with a `text/event-stream` of what `speaker` makes of their
+    /// events (from the first run's start), up to its last step. The events are
+    /// followed before the first op is sent, so nothing of the runs is missed
+    /// while the caller's stream `slot` is held; a stream that falls behind or
+    /// loses its agent is cut ([`Speaker::cut`]).
     pub(crate) async fn speak(
         &self,
         caller: &Caller,
-        headers: &HeaderMap,
         session: &str,
-        op: Op,
+        slot: StreamSlot,
+        mut ops: Vec<Op>,
         speaker: impl Speaker,
     ) -> Result<Response, Problem> {
-        let slot = self.stream_slot(caller)?;
         let events = self.events_of(caller, session, None, Updates::Lean).await?;
-        self.submit(caller, headers, session, || Ok(op)).await?;
+        let last = ops
+            .pop()
+            .ok_or_else(|| Problem::invalid(None, "a stream tells at least one run"))?;
+        // No idempotency key: the runs are told once, here.
+        let unkeyed = HeaderMap::new();
+        for op in ops {
+            self.run(caller, &unkeyed, session, op).await?;
+        }
+        self.submit(caller, &unkeyed, session, || Ok(last)).await?;
         let said = spoken(until_closing(events, &self.closing), speaker).map(move |bytes| {
             let _ = &slot;
             bytes
@@ -236,6 +269,10 @@ pub(crate) enum Block<'a> {
 /// What of an agent's lean events the protocols read, in the order the run
 /// makes them.
 pub(crate) enum Step<'a> {
+    /// A run began.
+    Start,
+    /// The stream lost events (it fell behind) or its agent (it stopped).
+    Lost,
     /// An answer of the model began.
     AnswerStart,
     /// Its text.
@@ -292,7 +329,10 @@ impl Step<'_> {
         // Most events say nothing here: read no further than their type.
         if !matches!(
             Envelope::type_in(text),
-            "message_start"
+            "agent_start"
+                | "lagged"
+                | "agent_stopped"
+                | "message_start"
                 | "message_update"
                 | "message_end"
                 | "tool_execution_end"
@@ -306,6 +346,8 @@ impl Step<'_> {
         let id = || event.tool_call_id.clone().unwrap_or_default();
         let name = || event.tool_name.clone().unwrap_or_default();
         Some(match event.kind.as_ref() {
+            "agent_start" => Step::Start,
+            "lagged" | "agent_stopped" => Step::Lost,
             "message_start" => match event.message?.role.as_ref() {
                 "assistant" => Step::AnswerStart,
                 _ => return None,
@@ -509,6 +551,11 @@ pub(crate) trait Speaker: Send + 'static {
     /// What `step` adds.
     fn step(&mut self, step: Step<'_>, out: &mut Vec<u8>);
 
+    /// Whether `step` is the stream's last: the run's end.
+    fn is_last(&self, step: &Step<'_>) -> bool {
+        matches!(step, Step::End { .. })
+    }
+
     /// What ends a stream cut before the run ended (the server is closing).
     fn cut(&mut self, _out: &mut Vec<u8>) {}
 }
@@ -520,28 +567,41 @@ fn spoken(
 ) -> impl Stream<Item = Bytes> + Send + 'static {
     let mut opening = Vec::new();
     speaker.open(&mut opening);
-    let going = futures::stream::unfold(Some((Box::pin(frames), speaker)), |going| async move {
-        let (mut frames, mut speaker) = going?;
-        let mut out = Vec::new();
-        loop {
-            let Some(frame) = frames.next().await else {
-                speaker.cut(&mut out);
-                return (!out.is_empty()).then(|| (Bytes::from(out), None));
-            };
-            let json = frame.json();
-            let Some(step) = Step::read(&json) else {
-                continue;
-            };
-            let ended = matches!(step, Step::End { .. });
-            speaker.step(step, &mut out);
-            if ended {
-                return Some((Bytes::from(out), None));
+    let going = futures::stream::unfold(
+        Some((Box::pin(frames), speaker, false)),
+        |going| async move {
+            let (mut frames, mut speaker, mut started) = going?;
+            let mut out = Vec::new();
+            loop {
+                let Some(frame) = frames.next().await else {
+                    speaker.cut(&mut out);
+                    return (!out.is_empty()).then(|| (Bytes::from(out), None));
+                };
+                let json = frame.json();
+                let step = match Step::read(&json) {
+                    // What a run before this one said is not this one's.
+                    Some(Step::Start) => {
+                        started = true;
+                        continue;
+                    }
+                    Some(Step::Lost) => {
+                        speaker.cut(&mut out);
+                        return (!out.is_empty()).then(|| (Bytes::from(out), None));
+                    }
+                    Some(step) if started => step,
+                    _ => continue,
+                };
+                let last = speaker.is_last(&step);
+                speaker.step(step, &mut out);
+                if last {
+                    return Some((Bytes::from(out), None));
+                }
+                if !out.is_empty() {
+                    return Some((Bytes::from(out), Some((frames, speaker, started))));
+                }
             }
-            if !out.is_empty() {
-                return Some((Bytes::from(out), Some((frames, speaker))));
-            }
-        }
-    });
+        },
+    );
     futures::stream::once(std::future::ready(Bytes::from(opening)))
         .filter(|bytes| std::future::ready(!bytes.is_empty()))
         .chain(going)

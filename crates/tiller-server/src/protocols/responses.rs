@@ -6,11 +6,11 @@
 //! user's. `previous_response_id` continues the session that response belongs
 //! to, and `conversation` (an id the client chooses) the session of that
 //! conversation, made on its first request; either way the session holds what
-//! came before, and its last user message is the prompt. A response id names
-//! its session, which the store keeps: a restarted server continues it (the
-//! session's agent is brought up from its definition). It continues the
-//! session where it stands: a response other than the latest is not a point to
-//! branch from.
+//! came before, and the input's messages, each the user's, are the prompt. A
+//! response id names its session, which the store keeps: a restarted server
+//! continues it (the session's agent is brought up from its definition). It
+//! continues the session where it stands: a response other than the latest is
+//! not a point to branch from.
 //!
 //! The agent runs its own tools: the output is the text of the run's answers,
 //! one `message` item for each text, never a function call for the client. A
@@ -18,7 +18,8 @@
 //! `incomplete_details.reason` the run's end as Tiller names it (`parked` when
 //! a call waits for the user's approval or answer, given through
 //! `POST /agents/{id}/reply`; `budget_exceeded`, …), and one that failed is
-//! `failed`, with the error. Refusals are OpenAI's error objects.
+//! `failed`, with the error (as is a stream cut before the run ended). Refusals
+//! are OpenAI's error objects.
 
 use std::sync::Arc;
 
@@ -106,15 +107,35 @@ pub(crate) async fn responses(
         (None, Some(id)) => Asked::Client {
             id: id.clone(),
             field: "conversation",
+            create: true,
         },
         (None, None) => Asked::New,
     };
-    let session = shared
-        .converse(&caller, asked, &request.model, history)
-        .await?;
-    let op = Op::Prompt {
-        messages: vec![AgentMessage::user(prompt)],
+    // A stream is counted before anything is made for it.
+    let slot = match request.stream {
+        true => Some(shared.stream_slot(&caller)?),
+        false => None,
     };
+    let (session, continued) = shared
+        .converse(&caller, asked, &request.model, history.clone())
+        .await?;
+    // Going on, the input's messages are all new: each is the user's, and all
+    // are the prompt.
+    let mut messages = Vec::with_capacity(1);
+    if continued {
+        for (said, text) in history {
+            if said != Said::User {
+                return Err(Problem::invalid(
+                    Some("input".to_owned()),
+                    "the input that goes on with a session holds the user's messages only: the session holds the rest",
+                )
+                .into());
+            }
+            messages.push(AgentMessage::user(text));
+        }
+    }
+    messages.push(AgentMessage::user(prompt));
+    let op = Op::Prompt { messages };
     let answer = Answer {
         id: response_id(&session),
         model: request.model,
@@ -123,14 +144,14 @@ pub(crate) async fn responses(
         conversation,
         output: Vec::new(),
     };
-    let mut response = if request.stream {
+    let mut response = if let Some(slot) = slot {
         let telling = Telling {
             answer,
             sequence: 0,
             item: None,
         };
         shared
-            .speak(&caller, &headers, &session, op, telling)
+            .speak(&caller, &session, slot, vec![op], telling)
             .await?
     } else {
         let outcome = shared.run(&caller, &headers, &session, op).await?;
@@ -443,6 +464,17 @@ impl Speaker for Telling {
             }
             _ => {}
         }
+    }
+
+    fn cut(&mut self, out: &mut Vec<u8>) {
+        self.close_item(out);
+        let mut response = self.answer.object(None);
+        response["status"] = json!("failed");
+        response["error"] = json!({
+            "code": "server_error",
+            "message": "the stream was cut before the run ended: the server is closing, the client fell behind, or the agent stopped",
+        });
+        self.event(out, "response.failed", json!({"response": response}));
     }
 }
 

@@ -6,15 +6,18 @@
 //!
 //! The chat's `id` is its session: the first request starts it (its transcript
 //! the text of the messages before the last), the next ones continue it, the
-//! text of their last message, a user's, the prompt. Without an `id`, each
-//! request is a new session.
+//! text of their last message, a user's, the prompt (a regeneration sends it
+//! again: it is asked again). Without an `id`, each request is a new session.
 //!
 //! The stream: `start`; for each answer of the model a step (`start-step`,
 //! `finish-step`) holding its `text-*` and `reasoning-*` parts, its tool calls
 //! as `tool-input-start`/`-delta`/`-available` (dynamic tools: the agent's,
 //! not the client's), and what the agent's runs of them gave
 //! (`tool-output-available`, or `tool-output-error`); `error` when the run
-//! failed; `finish`; `[DONE]`. Tiller's own requests are data parts, each with
+//! failed (`end: error`; a run ended otherwise, by a budget or a guardrail,
+//! finishes with `finishReason: other` and its `end`); `finish`; `[DONE]`. A
+//! stream cut before the run ended (the server closing, the client too far
+//! behind, the agent stopped) ends with `abort`. Tiller's own requests are data parts, each with
 //! the call's id as its `id`: `data-tiller-approval` (`{toolCallId, toolName,
 //! input, reason}`: a call waits for the user's approval) and
 //! `data-tiller-question` (`{toolCallId, toolName, field, question}`: a tool
@@ -68,10 +71,16 @@ pub(crate) async fn chat(
     let post: ChatPost = decode(body)?;
     let Conversation { history, prompt } = conversation(&post.messages)?;
     let asked = match post.id {
-        Some(id) => Asked::Client { id, field: "id" },
+        Some(id) => Asked::Client {
+            id,
+            field: "id",
+            create: true,
+        },
         None => Asked::New,
     };
-    let session = shared
+    // The stream is counted before anything is made for it.
+    let slot = shared.stream_slot(&caller)?;
+    let (session, _) = shared
         .converse(&caller, asked, &definition, history)
         .await?;
     let op = Op::Prompt {
@@ -83,7 +92,7 @@ pub(crate) async fn chat(
         ..Streaming::default()
     };
     let mut response = shared
-        .speak(&caller, &headers, &session, op, streaming)
+        .speak(&caller, &session, slot, vec![op], streaming)
         .await?;
     let headers = response.headers_mut();
     headers.insert(STREAM_HEADER, HeaderValue::from_static("v1"));
@@ -147,6 +156,8 @@ struct Streaming {
     parts: u64,
     /// The id of the text or reasoning part open.
     open_part: Option<String>,
+    /// Whether the part open is reasoning.
+    open_is_reasoning: bool,
     /// The calls of the answer being written, by block index: their ids.
     calls: Vec<(usize, String)>,
 }
@@ -177,6 +188,8 @@ impl Speaker for Streaming {
 
     fn step(&mut self, step: Step<'_>, out: &mut Vec<u8>) {
         match step {
+            // The stream's own, read by `spoken`.
+            Step::Start | Step::Lost => {}
             Step::AnswerStart => {
                 self.finish_step(out);
                 self.in_step = true;
@@ -185,10 +198,12 @@ impl Speaker for Streaming {
             }
             Step::Text(Block::Start) => {
                 let id = self.new_part();
+                self.open_is_reasoning = false;
                 Self::chunk(out, json!({"type": "text-start", "id": id}));
             }
             Step::Reasoning(Block::Start) => {
                 let id = self.new_part();
+                self.open_is_reasoning = true;
                 Self::chunk(out, json!({"type": "reasoning-start", "id": id}));
             }
             Step::Text(Block::Delta(delta)) => {
@@ -275,6 +290,14 @@ impl Speaker for Streaming {
                 Self::chunk(out, json!({"type": "data-tiller-state", "data": changed}));
             }
             Step::End { reason, messages } => {
+                // What an aborted answer left open is closed.
+                match self.open_part.take() {
+                    Some(id) if self.open_is_reasoning => {
+                        Self::chunk(out, json!({"type": "reasoning-end", "id": id}));
+                    }
+                    Some(id) => Self::chunk(out, json!({"type": "text-end", "id": id})),
+                    None => {}
+                }
                 self.finish_step(out);
                 if reason == RunEnd::Error {
                     let error = failure(&messages).unwrap_or_else(|| "the run failed".to_owned());
