@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use common::{HELPER, Scratch, Serving, exit_of, finish, kill_hard, request, tiller};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tiller_test_support::tools::TOOLED_AGENT_FILE;
 use tiller_test_support::{MockResponse, MockServer, sse};
 
 #[tokio::test]
@@ -237,17 +238,6 @@ async fn the_openai_packages_continue_a_response_after_a_restart() {
     serving.stop().await;
 }
 
-/// An agent file whose `cat` tool echoes its arguments.
-const TOOLED: &str = "
-type: object
-description: You use tools.
-json_schema_extra:
-  kind: agent
-  name: tooled
-  tools:
-    - {name: cat, description: Echo, command: [cat]}
-";
-
 /// `tiller serve` of the `tooled` agent, on a scripted model that calls `cat`
 /// once and answers, `runs` times.
 async fn serving_tooled(upstream: &MockServer, runs: usize) -> Serving {
@@ -264,7 +254,7 @@ async fn serving_tooled(upstream: &MockServer, runs: usize) -> Serving {
     }
     let scratch = Scratch::new();
     std::fs::create_dir_all(scratch.path().join("agents")).unwrap();
-    scratch.write("agents/tooled.yaml", TOOLED);
+    scratch.write("agents/tooled.yaml", TOOLED_AGENT_FILE);
     let base_url = upstream.base_url();
     let vars = [
         ("TILLER_BASE_URL", base_url.as_str()),

@@ -12,8 +12,7 @@ use futures::{Stream, StreamExt};
 use tiller::store::{SessionFilter, SessionRecord, SessionStatus};
 use tiller::wire::{Frame, Rebuild, Updates};
 use tiller::{
-    AgentContext, AgentError, AgentHandle, AgentMessage, AgentSpec, Delivered, Envelope, Op,
-    RunOutcome,
+    AgentError, AgentHandle, AgentMessage, AgentSpec, Delivered, Envelope, Op, RunOutcome,
     runtime::{AgentId, AgentInfo, AgentState, AgentStatus, Notice},
 };
 use tiller_cluster::{Activator, Cluster, ClusterError, EventSubject, Followed, Principal};
@@ -22,7 +21,7 @@ use crate::Shared;
 use crate::error::Problem;
 use crate::events::Cursors;
 use crate::quota::AgentShares;
-use crate::reach::{Agents, DrainReport, Holder, Outgoings, Page, Reached};
+use crate::reach::{Agents, DrainReport, Holder, Origin, Outgoings, Page, Reached};
 use crate::tenants::Scope;
 
 /// How long a client joining a cluster's agent waits for the owner's state (its
@@ -414,16 +413,8 @@ impl Activations {
 impl Activator for Activations {
     fn spec(&self, session: &SessionRecord) -> Result<AgentSpec, String> {
         let shared = self.shared()?;
-        let origin = shared
-            .origin_of(session)
-            .map_err(|problem| problem.detail)?;
-        let spec = shared
-            .spec(
-                origin.definition.as_deref(),
-                origin.version.as_deref(),
-                origin.inline.as_ref(),
-            )
-            .map_err(|problem| problem.detail)?;
+        let origin = Origin::of(session).map_err(|problem| problem.detail)?;
+        let spec = shared.remade(&origin).map_err(|problem| problem.detail)?;
         // Whom it works for, for the ops other hosts send it.
         shared.owners.insert(
             AgentId::from(session.id.as_str()),
@@ -432,7 +423,7 @@ impl Activator for Activations {
                 user: session.user_id.clone(),
             },
         );
-        Ok(spec.with_context(AgentContext::from_ids(origin.context)))
+        Ok(spec)
     }
 
     /// An op from another host passes the rules of an op from a client (no

@@ -193,6 +193,15 @@ pub(crate) struct UpdatesQuery {
     pub(crate) updates: Updates,
 }
 
+/// `data: JSON\n\n` of `value`, one server-sent event without a name,
+/// appended to `out`.
+pub(crate) fn sse_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Writing to a Vec cannot fail, and what is written here serializes.
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\n\n");
+}
+
 /// A `text/event-stream` response of `frames` (each one or more whole events),
 /// with a `: keep-alive` comment every `keep_alive` besides; it ends when
 /// `frames` does. The frames' bytes go out as they are: a frame shared by many

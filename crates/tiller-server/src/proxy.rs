@@ -29,7 +29,7 @@ use tiller::{
 
 use crate::Shared;
 use crate::error::{Problem, decode};
-use crate::events::event_stream;
+use crate::events::{event_stream, sse_data};
 
 /// The models `/api/stream` calls, each with the request options it is called
 /// with (its configuration's temperature, token limit, thinking and key).
@@ -277,10 +277,7 @@ const MAX_BATCH: usize = 64;
 fn sse_frames(events: &[AssistantEvent]) -> Bytes {
     let mut frames = Vec::with_capacity(events.len() * 96);
     for event in events {
-        frames.extend_from_slice(b"data: ");
-        // Writing to a Vec cannot fail, and the events serialize.
-        let _ = serde_json::to_writer(&mut frames, &ProxyEvent::from(event));
-        frames.extend_from_slice(b"\n\n");
+        sse_data(&mut frames, &ProxyEvent::from(event));
     }
     Bytes::from(frames)
 }

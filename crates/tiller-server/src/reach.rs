@@ -16,7 +16,7 @@ use futures::Stream;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::store::Definition;
+use tiller::store::{Definition, SessionRecord};
 use tiller::wire::{Frame, Updates};
 use tiller::{
     AgentHandle, AgentMessage, AgentSpec, Op, RunOutcome,
@@ -206,6 +206,26 @@ impl Origin {
     /// The origin as a session keeps it.
     pub(crate) fn stored(&self) -> Definition {
         Definition::new(self).unwrap_or_default()
+    }
+
+    /// The origin the session `record` keeps: what brings its agent up again.
+    pub(crate) fn of(record: &SessionRecord) -> Result<Origin, Problem> {
+        let unusable = |why: String| {
+            Problem::new(
+                StatusCode::CONFLICT,
+                "session-not-resumable",
+                format!("the session `{}` cannot be brought up: {why}", record.id),
+            )
+        };
+        match record.origin.as_json() {
+            "null" => Err(unusable(
+                "it was not made through the server's API: resume it with a definition (`POST /sessions/{id}/resume`)".to_owned(),
+            )),
+            _ => record
+                .origin
+                .decode()
+                .map_err(|error| unusable(format!("its origin cannot be read: {error}"))),
+        }
     }
 }
 

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::AgentContext;
 use tiller::store::{SessionFilter, SessionInfo, SessionRecord, SessionStatus, ago, is_within};
+use tiller::{AgentContext, AgentSpec};
 use tiller::{AgentMessage, runtime::AgentInfo};
 
 use crate::Shared;
@@ -150,46 +150,42 @@ impl Shared {
         let Some(info) = self.find_session(caller, id).await? else {
             return Ok(false);
         };
-        let record = info.record;
-        let origin = self.origin_of(&record)?;
-        let owner = Scope {
-            tenant: record.tenant_id.clone(),
-            user: record.user_id.clone(),
-        };
-        let mut spec = self
+        let origin = Origin::of(&info.record)?;
+        let spec = self.remade(&origin)?;
+        self.bring_up(info.record, spec, &origin).await?;
+        Ok(true)
+    }
+
+    /// The spec of an agent as `origin` says the server made it, working for
+    /// whom it worked for.
+    pub(crate) fn remade(&self, origin: &Origin) -> Result<AgentSpec, Problem> {
+        Ok(self
             .spec(
                 origin.definition.as_deref(),
                 origin.version.as_deref(),
                 origin.inline.as_ref(),
             )?
-            .with_context(AgentContext::from_ids(origin.context.clone()))
-            .with_owner(record.tenant_id, record.user_id)
-            .with_id(id.to_owned())
-            .with_session(id.to_owned());
-        spec.name = record.name;
-        self.spawn(spec, owner, &origin).await?;
-        Ok(true)
+            .with_context(AgentContext::from_ids(origin.context.clone())))
     }
 
-    /// How the server made the session `record` keeps: what brings its agent
-    /// up again.
-    pub(crate) fn origin_of(&self, record: &SessionRecord) -> Result<Origin, Problem> {
-        let unusable = |why: String| {
-            Problem::new(
-                StatusCode::CONFLICT,
-                "session-not-resumable",
-                format!("the session `{}` cannot be brought up: {why}", record.id),
-            )
+    /// An agent of `spec` holding the stored session `record` again, for the
+    /// tenant and user it belongs to, made as `origin` says.
+    async fn bring_up(
+        &self,
+        record: SessionRecord,
+        spec: AgentSpec,
+        origin: &Origin,
+    ) -> Result<AgentInfo, Problem> {
+        let owner = Scope {
+            tenant: record.tenant_id.clone(),
+            user: record.user_id.clone(),
         };
-        match record.origin.as_json() {
-            "null" => Err(unusable(
-                "it was not made through the server's API: resume it with a definition (`POST /sessions/{id}/resume`)".to_owned(),
-            )),
-            _ => record
-                .origin
-                .decode()
-                .map_err(|error| unusable(format!("its origin cannot be read: {error}"))),
-        }
+        let mut spec = spec
+            .with_owner(record.tenant_id, record.user_id)
+            .with_id(record.id.clone())
+            .with_session(record.id);
+        spec.name = record.name;
+        self.spawn(spec, owner, origin).await
     }
 
     fn view(&self, info: SessionInfo) -> SessionView {
@@ -263,10 +259,6 @@ pub(crate) async fn resume(
     let caller = shared.caller(&headers)?;
     let info = shared.session(&caller, &id).await?;
     let request: ResumeSession = decode(body)?;
-    let owner = Scope {
-        tenant: info.record.tenant_id.clone(),
-        user: info.record.user_id.clone(),
-    };
     if let Some(agent) = shared.holder_info(&id) {
         return Ok(Json(agent).into_response());
     }
@@ -276,18 +268,14 @@ pub(crate) async fn resume(
         inline: request.inline.clone(),
         context: caller.context.ids().clone(),
     };
-    let mut spec = shared
+    let spec = shared
         .spec(
             request.definition.as_deref(),
             request.version.as_deref(),
             request.inline.as_ref(),
         )?
-        .with_context(caller.context)
-        .with_owner(info.record.tenant_id.clone(), info.record.user_id.clone())
-        .with_id(id.clone())
-        .with_session(id);
-    spec.name = info.record.name;
-    let agent = shared.spawn(spec, owner, &origin).await?;
+        .with_context(caller.context);
+    let agent = shared.bring_up(info.record, spec, &origin).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
 }
 

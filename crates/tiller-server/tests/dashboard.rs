@@ -24,6 +24,7 @@ use tiller::{
     ai::Message,
 };
 use tiller_server::{Server, ServerConfig};
+use tiller_test_support::tools::TOOLED_AGENT_FILE;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -500,17 +501,6 @@ attack();
     served.await.unwrap().unwrap();
 }
 
-/// An agent whose `remove` tool asks the user's approval first.
-const TOOLED: &str = "
-type: object
-description: You use tools.
-json_schema_extra:
-  kind: agent
-  name: tooled
-  tools: [{name: remove, description: Remove, command: [cat]}]
-  approvals: {remove: ask}
-";
-
 /// The chat page of `tests/pages/chat.mjs`, bundled for the browser by the
 /// esbuild of `scripts/http-clients.sh` (None: skip).
 async fn chat_page() -> Option<String> {
@@ -565,7 +555,7 @@ async fn a_chat_page_on_ag_uis_client_streams_the_answer_and_shows_an_approval()
     faux.push(FauxTurn::tool_call("remove", json!({"path": "notes.txt"})));
     let mut definitions = Definitions::new().with_default_model(faux.model());
     definitions
-        .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
+        .insert(AgentFile::parse("tooled.yaml", TOOLED_AGENT_FILE).unwrap())
         .unwrap();
     let server = Server::new(
         Supervisor::start().await.unwrap(),

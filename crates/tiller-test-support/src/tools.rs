@@ -6,6 +6,20 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tiller_core::{AgentTool, FnTool, ToolError, ToolOutput, ToolSet};
 
+/// An agent file (`tooled`) of command tools: `cat` echoes its arguments, and
+/// `remove` (a `cat` too) asks the user's approval first.
+pub const TOOLED_AGENT_FILE: &str = "
+type: object
+description: You use tools.
+json_schema_extra:
+  kind: agent
+  name: tooled
+  tools:
+    - {name: cat, description: Echo, command: [cat]}
+    - {name: remove, description: Remove, command: [cat]}
+  approvals: {remove: ask}
+";
+
 /// A shared log of what tools did.
 pub type Log = Arc<Mutex<Vec<String>>>;
 

@@ -42,9 +42,10 @@ use tiller::run::{Reply, UserRequest};
 use tiller::{AgentMessage, Op, RunEnd, ToolOutput};
 
 use super::chat::SESSION_HEADER;
-use super::{Asked, Block, Conversation, Said, Speaker, Step, failure, named, sse_data};
+use super::{Asked, Block, Conversation, Said, Speaker, Step, named};
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::events::sse_data;
 
 /// The most interrupts one run may answer.
 pub(crate) const MAX_RESUMED: usize = 64;
@@ -82,12 +83,12 @@ pub(crate) async fn run(
     let input: RunAgentInput = decode(body)?;
     let replies = replies(&input.resume)?;
     let resuming = !replies.is_empty();
-    let history = match resuming {
-        false => conversation(&input.messages)?,
-        true => Conversation {
-            history: Vec::new(),
-            prompt: String::new(),
-        },
+    let (history, prompt) = match resuming {
+        false => {
+            let Conversation { history, prompt } = conversation(&input.messages)?;
+            (history, Some(prompt))
+        }
+        true => (Vec::new(), None),
     };
     // Only a thread that is there has interrupts to answer.
     let asked = Asked::Client {
@@ -98,7 +99,7 @@ pub(crate) async fn run(
     // The stream is counted before anything is made for it.
     let slot = shared.stream_slot(&caller)?;
     let (session, _) = shared
-        .converse(&caller, asked, &definition, history.history)
+        .converse(&caller, asked, &definition, history)
         .await?;
     // What stays open once the answers are in: an interrupt still, as no
     // event of these runs says again.
@@ -113,11 +114,11 @@ pub(crate) async fn run(
             .map(interrupt_of)
             .collect();
     }
-    let ops: Vec<Op> = match resuming {
-        false => vec![Op::Prompt {
-            messages: vec![AgentMessage::user(history.prompt)],
+    let ops: Vec<Op> = match prompt {
+        Some(prompt) => vec![Op::Prompt {
+            messages: vec![AgentMessage::user(prompt)],
         }],
-        true => replies.into_iter().map(Op::Reply).collect(),
+        None => replies.into_iter().map(Op::Reply).collect(),
     };
     let state = match shared.find_session(&caller, &session).await? {
         Some(info) => info
@@ -277,8 +278,6 @@ impl Speaker for Running {
 
     fn step(&mut self, step: Step<'_>, out: &mut Vec<u8>) {
         match step {
-            // The stream's own, read by `spoken`.
-            Step::Start | Step::Lost => {}
             Step::AnswerStart => self.calls.clear(),
             Step::Text(Block::Start) => {
                 let id = self.new_message();
@@ -310,14 +309,7 @@ impl Speaker for Running {
                     Self::event(out, kind, json!({"messageId": id, "delta": delta}));
                 }
             }
-            Step::Text(Block::End) | Step::Reasoning(Block::End) => match self.open.take() {
-                Some((id, false)) => Self::event(out, "TEXT_MESSAGE_END", json!({"messageId": id})),
-                Some((id, true)) => {
-                    Self::event(out, "REASONING_MESSAGE_END", json!({"messageId": id}));
-                    Self::event(out, "REASONING_END", json!({"messageId": id}));
-                }
-                None => {}
-            },
+            Step::Text(Block::End) | Step::Reasoning(Block::End) => self.end_message(out),
             Step::CallStart { index, id, name } => {
                 Self::event(
                     out,
@@ -359,26 +351,11 @@ impl Speaker for Running {
                     .collect();
                 Self::event(out, "STATE_DELTA", json!({"delta": delta}));
             }
-            Step::Approval {
-                id,
-                name,
-                args,
-                reason,
-            } => self
-                .interrupts
-                .push(approval_interrupt(&id, &name, args, reason)),
-            Step::Question {
-                id,
-                name,
-                field,
-                question,
-            } => self
-                .interrupts
-                .push(question_interrupt(&id, &name, &field, question)),
-            Step::End { .. } if self.ends_to_skip > 0 => self.ends_to_skip -= 1,
-            Step::End { reason, messages } => {
+            Step::Request(request) => self.interrupts.push(interrupt_of(&request)),
+            Step::End(_) if self.ends_to_skip > 0 => self.ends_to_skip -= 1,
+            Step::End(ended) => {
                 self.close_open(out);
-                let outcome = match reason {
+                let outcome = match ended.end {
                     RunEnd::Completed | RunEnd::StopCondition | RunEnd::ToolsTerminated => {
                         json!({"type": "success"})
                     }
@@ -388,8 +365,10 @@ impl Speaker for Running {
                     // Stopped before it was done, and nothing waited for.
                     RunEnd::Aborted | RunEnd::Paused => json!({"type": "cancelled"}),
                     end => {
-                        let message = failure(&messages)
-                            .unwrap_or_else(|| format!("the run ended: {}", named(end)));
+                        let message = ended.error().map_or_else(
+                            || format!("the run ended: {}", named(end)),
+                            str::to_owned,
+                        );
                         Self::event(
                             out,
                             "RUN_ERROR",
@@ -402,7 +381,7 @@ impl Speaker for Running {
                     "threadId": self.thread_id,
                     "runId": self.run_id,
                     "outcome": outcome,
-                    "result": {"end": named(reason)},
+                    "result": {"end": named(ended.end)},
                 });
                 Self::event(out, "RUN_FINISHED", finished);
             }
@@ -410,7 +389,7 @@ impl Speaker for Running {
     }
 
     fn is_last(&self, step: &Step<'_>) -> bool {
-        matches!(step, Step::End { .. }) && self.ends_to_skip == 0
+        matches!(step, Step::End(_)) && self.ends_to_skip == 0
     }
 
     fn cut(&mut self, out: &mut Vec<u8>) {
@@ -424,9 +403,8 @@ impl Speaker for Running {
 }
 
 impl Running {
-    /// Ends what an aborted answer left open: its message, its reasoning, its
-    /// calls (an AG-UI run ends with none open).
-    fn close_open(&mut self, out: &mut Vec<u8>) {
+    /// Ends the text or reasoning message open, if one is.
+    fn end_message(&mut self, out: &mut Vec<u8>) {
         match self.open.take() {
             Some((id, false)) => Self::event(out, "TEXT_MESSAGE_END", json!({"messageId": id})),
             Some((id, true)) => {
@@ -435,6 +413,12 @@ impl Running {
             }
             None => {}
         }
+    }
+
+    /// Ends what an aborted answer left open: its message, its reasoning, its
+    /// calls (an AG-UI run ends with none open).
+    fn close_open(&mut self, out: &mut Vec<u8>) {
+        self.end_message(out);
         for (_, id, ended) in self.calls.drain(..) {
             if !ended {
                 Self::event(out, "TOOL_CALL_END", json!({"toolCallId": id}));
@@ -443,29 +427,7 @@ impl Running {
     }
 }
 
-/// The interrupt of a call waiting for the user's approval.
-fn approval_interrupt(id: &str, name: &str, args: Value, reason: Option<String>) -> Value {
-    json!({
-        "id": id,
-        "reason": "approval",
-        "message": reason.unwrap_or_else(|| format!("`{name}` waits for approval")),
-        "toolCallId": id,
-        "metadata": {"toolName": name, "args": args},
-    })
-}
-
-/// The interrupt of a call asking the user a question.
-fn question_interrupt(id: &str, name: &str, field: &str, question: String) -> Value {
-    json!({
-        "id": id,
-        "reason": "input",
-        "message": question,
-        "toolCallId": id,
-        "metadata": {"toolName": name, "field": field},
-    })
-}
-
-/// The interrupt of an open request.
+/// The interrupt of an open request: its id is the waiting call's.
 fn interrupt_of(request: &UserRequest) -> Value {
     match request {
         UserRequest::Approval {
@@ -473,14 +435,26 @@ fn interrupt_of(request: &UserRequest) -> Value {
             tool_name,
             args,
             reason,
-        } => approval_interrupt(tool_call_id, tool_name, args.clone(), reason.clone()),
+        } => json!({
+            "id": tool_call_id,
+            "reason": "approval",
+            "message": reason.clone().unwrap_or_else(|| format!("`{tool_name}` waits for approval")),
+            "toolCallId": tool_call_id,
+            "metadata": {"toolName": tool_name, "args": args},
+        }),
         UserRequest::Input {
             tool_call_id,
             tool_name,
             field,
             question,
             ..
-        } => question_interrupt(tool_call_id, tool_name, field, question.clone()),
+        } => json!({
+            "id": tool_call_id,
+            "reason": "input",
+            "message": question,
+            "toolCallId": tool_call_id,
+            "metadata": {"toolName": tool_name, "field": field},
+        }),
     }
 }
 
@@ -492,6 +466,7 @@ fn pointer(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocols::Read;
 
     fn resumed(value: Value) -> Vec<Resumed> {
         serde_json::from_value(value).unwrap()
@@ -534,7 +509,9 @@ mod tests {
     #[test]
     fn the_state_a_tools_result_sets_is_a_state_delta() {
         let json = br#"{"agent_id":"a","seq":7,"event":{"type":"message_end","message":{"role":"tool_result","tool_call_id":"c","tool_name":"count","content":[],"is_error":false,"timestamp":0,"state":{"counter":{"n":2},"a/b~c":1}}}}"#;
-        let step = Step::read(json).unwrap();
+        let Some(Read::Step(step)) = Read::of(json) else {
+            panic!("a tool result's end is a step");
+        };
         let mut running = Running {
             thread_id: "t".into(),
             run_id: "r".into(),

@@ -31,16 +31,14 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tiller::ai::{StopReason, Usage};
+use tiller::ai::{AssistantMessage, StopReason, Usage};
 use tiller::{AgentMessage, Op, RunEnd, RunOutcome};
 
 use super::openai::OpenAiError;
-use super::{
-    Asked, Block, Conversation, Said, Speaker, Step, answered, answers, named, now_secs, spent,
-    sse_data,
-};
+use super::{Asked, Block, Conversation, DONE, Said, Speaker, Step, answers, named, now_secs};
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::events::sse_data;
 
 /// The header that names a session to continue, and names the one an answer
 /// belongs to.
@@ -214,6 +212,15 @@ fn conversation(messages: &[ChatMessage]) -> Result<Conversation, Problem> {
     })
 }
 
+/// The texts of the answers among a run's `messages`, a blank line apart.
+fn answered(messages: &[AgentMessage]) -> String {
+    answers(messages)
+        .map(AssistantMessage::text)
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
 /// What every object of one completion shares.
 struct Completion {
     id: String,
@@ -320,17 +327,14 @@ impl Speaker for Reading {
                 self.wrote = true;
                 self.completion.chunk(out, json!({"content": text}), None);
             }
-            Step::End { reason, messages } => {
-                let stop = answers(&messages)
-                    .next_back()
-                    .map(|answer| answer.stop_reason);
-                let finish = finish_reason(reason, stop);
+            Step::End(outcome) => {
+                let finish = finish_reason(outcome.end, outcome.stop_reason());
                 self.completion.chunk(out, json!({}), Some(&finish));
                 if self.include_usage {
-                    let spent = usage(&spent(&messages));
+                    let spent = usage(&outcome.usage());
                     self.completion.object(out, json!([]), Some(spent));
                 }
-                out.extend_from_slice(b"data: [DONE]\n\n");
+                out.extend_from_slice(DONE);
             }
             _ => {}
         }
@@ -338,7 +342,7 @@ impl Speaker for Reading {
 
     fn cut(&mut self, out: &mut Vec<u8>) {
         self.completion.chunk(out, json!({}), Some("error"));
-        out.extend_from_slice(b"data: [DONE]\n\n");
+        out.extend_from_slice(DONE);
     }
 }
 

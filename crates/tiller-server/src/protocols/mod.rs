@@ -30,9 +30,10 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tiller::ai::{AssistantContent, AssistantMessage, Message, Model, TextContent, Usage};
+use tiller::ai::{AssistantContent, AssistantMessage, Message, Model, TextContent};
+use tiller::run::UserRequest;
 use tiller::wire::{Frame, Updates};
-use tiller::{AgentMessage, Envelope, Op, RunEnd, ToolOutput};
+use tiller::{AgentMessage, Envelope, Op, RunEnd, RunOutcome, ToolOutput};
 
 use crate::Shared;
 use crate::agents::check_client_id;
@@ -269,10 +270,6 @@ pub(crate) enum Block<'a> {
 /// What of an agent's lean events the protocols read, in the order the run
 /// makes them.
 pub(crate) enum Step<'a> {
-    /// A run began.
-    Start,
-    /// The stream lost events (it fell behind) or its agent (it stopped).
-    Lost,
     /// An answer of the model began.
     AnswerStart,
     /// Its text.
@@ -299,32 +296,26 @@ pub(crate) enum Step<'a> {
         output: ToolOutput,
         is_error: bool,
     },
-    /// A call waits for the user's approval.
-    Approval {
-        id: Cow<'a, str>,
-        name: Cow<'a, str>,
-        args: Value,
-        reason: Option<String>,
-    },
     /// A tool set the agent's state: each name's new value.
     State(serde_json::Map<String, Value>),
-    /// A call asks the user a question.
-    Question {
-        id: Cow<'a, str>,
-        name: Cow<'a, str>,
-        field: String,
-        question: String,
-    },
-    /// The run ended: why, and the messages it added.
-    End {
-        reason: RunEnd,
-        messages: Vec<AgentMessage>,
-    },
+    /// A call waits for the user: an approval, or an answer to a tool's
+    /// question.
+    Request(UserRequest),
+    /// The run ended (boxed: it is the largest step, and the last).
+    End(Box<RunOutcome>),
 }
 
-impl Step<'_> {
-    /// The step the lean event `json` is, if it is one the protocols read.
-    pub(crate) fn read(json: &[u8]) -> Option<Step<'_>> {
+/// What a lean event is to a protocol's stream: the start of a run, a loss
+/// (the stream fell behind, or its agent stopped), or a step of the run.
+pub(crate) enum Read<'a> {
+    Start,
+    Lost,
+    Step(Step<'a>),
+}
+
+impl Read<'_> {
+    /// What the lean event `json` is, if it is one the protocols read.
+    pub(crate) fn of(json: &[u8]) -> Option<Read<'_>> {
         let text = std::str::from_utf8(json).ok()?;
         // Most events say nothing here: read no further than their type.
         if !matches!(
@@ -344,15 +335,15 @@ impl Step<'_> {
         }
         let Lean { event } = serde_json::from_str(text).ok()?;
         let id = || event.tool_call_id.clone().unwrap_or_default();
-        let name = || event.tool_name.clone().unwrap_or_default();
-        Some(match event.kind.as_ref() {
-            "agent_start" => Step::Start,
-            "lagged" | "agent_stopped" => Step::Lost,
+        let name = || event.tool_name.clone().unwrap_or_default().into_owned();
+        let step = match event.kind.as_ref() {
+            "agent_start" => return Some(Read::Start),
+            "lagged" | "agent_stopped" => return Some(Read::Lost),
             "message_start" => match event.message?.role.as_ref() {
                 "assistant" => Step::AnswerStart,
                 _ => return None,
             },
-            "message_update" => return event.assistant_message_event?.step(),
+            "message_update" => event.assistant_message_event?.step()?,
             "message_end" => {
                 let state = event.message?.state;
                 match state.is_empty() {
@@ -365,28 +356,35 @@ impl Step<'_> {
                 output: event.result.unwrap_or_default(),
                 is_error: event.is_error,
             },
-            "approval_requested" => Step::Approval {
-                id: id(),
-                name: name(),
+            "approval_requested" => Step::Request(UserRequest::Approval {
+                tool_call_id: id().into_owned(),
+                tool_name: name(),
                 args: event.args.unwrap_or_default(),
                 reason: event
                     .reason
                     .and_then(|reason| reason.as_str().map(str::to_owned)),
-            },
-            "input_requested" => Step::Question {
-                id: id(),
-                name: name(),
+            }),
+            "input_requested" => Step::Request(UserRequest::Input {
+                tool_call_id: id().into_owned(),
+                tool_name: name(),
                 field: event.field.unwrap_or_default(),
                 question: event.question.unwrap_or_default(),
-            },
-            _ => Step::End {
-                reason: event
+                current_data: Value::Null,
+            }),
+            _ => Step::End(Box::new(RunOutcome {
+                messages: event.messages.unwrap_or_default(),
+                end: event
                     .reason
                     .and_then(|reason| serde_json::from_value(reason).ok())
                     .unwrap_or(RunEnd::Error),
-                messages: event.messages.unwrap_or_default(),
-            },
-        })
+                output: None,
+                compactions: Vec::new(),
+                conversation: Vec::new(),
+                budget_exceeded: None,
+                guardrail_tripped: None,
+            })),
+        };
+        Some(Read::Step(step))
     }
 }
 
@@ -399,37 +397,12 @@ pub(crate) fn named(end: RunEnd) -> String {
         .unwrap_or_default()
 }
 
-/// The texts of the answers among a run's `messages`, a blank line apart.
-pub(crate) fn answered(messages: &[AgentMessage]) -> String {
-    answers(messages)
-        .map(AssistantMessage::text)
-        .filter(|text| !text.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}
-
-/// Why the run of `messages` failed, when its last answer says.
-pub(crate) fn failure(messages: &[AgentMessage]) -> Option<String> {
-    answers(messages)
-        .next_back()
-        .and_then(|answer| answer.error_message.clone())
-}
-
 /// The texts of `answer`, each block's, leaving out empty ones.
 pub(crate) fn texts(answer: &AssistantMessage) -> impl Iterator<Item = &str> {
     answer.content.iter().filter_map(|block| match block {
         AssistantContent::Text(text) if !text.text.is_empty() => Some(text.text.as_str()),
         _ => None,
     })
-}
-
-/// What the answers among a run's `messages` used.
-pub(crate) fn spent(messages: &[AgentMessage]) -> Usage {
-    let mut total = Usage::default();
-    for answer in answers(messages) {
-        total += answer.usage;
-    }
-    total
 }
 
 /// The answers among a run's `messages`.
@@ -553,7 +526,7 @@ pub(crate) trait Speaker: Send + 'static {
 
     /// Whether `step` is the stream's last: the run's end.
     fn is_last(&self, step: &Step<'_>) -> bool {
-        matches!(step, Step::End { .. })
+        matches!(step, Step::End(_))
     }
 
     /// What ends a stream cut before the run ended (the server is closing).
@@ -578,17 +551,17 @@ fn spoken(
                     return (!out.is_empty()).then(|| (Bytes::from(out), None));
                 };
                 let json = frame.json();
-                let step = match Step::read(&json) {
+                let step = match Read::of(&json) {
                     // What a run before this one said is not this one's.
-                    Some(Step::Start) => {
+                    Some(Read::Start) => {
                         started = true;
                         continue;
                     }
-                    Some(Step::Lost) => {
+                    Some(Read::Lost) => {
                         speaker.cut(&mut out);
                         return (!out.is_empty()).then(|| (Bytes::from(out), None));
                     }
-                    Some(step) if started => step,
+                    Some(Read::Step(step)) if started => step,
                     _ => continue,
                 };
                 let last = speaker.is_last(&step);
@@ -607,19 +580,13 @@ fn spoken(
         .chain(going)
 }
 
-/// `data: JSON\n\n` of `value`, appended to `out`.
-pub(crate) fn sse_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
-    out.extend_from_slice(b"data: ");
-    // A value of JSON always writes.
-    let _ = serde_json::to_writer(&mut *out, value);
-    out.extend_from_slice(b"\n\n");
-}
+/// The last event of a stream that ends with `data: [DONE]` (OpenAI's chat
+/// completions, the AI SDK's UI message stream).
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Seconds since the Unix epoch.
 pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
+    tiller::ai::now_ms() / 1_000
 }
 
 #[cfg(test)]
@@ -652,16 +619,15 @@ mod tests {
     #[test]
     fn steps_are_read_from_lean_events_and_others_skipped() {
         let delta = br#"{"agent_id":"a","seq":3,"event":{"type":"message_update","assistant_message_event":{"type":"text_delta","content_index":0,"delta":"Hi"}}}"#;
-        assert!(matches!(Step::read(delta), Some(Step::Text(Block::Delta(text))) if text == "Hi"));
+        assert!(
+            matches!(Read::of(delta), Some(Read::Step(Step::Text(Block::Delta(text)))) if text == "Hi")
+        );
         let turn = br#"{"agent_id":"a","seq":1,"event":{"type":"turn_start"}}"#;
-        assert!(Step::read(turn).is_none());
+        assert!(Read::of(turn).is_none());
         let end = br#"{"agent_id":"a","seq":9,"event":{"type":"agent_end","messages":[],"reason":"parked"}}"#;
         assert!(matches!(
-            Step::read(end),
-            Some(Step::End {
-                reason: RunEnd::Parked,
-                ..
-            })
+            Read::of(end),
+            Some(Read::Step(Step::End(outcome))) if outcome.end == RunEnd::Parked
         ));
     }
 }

@@ -32,16 +32,14 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tiller::ai::Usage;
-use tiller::{AgentMessage, Op, RunEnd};
+use tiller::{AgentMessage, Op, RunEnd, RunOutcome};
 
 use super::chat::SESSION_HEADER;
 use super::openai::OpenAiError;
-use super::{
-    Asked, Block, Conversation, Said, Speaker, Step, answers, failure, named, now_secs, spent,
-    sse_data, texts,
-};
+use super::{Asked, Block, Conversation, Said, Speaker, Step, answers, named, now_secs, texts};
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::events::sse_data;
 
 /// `POST /v1/responses`'s body: what Tiller reads of it (other fields are
 /// taken and left unused; `instructions` too: the definition's stand).
@@ -163,7 +161,7 @@ pub(crate) async fn responses(
                 "completed",
             ));
         }
-        Json(answer.object(Some((outcome.end, &outcome.messages)))).into_response()
+        Json(answer.object(Some(&outcome))).into_response()
     };
     if let Ok(value) = HeaderValue::from_str(&session) {
         response.headers_mut().insert(SESSION_HEADER, value);
@@ -280,33 +278,24 @@ struct Answer {
 }
 
 impl Answer {
-    /// The response object: in progress, or ended as the run of `messages`
+    /// The response object: in progress, or ended as the run of `outcome`
     /// did.
-    fn object(&self, ended: Option<(RunEnd, &[AgentMessage])>) -> Value {
+    fn object(&self, ended: Option<&RunOutcome>) -> Value {
         let (status, error, incomplete, usage) = match ended {
             None => ("in_progress", Value::Null, Value::Null, Value::Null),
-            Some((end, messages)) => {
-                let usage = usage(&spent(messages));
-                match end {
-                    RunEnd::Completed | RunEnd::StopCondition | RunEnd::ToolsTerminated => {
-                        ("completed", Value::Null, Value::Null, usage)
+            Some(outcome) => {
+                let usage = usage(&outcome.usage());
+                match status(outcome.end) {
+                    "failed" => {
+                        let message = outcome.error().unwrap_or("the run failed");
+                        let error = json!({"code": "server_error", "message": message});
+                        ("failed", error, Value::Null, usage)
                     }
-                    RunEnd::Error => {
-                        let message =
-                            failure(messages).unwrap_or_else(|| "the run failed".to_owned());
-                        (
-                            "failed",
-                            json!({"code": "server_error", "message": message}),
-                            Value::Null,
-                            usage,
-                        )
+                    "incomplete" => {
+                        let incomplete = json!({"reason": named(outcome.end)});
+                        ("incomplete", Value::Null, incomplete, usage)
                     }
-                    end => (
-                        "incomplete",
-                        Value::Null,
-                        json!({"reason": named(end)}),
-                        usage,
-                    ),
+                    status => (status, Value::Null, Value::Null, usage),
                 }
             }
         };
@@ -336,6 +325,15 @@ impl Answer {
     }
 }
 
+/// The status of a response whose run ended as `end`.
+fn status(end: RunEnd) -> &'static str {
+    match end {
+        RunEnd::Completed | RunEnd::StopCondition | RunEnd::ToolsTerminated => "completed",
+        RunEnd::Error => "failed",
+        _ => "incomplete",
+    }
+}
+
 /// An output message item of `text`.
 fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({
@@ -343,12 +341,13 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
         "type": "message",
         "status": status,
         "role": "assistant",
-        "content": if status == "completed" {
-            json!([{"type": "output_text", "text": text, "annotations": []}])
-        } else {
-            json!([])
-        },
+        "content": if status == "completed" { json!([output_text(text)]) } else { json!([]) },
     })
+}
+
+/// The content part of an output message that holds `text`.
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": []})
 }
 
 fn usage(usage: &Usage) -> Value {
@@ -397,7 +396,7 @@ impl Telling {
         done["logprobs"] = json!([]);
         self.event(out, "response.output_text.done", done);
         let mut part = at;
-        part["part"] = json!({"type": "output_text", "text": text, "annotations": []});
+        part["part"] = output_text(&text);
         self.event(out, "response.content_part.done", part);
         let item = message_item(&id, &text, "completed");
         self.event(
@@ -412,8 +411,11 @@ impl Telling {
 impl Speaker for Telling {
     fn open(&mut self, out: &mut Vec<u8>) {
         let response = self.answer.object(None);
-        self.event(out, "response.created", json!({"response": response}));
-        let response = self.answer.object(None);
+        self.event(
+            out,
+            "response.created",
+            json!({"response": response.clone()}),
+        );
         self.event(out, "response.in_progress", json!({"response": response}));
     }
 
@@ -429,7 +431,7 @@ impl Speaker for Telling {
                     "response.output_item.added",
                     json!({"output_index": index, "item": item}),
                 );
-                let part = json!({"type": "output_text", "text": "", "annotations": []});
+                let part = output_text("");
                 self.event(
                     out,
                     "response.content_part.added",
@@ -452,15 +454,11 @@ impl Speaker for Telling {
                 self.event(out, "response.output_text.delta", fields);
             }
             Step::Text(Block::End) => self.close_item(out),
-            Step::End { reason, messages } => {
+            Step::End(outcome) => {
                 self.close_item(out);
-                let response = self.answer.object(Some((reason, &messages)));
-                let kind = match response["status"].as_str() {
-                    Some("completed") => "response.completed",
-                    Some("failed") => "response.failed",
-                    _ => "response.incomplete",
-                };
-                self.event(out, kind, json!({"response": response}));
+                let kind = format!("response.{}", status(outcome.end));
+                let response = self.answer.object(Some(&outcome));
+                self.event(out, &kind, json!({"response": response}));
             }
             _ => {}
         }

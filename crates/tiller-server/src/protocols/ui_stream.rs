@@ -35,12 +35,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tiller::run::UserRequest;
 use tiller::{AgentMessage, Op, RunEnd, ToolOutput};
 
 use super::chat::SESSION_HEADER;
-use super::{Asked, Block, Conversation, Said, Speaker, Step, failure, named, sse_data};
+use super::{Asked, Block, Conversation, DONE, Said, Speaker, Step, named};
 use crate::Shared;
 use crate::error::{Problem, decode};
+use crate::events::sse_data;
 
 /// The header that marks a UI message stream, and its version.
 const STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
@@ -154,10 +156,9 @@ struct Streaming {
     in_step: bool,
     /// How many parts were opened: each part's id is its number.
     parts: u64,
-    /// The id of the text or reasoning part open.
-    open_part: Option<String>,
-    /// Whether the part open is reasoning.
-    open_is_reasoning: bool,
+    /// The text or reasoning part open: its kind (`text`, `reasoning`) and its
+    /// id.
+    open_part: Option<(&'static str, String)>,
     /// The calls of the answer being written, by block index: their ids.
     calls: Vec<(usize, String)>,
 }
@@ -167,11 +168,30 @@ impl Streaming {
         sse_data(out, &chunk);
     }
 
-    fn new_part(&mut self) -> String {
-        self.parts += 1;
-        let id = format!("{}", self.parts);
-        self.open_part = Some(id.clone());
-        id
+    /// The chunks of `block` of a part of `kind` (`text`, `reasoning`).
+    fn block(&mut self, kind: &'static str, block: Block<'_>, out: &mut Vec<u8>) {
+        match block {
+            Block::Start => {
+                self.parts += 1;
+                let id = self.parts.to_string();
+                Self::chunk(out, json!({"type": format!("{kind}-start"), "id": id}));
+                self.open_part = Some((kind, id));
+            }
+            Block::Delta(delta) => {
+                if let Some((_, id)) = &self.open_part {
+                    let kind = format!("{kind}-delta");
+                    Self::chunk(out, json!({"type": kind, "id": id, "delta": delta}));
+                }
+            }
+            Block::End => self.end_part(out),
+        }
+    }
+
+    /// Ends the text or reasoning part open, if one is.
+    fn end_part(&mut self, out: &mut Vec<u8>) {
+        if let Some((kind, id)) = self.open_part.take() {
+            Self::chunk(out, json!({"type": format!("{kind}-end"), "id": id}));
+        }
     }
 
     fn finish_step(&mut self, out: &mut Vec<u8>) {
@@ -188,47 +208,14 @@ impl Speaker for Streaming {
 
     fn step(&mut self, step: Step<'_>, out: &mut Vec<u8>) {
         match step {
-            // The stream's own, read by `spoken`.
-            Step::Start | Step::Lost => {}
             Step::AnswerStart => {
                 self.finish_step(out);
                 self.in_step = true;
                 self.calls.clear();
                 Self::chunk(out, json!({"type": "start-step"}));
             }
-            Step::Text(Block::Start) => {
-                let id = self.new_part();
-                self.open_is_reasoning = false;
-                Self::chunk(out, json!({"type": "text-start", "id": id}));
-            }
-            Step::Reasoning(Block::Start) => {
-                let id = self.new_part();
-                self.open_is_reasoning = true;
-                Self::chunk(out, json!({"type": "reasoning-start", "id": id}));
-            }
-            Step::Text(Block::Delta(delta)) => {
-                if let Some(id) = &self.open_part {
-                    Self::chunk(out, json!({"type": "text-delta", "id": id, "delta": delta}));
-                }
-            }
-            Step::Reasoning(Block::Delta(delta)) => {
-                if let Some(id) = &self.open_part {
-                    Self::chunk(
-                        out,
-                        json!({"type": "reasoning-delta", "id": id, "delta": delta}),
-                    );
-                }
-            }
-            Step::Text(Block::End) => {
-                if let Some(id) = self.open_part.take() {
-                    Self::chunk(out, json!({"type": "text-end", "id": id}));
-                }
-            }
-            Step::Reasoning(Block::End) => {
-                if let Some(id) = self.open_part.take() {
-                    Self::chunk(out, json!({"type": "reasoning-end", "id": id}));
-                }
-            }
+            Step::Text(block) => self.block("text", block, out),
+            Step::Reasoning(block) => self.block("reasoning", block, out),
             Step::CallStart { index, id, name } => {
                 Self::chunk(
                     out,
@@ -264,46 +251,41 @@ impl Speaker for Streaming {
                 };
                 Self::chunk(out, chunk);
             }
-            Step::Approval {
-                id,
-                name,
+            Step::Request(UserRequest::Approval {
+                tool_call_id,
+                tool_name,
                 args,
                 reason,
-            } => Self::chunk(
+            }) => Self::chunk(
                 out,
-                json!({"type": "data-tiller-approval", "id": id, "data": {
-                    "toolCallId": id, "toolName": name, "input": args, "reason": reason,
+                json!({"type": "data-tiller-approval", "id": tool_call_id, "data": {
+                    "toolCallId": tool_call_id, "toolName": tool_name, "input": args, "reason": reason,
                 }}),
             ),
-            Step::Question {
-                id,
-                name,
+            Step::Request(UserRequest::Input {
+                tool_call_id,
+                tool_name,
                 field,
                 question,
-            } => Self::chunk(
+                ..
+            }) => Self::chunk(
                 out,
-                json!({"type": "data-tiller-question", "id": id, "data": {
-                    "toolCallId": id, "toolName": name, "field": field, "question": question,
+                json!({"type": "data-tiller-question", "id": tool_call_id, "data": {
+                    "toolCallId": tool_call_id, "toolName": tool_name, "field": field, "question": question,
                 }}),
             ),
             Step::State(changed) => {
                 Self::chunk(out, json!({"type": "data-tiller-state", "data": changed}));
             }
-            Step::End { reason, messages } => {
+            Step::End(outcome) => {
                 // What an aborted answer left open is closed.
-                match self.open_part.take() {
-                    Some(id) if self.open_is_reasoning => {
-                        Self::chunk(out, json!({"type": "reasoning-end", "id": id}));
-                    }
-                    Some(id) => Self::chunk(out, json!({"type": "text-end", "id": id})),
-                    None => {}
-                }
+                self.end_part(out);
                 self.finish_step(out);
-                if reason == RunEnd::Error {
-                    let error = failure(&messages).unwrap_or_else(|| "the run failed".to_owned());
+                if outcome.end == RunEnd::Error {
+                    let error = outcome.error().unwrap_or("the run failed");
                     Self::chunk(out, json!({"type": "error", "errorText": error}));
                 }
-                let finish = match reason {
+                let finish = match outcome.end {
                     RunEnd::Completed | RunEnd::StopCondition | RunEnd::ToolsTerminated => "stop",
                     RunEnd::Error => "error",
                     _ => "other",
@@ -311,19 +293,17 @@ impl Speaker for Streaming {
                 Self::chunk(
                     out,
                     json!({"type": "finish", "finishReason": finish, "messageMetadata": {
-                        "session": self.session, "end": named(reason),
+                        "session": self.session, "end": named(outcome.end),
                     }}),
                 );
-                out.extend_from_slice(b"data: [DONE]\n\n");
+                out.extend_from_slice(DONE);
             }
         }
     }
 
     fn cut(&mut self, out: &mut Vec<u8>) {
-        Self::chunk(
-            out,
-            json!({"type": "abort", "reason": "the server is closing"}),
-        );
-        out.extend_from_slice(b"data: [DONE]\n\n");
+        let reason = "the stream was cut before the run ended: the server is closing, the client fell behind, or the agent stopped";
+        Self::chunk(out, json!({"type": "abort", "reason": reason}));
+        out.extend_from_slice(DONE);
     }
 }

@@ -9,25 +9,12 @@ use tiller::agents::agent_file::AgentFile;
 use tiller::faux::FauxProvider;
 use tiller::{Definitions, Supervisor, SupervisorConfig, runtime::Shards};
 use tiller_server::{Owner, Server, ServerConfig, Tokens};
+use tiller_test_support::tools::TOOLED_AGENT_FILE;
 
 pub(crate) const HELPER: &str = "
 type: object
 description: You help.
 json_schema_extra: {kind: agent, name: helper}
-";
-
-/// An agent whose `cat` tool echoes its arguments, and whose `remove` tool
-/// asks the user's approval first.
-pub(crate) const TOOLED: &str = "
-type: object
-description: You use tools.
-json_schema_extra:
-  kind: agent
-  name: tooled
-  tools:
-    - {name: cat, description: Echo, command: [cat]}
-    - {name: remove, description: Remove, command: [cat]}
-  approvals: {remove: ask}
 ";
 
 /// A server on loopback whose definitions (`helper`) answer with `faux`.
@@ -43,11 +30,11 @@ impl Running {
         Running::serve(Definitions::new().with_default_model(faux.model()), config).await
     }
 
-    /// Like [`Running::start`], with `tooled` ([`TOOLED`]) beside `helper`.
+    /// Like [`Running::start`], with `tooled` ([`TOOLED_AGENT_FILE`]) beside `helper`.
     pub(crate) async fn tooled(faux: &FauxProvider, config: ServerConfig) -> Self {
         let mut definitions = Definitions::new().with_default_model(faux.model());
         definitions
-            .insert(AgentFile::parse("tooled.yaml", TOOLED).unwrap())
+            .insert(AgentFile::parse("tooled.yaml", TOOLED_AGENT_FILE).unwrap())
             .unwrap();
         Running::serve(definitions, config).await
     }
