@@ -180,9 +180,4 @@ impl PyFaux {
     fn remaining(&self) -> usize {
         self.provider.remaining()
     }
-
-    /// How many calls the model has had.
-    fn calls(&self) -> usize {
-        self.provider.requests().len()
-    }
 }

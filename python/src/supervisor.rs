@@ -50,13 +50,22 @@ impl SpawnOptions {
         tools: Vec<Arc<dyn AgentTool>>,
         supervisor: &Supervisor,
     ) -> PyResult<AgentSpec> {
-        let mut spec = match self.file {
+        let SpawnOptions {
+            file,
+            definition,
+            system_prompt,
+            name,
+            session,
+            context,
+            output,
+        } = self;
+        let mut spec = match file {
             Some(path) => {
                 // The file says these itself: given beside it, they would be lost.
                 let beside = [
-                    ("definition", self.definition.is_some()),
-                    ("system_prompt", self.system_prompt.is_some()),
-                    ("output", self.output.is_some()),
+                    ("definition", definition.is_some()),
+                    ("system_prompt", system_prompt.is_some()),
+                    ("output", output.is_some()),
                 ];
                 if let Some((field, _)) = beside.iter().find(|(_, given)| *given) {
                     return Err(error::config(
@@ -83,63 +92,65 @@ impl SpawnOptions {
                     .spec_of(&file)
                     .map_err(|error| error::config("agent_file", error))?
             }
-            None => AgentSpec::new(self.settings(chosen, tools)?),
+            None => AgentSpec::new(settings(chosen, definition, tools, system_prompt, output)?),
         };
-        if let Some(name) = self.name {
+        if let Some(name) = name {
             spec = spec.with_name(name);
         }
-        if let Some(session) = self.session {
+        if let Some(session) = session {
             spec = spec.with_session(session);
         }
-        if let Some(context) = self.context {
+        if let Some(context) = context {
             spec =
                 spec.with_context(AgentContext::from_ids(context.ids).with_states(&context.states));
         }
         Ok(spec)
     }
+}
 
-    /// Settings from a definition (or none), the instructions, `tools` and the
-    /// output schema.
-    fn settings(
-        &self,
-        chosen: EnvModel,
-        tools: Vec<Arc<dyn AgentTool>>,
-    ) -> PyResult<AgentSettings> {
-        let mut settings = AgentSettings::from(chosen);
-        if let Some(definition) = &self.definition {
-            let mut definition = definition.clone();
-            if definition.model.is_none() {
-                definition.model = settings.definition.model.take();
-                definition.run.stream.transport.api_key =
-                    settings.definition.run.stream.transport.api_key.take();
-            }
-            settings.definition = definition;
+/// Settings of the model `chosen` over `definition` (or none), with `tools`
+/// (every tool the definition names among them), the instructions and the
+/// output schema.
+fn settings(
+    chosen: EnvModel,
+    definition: Option<AgentDefinition>,
+    tools: Vec<Arc<dyn AgentTool>>,
+    system_prompt: Option<String>,
+    output: Option<OutputSchema>,
+) -> PyResult<AgentSettings> {
+    let mut settings = AgentSettings::from(chosen);
+    if let Some(mut definition) = definition {
+        if definition.model.is_none() {
+            definition.model = settings.definition.model.take();
+            definition.run.stream.transport.api_key =
+                settings.definition.run.stream.transport.api_key.take();
         }
-        let named = std::mem::take(&mut settings.definition.tools);
-        let tools = ToolSet::new(tools).map_err(|error| error::config("tools", error))?;
-        let missing: Vec<&str> = named
-            .iter()
-            .map(String::as_str)
-            .filter(|name| !tools.definitions().iter().any(|tool| tool.name == *name))
-            .collect();
-        if !missing.is_empty() {
-            return Err(error::config(
-                "definition",
-                format!(
-                    "the definition names tools no Python tool is: {}",
-                    missing.join(", ")
-                ),
-            ));
-        }
-        settings = settings.with_tools(tools);
-        if let Some(prompt) = &self.system_prompt {
-            settings = settings.with_system_prompt(prompt.clone());
-        }
-        if let Some(output) = &self.output {
-            settings = settings.with_output_schema(output.clone());
-        }
-        Ok(settings)
+        settings.definition = definition;
     }
+    let named = std::mem::take(&mut settings.definition.tools);
+    let tools = ToolSet::new(tools).map_err(|error| error::config("tools", error))?;
+    let missing: Vec<&str> = named
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !tools.definitions().iter().any(|tool| tool.name == *name))
+        .collect();
+    if !missing.is_empty() {
+        return Err(error::config(
+            "definition",
+            format!(
+                "the definition names tools no Python tool is: {}",
+                missing.join(", ")
+            ),
+        ));
+    }
+    settings = settings.with_tools(tools);
+    if let Some(prompt) = system_prompt {
+        settings = settings.with_system_prompt(prompt);
+    }
+    if let Some(output) = output {
+        settings = settings.with_output_schema(output);
+    }
+    Ok(settings)
 }
 
 /// A supervisor of agents, its sessions in memory, SQLite or PostgreSQL.

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_async_runtimes::TaskLocals;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use tiller::run::ToolExecution;
 use tiller::{AgentTool, ToolContext, ToolError, ToolOutput};
@@ -23,6 +23,9 @@ pub(crate) struct PyTool {
     description: String,
     parameters: Value,
     sequential: bool,
+    /// Whether the function takes the call's context: only then is the agent's
+    /// context written out for it.
+    takes_context: bool,
     /// The `tiller.Tool`: `_call_sync(...)`, taking a [`Call`] and answering
     /// JSON, and for a coroutine function `_start_async(...)`, taking a
     /// [`Call`] and a [`Reply`] to answer with.
@@ -33,8 +36,8 @@ pub(crate) struct PyTool {
 }
 
 /// What a call hands Python: its arguments, id, whether the user approved or
-/// answered it, and the agent's context (ids and states) as JSON, which Python
-/// reads only when the tool asks for it.
+/// answered it, and the agent's context (ids and states) as JSON, written only
+/// for a function that takes it (else empty) and read only when it asks.
 type Call = (String, String, bool, bool, String);
 
 /// What the Python function came to, as `tiller.Tool` writes it.
@@ -70,6 +73,7 @@ impl PyTool {
             description: tool.getattr("description")?.extract()?,
             parameters,
             sequential: tool.getattr("sequential")?.extract()?,
+            takes_context: tool.getattr("takes_context")?.extract()?,
             tool: Arc::new(tool.clone().unbind()),
             event_loop: event_loop.filter(|_| is_async),
         })
@@ -169,18 +173,24 @@ impl AgentTool for PyTool {
         ctx: ToolContext,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
+            let context = if self.takes_context {
+                serde_json::to_string(&ctx.agent().to_stored())
+                    .map_err(|error| ToolError::new(error.to_string()))?
+            } else {
+                String::new()
+            };
             let call = (
                 args.to_string(),
                 ctx.call_id().to_owned(),
                 ctx.approved(),
                 ctx.answered(),
-                json_text(&ctx.agent().to_stored())?,
+                context,
             );
             // Given up (the run's token cancelled, or this future dropped by the
             // loop), the function hears of it.
             let mut running = Running {
                 tool: self,
-                call_id: ctx.call_id(),
+                call_id: Some(ctx.call_id()),
             };
             let answer = tokio::select! {
                 answer = self.call(call) => answer,
@@ -224,24 +234,20 @@ impl AgentTool for PyTool {
 /// context's `cancelled`, and its task's cancellation when async).
 struct Running<'a> {
     tool: &'a PyTool,
-    call_id: &'a str,
+    /// The call's id until it finished.
+    call_id: Option<&'a str>,
 }
 
 impl Running<'_> {
     fn finished(&mut self) {
-        self.call_id = "";
+        self.call_id = None;
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if !self.call_id.is_empty() {
-            let _ =
-                Python::attach(|py| self.tool.tool.call_method1(py, "_cancel", (self.call_id,)));
+        if let Some(call_id) = self.call_id {
+            let _ = Python::attach(|py| self.tool.tool.call_method1(py, "_cancel", (call_id,)));
         }
     }
-}
-
-fn json_text(value: &impl Serialize) -> Result<String, ToolError> {
-    serde_json::to_string(value).map_err(|error| ToolError::new(error.to_string()))
 }

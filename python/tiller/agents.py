@@ -222,14 +222,7 @@ class Agent:
         answer it refuses is followed by "The task is not finished yet: keep going."), `stop_when` ends it after
         a turn it accepts, and `output` (a pydantic model, a dataclass or a TypedDict) is the structured output
         asked for: `result.output` is an instance of it. Cancelled (Ctrl-C), it aborts the run."""
-        waited = self._op(
-            self._native.run,
-            text,
-            _turn_predicate(until),
-            _turn_predicate(stop_when),
-            _json(_output_schema(output)),
-            then=lambda summary: RunResult._from_json(summary, output),
-        )
+        waited = self._run(text, until, stop_when, output)
 
         async def guarded() -> RunResult:
             try:
@@ -239,6 +232,17 @@ class Agent:
                 raise
 
         return guarded()
+
+    def _run(self, text: str, until: Any, stop_when: Any, output: type | None) -> Any:
+        """The native run, its result read as a `RunResult` (awaited, or at once when blocking)."""
+        return self._op(
+            self._native.run,
+            text,
+            _turn_predicate(until),
+            _turn_predicate(stop_when),
+            _json(_output_schema(output)),
+            then=lambda summary: RunResult._from_json(summary, output),
+        )
 
     def run_until(self, text: str, predicate: Callable[[Turn], bool]) -> Awaitable[RunResult]:
         """Runs `text` until `predicate` accepts a turn (or the turn limit ends the run)."""

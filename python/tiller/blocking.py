@@ -33,14 +33,7 @@ class Agent(agents.Agent):
         """Runs `text` to the run's end (see `tiller.Agent.run`); Ctrl-C aborts the run and raises
         `KeyboardInterrupt`."""
         try:
-            summary = self._native.run(
-                text,
-                agents._turn_predicate(until),
-                agents._turn_predicate(stop_when),
-                agents._json(agents._output_schema(output)),
-                blocking=True,
-            )
-            return agents.RunResult._from_json(summary, output)
+            return self._run(text, until, stop_when, output)
         except KeyboardInterrupt:
             self.abort()
             raise

@@ -151,6 +151,7 @@ class Tool:
         self.needs_approval = needs_approval
         self.is_async = inspect.iscoroutinefunction(function)
         self._context_param, self._params, self.parameters = _signature_schema(function, params)
+        self.takes_context = self._context_param is not None
         self.parameters_json = json.dumps(self.parameters)
         self._running: dict[str, ToolContext] = {}
         # Async calls given up before they started (at most _MAX_GIVEN_UP, the oldest forgotten).
