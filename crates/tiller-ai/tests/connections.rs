@@ -40,3 +40,31 @@ async fn a_body_that_ends_after_its_last_event_keeps_its_connection() {
     assert_eq!(server.closed_before_end(), 0, "the connection was closed");
     assert_eq!(server.connections(), 1);
 }
+
+/// The tasks alive on this runtime once `model`'s reply has begun to stream.
+async fn tasks_while_streaming(model: &Model, options: &tiller_ai::StreamOptions) -> usize {
+    let context = Context::new().with_message(Message::user("Say hello"));
+    let mut stream = tiller_ai::stream(model, &context, options);
+    while let Some(event) = stream.next().await {
+        if matches!(event, AssistantEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    let alive = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    while stream.next().await.is_some() {}
+    alive
+}
+
+#[tokio::test]
+async fn the_stream_is_read_in_the_task_that_polls_it() {
+    let server = PacedServer::start(sse::openai_text_events(&["Hel", "lo"]));
+    let model = Model::openai_compatible(server.base_url(), "spaced-1000");
+    // No connection task: the socket is read by whoever polls the stream.
+    assert_eq!(tasks_while_streaming(&model, &options()).await, 0);
+    // A client of the caller's own is reqwest's, which reads in a task of its own.
+    let mut own_client = options();
+    own_client.transport.http_client = Some(reqwest::Client::new());
+    assert_ne!(tasks_while_streaming(&model, &own_client).await, 0);
+}

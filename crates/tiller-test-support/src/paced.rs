@@ -14,7 +14,7 @@
 //!   [`monotonic_ns`] it was written at followed by a space, so that a reader in
 //!   another process can tell how long each token took to reach it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -50,6 +50,8 @@ impl Counts {
 pub struct PacedServer {
     port: u16,
     counts: Arc<Counts>,
+    /// Whether it speaks TLS (as `localhost`).
+    tls: bool,
 }
 
 impl PacedServer {
@@ -60,12 +62,55 @@ impl PacedServer {
         let counts = Arc::new(Counts::default());
         let counted = counts.clone();
         std::thread::spawn(move || serve(listener, reply, counted));
-        PacedServer { port, counts }
+        PacedServer {
+            port,
+            counts,
+            tls: false,
+        }
+    }
+
+    /// Starts serving `reply` in TLS as `localhost`, with a certificate of
+    /// its own made now; returns the certificate's PEM, for the client to trust.
+    pub fn start_tls(reply: Vec<String>) -> (Self, String) {
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let certificate = certified.cert.pem();
+        let identity = native_tls::Identity::from_pkcs8(
+            certificate.as_bytes(),
+            certified.signing_key.serialize_pem().as_bytes(),
+        )
+        .unwrap();
+        let acceptor = Arc::new(native_tls::TlsAcceptor::new(identity).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = Arc::new(Counts::default());
+        let counted = counts.clone();
+        std::thread::spawn(move || {
+            let reply = Arc::new(reply);
+            for connection in listener.incoming() {
+                let Ok(connection) = connection else { continue };
+                counted.connections.fetch_add(1, Ordering::SeqCst);
+                let (reply, counts, acceptor) = (reply.clone(), counted.clone(), acceptor.clone());
+                std::thread::spawn(move || {
+                    if let Ok(tls) = acceptor.accept(connection) {
+                        let _ = serve_connection(tls, &reply, &counts);
+                    }
+                });
+            }
+        });
+        let server = PacedServer {
+            port,
+            counts,
+            tls: true,
+        };
+        (server, certificate)
     }
 
     /// The base URL of its OpenAI-style API.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        match self.tls {
+            true => format!("https://localhost:{}/v1", self.port),
+            false => format!("http://127.0.0.1:{}/v1", self.port),
+        }
     }
 
     /// How many connections it has accepted.
@@ -220,15 +265,33 @@ pub fn serve(listener: TcpListener, reply: Vec<String>, counts: Arc<Counts>) {
     }
 }
 
+/// A connection the server reads requests from and writes replies to.
+trait Connection: Read + Write {
+    /// Its TCP socket.
+    fn socket(&self) -> &TcpStream;
+}
+
+impl Connection for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Connection for native_tls::TlsStream<TcpStream> {
+    fn socket(&self) -> &TcpStream {
+        self.get_ref()
+    }
+}
+
 fn serve_connection(
-    connection: TcpStream,
+    connection: impl Connection,
     reply: &[String],
     counts: &Counts,
 ) -> std::io::Result<()> {
-    connection.set_nodelay(true)?;
-    let mut writer = connection.try_clone()?;
+    connection.socket().set_nodelay(true)?;
     let mut reader = BufReader::new(connection);
     while let Some(body) = read_request(&mut reader)? {
+        let writer = reader.get_mut();
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let model = request["model"].as_str().unwrap_or_default();
         writer.write_all(
@@ -243,7 +306,7 @@ fn serve_connection(
         } else if let Some(wait) = model.strip_prefix("late-end-") {
             writer.write_all(&chunk(&reply.concat()))?;
             std::thread::sleep(Duration::from_millis(wait.parse().unwrap_or(20)));
-            if closed(&writer)? {
+            if closed(writer.socket())? {
                 counts.closed_before_end.fetch_add(1, Ordering::SeqCst);
                 counts.response_ended();
                 return Ok(());

@@ -5,17 +5,21 @@
 //!
 //! The body is not read by a spawned task: [`HttpSource::poll`] is driven by the
 //! consumer polling the [`crate::AssistantStream`], decodes each network chunk in
-//! place and hands back as soon as events are ready. Dropping the stream drops the
-//! response, which closes the connection.
+//! place and hands back as soon as events are ready. By default the connection
+//! itself is driven there too (HTTP/1.1, [`direct`]); [`client`] says when
+//! `reqwest` sends instead. Dropping the stream drops the response, which closes
+//! the connection.
+
+mod client;
+mod direct;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::stream::{BoxStream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 
@@ -30,6 +34,9 @@ use crate::providers::excerpt;
 use crate::ratelimit::{Account, RateLimitObserver, Ticket};
 use crate::retry::{self, RetryPolicy};
 use crate::watchdog::Watchdog;
+use client::{Body, Client, Response};
+
+pub use client::use_thread_client;
 
 /// The most of an error body kept, and the most read.
 const ERROR_BODY_LIMIT: usize = 16 * 1024;
@@ -209,7 +216,7 @@ pub(crate) struct HttpSource {
 enum Phase {
     Connecting(Pin<Box<dyn Future<Output = Result<Sent, StreamError>> + Send>>),
     Streaming {
-        body: BoxStream<'static, reqwest::Result<Bytes>>,
+        body: Body,
         status: u16,
         /// Whether any byte of the body has arrived.
         received: bool,
@@ -223,10 +230,7 @@ impl HttpSource {
         wire: WireDecoder,
         options: &StreamOptions,
     ) -> Result<Self, StreamError> {
-        let client = match &options.transport.http_client {
-            Some(client) => client.clone(),
-            None => shared_client()?,
-        };
+        let client = Client::of(&request.url, options)?;
         let connecting = send(
             client,
             request,
@@ -268,8 +272,8 @@ impl HttpSource {
                     Poll::Ready(Ok(Sent { response, ticket })) => {
                         self.ticket = ticket;
                         self.phase = Phase::Streaming {
-                            status: response.status().as_u16(),
-                            body: response.bytes_stream().boxed(),
+                            status: response.status.as_u16(),
+                            body: response.body,
                             received: false,
                         };
                         self.watchdog.restart();
@@ -279,7 +283,7 @@ impl HttpSource {
                     body,
                     status,
                     received,
-                } => match body.poll_next_unpin(cx) {
+                } => match body.poll_chunk(cx) {
                     Poll::Ready(Some(Ok(bytes))) => {
                         *received |= !bytes.is_empty();
                         self.body_bytes = self.body_bytes.saturating_add(bytes.len() as u64);
@@ -312,11 +316,9 @@ impl HttpSource {
                             status,
                         });
                     }
-                    Poll::Ready(Some(Err(error))) => {
+                    Poll::Ready(Some(Err(message))) => {
                         self.phase = Phase::Done;
-                        out.fail(StreamError::Incomplete {
-                            message: describe(&error.without_url()),
-                        });
+                        out.fail(StreamError::Incomplete { message });
                     }
                     Poll::Ready(None) => {
                         self.phase = Phase::Done;
@@ -352,10 +354,10 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// connection goes back to the pool instead of being closed: what is already
 /// buffered at once, the rest in a task of its own, up to [`DRAIN_BYTES`] within
 /// [`DRAIN_WAIT`].
-fn drain(mut body: BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskContext<'_>) {
+fn drain(mut body: Body, cx: &mut TaskContext<'_>) {
     let mut read = 0;
     loop {
-        match body.poll_next_unpin(cx) {
+        match body.poll_chunk(cx) {
             Poll::Ready(Some(Ok(bytes))) if read + bytes.len() <= DRAIN_BYTES => {
                 read += bytes.len();
             }
@@ -381,7 +383,7 @@ fn drain(mut body: BoxStream<'static, reqwest::Result<Bytes>>, cx: &mut TaskCont
 
 /// A response that started, and its turn at its account.
 struct Sent {
-    response: reqwest::Response,
+    response: Response,
     ticket: Option<Ticket>,
 }
 
@@ -390,7 +392,7 @@ struct Sent {
 /// its turn there before each attempt; its 429s pause the account and are waited
 /// out there, up to [`RetryPolicy::max_throttled_retries`] of them.
 async fn send(
-    client: reqwest::Client,
+    client: Client,
     request: HttpRequest,
     policy: RetryPolicy,
     idle_timeout: Option<Duration>,
@@ -416,17 +418,13 @@ async fn send(
         {
             sign(&request.url, &mut headers, &request.body)?;
         }
-        let pending = client
-            .post(&request.url)
-            .headers(headers)
-            .body(request.body.clone())
-            .send();
+        let pending = client.post(&request.url, headers, request.body.clone());
         let result = idle_bounded(idle_timeout, pending).await?;
         let wait = match result {
-            Ok(response) if response.status().is_success() => {
+            Ok(response) if response.status.is_success() => {
                 if let Some(ticket) = &mut ticket {
-                    let status = response.status().as_u16();
-                    ticket.answered(status, response.headers(), None, policy.max_retry_after);
+                    let status = response.status.as_u16();
+                    ticket.answered(status, &response.headers, None, policy.max_retry_after);
                 }
                 let response = expect_event_stream(response, idle_timeout).await?;
                 return Ok(Sent { response, ticket });
@@ -446,17 +444,14 @@ async fn send(
                     }
                 }
             }
-            Err(error)
-                if attempt < policy.max_retries
-                    && (error.is_connect() || error.is_request() || error.is_timeout()) =>
-            {
+            Err(failed) if failed.retryable && attempt < policy.max_retries => {
                 policy.backoff(attempt)
             }
-            Err(error) => {
+            Err(failed) => {
                 return Err(StreamError::Connection {
                     url: shown_url(&request.url),
                     attempts: attempt + 1,
-                    message: describe(&error.without_url()),
+                    message: failed.message,
                 });
             }
         };
@@ -503,22 +498,22 @@ impl Refused<'_> {
     /// turn waits out; `Err`: the error the request ends with.
     async fn wait(
         &self,
-        response: reqwest::Response,
+        response: Response,
         ticket: &mut Option<Ticket>,
         idle_timeout: Option<Duration>,
     ) -> Result<Option<Duration>, StreamError> {
         let (request, policy) = (self.request, self.policy);
-        let status = response.status();
-        let requested = retry::requested_wait(response.headers());
+        let status = response.status;
+        let requested = retry::requested_wait(&response.headers);
         if let Some(ticket) = ticket.as_mut() {
             ticket.answered(
                 status.as_u16(),
-                response.headers(),
+                &response.headers,
                 requested,
                 policy.max_retry_after,
             );
         }
-        let body = read_capped(response, idle_timeout).await;
+        let body = read_capped(response.body, idle_timeout).await;
         let retryable = retry::is_retryable_status(status.as_u16());
         let waited_out = ticket.is_some()
             && status.as_u16() == 429
@@ -553,18 +548,18 @@ impl Refused<'_> {
 /// A successful response that is a whole JSON document rather than an event stream
 /// (a server ignoring `stream: true`) is an error worth naming.
 async fn expect_event_stream(
-    response: reqwest::Response,
+    response: Response,
     idle_timeout: Option<Duration>,
-) -> Result<reqwest::Response, StreamError> {
+) -> Result<Response, StreamError> {
     let is_json = response
-        .headers()
+        .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
         return Ok(response);
     }
-    let body = read_capped(response, idle_timeout).await;
+    let body = read_capped(response.body, idle_timeout).await;
     Err(StreamError::Malformed {
         message: format!(
             "expected an event stream, but the server answered with JSON: {}",
@@ -575,9 +570,8 @@ async fn expect_event_stream(
 
 /// Up to [`ERROR_BODY_LIMIT`] bytes of a body, as text; whatever arrived when the
 /// body fails or stalls.
-async fn read_capped(response: reqwest::Response, idle_timeout: Option<Duration>) -> String {
+async fn read_capped(mut chunks: Body, idle_timeout: Option<Duration>) -> String {
     let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
     while body.len() < ERROR_BODY_LIMIT {
         let next = match idle_timeout {
             Some(limit) => tokio::time::timeout(limit, chunks.next())
@@ -670,47 +664,6 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
-}
-
-type BuiltClient = Result<reqwest::Client, String>;
-
-thread_local! {
-    /// Whether streams started on this thread use a client of the thread's own
-    /// (see [`use_thread_client`]), and that client once built.
-    static THREAD_CLIENT: std::cell::OnceCell<BuiltClient> = const { std::cell::OnceCell::new() };
-    static OWN_CLIENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Streams started on this thread from now on (those that bring no client of
-/// their own) use a client of this thread's own. A thread that runs a
-/// current-thread runtime calls it so that its streams' connections, and their
-/// tasks, stay on that runtime rather than on whichever runtime opened a pooled
-/// connection first.
-pub fn use_thread_client() {
-    OWN_CLIENT.with(|own| own.set(true));
-}
-
-fn build_client() -> BuiltClient {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|error| describe(&error))
-}
-
-/// The client for a stream that brings none of its own: this thread's (see
-/// [`use_thread_client`]), or the one the process shares. Each is built once
-/// (loading the system's root certificates takes milliseconds: streams that
-/// start together wait for the one build rather than each making its own).
-fn shared_client() -> Result<reqwest::Client, StreamError> {
-    static CLIENT: OnceLock<BuiltClient> = OnceLock::new();
-    let built = if OWN_CLIENT.with(std::cell::Cell::get) {
-        THREAD_CLIENT.with(|client| client.get_or_init(build_client).clone())
-    } else {
-        CLIENT.get_or_init(build_client).clone()
-    };
-    built.map_err(|reason| StreamError::InvalidRequest {
-        message: format!("could not create the HTTP client: {reason}"),
-    })
 }
 
 #[cfg(test)]
