@@ -35,9 +35,13 @@ impl std::str::FromStr for ClusterUrls {
 
 impl std::fmt::Debug for ClusterUrls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
+        #[cfg(feature = "cluster")]
+        return f
+            .debug_list()
             .entries(tiller_cluster::ClusterConfig::servers_from(&self.0))
-            .finish()
+            .finish();
+        #[cfg(not(feature = "cluster"))]
+        f.write_str("[…]")
     }
 }
 

@@ -17,6 +17,11 @@
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
 //! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]), [`mcp`] offers
 //! them to MCP hosts ([`tiller::mcp::McpToolServer`]).
+//!
+//! Two parts are features, off by default so that a first build is quick:
+//! `cluster` (`tiller serve --cluster`, [`cluster`]) and `otlp` (spans exported
+//! over OTLP, [`telemetry`]). `cargo install --path crates/tiller-cli --features
+//! cluster,otlp` builds both.
 
 /// Writes a line to stderr, like `eprintln!`, but never panics: a closed or broken
 /// stderr loses the line, not the run.
@@ -41,6 +46,7 @@ macro_rules! say_part {
 
 pub mod chat;
 pub mod cli;
+pub mod cluster;
 pub mod interrupt;
 pub mod mcp;
 pub mod outcome;

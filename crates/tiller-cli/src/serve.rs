@@ -10,9 +10,9 @@ use tiller::{
     agents::{AskAgentConfig, Compression, LlmConfigs},
     store::SessionStore,
 };
-use tiller_cluster::ClusterConfig;
 use tiller_server::{JwtKeys, Server, ServerConfig, Tokens};
 
+use crate::cluster::{ClusterOptions, NatsFiles};
 use crate::outcome::Exit;
 use crate::sessions::open_store;
 
@@ -113,45 +113,6 @@ pub struct ServeOptions<'a> {
     pub cluster: Option<ClusterOptions<'a>>,
 }
 
-/// What `tiller serve --cluster` was given.
-#[derive(Debug)]
-pub struct ClusterOptions<'a> {
-    /// The NATS servers, separated by commas (never shown with a secret).
-    pub servers: &'a crate::cli::ClusterUrls,
-    /// Whether `servers` came from the command line (where `ps` shows it), not
-    /// from `$TILLER_CLUSTER`: a secret in it is refused.
-    pub servers_on_command_line: bool,
-    /// The host's NATS credentials and TLS files.
-    pub security: tiller_cluster::NatsSecurity,
-    /// This host's id (a new one when `None`).
-    pub host_id: Option<&'a str>,
-    /// Whether shutdown moves the agents away first.
-    pub drain: bool,
-    /// The lease TTL every host of the cluster shares.
-    pub lease_ttl: std::time::Duration,
-    /// How long an agent stays idle before its lease is marked idle.
-    pub idle_after: std::time::Duration,
-}
-
-impl ClusterOptions<'_> {
-    /// The cluster configuration these options make.
-    fn config(&self) -> ClusterConfig {
-        let host_id = self.host_id.map_or_else(
-            || format!("host-{}", &tiller::ai::new_id()[24..]),
-            str::to_owned,
-        );
-        let mut config = ClusterConfig::new(ClusterConfig::servers_from(&self.servers.0), host_id);
-        config.security = self.security.clone();
-        config.lease_ttl = self.lease_ttl;
-        config.idle_after = self.idle_after;
-        // The margin and the renewal scale down with a short TTL (tests), never
-        // below what NATS counts in.
-        config.fence_margin = (self.lease_ttl / 5).max(std::time::Duration::from_secs(1));
-        config.renew_every = (config.fence_after() / 4).min(std::time::Duration::from_secs(1));
-        config
-    }
-}
-
 impl crate::cli::ServeArgs {
     /// The options these arguments give `tiller serve`.
     pub fn options(&self) -> ServeOptions<'_> {
@@ -185,11 +146,11 @@ impl crate::cli::ServeArgs {
                 // A URL's secret is welcome from the environment only.
                 servers_on_command_line: std::env::var("TILLER_CLUSTER").ok().as_deref()
                     != Some(servers.0.as_str()),
-                security: tiller_cluster::NatsSecurity {
-                    credentials_file: self.nats_creds.clone(),
-                    nkey_file: self.nats_nkey.clone(),
-                    ca_file: self.nats_ca.clone(),
-                    client_certificate: self.nats_cert.clone().zip(self.nats_key.clone()),
+                security: NatsFiles {
+                    credentials_file: self.nats_creds.as_deref(),
+                    nkey_file: self.nats_nkey.as_deref(),
+                    ca_file: self.nats_ca.as_deref(),
+                    client_certificate: self.nats_cert.as_deref().zip(self.nats_key.as_deref()),
                     insecure: self.insecure_cluster,
                 },
                 host_id: self.host_id.as_deref(),
@@ -231,7 +192,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
     let definitions = connected_definitions(agents, llms).await?;
     let tokens = load_tokens(tokens, jwt)?;
     let drain_on_shutdown = cluster.as_ref().is_some_and(|cluster| cluster.drain);
-    let cluster = cluster_config(cluster, store)?;
+    let cluster = crate::cluster::config(cluster, store)?;
     let supervisor = start_supervisor(store, hibernate_after, &tokens).await?;
     let definitions = served_definitions(definitions, &supervisor, compress_chars);
     let listener = tokio::net::TcpListener::bind(listen)
@@ -259,9 +220,15 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
     let server = match cluster {
         None => Server::new(supervisor, definitions, config),
         Some(cluster) => {
-            let host = cluster.host_id.clone();
-            let joining = Server::clustered(supervisor, definitions, config, cluster);
-            joined(&listener, &address, &host, joining).await?
+            crate::cluster::join(
+                &listener,
+                &address,
+                supervisor,
+                definitions,
+                config,
+                cluster,
+            )
+            .await?
         }
     };
     match server.serve(listener, stop_signal()).await {
@@ -281,30 +248,6 @@ fn load_tokens(path: Option<&Path>, jwt: JwtOptions<'_>) -> Result<Tokens, Exit>
         Some(keys) => tokens.with_jwt(keys),
         None => tokens,
     })
-}
-
-/// The cluster's configuration, checked: its URLs carry no secret on the
-/// command line, and its sessions are in PostgreSQL.
-fn cluster_config(
-    cluster: Option<ClusterOptions<'_>>,
-    store: Option<&str>,
-) -> Result<Option<ClusterConfig>, Exit> {
-    let Some(cluster) = cluster else {
-        return Ok(None);
-    };
-    if cluster.servers_on_command_line && cluster.servers.0.contains('@') {
-        return Err(Exit::usage(
-            "--cluster carries a secret where `ps` shows it: put the URLs in $TILLER_CLUSTER, or give --nats-creds or --nats-nkey",
-        ));
-    }
-    let config = cluster.config();
-    config.check().map_err(Exit::usage)?;
-    if !store.is_some_and(|url| url.starts_with("postgres")) {
-        return Err(Exit::usage(
-            "--cluster needs --store postgres://…: every host of a cluster keeps its sessions in one PostgreSQL",
-        ));
-    }
-    Ok(Some(config))
 }
 
 /// The supervisor over the store `store` names (memory when none), with the
@@ -391,29 +334,6 @@ fn announce(
         );
     }
     address
-}
-
-/// The clustered server once its host joined; the port answers 503 `joining`
-/// (healthz too) until then.
-async fn joined(
-    listener: &tokio::net::TcpListener,
-    address: &str,
-    host: &str,
-    joining: impl std::future::Future<Output = Result<Server, tiller_cluster::ClusterError>>,
-) -> Result<Server, Exit> {
-    let joined = tiller_server::while_joining(listener, joining)
-        .await
-        .map_err(|error| {
-            Exit::failed(format!("cannot listen on {address} while joining: {error}"))
-        })?;
-    match joined {
-        Ok(server) => {
-            say!("tiller: host {host} joined the cluster");
-            Ok(server)
-        }
-        Err(error @ tiller_cluster::ClusterError::Config(_)) => Err(Exit::usage(error)),
-        Err(error) => Err(Exit::failed(error)),
-    }
 }
 
 /// [`definitions`] connected to the MCP servers they list; on failure, says why

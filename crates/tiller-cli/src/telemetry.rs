@@ -10,12 +10,22 @@
 //! input and output tokens, finish reason; never the messages) and each tool call
 //! (`execute_tool {name}`). `OTEL_SERVICE_NAME` names the service (`tiller` by
 //! default); the other `OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*` variables apply.
+//!
+//! The export is the crate's `otlp` feature (`cargo install --path
+//! crates/tiller-cli --features otlp`); a `tiller` built without it says so on
+//! standard error when an endpoint is set, and logs as usual.
 
+#[cfg(feature = "otlp")]
 use opentelemetry::trace::TracerProvider as _;
+#[cfg(feature = "otlp")]
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig as _};
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::Resource;
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::filter::EnvFilter;
+#[cfg(feature = "otlp")]
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer as _, fmt};
@@ -24,9 +34,11 @@ use tracing_subscriber::{Layer as _, fmt};
 /// still buffered (waiting at most five seconds).
 #[must_use = "dropping it at once stops the export"]
 pub struct Telemetry {
+    #[cfg(feature = "otlp")]
     provider: Option<SdkTracerProvider>,
 }
 
+#[cfg(feature = "otlp")]
 impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Some(provider) = self.provider.take()
@@ -52,6 +64,7 @@ fn exporting() -> bool {
 /// outside any async runtime: the exporter's HTTP client runs on a thread of
 /// its own. Does nothing if the process has a subscriber already.
 pub fn init(logs: bool) -> Telemetry {
+    let (trace_layer, telemetry) = traces();
     let log_layer = logs.then(|| {
         let filter =
             EnvFilter::try_from_env("TILLER_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
@@ -59,8 +72,22 @@ pub fn init(logs: bool) -> Telemetry {
             .with_writer(std::io::stderr)
             .with_filter(filter)
     });
+    let _ = tracing_subscriber::registry()
+        .with(trace_layer)
+        .with(log_layer)
+        .try_init();
+    telemetry
+}
+
+/// A layer of the registry, boxed: made once per process.
+type BoxedLayer = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+
+/// The layer exporting Tiller's spans when an endpoint is set, and what keeps
+/// the exporter.
+#[cfg(feature = "otlp")]
+fn traces() -> (Option<BoxedLayer>, Telemetry) {
     let provider = exporting().then(tracer_provider).flatten();
-    let trace_layer = provider.as_ref().map(|provider| {
+    let layer = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("tiller"))
             .with_threads(false)
@@ -72,16 +99,25 @@ pub fn init(logs: bool) -> Telemetry {
                     .with_target("tiller", LevelFilter::INFO)
                     .with_default(LevelFilter::OFF),
             )
+            .boxed()
     });
-    let _ = tracing_subscriber::registry()
-        .with(log_layer)
-        .with(trace_layer)
-        .try_init();
-    Telemetry { provider }
+    (layer, Telemetry { provider })
+}
+
+/// No export without the `otlp` feature: said when an endpoint is set.
+#[cfg(not(feature = "otlp"))]
+fn traces() -> (Option<BoxedLayer>, Telemetry) {
+    if exporting() {
+        crate::say!(
+            "tiller: traces are not exported: this tiller was built without `--features otlp`"
+        );
+    }
+    (None, Telemetry {})
 }
 
 /// The tracer provider exporting over OTLP/HTTP with JSON, or `None` (said on
 /// standard error) when the exporter cannot be made.
+#[cfg(feature = "otlp")]
 fn tracer_provider() -> Option<SdkTracerProvider> {
     let exporter = SpanExporter::builder()
         .with_http()

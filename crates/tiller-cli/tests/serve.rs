@@ -84,6 +84,28 @@ async fn with_a_token_file_every_request_needs_a_known_token() {
     serving.stop().await;
 }
 
+/// Without the `cluster` feature (the default build, as `.ci/run` tests it),
+/// `--cluster` is refused before anything starts, saying how to build it in.
+#[cfg(not(feature = "cluster"))]
+#[tokio::test]
+async fn a_tiller_built_without_the_cluster_refuses_cluster_and_says_how_to_get_it() {
+    let done = finish(tiller(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--cluster",
+        "nats://127.0.0.1:4222",
+        "--store",
+        "postgres://tiller@127.0.0.1/tiller",
+    ]))
+    .await;
+    assert_eq!(done.code(), Some(2), "{}", done.stderr);
+    assert_eq!(
+        done.stderr.trim(),
+        "tiller: this tiller was built without the cluster: build it with `--features cluster` (cargo install --path crates/tiller-cli --features cluster)"
+    );
+}
+
 #[tokio::test]
 async fn a_bad_agent_file_is_refused_before_listening() {
     let scratch = Scratch::new();
