@@ -1,5 +1,5 @@
 //! `tiller serve --cluster`: this host's part in a cluster of `tiller serve`s
-//! ([`tiller_cluster`]), over NATS and PostgreSQL. It is built with the crate's
+//! (the `tiller-cluster` crate), over NATS and PostgreSQL. It is built with the crate's
 //! `cluster` feature (`cargo install --path crates/tiller-cli --features
 //! cluster`); a `tiller` built without it refuses `--cluster` and says so.
 

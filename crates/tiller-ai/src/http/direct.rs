@@ -8,12 +8,14 @@
 //! dropped, never used) and given up after [`IDLE_FOR`]; at most
 //! [`IDLE_PER_ORIGIN`] wait per origin. TLS is the system's (OpenSSL through
 //! `native-tls`, as `reqwest` uses here), offered without ALPN, so the server
-//! answers in HTTP/1.1.
+//! answers in HTTP/1.1. Unlike `reqwest`, it follows no redirect: a 3xx is
+//! the provider's answer, an error like any other.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -22,7 +24,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
-use hyper::header::{HOST, HeaderMap, HeaderValue};
+use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -30,8 +32,11 @@ use tokio::net::TcpStream;
 
 use super::client::Failed;
 
-/// How long a connection may take to open, its TLS handshake included.
+/// How long a connection may take to open (shared among a host's addresses,
+/// tried in turn), and its TLS handshake as long again.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may be silent before TCP checks that its peer is there.
+const KEEPALIVE: Duration = Duration::from_secs(15);
 /// How long an idle connection is kept for the next request.
 const IDLE_FOR: Duration = Duration::from_secs(90);
 /// The most idle connections kept per origin on one thread.
@@ -53,6 +58,8 @@ struct Target {
     authority: HeaderValue,
     /// The path and query, as the request line carries them.
     path: Uri,
+    /// Basic credentials from the URL's user and password, if it has them.
+    credentials: Option<HeaderValue>,
 }
 
 /// A connection's scheme, host and port: what an idle connection is kept by.
@@ -81,7 +88,25 @@ impl Target {
             Some(query) => format!("{}?{query}", parsed.path()),
             None => parsed.path().to_owned(),
         };
+        let credentials = match (parsed.username(), parsed.password()) {
+            ("", None) => None,
+            (user, password) => {
+                use base64::Engine as _;
+                let decode = |part: &str| {
+                    percent_encoding::percent_decode_str(part)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                };
+                let pair = format!("{}:{}", decode(user), decode(password.unwrap_or("")));
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                let mut value =
+                    HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| invalid())?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
         Ok(Target {
+            credentials,
             origin: Origin {
                 tls,
                 host_port: format!("{host}:{port}"),
@@ -106,7 +131,15 @@ pub(crate) async fn post(
     body: Bytes,
 ) -> Result<Response, Failed> {
     let target = Target::parse(url)?;
-    headers.insert(HOST, target.authority.clone());
+    // A caller's own `Host` or `Authorization` stays (as with `reqwest`).
+    headers
+        .entry(HOST)
+        .or_insert_with(|| target.authority.clone());
+    if let Some(credentials) = &target.credentials {
+        headers
+            .entry(AUTHORIZATION)
+            .or_insert_with(|| credentials.clone());
+    }
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = target.path.clone();
@@ -138,7 +171,8 @@ fn respond(response: hyper::Response<Incoming>, conn: Box<Conn>, origin: Origin)
         headers: parts.headers,
         body: Body {
             incoming,
-            conn: Some(conn),
+            // A connection that ended with the head has nothing more to drive.
+            conn: conn.driver.is_some().then_some(conn),
             origin,
         },
     }
@@ -148,7 +182,8 @@ fn respond(response: hyper::Response<Incoming>, conn: Box<Conn>, origin: Origin)
 /// that does its reading and writing (most of a kilobyte: kept boxed).
 struct Conn {
     sender: SendRequest<Full<Bytes>>,
-    driver: Connection<TokioIo<Socket>, Full<Bytes>>,
+    /// `None` once it has ended (dropping it gives back a request it held).
+    driver: Option<Connection<TokioIo<Socket>, Full<Bytes>>>,
 }
 
 /// How sending a request on a connection went.
@@ -162,51 +197,53 @@ enum Sent {
 impl Conn {
     async fn open(target: &Target) -> Result<Box<Conn>, Failed> {
         let host_port = &target.origin.host_port;
-        let opening = async {
-            let tcp = TcpStream::connect((target.host.as_str(), target.port))
+        let tcp = connect(target).await?;
+        // Each event is a small write of the server's; the request is one of ours.
+        let _ = tcp.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE);
+        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
+        let socket = if target.origin.tls {
+            let connector = tls_connector()?;
+            let handshake = connector.connect(&target.host, tcp);
+            let tls = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
                 .await
-                .map_err(|error| {
-                    Failed::retryable(format!("could not connect to {host_port}: {error}"))
-                })?;
-            // Each event is a small write of the server's; the request is one of ours.
-            let _ = tcp.set_nodelay(true);
-            if !target.origin.tls {
-                return Ok(Socket::Plain(tcp));
-            }
-            let tls = tls_connector()?
-                .connect(&target.host, tcp)
-                .await
+                .map_err(|_| {
+                    Failed::retryable(format!(
+                        "the TLS handshake with {host_port} took longer than {} s",
+                        CONNECT_TIMEOUT.as_secs()
+                    ))
+                })?
                 .map_err(|error| {
                     Failed::retryable(format!(
                         "the TLS handshake with {host_port} failed: {}",
                         super::describe(&error)
                     ))
                 })?;
-            Ok(Socket::Tls(Box::new(tls)))
+            Socket::Tls(Box::new(tls))
+        } else {
+            Socket::Plain(tcp)
         };
-        let socket = tokio::time::timeout(CONNECT_TIMEOUT, opening)
-            .await
-            .map_err(|_| {
-                Failed::retryable(format!(
-                    "connecting to {host_port} took longer than {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                ))
-            })??;
         let (sender, driver) = http1::handshake(TokioIo::new(socket))
             .await
             .map_err(|error| Failed::retryable(super::describe(&error)))?;
-        Ok(Box::new(Conn { sender, driver }))
+        Ok(Box::new(Conn {
+            sender,
+            driver: Some(driver),
+        }))
     }
 
     /// Sends `request` and drives the connection until the response's head
     /// arrives.
     async fn send(mut self: Box<Self>, request: Request<Full<Bytes>>) -> Sent {
         let mut answer = std::pin::pin!(self.sender.try_send_request(request));
-        let mut driving = true;
         let answered = std::future::poll_fn(|cx| {
-            if driving && Pin::new(&mut self.driver).poll(cx).is_ready() {
-                // The connection ended: the answer now says how.
-                driving = false;
+            if let Some(driver) = &mut self.driver
+                && Pin::new(driver).poll(cx).is_ready()
+            {
+                // The connection ended (a server's close of an idle one ends it
+                // cleanly): dropped, it gives back a request it had not
+                // written, and the answer says how it went.
+                self.driver = None;
             }
             answer.as_mut().poll(cx)
         })
@@ -224,11 +261,37 @@ impl Conn {
     /// notices a close the server sent while it was idle).
     fn is_reusable(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
-        if Pin::new(&mut self.driver).poll(&mut cx).is_ready() {
+        let Some(driver) = &mut self.driver else {
+            return false;
+        };
+        if Pin::new(driver).poll(&mut cx).is_ready() {
             return false;
         }
         matches!(self.sender.poll_ready(&mut cx), Poll::Ready(Ok(())))
     }
+}
+
+/// A TCP connection to `target`: its addresses tried in turn, each given its
+/// share of [`CONNECT_TIMEOUT`], so that one that drops what is sent to it (an
+/// IPv6 route that goes nowhere) leaves time for the next.
+async fn connect(target: &Target) -> Result<TcpStream, Failed> {
+    let host_port = &target.origin.host_port;
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|error| Failed::retryable(format!("could not resolve {host_port}: {error}")))?
+        .collect();
+    let share = CONNECT_TIMEOUT / u32::try_from(addresses.len().max(1)).unwrap_or(u32::MAX);
+    let mut failure = format!("{host_port} has no address");
+    for address in addresses {
+        match tokio::time::timeout(share, TcpStream::connect(address)).await {
+            Ok(Ok(tcp)) => return Ok(tcp),
+            Ok(Err(error)) => failure = error.to_string(),
+            Err(_) => failure = format!("no answer within {} ms", share.as_millis()),
+        }
+    }
+    Err(Failed::retryable(format!(
+        "could not connect to {host_port}: {failure}"
+    )))
 }
 
 /// A response body, read by polling the connection it arrives on.
@@ -248,7 +311,8 @@ impl Body {
     ) -> Poll<Option<Result<Bytes, String>>> {
         loop {
             if let Some(conn) = &mut self.conn
-                && Pin::new(&mut conn.driver).poll(cx).is_ready()
+                && let Some(driver) = &mut conn.driver
+                && Pin::new(driver).poll(cx).is_ready()
             {
                 // Closed or broken: the body says which.
                 self.conn = None;
