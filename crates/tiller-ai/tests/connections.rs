@@ -122,7 +122,7 @@ fn one_answer_per_connection(reply: String) -> (String, Arc<AtomicUsize>) {
             let mut length = 0;
             loop {
                 let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
+                assert!(reader.read_line(&mut line).unwrap() > 0, "the client left");
                 if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
                     length = value.trim().parse().unwrap();
                 }

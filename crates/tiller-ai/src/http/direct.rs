@@ -32,10 +32,11 @@ use tokio::net::TcpStream;
 
 use super::client::Failed;
 
-/// How long a connection may take to open (shared among a host's addresses,
-/// tried in turn), and its TLS handshake as long again.
+/// How long resolving a host, connecting to it (the time shared among its
+/// addresses, tried in turn) and its TLS handshake may each take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a connection may be silent before TCP checks that its peer is there.
+/// How long a connection may be silent before TCP checks that its peer is
+/// there, and then how often (three times), as `reqwest` does.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// How long an idle connection is kept for the next request.
 const IDLE_FOR: Duration = Duration::from_secs(90);
@@ -200,7 +201,10 @@ impl Conn {
         let tcp = connect(target).await?;
         // Each event is a small write of the server's; the request is one of ours.
         let _ = tcp.set_nodelay(true);
-        let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE);
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE)
+            .with_interval(KEEPALIVE)
+            .with_retries(3);
         let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
         let socket = if target.origin.tls {
             let connector = tls_connector()?;
@@ -276,8 +280,15 @@ impl Conn {
 /// IPv6 route that goes nowhere) leaves time for the next.
 async fn connect(target: &Target) -> Result<TcpStream, Failed> {
     let host_port = &target.origin.host_port;
-    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+    let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+    let addresses: Vec<SocketAddr> = tokio::time::timeout(CONNECT_TIMEOUT, lookup)
         .await
+        .map_err(|_| {
+            Failed::retryable(format!(
+                "resolving {host_port} took longer than {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
         .map_err(|error| Failed::retryable(format!("could not resolve {host_port}: {error}")))?
         .collect();
     let share = CONNECT_TIMEOUT / u32::try_from(addresses.len().max(1)).unwrap_or(u32::MAX);
