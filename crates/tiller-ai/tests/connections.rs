@@ -68,7 +68,7 @@ async fn the_stream_is_read_in_the_task_that_polls_it() {
     // No connection task: the socket is read by whoever polls the stream
     // (unless the environment asks for reqwest, as `.ci/run`'s second pass does).
     let tasks = tasks_while_streaming(&model, &options()).await;
-    if std::env::var("TILLER_HTTP_CLIENT").is_ok_and(|client| client == "reqwest") {
+    if common::reqwest_asked() {
         assert_ne!(tasks, 0);
     } else {
         assert_eq!(tasks, 0);

@@ -6,9 +6,7 @@
 
 mod common;
 
-use common::options;
-use futures::StreamExt;
-use tiller_ai::{AssistantEvent, Context, Message, Model};
+use tiller_ai::Model;
 use tiller_test_support::paced::PacedServer;
 use tiller_test_support::sse;
 
@@ -17,33 +15,19 @@ fn a_tls_endpoint_streams_and_keeps_its_connection() {
     let (server, certificate) = PacedServer::start_tls(sse::openai_text_events(&["Hel", "lo"]));
     let trusted = std::env::temp_dir().join(format!("tiller-tls-{}.pem", std::process::id()));
     std::fs::write(&trusted, certificate).unwrap();
-    // SAFETY: no thread of this process reads the environment yet (the
-    // server's threads only accept connections), and this is the file's only test.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::env::set_var("SSL_CERT_FILE", &trusted);
-    }
+    common::set_env_alone("SSL_CERT_FILE", &trusted);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let model = Model::openai_compatible(server.base_url(), "whole");
-    let context = Context::new().with_message(Message::user("Say hello"));
     for _ in 0..2 {
-        let events: Vec<_> = runtime.block_on(async {
-            tiller_ai::stream(&model, &context, &options())
-                .collect()
-                .await
-        });
-        match events.last() {
-            Some(AssistantEvent::Done { message, .. }) => assert_eq!(message.text(), "Hello"),
-            other => panic!("not done: {other:?}"),
-        }
+        common::says_hello_on(&runtime, &model);
     }
     server.wait_for_responses(2);
     // reqwest (`.ci/run`'s second pass) finishes reading a body in a task of its
     // own, which runs only inside the next `block_on`: its count says nothing.
-    if !std::env::var("TILLER_HTTP_CLIENT").is_ok_and(|client| client == "reqwest") {
+    if !common::reqwest_asked() {
         assert_eq!(server.connections(), 1, "the TLS connection was not kept");
     }
     let _ = std::fs::remove_file(trusted);

@@ -79,23 +79,15 @@ impl PacedServer {
             certified.signing_key.serialize_pem().as_bytes(),
         )
         .unwrap();
-        let acceptor = Arc::new(native_tls::TlsAcceptor::new(identity).unwrap());
+        let acceptor = native_tls::TlsAcceptor::new(identity).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts = Arc::new(Counts::default());
         let counted = counts.clone();
         std::thread::spawn(move || {
-            let reply = Arc::new(reply);
-            for connection in listener.incoming() {
-                let Ok(connection) = connection else { continue };
-                counted.connections.fetch_add(1, Ordering::SeqCst);
-                let (reply, counts, acceptor) = (reply.clone(), counted.clone(), acceptor.clone());
-                std::thread::spawn(move || {
-                    if let Ok(tls) = acceptor.accept(connection) {
-                        let _ = serve_connection(tls, &reply, &counts);
-                    }
-                });
-            }
+            serve_each(listener, reply, counted, move |tcp| {
+                acceptor.accept(tcp).ok()
+            });
         });
         let server = PacedServer {
             port,
@@ -253,14 +245,27 @@ impl Drop for PacedProcess {
 /// Serves `reply` (the events of one streamed answer) on `listener` until the
 /// process ends, counting what it sees in `counts`.
 pub fn serve(listener: TcpListener, reply: Vec<String>, counts: Arc<Counts>) {
+    serve_each(listener, reply, counts, Some);
+}
+
+/// Serves each connection `listener` accepts, as `open` makes it (`None`
+/// drops it: a failed TLS handshake), on a thread of its own.
+fn serve_each<C: Connection + 'static>(
+    listener: TcpListener,
+    reply: Vec<String>,
+    counts: Arc<Counts>,
+    open: impl Fn(TcpStream) -> Option<C> + Send + Sync + 'static,
+) {
     let reply = Arc::new(reply);
+    let open = Arc::new(open);
     for connection in listener.incoming() {
         let Ok(connection) = connection else { continue };
         counts.connections.fetch_add(1, Ordering::SeqCst);
-        let reply = reply.clone();
-        let counts = counts.clone();
+        let (reply, counts, open) = (reply.clone(), counts.clone(), open.clone());
         std::thread::spawn(move || {
-            let _ = serve_connection(connection, &reply, &counts);
+            if let Some(connection) = open(connection) {
+                let _ = serve_connection(connection, &reply, &counts);
+            }
         });
     }
 }

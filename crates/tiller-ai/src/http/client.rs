@@ -105,13 +105,7 @@ impl Client {
         body: Bytes,
     ) -> Result<Response, Failed> {
         match self {
-            Client::Direct => direct::post(url, headers, body)
-                .await
-                .map(|response| Response {
-                    status: response.status,
-                    headers: response.headers,
-                    body: Body::Direct(response.body),
-                }),
+            Client::Direct => direct::post(url, headers, body).await,
             Client::Reqwest(client) => {
                 let sent = client.post(url).headers(headers).body(body).send().await;
                 match sent {

@@ -25,12 +25,12 @@ use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderValue};
-use hyper::{Method, Request, StatusCode, Uri};
+use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::client::Failed;
+use super::client::{self, Failed, Response};
 
 /// How long resolving a host, connecting to it (the time shared among its
 /// addresses, tried in turn) and its TLS handshake may each take.
@@ -42,13 +42,6 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 const IDLE_FOR: Duration = Duration::from_secs(90);
 /// The most idle connections kept per origin on one thread.
 const IDLE_PER_ORIGIN: usize = 1024;
-
-/// A response whose head has arrived: its status, headers and body.
-pub(crate) struct Response {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Body,
-}
 
 /// Where a request goes, as parsed once from its URL.
 struct Target {
@@ -170,12 +163,12 @@ fn respond(response: hyper::Response<Incoming>, conn: Box<Conn>, origin: Origin)
     Response {
         status: parts.status,
         headers: parts.headers,
-        body: Body {
+        body: client::Body::Direct(Body {
             incoming,
             // A connection that ended with the head has nothing more to drive.
             conn: conn.driver.is_some().then_some(conn),
             origin,
-        },
+        }),
     }
 }
 
@@ -209,20 +202,15 @@ impl Conn {
         let socket = if target.origin.tls {
             let connector = tls_connector()?;
             let handshake = connector.connect(&target.host, tcp);
-            let tls = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
-                .await
-                .map_err(|_| {
-                    Failed::retryable(format!(
-                        "the TLS handshake with {host_port} took longer than {} s",
-                        CONNECT_TIMEOUT.as_secs()
-                    ))
-                })?
-                .map_err(|error| {
-                    Failed::retryable(format!(
-                        "the TLS handshake with {host_port} failed: {}",
-                        super::describe(&error)
-                    ))
-                })?;
+            let tls =
+                within_connect_timeout(format!("the TLS handshake with {host_port}"), handshake)
+                    .await?
+                    .map_err(|error| {
+                        Failed::retryable(format!(
+                            "the TLS handshake with {host_port} failed: {}",
+                            super::describe(&error)
+                        ))
+                    })?;
             Socket::Tls(Box::new(tls))
         } else {
             Socket::Plain(tcp)
@@ -281,16 +269,11 @@ impl Conn {
 async fn connect(target: &Target) -> Result<TcpStream, Failed> {
     let host_port = &target.origin.host_port;
     let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
-    let addresses: Vec<SocketAddr> = tokio::time::timeout(CONNECT_TIMEOUT, lookup)
-        .await
-        .map_err(|_| {
-            Failed::retryable(format!(
-                "resolving {host_port} took longer than {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|error| Failed::retryable(format!("could not resolve {host_port}: {error}")))?
-        .collect();
+    let addresses: Vec<SocketAddr> =
+        within_connect_timeout(format!("resolving {host_port}"), lookup)
+            .await?
+            .map_err(|error| Failed::retryable(format!("could not resolve {host_port}: {error}")))?
+            .collect();
     let share = CONNECT_TIMEOUT / u32::try_from(addresses.len().max(1)).unwrap_or(u32::MAX);
     let mut failure = format!("{host_port} has no address");
     for address in addresses {
@@ -303,6 +286,22 @@ async fn connect(target: &Target) -> Result<TcpStream, Failed> {
     Err(Failed::retryable(format!(
         "could not connect to {host_port}: {failure}"
     )))
+}
+
+/// `step`'s outcome, unless it takes longer than [`CONNECT_TIMEOUT`] (a
+/// retryable failure naming `what`).
+async fn within_connect_timeout<T>(
+    what: String,
+    step: impl Future<Output = T>,
+) -> Result<T, Failed> {
+    tokio::time::timeout(CONNECT_TIMEOUT, step)
+        .await
+        .map_err(|_| {
+            Failed::retryable(format!(
+                "{what} took longer than {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })
 }
 
 /// A response body, read by polling the connection it arrives on.

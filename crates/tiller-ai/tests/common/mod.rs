@@ -1357,3 +1357,35 @@ fn project_responses(body: &Value) -> Value {
         "stream": body["stream"],
     })
 }
+
+/// Sets `name` in this test process's environment: only for a file whose one
+/// test calls it before any thread that reads the environment starts.
+#[allow(unsafe_code)]
+pub(crate) fn set_env_alone(name: &str, value: impl AsRef<std::ffi::OsStr>) {
+    // SAFETY: the caller is its file's only test (a process of its own, whose
+    // only other threads, a test server's, read no environment).
+    unsafe { std::env::set_var(name, value) }
+}
+
+/// Whether the environment asks for `reqwest` (as `.ci/run`'s second pass of
+/// this suite does), where a test reads the direct path's own behaviour.
+pub(crate) fn reqwest_asked() -> bool {
+    std::env::var("TILLER_HTTP_CLIENT").is_ok_and(|client| client == "reqwest")
+}
+
+/// Streams `model`'s answer to "Say hello" on `runtime`; it must be "Hello".
+pub(crate) fn says_hello_on(runtime: &tokio::runtime::Runtime, model: &Model) {
+    use futures::StreamExt;
+    let context = tiller_ai::Context::new().with_message(tiller_ai::Message::user("Say hello"));
+    let events: Vec<_> = runtime.block_on(async {
+        tiller_ai::stream(model, &context, &options())
+            .collect()
+            .await
+    });
+    match events.last() {
+        Some(tiller_ai::AssistantEvent::Done { message, .. }) => {
+            assert_eq!(message.text(), "Hello")
+        }
+        other => panic!("not done: {other:?}"),
+    }
+}
