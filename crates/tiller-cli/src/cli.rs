@@ -180,6 +180,11 @@ pub struct ServeArgs {
     /// the store; its next request brings it back). Default: never.
     #[arg(long, value_name = "SECS")]
     pub hibernate_after: Option<u64>,
+    /// Let an agent idle this many seconds give up its actor, its state kept
+    /// in memory (its next request wakes it, with no store read). Default:
+    /// never.
+    #[arg(long, value_name = "SECS")]
+    pub dormant_after: Option<u64>,
     /// A page origin (`https://app.example.com`) whose browser requests are
     /// accepted, besides loopback ones and the server's own; repeatable.
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]

@@ -96,6 +96,9 @@ pub struct ServeOptions<'a> {
     pub finish_runs: std::time::Duration,
     /// How long an agent may idle in memory before it hibernates (never: `None`).
     pub hibernate_after: Option<std::time::Duration>,
+    /// How long an agent may idle before it gives up its actor, its state kept
+    /// in memory (never: `None`).
+    pub dormant_after: Option<std::time::Duration>,
     /// Page origins whose browser requests are accepted besides loopback ones.
     pub allowed_origins: &'a [String],
     /// Host names an open server answers besides loopback ones.
@@ -133,6 +136,7 @@ impl crate::cli::ServeArgs {
             trust_context_headers: self.trust_context_headers,
             finish_runs: std::time::Duration::from_secs(self.finish_runs),
             hibernate_after: self.hibernate_after.map(std::time::Duration::from_secs),
+            dormant_after: self.dormant_after.map(std::time::Duration::from_secs),
             allowed_origins: &self.allowed_origins,
             allowed_hosts: &self.allowed_hosts,
             trust_inline_definitions: self.trust_inline_definitions,
@@ -181,6 +185,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
         trust_context_headers,
         finish_runs,
         hibernate_after,
+        dormant_after,
         allowed_origins,
         allowed_hosts,
         trust_inline_definitions,
@@ -193,7 +198,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
     let tokens = load_tokens(tokens, jwt)?;
     let drain_on_shutdown = cluster.as_ref().is_some_and(|cluster| cluster.drain);
     let cluster = crate::cluster::config(cluster, store)?;
-    let supervisor = start_supervisor(store, hibernate_after, &tokens).await?;
+    let supervisor = start_supervisor(store, hibernate_after, dormant_after, &tokens).await?;
     let definitions = served_definitions(definitions, &supervisor, compress_chars);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -255,6 +260,7 @@ fn load_tokens(path: Option<&Path>, jwt: JwtOptions<'_>) -> Result<Tokens, Exit>
 async fn start_supervisor(
     store: Option<&str>,
     hibernate_after: Option<std::time::Duration>,
+    dormant_after: Option<std::time::Duration>,
     tokens: &Tokens,
 ) -> Result<Supervisor, Exit> {
     let store: Arc<dyn SessionStore> = match store {
@@ -263,6 +269,7 @@ async fn start_supervisor(
     };
     let config = SupervisorConfig {
         hibernate_after,
+        dormant_after,
         ..SupervisorConfig::default()
     };
     let supervisor = Supervisor::with_store(config, store)

@@ -674,6 +674,49 @@ async fn a_conversation_outlives_the_server_in_its_sqlite_store_and_idle_agents_
     serving.stop().await;
 }
 
+/// With `--dormant-after 0`, an agent gives up its actor whenever it is idle and
+/// its state stays in memory: each prompt wakes it, and the conversation goes
+/// on whole.
+#[tokio::test]
+async fn idle_agents_go_dormant_and_each_prompt_wakes_them() {
+    let serving = Serving::start_with(Scratch::new(), &["--dormant-after", "0"], &[]).await;
+    let http = reqwest::Client::new();
+    let base = &serving.base;
+    let created = http
+        .post(format!("{base}/agents"))
+        .json(&json!({"definition": "helper", "id": "d"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    for text in ["hello", "again"] {
+        let prompted = http
+            .post(format!("{base}/agents/d/prompt?wait=true"))
+            .json(&json!({ "text": text }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(prompted.status(), 200);
+    }
+    let state: Value = http
+        .get(format!("{base}/agents/d"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let said: Vec<&str> = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["user", "assistant", "user", "assistant"]);
+    assert_eq!(state["status"], "idle");
+    serving.stop().await;
+}
+
 /// The seeds' flow over HTTP, with the server killed while the question waits: the
 /// tool (a program) asks "When?", `tiller serve` dies with SIGKILL, a new one on
 /// the same SQLite file still waits, and the answer goes into the same call, which

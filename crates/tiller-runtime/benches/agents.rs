@@ -3,7 +3,12 @@
 //! 1. memory per resident idle agent holding a 10-message transcript, its actor and
 //!    its session in the in-memory store included (target <= 6 KiB), beside its
 //!    floor (a bare ractor actor, and the transcript alone, measured in a process
-//!    of their own), and the spawn rate, over 100,000 agents;
+//!    of their own), and the spawn rate, over 100,000 agents; then (`1b`)
+//!    memory per dormant agent (no actor, its state in memory; see
+//!    `SupervisorConfig::dormant_after`) holding the same transcript, over
+//!    10,000 agents (target <= 5 KiB), beside the bare ractor actor it gave up,
+//!    and the wake of one for a request from a task on its shard (target p50 <=
+//!    50 µs) beside the same request to it once awake;
 //! 2. deliveries per second from one agent streaming 100,000 deltas to 100
 //!    subscribers (target >= 5 million/s);
 //! 3. 10,000 agents running at once against `faux` (3 model calls, 2 tool rounds):
@@ -24,6 +29,7 @@
 //! ```text
 //! cargo bench -p tiller-runtime --bench agents
 //! cargo bench -p tiller-runtime --bench agents -- memory   # figure 1 alone
+//! cargo bench -p tiller-runtime --bench agents -- dormant  # figure 1b alone
 //! cargo bench -p tiller-runtime --bench agents -- sqlite   # figures 3 (SQLite) and 6, on both runtimes,
 //!                                                  # and 3 again with models streaming
 //! cargo bench -p tiller-runtime --bench agents -- compaction   # figure 7 alone
@@ -50,16 +56,16 @@ fn main() {
         policy_check();
         return;
     }
-    // `floor`: figure 1's floor alone (run in a process of its own by figure 1,
-    // so that neither measure reuses the other's freed memory); `memory`: figure 1
-    // alone.
-    for (arg, only) in [("floor", true), ("memory", false)] {
+    // `floor`: figure 1's floor alone (run in a process of its own by figures 1
+    // and 1b, so that neither measure reuses the other's freed memory); `memory`:
+    // figure 1 alone; `dormant`: figure 1b alone.
+    for arg in ["floor", "memory", "dormant"] {
         if std::env::args().skip(1).any(|given| given == arg) {
             two_workers().block_on(async {
-                if only {
-                    bare_actors().await;
-                } else {
-                    idle_agents().await;
+                match arg {
+                    "floor" => bare_actors().await,
+                    "memory" => idle_agents().await,
+                    _ => dormant_agents().await,
                 }
             });
             return;
@@ -102,8 +108,15 @@ fn main() {
         }
         return;
     }
+    for figure in ["memory", "dormant"] {
+        // Each in a process of its own: the other's freed memory is not reused.
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .arg(figure)
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+    }
     two_workers().block_on(async {
-        idle_agents().await;
         fan_out().await;
         // Three rounds of each, alternated; medians (this machine's CPU time is noisy).
         let (mut bare, mut memory, mut sqlite) = (Vec::new(), Vec::new(), Vec::new());
@@ -234,6 +247,79 @@ async fn idle_agents() {
     println!(
         "{AGENTS} resident idle agents with a 10-message transcript: {per_agent} bytes per agent, actor and in-memory session included (target <= 6144); spawned at {:.0} agents/s (each session written before its spawn returns)",
         AGENTS as f64 / elapsed.as_secs_f64()
+    );
+    let floor = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("floor")
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&floor.stdout));
+    supervisor.shutdown().await;
+}
+
+/// Figure 1b: dormant agents, each spawned with the transcript of figure 1 and
+/// no actor; then the wake of 1,000 of them for a request, from a task on each
+/// one's shard, beside the same request once it is awake.
+async fn dormant_agents() {
+    const AGENTS: usize = 10_000;
+    const BATCH: usize = 1_000;
+    const WAKES: usize = 1_000;
+    let faux = FauxProvider::new();
+    let config = SupervisorConfig {
+        dormant_after: Some(Duration::ZERO),
+        ..SupervisorConfig::default()
+    };
+    let supervisor = Supervisor::with_store(config, Arc::new(MemoryStore::new()))
+        .await
+        .unwrap();
+    let settings = Arc::new(
+        AgentSettings::new(faux.model()).with_system_prompt("You are a helpful assistant."),
+    );
+    let template = transcript(&faux.model());
+    let mut agents = Vec::with_capacity(AGENTS);
+    let before = rss();
+    let mut after_first = 0;
+    for batch in 0..AGENTS / BATCH {
+        let spawns = (0..BATCH).map(|_| {
+            supervisor.spawn(AgentSpec::new(settings.clone()).with_messages(template.clone()))
+        });
+        for handle in futures::future::join_all(spawns).await {
+            agents.push(handle.unwrap());
+        }
+        if batch == 0 {
+            after_first = rss();
+        }
+    }
+    let all = rss();
+    let per_agent = (all - before) / AGENTS;
+    let beyond_first = (all - after_first) / (AGENTS - BATCH);
+    assert!(agents.iter().all(|agent| !agent.has_actor()));
+    let (mut wakes, mut awake) = (Vec::with_capacity(WAKES), Vec::with_capacity(WAKES));
+    for agent in agents.iter().step_by(AGENTS / WAKES) {
+        let asked = agent.clone();
+        let (wake, again) = agent
+            .spawn_beside(async move {
+                let started = Instant::now();
+                asked.workload().await.unwrap();
+                let wake = started.elapsed();
+                let started = Instant::now();
+                asked.workload().await.unwrap();
+                (wake, started.elapsed())
+            })
+            .await
+            .unwrap();
+        assert!(agent.has_actor());
+        wakes.push(wake);
+        awake.push(again);
+    }
+    wakes.sort();
+    awake.sort();
+    let at = |sorted: &[Duration], q: f64| micros(sorted[(sorted.len() as f64 * q) as usize]);
+    println!(
+        "{AGENTS} dormant agents with a 10-message transcript: {per_agent} bytes per agent, state and in-memory session included (target <= 5120), {beyond_first} bytes per agent beyond the first {BATCH} (which also pay for the spawns' own buffers: {BATCH} spawns in flight); the wake of one for a request, from a task on its shard: p50 {:.1} µs (target <= 50 µs), p99 {:.1} µs, beside the same request once awake: p50 {:.1} µs, p99 {:.1} µs",
+        at(&wakes, 0.5),
+        at(&wakes, 0.99),
+        at(&awake, 0.5),
+        at(&awake, 0.99),
     );
     let floor = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("floor")

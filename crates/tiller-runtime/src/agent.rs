@@ -97,10 +97,12 @@ impl Agent {
     }
 
     /// Routes `message` to the agent's actor: straight to a live one, queued behind
-    /// a start, or thawing a hibernated agent. Never waits.
+    /// a start, or waking a dormant agent or thawing a hibernated one. Never waits.
     pub(crate) fn send(self: &Arc<Self>, message: AgentMsg) -> Result<(), AgentError> {
-        if let Routed::Thaw(settings) = self.route.send(message)? {
-            self.thaw(settings);
+        match self.route.send(message)? {
+            Routed::Sent => {}
+            Routed::Wake(state) => self.wake(state),
+            Routed::Thaw(settings) => self.thaw(settings),
         }
         Ok(())
     }

@@ -347,6 +347,13 @@ impl AgentHandle {
         self.agent.route.status()
     }
 
+    /// Whether the agent's actor runs now: false while one is being started, and
+    /// while the agent is dormant (see [`crate::SupervisorConfig::dormant_after`]),
+    /// hibernated or stopped.
+    pub fn has_actor(&self) -> bool {
+        self.agent.route.live().is_some()
+    }
+
     /// Its id, name and status, as [`crate::Supervisor::list`] shows them.
     pub fn info(&self) -> AgentInfo {
         AgentInfo {

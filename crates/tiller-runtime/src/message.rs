@@ -153,8 +153,9 @@ pub(crate) enum Signal {
     Committed(u64),
     /// A write of the actor's was refused: its session was taken over.
     TakenOver(StoreError),
-    /// Idle since activity number `activity`: time to hibernate if nothing happened since.
-    Hibernate(u64),
+    /// Idle since activity number `activity`: time to put the agent away
+    /// (dormant or hibernated) if nothing happened since.
+    PutAway(u64),
     /// Abort the active run, if any, for a stop or a shutdown: unlike
     /// [`Op::Abort`](crate::Op::Abort), a request waiting for the user stays open, for whoever
     /// resumes the session.

@@ -1,19 +1,21 @@
 //! The route to an agent's actor and the agent's status: the one place that
-//! knows whether an actor is live, being started, hibernated or stopped, and
-//! whether a run is active or waits for the user. It is what lets an agent
-//! hibernate, fail and come back without losing a request.
+//! knows whether an actor is live, being started, dormant, hibernated or
+//! stopped, and whether a run is active or waits for the user. It is what lets an
+//! agent rest, hibernate, fail and come back without losing a request.
 //!
-//! A request to a hibernated agent thaws it from the store; a request to an actor
-//! being started (a thaw, a restart) waits here, in order. Requests sent through
-//! the route are counted, and an actor hibernates only when it has handled as many
-//! as were sent, so none is left in a stopping mailbox. While no actor is live,
-//! the route holds the settings the next one starts with; while one is, the actor
-//! holds them.
+//! A request to a dormant agent wakes it from the state the route keeps; one to a
+//! hibernated agent thaws it from the store; one to an actor being started (a
+//! wake, a thaw, a restart) waits here, in order. Requests sent through the route
+//! are counted, and an actor is put away only when it has handled as many as
+//! were sent, so none is left in a stopping mailbox. While no actor is live, the
+//! route holds what the next one starts with (a dormant agent's whole state, a
+//! hibernated one's settings); while one is, the actor holds it.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{ActorId, ActorRef, MessagingErr};
 
+use crate::actor::Dormant;
 use crate::error::AgentError;
 use crate::message::{AgentMsg, Internal};
 use crate::settings::AgentSettings;
@@ -27,8 +29,11 @@ pub(crate) struct Route {
 struct Routing {
     slot: Slot,
     activity: Activity,
-    /// Why the actor failed last.
-    last_failure: Option<String>,
+    /// Why the actor failed last (boxed: every agent carries the field).
+    last_failure: Option<Box<str>>,
+    /// How many times the agent went dormant: tells a dormant spell from the
+    /// next one.
+    rests: u64,
 }
 
 enum Slot {
@@ -37,8 +42,10 @@ enum Slot {
         actor: ActorRef<AgentMsg>,
         sent: u64,
     },
-    /// An actor is being started (a thaw or a restart); requests wait here.
+    /// An actor is being started (a wake, a thaw or a restart); requests wait here.
     Starting(Vec<AgentMsg>),
+    /// No actor, the agent's state kept here: the next request starts one from it.
+    Dormant(Box<Dormant>),
     /// No actor: the next request thaws one, with these settings, from the store.
     Hibernated(Arc<AgentSettings>),
     /// Stopped for good, for this reason.
@@ -60,6 +67,9 @@ pub(crate) enum Routed {
     /// The agent was hibernated: start an actor with these settings; the request
     /// waits for it.
     Thaw(Arc<AgentSettings>),
+    /// The agent was dormant: start an actor from this state; the request waits
+    /// for it.
+    Wake(Box<Dormant>),
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -74,6 +84,7 @@ impl Route {
                 slot: Slot::Starting(Vec::new()),
                 activity: Activity::Idle,
                 last_failure: None,
+                rests: 0,
             }),
         }
     }
@@ -83,7 +94,8 @@ impl Route {
     }
 
     /// Routes `message`: straight to a live actor, queued behind a start, or
-    /// (for a hibernated agent) queued for the thaw its sender must start.
+    /// (for a dormant or hibernated agent) queued for the wake or thaw its sender
+    /// must start.
     pub(crate) fn send(&self, message: AgentMsg) -> Result<Routed, AgentError> {
         let mut routing = self.lock();
         match &mut routing.slot {
@@ -112,6 +124,14 @@ impl Route {
                 let settings = settings.clone();
                 routing.slot = Slot::Starting(vec![message]);
                 Ok(Routed::Thaw(settings))
+            }
+            Slot::Dormant(_) => {
+                let Slot::Dormant(state) =
+                    std::mem::replace(&mut routing.slot, Slot::Starting(vec![message]))
+                else {
+                    unreachable!("the slot was dormant")
+                };
+                Ok(Routed::Wake(state))
             }
             Slot::Stopped(reason) => Err(AgentError::Stopped {
                 reason: reason.clone(),
@@ -158,6 +178,44 @@ impl Route {
         true
     }
 
+    /// Makes an agent whose first actor has not started dormant with `state`, if
+    /// no request waits for it; gives `state` back otherwise, to start an actor
+    /// with. Returns the number of this dormant spell.
+    pub(crate) fn rest_unstarted(&self, state: Box<Dormant>) -> Result<u64, Box<Dormant>> {
+        let mut routing = self.lock();
+        if !matches!(&routing.slot, Slot::Starting(requests) if requests.is_empty()) {
+            return Err(state);
+        }
+        let waiting = state.is_waiting();
+        routing.settle(waiting);
+        Ok(routing.rest(state))
+    }
+
+    /// Called by an idle actor: makes the agent dormant with the state `take`
+    /// takes from the actor, if every request routed to `actor` was handled. The
+    /// actor then stops. Returns the number of this dormant spell.
+    pub(crate) fn rest_if_quiet(
+        &self,
+        actor: ActorId,
+        handled: u64,
+        take: impl FnOnce() -> Box<Dormant>,
+    ) -> Option<u64> {
+        let mut routing = self.lock();
+        let quiet = matches!(&routing.slot, Slot::Live { actor: live, sent } if live.get_id() == actor && *sent == handled);
+        quiet.then(|| routing.rest(take()))
+    }
+
+    /// Hibernates an agent still in dormant spell `rest`: its state leaves memory.
+    pub(crate) fn hibernate_dormant(&self, rest: u64) {
+        let mut routing = self.lock();
+        if routing.rests != rest {
+            return;
+        }
+        if let Slot::Dormant(state) = &routing.slot {
+            routing.slot = Slot::Hibernated(state.settings().clone());
+        }
+    }
+
     /// Called by an idle actor: hibernates the agent, keeping `settings` for its
     /// thaw, if every request routed to `actor` was handled. The actor then stops.
     pub(crate) fn hibernate_if_quiet(
@@ -179,7 +237,7 @@ impl Route {
     /// was stopped meanwhile): nothing to restart.
     pub(crate) fn failing(&self, actor: ActorId, reason: &str) -> bool {
         let mut routing = self.lock();
-        routing.last_failure = Some(reason.to_owned());
+        routing.last_failure = Some(reason.into());
         if !matches!(&routing.slot, Slot::Live { actor: live, .. } if live.get_id() == actor) {
             return false;
         }
@@ -210,7 +268,8 @@ impl Route {
     pub(crate) fn last_failure(&self) -> String {
         self.lock()
             .last_failure
-            .clone()
+            .as_deref()
+            .map(str::to_owned)
             .unwrap_or_else(|| "the agent's actor stopped".to_owned())
     }
 
@@ -252,6 +311,14 @@ impl Route {
 }
 
 impl Routing {
+    /// Keeps `state` in the slot, for the next request to wake the agent with;
+    /// the number of this dormant spell.
+    fn rest(&mut self, state: Box<Dormant>) -> u64 {
+        self.rests += 1;
+        self.slot = Slot::Dormant(state);
+        self.rests
+    }
+
     fn settle(&mut self, waiting: bool) {
         self.activity = if waiting {
             Activity::Waiting

@@ -31,6 +31,15 @@ pub struct SupervisorConfig {
     /// state leaves memory, to come back from the store on the next request. `None`
     /// (the default) keeps agents resident; zero also spawns agents hibernated.
     pub hibernate_after: Option<Duration>,
+    /// How long an agent stays idle before it gives up its actor but keeps its
+    /// state in memory (dormant): the next request starts an actor on its shard
+    /// from that state, with no store read, and its subscriptions carry on. A
+    /// dormant agent is still listed idle (or waiting for input). `None` (the
+    /// default) keeps the actor; zero also spawns agents dormant. With
+    /// `hibernate_after` longer than this, a dormant agent hibernates once it has
+    /// been idle that long; with `hibernate_after` no longer, agents hibernate
+    /// without a dormant spell.
+    pub dormant_after: Option<Duration>,
     /// Current-thread runtimes, each on a thread of its own, that the agents
     /// live on (placed by a hash of their id): an agent's actor, run, tools and
     /// model connections share one thread. By default one per core under a
@@ -57,6 +66,7 @@ impl Default for SupervisorConfig {
             restart_window: Duration::from_secs(60),
             subscriber_buffer: 1024,
             hibernate_after: None,
+            dormant_after: None,
             shards: Shards::Auto,
             delivery_window: Duration::from_millis(1),
             breakers: BreakerPolicy::default(),

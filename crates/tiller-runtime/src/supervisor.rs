@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AgentContext;
 use crate::AgentMessage;
-use crate::actor::{Failure, Loaded, appends};
+use crate::actor::{Failure, Loaded, PutAway, appends};
 use crate::agent::Agent;
 use crate::definition::AgentDefinition;
 use crate::error::SpawnError;
@@ -620,7 +620,8 @@ impl Supervisor {
                 Loaded::new(messages)
             }
         };
-        if self.inner.runtime.config.hibernate_after == Some(Duration::ZERO)
+        let config = &self.inner.runtime.config;
+        if config.hibernate_after == Some(Duration::ZERO)
             && agent.route.hibernate_unstarted(
                 settings.clone(),
                 !open_requests(&loaded.messages).is_empty(),
@@ -630,8 +631,23 @@ impl Supervisor {
             // first request thaws it.
             return Ok(());
         }
+        let mut state = agent
+            .state_of(settings, loaded)
+            .await
+            .map_err(SpawnError::Runtime)?;
+        if let Some((Duration::ZERO, PutAway::Dormant { hibernate })) = PutAway::of(config) {
+            // Idle agents go dormant at once: this one starts dormant, and its
+            // first request wakes it.
+            match agent.route.rest_unstarted(state) {
+                Ok(rest) => {
+                    agent.hibernate_later(rest, hibernate);
+                    return Ok(());
+                }
+                Err(given_back) => state = given_back,
+            }
+        }
         let actor = agent
-            .spawn_actor(settings, loaded)
+            .spawn_actor(state)
             .await
             .map_err(SpawnError::Runtime)?;
         if !agent.route.go_live(&actor) {

@@ -16,7 +16,9 @@ use crate::{SessionStore, StoreError};
 /// They live as long as the store; clones share them.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
-    sessions: Arc<Mutex<HashMap<Arc<str>, Session>>>,
+    /// Boxed: the map's table, sized ahead of its sessions, holds a pointer
+    /// for each rather than a whole session.
+    sessions: Arc<Mutex<HashMap<Arc<str>, Box<Session>>>>,
     /// What each scope spent, by [`SpendScope::key`].
     spending: Arc<Mutex<HashMap<String, Spent>>>,
 }
@@ -60,7 +62,7 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Session>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Box<Session>>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -79,7 +81,10 @@ impl std::fmt::Debug for MemoryStore {
 
 /// Why `batch` cannot be applied to `sessions` as a whole, if it cannot: a
 /// session created twice, a write to no session, a write at an older epoch.
-fn refusal(sessions: &HashMap<Arc<str>, Session>, batch: &[SessionWrite]) -> Option<StoreError> {
+fn refusal(
+    sessions: &HashMap<Arc<str>, Box<Session>>,
+    batch: &[SessionWrite],
+) -> Option<StoreError> {
     let mut created = HashMap::new();
     for write in batch {
         let epoch = sessions
@@ -176,12 +181,12 @@ impl SessionStore for MemoryStore {
                 };
                 sessions.insert(
                     write.session.clone(),
-                    Session {
+                    Box::new(Session {
                         record,
                         messages: Vec::new(),
                         queued: BTreeMap::new(),
                         op_keys: VecDeque::new(),
-                    },
+                    }),
                 );
                 continue;
             }
@@ -209,7 +214,10 @@ impl SessionStore for MemoryStore {
     }
 
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>> {
-        Box::pin(ready(Ok(self.lock().get(id).map(Session::stored))))
+        Box::pin(ready(Ok(self
+            .lock()
+            .get(id)
+            .map(|session| session.stored()))))
     }
 
     fn claim<'a>(

@@ -154,9 +154,10 @@ impl Definition {
 }
 
 impl Default for Definition {
-    /// `null`: no definition.
+    /// `null`: no definition (one text, shared by every session without one).
     fn default() -> Self {
-        Definition("null".into())
+        static NULL: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| "null".into());
+        Definition(NULL.clone())
     }
 }
 

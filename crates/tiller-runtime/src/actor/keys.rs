@@ -26,6 +26,11 @@ impl OpKeys {
         remembered
     }
 
+    /// Whether no key is remembered.
+    pub(super) fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
     /// Whether the op with `key` was applied.
     pub(super) fn seen(&self, key: &str) -> bool {
         self.seen.contains(key)

@@ -36,14 +36,14 @@ use crate::op::{Op, Queues};
 use crate::settings::AgentSettings;
 use crate::state::{AgentState, AgentStatus, Workload};
 
+mod dormant;
 mod keys;
 mod queues;
 mod run;
 mod session;
 mod start;
 
-use keys::OpKeys;
-
+pub(crate) use dormant::{Dormant, PutAway};
 pub(crate) use run::stored_context;
 use run::{ActiveRun, RunItem, RunRequest};
 use session::from_last_summary;
@@ -81,11 +81,10 @@ fn answer(reply: Option<RpcReplyPort<Result<(), AgentError>>>, result: Result<()
     }
 }
 
-/// What an actor is started with.
+/// What an actor is started with: its agent, and the agent's state.
 pub(crate) struct Boot {
     pub(crate) agent: Arc<Agent>,
-    pub(crate) settings: Arc<AgentSettings>,
-    pub(crate) loaded: Loaded,
+    pub(crate) state: Box<Dormant>,
 }
 
 pub(crate) struct AgentActor;
@@ -124,12 +123,13 @@ pub(crate) struct ActorState {
     idle_waiters: Vec<RpcReplyPort<()>>,
     /// Requests routed through the agent's slot and handled.
     handled: u64,
-    /// Counts requests, so a hibernation timer knows whether anything happened since.
+    /// Counts requests, so a timer putting the agent away knows whether anything
+    /// happened since.
     activity: u64,
     /// A spare buffer swapped with the run's queue, so batches reuse memory.
     batch: Vec<RunItem>,
     /// The idempotency keys of the ops applied last.
-    keys: OpKeys,
+    keys: keys::OpKeys,
     /// What the agent's session spent over all its runs (counted from the store
     /// when the agent has a budget of its own).
     spent: tiller_core::Spent,
@@ -145,35 +145,46 @@ impl Actor for AgentActor {
         myself: ActorRef<AgentMsg>,
         boot: Boot,
     ) -> Result<ActorState, ActorProcessingErr> {
-        let Boot {
-            agent,
+        let Boot { agent, state } = boot;
+        let Dormant {
             settings,
-            loaded,
-        } = boot;
-        let context = agent.spawned_context().clone().over_stored(&loaded.context);
+            context,
+            messages,
+            base,
+            tokens,
+            held,
+        } = *state;
+        let dormant::Held {
+            steering,
+            follow_up,
+            next_queue_seq,
+            error,
+            keys,
+            spent,
+        } = held.map(|held| *held).unwrap_or_default();
         let state = ActorState {
             agent,
             myself,
             settings,
             context,
-            messages: loaded.messages,
-            base: loaded.base,
-            tokens: loaded.tokens,
-            steering: loaded.steering,
-            follow_up: loaded.follow_up,
-            next_queue_seq: loaded.next_queue_seq,
-            error: None,
+            messages,
+            base,
+            tokens,
+            steering,
+            follow_up,
+            next_queue_seq,
+            error,
             run: None,
             runs: 0,
             idle_waiters: Vec::new(),
             handled: 0,
             activity: 0,
             batch: Vec::new(),
-            keys: OpKeys::loaded(loaded.op_keys),
-            spent: loaded.spent,
+            keys,
+            spent,
         };
         state.sync_waiting();
-        state.schedule_hibernation();
+        state.schedule_put_away();
         Ok(state)
     }
 
@@ -213,7 +224,7 @@ impl ActorState {
                 }
                 Signal::Committed(run) => return self.finish(run),
                 Signal::TakenOver(error) => return self.taken_over(error),
-                Signal::Hibernate(activity) => return self.hibernate(activity),
+                Signal::PutAway(activity) => return self.put_away(activity),
                 Signal::Halt => {
                     if let Some(run) = &self.run {
                         run.token.cancel();
@@ -270,7 +281,7 @@ impl ActorState {
             AgentMsg::Internal(_) => {}
         }
         self.activity += 1;
-        self.schedule_hibernation();
+        self.schedule_put_away();
     }
 
     /// Carries out an op; its reply hears once it is done (and durable). An op
@@ -467,37 +478,6 @@ impl ActorState {
             error: self.error.clone(),
             waiting,
             next_seq: agent.hub.next_seq(),
-        }
-    }
-
-    /// Asks to be told, once `hibernate_after` has passed, whether to hibernate.
-    fn schedule_hibernation(&self) {
-        let Some(after) = self.agent.runtime.config.hibernate_after else {
-            return;
-        };
-        if self.run.is_some() {
-            return;
-        }
-        let activity = self.activity;
-        self.myself.send_after(after, move || {
-            AgentMsg::Internal(Internal(Signal::Hibernate(activity)))
-        });
-    }
-
-    fn hibernate(&mut self, activity: u64) {
-        if activity != self.activity || self.run.is_some() {
-            return;
-        }
-        if self
-            .agent
-            .route
-            .hibernate_if_quiet(self.myself.get_id(), self.handled, &self.settings)
-        {
-            self.myself.stop(None);
-        } else {
-            // Not yet live, or requests on their way: they will count as activity;
-            // if none does (the actor was just being started), ask again later.
-            self.schedule_hibernation();
         }
     }
 }

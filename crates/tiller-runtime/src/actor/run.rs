@@ -725,7 +725,7 @@ impl ActorState {
             let _ = finished.send(outcome);
         }
         self.activity += 1;
-        self.schedule_hibernation();
+        self.schedule_put_away();
     }
 
     /// Answers the run's write-ahead request with what tells when its last
@@ -806,5 +806,13 @@ pub(super) fn queue_source(
 
 /// `context` as a session stores it.
 pub(crate) fn stored_context(context: &tiller_core::AgentContext) -> tiller_store::Definition {
-    tiller_store::Definition::new(&context.to_stored()).unwrap_or_default()
+    /// An empty context's text, shared by every session that has one.
+    static EMPTY: std::sync::LazyLock<tiller_store::Definition> = std::sync::LazyLock::new(|| {
+        tiller_store::Definition::new(&tiller_core::StoredContext::default()).unwrap_or_default()
+    });
+    let stored = context.to_stored();
+    if stored == tiller_core::StoredContext::default() {
+        return EMPTY.clone();
+    }
+    tiller_store::Definition::new(&stored).unwrap_or_default()
 }

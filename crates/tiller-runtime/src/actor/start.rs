@@ -1,13 +1,14 @@
-//! Starting an agent's actor: the first (the supervisor's spawn), after
-//! hibernation (a thaw) and after a failure (a restart). Its state comes from the
-//! store, after every write submitted so far is committed; the requests that
-//! waited in the route are delivered to it in order.
+//! Starting an agent's actor: the first (the supervisor's spawn), after a
+//! dormant spell (a wake), after hibernation (a thaw) and after a failure (a
+//! restart). A woken actor starts from the state its dormant agent kept; the
+//! others from the store, after every write submitted so far is committed. The
+//! requests that waited in the route are delivered to it in order.
 
 use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use super::{AgentActor, Boot, Loaded};
+use super::{AgentActor, Boot, Dormant, Loaded};
 use crate::agent::Agent;
 use crate::message::AgentMsg;
 use crate::settings::AgentSettings;
@@ -15,32 +16,43 @@ use crate::subscription::{Delivered, Notice};
 
 /// Why an actor is being started.
 enum Start {
-    /// After hibernation.
-    Thaw,
-    /// After a failure.
-    Restart(String),
+    /// After a dormant spell, from the state the agent kept.
+    Wake(Box<Dormant>),
+    /// After hibernation, with these settings.
+    Thaw(Arc<AgentSettings>),
+    /// After a failure, with these settings.
+    Restart(Arc<AgentSettings>, String),
 }
 
 impl Agent {
-    /// Brings a hibernated agent back with `settings`.
-    pub(crate) fn thaw(self: &Arc<Self>, settings: Arc<AgentSettings>) {
-        self.start(settings, Start::Thaw);
+    /// Brings a dormant agent back from the state it kept.
+    pub(crate) fn wake(self: &Arc<Self>, state: Box<Dormant>) {
+        self.start(Start::Wake(state));
     }
 
-    /// Starts an actor with `settings` for this agent in a task: its state is
-    /// loaded from the store (after every write submitted so far is committed),
-    /// then the requests waiting in the route are delivered in order.
-    fn start(self: &Arc<Self>, settings: Arc<AgentSettings>, why: Start) {
+    /// Brings a hibernated agent back with `settings`.
+    pub(crate) fn thaw(self: &Arc<Self>, settings: Arc<AgentSettings>) {
+        self.start(Start::Thaw(settings));
+    }
+
+    /// Starts an actor for this agent in a task on its shard, then delivers the
+    /// requests waiting in the route in order.
+    fn start(self: &Arc<Self>, why: Start) {
         let agent = self.clone();
         self.runtime.shards.spawn(self.id.as_str(), async move {
-            match agent.boot(settings).await {
+            let (started, restarted) = match why {
+                Start::Wake(state) => (agent.spawn_actor(state).await, None),
+                Start::Thaw(settings) => (agent.boot(settings).await, None),
+                Start::Restart(settings, reason) => (agent.boot(settings).await, Some(reason)),
+            };
+            match started {
                 Ok(actor) => {
                     if !agent.route.go_live(&actor) {
                         // Stopped meanwhile.
                         actor.stop(None);
                         return;
                     }
-                    if let Start::Restart(reason) = why {
+                    if let Some(reason) = restarted {
                         agent.hub.publish(
                             &agent.id,
                             Delivered::Notice(Notice::AgentRestarted { reason }),
@@ -80,16 +92,18 @@ impl Agent {
             .to_string());
         }
         let loaded = Loaded::from_store(self, &settings, stored);
-        self.spawn_actor(settings, loaded).await
+        let state = self.state_of(settings, loaded).await?;
+        self.spawn_actor(state).await
     }
 
-    /// Spawns an actor with `settings` holding `loaded`, linked to the supervisor.
-    /// An agent with a budget of its own learns first what its session spent.
-    pub(crate) async fn spawn_actor(
+    /// The state an actor of this agent starts from with `settings`, from
+    /// `loaded`. An agent with a budget of its own learns first what its session
+    /// spent.
+    pub(crate) async fn state_of(
         self: &Arc<Self>,
         settings: Arc<AgentSettings>,
         mut loaded: Loaded,
-    ) -> Result<ActorRef<AgentMsg>, String> {
+    ) -> Result<Box<Dormant>, String> {
         if !settings.definition.run.budget.agent.is_unbounded() {
             let scope = tiller_store::SpendScope::Session(self.session.to_string());
             loaded.spent = self
@@ -100,10 +114,17 @@ impl Agent {
                 .await
                 .map_err(|error| format!("the session store failed: {error}"))?;
         }
+        Ok(Dormant::loaded(self, settings, loaded))
+    }
+
+    /// Spawns an actor holding `state`, linked to the supervisor.
+    pub(crate) async fn spawn_actor(
+        self: &Arc<Self>,
+        state: Box<Dormant>,
+    ) -> Result<ActorRef<AgentMsg>, String> {
         let boot = Boot {
             agent: self.clone(),
-            settings,
-            loaded,
+            state,
         };
         let spawning = AgentActor::spawn(boot, self.runtime.supervisor.clone());
         self.runtime
@@ -121,6 +142,6 @@ impl Agent {
             return;
         }
         tracing::warn!(agent = %self.id, %reason, "agent failed; restarting from its stored session");
-        self.start(settings, Start::Restart(reason));
+        self.start(Start::Restart(settings, reason));
     }
 }
