@@ -307,7 +307,6 @@ async fn dormant_agents() {
             })
             .await
             .unwrap();
-        assert!(agent.has_actor());
         wakes.push(wake);
         awake.push(again);
     }

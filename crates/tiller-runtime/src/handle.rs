@@ -51,9 +51,10 @@ impl AgentHandle {
         &self.agent.session
     }
 
-    /// The agent's actor, for a host's own actors to message or link to (thawing
-    /// the agent if it hibernates). A restart or a thaw replaces the actor; the
-    /// handle follows, a kept `ActorRef` does not.
+    /// The agent's actor, for a host's own actors to message or link to (waking
+    /// the agent if it is dormant, thawing it if it hibernates). A restart, a
+    /// wake or a thaw replaces the actor; the handle follows, a kept `ActorRef`
+    /// does not (a message sent to an actor put away since is dropped).
     pub async fn actor(&self) -> Result<ActorRef<AgentMsg>, AgentError> {
         self.agent.actor().await
     }

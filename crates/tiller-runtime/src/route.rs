@@ -14,6 +14,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{ActorId, ActorRef, MessagingErr};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::actor::Dormant;
 use crate::error::AgentError;
@@ -203,6 +204,18 @@ impl Route {
         let mut routing = self.lock();
         let quiet = matches!(&routing.slot, Slot::Live { actor: live, sent } if live.get_id() == actor && *sent == handled);
         quiet.then(|| routing.rest(take()))
+    }
+
+    /// Keeps `timer` with the state of dormant spell `rest`, if it is still on
+    /// (else drops it, which stops it).
+    pub(crate) fn keep_timer(&self, rest: u64, timer: AbortOnDropHandle<()>) {
+        let mut routing = self.lock();
+        if routing.rests != rest {
+            return;
+        }
+        if let Slot::Dormant(state) = &mut routing.slot {
+            state.keep_timer(timer);
+        }
     }
 
     /// Hibernates an agent still in dormant spell `rest`: its state leaves memory.

@@ -212,7 +212,7 @@ async fn a_dormant_agent_hibernates_once_idle_for_hibernate_after() {
     assert!(!agent.has_actor());
     assert_eq!(agent.status(), AgentStatus::Idle);
 
-    // At 30 s, a request wakes it: dormant again at 41 s, hibernated at 91 s.
+    // At 30 s, a request wakes it: dormant again at 40 s, hibernated at 90 s.
     tokio::time::sleep(Duration::from_secs(19)).await;
     agent.workload().await.unwrap();
     assert!(agent.has_actor());
@@ -287,5 +287,30 @@ async fn a_waiting_agent_goes_dormant_waiting_and_the_reply_wakes_it() {
             "assistant"
         ]
     );
+    supervisor.shutdown().await;
+}
+
+/// A wake ends the timer that would have hibernated the spell it ended: an
+/// agent woken again and again keeps one timer, not one per spell.
+#[tokio::test(start_paused = true)]
+async fn a_wake_stops_the_timer_of_the_spell_it_ends() {
+    let (supervisor, _store) =
+        supervisor(Duration::from_secs(1), Some(Duration::from_secs(3_600))).await;
+    let faux = FauxProvider::new();
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux)))
+        .await
+        .unwrap();
+    let runtime = tokio::runtime::Handle::current().metrics();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!agent.has_actor());
+    let tasks = runtime.num_alive_tasks();
+    for _ in 0..100 {
+        agent.workload().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!agent.has_actor());
+    }
+    assert_eq!(runtime.num_alive_tasks(), tasks);
+    assert_eq!(agent.status(), AgentStatus::Idle);
     supervisor.shutdown().await;
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tiller_core::{AgentContext, ContextTokens, Spent};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::ActorState;
 use super::keys::OpKeys;
@@ -38,9 +39,14 @@ pub(crate) struct Dormant {
     /// What most idle agents have none of, apart so that they pay a word for
     /// it: `None` when it is all empty.
     pub(super) held: Option<Box<Held>>,
+    /// What the agent spent over its runs (a budget of its own, or one a run's
+    /// patch gives it, is held against it); `None` while nothing.
+    pub(super) spent: Option<Box<Spent>>,
+    /// The timer that hibernates the agent later, stopped with the spell.
+    pub(super) hibernating: Option<AbortOnDropHandle<()>>,
 }
 
-/// An agent's queues, last error, idempotency keys and spending.
+/// An agent's queues, last error and idempotency keys.
 #[derive(Default)]
 pub(super) struct Held {
     pub(super) steering: VecDeque<(u64, AgentMessage)>,
@@ -49,22 +55,26 @@ pub(super) struct Held {
     pub(super) next_queue_seq: u64,
     pub(super) error: Option<String>,
     pub(super) keys: OpKeys,
-    /// What the session spent, kept for an agent with a budget of its own.
-    pub(super) spent: Spent,
 }
 
 impl Held {
-    /// `self`, unless it holds nothing: no queued message, error, key or
-    /// spending. An empty queue's next number is not kept: it starts from 0
-    /// again, as it does when the session is loaded.
+    /// `self`, unless it holds nothing: no queued message, error or key. An
+    /// empty queue's next number is not kept: it starts from 0 again, as it
+    /// does when the session is loaded (every write that names a queued
+    /// message by its number is committed before a run ends, and an agent is
+    /// put away only between runs).
     fn kept(self) -> Option<Box<Held>> {
         let empty = self.steering.is_empty()
             && self.follow_up.is_empty()
             && self.error.is_none()
-            && self.keys.is_empty()
-            && self.spent.is_zero();
+            && self.keys.is_empty();
         (!empty).then(|| Box::new(self))
     }
+}
+
+/// `spent`, boxed, unless it is nothing.
+fn kept_spent(spent: Spent) -> Option<Box<Spent>> {
+    (!spent.is_zero()).then(|| Box::new(spent))
 }
 
 impl Dormant {
@@ -78,7 +88,6 @@ impl Dormant {
             next_queue_seq: loaded.next_queue_seq,
             error: None,
             keys: OpKeys::loaded(loaded.op_keys),
-            spent: loaded.spent,
         };
         Box::new(Dormant {
             settings,
@@ -87,12 +96,20 @@ impl Dormant {
             base: loaded.base,
             tokens: loaded.tokens,
             held: held.kept(),
+            spent: kept_spent(loaded.spent),
+            hibernating: None,
         })
     }
 
     /// The settings its next actor starts with.
     pub(crate) fn settings(&self) -> &Arc<AgentSettings> {
         &self.settings
+    }
+
+    /// Keeps the timer that hibernates the agent: it stops when this state is
+    /// dropped (a wake, a stop) or replaced.
+    pub(crate) fn keep_timer(&mut self, timer: AbortOnDropHandle<()>) {
+        self.hibernating = Some(timer);
     }
 
     /// Whether a request to the user is open in its transcript.
@@ -131,18 +148,20 @@ impl PutAway {
 
 impl Agent {
     /// The agent went dormant (its `rest`-th time): when the configuration says
-    /// so, it hibernates `after` later, unless a request woke it meanwhile.
+    /// so, it hibernates `after` later. The timer is kept with the dormant
+    /// state, so a wake (or a stop) ends it.
     pub(crate) fn hibernate_later(self: &Arc<Self>, rest: u64, after: Option<Duration>) {
         let Some(after) = after else {
             return;
         };
         let agent = Arc::downgrade(self);
-        self.runtime.shards.spawn(self.id.as_str(), async move {
+        let timer = self.runtime.shards.spawn(self.id.as_str(), async move {
             tokio::time::sleep(after).await;
             if let Some(agent) = agent.upgrade() {
                 agent.route.hibernate_dormant(rest);
             }
         });
+        self.route.keep_timer(rest, AbortOnDropHandle::new(timer));
     }
 }
 
@@ -197,8 +216,7 @@ impl ActorState {
     }
 
     /// The agent's state, taken from this actor (which stops right after), in
-    /// as little memory as it fits. What the session spent is kept only for an
-    /// agent with a budget of its own, the one that reads it (as on a load).
+    /// as little memory as it fits.
     fn dormant(&mut self) -> Box<Dormant> {
         let mut messages = std::mem::take(&mut self.messages);
         messages.shrink_to_fit();
@@ -206,18 +224,12 @@ impl ActorState {
         steering.shrink_to_fit();
         let mut follow_up = std::mem::take(&mut self.follow_up);
         follow_up.shrink_to_fit();
-        let budgeted = !self.settings.definition.run.budget.agent.is_unbounded();
         let held = Held {
             steering,
             follow_up,
             next_queue_seq: self.next_queue_seq,
             error: self.error.take(),
             keys: std::mem::take(&mut self.keys),
-            spent: if budgeted {
-                self.spent
-            } else {
-                Spent::default()
-            },
         };
         Box::new(Dormant {
             settings: self.settings.clone(),
@@ -226,6 +238,8 @@ impl ActorState {
             base: self.base,
             tokens: self.tokens,
             held: held.kept(),
+            spent: kept_spent(self.spent),
+            hibernating: None,
         })
     }
 }

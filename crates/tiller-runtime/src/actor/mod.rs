@@ -153,6 +153,8 @@ impl Actor for AgentActor {
             base,
             tokens,
             held,
+            spent,
+            hibernating: _,
         } = *state;
         let dormant::Held {
             steering,
@@ -160,8 +162,8 @@ impl Actor for AgentActor {
             next_queue_seq,
             error,
             keys,
-            spent,
         } = held.map(|held| *held).unwrap_or_default();
+        let spent = spent.map(|spent| *spent).unwrap_or_default();
         let state = ActorState {
             agent,
             myself,

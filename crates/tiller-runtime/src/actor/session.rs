@@ -36,7 +36,7 @@ pub(crate) struct Loaded {
     pub(crate) op_keys: Vec<Arc<str>>,
     /// The context the session stored (none for a new one).
     pub(crate) context: StoredContext,
-    /// What the session spent before (read by [`Agent::spawn_actor`] when the
+    /// What the session spent before (read by [`Agent::state_of`] when the
     /// agent has a budget of its own).
     pub(crate) spent: tiller_core::Spent,
 }
@@ -205,14 +205,27 @@ impl ActorState {
 
     /// The acknowledgement of the actor's writes: a write refused because the
     /// session was taken over is told to the actor first (see
-    /// [`ActorState::taken_over`]), then `then` hears the result.
+    /// [`ActorState::taken_over`]), or, when that actor was put away since, stops
+    /// the agent here; then `then` hears the result.
     pub(super) fn ack(&self, then: impl FnOnce(Result<(), StoreError>) + Send + 'static) -> Ack {
         let actor = self.myself.clone();
+        let agent = self.agent.clone();
         Box::new(move |result| {
             if let Err(error @ StoreError::TakenOver { .. }) = &result {
-                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::TakenOver(
-                    error.clone(),
-                ))));
+                let told = agent
+                    .route
+                    .live()
+                    .is_some_and(|live| live.get_id() == actor.get_id())
+                    && actor
+                        .send_message(AgentMsg::Internal(Internal(Signal::TakenOver(
+                            error.clone(),
+                        ))))
+                        .is_ok();
+                if !told {
+                    let reason = error.to_string();
+                    tracing::warn!(agent = %agent.id, %reason, "agent stopped");
+                    agent.stop(reason);
+                }
             }
             then(result);
         })
