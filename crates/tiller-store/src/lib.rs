@@ -66,6 +66,13 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Applies `batch` in order, all or nothing.
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Whether [`SessionStore::apply`] is done before it returns (a store in
+    /// memory): its [`StoreWriter`] then applies each request where it is
+    /// submitted, with no hand-off to its task. False by default.
+    fn applies_at_once(&self) -> bool {
+        false
+    }
+
     /// The session `id` as stored, or `None` when there is none. Reading claims
     /// nothing: see [`SessionStore::claim`] for a session an agent will hold.
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<StoredSession>, StoreError>>;

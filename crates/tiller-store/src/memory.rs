@@ -165,6 +165,11 @@ impl Session {
 }
 
 impl SessionStore for MemoryStore {
+    /// Its writes are done under a lock, at once.
+    fn applies_at_once(&self) -> bool {
+        true
+    }
+
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut sessions = self.lock();
         // All or nothing: check every write before applying any.

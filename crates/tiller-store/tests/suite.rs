@@ -702,6 +702,46 @@ async fn memory_store() {
     suite(Arc::new(MemoryStore::new()), &tenant("memory")).await;
 }
 
+/// The in-memory store applies writes at once: a request is committed and
+/// acknowledged before `submit` returns, with no turn of the writer's task, and
+/// a refused one is answered with its own error the same way.
+#[tokio::test]
+async fn the_memory_stores_writer_acknowledges_before_submit_returns() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = StoreWriter::for_store(store.clone());
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ack = |heard: &Arc<std::sync::Mutex<Vec<Result<(), StoreError>>>>| {
+        let heard = heard.clone();
+        let ack: tiller_store::Ack = Box::new(move |result| heard.lock().unwrap().push(result));
+        Some(ack)
+    };
+    writer.submit(
+        vec![write(
+            "at-once",
+            Change::Create(SessionRecord::new("at-once")),
+        )],
+        ack(&heard),
+    );
+    writer.submit(
+        vec![append("at-once", 0, &Arc::new(user("hello")))],
+        ack(&heard),
+    );
+    writer.submit(
+        vec![append("never-made", 0, &Arc::new(user("lost")))],
+        ack(&heard),
+    );
+    let heard = std::mem::take(&mut *heard.lock().unwrap());
+    assert_eq!(heard.len(), 3);
+    assert!(heard[0].is_ok() && heard[1].is_ok());
+    assert!(
+        matches!(&heard[2], Err(StoreError::NoSuchSession(session)) if session == "never-made"),
+        "{:?}",
+        heard[2]
+    );
+    let stored = store.load("at-once").await.unwrap().unwrap();
+    assert_eq!(stored.messages.len(), 1);
+}
+
 #[tokio::test]
 async fn sqlite_store() {
     let db = TempSqlite::new();
