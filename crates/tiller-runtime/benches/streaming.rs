@@ -33,7 +33,9 @@
 //!    (target <= 500 µs);
 //! 6. `tools-10`: ten agents given that prompt at once by the host, again and
 //!    again: CPU per prompt (target: the default configuration at most the
-//!    current-thread figure).
+//!    current-thread figure), beside the floor of the host's two round trips
+//!    to the agent's thread a prompt makes there (`run`, then `reset`): as many
+//!    bare tasks run on an agent's shard and awaited by the host.
 //!
 //! ```text
 //! cargo bench -p tiller-runtime --bench streaming
@@ -47,6 +49,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use tiller_ai::faux::FauxProvider;
 use tiller_ai::{AssistantEvent, Model};
 use tiller_core::AgentEvent;
 use tiller_runtime::{
@@ -179,9 +182,11 @@ fn main() {
             }
             if chosen("tools-10", &figures) {
                 let cpu = tools_at_once(&supervisor, &server.model("tools"), 10, 50).await;
+                let trips = host_round_trips(&supervisor, 10, 500).await;
                 println!(
-                    "{pass}: ten agents given that prompt at once by the host: {:.0} µs CPU per prompt",
-                    micros(cpu)
+                    "{pass}: ten agents given that prompt at once by the host: {:.0} µs CPU per prompt; two bare round trips from the host to an agent's thread: {:.0} µs",
+                    micros(cpu),
+                    2.0 * micros(trips)
                 );
             }
             supervisor.shutdown().await;
@@ -413,6 +418,23 @@ async fn tools_at_once(
             .await
             .unwrap();
     }
+    for agent in &handles {
+        supervisor.stop(agent.id().as_str()).await;
+    }
+    cpu / (agents * rounds) as u32
+}
+
+/// CPU per round trip from the host to an agent's thread and back, `agents`
+/// agents' at once: an empty task run beside each agent and awaited.
+async fn host_round_trips(supervisor: &Supervisor, agents: usize, rounds: usize) -> Duration {
+    let settings = std::sync::Arc::new(AgentSettings::new(FauxProvider::new().model()));
+    let spawns = (0..agents).map(|_| supervisor.spawn(AgentSpec::new(settings.clone())));
+    let handles: Vec<AgentHandle> = futures::future::try_join_all(spawns).await.unwrap();
+    let started = cpu_time();
+    for _ in 0..rounds {
+        futures::future::join_all(handles.iter().map(|agent| agent.spawn_beside(async {}))).await;
+    }
+    let cpu = cpu_time() - started;
     for agent in &handles {
         supervisor.stop(agent.id().as_str()).await;
     }
