@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{echo, roles, tools};
+use common::{echo, roles, run_ends, tools};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -85,18 +85,7 @@ async fn an_idle_agent_gives_up_its_actor_and_wakes_from_memory() {
         requested(&faux),
         [vec!["user"], vec!["user", "assistant", "user"]]
     );
-    let mut ends = Vec::new();
-    let mut last_seq = None;
-    while ends.len() < 2 {
-        let envelope = events.next().await.unwrap();
-        if let Some(last) = last_seq {
-            assert_eq!(envelope.seq, last + 1);
-        }
-        last_seq = Some(envelope.seq);
-        if let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &envelope.event {
-            ends.push(roles(messages));
-        }
-    }
+    let ends = run_ends(&mut events, 2).await;
     assert_eq!(ends, [vec!["user", "assistant"], vec!["user", "assistant"]]);
 
     tokio::time::sleep(Duration::from_secs(31)).await;

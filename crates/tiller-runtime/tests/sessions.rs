@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use common::{assert_valid, echo, is_agent_end, is_restart, roles, tools, until};
-use futures::StreamExt;
+use common::{assert_valid, echo, is_agent_end, is_restart, roles, run_ends, tools, until};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
@@ -306,18 +305,7 @@ async fn an_idle_agent_hibernates_and_thaws_on_the_next_request() {
     faux.push(FauxTurn::text("steered"));
     agent.prompt("again").await.unwrap();
     // The one subscription saw both runs, numbered without a gap.
-    let mut ends = Vec::new();
-    let mut last_seq = None;
-    while ends.len() < 2 {
-        let envelope = events.next().await.unwrap();
-        if let Some(last) = last_seq {
-            assert_eq!(envelope.seq, last + 1);
-        }
-        last_seq = Some(envelope.seq);
-        if let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &envelope.event {
-            ends.push(roles(messages));
-        }
-    }
+    let ends = run_ends(&mut events, 2).await;
     assert_eq!(
         ends,
         [vec!["user", "assistant"], vec!["user", "user", "assistant"]]

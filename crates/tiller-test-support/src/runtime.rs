@@ -55,6 +55,24 @@ pub async fn until(
     .expect("the awaited event never came")
 }
 
+/// The roles of the messages of the next `runs` runs' `agent_end`s, checking on
+/// the way that the events are numbered without a gap.
+pub async fn run_ends(subscription: &mut Subscription, runs: usize) -> Vec<Vec<&'static str>> {
+    let mut ends = Vec::new();
+    let mut last_seq = None;
+    while ends.len() < runs {
+        let envelope = subscription.next().await.expect("the subscription ended");
+        if let Some(last) = last_seq {
+            assert_eq!(envelope.seq, last + 1, "a gap in the events' numbers");
+        }
+        last_seq = Some(envelope.seq);
+        if let Delivered::Event(AgentEvent::AgentEnd { messages, .. }) = &envelope.event {
+            ends.push(crate::transcript::roles(messages));
+        }
+    }
+    ends
+}
+
 /// Whether an envelope carries `agent_end`.
 pub fn is_agent_end(envelope: &Envelope) -> bool {
     matches!(

@@ -6,7 +6,8 @@
 // Each test uses some of it.
 #[allow(unused_imports)]
 pub(crate) use tiller_test_support::runtime::{
-    agent, endless, idle, is_agent_end, is_restart, last_user, panicking_once, tool_started, until,
+    agent, endless, idle, is_agent_end, is_restart, last_user, panicking_once, run_ends,
+    tool_started, until,
 };
 #[allow(unused_imports)]
 pub(crate) use tiller_test_support::tools::{log, logged, patient, tools};
