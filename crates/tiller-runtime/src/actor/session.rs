@@ -173,8 +173,9 @@ impl ActorState {
         self.messages.extend(results.into_iter().map(Arc::new));
         self.count_from(from);
         writes.extend(appends(&self.agent, seq, &self.messages[from..]));
-        self.commit(writes, reply);
+        // The status first: the reply may be sent before `commit` returns.
         self.sync_waiting();
+        self.commit(writes, reply);
     }
 
     /// The place in the stored transcript of the next message added.
