@@ -18,28 +18,7 @@ use tiller_core::{
     LoopContext, Prompt, Reply, RunEnd, RunOptions, ToolError, ToolOutput, UserRequest,
     open_requests, run_loop,
 };
-
-/// A `remind` tool that needs a `due` date and asks for it when it is missing.
-fn remind(log: &Arc<Mutex<Vec<String>>>) -> Arc<dyn AgentTool> {
-    let log = log.clone();
-    Arc::new(FnTool::new(
-        "remind",
-        "Set a reminder",
-        json!({"type": "object", "properties": {"what": {"type": "string"}, "due": {"type": "string"}}, "required": ["what"]}),
-        move |args, _ctx| {
-            let log = log.clone();
-            async move {
-                let Some(due) = args["due"].as_str() else {
-                    return Err(ToolError::needs_input("due", "When should I remind you?"));
-                };
-                log.lock()
-                    .unwrap()
-                    .push(format!("{} @ {due}", args["what"].as_str().unwrap()));
-                Ok(ToolOutput::text(format!("Reminder set for {due}.")))
-            }
-        },
-    ))
-}
+use tiller_test_support::tools::remind;
 
 /// Runs the loop from `prompt` on `messages`: its events and the transcript after it.
 async fn run(
@@ -93,7 +72,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
     let (events, transcript) = run(
         "remind me to call Juan".into(),
         vec![],
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await
@@ -132,7 +111,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
     let refused = run(
         "hello".into(),
         transcript.clone(),
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await;
@@ -145,7 +124,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
     let refused = run(
         Prompt::Reply(Reply::approve("c1")),
         transcript.clone(),
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await;
@@ -159,7 +138,7 @@ async fn a_tool_that_asks_parks_the_run_and_the_answer_makes_the_model_call_it_a
     let (events, transcript) = run(
         Prompt::Reply(Reply::answer("c1", "tomorrow 9:00")),
         transcript,
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await
@@ -223,7 +202,7 @@ async fn a_tool_asking_past_the_cap_is_an_error_result_for_the_model() {
     let (_, mut transcript) = run(
         "remind me".into(),
         vec![],
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         options.clone(),
     )
     .await
@@ -233,7 +212,7 @@ async fn a_tool_asking_past_the_cap_is_an_error_result_for_the_model() {
         let (events, after) = run(
             Prompt::Reply(Reply::answer(asking, answer)),
             transcript,
-            vec![remind(&done)],
+            vec![remind(&done, "When should I remind you?")],
             options.clone(),
         )
         .await
@@ -267,7 +246,7 @@ async fn an_answer_goes_into_the_waiting_call_which_runs_again_at_once() {
     let (_, transcript) = run(
         "remind me to call Juan".into(),
         vec![],
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await
@@ -287,7 +266,7 @@ async fn an_answer_goes_into_the_waiting_call_which_runs_again_at_once() {
     let (events, transcript) = run(
         Prompt::Reply(Reply::answer("c1", "tomorrow 9:00")),
         transcript,
-        vec![remind(&done)],
+        vec![remind(&done, "When should I remind you?")],
         config(&faux),
     )
     .await

@@ -44,7 +44,9 @@ use futures::StreamExt;
 use serde_json::json;
 use tiller_ai::faux::{FauxProvider, FauxTurn};
 use tiller_core::{AgentEvent, AgentMessage, AgentTool, FnTool, ToolSet};
-use tiller_runtime::{AgentSettings, AgentSpec, Delivered, Supervisor, SupervisorConfig};
+use tiller_runtime::{
+    AgentHandle, AgentSettings, AgentSpec, Delivered, Supervisor, SupervisorConfig,
+};
 use tiller_store::{MemoryStore, SessionStore, SqlStore};
 use tiller_test_support::sqlite::TempSqlite;
 use tiller_test_support::workload::{
@@ -108,14 +110,9 @@ fn main() {
         }
         return;
     }
-    for figure in ["memory", "dormant"] {
-        // Each in a process of its own: the other's freed memory is not reused.
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .arg(figure)
-            .output()
-            .unwrap();
-        print!("{}", String::from_utf8_lossy(&output.stdout));
-    }
+    // Each in a process of its own: the other's freed memory is not reused.
+    in_own_process("memory");
+    in_own_process("dormant");
     two_workers().block_on(async {
         fan_out().await;
         // Three rounds of each, alternated; medians (this machine's CPU time is noisy).
@@ -233,14 +230,8 @@ async fn idle_agents() {
     let template = transcript(&faux.model());
     let before = rss();
     let started = Instant::now();
-    // Spawned 1,000 at a time: their sessions are created in shared transactions.
-    for _ in 0..AGENTS / 1_000 {
-        let spawns = (0..1_000).map(|_| {
-            supervisor.spawn(AgentSpec::new(settings.clone()).with_messages(template.clone()))
-        });
-        for handle in futures::future::join_all(spawns).await {
-            handle.unwrap();
-        }
+    for _ in 0..AGENTS / BATCH {
+        spawn_batch(&supervisor, &settings, &template).await;
     }
     let elapsed = started.elapsed();
     let per_agent = (rss() - before) / AGENTS;
@@ -248,11 +239,7 @@ async fn idle_agents() {
         "{AGENTS} resident idle agents with a 10-message transcript: {per_agent} bytes per agent, actor and in-memory session included (target <= 6144); spawned at {:.0} agents/s (each session written before its spawn returns)",
         AGENTS as f64 / elapsed.as_secs_f64()
     );
-    let floor = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg("floor")
-        .output()
-        .unwrap();
-    print!("{}", String::from_utf8_lossy(&floor.stdout));
+    in_own_process("floor");
     supervisor.shutdown().await;
 }
 
@@ -261,7 +248,6 @@ async fn idle_agents() {
 /// one's shard, beside the same request once it is awake.
 async fn dormant_agents() {
     const AGENTS: usize = 10_000;
-    const BATCH: usize = 1_000;
     const WAKES: usize = 1_000;
     let faux = FauxProvider::new();
     let config = SupervisorConfig {
@@ -279,12 +265,7 @@ async fn dormant_agents() {
     let before = rss();
     let mut after_first = 0;
     for batch in 0..AGENTS / BATCH {
-        let spawns = (0..BATCH).map(|_| {
-            supervisor.spawn(AgentSpec::new(settings.clone()).with_messages(template.clone()))
-        });
-        for handle in futures::future::join_all(spawns).await {
-            agents.push(handle.unwrap());
-        }
+        agents.extend(spawn_batch(&supervisor, &settings, &template).await);
         if batch == 0 {
             after_first = rss();
         }
@@ -320,12 +301,39 @@ async fn dormant_agents() {
         at(&awake, 0.5),
         at(&awake, 0.99),
     );
-    let floor = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg("floor")
+    in_own_process("floor");
+    supervisor.shutdown().await;
+}
+
+/// Agents spawned at once by figures 1 and 1b: their sessions are created in
+/// shared transactions.
+const BATCH: usize = 1_000;
+
+/// [`BATCH`] agents spawned at once with `settings` and `template` as their
+/// transcript.
+async fn spawn_batch(
+    supervisor: &Supervisor,
+    settings: &Arc<AgentSettings>,
+    template: &[AgentMessage],
+) -> Vec<AgentHandle> {
+    let spawns = (0..BATCH).map(|_| {
+        supervisor.spawn(AgentSpec::new(settings.clone()).with_messages(template.to_vec()))
+    });
+    futures::future::join_all(spawns)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Runs this bench again with `figure` as its argument, in a process of its
+/// own, and prints what it printed.
+fn in_own_process(figure: &str) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg(figure)
         .output()
         .unwrap();
-    print!("{}", String::from_utf8_lossy(&floor.stdout));
-    supervisor.shutdown().await;
+    print!("{}", String::from_utf8_lossy(&output.stdout));
 }
 
 /// The floor under figure 1: what a bare ractor actor (a `u64` of state), linked

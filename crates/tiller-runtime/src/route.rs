@@ -171,7 +171,7 @@ impl Route {
     /// for it (`waiting`: a request to the user is open in its transcript).
     pub(crate) fn hibernate_unstarted(&self, settings: Arc<AgentSettings>, waiting: bool) -> bool {
         let mut routing = self.lock();
-        if !matches!(&routing.slot, Slot::Starting(requests) if requests.is_empty()) {
+        if !routing.unstarted() {
             return false;
         }
         routing.slot = Slot::Hibernated(settings);
@@ -184,7 +184,7 @@ impl Route {
     /// with. Returns the number of this dormant spell.
     pub(crate) fn rest_unstarted(&self, state: Box<Dormant>) -> Result<u64, Box<Dormant>> {
         let mut routing = self.lock();
-        if !matches!(&routing.slot, Slot::Starting(requests) if requests.is_empty()) {
+        if !routing.unstarted() {
             return Err(state);
         }
         let waiting = state.is_waiting();
@@ -202,18 +202,13 @@ impl Route {
         take: impl FnOnce() -> Box<Dormant>,
     ) -> Option<u64> {
         let mut routing = self.lock();
-        let quiet = matches!(&routing.slot, Slot::Live { actor: live, sent } if live.get_id() == actor && *sent == handled);
-        quiet.then(|| routing.rest(take()))
+        routing.quiet(actor, handled).then(|| routing.rest(take()))
     }
 
     /// Keeps `timer` with the state of dormant spell `rest`, if it is still on
     /// (else drops it, which stops it).
     pub(crate) fn keep_timer(&self, rest: u64, timer: AbortOnDropHandle<()>) {
-        let mut routing = self.lock();
-        if routing.rests != rest {
-            return;
-        }
-        if let Slot::Dormant(state) = &mut routing.slot {
+        if let Some(state) = self.lock().dormant_in(rest) {
             state.keep_timer(timer);
         }
     }
@@ -221,10 +216,7 @@ impl Route {
     /// Hibernates an agent still in dormant spell `rest`: its state leaves memory.
     pub(crate) fn hibernate_dormant(&self, rest: u64) {
         let mut routing = self.lock();
-        if routing.rests != rest {
-            return;
-        }
-        if let Slot::Dormant(state) = &routing.slot {
+        if let Some(state) = routing.dormant_in(rest) {
             routing.slot = Slot::Hibernated(state.settings().clone());
         }
     }
@@ -238,7 +230,7 @@ impl Route {
         settings: &Arc<AgentSettings>,
     ) -> bool {
         let mut routing = self.lock();
-        let quiet = matches!(&routing.slot, Slot::Live { actor: live, sent } if live.get_id() == actor && *sent == handled);
+        let quiet = routing.quiet(actor, handled);
         if quiet {
             routing.slot = Slot::Hibernated(settings.clone());
         }
@@ -324,6 +316,26 @@ impl Route {
 }
 
 impl Routing {
+    /// Whether the agent's first actor is being started and no request waits
+    /// for it.
+    fn unstarted(&self) -> bool {
+        matches!(&self.slot, Slot::Starting(requests) if requests.is_empty())
+    }
+
+    /// Whether `actor` is the live actor and has handled every request routed
+    /// to it (`handled`).
+    fn quiet(&self, actor: ActorId, handled: u64) -> bool {
+        matches!(&self.slot, Slot::Live { actor: live, sent } if live.get_id() == actor && *sent == handled)
+    }
+
+    /// The state of dormant spell `rest`, if the agent is still in it.
+    fn dormant_in(&mut self, rest: u64) -> Option<&mut Box<Dormant>> {
+        match &mut self.slot {
+            Slot::Dormant(state) if self.rests == rest => Some(state),
+            _ => None,
+        }
+    }
+
     /// Keeps `state` in the slot, for the next request to wake the agent with;
     /// the number of this dormant spell.
     fn rest(&mut self, state: Box<Dormant>) -> u64 {

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -620,24 +620,24 @@ impl Supervisor {
                 Loaded::new(messages)
             }
         };
-        let config = &self.inner.runtime.config;
-        if config.hibernate_after == Some(Duration::ZERO)
+        // Idle agents put away at once start so: the first request wakes a
+        // dormant one, thaws a hibernated one.
+        let at_once = PutAway::of(&self.inner.runtime.config)
+            .filter(|(after, _)| after.is_zero())
+            .map(|(_, how)| how);
+        if at_once == Some(PutAway::Hibernate)
             && agent.route.hibernate_unstarted(
                 settings.clone(),
                 !open_requests(&loaded.messages).is_empty(),
             )
         {
-            // Idle agents hibernate at once: this one starts hibernated, and its
-            // first request thaws it.
             return Ok(());
         }
         let mut state = agent
             .state_of(settings, loaded)
             .await
             .map_err(SpawnError::Runtime)?;
-        if let Some((Duration::ZERO, PutAway::Dormant { hibernate })) = PutAway::of(config) {
-            // Idle agents go dormant at once: this one starts dormant, and its
-            // first request wakes it.
+        if let Some(PutAway::Dormant { hibernate }) = at_once {
             match agent.route.rest_unstarted(state) {
                 Ok(rest) => {
                     agent.hibernate_later(rest, hibernate);

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{assert_valid, roles, tools};
+use common::{assert_valid, remind, roles, tools};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -16,34 +16,12 @@ use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::store::SqlStore;
 use tiller::{
     AgentError, AgentEvent, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, RunEnd,
-    Supervisor, SupervisorConfig, ToolError, ToolOutput,
+    Supervisor, SupervisorConfig, ToolOutput,
     run::{Approval, ContinueError, UserRequest},
     runtime::AgentStatus,
     store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
-
-/// A `remind` tool that asks for `due` when it is missing; records what it set.
-fn remind(done: &Arc<Mutex<Vec<String>>>) -> Arc<dyn AgentTool> {
-    let done = done.clone();
-    Arc::new(FnTool::new(
-        "remind",
-        "Set a reminder",
-        json!({"type": "object", "properties": {"what": {"type": "string"}, "due": {"type": "string"}}, "required": ["what"]}),
-        move |args, _ctx| {
-            let done = done.clone();
-            async move {
-                let Some(due) = args["due"].as_str() else {
-                    return Err(ToolError::needs_input("due", "When?"));
-                };
-                done.lock()
-                    .unwrap()
-                    .push(format!("{} @ {due}", args["what"].as_str().unwrap()));
-                Ok(ToolOutput::text(format!("Reminder set for {due}.")))
-            }
-        },
-    ))
-}
 
 fn question() -> UserRequest {
     UserRequest::Input {
@@ -65,7 +43,7 @@ async fn the_tool_asks_the_user_answers_and_the_tool_succeeds() {
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
         .spawn(AgentSpec::new(
-            AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done)])),
+            AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done, "When?")])),
         ))
         .await
         .unwrap();
@@ -136,7 +114,7 @@ async fn a_parked_run_survives_a_restart_on_sqlite() {
     let faux = FauxProvider::new();
     faux.push(FauxTurn::new().with_tool_call_id("c1", "remind", json!({"what": "call Juan"})));
     let done = Arc::new(Mutex::new(Vec::new()));
-    let settings = AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done)]));
+    let settings = AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done, "When?")]));
 
     let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
     let first = Supervisor::with_store(SupervisorConfig::default(), store)
@@ -181,7 +159,7 @@ async fn an_abort_gives_up_a_waiting_question() {
     let supervisor = Supervisor::start().await.unwrap();
     let agent = supervisor
         .spawn(AgentSpec::new(
-            AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done)])),
+            AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done, "When?")])),
         ))
         .await
         .unwrap();

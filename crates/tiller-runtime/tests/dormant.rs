@@ -6,18 +6,18 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{echo, roles, run_ends, tools};
+use common::{echo, log, logged, remind, roles, run_ends, tools};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::store::{MemoryStore, SessionStore};
 use tiller::{
-    AgentEvent, AgentMessage, AgentSettings, AgentSpec, AgentTool, Delivered, FnTool, Op,
-    Supervisor, SupervisorConfig, ToolError, ToolOutput, runtime::AgentStatus,
+    AgentEvent, AgentHandle, AgentMessage, AgentSettings, AgentSpec, Delivered, Op, Supervisor,
+    SupervisorConfig, runtime::AgentStatus,
 };
 
 fn settings(faux: &FauxProvider) -> AgentSettings {
@@ -38,21 +38,33 @@ async fn supervisor(
     (supervisor, store)
 }
 
+/// A supervisor as [`supervisor`] makes it, its store, a faux model and an
+/// agent of it with [`settings`].
+async fn one_agent(
+    dormant_after: Duration,
+    hibernate_after: Option<Duration>,
+) -> (Supervisor, Arc<MemoryStore>, FauxProvider, AgentHandle) {
+    let (supervisor, store) = supervisor(dormant_after, hibernate_after).await;
+    let faux = FauxProvider::new();
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings(&faux)))
+        .await
+        .unwrap();
+    (supervisor, store, faux, agent)
+}
+
 /// The roles of the messages the model was sent in each request.
 fn requested(faux: &FauxProvider) -> Vec<Vec<&'static str>> {
     faux.requests()
-        .iter()
+        .into_iter()
         .map(|request| {
-            request
+            let messages: Vec<AgentMessage> = request
                 .context
                 .messages
-                .iter()
-                .map(|message| match message {
-                    tiller::ai::Message::User(_) => "user",
-                    tiller::ai::Message::Assistant(_) => "assistant",
-                    tiller::ai::Message::ToolResult(_) => "tool_result",
-                })
-                .collect()
+                .into_iter()
+                .map(AgentMessage::Llm)
+                .collect();
+            roles(&messages)
         })
         .collect()
 }
@@ -64,12 +76,7 @@ fn requested(faux: &FauxProvider) -> Vec<Vec<&'static str>> {
 /// answers with its transcript (a thaw would have stopped it).
 #[tokio::test(start_paused = true)]
 async fn an_idle_agent_gives_up_its_actor_and_wakes_from_memory() {
-    let (supervisor, store) = supervisor(Duration::from_secs(30), None).await;
-    let faux = FauxProvider::new();
-    let agent = supervisor
-        .spawn(AgentSpec::new(settings(&faux)))
-        .await
-        .unwrap();
+    let (supervisor, store, faux, agent) = one_agent(Duration::from_secs(30), None).await;
     let mut events = agent.subscribe();
     faux.push(FauxTurn::text("before"));
     agent.run("hello").await.unwrap();
@@ -114,15 +121,16 @@ async fn everything_an_agent_holds_survives_its_dormant_spell() {
         )
         .await
         .unwrap();
-    agent
-        .submit_keyed(
+    // The same op, with the same key, each time.
+    let follow_up = || {
+        agent.submit_keyed(
             Op::FollowUp {
                 message: AgentMessage::user("later, please"),
             },
             "follow-1",
         )
-        .await
-        .unwrap();
+    };
+    follow_up().await.unwrap();
     agent.steer("steer this way").await.unwrap();
     agent
         .update_settings(|settings| settings.definition.system_prompt = Some("Be brief.".into()))
@@ -137,15 +145,7 @@ async fn everything_an_agent_holds_survives_its_dormant_spell() {
     assert_eq!(after, before);
     tokio::time::sleep(Duration::from_secs(31)).await;
     assert!(!agent.has_actor());
-    agent
-        .submit_keyed(
-            Op::FollowUp {
-                message: AgentMessage::user("later, please"),
-            },
-            "follow-1",
-        )
-        .await
-        .unwrap();
+    follow_up().await.unwrap();
     let state = agent.state().await.unwrap();
     assert_eq!(state.follow_up_queue.len(), 1);
     assert_eq!(state.steering_queue.len(), 1);
@@ -188,13 +188,8 @@ async fn with_dormancy_at_once_an_agent_is_spawned_dormant() {
 /// and the spell it ended does not hibernate the next.
 #[tokio::test(start_paused = true)]
 async fn a_dormant_agent_hibernates_once_idle_for_hibernate_after() {
-    let (supervisor, _store) =
-        supervisor(Duration::from_secs(10), Some(Duration::from_secs(60))).await;
-    let faux = FauxProvider::new();
-    let agent = supervisor
-        .spawn(AgentSpec::new(settings(&faux)))
-        .await
-        .unwrap();
+    let (supervisor, _store, faux, agent) =
+        one_agent(Duration::from_secs(10), Some(Duration::from_secs(60))).await;
     faux.push(FauxTurn::text("before"));
     agent.run("hello").await.unwrap();
     tokio::time::sleep(Duration::from_secs(11)).await;
@@ -225,31 +220,13 @@ async fn a_dormant_agent_hibernates_once_idle_for_hibernate_after() {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_agent_goes_dormant_waiting_and_the_reply_wakes_it() {
     let (supervisor, _store) = supervisor(Duration::from_secs(30), None).await;
-    let done = Arc::new(Mutex::new(Vec::new()));
-    let remind: Arc<dyn AgentTool> = {
-        let done = done.clone();
-        Arc::new(FnTool::new(
-            "remind",
-            "Set a reminder",
-            json!({"type": "object", "properties": {"due": {"type": "string"}}}),
-            move |args, _ctx| {
-                let done = done.clone();
-                async move {
-                    let Some(due) = args["due"].as_str() else {
-                        return Err(ToolError::needs_input("due", "When?"));
-                    };
-                    done.lock().unwrap().push(due.to_owned());
-                    Ok(ToolOutput::text(format!("Set for {due}.")))
-                }
-            },
-        ))
-    };
+    let done = log();
     let faux = FauxProvider::new();
-    faux.push(FauxTurn::new().with_tool_call_id("c1", "remind", json!({})));
+    faux.push(FauxTurn::new().with_tool_call_id("c1", "remind", json!({"what": "call Juan"})));
     faux.push(FauxTurn::text("Done."));
     let agent = supervisor
         .spawn(AgentSpec::new(
-            AgentSettings::new(faux.model()).with_tools(tools(vec![remind])),
+            AgentSettings::new(faux.model()).with_tools(tools(vec![remind(&done, "When?")])),
         ))
         .await
         .unwrap();
@@ -261,7 +238,7 @@ async fn a_waiting_agent_goes_dormant_waiting_and_the_reply_wakes_it() {
 
     agent.answer("c1", "Friday").await.unwrap();
     agent.wait_for_idle().await;
-    assert_eq!(*done.lock().unwrap(), ["Friday"]);
+    assert_eq!(logged(&done), ["call Juan @ Friday"]);
     assert_eq!(agent.status(), AgentStatus::Idle);
     let state = agent.state().await.unwrap();
     assert_eq!(
@@ -283,13 +260,8 @@ async fn a_waiting_agent_goes_dormant_waiting_and_the_reply_wakes_it() {
 /// agent woken again and again keeps one timer, not one per spell.
 #[tokio::test(start_paused = true)]
 async fn a_wake_stops_the_timer_of_the_spell_it_ends() {
-    let (supervisor, _store) =
-        supervisor(Duration::from_secs(1), Some(Duration::from_secs(3_600))).await;
-    let faux = FauxProvider::new();
-    let agent = supervisor
-        .spawn(AgentSpec::new(settings(&faux)))
-        .await
-        .unwrap();
+    let (supervisor, _store, _faux, agent) =
+        one_agent(Duration::from_secs(1), Some(Duration::from_secs(3_600))).await;
     let runtime = tokio::runtime::Handle::current().metrics();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!agent.has_actor());

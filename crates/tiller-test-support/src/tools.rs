@@ -58,6 +58,30 @@ pub fn echo(log: &Log) -> Arc<dyn AgentTool> {
     ))
 }
 
+/// A `remind` tool that asks `question` for its `due` date when the call has
+/// none; records each reminder it set in `log`, as `{what} @ {due}`.
+pub fn remind(log: &Log, question: &'static str) -> Arc<dyn AgentTool> {
+    let log = log.clone();
+    Arc::new(FnTool::new(
+        "remind",
+        "Set a reminder",
+        json!({"type": "object", "properties": {"what": {"type": "string"}, "due": {"type": "string"}}, "required": ["what"]}),
+        move |args, _ctx| {
+            let log = log.clone();
+            async move {
+                let Some(due) = args["due"].as_str() else {
+                    return Err(ToolError::needs_input("due", question));
+                };
+                log.lock().unwrap().push(format!(
+                    "{} @ {due}",
+                    args["what"].as_str().unwrap_or_default()
+                ));
+                Ok(ToolOutput::text(format!("Reminder set for {due}.")))
+            }
+        },
+    ))
+}
+
 /// A tool that waits for its run to be cancelled, then says so.
 pub fn patient() -> Arc<dyn AgentTool> {
     Arc::new(FnTool::new(

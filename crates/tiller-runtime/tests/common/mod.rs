@@ -10,7 +10,7 @@ pub(crate) use tiller_test_support::runtime::{
     tool_started, until,
 };
 #[allow(unused_imports)]
-pub(crate) use tiller_test_support::tools::{log, logged, patient, tools};
+pub(crate) use tiller_test_support::tools::{log, logged, patient, remind, tools};
 #[allow(unused_imports)]
 pub(crate) use tiller_test_support::transcript::{assert_valid, roles};
 
