@@ -7,8 +7,11 @@
 //! the account's limits far away (no call waits), and paced (the account's
 //! tokens run out and the calls queue, each woken in turn). Beside each, the
 //! floor measured in the same run: the same tasks doing what any shared count
-//! must (a mutex taken, the clock read, once per call). Process CPU (user +
-//! system) over N and 2N calls per task, the difference divided by N × 1,000.
+//! must (a mutex taken, the clock read, once per call), and for the paced
+//! calls a queue of bare 2 ms sleeps, alternated with them over seven rounds
+//! (the median difference is the figure; target at most 5 µs above). Process
+//! CPU (user + system) over N and 2N calls per task, the difference divided by
+//! N × 1,000.
 //!
 //! ```text
 //! cargo bench -p tiller-ai --bench rate_limits
@@ -25,6 +28,8 @@ use tiller_ai::ratelimit::Account;
 use tiller_test_support::workload::cpu_time;
 
 const AGENTS: usize = 1_000;
+/// Rounds of the paced figure and its floor, alternated.
+const PACED_ROUNDS: usize = 7;
 /// A request body's size: about 100 input tokens.
 const BODY_BYTES: usize = 400;
 
@@ -171,24 +176,41 @@ fn main() {
     }
     // Paced: 120 tokens a call, 3,600,000 tokens a minute = 500 calls a second;
     // 2 calls each is 4 s of queue.
-    let paced = runtime.block_on(learned(3_600_000));
     let paced_answer = headers("3600000", "0", "60s");
     // Its floor: the same queue without a limiter, each call taking a lock in
-    // turn and sleeping its 2 ms, as any pacing of 500 calls a second must.
+    // turn and sleeping its 2 ms, as any pacing of 500 calls a second must, then
+    // yielding as the limiter's calls do for their request.
     let queue = || {
         let turnstile = Arc::new(tokio::sync::Mutex::new(()));
         move || {
             let turnstile = turnstile.clone();
             async move {
-                let _turn = turnstile.lock().await;
+                let turn = turnstile.lock().await;
                 tokio::time::sleep(Duration::from_millis(2)).await;
+                drop(turn);
+                tokio::task::yield_now().await;
             }
         }
     };
-    let (floor_us, _) = per_call(&runtime, 1, queue());
-    let (limiter_us, wall) = per_call(&runtime, 1, limiter(paced, paced_answer));
+    // The two alternate, round by round: on a virtual machine a wake-up's cost
+    // drifts by more than the limiter's own work, so the median of the rounds'
+    // differences is the figure.
+    let mut above = Vec::new();
+    for _ in 0..PACED_ROUNDS {
+        let (floor_us, _) = per_call(&runtime, 1, queue());
+        // A fresh account each round: none starts with what the last left.
+        let paced = runtime.block_on(learned(3_600_000));
+        let (limiter_us, wall) = per_call(&runtime, 1, limiter(paced, paced_answer.clone()));
+        above.push(limiter_us - floor_us);
+        println!(
+            "limiter, {AGENTS} agents on one account, paced at 500 calls/s (each call queued, woken in turn): {limiter_us:.2} µs CPU per model call (floor, a queue of 2 ms sleeps: {floor_us:.2} µs; {:+.2} µs; {:.1} s wall)",
+            limiter_us - floor_us,
+            wall.as_secs_f64()
+        );
+    }
+    above.sort_by(f64::total_cmp);
     println!(
-        "limiter, {AGENTS} agents on one account, paced at 500 calls/s (each call queued, woken in turn): {limiter_us:.2} µs CPU per model call (floor, a queue of 2 ms sleeps: {floor_us:.2} µs; {:.1} s wall)  (target <= 5 µs)",
-        wall.as_secs_f64()
+        "limiter, paced: median over {PACED_ROUNDS} rounds {:+.2} µs per model call above the floor (target <= +5 µs)",
+        above[PACED_ROUNDS / 2]
     );
 }

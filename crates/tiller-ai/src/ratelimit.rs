@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -730,42 +730,44 @@ impl Drop for Ticket {
     }
 }
 
-/// The headers a window is stated in, by dialect: limit, remaining, reset.
-const OPENAI_REQUESTS: [&str; 3] = [
-    "x-ratelimit-limit-requests",
-    "x-ratelimit-remaining-requests",
-    "x-ratelimit-reset-requests",
+/// The headers a window is stated in, by dialect: limit, remaining, reset (as
+/// names, so that a lookup hashes them without parsing them again).
+static OPENAI_REQUESTS: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit-requests"),
+    HeaderName::from_static("x-ratelimit-remaining-requests"),
+    HeaderName::from_static("x-ratelimit-reset-requests"),
 ];
-const OPENAI_TOKENS: [&str; 3] = [
-    "x-ratelimit-limit-tokens",
-    "x-ratelimit-remaining-tokens",
-    "x-ratelimit-reset-tokens",
+static OPENAI_TOKENS: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit-tokens"),
+    HeaderName::from_static("x-ratelimit-remaining-tokens"),
+    HeaderName::from_static("x-ratelimit-reset-tokens"),
 ];
-const ANTHROPIC_REQUESTS: [&str; 3] = [
-    "anthropic-ratelimit-requests-limit",
-    "anthropic-ratelimit-requests-remaining",
-    "anthropic-ratelimit-requests-reset",
+static ANTHROPIC_REQUESTS: [HeaderName; 3] = [
+    HeaderName::from_static("anthropic-ratelimit-requests-limit"),
+    HeaderName::from_static("anthropic-ratelimit-requests-remaining"),
+    HeaderName::from_static("anthropic-ratelimit-requests-reset"),
 ];
-const ANTHROPIC_TOKENS: [&str; 3] = [
-    "anthropic-ratelimit-tokens-limit",
-    "anthropic-ratelimit-tokens-remaining",
-    "anthropic-ratelimit-tokens-reset",
+static ANTHROPIC_TOKENS: [HeaderName; 3] = [
+    HeaderName::from_static("anthropic-ratelimit-tokens-limit"),
+    HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
+    HeaderName::from_static("anthropic-ratelimit-tokens-reset"),
 ];
 
 /// The requests' and the tokens' windows a response's headers state.
 fn windows(headers: &HeaderMap) -> (Option<Window>, Option<Window>) {
-    let text = |name: &str| {
+    let text = |name: &HeaderName| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    let number = |name: &str| {
+    let number = |name: &HeaderName| {
         text(name)
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
     };
-    let window = |[limit, remaining, reset]: [&str; 3], until: fn(&str) -> Option<Duration>| {
+    let window = |[limit, remaining, reset]: &[HeaderName; 3],
+                  until: fn(&str) -> Option<Duration>| {
         Some(Window {
             limit: number(limit),
             remaining: number(remaining)?,
@@ -773,9 +775,9 @@ fn windows(headers: &HeaderMap) -> (Option<Window>, Option<Window>) {
         })
     };
     (
-        window(OPENAI_REQUESTS, go_duration)
-            .or_else(|| window(ANTHROPIC_REQUESTS, until_timestamp)),
-        window(OPENAI_TOKENS, go_duration).or_else(|| window(ANTHROPIC_TOKENS, until_timestamp)),
+        window(&OPENAI_REQUESTS, go_duration)
+            .or_else(|| window(&ANTHROPIC_REQUESTS, until_timestamp)),
+        window(&OPENAI_TOKENS, go_duration).or_else(|| window(&ANTHROPIC_TOKENS, until_timestamp)),
     )
 }
 

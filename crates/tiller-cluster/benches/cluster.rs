@@ -25,8 +25,9 @@
 //! cargo bench -p tiller-cluster --bench cluster [-- --only forward|stream|failover|renewal] [--agents N] [--owned N]
 //! ```
 //!
-//! `TILLER_BENCH_DURABLE_WINDOW_MS` and `TILLER_BENCH_LIVE_INTERVAL_MS` set the
-//! hosts' `ClusterConfig::durable_window` and `live_interval`, to compare them.
+//! `TILLER_BENCH_DURABLE_WINDOW_MS`, `TILLER_BENCH_LIVE_INTERVAL_MS` and
+//! `TILLER_BENCH_DELIVERY_WINDOW_MS` set the hosts' `ClusterConfig::durable_window`,
+//! `live_interval` and `delivery_window`, to compare them.
 
 #![allow(clippy::unwrap_used)]
 
@@ -99,7 +100,7 @@ fn host(given: &str) {
         let mut cluster = ClusterConfig::new(user.urls.into_iter().map(Into::into).collect(), id);
         cluster.security = NatsSecurity::mutual_tls(user.ca, user.cert, user.key);
         // To compare settings: `TILLER_BENCH_DURABLE_WINDOW_MS`,
-        // `TILLER_BENCH_LIVE_INTERVAL_MS`.
+        // `TILLER_BENCH_LIVE_INTERVAL_MS`, `TILLER_BENCH_DELIVERY_WINDOW_MS`.
         let millis = |name: &str| {
             std::env::var(name)
                 .ok()
@@ -111,6 +112,9 @@ fn host(given: &str) {
         }
         if let Some(interval) = millis("TILLER_BENCH_LIVE_INTERVAL_MS") {
             cluster.live_interval = interval;
+        }
+        if let Some(window) = millis("TILLER_BENCH_DELIVERY_WINDOW_MS") {
+            cluster.delivery_window = window;
         }
         let server = Server::clustered(
             supervisor,

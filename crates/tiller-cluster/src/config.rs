@@ -61,6 +61,14 @@ pub struct ClusterConfig {
     /// host sends many agents' events in one message. The first event after a
     /// quiet spell goes at once.
     pub live_interval: Duration,
+    /// How long this host's listener holds its wakes of followers (each
+    /// reading an agent of another host) after it hands them events: each is
+    /// woken once at the end with everything handed meanwhile, however many
+    /// hosts' bus messages came (as
+    /// [`SupervisorConfig::delivery_window`](tiller_runtime::SupervisorConfig::delivery_window)
+    /// does for subscribers). Zero wakes them at once; at most 1 s; 1 ms by
+    /// default.
+    pub delivery_window: Duration,
     /// How many agents a failover or a drain brings up or moves at once.
     pub parallel_moves: usize,
     /// How long an agent stays idle before its lease is marked idle (so that a
@@ -90,6 +98,7 @@ impl ClusterConfig {
             max_batch_bytes: 512 << 10,
             durable_window: Duration::from_secs(1),
             live_interval: Duration::from_millis(2),
+            delivery_window: Duration::from_millis(1),
             parallel_moves: 32,
             idle_after: Duration::from_secs(30),
         }
@@ -153,11 +162,12 @@ impl ClusterConfig {
             return refuse("the event bounds are too small".to_owned());
         }
         if self.live_interval > Duration::from_secs(1)
+            || self.delivery_window > Duration::from_secs(1)
             || self.durable_window > Duration::from_secs(10)
         {
             return refuse(format!(
-                "events would wait too long: a live interval of {:?} (at most 1 s), a durable window of {:?} (at most 10 s)",
-                self.live_interval, self.durable_window
+                "events would wait too long: a live interval of {:?} and a delivery window of {:?} (each at most 1 s), a durable window of {:?} (at most 10 s)",
+                self.live_interval, self.delivery_window, self.durable_window
             ));
         }
         Ok(())
@@ -199,6 +209,7 @@ mod tests {
         assert!(refused(|c| c.fence_margin = Duration::ZERO));
         assert!(refused(|c| c.replicas = 0));
         assert!(refused(|c| c.live_interval = Duration::from_secs(2)));
+        assert!(refused(|c| c.delivery_window = Duration::from_secs(2)));
         assert!(refused(|c| c.durable_window = Duration::from_secs(60)));
     }
 }

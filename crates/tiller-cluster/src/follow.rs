@@ -20,11 +20,15 @@
 //!
 //! Across a change of owner the subjects stay the same, so a follower reads on
 //! without a break.
+//!
+//! The listener wakes a follower at most once per
+//! [`ClusterConfig::delivery_window`](crate::ClusterConfig::delivery_window),
+//! with everything every host's bus brought it meanwhile in its inbox.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
@@ -161,41 +165,171 @@ fn is_owner_changed(json: &Bytes) -> bool {
     std::str::from_utf8(json).is_ok_and(|json| Envelope::type_in(json) == "owner_changed")
 }
 
-/// Where the batches of many agents go.
-type ManySender = mpsc::Sender<Batch>;
+/// The batches handed to one follower (of one agent, or of many), read by its
+/// task. Handing one takes the reader's waker when it waits, for the listener
+/// to wake it at the end of its delivery window.
+#[derive(Default)]
+struct Inbox {
+    state: Mutex<InboxState>,
+}
+
+#[derive(Default)]
+struct InboxState {
+    batches: VecDeque<Batch>,
+    waker: Option<Waker>,
+    /// Set when the reader is gone, or the listener.
+    closed: bool,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `batch` and adds the reader's waker to `wakes` when it waits;
+    /// false once the reader is gone. With [`READ_AHEAD`] batches queued the
+    /// batch is missed, and the follower fills the gap from the stream.
+    fn put(&self, batch: Batch, wakes: &mut Vec<Waker>) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        if state.batches.len() < READ_AHEAD {
+            state.batches.push_back(batch);
+            wakes.extend(state.waker.take());
+        }
+        true
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Ends the reader's reading once it has what is queued.
+    fn close(&self) {
+        let waker = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The reading end of an [`Inbox`], closing it when dropped.
+struct InboxReader(Arc<Inbox>);
+
+impl InboxReader {
+    /// A new inbox and its reader.
+    fn open() -> (Arc<Inbox>, InboxReader) {
+        let inbox = Arc::new(Inbox::default());
+        (inbox.clone(), InboxReader(inbox))
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Batch>> {
+        let mut state = self.0.lock();
+        if let Some(batch) = state.batches.pop_front() {
+            return Poll::Ready(Some(batch));
+        }
+        if state.closed {
+            return Poll::Ready(None);
+        }
+        match &mut state.waker {
+            Some(waker) => waker.clone_from(cx.waker()),
+            waker @ None => *waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The next batch; `None` once the listener is gone.
+    async fn recv(&mut self) -> Option<Batch> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+impl Drop for InboxReader {
+    fn drop(&mut self) {
+        let batches = {
+            let mut state = self.0.lock();
+            state.closed = true;
+            std::mem::take(&mut state.batches)
+        };
+        // The bus messages they share go now, not at the next hand or sweep.
+        drop(batches);
+    }
+}
+
+/// The wakes of followers the listener holds until its delivery window ends;
+/// dropped (the listener stopped or aborted), it makes them at once.
+struct HeldWakes {
+    wakers: Vec<Waker>,
+    window: Duration,
+    /// When the open window ends.
+    ends: Option<tokio::time::Instant>,
+}
+
+impl HeldWakes {
+    fn new(window: Duration) -> Self {
+        HeldWakes {
+            wakers: Vec::new(),
+            window,
+            ends: None,
+        }
+    }
+
+    /// After a hand: with no window, wakes at once; else opens one when a wake
+    /// is held and none is open, and says when it ends.
+    fn handed(&mut self) -> Option<tokio::time::Instant> {
+        if self.window.is_zero() {
+            self.wake();
+            return None;
+        }
+        if self.ends.is_some() || self.wakers.is_empty() {
+            return None;
+        }
+        let ends = tokio::time::Instant::now() + self.window;
+        self.ends = Some(ends);
+        Some(ends)
+    }
+
+    /// Makes the wakes held, closing the window.
+    fn wake(&mut self) {
+        self.ends = None;
+        self.wakers.drain(..).for_each(Waker::wake);
+    }
+}
+
+impl Drop for HeldWakes {
+    fn drop(&mut self) {
+        self.wake();
+    }
+}
 
 /// Where this host's listener hands what the buses carry: the followers of
 /// each agent (by its subject), and those of many agents (by a subject prefix).
 #[derive(Default)]
 pub(crate) struct Listeners {
-    agents: dashmap::DashMap<String, Vec<mpsc::Sender<Batch>>>,
-    many: std::sync::Mutex<Vec<(String, ManySender)>>,
+    agents: dashmap::DashMap<String, Vec<Arc<Inbox>>>,
+    many: Mutex<Vec<(String, Arc<Inbox>)>>,
 }
 
 impl Listeners {
-    /// Hands `batch`, `subject`'s, to its followers; a follower with no room
-    /// left misses it (and fills the gap from the stream), a gone one is dropped.
-    fn hand(&self, subject: &str, batch: Batch) {
-        let mut many = self
-            .many
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        many.retain(|(prefix, follower)| {
-            !subject.starts_with(prefix.as_str())
-                || !matches!(
-                    follower.try_send(batch.clone()),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
+    fn many(&self) -> MutexGuard<'_, Vec<(String, Arc<Inbox>)>> {
+        self.many.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `batch`, `subject`'s, to its followers, adding the wakers of those
+    /// that wait to `wakes`; a follower with no room left misses it (and fills
+    /// the gap from the stream), a gone one is dropped.
+    fn hand(&self, subject: &str, batch: Batch, wakes: &mut Vec<Waker>) {
+        self.many().retain(|(prefix, follower)| {
+            !subject.starts_with(prefix.as_str()) || follower.put(batch.clone(), wakes)
         });
-        drop(many);
         let gone = match self.agents.get_mut(subject) {
             Some(mut followers) => {
-                followers.retain(|follower| {
-                    !matches!(
-                        follower.try_send(batch.clone()),
-                        Err(mpsc::error::TrySendError::Closed(_))
-                    )
-                });
+                followers.retain(|follower| follower.put(batch.clone(), wakes));
                 followers.is_empty()
             }
             None => false,
@@ -213,35 +347,56 @@ impl Listeners {
             followers.retain(|follower| !follower.is_closed());
             !followers.is_empty()
         });
-        self.many
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(_, follower)| !follower.is_closed());
+        self.many().retain(|(_, follower)| !follower.is_closed());
+    }
+}
+
+impl Drop for Listeners {
+    /// The host is gone: its followers' reading ends.
+    fn drop(&mut self) {
+        for followers in self.agents.iter() {
+            followers.iter().for_each(|follower| follower.close());
+        }
+        self.many()
+            .iter()
+            .for_each(|(_, follower)| follower.close());
     }
 }
 
 /// How often the listener forgets followers that are gone.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-/// Starts this host's listener on every host's bus.
+/// Starts this host's listener on every host's bus. The wakes of the followers
+/// it hands events are held for [`ClusterConfig::delivery_window`], so that
+/// each is woken once for every host's messages meanwhile.
+///
+/// [`ClusterConfig::delivery_window`]: crate::ClusterConfig::delivery_window
 pub(crate) async fn listen(inner: &Arc<Inner>) -> Result<(), ClusterError> {
     let mut buses = inner
         .client
         .subscribe(BUSES)
         .await
         .map_err(ClusterError::nats)?;
+    let window = inner.config.delivery_window;
     let weak = Arc::downgrade(inner);
     inner.keep(tokio::spawn(async move {
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        let mut held = HeldWakes::new(window);
+        let window_end = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(window_end);
         loop {
             tokio::select! {
                 message = buses.next() => {
                     let Some(message) = message else { return };
                     let Some(inner) = weak.upgrade() else { return };
                     for (subject, batch) in sections(&message.payload) {
-                        inner.listeners.hand(subject, batch);
+                        inner.listeners.hand(subject, batch, &mut held.wakers);
+                    }
+                    if let Some(ends) = held.handed() {
+                        window_end.as_mut().reset(ends);
                     }
                 }
+                () = &mut window_end, if held.ends.is_some() => held.wake(),
                 _ = sweep.tick() => {
                     let Some(inner) = weak.upgrade() else { return };
                     inner.listeners.sweep();
@@ -375,13 +530,13 @@ pub(crate) async fn follow(
     after: Option<u64>,
 ) -> Result<Following, ClusterError> {
     let name = subject.subject();
-    let (live_sender, live) = mpsc::channel(READ_AHEAD);
+    let (inbox, live) = InboxReader::open();
     inner
         .listeners
         .agents
         .entry(name.clone())
         .or_default()
-        .push(live_sender);
+        .push(inbox);
     let stream = match after {
         Some(_) => Some(consume(inner, name.clone(), DeliverPolicy::All).await?),
         None => None,
@@ -398,7 +553,7 @@ pub(crate) async fn follow(
 async fn read(
     inner: Arc<Inner>,
     durable_subject: String,
-    mut live: mpsc::Receiver<Batch>,
+    mut live: InboxReader,
     mut stream: Option<Consumer>,
     after: Option<u64>,
     sender: mpsc::Sender<Followed>,
@@ -462,13 +617,11 @@ async fn read(
 /// Every agent's events under `tenant` (and `user`), from now on, as the buses
 /// carry them: for a dashboard, each agent's in its order, none filled.
 pub(crate) fn follow_all(inner: &Inner, tenant: Option<&str>, user: Option<&str>) -> Following {
-    let (batches, mut taken) = mpsc::channel(READ_AHEAD);
+    let (inbox, mut taken) = InboxReader::open();
     inner
         .listeners
-        .many
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push((EventSubject::prefix(tenant, user), batches));
+        .many()
+        .push((EventSubject::prefix(tenant, user), inbox));
     let (sender, items) = mpsc::channel(READ_AHEAD);
     let task = tokio::spawn(async move {
         while let Some(batch) = taken.recv().await {
@@ -535,6 +688,99 @@ mod tests {
                 Followed::Lagged { missed, .. } => -(missed as i64),
             })
             .collect()
+    }
+
+    /// A waker that counts its wakes.
+    struct Counted(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn woken(counted: &Counted) -> usize {
+        counted.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_waiting_follower_is_woken_once_for_all_it_was_handed() {
+        let listeners = Listeners::default();
+        let (inbox, mut reader) = InboxReader::open();
+        listeners.agents.insert("s".to_owned(), vec![inbox]);
+        let (many, mut all) = InboxReader::open();
+        listeners.many().push(("s".to_owned(), many));
+        let counted = Arc::new(Counted(0.into()));
+        let waker = Waker::from(counted.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(reader.poll_recv(&mut cx).is_pending());
+        assert!(all.poll_recv(&mut cx).is_pending());
+
+        // Three bus messages within a window: one wake held for each reader.
+        let mut held = HeldWakes::new(Duration::from_millis(1));
+        for first in [1, 2, 3] {
+            listeners.hand("s", batch(5, first, &["e"]), &mut held.wakers);
+        }
+        listeners.hand("other", batch(5, 1, &["e"]), &mut held.wakers);
+        assert_eq!(held.wakers.len(), 2);
+        assert_eq!(woken(&counted), 0);
+        held.wake();
+        assert_eq!(woken(&counted), 2);
+        for reader in [&mut reader, &mut all] {
+            let read: Vec<u64> = std::iter::from_fn(|| match reader.poll_recv(&mut cx) {
+                Poll::Ready(Some(batch)) => Some(batch.first),
+                _ => None,
+            })
+            .collect();
+            assert_eq!(read, [1, 2, 3]);
+        }
+
+        // Past its read-ahead a follower misses batches, without a wake more.
+        for first in 0..READ_AHEAD as u64 + 5 {
+            listeners.hand("s", batch(5, first, &["e"]), &mut held.wakers);
+        }
+        assert_eq!(held.wakers.len(), 2);
+        assert_eq!(all.0.lock().batches.len(), READ_AHEAD);
+
+        // A reader gone lets go of its batches, and is forgotten at the next hand.
+        let inbox = reader.0.clone();
+        drop(reader);
+        assert!(inbox.lock().batches.is_empty());
+        listeners.hand("s", batch(5, 9, &["e"]), &mut held.wakers);
+        assert!(listeners.agents.get("s").is_none());
+
+        // The host gone, and its listener stopped with wakes held: the other
+        // reader is woken, reads what was queued, and ends.
+        drop(listeners);
+        assert_eq!(woken(&counted), 2);
+        drop(held);
+        assert_eq!(woken(&counted), 4);
+        let mut left = 0;
+        while let Poll::Ready(Some(_)) = all.poll_recv(&mut cx) {
+            left += 1;
+        }
+        assert_eq!(left, READ_AHEAD);
+        assert!(matches!(all.poll_recv(&mut cx), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn a_window_opens_once_and_a_zero_window_wakes_at_once() {
+        let counted = Arc::new(Counted(0.into()));
+        let mut held = HeldWakes::new(Duration::from_millis(1));
+        assert_eq!(held.handed(), None, "nothing held, no window");
+        held.wakers.push(Waker::from(counted.clone()));
+        assert!(held.handed().is_some());
+        held.wakers.push(Waker::from(counted.clone()));
+        assert_eq!(held.handed(), None, "the open window takes it");
+        assert_eq!(woken(&counted), 0);
+        held.wake();
+        assert_eq!(woken(&counted), 2);
+        assert_eq!(held.ends, None);
+
+        let mut at_once = HeldWakes::new(Duration::ZERO);
+        at_once.wakers.push(Waker::from(counted.clone()));
+        assert_eq!(at_once.handed(), None);
+        assert_eq!(woken(&counted), 3);
     }
 
     #[test]
