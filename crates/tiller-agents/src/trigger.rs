@@ -35,7 +35,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller_runtime::{AgentError, Event, EventError, EventSink};
+use tiller_core::ContinueError;
+use tiller_runtime::{AgentError, Event, EventError, EventSink, Op};
 use tokio::sync::mpsc;
 
 use crate::definitions::Definitions;
@@ -564,12 +565,24 @@ impl Delivery {
             }
         };
         let delivered = match agent.prompt(prompt.clone()).await {
-            Err(AgentError::Busy) => agent.follow_up(crate::AgentMessage::user(prompt)).await,
+            Err(AgentError::Busy) => follow_up(&agent, prompt).await,
             other => other,
         };
         if let Err(error) = delivered {
             tracing::warn!(session = %id.escape_debug(), %error, "a trigger's prompt was refused");
         }
+    }
+}
+
+/// `prompt` queued as a follow-up of the run `agent` is busy with; a run of
+/// its own should that run have ended meanwhile (a follow-up queued while the
+/// agent is idle waits for its next prompt). [`AgentError::Busy`] and
+/// [`ContinueError::EndsWithAssistant`] answer that a run took it.
+async fn follow_up(agent: &AgentHandle, prompt: String) -> Result<(), AgentError> {
+    agent.follow_up(crate::AgentMessage::user(prompt)).await?;
+    match agent.submit(Op::Continue).await {
+        Err(AgentError::Busy | AgentError::CannotStart(ContinueError::EndsWithAssistant)) => Ok(()),
+        other => other,
     }
 }
 
@@ -661,5 +674,29 @@ mod tests {
         };
         assert_eq!(users.id(), "acme:ann%3A1:support:t-1");
         assert_ne!(users.id(), key(Some("acme"), "ann:1:support:t-1").id());
+    }
+
+    /// A batch that found its agent busy and was queued as the run ended is
+    /// not left waiting for the next prompt.
+    #[tokio::test]
+    async fn a_follow_up_that_finds_the_agent_idle_gets_a_run() {
+        let faux = tiller_ai::faux::FauxProvider::new();
+        faux.push(tiller_ai::faux::FauxTurn::text("First."));
+        faux.push(tiller_ai::faux::FauxTurn::text("Second."));
+        let supervisor = Supervisor::start().await.unwrap();
+        let agent = supervisor
+            .spawn(AgentSpec::new(tiller_runtime::AgentSettings::new(
+                faux.model(),
+            )))
+            .await
+            .unwrap();
+        agent.run("One.").await.unwrap();
+        follow_up(&agent, "Two.".to_owned()).await.unwrap();
+        agent.wait_for_idle().await;
+        let state = agent.state().await.unwrap();
+        let said: Vec<_> = state.messages.iter().map(|m| m.role()).collect();
+        assert_eq!(said, ["user", "assistant", "user", "assistant"]);
+        assert_eq!(state.messages[2].as_user().unwrap().text_content(), "Two.");
+        supervisor.shutdown().await;
     }
 }

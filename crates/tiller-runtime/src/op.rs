@@ -56,7 +56,10 @@ pub enum Op {
         #[serde(alias = "text", deserialize_with = "message_or_text")]
         message: AgentMessage,
     },
-    /// Queue a message for when the agent would otherwise stop.
+    /// Queue a message for when the agent would otherwise stop. One queued
+    /// during a run that then completes is delivered by it, or by a run of its
+    /// own that starts as it ends; one queued while the agent is idle waits for
+    /// the next run.
     FollowUp {
         /// The message (on the wire also `"text": "…"`).
         #[serde(alias = "text", deserialize_with = "message_or_text")]

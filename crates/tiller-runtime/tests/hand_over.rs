@@ -9,6 +9,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{assert_valid, echo, is_agent_end, roles, tools, until};
@@ -17,7 +18,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller::faux::{FauxProvider, FauxTurn};
 use tiller::store::{
-    MemoryStore, SessionFilter, SessionInfo, SessionStatus, SessionWrite, StoreError, StoredSession,
+    Change, MemoryStore, SessionFilter, SessionInfo, SessionStatus, SessionWrite, StoreError,
+    StoredSession,
 };
 use tiller::{
     AgentError, AgentEvent, AgentMessage, AgentSettings, AgentSpec, Delivered, FnTool, Op, RunEnd,
@@ -26,17 +28,62 @@ use tiller::{
     store::SessionStore,
 };
 use tiller_test_support::sqlite::TempSqlite;
+use tokio::sync::Notify;
 
-/// A memory store whose commits each take `delay`.
+/// A memory store whose commits each take `delay`, and which holds the first
+/// batch `hold` picks until it is released.
 struct SlowStore {
     inner: MemoryStore,
     delay: Duration,
+    hold: Option<Hold>,
+}
+
+/// A batch held back by a [`SlowStore`].
+struct Hold {
+    /// Picks the batch.
+    picks: fn(&[SessionWrite]) -> bool,
+    /// Whether it was picked already.
+    picked: AtomicBool,
+    /// Told once the batch is held.
+    held: Notify,
+    /// Lets it go.
+    release: Notify,
+}
+
+impl SlowStore {
+    fn new(inner: MemoryStore, delay: Duration) -> Self {
+        SlowStore {
+            inner,
+            delay,
+            hold: None,
+        }
+    }
+
+    fn holding(inner: MemoryStore, picks: fn(&[SessionWrite]) -> bool) -> Self {
+        let hold = Hold {
+            picks,
+            picked: AtomicBool::new(false),
+            held: Notify::new(),
+            release: Notify::new(),
+        };
+        SlowStore {
+            hold: Some(hold),
+            ..SlowStore::new(inner, Duration::ZERO)
+        }
+    }
 }
 
 impl SessionStore for SlowStore {
     fn apply<'a>(&'a self, batch: &'a [SessionWrite]) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             tokio::time::sleep(self.delay).await;
+            if let Some(hold) = &self.hold
+                && (hold.picks)(batch)
+                && !hold.picked.swap(true, Ordering::SeqCst)
+            {
+                hold.held.notify_one();
+                hold.release.notified().await;
+            }
             self.inner.apply(batch).await
         })
     }
@@ -91,10 +138,7 @@ async fn stored_roles(store: &Arc<dyn SessionStore>, session: &str) -> Vec<Strin
 #[tokio::test]
 async fn a_prompt_is_acknowledged_once_its_message_is_stored() {
     let inner = MemoryStore::new();
-    let store = Arc::new(SlowStore {
-        inner: inner.clone(),
-        delay: Duration::from_millis(200),
-    });
+    let store = Arc::new(SlowStore::new(inner.clone(), Duration::from_millis(200)));
     let supervisor = Supervisor::with_store(SupervisorConfig::default(), store)
         .await
         .unwrap();
@@ -111,6 +155,63 @@ async fn a_prompt_is_acknowledged_once_its_message_is_stored() {
         "Remember this."
     );
     agent.wait_for_idle().await;
+    supervisor.shutdown().await;
+}
+
+/// A follow-up acknowledged while a run is ending, after its loop last looked
+/// at the queue, is not left waiting for the next prompt: a run of its own
+/// takes it once the first run's end is told.
+#[tokio::test]
+async fn a_follow_up_queued_as_a_run_ends_gets_a_run_of_its_own() {
+    // The run's end writes what its wall clock spent, with no model call:
+    // held there, the run has ended in its loop and not yet in its actor.
+    let store = Arc::new(SlowStore::holding(MemoryStore::new(), |batch| {
+        batch.iter().any(
+            |write| matches!(&write.change, Change::Spend { spent, .. } if spent.model_calls == 0),
+        )
+    }));
+    let supervisor = Supervisor::with_store(SupervisorConfig::default(), store.clone())
+        .await
+        .unwrap();
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("First."));
+    faux.push(FauxTurn::text("Second."));
+    let agent = supervisor
+        .spawn(AgentSpec::new(AgentSettings::new(faux.model())).with_id("late"))
+        .await
+        .unwrap();
+    let mut events = agent.subscribe();
+    agent.prompt("One.").await.unwrap();
+    let hold = store.hold.as_ref().unwrap();
+    hold.held.notified().await;
+    let queued = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.follow_up(AgentMessage::user("Two.")).await }
+    });
+    while agent.workload().await.unwrap().queued == 0 {
+        tokio::task::yield_now().await;
+    }
+    hold.release.notify_one();
+    queued.await.unwrap().unwrap();
+    let mut ends = Vec::new();
+    while ends.len() < 2 {
+        let end = until(&mut events, is_agent_end).await;
+        if let Delivered::Event(AgentEvent::AgentEnd { reason, .. }) = &end.event {
+            ends.push(*reason);
+        }
+    }
+    assert_eq!(ends, [RunEnd::Completed, RunEnd::Completed]);
+    let state = agent.state().await.unwrap();
+    let texts: Vec<String> = state
+        .messages
+        .iter()
+        .map(|m| match m.as_user() {
+            Some(user) => user.text_content(),
+            None => m.as_assistant().unwrap().text(),
+        })
+        .collect();
+    assert_eq!(texts, ["One.", "First.", "Two.", "Second."]);
+    assert_eq!(agent.workload().await.unwrap().queued, 0);
     supervisor.shutdown().await;
 }
 

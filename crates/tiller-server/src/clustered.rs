@@ -13,6 +13,7 @@ use tiller::store::{SessionFilter, SessionRecord, SessionStatus};
 use tiller::wire::{Frame, Rebuild, Updates};
 use tiller::{
     AgentError, AgentHandle, AgentMessage, AgentSpec, Delivered, Envelope, Op, RunOutcome,
+    run::ContinueError,
     runtime::{AgentId, AgentInfo, AgentState, AgentStatus, Notice},
 };
 use tiller_cluster::{Activator, Cluster, ClusterError, EventSubject, Followed, Principal};
@@ -288,16 +289,30 @@ impl Agents for Cluster {
             match self.submit_as(id, prompt, key, on_behalf.clone()).await {
                 Ok(()) => Ok(true),
                 Err(ClusterError::NoSuchAgent(_)) => Ok(false),
-                Err(ClusterError::Agent(AgentError::Busy)) => self
-                    .submit_as(
+                Err(ClusterError::Agent(AgentError::Busy)) => {
+                    self.submit_as(
                         id,
                         Op::FollowUp { message },
                         &format!("{key}-follow-up"),
-                        on_behalf,
+                        on_behalf.clone(),
                     )
                     .await
-                    .map(|()| true)
-                    .map_err(|error| error.to_string()),
+                    .map_err(|error| error.to_string())?;
+                    // The run it was queued for may have ended meanwhile: a
+                    // run of its own then (a follow-up left on an idle agent
+                    // would wait for its next prompt).
+                    match self
+                        .submit_as(id, Op::Continue, &format!("{key}-continue"), on_behalf)
+                        .await
+                    {
+                        Ok(())
+                        | Err(ClusterError::Agent(
+                            AgentError::Busy
+                            | AgentError::CannotStart(ContinueError::EndsWithAssistant),
+                        )) => Ok(true),
+                        Err(error) => Err(error.to_string()),
+                    }
+                }
                 Err(error) => Err(error.to_string()),
             }
         })

@@ -60,6 +60,9 @@ impl ActorState {
             message: message.clone(),
         });
         self.queue_mut(queue).push_back((seq, message));
+        if let Some(run) = self.run.as_mut() {
+            run.queued = true;
+        }
         let writes = self.keyed(vec![write], key);
         self.commit(writes, reply);
     }

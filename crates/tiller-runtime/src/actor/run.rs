@@ -11,8 +11,8 @@ use ractor::{ActorRef, RpcReplyPort};
 use tiller_ai::StreamedMessage;
 use tiller_core::{
     AgentContext, AgentEvent, BudgetExceeded, CompactionReport, ContextTokens, ContinueError,
-    GuardrailTripped, LoopConfig, LoopContext, MessageSource, Prompt, Spending, Spent, Start,
-    WriteAhead, check_start, open_requests, run_from,
+    GuardrailTripped, LoopConfig, LoopContext, MessageSource, Prompt, RunEnd, Spending, Spent,
+    Start, WriteAhead, check_start, open_requests, run_from,
 };
 use tiller_store::{Change, QueueKind, StoreError};
 use tokio::sync::oneshot;
@@ -100,6 +100,9 @@ pub(super) struct ActiveRun {
     /// The budget that ran out, or the guardrail that tripped, ending it.
     pub(super) budget_exceeded: Option<BudgetExceeded>,
     pub(super) guardrail_tripped: Option<GuardrailTripped>,
+    /// Whether a message was queued while it ran: one its loop may not have
+    /// seen (see [`ActorState::finish`]).
+    pub(super) queued: bool,
 }
 
 /// Tells when a write is committed, or why it is not.
@@ -264,6 +267,7 @@ impl ActorState {
             started: tokio::time::Instant::now(),
             budget_exceeded: None,
             guardrail_tripped: None,
+            queued: false,
         });
         self.agent.route.mark_running();
         Ok(brings_messages)
@@ -700,16 +704,27 @@ impl ActorState {
             )),
             _ => None,
         };
+        // A message queued while the run was ending, after its loop last
+        // looked: a run of its own, as the run would have given it one.
+        let stranded = run.queued
+            && matches!(
+                &event,
+                AgentEvent::AgentEnd {
+                    reason: RunEnd::Completed,
+                    ..
+                }
+            )
+            && !(self.steering.is_empty() && self.follow_up.is_empty());
         let agent = &self.agent;
         let waiting = !open_requests(&self.messages).is_empty();
         agent
             .hub
             .publish_with(&agent.id, Delivered::Event(event), || {
-                agent.route.mark_idle(waiting)
+                // Busy on, through the end, when another run follows.
+                if !stranded {
+                    agent.route.mark_idle(waiting);
+                }
             });
-        for waiter in self.idle_waiters.drain(..) {
-            let _ = waiter.send(());
-        }
         for ended in run.after_end {
             let _ = ended.send(Ok(()));
         }
@@ -725,6 +740,23 @@ impl ActorState {
             let _ = finished.send(outcome);
         }
         self.activity += 1;
+        if stranded {
+            let request = RunRequest {
+                finished: None,
+                patch: None,
+                hooks: None,
+                caller: span,
+                reply: None,
+                key: None,
+            };
+            self.start(Prompt::Continue, request);
+            if self.run.is_some() {
+                return;
+            }
+        }
+        for waiter in self.idle_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
         self.schedule_put_away();
     }
 
