@@ -603,13 +603,15 @@ impl Supervisor {
             }
             None => {
                 agent.claimed(spec.epoch.unwrap_or(0));
+                let context = crate::actor::stored_context(&spec.context);
                 let record = SessionRecord {
                     tenant_id: spec.context.tenant_id().map(str::to_owned),
                     user_id: spec.context.user_id().map(str::to_owned),
                     name: spec.name,
                     definition: self.inner.runtime.definition_of(&spec.settings),
                     origin: spec.origin.unwrap_or_default(),
-                    context: crate::actor::stored_context(&spec.context),
+                    first_context: context.clone(),
+                    context,
                     ..SessionRecord::new(&*session)
                 };
                 let messages: Vec<Arc<AgentMessage>> =

@@ -42,6 +42,27 @@ pub enum StoreError {
     /// The session changed does not exist.
     #[error("session `{0}` does not exist")]
     NoSuchSession(String),
+    /// A fork asked for more messages than its parent holds.
+    #[error("session `{session}` holds {messages} messages: it cannot be forked at {at}")]
+    ForkPastEnd {
+        /// The session forked.
+        session: String,
+        /// Where the fork was asked.
+        at: u64,
+        /// How many messages it holds.
+        messages: u64,
+    },
+    /// A fork would read its transcript through more than
+    /// [`MAX_BRANCH_DEPTH`](crate::MAX_BRANCH_DEPTH) sessions.
+    #[error(
+        "session `{session}` is a branch {depth} deep, the deepest a store reads a transcript through"
+    )]
+    BranchTooDeep {
+        /// The session forked.
+        session: String,
+        /// How deep it is.
+        depth: usize,
+    },
     /// A stored row could not be read back.
     #[error("session `{session}` holds a row that cannot be read: {detail}")]
     Corrupt {

@@ -51,8 +51,8 @@ pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SqlStore;
 pub use types::{
-    Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
-    SessionStatus, SessionWrite, SpendScope, StoredSession,
+    Branch, Change, Definition, MAX_BRANCH_DEPTH, MAX_OP_KEYS, QueueKind, Queued, SessionFilter,
+    SessionInfo, SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession,
 };
 pub use writer::{Ack, StoreHealth, StoreWriter};
 

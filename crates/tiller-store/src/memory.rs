@@ -7,7 +7,7 @@ use futures::future::{BoxFuture, ready};
 use tiller_core::{AgentMessage, Spent};
 
 use crate::types::{
-    Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
+    Branch, Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::{SessionStore, StoreError};
@@ -92,7 +92,21 @@ fn refusal(
             .map(|session| session.record.epoch)
             .or_else(|| created.get(&write.session).copied());
         let refused = match (&write.change, epoch) {
-            (Change::Create(_), Some(_)) => StoreError::SessionExists(write.session.to_string()),
+            (Change::Create(_) | Change::Fork { .. }, Some(_)) => {
+                StoreError::SessionExists(write.session.to_string())
+            }
+            (Change::Fork { parent, at, .. }, None) => match sessions.get(parent) {
+                None => StoreError::NoSuchSession(parent.to_string()),
+                Some(session) if (session.messages.len() as u64) < *at => StoreError::ForkPastEnd {
+                    session: parent.to_string(),
+                    at: *at,
+                    messages: session.messages.len() as u64,
+                },
+                Some(_) => {
+                    created.insert(write.session.clone(), write.epoch);
+                    continue;
+                }
+            },
             (Change::Create(_), None) => {
                 created.insert(write.session.clone(), write.epoch);
                 continue;
@@ -115,7 +129,7 @@ impl Session {
     /// made by the caller).
     fn apply(&mut self, change: &Change) {
         match change {
-            Change::Create(_) | Change::Spend { .. } => {}
+            Change::Create(_) | Change::Fork { .. } | Change::Spend { .. } => {}
             Change::Append {
                 seq,
                 message,
@@ -178,17 +192,33 @@ impl SessionStore for MemoryStore {
         }
         let now = now();
         for write in batch {
-            if let Change::Create(record) = &write.change {
+            let created = match &write.change {
+                Change::Create(record) => Some((record.clone(), Vec::new())),
+                // The parent's messages, shared.
+                Change::Fork { parent, at, record } => sessions.get(parent).map(|parent_session| {
+                    let at = usize::try_from(*at).unwrap_or(usize::MAX);
+                    let record = SessionRecord {
+                        branch: Some(Branch {
+                            parent: parent.to_string(),
+                            at: at as u64,
+                        }),
+                        ..record.clone()
+                    };
+                    (record, parent_session.messages[..at].to_vec())
+                }),
+                _ => None,
+            };
+            if let Some((record, messages)) = created {
                 let record = SessionRecord {
                     updated_at: now,
                     epoch: write.epoch,
-                    ..record.clone()
+                    ..record
                 };
                 sessions.insert(
                     write.session.clone(),
                     Box::new(Session {
                         record,
-                        messages: Vec::new(),
+                        messages,
                         queued: BTreeMap::new(),
                         op_keys: VecDeque::new(),
                     }),
@@ -269,6 +299,12 @@ impl SessionStore for MemoryStore {
                         .as_ref()
                         .is_none_or(|user| record.user_id.as_ref() == Some(user))
                     && filter.status.is_none_or(|status| record.status == status)
+                    && filter.parent.as_ref().is_none_or(|parent| {
+                        record
+                            .branch
+                            .as_ref()
+                            .is_some_and(|branch| branch.parent == *parent)
+                    })
                     && filter
                         .after
                         .as_ref()

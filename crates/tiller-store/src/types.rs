@@ -101,6 +101,27 @@ pub struct SessionRecord {
     /// `AgentContext`, stored), as JSON the store does not read; `null` when
     /// none was stored.
     pub context: Definition,
+    /// The context its line of sessions began with, before any tool changed
+    /// it (a branch's is its parent's): with the states the tool results of
+    /// the transcript set, in order, the context as it stood at any message.
+    /// `null` when none was stored (sessions stored before it was).
+    #[serde(skip)]
+    pub first_context: Definition,
+    /// The session this one was forked from, and where (see [`Change::Fork`]);
+    /// `None` for one that was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Branch>,
+}
+
+/// Where a branch was forked: its parent session and how many of the
+/// parent's messages it began with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branch {
+    /// The session it was forked from (which may have been deleted since).
+    pub parent: String,
+    /// How many of the parent's messages it began with: the branch's own
+    /// messages are numbered from here.
+    pub at: u64,
 }
 
 impl SessionRecord {
@@ -119,6 +140,8 @@ impl SessionRecord {
             epoch: 0,
             origin: Definition::default(),
             context: Definition::default(),
+            first_context: Definition::default(),
+            branch: None,
         }
     }
 }
@@ -211,6 +234,11 @@ pub struct StoredSession {
     pub op_keys: Vec<Arc<str>>,
 }
 
+/// The most sessions an SQL store reads a branch's transcript through: a
+/// branch of a branch, and so on, this many deep (a branch forked within what
+/// its parent itself shares counts as its parent's sibling).
+pub const MAX_BRANCH_DEPTH: usize = 64;
+
 /// The most idempotency keys a session remembers: a store keeps (and loads) the
 /// newest this many, and forgets older ones when the session is claimed. An op
 /// retried after this many others were applied to its session is applied again.
@@ -237,6 +265,8 @@ pub struct SessionFilter {
     pub user_id: Option<String>,
     /// Only sessions with this status.
     pub status: Option<SessionStatus>,
+    /// Only the branches forked from this session.
+    pub parent: Option<String>,
     /// Only sessions whose id sorts after this one, listed in id order (a
     /// cursor: the last id of the page before; empty for the first page).
     /// Without it, the most recently changed come first.
@@ -293,6 +323,26 @@ pub enum Change {
     /// Creates the session at the write's epoch (the record's own `epoch` is not
     /// read); fails if it exists.
     Create(SessionRecord),
+    /// Creates the session, as [`Change::Create`] does, as a branch of
+    /// `parent` whose transcript begins with the parent's first `at` messages:
+    /// shared with the parent, not copied (what the parent later truncates, and
+    /// the parent's deletion, leave them to the branch). The record's `branch`
+    /// is set from `parent` and `at`. Fails when the parent does not exist, or
+    /// holds fewer than `at` messages ([`StoreError::ForkPastEnd`]); an SQL
+    /// store, whose branches read their prefix through the sessions they were
+    /// forked from, refuses a branch more than [`MAX_BRANCH_DEPTH`] deep
+    /// ([`StoreError::BranchTooDeep`]).
+    ///
+    /// [`StoreError::ForkPastEnd`]: crate::StoreError::ForkPastEnd
+    /// [`StoreError::BranchTooDeep`]: crate::StoreError::BranchTooDeep
+    Fork {
+        /// The session forked.
+        parent: Arc<str>,
+        /// How many of its messages the branch begins with.
+        at: u64,
+        /// The branch's row.
+        record: SessionRecord,
+    },
     /// Adds a finished message at the transcript's end, and removes the queued
     /// message it was delivered from, if any. A store may keep the messages one
     /// batch appends to a session together, as one run.

@@ -8,8 +8,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_core::AgentMessage;
 use tiller_store::{
-    Change, MAX_OP_KEYS, MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord,
-    SessionStatus, SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
+    Branch, Change, MAX_BRANCH_DEPTH, MAX_OP_KEYS, MemoryStore, QueueKind, Queued, SessionFilter,
+    SessionRecord, SessionStatus, SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter,
+    StoredSession,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -686,7 +687,125 @@ async fn keeps_origins_and_idempotency_keys(store: Arc<dyn SessionStore>, tenant
     assert_eq!(store.load(&id).await.unwrap(), None);
 }
 
+/// A fork shares its parent's messages up to its place, in runs cut or whole,
+/// and goes on with its own; forks of forks, within what they share or past
+/// it; its parent's truncation and deletion leave it whole.
+async fn branches_share_their_prefix_and_outlive_it(store: Arc<dyn SessionStore>, tenant: &str) {
+    let writer = StoreWriter::for_store(store.clone());
+    let id = |name: &str| format!("{tenant}-{name}");
+    let (root, b1, b2, b3) = (id("root"), id("b1"), id("b2"), id("b3"));
+    let all: Vec<Arc<AgentMessage>> = (0..6).map(|n| Arc::new(user(format!("m{n}")))).collect();
+    let mut first = vec![write(&root, Change::Create(record(&root, tenant, "ada")))];
+    first.extend((0..4).map(|seq| append(&root, seq, &all[seq as usize])));
+    writer.write(first).await.unwrap();
+    writer.write(vec![append(&root, 4, &all[4])]).await.unwrap();
+    writer.write(vec![append(&root, 5, &all[5])]).await.unwrap();
+    let fork = |branch: &str, parent: &str, at: u64| {
+        write(
+            branch,
+            Change::Fork {
+                parent: parent.into(),
+                at,
+                record: record(branch, tenant, "ada"),
+            },
+        )
+    };
+    let messages = async |session: &str| store.load(session).await.unwrap().unwrap().messages;
+
+    // Within the run the first write brought.
+    writer.write(vec![fork(&b1, &root, 2)]).await.unwrap();
+    assert_eq!(messages(&b1).await, all[..2]);
+    let own = Arc::new(user("b1's own"));
+    writer.write(vec![append(&b1, 2, &own)]).await.unwrap();
+    let b1_all = [all[0].clone(), all[1].clone(), own.clone()];
+    assert_eq!(messages(&b1).await, b1_all);
+    assert_eq!(store.messages(&b1, 1, 10).await.unwrap(), b1_all[1..]);
+    assert_eq!(store.messages(&b1, 2, 1).await.unwrap(), b1_all[2..]);
+    assert_eq!(messages(&root).await, all);
+    let loaded = store.load(&b1).await.unwrap().unwrap().record;
+    assert_eq!(
+        loaded.branch,
+        Some(Branch {
+            parent: root.clone(),
+            at: 2
+        })
+    );
+    // Within what b1 shares, and past it.
+    writer
+        .write(vec![fork(&b2, &b1, 1), fork(&b3, &b1, 3)])
+        .await
+        .unwrap();
+    assert_eq!(messages(&b2).await, all[..1]);
+    assert_eq!(messages(&b3).await, b1_all);
+    let branches_of = async |parent: &str| -> Vec<(String, u64)> {
+        let filter = SessionFilter {
+            parent: Some(parent.to_owned()),
+            ..SessionFilter::default()
+        };
+        let mut found: Vec<_> = store
+            .list(&filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|info| (info.record.id, info.messages))
+            .collect();
+        found.sort();
+        found
+    };
+    assert_eq!(branches_of(&root).await, [(b1.clone(), 3)]);
+    assert_eq!(branches_of(&b1).await, [(b2.clone(), 1), (b3.clone(), 3)]);
+
+    // Refused, with nothing written.
+    let refused = |batch| async { writer.write(batch).await.unwrap_err() };
+    assert_eq!(
+        refused(vec![fork(&id("past"), &root, 7)]).await,
+        StoreError::ForkPastEnd {
+            session: root.clone(),
+            at: 7,
+            messages: 6
+        }
+    );
+    assert_eq!(
+        refused(vec![fork(&id("orphan"), &id("nowhere"), 0)]).await,
+        StoreError::NoSuchSession(id("nowhere"))
+    );
+    assert_eq!(
+        refused(vec![fork(&b2, &root, 1)]).await,
+        StoreError::SessionExists(b2.clone())
+    );
+    assert_eq!(store.load(&id("past")).await.unwrap(), None);
+
+    // The root cut, then gone: its branches read what they read.
+    writer
+        .write(vec![write(&root, Change::Truncate { from: 1 })])
+        .await
+        .unwrap();
+    assert_eq!(messages(&root).await, all[..1]);
+    assert_eq!(messages(&b1).await, b1_all);
+    assert!(store.delete(&root).await.unwrap());
+    assert_eq!(messages(&b1).await, b1_all);
+    assert_eq!(messages(&b2).await, all[..1]);
+    assert_eq!(messages(&b3).await, b1_all);
+    // A branch cut within what it shares reads less of it, and goes on.
+    writer
+        .write(vec![
+            write(&b3, Change::Truncate { from: 1 }),
+            append(&b3, 1, &own),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(messages(&b3).await, [all[0].clone(), own.clone()]);
+    assert!(store.delete(&b1).await.unwrap());
+    assert_eq!(messages(&b3).await, [all[0].clone(), own.clone()]);
+    assert_eq!(messages(&b2).await, all[..1]);
+    for branch in [&b2, &b3] {
+        assert!(store.delete(branch).await.unwrap());
+    }
+    assert_eq!(store.load(&b3).await.unwrap(), None);
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    branches_share_their_prefix_and_outlive_it(store.clone(), tenant).await;
     keeps_origins_and_idempotency_keys(store.clone(), tenant).await;
     deletes_sub_sessions_and_prunes_closed_ones(store.clone(), tenant).await;
     a_claim_fences_the_writer_before(store.clone(), tenant).await;
@@ -763,6 +882,69 @@ async fn postgres_store() {
         &tenant("postgres"),
     )
     .await;
+}
+
+/// An SQL store reads a branch of a branch (and so on) through at most
+/// [`MAX_BRANCH_DEPTH`] sessions: past it a fork is refused, while one within
+/// what the deepest branch shares is not.
+#[tokio::test]
+async fn sqlite_forks_a_branch_at_most_its_depth_deep() {
+    let db = TempSqlite::new();
+    let store: Arc<dyn SessionStore> = Arc::new(SqlStore::open(db.url()).await.unwrap());
+    let writer = StoreWriter::for_store(store.clone());
+    let said: Vec<Arc<AgentMessage>> = (0..=MAX_BRANCH_DEPTH)
+        .map(|n| Arc::new(user(format!("m{n}"))))
+        .collect();
+    writer
+        .write(vec![
+            write("b0", Change::Create(SessionRecord::new("b0"))),
+            append("b0", 0, &said[0]),
+        ])
+        .await
+        .unwrap();
+    let fork = |branch: &str, parent: &str, at: u64| {
+        write(
+            branch,
+            Change::Fork {
+                parent: parent.into(),
+                at,
+                record: SessionRecord::new(branch),
+            },
+        )
+    };
+    for (n, message) in said.iter().enumerate().take(MAX_BRANCH_DEPTH).skip(1) {
+        let (branch, parent) = (format!("b{n}"), format!("b{}", n - 1));
+        writer
+            .write(vec![
+                fork(&branch, &parent, n as u64),
+                append(&branch, n as u64, message),
+            ])
+            .await
+            .unwrap();
+    }
+    let deepest = format!("b{}", MAX_BRANCH_DEPTH - 1);
+    assert_eq!(
+        store.load(&deepest).await.unwrap().unwrap().messages,
+        said[..MAX_BRANCH_DEPTH]
+    );
+    assert_eq!(
+        writer
+            .write(vec![fork("too-deep", &deepest, MAX_BRANCH_DEPTH as u64)])
+            .await
+            .unwrap_err(),
+        StoreError::BranchTooDeep {
+            session: deepest.clone(),
+            depth: MAX_BRANCH_DEPTH
+        }
+    );
+    writer
+        .write(vec![fork("shallow", &deepest, 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load("shallow").await.unwrap().unwrap().messages,
+        said[..1]
+    );
 }
 
 /// What is written survives closing and reopening the file; opening migrates once.

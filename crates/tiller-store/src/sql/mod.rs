@@ -21,10 +21,12 @@ use tiller_ai::ModelCost;
 use tiller_core::{AgentMessage, Budget, Reserved, Spent, TenantLedger};
 
 use crate::types::{
-    Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
-    SessionStatus, SessionWrite, SpendScope, StoredSession, now,
+    Branch, Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo,
+    SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::{SessionStore, StoreError, redact_url};
+
+mod branches;
 
 /// The schema, one migration a version; each runs once, in order, on open.
 /// `{clustered}` keeps a table in its primary key's order: `WITHOUT ROWID` in SQLite
@@ -96,6 +98,18 @@ const MIGRATIONS: &[&[&str]] = &[
             expires_at BIGINT NOT NULL
         )",
         "CREATE INDEX tiller_holds_tenant ON tiller_holds (tenant, expires_at)",
+    ],
+    &[
+        // Branches (see `branches`): what a session was forked from (kept
+        // when that goes), and whose rows it reads its prefix from.
+        "ALTER TABLE tiller_sessions ADD COLUMN first_context TEXT",
+        "ALTER TABLE tiller_sessions ADD COLUMN parent_id TEXT",
+        "ALTER TABLE tiller_sessions ADD COLUMN fork_at BIGINT",
+        "ALTER TABLE tiller_sessions ADD COLUMN base_id TEXT",
+        "ALTER TABLE tiller_sessions ADD COLUMN base_at BIGINT",
+        "ALTER TABLE tiller_sessions ADD COLUMN hidden BIGINT NOT NULL DEFAULT 0",
+        "CREATE INDEX tiller_sessions_parent ON tiller_sessions (parent_id)",
+        "CREATE INDEX tiller_sessions_base ON tiller_sessions (base_id)",
     ],
 ];
 
@@ -478,6 +492,23 @@ impl SqlStore {
                 // No foreign keys: a session and its messages may be inserted in
                 // any order within the transaction.
                 Change::Create(record) => pending.sessions.push((session, write.epoch, record)),
+                Change::Fork { parent, at, record } => {
+                    pending.flush(&mut tx).await?;
+                    let branch = Branch {
+                        parent: parent.to_string(),
+                        at: *at,
+                    };
+                    branches::fork(
+                        &mut tx,
+                        self.backend,
+                        session,
+                        write.epoch,
+                        &branch,
+                        record,
+                        now,
+                    )
+                    .await?;
+                }
                 Change::OpKey(key) => pending.op_keys.push((session, key)),
                 Change::Spend { spent, tenant } => {
                     // Summed per scope, written once at the batch's end.
@@ -525,9 +556,10 @@ async fn touch(
     // every other session written to must, at the epoch its writes carry.
     let mut first_write: HashMap<&str, (bool, u64)> = HashMap::new();
     for write in batch {
-        let (_, epoch) = *first_write
-            .entry(&*write.session)
-            .or_insert((matches!(write.change, Change::Create(_)), write.epoch));
+        let (_, epoch) = *first_write.entry(&*write.session).or_insert((
+            matches!(write.change, Change::Create(_) | Change::Fork { .. }),
+            write.epoch,
+        ));
         if epoch != write.epoch {
             // Two claims on one session in one batch: the one behind fails when
             // the writes are retried one request at a time.
@@ -690,23 +722,12 @@ impl<'a> Pending<'a> {
         self.sessions.chunks(ROWS_PER_INSERT / 2).map(move |chunk| {
             let sql = format!(
                 "INSERT INTO tiller_sessions ({RECORD_COLUMNS}) VALUES {}",
-                values(backend, chunk.len(), 11)
+                values(backend, chunk.len(), RECORD_COUNT)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, epoch, record) in chunk {
                 bytes.fetch_add(record.definition.as_json().len(), Ordering::Relaxed);
-                query = query
-                    .bind(*session)
-                    .bind(record.tenant_id.as_deref())
-                    .bind(record.user_id.as_deref())
-                    .bind(record.name.as_deref())
-                    .bind(record.definition.as_json())
-                    .bind(record.status.as_str())
-                    .bind(record.created_at)
-                    .bind(now)
-                    .bind(to_i64(*epoch))
-                    .bind(origin(record))
-                    .bind(or_null(&record.context));
+                query = bind_record(query, session, *epoch, record, now);
             }
             Ok(Statement {
                 query,
@@ -1112,6 +1133,7 @@ async fn apply_one(
                 .bind(or_null(context))
         }
         Change::Create(_)
+        | Change::Fork { .. }
         | Change::Spend { .. }
         | Change::Append { .. }
         | Change::Enqueue { .. }
@@ -1127,8 +1149,8 @@ async fn apply_one(
 const SPENDING_COLUMNS: &str =
     "input_tokens, output_tokens, cost_nanos, model_calls, tool_calls, wall_clock_ms";
 
-/// The `WHERE` clause of `filter` (its limit aside; empty when it filters
-/// nothing), its values numbered from `$1`, and the values it binds.
+/// The `WHERE` clause of `filter` (its limit aside), its values numbered from
+/// `$1`, and the values it binds.
 fn where_of(filter: &SessionFilter) -> (String, Vec<&str>) {
     let mut conditions = Vec::new();
     let mut values: Vec<&str> = Vec::new();
@@ -1137,6 +1159,7 @@ fn where_of(filter: &SessionFilter) -> (String, Vec<&str>) {
         ("tenant_id", filter.tenant_id.as_deref()),
         ("user_id", filter.user_id.as_deref()),
         ("status", filter.status.map(SessionStatus::as_str)),
+        ("parent_id", filter.parent.as_deref()),
     ] {
         if let Some(value) = value {
             values.push(value);
@@ -1147,12 +1170,9 @@ fn where_of(filter: &SessionFilter) -> (String, Vec<&str>) {
         values.push(after);
         conditions.push(format!("id > ${}", values.len()));
     }
-    let clause = if conditions.is_empty() {
-        String::new()
-    } else {
-        format!(" WHERE {}", conditions.join(" AND "))
-    };
-    (clause, values)
+    // What a deleted session's branches still read is no session of anyone's.
+    conditions.push("hidden = 0".to_owned());
+    (format!(" WHERE {}", conditions.join(" AND ")), values)
 }
 
 /// Adds a scope's spending to what it spent before (both databases' upsert).
@@ -1195,58 +1215,29 @@ fn bind_spent<'q>(
 }
 
 /// Drops `session`'s messages from `from` on, cutting the row whose run holds
-/// message `from`.
+/// message `from`; its branches keep what they read of them.
 async fn truncate(
     tx: &mut Transaction<'_, sqlx::Any>,
     session: &str,
     from: u64,
 ) -> Result<(), StoreError> {
+    let from = to_i64(from);
+    branches::split_at(tx, session, from).await?;
+    branches::hand_over(tx, session, from, now()).await?;
     sqlx::query("DELETE FROM tiller_messages WHERE session_id = $1 AND seq >= $2")
         .bind(session)
-        .bind(to_i64(from))
+        .bind(from)
         .execute(&mut **tx)
         .await
         .map_err(database)?;
-    if from == 0 {
-        return Ok(());
-    }
-    let before = sqlx::query(
-        "SELECT seq, message_count, message FROM tiller_messages \
-         WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(session)
-    .bind(to_i64(from))
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(database)?;
-    let Some(row) = before else {
-        return Ok(());
-    };
-    let (seq, count, json): (i64, i64, String) = (
-        row.try_get(0).map_err(database)?,
-        row.try_get(1).map_err(database)?,
-        row.try_get(2).map_err(database)?,
-    );
-    let kept = to_i64(from) - seq;
-    if kept >= count {
-        return Ok(());
-    }
-    let array = format!("[{json}]");
-    let messages: Vec<&serde_json::value::RawValue> = decode_run(session, &array, count)?;
-    let kept_json = messages
-        .iter()
-        .take(usize::try_from(kept).unwrap_or(usize::MAX))
-        .map(|message| message.get())
-        .collect::<Vec<_>>()
-        .join(",");
+    // A cut within the prefix it shares: it reads less of it (none from 0).
     sqlx::query(
-        "UPDATE tiller_messages SET message_count = $3, message = $4 \
-         WHERE session_id = $1 AND seq = $2",
+        "UPDATE tiller_sessions SET base_at = $2, \
+         base_id = CASE WHEN $2 = 0 THEN NULL ELSE base_id END \
+         WHERE id = $1 AND base_at > $2",
     )
     .bind(session)
-    .bind(seq)
-    .bind(kept)
-    .bind(kept_json)
+    .bind(from)
     .execute(&mut **tx)
     .await
     .map_err(database)?;
@@ -1269,10 +1260,41 @@ fn decode_run<'t, T: serde::Deserialize<'t>>(
     Ok(messages)
 }
 
-const RECORD_COLUMNS: &str = "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch, origin, context";
+const RECORD_COLUMNS: &str = "id, tenant_id, user_id, name, definition, status, created_at, updated_at, epoch, origin, context, first_context, parent_id, fork_at";
+
+/// How many [`RECORD_COLUMNS`] there are.
+const RECORD_COUNT: usize = 14;
 
 /// [`RECORD_COLUMNS`]' places in a row that holds no record.
-const NO_RECORD: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+const NO_RECORD: &str =
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
+
+/// `query` with `record`'s [`RECORD_COLUMNS`] bound next, in order, as
+/// session `session`'s at `epoch`, changed `now`.
+fn bind_record<'q>(
+    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    session: &'q str,
+    epoch: u64,
+    record: &'q SessionRecord,
+    now: i64,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    let branch = record.branch.as_ref();
+    query
+        .bind(session)
+        .bind(record.tenant_id.as_deref())
+        .bind(record.user_id.as_deref())
+        .bind(record.name.as_deref())
+        .bind(record.definition.as_json())
+        .bind(record.status.as_str())
+        .bind(record.created_at)
+        .bind(now)
+        .bind(to_i64(epoch))
+        .bind(origin(record))
+        .bind(or_null(&record.context))
+        .bind(or_null(&record.first_context))
+        .bind(branch.map(|branch| branch.parent.as_str()))
+        .bind(branch.map(|branch| to_i64(branch.at)))
+}
 
 /// A record's origin as stored: `NULL` for none.
 fn origin(record: &SessionRecord) -> Option<&str> {
@@ -1306,6 +1328,11 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     let status: String = row.try_get("status").map_err(database)?;
     let origin = opaque(row, "origin").map_err(corrupt)?.unwrap_or_default();
     let context = opaque(row, "context").map_err(corrupt)?.unwrap_or_default();
+    let first_context = opaque(row, "first_context")
+        .map_err(corrupt)?
+        .unwrap_or_default();
+    let parent: Option<String> = row.try_get("parent_id").map_err(database)?;
+    let fork_at: Option<i64> = row.try_get("fork_at").map_err(database)?;
     Ok(SessionRecord {
         tenant_id: row.try_get("tenant_id").map_err(database)?,
         user_id: row.try_get("user_id").map_err(database)?,
@@ -1319,6 +1346,11 @@ fn record(row: &AnyRow) -> Result<SessionRecord, StoreError> {
         epoch: u64::try_from(row.try_get::<i64, _>("epoch").map_err(database)?).unwrap_or(0),
         origin,
         context,
+        first_context,
+        branch: parent.map(|parent| Branch {
+            parent,
+            at: fork_at.and_then(|at| u64::try_from(at).ok()).unwrap_or(0),
+        }),
         id,
     })
 }
@@ -1343,16 +1375,17 @@ impl SessionStore for SqlStore {
             // threads): the session's row with its messages as one JSON array,
             // then its queued messages.
             let sql = format!(
-                "SELECT 0 AS kind, 0 AS seq, NULL AS queue, \
+                "{transcript} SELECT 0 AS kind, 0 AS seq, NULL AS queue, \
                  (SELECT '[' || string_agg(message, ',' ORDER BY seq) || ']' \
-                  FROM tiller_messages WHERE session_id = $1) AS message, {RECORD_COLUMNS} \
-                 FROM tiller_sessions WHERE id = $1 \
+                  FROM visible) AS message, {RECORD_COLUMNS} \
+                 FROM tiller_sessions WHERE id = $1 AND hidden = 0 \
                  UNION ALL \
                  SELECT 2, seq, queue, message, {NO_RECORD} FROM tiller_queued WHERE session_id = $1 \
                  UNION ALL \
                  SELECT 3, at, NULL, op_key, {NO_RECORD} FROM (SELECT at, op_key FROM tiller_op_keys \
                   WHERE session_id = $1 ORDER BY at DESC, op_key LIMIT {MAX_OP_KEYS}) AS newest \
-                 ORDER BY kind, seq"
+                 ORDER BY kind, seq",
+                transcript = *branches::TRANSCRIPT
             );
             let query = sqlx::query(AssertSqlSafe(sql)).bind(id);
             let rows = self
@@ -1502,7 +1535,7 @@ impl SessionStore for SqlStore {
         Box::pin(async move {
             let (filtered, values) = where_of(filter);
             let mut sql = format!(
-                "SELECT {RECORD_COLUMNS}, (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
+                "SELECT {RECORD_COLUMNS}, coalesce(base_at, 0) + (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
                  FROM tiller_messages m WHERE m.session_id = s.id) AS messages \
                  FROM tiller_sessions s{filtered}"
             );
@@ -1548,12 +1581,12 @@ impl SessionStore for SqlStore {
         Box::pin(async move {
             // From the row whose run holds message `from`: the last row to start
             // at or before it (one more row than `limit` when that run ends before).
-            let rows = sqlx::query(
-                "SELECT seq, message_count, message FROM tiller_messages \
-                 WHERE session_id = $1 AND seq >= coalesce((SELECT max(seq) FROM tiller_messages \
-                 WHERE session_id = $1 AND seq <= $2), 0) \
+            let rows = sqlx::query(AssertSqlSafe(format!(
+                "{} SELECT seq, message_count, message FROM visible \
+                 WHERE seq >= coalesce((SELECT max(seq) FROM visible WHERE seq <= $2), 0) \
                  ORDER BY seq LIMIT $3",
-            )
+                *branches::TRANSCRIPT
+            )))
             .bind(id)
             .bind(to_i64(from))
             .bind(i64::from(limit) + 1)
@@ -1588,12 +1621,17 @@ impl SessionStore for SqlStore {
             let prefix = format!("{id}/");
             let length = i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX);
             let mut tx = self.pool.begin().await.map_err(database)?;
-            let existed = sqlx::query("SELECT id FROM tiller_sessions WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(database)?
-                .is_some();
+            let existed =
+                sqlx::query("SELECT id FROM tiller_sessions WHERE id = $1 AND hidden = 0")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(database)?
+                    .is_some();
+            branches::hand_all_over(&mut tx, "(id = $1 OR substr(id, 1, $3) = $2)", |query| {
+                query.bind(id).bind(&prefix).bind(length)
+            })
+            .await?;
             for (table, column) in [
                 ("tiller_messages", "session_id"),
                 ("tiller_queued", "session_id"),
@@ -1623,6 +1661,7 @@ impl SessionStore for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(database)?;
+            branches::drop_unread(&mut tx).await?;
             tx.commit().await.map_err(database)?;
             Ok(existed)
         })
@@ -1630,9 +1669,13 @@ impl SessionStore for SqlStore {
 
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
-            const OLD: &str =
-                "SELECT id FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1";
+            const OLD: &str = "SELECT id FROM tiller_sessions \
+                 WHERE status = 'closed' AND updated_at < $1 AND hidden = 0";
             let mut tx = self.pool.begin().await.map_err(database)?;
+            branches::hand_all_over(&mut tx, "status = 'closed' AND updated_at < $1", |query| {
+                query.bind(before)
+            })
+            .await?;
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM tiller_spending WHERE scope IN (SELECT 'session:' || id FROM ({OLD}) AS old)"
             )))
@@ -1650,13 +1693,14 @@ impl SessionStore for SqlStore {
                 .map_err(database)?;
             }
             let pruned = sqlx::query(
-                "DELETE FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1",
+                "DELETE FROM tiller_sessions WHERE status = 'closed' AND updated_at < $1 AND hidden = 0",
             )
             .bind(before)
             .execute(&mut *tx)
             .await
             .map_err(database)?
             .rows_affected();
+            branches::drop_unread(&mut tx).await?;
             tx.commit().await.map_err(database)?;
             Ok(pruned)
         })
