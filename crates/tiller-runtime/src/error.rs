@@ -70,6 +70,13 @@ pub enum AgentError {
         /// Why.
         reason: String,
     },
+    /// A fork's session id cannot name a session (see
+    /// [`crate::MAX_ID_BYTES`]); nothing was written.
+    #[error("the branch cannot be made: {reason}")]
+    InvalidBranch {
+        /// What is wrong with its id.
+        reason: String,
+    },
     /// An op with this idempotency key was applied already (see
     /// [`Submission::key`](crate::Submission::key)), and the run it started told
     /// its outcome to whoever sent it then: it is in the transcript.

@@ -204,11 +204,27 @@ impl AgentHandle {
     }
 
     /// Queues a message for when the agent would otherwise stop. It joins the
-    /// transcript only when delivered; if the run ends first, it stays queued for
-    /// [`Prompt::Continue`]. Returns once it is stored.
+    /// transcript only when delivered: by the run, or by a run of its own that
+    /// starts as the run ends; queued while no run is active, it waits for the
+    /// next one (a prompt, or [`Prompt::Continue`]). Returns once it is stored.
     pub async fn follow_up(&self, message: impl Into<AgentMessage>) -> Result<(), AgentError> {
         self.submit(Op::FollowUp {
             message: message.into(),
+        })
+        .await
+    }
+
+    /// Forks the session into session `branch`, which begins with the first
+    /// `at` messages of the transcript (shared in the store) and the context
+    /// as it stood there (see [`Op::Fork`]): fork at a user message and
+    /// prompt the branch to try that turn again. Returns once the branch is
+    /// stored; spawn an agent with
+    /// [`AgentSpec::with_session`](crate::AgentSpec::with_session)`(branch)` to
+    /// carry it on.
+    pub async fn fork(&self, at: u64, branch: impl Into<String>) -> Result<(), AgentError> {
+        self.submit(Op::Fork {
+            at,
+            session: branch.into(),
         })
         .await
     }

@@ -34,6 +34,7 @@
 
 mod actor;
 mod agent;
+mod branch;
 mod definition;
 mod error;
 mod event;

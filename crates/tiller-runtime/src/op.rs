@@ -94,6 +94,18 @@ pub enum Op {
         /// What changes.
         patch: Box<DefinitionPatch>,
     },
+    /// Start session `session` as a branch of this one: its transcript the
+    /// first `at` messages of this one's (shared in the store, not copied),
+    /// its context as it stood there, its own from then on. Acknowledged once
+    /// the branch is stored; its agent is brought up as any stored session's
+    /// is. Refused when `at` is past the transcript's end.
+    Fork {
+        /// How many messages of the transcript the branch begins with: the
+        /// place (from 0) of the first one it does not.
+        at: u64,
+        /// The branch's session id.
+        session: String,
+    },
     /// The user's reply to a request a parked run left open, which starts a run:
     /// on the wire `{"type": "answer" | "approve" | "deny", "request_id": …}`.
     #[serde(untagged)]

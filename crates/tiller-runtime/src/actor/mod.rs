@@ -340,6 +340,7 @@ impl ActorState {
             Op::Prompt { .. } | Op::Continue | Op::Reply(_) | Op::Compact { .. } => {}
             Op::Steer { message } => self.enqueue(QueueKind::Steering, message, reply, key),
             Op::FollowUp { message } => self.enqueue(QueueKind::FollowUp, message, reply, key),
+            Op::Fork { at, session } => self.fork(at, session, reply, key),
             Op::ClearQueues { queues } => {
                 let mut writes = Vec::new();
                 if queues != Queues::FollowUp {

@@ -12,7 +12,7 @@ use tiller_core::compaction::CompactionSummary;
 use tiller_core::{ContextTokens, answer_open_calls, cancel_requests};
 use tiller_store::{Ack, Change, QueueKind, SessionWrite, StoreError, StoredSession};
 
-use super::ActorState;
+use super::{ActorState, answer};
 use crate::AgentMessage;
 use crate::agent::Agent;
 use crate::error::AgentError;
@@ -176,6 +176,54 @@ impl ActorState {
         // The status first: the reply may be sent before `commit` returns.
         self.sync_waiting();
         self.commit(writes, reply);
+    }
+
+    /// Forks the session at message `at` into session `branch` (see
+    /// [`Op::Fork`](crate::Op::Fork)): once every write before is committed,
+    /// the branch is read from the store and written with the op's key.
+    pub(super) fn fork(
+        &mut self,
+        at: u64,
+        branch: String,
+        reply: Option<RpcReplyPort<Result<(), AgentError>>>,
+        key: Option<Arc<str>>,
+    ) {
+        let messages = self.next_seq();
+        let refused = crate::check_id("session", &branch)
+            .map_err(|error| AgentError::InvalidBranch {
+                reason: error.to_string(),
+            })
+            .and_then(|()| {
+                if at > messages {
+                    return Err(StoreError::ForkPastEnd {
+                        session: self.agent.session.to_string(),
+                        at,
+                        messages,
+                    }
+                    .into());
+                }
+                Ok(())
+            });
+        if let Err(error) = refused {
+            return answer(reply, Err(error));
+        }
+        let keyed = self.keyed(Vec::new(), key);
+        let writer = self.agent.runtime.writer.clone();
+        let parent = self.agent.session.clone();
+        tokio::spawn(async move {
+            let forked = async {
+                writer.flush().await?;
+                let mut writes =
+                    vec![crate::branch::fork_write(&**writer.store(), &parent, at, &branch).await?];
+                writes.extend(keyed);
+                writer.write(writes).await?;
+                Ok(())
+            };
+            let result = forked.await;
+            if let Some(reply) = reply {
+                let _ = reply.send(result);
+            }
+        });
     }
 
     /// The place in the stored transcript of the next message added.
