@@ -299,7 +299,25 @@ pub enum SessionsAction {
         #[arg(long)]
         json: bool,
     },
-    /// Deletes a session with its messages (and its sub-agents' sessions).
+    /// Starts a branch of a session: its first N messages (shared in the
+    /// store, not copied) and the context as it stood there; prints its id.
+    Fork {
+        /// The session.
+        name: String,
+        /// How many of its messages the branch begins with.
+        #[arg(long, value_name = "N")]
+        at: u64,
+        /// The branch's id (a new one when not given).
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+    },
+    /// The branches forked from a session.
+    Branches {
+        /// The session.
+        name: String,
+    },
+    /// Deletes a session with its messages (and its sub-agents' sessions);
+    /// its branches keep what they began with.
     Rm {
         /// The session.
         name: String,

@@ -44,7 +44,24 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
         Err(exit) => return exit,
     };
     let done = match action {
-        SessionsAction::List => list(&*store).await,
+        SessionsAction::List => list(&*store, SessionFilter::default()).await,
+        SessionsAction::Branches { name } => {
+            let branches = SessionFilter {
+                parent: Some(name.clone()),
+                ..SessionFilter::default()
+            };
+            list(&*store, branches).await
+        }
+        SessionsAction::Fork { name, at, id } => {
+            let branch = id.clone().unwrap_or_else(tiller::ai::new_id);
+            match tiller::runtime::fork_stored(&*store, name, *at, &branch).await {
+                Ok(()) => {
+                    println!("{branch}");
+                    Ok(())
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        }
         SessionsAction::Show { name, json } => show(&*store, name, *json).await,
         SessionsAction::Rm { name } => match store.delete(name).await {
             Ok(true) => Ok(()),
@@ -71,15 +88,18 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
     }
 }
 
-async fn list(store: &dyn SessionStore) -> Result<(), String> {
+async fn list(store: &dyn SessionStore, filter: SessionFilter) -> Result<(), String> {
     let sessions = store
-        .list(&SessionFilter::default())
+        .list(&filter)
         .await
         .map_err(|error| error.to_string())?;
     for info in sessions {
         let record = &info.record;
+        let branch = record.branch.as_ref().map_or_else(String::new, |branch| {
+            format!("\tbranch of {} at {}", branch.parent, branch.at)
+        });
         println!(
-            "{}\t{} messages\t{}\t{}",
+            "{}\t{} messages\t{}\t{}{branch}",
             record.id,
             info.messages,
             record.status.as_str(),

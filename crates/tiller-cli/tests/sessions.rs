@@ -1,7 +1,7 @@
 //! `--session` across invocations: a `tiller chat` killed with SIGKILL while a tool
 //! runs is resumed with every finished message, its queued follow-up and a valid
 //! transcript, against SQLite and PostgreSQL; `tiller sessions` lists, shows,
-//! removes and prunes what is kept.
+//! forks, removes and prunes what is kept.
 
 #![allow(clippy::unwrap_used)]
 
@@ -166,6 +166,56 @@ async fn sessions_are_listed_shown_and_continued_by_name() {
     assert!(lines[2].starts_with("assistant: You said: \"first question\"."));
     assert_eq!(lines[3], "user: second question");
     assert_eq!(lines.len(), 5);
+
+    // A branch from before the second question, carried on by name.
+    let forked = finish(tiller(&[
+        "sessions", "fork", "notes", "--at", "2", "--id", "notes-b", "--store", &store,
+    ]))
+    .await;
+    assert_eq!(
+        (forked.code(), forked.stdout.as_str()),
+        (Some(0), "notes-b\n")
+    );
+    let run = finish(tiller(&[
+        "run",
+        "--session",
+        "notes-b",
+        "--store",
+        &store,
+        "another question",
+    ]))
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let shown = finish(tiller(&["sessions", "show", "notes-b", "--store", &store])).await;
+    let lines: Vec<&str> = shown.stdout.lines().skip(1).collect();
+    assert_eq!(lines[0], "user: first question");
+    assert_eq!(lines[2], "user: another question");
+    assert_eq!(lines.len(), 4);
+    let branches = finish(tiller(&[
+        "sessions", "branches", "notes", "--store", &store,
+    ]))
+    .await;
+    let columns: Vec<&str> = branches.stdout.trim_end().split('\t').collect();
+    assert_eq!(
+        (columns[..3].to_vec(), columns[4]),
+        (
+            vec!["notes-b", "4 messages", "active"],
+            "branch of notes at 2"
+        )
+    );
+    let past = finish(tiller(&[
+        "sessions", "fork", "notes", "--at", "9", "--store", &store,
+    ]))
+    .await;
+    assert_eq!(
+        (past.code(), past.stderr.as_str()),
+        (
+            Some(1),
+            "tiller: session `notes` holds 4 messages: it cannot be forked at 9\n"
+        )
+    );
+    let removed = finish(tiller(&["sessions", "rm", "notes-b", "--store", &store])).await;
+    assert_eq!(removed.code(), Some(0), "{}", removed.stderr);
 
     // The default store lives under the data directory.
     let data = scratch.path().join("data");

@@ -12,6 +12,28 @@ use tiller_store::{
 
 use crate::AgentError;
 
+/// Forks session `parent` of `store`, one no agent holds, at message `at`
+/// into session `branch` (see [`Op::Fork`](crate::Op::Fork), by which an
+/// agent forks the session it holds, after its own writes).
+pub async fn fork_stored(
+    store: &dyn SessionStore,
+    parent: &str,
+    at: u64,
+    branch: &str,
+) -> Result<(), AgentError> {
+    check_branch(branch)?;
+    let write = fork_write(store, parent, at, branch).await?;
+    store.apply(&[write]).await?;
+    Ok(())
+}
+
+/// Refuses a branch id that cannot name a session.
+pub(crate) fn check_branch(branch: &str) -> Result<(), AgentError> {
+    crate::check_id("session", branch).map_err(|error| AgentError::InvalidBranch {
+        reason: error.to_string(),
+    })
+}
+
 /// The write that makes session `branch` from the first `at` messages of
 /// session `parent`, as the store holds them: the parent's owner, agent and
 /// origin, and the context as it stood at message `at`.

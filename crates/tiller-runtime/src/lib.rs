@@ -58,6 +58,7 @@ pub mod runtime_semantics {}
 #[doc = include_str!("../../../docs/architecture.md")]
 pub mod architecture {}
 
+pub use branch::fork_stored;
 pub use definition::{AgentDefinition, QueueLimits, QueueMode};
 pub use error::{AgentError, SpawnError};
 pub use event::{Event, EventError, EventSink, MAX_TOPIC_BYTES};

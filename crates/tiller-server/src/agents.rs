@@ -390,11 +390,12 @@ pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
         | Op::Abort
         | Op::Reset
         | Op::Compact { .. }
+        | Op::Fork { .. }
         | Op::Reply(_) => &[],
         _ => {
             return Err(Problem::invalid(
                 Some("type".to_owned()),
-                "only prompt, continue, steer, follow_up, clear_queues, abort, reset, compact, answer, approve and deny are available to clients",
+                "only prompt, continue, steer, follow_up, clear_queues, abort, reset, compact, fork, answer, approve and deny are available to clients",
             ));
         }
     };

@@ -121,6 +121,7 @@ impl From<AgentError> for Problem {
             AgentError::QueueFull { .. } => {
                 Problem::new(StatusCode::TOO_MANY_REQUESTS, "queue-full", detail)
             }
+            AgentError::InvalidBranch { .. } => Problem::invalid(Some("id".to_owned()), detail),
             AgentError::Store(error) => error.into(),
             AgentError::Failed { .. } => {
                 Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", detail)
@@ -167,6 +168,14 @@ impl From<StoreError> for Problem {
             StoreError::TakenOver { .. } => {
                 Problem::new(StatusCode::CONFLICT, "taken-over", detail)
             }
+            // A fork the session cannot give.
+            StoreError::ForkPastEnd { .. } | StoreError::BranchTooDeep { .. } => {
+                Problem::invalid(Some("at".to_owned()), detail)
+            }
+            StoreError::SessionExists(_) => Problem {
+                field: Some("id".to_owned()),
+                ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)
+            },
             // The store cannot be reached just now: try again later.
             StoreError::Unavailable(_) => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail)

@@ -391,6 +391,8 @@ impl Server {
             )
             .route("/sessions/{id}/messages", get(sessions::messages))
             .route("/sessions/{id}/resume", post(sessions::resume))
+            .route("/sessions/{id}/fork", post(sessions::fork))
+            .route("/sessions/{id}/branches", get(sessions::branches))
             .route("/api/stream", post(proxy::stream))
             .route("/v1/models", get(protocols::openai::models))
             .route(

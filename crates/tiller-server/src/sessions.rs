@@ -18,7 +18,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::store::{SessionFilter, SessionInfo, SessionRecord, SessionStatus, ago, is_within};
-use tiller::{AgentContext, AgentSpec};
+use tiller::{AgentContext, AgentSpec, Op};
 use tiller::{AgentMessage, runtime::AgentInfo};
 
 use crate::Shared;
@@ -58,6 +58,17 @@ pub(crate) struct ResumeSession {
     definition: Option<String>,
     version: Option<String>,
     inline: Option<Value>,
+}
+
+/// `POST /sessions/{id}/fork`: where the branch begins, its id, and a prompt
+/// its agent runs at once (fork at a user message and send it edited: try
+/// that turn again).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkSession {
+    at: u64,
+    id: Option<String>,
+    prompt: Option<String>,
 }
 
 /// A session as the API shows it: its row, how many messages it holds, and the
@@ -277,6 +288,72 @@ pub(crate) async fn resume(
         .with_context(caller.context);
     let agent = shared.bring_up(info.record, spec, &origin).await?;
     Ok((StatusCode::CREATED, Json(agent)).into_response())
+}
+
+/// Forks the session into a branch (see [`tiller::Op::Fork`]) of the same
+/// owner, counted against its quota of sessions; 201 with the branch, and the
+/// agent that runs the prompt when one is given.
+pub(crate) async fn fork(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = shared.caller(&headers)?;
+    let info = shared.session(&caller, &id).await?;
+    let request: ForkSession = decode(body)?;
+    shared.writable()?;
+    if request.prompt.is_some() {
+        shared.accepting()?;
+    }
+    let owner = Scope {
+        tenant: info.record.tenant_id.clone(),
+        user: info.record.user_id.clone(),
+    };
+    shared.check_sessions(&owner, None).await?;
+    let branch = request.id.unwrap_or_else(tiller::ai::new_id);
+    shared.hold(&caller, &id).await?;
+    let fork = Op::Fork {
+        at: request.at,
+        session: branch.clone(),
+    };
+    shared.submit(&caller, &headers, &id, || Ok(fork)).await?;
+    if let Some(prompt) = request.prompt {
+        shared.hold(&caller, &branch).await?;
+        let prompt = Op::Prompt {
+            messages: vec![AgentMessage::user(prompt)],
+        };
+        shared
+            .submit(&caller, &headers, &branch, || Ok(prompt))
+            .await?;
+    }
+    let info = shared.session(&caller, &branch).await?;
+    Ok((StatusCode::CREATED, Json(shared.view(info))).into_response())
+}
+
+/// The branches forked from the session, most recently changed first.
+pub(crate) async fn branches(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    asked: Result<Query<ListSessions>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<SessionView>>, Problem> {
+    let caller = shared.caller(&headers)?;
+    let asked = query(asked)?;
+    shared.session(&caller, &id).await?;
+    let Some(filter) = shared.sessions_of(&caller, asked.user_id) else {
+        return Ok(Json(Vec::new()));
+    };
+    let filter = SessionFilter {
+        parent: Some(id),
+        status: asked.status,
+        limit: Some(page_size(asked.limit)?),
+        ..filter
+    };
+    let found = shared.supervisor.store().list(&filter).await?;
+    Ok(Json(
+        found.into_iter().map(|info| shared.view(info)).collect(),
+    ))
 }
 
 pub(crate) async fn delete(

@@ -123,6 +123,13 @@ async fn command(shared: &Shared, caller: &Caller, id: &str, frame: &str) -> Res
         )
     })?;
     from_client(&op)?;
+    if matches!(op, Op::Fork { .. }) {
+        // Where a new session is counted against its owner's quota.
+        return Err(Problem::invalid(
+            Some("type".to_owned()),
+            "a branch is made with POST /sessions/{id}/fork",
+        ));
+    }
     if op.starts_run() {
         shared.accepting()?;
     }

@@ -1567,6 +1567,8 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
             (Method::GET, format!("/sessions/{id}")),
             (Method::GET, format!("/sessions/{id}/messages")),
             (Method::POST, format!("/sessions/{id}/resume")),
+            (Method::POST, format!("/sessions/{id}/fork")),
+            (Method::GET, format!("/sessions/{id}/branches")),
             (Method::DELETE, format!("/sessions/{id}")),
         ] {
             let (status, problem) = call(method, &path, token).await;
@@ -1581,6 +1583,105 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
         ids(&call(Method::GET, "/sessions", "token-acme").await.1),
         acme_both
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_branches_at_a_message_to_try_that_turn_again() {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        FauxTurn::text(format!(
+            "You said: {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    });
+    let store = MemoryStore::new();
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "helper", "id": "c1"}))
+        .await;
+    assert_eq!(status, 201);
+    for text in ["Hi", "Tell me a joke"] {
+        let (status, _) = server
+            .post("/agents/c1/prompt?wait=true", json!({"text": text}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let texts = async |session: &str| -> Vec<String> {
+        let (status, page) = server.get(&format!("/sessions/{session}/messages")).await;
+        assert_eq!(status, 200, "{page}");
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|message| message["content"][0]["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let asked = texts("c1").await;
+
+    // The second turn again, edited: the branch's agent runs it at once.
+    let (status, branch) = server
+        .post(
+            "/sessions/c1/fork",
+            json!({"at": 2, "id": "c1-b", "prompt": "Tell me a riddle"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &branch["branch"], &branch["agent"]["id"]),
+        (201, &json!({"parent": "c1", "at": 2}), &json!("c1-b")),
+        "{branch}"
+    );
+    server.events("c1-b", Some(0)).await.until_end().await;
+    assert_eq!(
+        texts("c1-b").await,
+        [
+            "Hi",
+            "You said: Hi",
+            "Tell me a riddle",
+            "You said: Tell me a riddle"
+        ]
+    );
+    assert_eq!(texts("c1").await, asked);
+    let requests = faux.requests();
+    assert_eq!(
+        requests[2].context.messages[..2],
+        requests[1].context.messages[..2]
+    );
+    let (status, branches) = server.get("/sessions/c1/branches").await;
+    assert_eq!(
+        (
+            status,
+            branches.as_array().unwrap().len(),
+            &branches[0]["id"]
+        ),
+        (200, 1, &json!("c1-b"))
+    );
+
+    // Forks the session cannot give: typed problems, nothing made.
+    for (body, wanted) in [
+        (json!({"at": 5}), (422, "at")),
+        (json!({"at": 1, "id": "c1-b"}), (409, "id")),
+        (json!({"at": 1, "id": ""}), (422, "id")),
+        (json!({"at": -1}), (422, "at")),
+    ] {
+        let (status, problem) = server.post("/sessions/c1/fork", body.clone()).await;
+        assert_eq!(
+            (status, problem["field"].as_str().unwrap_or_default()),
+            wanted,
+            "{body}: {problem}"
+        );
+    }
+    let (status, _) = server.post("/sessions/nobody/fork", json!({"at": 0})).await;
+    assert_eq!(status, 404);
+    let (_, branches) = server.get("/sessions/c1/branches").await;
+    assert_eq!(branches.as_array().unwrap().len(), 1);
+
+    // The original deleted: the branch keeps what it began with.
+    let (status, _) = server
+        .send(reqwest::Method::DELETE, "/sessions/c1", None)
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(texts("c1-b").await.len(), 4);
     server.stop().await;
 }
 

@@ -189,21 +189,17 @@ impl ActorState {
         key: Option<Arc<str>>,
     ) {
         let messages = self.next_seq();
-        let refused = crate::check_id("session", &branch)
-            .map_err(|error| AgentError::InvalidBranch {
-                reason: error.to_string(),
-            })
-            .and_then(|()| {
-                if at > messages {
-                    return Err(StoreError::ForkPastEnd {
-                        session: self.agent.session.to_string(),
-                        at,
-                        messages,
-                    }
-                    .into());
+        let refused = crate::branch::check_branch(&branch).and_then(|()| {
+            if at > messages {
+                return Err(StoreError::ForkPastEnd {
+                    session: self.agent.session.to_string(),
+                    at,
+                    messages,
                 }
-                Ok(())
-            });
+                .into());
+            }
+            Ok(())
+        });
         if let Err(error) = refused {
             return answer(reply, Err(error));
         }
