@@ -26,11 +26,114 @@ pub struct MemoryStore {
 struct Session {
     /// The row (its definition shared with the agent's other sessions).
     record: SessionRecord,
-    messages: Vec<Arc<AgentMessage>>,
+    messages: Transcript,
     /// Queued messages by queue number.
     queued: BTreeMap<u64, (QueueKind, AgentMessage)>,
     /// The newest idempotency keys, oldest first, at most [`MAX_OP_KEYS`].
     op_keys: VecDeque<Arc<str>>,
+}
+
+/// A session's messages: a branch's first ones shared with the session it
+/// was forked from, then its own.
+#[derive(Default)]
+struct Transcript {
+    /// What is shared, or (in a session forked from) kept to be shared.
+    shared: Option<Box<Shared>>,
+    /// Its own messages, after the shared ones.
+    own: Vec<Arc<AgentMessage>>,
+}
+
+/// The messages a branch shares, and those its own branches will.
+#[derive(Default)]
+struct Shared {
+    /// The first `len` of `base` begin the transcript.
+    base: Arc<[Arc<AgentMessage>]>,
+    len: usize,
+    /// The whole transcript as it stood when it was last forked, which the
+    /// next forks share while it stays so.
+    frozen: Option<Arc<[Arc<AgentMessage>]>>,
+}
+
+impl Transcript {
+    fn shared(&self) -> &[Arc<AgentMessage>] {
+        self.shared
+            .as_ref()
+            .map_or(&[], |shared| &shared.base[..shared.len])
+    }
+
+    fn len(&self) -> usize {
+        self.shared().len() + self.own.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<AgentMessage>> {
+        self.shared().iter().chain(&self.own)
+    }
+
+    /// The snapshot forks share is no more what the transcript holds from
+    /// `from` on.
+    fn changed_from(&mut self, from: usize) {
+        if let Some(shared) = &mut self.shared
+            && shared
+                .frozen
+                .as_ref()
+                .is_some_and(|frozen| frozen.len() > from)
+        {
+            shared.frozen = None;
+        }
+    }
+
+    /// Puts `message` at `seq`: in place of the one there, or at the end.
+    fn set(&mut self, seq: usize, message: Arc<AgentMessage>) {
+        self.changed_from(seq);
+        let shared = self.shared().len();
+        if seq < shared {
+            // A shared message replaced: the branch keeps copies of them.
+            let mut own: Vec<_> = self.shared().to_vec();
+            own.append(&mut self.own);
+            self.own = own;
+            self.shared = None;
+            return self.set(seq, message);
+        }
+        match self.own.get_mut(seq - shared) {
+            Some(slot) => *slot = message,
+            None => self.own.push(message),
+        }
+    }
+
+    fn truncate(&mut self, from: usize) {
+        self.changed_from(from);
+        let shared = self.shared().len();
+        if from < shared {
+            if let Some(shared) = &mut self.shared {
+                shared.len = from;
+            }
+            self.own.clear();
+        } else {
+            self.own.truncate(from - shared);
+        }
+    }
+
+    /// A branch's transcript: the first `at` messages, shared.
+    fn fork(&mut self, at: usize) -> Transcript {
+        let shared = self.shared.get_or_insert_default();
+        let frozen = match &shared.frozen {
+            Some(frozen) if frozen.len() >= at => frozen.clone(),
+            _ => {
+                let base = &shared.base[..shared.len];
+                let frozen: Arc<[_]> = base.iter().chain(&self.own).cloned().collect();
+                shared.frozen = Some(frozen.clone());
+                frozen
+            }
+        };
+        Transcript {
+            shared: Some(Box::new(Shared {
+                base: frozen,
+                len: at,
+                frozen: None,
+            })),
+            own: Vec::new(),
+        }
+    }
 }
 
 impl Session {
@@ -48,7 +151,7 @@ impl Session {
         };
         StoredSession {
             record: self.record.clone(),
-            messages: self.messages.clone(),
+            messages: self.messages.iter().cloned().collect(),
             steering: queue(QueueKind::Steering),
             follow_up: queue(QueueKind::FollowUp),
             op_keys: self.op_keys.iter().cloned().collect(),
@@ -135,13 +238,8 @@ impl Session {
                 message,
                 dequeued,
             } => {
-                match self
-                    .messages
-                    .get_mut(usize::try_from(*seq).unwrap_or(usize::MAX))
-                {
-                    Some(slot) => *slot = message.clone(),
-                    None => self.messages.push(message.clone()),
-                }
+                self.messages
+                    .set(usize::try_from(*seq).unwrap_or(usize::MAX), message.clone());
                 if let Some(dequeued) = dequeued {
                     self.queued.remove(dequeued);
                 }
@@ -193,19 +291,21 @@ impl SessionStore for MemoryStore {
         let now = now();
         for write in batch {
             let created = match &write.change {
-                Change::Create(record) => Some((record.clone(), Vec::new())),
+                Change::Create(record) => Some((record.clone(), Transcript::default())),
                 // The parent's messages, shared.
-                Change::Fork { parent, at, record } => sessions.get(parent).map(|parent_session| {
-                    let at = usize::try_from(*at).unwrap_or(usize::MAX);
-                    let record = SessionRecord {
-                        branch: Some(Branch {
-                            parent: parent.to_string(),
-                            at: at as u64,
-                        }),
-                        ..record.clone()
-                    };
-                    (record, parent_session.messages[..at].to_vec())
-                }),
+                Change::Fork { parent, at, record } => {
+                    sessions.get_mut(parent).map(|parent_session| {
+                        let record = SessionRecord {
+                            branch: Some(Branch {
+                                parent: parent.to_string(),
+                                at: *at,
+                            }),
+                            ..record.clone()
+                        };
+                        let at = usize::try_from(*at).unwrap_or(usize::MAX);
+                        (record, parent_session.messages.fork(at))
+                    })
+                }
                 _ => None,
             };
             if let Some((record, messages)) = created {

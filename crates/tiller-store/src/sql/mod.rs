@@ -365,6 +365,28 @@ impl SqlStore {
         Ok(store)
     }
 
+    /// The bytes the sessions' and messages' tables take in the database,
+    /// indexes included: SQLite's pages in use (after a [`SqlStore::checkpoint`],
+    /// all of them), PostgreSQL's relations on disk.
+    pub async fn bytes_held(&self) -> Result<u64, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT CAST((page_count - freelist_count) * page_size AS BIGINT) \
+                 FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()"
+            }
+            Backend::Postgres => {
+                "SELECT CAST(pg_total_relation_size('tiller_sessions') \
+                 + pg_total_relation_size('tiller_messages') AS BIGINT)"
+            }
+        };
+        let bytes: i64 = sqlx::query(sql)
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(database)?;
+        Ok(u64::try_from(bytes).unwrap_or(0))
+    }
+
     /// SQLite: copies everything in the WAL into the database file and empties the
     /// WAL, waiting for writes in progress (before a backup of the file, or to
     /// measure reads from a settled file). Nothing to do for PostgreSQL.
