@@ -1180,3 +1180,64 @@ fn readme() -> String {
         .display()
         .to_string()
 }
+
+/// The README's "Sessions that branch" block, run by bash as written (the
+/// `tiller` on its path this build's) from the repository's root: it prints
+/// what the README says it prints.
+#[tokio::test]
+async fn the_readmes_branch_section_runs_as_written() {
+    let tools = ["curl", "jq"];
+    if let Some(missing) = tools.iter().find(|tool| {
+        !std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }) {
+        assert!(
+            !tiller_test_support::live::live_required(),
+            "{missing} is needed by the README's branch section"
+        );
+        eprintln!("skipping the README's branch section: no {missing} here");
+        return;
+    }
+    let readme = std::fs::read_to_string(readme()).unwrap();
+    let section = &readme[readme.find("### Sessions that branch").unwrap()..];
+    let block = |fence: &str| {
+        section
+            .split(fence)
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap()
+            .to_owned()
+    };
+    let (script, printed) = (block("```sh\n"), block("```text\n"));
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_tiller"));
+    let mut bash = tokio::process::Command::new("bash");
+    // Whatever happens, the server it starts goes with it.
+    let guarded = format!("set -e\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}");
+    bash.args(["-c", &guarded])
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                binary.parent().unwrap().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env_remove("TILLER_STORE")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), bash.output())
+        .await
+        .expect("the README's branch section did not finish in a minute")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, printed);
+}

@@ -46,7 +46,7 @@ pub(crate) struct Text {
 #[derive(Debug, Deserialize)]
 pub(crate) struct Wait {
     #[serde(default)]
-    wait: bool,
+    pub(crate) wait: bool,
 }
 
 impl Shared {
@@ -293,7 +293,7 @@ pub(crate) async fn prompt(
 }
 
 /// The `?wait=` of a request, or why it is not one.
-fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait, Problem> {
+pub(crate) fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait, Problem> {
     let Query(wait) =
         wait.map_err(|rejection| Problem::invalid(Some("wait".to_owned()), rejection.body_text()))?;
     Ok(wait)

@@ -22,6 +22,7 @@ use tiller::{AgentContext, AgentSpec, Op};
 use tiller::{AgentMessage, runtime::AgentInfo};
 
 use crate::Shared;
+use crate::agents::{Wait, wait_of};
 use crate::error::{Problem, decode};
 use crate::reach::Origin;
 use crate::tenants::{Caller, Scope};
@@ -292,15 +293,18 @@ pub(crate) async fn resume(
 
 /// Forks the session into a branch (see [`tiller::Op::Fork`]) of the same
 /// owner, counted against its quota of sessions; 201 with the branch, and the
-/// agent that runs the prompt when one is given.
+/// agent that runs the prompt when one is given (with `?wait=true`, once its
+/// run ended).
 pub(crate) async fn fork(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
+    wait: Result<Query<Wait>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
     let info = shared.session(&caller, &id).await?;
+    let wait = wait_of(wait)?.wait;
     let request: ForkSession = decode(body)?;
     shared.writable()?;
     if request.prompt.is_some() {
@@ -323,9 +327,13 @@ pub(crate) async fn fork(
         let prompt = Op::Prompt {
             messages: vec![AgentMessage::user(prompt)],
         };
-        shared
-            .submit(&caller, &headers, &branch, || Ok(prompt))
-            .await?;
+        if wait {
+            shared.run(&caller, &headers, &branch, prompt).await?;
+        } else {
+            shared
+                .submit(&caller, &headers, &branch, || Ok(prompt))
+                .await?;
+        }
     }
     let info = shared.session(&caller, &branch).await?;
     Ok((StatusCode::CREATED, Json(shared.view(info))).into_response())
