@@ -36,6 +36,11 @@ pub struct AgentState {
     pub definition: AgentDefinition,
     /// The transcript; grows by one message each `message_end`.
     pub messages: Vec<AgentMessage>,
+    /// The place (from 0) in the stored transcript of `messages`' first
+    /// message: past 0 after a compaction, whose summary it is (the store
+    /// keeps what came before). A fork at a message names this place.
+    #[serde(default)]
+    pub messages_from: u64,
     /// Queued steering messages, oldest first.
     pub steering_queue: Vec<AgentMessage>,
     /// Queued follow-up messages, oldest first.

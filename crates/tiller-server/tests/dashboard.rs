@@ -266,6 +266,26 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .shows("//span[@id='status' and normalize-space()='idle']")
         .await;
 
+    // Opened again, the conversation can be tried again from its question,
+    // edited: a branch of it runs the new one and the page opens it.
+    browser.click("#agents li").await;
+    browser.shows("//button[@class='retry']").await;
+    browser.click(".retry").await;
+    let input = browser.client.find(Locator::Css("#text")).await.unwrap();
+    assert_eq!(input.prop("value").await.unwrap().as_deref(), Some("hello"));
+    input.clear().await.unwrap();
+    browser.send("hello again").await;
+    browser
+        .shows("//div[@class='user' and normalize-space()='hello again']")
+        .await;
+    browser
+        .shows("//div[@class='assistant' and normalize-space()='Hello from the dashboard.']")
+        .await;
+    browser
+        .shows("//div[@id='messages' and count(div[@class='user'])=1]")
+        .await;
+    browser.shows("//ul[@id='agents' and count(li)=2]").await;
+
     // A widget shown, then updated in place: one widget, its latest data.
     browser.send("show progress").await;
     browser

@@ -465,6 +465,7 @@ impl ActorState {
             context: agent.context_ids(&self.context),
             definition: self.settings.definition.clone(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
+            messages_from: self.base,
             steering_queue: queued(&self.steering),
             follow_up_queue: queued(&self.follow_up),
             is_streaming: self.run.is_some(),
