@@ -35,7 +35,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller_core::ContinueError;
 use tiller_runtime::{AgentError, Event, EventError, EventSink, Op};
 use tokio::sync::mpsc;
 
@@ -576,12 +575,14 @@ impl Delivery {
 
 /// `prompt` queued as a follow-up of the run `agent` is busy with; a run of
 /// its own should that run have ended meanwhile (a follow-up queued while the
-/// agent is idle waits for its next prompt). [`AgentError::Busy`] and
-/// [`ContinueError::EndsWithAssistant`] answer that a run took it.
+/// agent is idle waits for its next prompt). [`AgentError::Busy`] answers
+/// that a run will take it, [`AgentError::CannotStart`] that one took it or
+/// that it waits, queued, for the agent to take runs again (a reply the user
+/// owes it).
 async fn follow_up(agent: &AgentHandle, prompt: String) -> Result<(), AgentError> {
     agent.follow_up(crate::AgentMessage::user(prompt)).await?;
     match agent.submit(Op::Continue).await {
-        Err(AgentError::Busy | AgentError::CannotStart(ContinueError::EndsWithAssistant)) => Ok(()),
+        Err(AgentError::Busy | AgentError::CannotStart(_)) => Ok(()),
         other => other,
     }
 }

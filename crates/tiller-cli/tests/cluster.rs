@@ -1219,6 +1219,28 @@ async fn the_bus_refuses_intruders_and_owners_refuse_what_a_client_could_not_sen
     assert_eq!(state["definition"]["model"]["id"], "scripted");
     assert!(state["owner"]["epoch"].as_u64().unwrap() > 0, "{state}");
     assert_eq!(state["owner"]["host"], "h1");
+
+    // What a client may do, a host may forward: a fork asked of a host that
+    // does not own the agent is made by its owner, and the branch runs on.
+    let branch = format!("{agent}-again");
+    let (status, made) = chaos
+        .post(
+            "h3",
+            &format!("/sessions/{agent}/fork?wait=true"),
+            json!({"at": 1, "id": branch, "prompt": "hi again"}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &made["branch"]["parent"]),
+        (201, &json!(agent)),
+        "{made}"
+    );
+    let forked = chaos.transcript("h2", &branch).await;
+    assert_eq!(forked.len(), 3, "{forked:?}");
+    assert_eq!(forked[0], before[0]);
+    assert_eq!(forked[1]["content"][0]["text"], "hi again");
+    assert_eq!(chaos.transcript("h3", &agent).await, before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,6 +151,9 @@ pub(crate) enum Signal {
     },
     /// Everything the run `run` wrote is committed.
     Committed(u64),
+    /// The op with this idempotency key is applied and stored (a fork, made
+    /// off the actor): remembered from now on.
+    Applied(Arc<str>),
     /// A write of the actor's was refused: its session was taken over.
     TakenOver(StoreError),
     /// Idle since activity number `activity`: time to put the agent away

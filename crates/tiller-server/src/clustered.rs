@@ -13,7 +13,6 @@ use tiller::store::{SessionFilter, SessionRecord, SessionStatus};
 use tiller::wire::{Frame, Rebuild, Updates};
 use tiller::{
     AgentError, AgentHandle, AgentMessage, AgentSpec, Delivered, Envelope, Op, RunOutcome,
-    run::ContinueError,
     runtime::{AgentId, AgentInfo, AgentState, AgentStatus, Notice},
 };
 use tiller_cluster::{Activator, Cluster, ClusterError, EventSubject, Followed, Principal};
@@ -305,11 +304,11 @@ impl Agents for Cluster {
                         .submit_as(id, Op::Continue, &format!("{key}-continue"), on_behalf)
                         .await
                     {
+                        // Taken by a run, or queued until the agent takes runs.
                         Ok(())
-                        | Err(ClusterError::Agent(
-                            AgentError::Busy
-                            | AgentError::CannotStart(ContinueError::EndsWithAssistant),
-                        )) => Ok(true),
+                        | Err(ClusterError::Agent(AgentError::Busy | AgentError::CannotStart(_))) => {
+                            Ok(true)
+                        }
                         Err(error) => Err(error.to_string()),
                     }
                 }

@@ -315,6 +315,9 @@ pub(crate) async fn fork(
         user: info.record.user_id.clone(),
     };
     shared.check_sessions(&owner, None).await?;
+    if let Some(branch) = &request.id {
+        crate::agents::check_client_id(branch, "id")?;
+    }
     let branch = request.id.unwrap_or_else(tiller::ai::new_id);
     shared.hold(&caller, &id).await?;
     let fork = Op::Fork {

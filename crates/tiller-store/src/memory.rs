@@ -127,8 +127,8 @@ impl Transcript {
         };
         Transcript {
             shared: Some(Box::new(Shared {
+                len: at.min(frozen.len()),
                 base: frozen,
-                len: at,
                 frozen: None,
             })),
             own: Vec::new(),
@@ -183,13 +183,34 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 /// Why `batch` cannot be applied to `sessions` as a whole, if it cannot: a
-/// session created twice, a write to no session, a write at an older epoch.
+/// session created twice, a write to no session, a write at an older epoch, a
+/// fork past its parent's end (as the batch's writes before it leave it).
 fn refusal(
     sessions: &HashMap<Arc<str>, Box<Session>>,
     batch: &[SessionWrite],
 ) -> Option<StoreError> {
     let mut created = HashMap::new();
+    // Transcripts' lengths as the batch changes them.
+    let mut lengths: HashMap<&str, u64> = HashMap::new();
+    let length = |lengths: &HashMap<&str, u64>, session: &str| {
+        lengths.get(session).copied().unwrap_or_else(|| {
+            sessions
+                .get(session)
+                .map_or(0, |found| found.messages.len() as u64)
+        })
+    };
     for write in batch {
+        match &write.change {
+            Change::Truncate { from } => {
+                let cut = length(&lengths, &write.session).min(*from);
+                lengths.insert(&write.session, cut);
+            }
+            Change::Append { seq, .. } => {
+                let grown = length(&lengths, &write.session).max(seq + 1);
+                lengths.insert(&write.session, grown);
+            }
+            _ => {}
+        }
         let epoch = sessions
             .get(&write.session)
             .map(|session| session.record.epoch)
@@ -200,10 +221,10 @@ fn refusal(
             }
             (Change::Fork { parent, at, .. }, None) => match sessions.get(parent) {
                 None => StoreError::NoSuchSession(parent.to_string()),
-                Some(session) if (session.messages.len() as u64) < *at => StoreError::ForkPastEnd {
+                Some(_) if length(&lengths, parent) < *at => StoreError::ForkPastEnd {
                     session: parent.to_string(),
                     at: *at,
-                    messages: session.messages.len() as u64,
+                    messages: length(&lengths, parent),
                 },
                 Some(_) => {
                     created.insert(write.session.clone(), write.epoch);

@@ -774,6 +774,20 @@ async fn branches_share_their_prefix_and_outlive_it(store: Arc<dyn SessionStore>
         StoreError::SessionExists(b2.clone())
     );
     assert_eq!(store.load(&id("past")).await.unwrap(), None);
+    // Past the end the batch leaves, though not past the one before it.
+    assert_eq!(
+        refused(vec![
+            write(&root, Change::Truncate { from: 1 }),
+            fork(&id("past"), &root, 3)
+        ])
+        .await,
+        StoreError::ForkPastEnd {
+            session: root.clone(),
+            at: 3,
+            messages: 1
+        }
+    );
+    assert_eq!(messages(&root).await, all);
 
     // The root cut, then gone: its branches read what they read.
     writer

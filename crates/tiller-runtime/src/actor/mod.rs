@@ -225,6 +225,7 @@ impl ActorState {
                     return;
                 }
                 Signal::Committed(run) => return self.finish(run),
+                Signal::Applied(key) => return self.keys.remember(key),
                 Signal::TakenOver(error) => return self.taken_over(error),
                 Signal::PutAway(activity) => return self.put_away(activity),
                 Signal::Halt => {

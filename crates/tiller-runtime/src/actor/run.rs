@@ -707,6 +707,8 @@ impl ActorState {
         // A message queued while the run was ending, after its loop last
         // looked: a run of its own, as the run would have given it one.
         let stranded = run.queued
+            && !run.reset
+            && !run.token.is_cancelled()
             && matches!(
                 &event,
                 AgentEvent::AgentEnd {
@@ -753,6 +755,9 @@ impl ActorState {
             if self.run.is_some() {
                 return;
             }
+            // It could not start: idle after all.
+            let waiting = !open_requests(&self.messages).is_empty();
+            self.agent.route.mark_idle(waiting);
         }
         for waiter in self.idle_waiters.drain(..) {
             let _ = waiter.send(());

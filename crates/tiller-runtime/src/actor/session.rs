@@ -203,19 +203,24 @@ impl ActorState {
         if let Err(error) = refused {
             return answer(reply, Err(error));
         }
-        let keyed = self.keyed(Vec::new(), key);
+        // The key is written with the branch, and remembered once it is.
+        let key_write = key.clone().map(|key| self.agent.write(Change::OpKey(key)));
         let writer = self.agent.runtime.writer.clone();
         let parent = self.agent.session.clone();
+        let actor = self.myself.clone();
         tokio::spawn(async move {
             let forked = async {
                 writer.flush().await?;
                 let mut writes =
                     vec![crate::branch::fork_write(&**writer.store(), &parent, at, &branch).await?];
-                writes.extend(keyed);
+                writes.extend(key_write);
                 writer.write(writes).await?;
                 Ok(())
             };
             let result = forked.await;
+            if let (Ok(()), Some(key)) = (&result, key) {
+                let _ = actor.send_message(AgentMsg::Internal(Internal(Signal::Applied(key))));
+            }
             if let Some(reply) = reply {
                 let _ = reply.send(result);
             }

@@ -40,6 +40,17 @@ pub(super) static TRANSCRIPT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What makes a `SELECT` of `tiller_sessions` rows hold them until the
+/// transaction ends, where the database has it (PostgreSQL, whose writers
+/// run at once: a fork, a split and a deletion of one session's rows wait for
+/// each other); SQLite has one writer at a time.
+fn locked(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => " FOR UPDATE",
+        Backend::Sqlite => "",
+    }
+}
+
 /// Creates session `session` at `epoch` as a branch of `branch.parent` from
 /// its message `branch.at` on (see [`crate::Change::Fork`]).
 pub(super) async fn fork(
@@ -53,10 +64,11 @@ pub(super) async fn fork(
 ) -> Result<(), StoreError> {
     let parent = branch.parent.as_str();
     let at = to_i64(branch.at);
-    let row = sqlx::query(
+    let row = sqlx::query(AssertSqlSafe(format!(
         "SELECT base_id, base_at, (SELECT CAST(coalesce(sum(message_count), 0) AS BIGINT) \
-         FROM tiller_messages WHERE session_id = $1) FROM tiller_sessions WHERE id = $1 AND hidden = 0",
-    )
+         FROM tiller_messages WHERE session_id = $1) FROM tiller_sessions WHERE id = $1 AND hidden = 0{}",
+        locked(backend)
+    )))
     .bind(parent)
     .fetch_optional(&mut **tx)
     .await
@@ -83,11 +95,14 @@ pub(super) async fn fork(
     while at <= start && base.is_some() {
         base = base_id.take();
         let Some(next) = &base else { break };
-        let row = sqlx::query("SELECT base_id, base_at FROM tiller_sessions WHERE id = $1")
-            .bind(next)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(database)?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT base_id, base_at FROM tiller_sessions WHERE id = $1{}",
+            locked(backend)
+        )))
+        .bind(next)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(database)?;
         base_id = row.try_get(0).map_err(database)?;
         start = row
             .try_get::<Option<i64>, _>(1)
@@ -96,25 +111,14 @@ pub(super) async fn fork(
     }
     let base = base.filter(|_| at > 0);
     if let Some(base) = &base {
-        let depth = sqlx::query(AssertSqlSafe(format!(
-            "{} SELECT CAST(max(depth) AS BIGINT) FROM chain",
-            *TRANSCRIPT
-        )))
-        .bind(base)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(database)?
-        .try_get::<Option<i64>, _>(0)
-        .map_err(database)?
-        .unwrap_or(0);
-        let depth = usize::try_from(depth).unwrap_or(usize::MAX);
+        let depth = chain_depth(tx, base).await?;
         if depth >= MAX_BRANCH_DEPTH {
             return Err(StoreError::BranchTooDeep {
                 session: parent.to_owned(),
                 depth,
             });
         }
-        split_at(tx, base, at).await?;
+        split_at(tx, backend, base, at).await?;
     }
     let record = SessionRecord {
         branch: Some(branch.clone()),
@@ -141,27 +145,63 @@ pub(super) async fn fork(
     .await
 }
 
+/// How many sessions `session`'s transcript is read through, itself included.
+async fn chain_depth(
+    tx: &mut Transaction<'_, sqlx::Any>,
+    session: &str,
+) -> Result<usize, StoreError> {
+    let depth = sqlx::query(AssertSqlSafe(format!(
+        "{} SELECT CAST(max(depth) AS BIGINT) FROM chain",
+        *TRANSCRIPT
+    )))
+    .bind(session)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(database)?
+    .try_get::<Option<i64>, _>(0)
+    .map_err(database)?
+    .unwrap_or(0);
+    Ok(usize::try_from(depth).unwrap_or(usize::MAX))
+}
+
 /// Splits in two the row of `session`'s transcript whose run of messages
 /// straddles message `at` (in whichever session of its chain holds it), so
 /// that a row ends there; nothing when none does.
 pub(super) async fn split_at(
     tx: &mut Transaction<'_, sqlx::Any>,
+    backend: Backend,
     session: &str,
     at: i64,
 ) -> Result<(), StoreError> {
-    let row = sqlx::query(AssertSqlSafe(format!(
-        "{} SELECT session_id, seq, message_count, message FROM visible \
-         WHERE seq < $2 AND seq + message_count > $2",
-        *TRANSCRIPT
-    )))
-    .bind(session)
-    .bind(at)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(database)?;
-    let Some(row) = row else {
+    let straddling = async |tx: &mut Transaction<'_, sqlx::Any>| {
+        sqlx::query(AssertSqlSafe(format!(
+            "{} SELECT session_id, seq, message_count, message FROM visible \
+             WHERE seq < $2 AND seq + message_count > $2",
+            *TRANSCRIPT
+        )))
+        .bind(session)
+        .bind(at)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(database)
+    };
+    let Some(mut row) = straddling(tx).await? else {
         return Ok(());
     };
+    if backend == Backend::Postgres {
+        // Its owner held, the row is read again: another transaction may have
+        // split it meanwhile.
+        let owner: String = row.try_get(0).map_err(database)?;
+        sqlx::query("SELECT id FROM tiller_sessions WHERE id = $1 FOR UPDATE")
+            .bind(&owner)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(database)?;
+        match straddling(tx).await? {
+            Some(again) => row = again,
+            None => return Ok(()),
+        }
+    }
     let (owner, seq, count, json): (String, i64, i64, String) = (
         row.try_get(0).map_err(database)?,
         row.try_get(1).map_err(database)?,
@@ -234,9 +274,17 @@ pub(super) async fn hand_over(
         row.try_get(0).map_err(database)?,
         row.try_get(1).map_err(database)?,
     );
-    // Past its own first message, the kept rows go on from `session`'s;
-    // otherwise they take its place in the chain.
+    // Past its own first message, the kept rows go on from `session`'s (its
+    // branches then read through one session more); otherwise they take its
+    // place in the chain.
     let (kept_base, kept_at) = if from > base_at.unwrap_or(0) {
+        let depth = chain_depth(tx, session).await?;
+        if depth + 2 > MAX_BRANCH_DEPTH {
+            return Err(StoreError::BranchTooDeep {
+                session: session.to_owned(),
+                depth,
+            });
+        }
         (Some(session.to_owned()), Some(from))
     } else {
         (base_id, base_at)
@@ -279,10 +327,20 @@ pub(super) async fn hand_over(
 /// read, before those sessions are deleted.
 pub(super) async fn hand_all_over<'q>(
     tx: &mut Transaction<'_, sqlx::Any>,
+    backend: Backend,
     which: &str,
     bind: impl Fn(Query<'q>) -> Query<'q>,
 ) -> Result<(), StoreError> {
     let now = crate::types::now();
+    if backend == Backend::Postgres {
+        // Held until deleted: a fork of one of them made meanwhile waits, and
+        // then finds it gone, or is seen here.
+        let sql = format!("SELECT id FROM tiller_sessions WHERE {which} FOR UPDATE");
+        bind(sqlx::query(AssertSqlSafe(sql)))
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(database)?;
+    }
     // A session handed over may be read by the kept session of another that
     // is: until none is read.
     for _ in 0..=MAX_BRANCH_DEPTH {

@@ -110,6 +110,7 @@ const MIGRATIONS: &[&[&str]] = &[
         "ALTER TABLE tiller_sessions ADD COLUMN hidden BIGINT NOT NULL DEFAULT 0",
         "CREATE INDEX tiller_sessions_parent ON tiller_sessions (parent_id)",
         "CREATE INDEX tiller_sessions_base ON tiller_sessions (base_id)",
+        "CREATE INDEX tiller_sessions_kept ON tiller_sessions (id) WHERE hidden = 1",
     ],
 ];
 
@@ -540,7 +541,7 @@ impl SqlStore {
                 }
                 change => {
                     pending.flush(&mut tx).await?;
-                    apply_one(&mut tx, session, change).await?;
+                    apply_one(&mut tx, self.backend, session, change).await?;
                 }
             }
         }
@@ -1124,6 +1125,7 @@ fn to_i64(n: u64) -> i64 {
 /// Applies a change that is not gathered.
 async fn apply_one(
     tx: &mut Transaction<'_, sqlx::Any>,
+    backend: Backend,
     session: &str,
     change: &Change,
 ) -> Result<(), StoreError> {
@@ -1133,7 +1135,7 @@ async fn apply_one(
                 .bind(session)
                 .bind(queue.as_str())
         }
-        Change::Truncate { from } => return truncate(tx, session, *from).await,
+        Change::Truncate { from } => return truncate(tx, backend, session, *from).await,
         Change::Dequeue(seq) => {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(session)
@@ -1240,11 +1242,12 @@ fn bind_spent<'q>(
 /// message `from`; its branches keep what they read of them.
 async fn truncate(
     tx: &mut Transaction<'_, sqlx::Any>,
+    backend: Backend,
     session: &str,
     from: u64,
 ) -> Result<(), StoreError> {
     let from = to_i64(from);
-    branches::split_at(tx, session, from).await?;
+    branches::split_at(tx, backend, session, from).await?;
     branches::hand_over(tx, session, from, now()).await?;
     sqlx::query("DELETE FROM tiller_messages WHERE session_id = $1 AND seq >= $2")
         .bind(session)
@@ -1252,8 +1255,9 @@ async fn truncate(
         .execute(&mut **tx)
         .await
         .map_err(database)?;
-    // A cut within the prefix it shares: it reads less of it (none from 0).
-    sqlx::query(
+    // A cut within the prefix it shares: it reads less of it (none from 0),
+    // and what it no more reads may be read by no one.
+    let cut = sqlx::query(
         "UPDATE tiller_sessions SET base_at = $2, \
          base_id = CASE WHEN $2 = 0 THEN NULL ELSE base_id END \
          WHERE id = $1 AND base_at > $2",
@@ -1262,7 +1266,11 @@ async fn truncate(
     .bind(from)
     .execute(&mut **tx)
     .await
-    .map_err(database)?;
+    .map_err(database)?
+    .rows_affected();
+    if cut > 0 {
+        branches::drop_unread(tx).await?;
+    }
     Ok(())
 }
 
@@ -1650,9 +1658,12 @@ impl SessionStore for SqlStore {
                     .await
                     .map_err(database)?
                     .is_some();
-            branches::hand_all_over(&mut tx, "(id = $1 OR substr(id, 1, $3) = $2)", |query| {
-                query.bind(id).bind(&prefix).bind(length)
-            })
+            branches::hand_all_over(
+                &mut tx,
+                self.backend,
+                "(id = $1 OR substr(id, 1, $3) = $2)",
+                |query| query.bind(id).bind(&prefix).bind(length),
+            )
             .await?;
             for (table, column) in [
                 ("tiller_messages", "session_id"),
@@ -1694,9 +1705,12 @@ impl SessionStore for SqlStore {
             const OLD: &str = "SELECT id FROM tiller_sessions \
                  WHERE status = 'closed' AND updated_at < $1 AND hidden = 0";
             let mut tx = self.pool.begin().await.map_err(database)?;
-            branches::hand_all_over(&mut tx, "status = 'closed' AND updated_at < $1", |query| {
-                query.bind(before)
-            })
+            branches::hand_all_over(
+                &mut tx,
+                self.backend,
+                "status = 'closed' AND updated_at < $1",
+                |query| query.bind(before),
+            )
             .await?;
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM tiller_spending WHERE scope IN (SELECT 'session:' || id FROM ({OLD}) AS old)"
