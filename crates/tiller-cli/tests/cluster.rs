@@ -31,7 +31,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Scratch, exit_of, lines, python_tool, read_until, tiller};
+use common::{
+    Scratch, exit_of, lines, missing_tool, python_tool, read_until, readme_block, tiller,
+};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -1227,7 +1229,7 @@ async fn the_bus_refuses_intruders_and_owners_refuse_what_a_client_could_not_sen
         .post(
             "h3",
             &format!("/sessions/{agent}/fork?wait=true"),
-            json!({"at": 1, "id": branch, "prompt": "hi again"}),
+            json!({"at": 2, "id": branch, "prompt": "hi again"}),
             None,
         )
         .await;
@@ -1237,9 +1239,9 @@ async fn the_bus_refuses_intruders_and_owners_refuse_what_a_client_could_not_sen
         "{made}"
     );
     let forked = chaos.transcript("h2", &branch).await;
-    assert_eq!(forked.len(), 3, "{forked:?}");
-    assert_eq!(forked[0], before[0]);
-    assert_eq!(forked[1]["content"][0]["text"], "hi again");
+    assert_eq!(forked.len(), 4, "{forked:?}");
+    assert_eq!(forked[..2], before[..]);
+    assert_eq!(forked[2]["content"][0]["text"], "hi again");
     assert_eq!(chaos.transcript("h3", &agent).await, before);
 }
 
@@ -1559,29 +1561,10 @@ async fn the_readmes_cluster_section_runs_as_written() {
     if postgres_url().is_none() || !NatsCluster::available() {
         return;
     }
-    let tools = ["curl", "jq", "openssl"];
-    if let Some(missing) = tools.iter().find(|tool| {
-        !std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    }) {
-        assert!(
-            !tiller_test_support::live::live_required(),
-            "{missing} is needed by the README's cluster section"
-        );
-        eprintln!("skipping the README's cluster section: no {missing} here");
+    if missing_tool(&["curl", "jq", "openssl"], "the README's cluster section").is_some() {
         return;
     }
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let section = &readme[readme.find("### A cluster of hosts").unwrap()..];
-    let block = section
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .unwrap();
+    let block = readme_block("### A cluster of hosts", "sh");
     let scratch = Scratch::new();
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     for linked in ["scripts", "examples"] {

@@ -7,7 +7,7 @@ mod common;
 
 use common::{
     Dialect, Scratch, agent_yaml, envelopes, event_kind, event_type, exit_of, finish, gone, lines,
-    python_tool, read_until, tiller,
+    python_tool, read_until, readme_block, tiller,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -1135,20 +1135,10 @@ async fn the_readmes_rebuild_rule_gives_back_every_message_of_a_run() {
         );
     }
 
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let section = readme.split("### Rebuilding a message").nth(1).unwrap();
-    let block = |fence: &str| {
-        section
-            .split(fence)
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .unwrap()
-            .to_owned()
-    };
+    let block = |fence: &str| readme_block("### Rebuilding a message", fence);
     let js = format!(
         "{}\n{}",
-        block("```js\n"),
+        block("js"),
         r#"
 const lines = require("fs").readFileSync(0, "utf8").trim().split("\n").map(JSON.parse);
 let message, rebuilt = 0;
@@ -1165,7 +1155,7 @@ console.log(rebuilt);
     );
     let python = format!(
         "{}\n{}",
-        block("```python\n"),
+        block("python"),
         r#"
 import json, sys
 message, rebuilt = None, 0

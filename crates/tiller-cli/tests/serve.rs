@@ -12,7 +12,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{HELPER, Scratch, Serving, exit_of, finish, kill_hard, request, tiller};
+use common::{
+    HELPER, Scratch, Serving, exit_of, finish, kill_hard, missing_tool, readme_block, request,
+    tiller,
+};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiller_test_support::tools::TOOLED_AGENT_FILE;
@@ -1186,32 +1189,11 @@ fn readme() -> String {
 /// what the README says it prints.
 #[tokio::test]
 async fn the_readmes_branch_section_runs_as_written() {
-    let tools = ["curl", "jq"];
-    if let Some(missing) = tools.iter().find(|tool| {
-        !std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    }) {
-        assert!(
-            !tiller_test_support::live::live_required(),
-            "{missing} is needed by the README's branch section"
-        );
-        eprintln!("skipping the README's branch section: no {missing} here");
+    if missing_tool(&["curl", "jq"], "the README's branch section").is_some() {
         return;
     }
-    let readme = std::fs::read_to_string(readme()).unwrap();
-    let section = &readme[readme.find("### Sessions that branch").unwrap()..];
-    let block = |fence: &str| {
-        section
-            .split(fence)
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .unwrap()
-            .to_owned()
-    };
-    let (script, printed) = (block("```sh\n"), block("```text\n"));
+    let heading = "### Sessions that branch";
+    let (script, printed) = (readme_block(heading, "sh"), readme_block(heading, "text"));
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_tiller"));
     let mut bash = tokio::process::Command::new("bash");
     // Whatever happens, the server it starts goes with it.

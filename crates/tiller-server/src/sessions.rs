@@ -212,11 +212,22 @@ pub(crate) async fn list(
     headers: HeaderMap,
 ) -> Result<Json<Vec<SessionView>>, Problem> {
     let caller = shared.caller(&headers)?;
-    let asked = query(asked)?;
-    let Some(filter) = shared.sessions_of(&caller, asked.user_id) else {
+    listed(&shared, &caller, query(asked)?, None).await
+}
+
+/// The sessions `caller` may see that `asked` asks for, the branches of
+/// `parent` alone when it is given.
+async fn listed(
+    shared: &Shared,
+    caller: &Caller,
+    asked: ListSessions,
+    parent: Option<String>,
+) -> Result<Json<Vec<SessionView>>, Problem> {
+    let Some(filter) = shared.sessions_of(caller, asked.user_id) else {
         return Ok(Json(Vec::new()));
     };
     let filter = SessionFilter {
+        parent,
         status: asked.status,
         limit: Some(page_size(asked.limit)?),
         ..filter
@@ -352,19 +363,7 @@ pub(crate) async fn branches(
     let caller = shared.caller(&headers)?;
     let asked = query(asked)?;
     shared.session(&caller, &id).await?;
-    let Some(filter) = shared.sessions_of(&caller, asked.user_id) else {
-        return Ok(Json(Vec::new()));
-    };
-    let filter = SessionFilter {
-        parent: Some(id),
-        status: asked.status,
-        limit: Some(page_size(asked.limit)?),
-        ..filter
-    };
-    let found = shared.supervisor.store().list(&filter).await?;
-    Ok(Json(
-        found.into_iter().map(|info| shared.view(info)).collect(),
-    ))
+    listed(&shared, &caller, asked, Some(id)).await
 }
 
 pub(crate) async fn delete(

@@ -1102,7 +1102,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 32, "{operations:?}");
+    assert_eq!(operations.len(), 34, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http

@@ -479,3 +479,35 @@ pub(crate) async fn request(
     let text = response.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
+
+/// The first block fenced as `fence` (```` ```sh ````, ```` ```text ````, …)
+/// after the README's heading `heading`, as written.
+pub(crate) fn readme_block(heading: &str, fence: &str) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme.split(heading).nth(1).unwrap();
+    section
+        .split(&format!("```{fence}\n"))
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap()
+        .to_owned()
+}
+
+/// The first of `tools` this machine's `PATH` lacks, for a test that runs
+/// them: with `TILLER_LIVE=required` none may be missing.
+pub(crate) fn missing_tool<'a>(tools: &[&'a str], for_what: &str) -> Option<&'a str> {
+    let missing = tools.iter().copied().find(|tool| {
+        !std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    })?;
+    assert!(
+        !tiller_test_support::live::live_required(),
+        "{missing} is needed by {for_what}"
+    );
+    eprintln!("skipping {for_what}: no {missing} here");
+    Some(missing)
+}
