@@ -383,6 +383,18 @@ async fn groups_many_writers_in_order(store: Arc<dyn SessionStore>, tenant: &str
     }
 }
 
+/// Session `branch`, with `record`, forked from `parent` at message `at`.
+fn fork(branch: &str, parent: &str, at: u64, record: SessionRecord) -> SessionWrite {
+    write(
+        branch,
+        Change::Fork {
+            parent: parent.into(),
+            at,
+            record,
+        },
+    )
+}
+
 fn append(session: &str, seq: u64, message: &Arc<AgentMessage>) -> SessionWrite {
     write(
         session,
@@ -701,14 +713,7 @@ async fn branches_share_their_prefix_and_outlive_it(store: Arc<dyn SessionStore>
     writer.write(vec![append(&root, 4, &all[4])]).await.unwrap();
     writer.write(vec![append(&root, 5, &all[5])]).await.unwrap();
     let fork = |branch: &str, parent: &str, at: u64| {
-        write(
-            branch,
-            Change::Fork {
-                parent: parent.into(),
-                at,
-                record: record(branch, tenant, "ada"),
-            },
-        )
+        fork(branch, parent, at, record(branch, tenant, "ada"))
     };
     let messages = async |session: &str| store.load(session).await.unwrap().unwrap().messages;
 
@@ -916,16 +921,8 @@ async fn sqlite_forks_a_branch_at_most_its_depth_deep() {
         ])
         .await
         .unwrap();
-    let fork = |branch: &str, parent: &str, at: u64| {
-        write(
-            branch,
-            Change::Fork {
-                parent: parent.into(),
-                at,
-                record: SessionRecord::new(branch),
-            },
-        )
-    };
+    let fork =
+        |branch: &str, parent: &str, at: u64| fork(branch, parent, at, SessionRecord::new(branch));
     for (n, message) in said.iter().enumerate().take(MAX_BRANCH_DEPTH).skip(1) {
         let (branch, parent) = (format!("b{n}"), format!("b{}", n - 1));
         writer
