@@ -35,8 +35,9 @@ pub(super) static TRANSCRIPT: LazyLock<String> = LazyLock::new(|| {
          s.base_id, s.base_at, c.depth + 1 \
          FROM chain c JOIN tiller_sessions s ON s.id = c.base_id WHERE c.depth < {MAX_BRANCH_DEPTH}), \
          visible AS (SELECT m.session_id, m.seq, m.message_count, m.message \
-         FROM tiller_messages m JOIN chain c ON m.session_id = c.id \
-         WHERE c.upto IS NULL OR m.seq < c.upto) "
+         FROM tiller_messages m WHERE m.session_id IN (SELECT id FROM chain) \
+         AND m.seq < coalesce((SELECT c.upto FROM chain c WHERE c.id = m.session_id), {}) ) ",
+        i64::MAX
     )
 });
 
