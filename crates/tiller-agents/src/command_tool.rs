@@ -15,7 +15,9 @@
 //! `TILLER_CALL_ID`: the call's id, the same whenever the call is seen again (it is
 //! stored before the program starts, and survives restarts). A program with an
 //! outside effect (an email sent, a card charged) hands it on as an idempotency key,
-//! so that a call is never carried out twice.
+//! so that a call is never carried out twice. In an evaluation's run
+//! ([`tiller_core::AgentContext::is_evaluation`], as `tiller eval` makes them)
+//! `TILLER_EVALUATION=1` too, so that a program can leave the world alone.
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -107,6 +109,9 @@ impl CommandTool {
         // The call's id, stable across restarts: the key to hand an outside system
         // so that a call it has seen is not carried out twice.
         command.env("TILLER_CALL_ID", ctx.call_id());
+        if ctx.agent().is_evaluation() {
+            command.env("TILLER_EVALUATION", "1");
+        }
         command
             .args(&self.args)
             .stdin(Stdio::piped())

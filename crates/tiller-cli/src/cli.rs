@@ -110,6 +110,16 @@ pub enum CliCommand {
         #[arg(long, value_name = "FILE")]
         llms: Option<PathBuf>,
     },
+    /// Run an evaluation suite: every case against every model it lists, and a
+    /// table of how each did.
+    ///
+    /// The suite (YAML or JSON) names the agent file under test, the models,
+    /// the repetitions, the concurrency, a budget and the cases with what each
+    /// expects (see the README's "Evaluations"). Every run keeps its session in
+    /// the store, owned by the tenant `eval-RUN`. Exit status: 0 when every run
+    /// passed (with --baseline: when no case got worse than in the baseline); 1
+    /// when one did not (got worse); 2 for a bad suite, agent, model or baseline.
+    Eval(EvalArgs),
     /// List, show or remove the sessions a store keeps.
     Sessions {
         /// What to do with them.
@@ -286,6 +296,31 @@ pub struct ServeArgs {
     pub lease_ttl: u64,
 }
 
+/// The options of `tiller eval`.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// The suite file (YAML, or JSON when it ends in `.json`).
+    pub suite: PathBuf,
+    /// The run's id (letters, digits, `-`, `_`); its sessions are
+    /// `eval-RUN.CASE.MODEL.REPETITION`. Default: a new id.
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// A report of an earlier run (`--json`): flags each case that got worse,
+    /// beyond the suite's thresholds, and decides the exit status.
+    #[arg(long, value_name = "REPORT")]
+    pub baseline: Option<PathBuf>,
+    /// Writes the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Writes the runs as JUnit XML to this file, for CI.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// The session store the runs are kept in. Default: $TILLER_STORE, else an
+    /// SQLite file under the user's data directory.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+}
+
 /// What `tiller sessions` does.
 #[derive(Debug, Subcommand)]
 pub enum SessionsAction {
@@ -317,10 +352,15 @@ pub enum SessionsAction {
         name: String,
     },
     /// Deletes a session with its messages (and its sub-agents' sessions);
-    /// its branches keep what they began with.
+    /// its branches keep what they began with. With --tenant, every session of
+    /// the tenant (an evaluation's: `eval-RUN`).
     Rm {
         /// The session.
-        name: String,
+        #[arg(required_unless_present = "tenant", conflicts_with = "tenant")]
+        name: Option<String>,
+        /// Every session of this tenant instead.
+        #[arg(long, value_name = "TENANT")]
+        tenant: Option<String>,
     },
     /// Deletes the closed sessions last changed more than DAYS days ago.
     Prune {

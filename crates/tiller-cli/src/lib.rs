@@ -6,6 +6,7 @@
 //! tiller chat --base-url http://127.0.0.1:8080/v1           # talk to a local llama.cpp server
 //! tiller chat --session notes                               # a conversation kept across invocations
 //! tiller sessions list                                      # the kept conversations
+//! tiller eval examples/evals/quick.yaml                     # an evaluation suite, its table
 //! tiller serve --agents examples/agents                     # agents over HTTP
 //! tiller mcp --agents examples/agents                       # agents as MCP tools, over stdio
 //! ```
@@ -15,7 +16,7 @@
 //! JSON, [`tiller::agents::CommandTool`] makes a program a tool): [`setup`] chooses the model from options,
 //! environment and file, [`render`] writes events as text or JSON lines, and
 //! [`run`] and [`chat`] run agents, [`sessions`] lists and removes the conversations
-//! a store keeps, [`serve`] serves agents over HTTP ([`tiller_server`]), [`mcp`] offers
+//! a store keeps, [`eval`] runs evaluation suites ([`tiller::eval`]), [`serve`] serves agents over HTTP ([`tiller_server`]), [`mcp`] offers
 //! them to MCP hosts ([`tiller::mcp::McpToolServer`]).
 //!
 //! Two parts are features, off by default so that a first build is quick:
@@ -47,6 +48,7 @@ macro_rules! say_part {
 pub mod chat;
 pub mod cli;
 pub mod cluster;
+pub mod eval;
 pub mod interrupt;
 pub mod mcp;
 pub mod outcome;

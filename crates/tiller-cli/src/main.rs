@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             CliCommand::Mcp { agents, llms } => {
                 tiller_cli::mcp::mcp(agents.as_deref(), llms.as_deref()).await
             }
+            CliCommand::Eval(args) => tiller_cli::eval::eval(args).await,
             CliCommand::Sessions { action, store } => {
                 tiller_cli::sessions::sessions(action, store.as_deref()).await
             }

@@ -63,11 +63,16 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
             }
         }
         SessionsAction::Show { name, json } => show(&*store, name, *json).await,
-        SessionsAction::Rm { name } => match store.delete(name).await {
+        SessionsAction::Rm {
+            name: Some(name), ..
+        } => match store.delete(name).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(format!("no session named `{name}`")),
             Err(error) => Err(error.to_string()),
         },
+        SessionsAction::Rm { tenant, .. } => {
+            remove_tenant(&*store, tenant.as_deref().unwrap_or_default()).await
+        }
         SessionsAction::Prune { older_than_days } => {
             let age = std::time::Duration::from_secs(older_than_days.saturating_mul(24 * 3_600));
             match store.prune(tiller::store::ago(age)).await {
@@ -86,6 +91,36 @@ pub async fn sessions(action: &SessionsAction, store: Option<&str>) -> Exit {
             Exit::Failed
         }
     }
+}
+
+/// Deletes every session of `tenant`, a page at a time; says how many.
+async fn remove_tenant(store: &dyn SessionStore, tenant: &str) -> Result<(), String> {
+    let page = SessionFilter {
+        tenant_id: Some(tenant.to_owned()),
+        limit: Some(500),
+        ..SessionFilter::default()
+    };
+    let mut deleted = 0usize;
+    loop {
+        let sessions = store.list(&page).await.map_err(|error| error.to_string())?;
+        let before = deleted;
+        let listed = sessions.len();
+        for info in sessions {
+            // A sub-agent's session may have gone with its parent's.
+            if store
+                .delete(&info.record.id)
+                .await
+                .map_err(|error| error.to_string())?
+            {
+                deleted += 1;
+            }
+        }
+        if listed == 0 || deleted == before {
+            break;
+        }
+    }
+    println!("{deleted} session(s) of tenant {tenant} deleted");
+    Ok(())
 }
 
 async fn list(store: &dyn SessionStore, filter: SessionFilter) -> Result<(), String> {

@@ -3,7 +3,8 @@
 //! the page, make an agent on the faux model, prompt it and see the answer stream
 //! in, steer it while it works, abort a run, reset; see an agent another
 //! client made and prompted join the list, its status live; and answer a run that
-//! waits for the user (a call to approve, a tool's question). And what a page on another
+//! waits for the user (a call to approve, a tool's question); open an
+//! evaluation's report and a run's transcript. And what a page on another
 //! site gets from the user's browser: nothing (cross-site requests, WebSocket, DNS
 //! rebinding and framing refused). Skipped with one line when the browser is missing,
 //! unless `TILLER_LIVE=required`.
@@ -399,6 +400,85 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .await;
 
     browser.client.close().await.unwrap();
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
+
+/// An evaluation's report opened from a file: a row per case and model, and a
+/// run's transcript opened from the store by its button.
+#[tokio::test]
+async fn the_dashboard_shows_an_evaluation_report_and_opens_a_runs_transcript() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        FauxTurn::text(format!(
+            "Echo: {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    });
+    let suite = tiller::eval::Suite::parse(
+        "suite.yaml",
+        "models: [scripted]\ncases:\n  - {name: kept, input: Hello, expect: [{contains: Hello}]}\n  - {name: missed, input: Bye, expect: [{contains: Hello}]}\n",
+    )
+    .unwrap();
+    let supervisor = Supervisor::start().await.unwrap();
+    let report = tiller::eval::Evaluation::new(&suite)
+        .with_run("dash")
+        .with_model("scripted", faux.model())
+        .run(&supervisor)
+        .await
+        .unwrap();
+    let file = std::env::temp_dir().join(format!(
+        "tiller-dashboard-report-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(&file, serde_json::to_string(&report).unwrap()).unwrap();
+    let server = Server::new(supervisor, Definitions::new(), ServerConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    browser.client.goto(&base).await.unwrap();
+    let input = browser
+        .client
+        .find(Locator::Css("#report-file"))
+        .await
+        .unwrap();
+    input.send_keys(file.to_str().unwrap()).await.unwrap();
+    browser
+        .shows(
+            "//h2[@id='report-title' and normalize-space()='suite, run dash: 1 of 2 runs passed']",
+        )
+        .await;
+    browser
+        .shows("//table[@id='report-table']//tr[td[1]='kept' and td[2]='scripted' and td[3]='1/1']/td/button[@class='run passed']")
+        .await;
+    let failed = "//tr[td[1]='missed' and td[3]='0/1']/td/button[@class='run failed' and @title='the answer does not contain \"Hello\"']";
+    browser.shows(failed).await;
+    browser
+        .client
+        .find(Locator::XPath(failed))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .shows("//h2/span[@id='title' and normalize-space()='eval-dash.missed.scripted.0']")
+        .await;
+    browser
+        .shows("//div[@id='messages' and div[@class='user']='Bye' and div[@class='assistant']='Echo: Bye']")
+        .await;
+    let send = browser.client.find(Locator::Css("#send")).await.unwrap();
+    assert_eq!(send.attr("hidden").await.unwrap().as_deref(), Some("true"));
+
+    browser.client.close().await.unwrap();
+    let _ = std::fs::remove_file(&file);
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }

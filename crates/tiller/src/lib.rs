@@ -92,6 +92,10 @@ pub use tiller_ai as ai;
 /// Where sessions are kept (the [`tiller_store`] crate).
 pub use tiller_store as store;
 
+/// Evaluations: suites of cases run over models and repetitions, checked by
+/// expectations and judges, compared with a baseline (the [`tiller_eval`] crate).
+pub use tiller_eval as eval;
+
 /// Makes an agent tool of a Rust function: a unit struct `{Name}Tool`, named
 /// after the function, whose name, description (the doc comment) and parameter
 /// schema (the argument types, through `schemars`) come from the function.

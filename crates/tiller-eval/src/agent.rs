@@ -1,0 +1,146 @@
+//! The agents a suite runs: the one under test with each model, and the
+//! judges, made from their files as `tiller run --agent FILE` makes them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use tiller_agents::agent_file::AgentFile;
+use tiller_agents::{Definitions, LlmConfigs, ModelSources, Named, choose_model};
+use tiller_ai::Model;
+use tiller_runtime::AgentSettings;
+use tiller_store::SessionStore;
+
+use crate::suite::{ModelEntry, Suite};
+use crate::{EvalError, Evaluation};
+
+/// The agent under test with one of the suite's models.
+pub(crate) struct Subject {
+    /// The model's label in the report.
+    pub(crate) label: String,
+    /// The agent's settings with that model.
+    pub(crate) settings: AgentSettings,
+}
+
+/// The agent under test with each of the suite's models (or the one chosen when
+/// the suite lists none), in the suite's order.
+pub(crate) async fn subjects(
+    suite: &Suite,
+    setup: &Evaluation<'_>,
+    store: &Arc<dyn SessionStore>,
+) -> Result<Vec<Subject>, EvalError> {
+    let file = suite.agent.as_deref().map(load).transpose()?;
+    if suite.models.is_empty() {
+        let (settings, model) = agent(file.as_ref(), None, setup, store).await?;
+        let label = format!("{}/{}", model.provider, model.id);
+        return Ok(vec![Subject { label, settings }]);
+    }
+    let mut subjects = Vec::with_capacity(suite.models.len());
+    for (at, entry) in suite.models.iter().enumerate() {
+        let (settings, _) = agent(file.as_ref(), Some((at, entry)), setup, store).await?;
+        subjects.push(Subject {
+            label: entry.label().to_owned(),
+            settings,
+        });
+    }
+    Ok(subjects)
+}
+
+/// The judges' agents, by file, each with the model its file (or the
+/// environment) chooses and the answer a judge gives as its output.
+pub(crate) async fn judges(
+    suite: &Suite,
+    setup: &Evaluation<'_>,
+    store: &Arc<dyn SessionStore>,
+) -> Result<BTreeMap<std::path::PathBuf, AgentSettings>, EvalError> {
+    let mut judges = BTreeMap::new();
+    for case in &suite.cases {
+        let Some(judge) = case.judge() else { continue };
+        if judges.contains_key(&judge.agent) {
+            continue;
+        }
+        let file = load(&judge.agent)?;
+        let (settings, _) = agent(Some(&file), None, setup, store).await?;
+        judges.insert(
+            judge.agent.clone(),
+            settings.with_output_schema(crate::judge::verdict_schema()),
+        );
+    }
+    Ok(judges)
+}
+
+fn load(path: &Path) -> Result<AgentFile, EvalError> {
+    AgentFile::load(path).map_err(|error| EvalError::Agent(error.to_string()))
+}
+
+/// The agent of `file` (a plain one without), with the model `entry` names
+/// (the host's own model of that label first), else the one the file or the
+/// environment chooses.
+async fn agent(
+    file: Option<&AgentFile>,
+    entry: Option<(usize, &ModelEntry)>,
+    setup: &Evaluation<'_>,
+    store: &Arc<dyn SessionStore>,
+) -> Result<(AgentSettings, Model), EvalError> {
+    let patch = file
+        .map(|file| file.patch_over(&LlmConfigs::new()))
+        .transpose()
+        .map_err(|error| EvalError::Agent(error.to_string()))?;
+    let (model, api_key) = match entry {
+        Some((_, entry)) if setup.models.contains_key(entry.label()) => {
+            (setup.models[entry.label()].clone(), None)
+        }
+        _ => {
+            let mut sources = ModelSources {
+                file: file.zip(patch.as_ref()),
+                ..ModelSources::default()
+            };
+            if let Some((at, entry)) = entry {
+                let named = |value: &Option<String>, field: &str| {
+                    value.clone().map(|value| Named {
+                        source: format!("models[{at}].{field}: {value}"),
+                        value,
+                    })
+                };
+                match entry {
+                    ModelEntry::Named(name) => sources.model = named(&Some(name.clone()), "model"),
+                    ModelEntry::Parts(parts) => {
+                        sources.provider = named(&parts.provider, "provider");
+                        sources.model = named(&parts.model, "model");
+                        sources.base_url = named(&parts.base_url, "base_url");
+                    }
+                }
+            }
+            let chosen = choose_model(sources, |name| (setup.var)(name))
+                .map_err(|error| EvalError::Model(error.to_string()))?;
+            (chosen.model, chosen.api_key)
+        }
+    };
+    let mut settings = match file {
+        None => AgentSettings::new(model.clone()),
+        Some(file) => {
+            #[cfg_attr(not(feature = "mcp"), allow(unused_mut))]
+            let mut definitions = Definitions::around(file)
+                .map_err(|error| EvalError::Agent(error.to_string()))?
+                .with_default_model(model.clone())
+                .with_default_key(api_key.clone())
+                .with_session_store(store.clone());
+            #[cfg(feature = "mcp")]
+            definitions
+                .connect_mcp()
+                .await
+                .map_err(|error| EvalError::Agent(error.to_string()))?;
+            let spec = definitions
+                .spec_of(file)
+                .map_err(|error| EvalError::Agent(error.to_string()))?;
+            Arc::unwrap_or_clone(spec.settings)
+        }
+    };
+    let mut chosen = model.clone();
+    if let Some(window) = patch.and_then(|patch| patch.context_window) {
+        chosen.context_window = window;
+    }
+    settings.definition.model = Some(chosen);
+    settings.definition.run.stream.transport.api_key = api_key;
+    Ok((settings, model))
+}
