@@ -45,6 +45,7 @@ fn scripted(request: &CapturedRequest) -> MockResponse {
 const SUITE: &str = r#"
 name: twenty
 agent: agent.yaml
+agents: judges
 models:
   - faux
   - {name: scripted, provider: llamacpp, model: scripted, base_url: "BASE_URL"}
@@ -71,9 +72,9 @@ cases:
   - {name: no-tool-weather, input: Weather in Rome?, stubs: {weather: Warm}, expect: [{no_tool: true}]}
   - {name: one-turn, input: Weather in Lima?, stubs: {weather: Dry}, expect: [{max_turns: 1}]}
   - {name: free, input: Anything, expect: [{max_cost_usd: 0}, {max_latency_ms: 60000}]}
-  - {name: judged-lenient, input: Greet me, expect: [{judge: {agent: judge.yaml, rubric: lenient}}]}
-  - {name: judged-strict, input: Greet me, expect: [{judge: {agent: judge.yaml, rubric: strict}}]}
-  - {name: judged-high-bar, input: Greet me, expect: [{judge: {agent: judge.yaml, rubric: lenient, min_score: 0.95}}]}
+  - {name: judged-lenient, input: Greet me, expect: [{judge: {definition: judge, rubric: lenient}}]}
+  - {name: judged-strict, input: Greet me, expect: [{judge: {definition: judge@1, rubric: strict}}]}
+  - {name: judged-high-bar, input: Greet me, expect: [{judge: {agent: judges/judge.yaml, rubric: lenient, min_score: 0.95}}]}
   - name: conversation
     conversation: [{user: Hi}, {assistant: Hello!}, {user: Again}]
     expect: [{contains: Again}]
@@ -121,10 +122,11 @@ async fn a_suite_over_two_models_reports_exactly_and_a_baseline_flags_what_a_cha
     let scratch = Scratch::new();
     let suite = scratch.write("suite.yaml", &SUITE.replace("BASE_URL", &server.base_url()));
     scratch.write("agent.yaml", &agent("v1"));
+    std::fs::create_dir_all(scratch.path().join("judges")).unwrap();
     scratch.write(
-        "judge.yaml",
+        "judges/judge.yaml",
         &format!(
-            "type: object\ndescription: You judge answers.\njson_schema_extra:\n  kind: agent\n  name: judge\n  model: {{provider: llamacpp, id: judge, base_url: \"{}\"}}\n",
+            "type: object\ndescription: You judge answers.\njson_schema_extra:\n  kind: agent\n  name: judge\n  version: \"1\"\n  model: {{provider: llamacpp, id: judge, base_url: \"{}\"}}\n",
             server.base_url()
         ),
     );

@@ -11,7 +11,7 @@ use tiller_ai::Model;
 use tiller_runtime::AgentSettings;
 use tiller_store::SessionStore;
 
-use crate::suite::{ModelEntry, Suite};
+use crate::suite::{AgentSource, ModelEntry, Suite};
 use crate::{EvalError, Evaluation};
 
 /// The agent under test with one of the suite's models.
@@ -29,7 +29,11 @@ pub(crate) async fn subjects(
     setup: &Evaluation<'_>,
     store: &Arc<dyn SessionStore>,
 ) -> Result<Vec<Subject>, EvalError> {
-    let file = suite.agent.as_deref().map(load).transpose()?;
+    let mut folder = None;
+    let file = match &suite.agent {
+        Some(source) => Some(load(source, suite, &mut folder)?),
+        None => None,
+    };
     if suite.models.is_empty() {
         let (settings, model) = agent(file.as_ref(), None, setup, store).await?;
         let label = format!("{}/{}", model.provider, model.id);
@@ -46,31 +50,57 @@ pub(crate) async fn subjects(
     Ok(subjects)
 }
 
-/// The judges' agents, by file, each with the model its file (or the
+/// The judges' agents, by source, each with the model its file (or the
 /// environment) chooses and the answer a judge gives as its output.
 pub(crate) async fn judges(
     suite: &Suite,
     setup: &Evaluation<'_>,
     store: &Arc<dyn SessionStore>,
-) -> Result<BTreeMap<std::path::PathBuf, AgentSettings>, EvalError> {
+) -> Result<BTreeMap<AgentSource, AgentSettings>, EvalError> {
     let mut judges = BTreeMap::new();
+    let mut folder = None;
     for case in &suite.cases {
-        let Some(judge) = case.judge() else { continue };
-        if judges.contains_key(&judge.agent) {
+        let Some(source) = suite.judge_of(case) else {
+            continue;
+        };
+        if judges.contains_key(&source) {
             continue;
         }
-        let file = load(&judge.agent)?;
+        let file = load(&source, suite, &mut folder)?;
         let (settings, _) = agent(Some(&file), None, setup, store).await?;
         judges.insert(
-            judge.agent.clone(),
+            source,
             settings.with_output_schema(crate::judge::verdict_schema()),
         );
     }
     Ok(judges)
 }
 
-fn load(path: &Path) -> Result<AgentFile, EvalError> {
-    AgentFile::load(path).map_err(|error| EvalError::Agent(error.to_string()))
+/// The agent file `source` names: a file, or a definition of the suite's
+/// `agents` folder (read into `folder` the first time).
+fn load(
+    source: &AgentSource,
+    suite: &Suite,
+    folder: &mut Option<Definitions>,
+) -> Result<AgentFile, EvalError> {
+    let unusable = |error: String| EvalError::Agent(error);
+    match source {
+        AgentSource::File(path) => AgentFile::load(path).map_err(|e| unusable(e.to_string())),
+        AgentSource::Definition { name, version } => {
+            let definitions = match folder {
+                Some(definitions) => definitions,
+                None => {
+                    // Checked when the suite was read: a definition comes with a folder.
+                    let path = suite.agents.as_deref().unwrap_or(Path::new("."));
+                    folder.insert(Definitions::load_dir(path).map_err(|e| unusable(e.to_string()))?)
+                }
+            };
+            definitions
+                .get(name, version.as_deref())
+                .cloned()
+                .ok_or_else(|| unusable(format!("the suite's `agents` folder has no {source}")))
+        }
+    }
 }
 
 /// The agent of `file` (a plain one without), with the model `entry` names

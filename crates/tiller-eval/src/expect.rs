@@ -1,10 +1,12 @@
 //! What a case expects of a run, and the verdict of each expectation on what
 //! the run showed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::suite::AgentSource;
 
 /// One expectation of a case (see the crate docs for the YAML).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,13 +55,37 @@ pub struct ToolCalled {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Judge {
-    /// The judge's agent file (relative to the suite's folder in the file).
-    pub agent: PathBuf,
+    /// The judge's agent file (relative to the suite's folder).
+    #[serde(default)]
+    pub agent: Option<PathBuf>,
+    /// Or the judge's definition, in the suite's `agents` folder (`name` or
+    /// `name@version`).
+    #[serde(default)]
+    pub definition: Option<String>,
     /// What the judge holds the run to.
     pub rubric: String,
     /// The lowest score that passes, from 0 to 1 (default 0.5).
     #[serde(default = "half")]
     pub min_score: f64,
+}
+
+impl Judge {
+    /// Where the judge comes from, its file found from `folder`.
+    pub fn source(&self, folder: &Path) -> Result<AgentSource, String> {
+        AgentSource::of(self.agent.as_deref(), self.definition.as_deref(), folder)?
+            .ok_or_else(|| "a judge is an agent file (`agent`) or a `definition`".to_owned())
+    }
+}
+
+/// The most of an answer a failure quotes, in characters.
+const EXCERPT_CHARS: usize = 200;
+
+/// `text`, cut after [`EXCERPT_CHARS`] characters (marked `…`).
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 fn half() -> f64 {
@@ -133,8 +159,10 @@ impl Expectation {
                 Ok(_) => failed(format!("the answer does not match /{pattern}/")),
                 Err(_) => failed(format!("`{pattern}` is not a regular expression")),
             },
-            Expectation::Equals(wanted) => (observed.text.trim() != wanted.trim())
-                .then(|| format!("the answer is {:?}, not {wanted:?}", observed.text.trim())),
+            Expectation::Equals(wanted) => (observed.text.trim() != wanted.trim()).then(|| {
+                let answer = observed.text.trim();
+                format!("the answer is {:?}, not {wanted:?}", excerpt(answer))
+            }),
             Expectation::JsonSchema(schema) => {
                 match (&observed.output, jsonschema::validator_for(schema)) {
                     (_, Err(error)) => failed(format!("the schema is not one: {error}")),

@@ -6,6 +6,7 @@
 //!
 //! ```yaml
 //! agent: agents/support.yaml        # relative to the suite's folder; default: a plain agent
+//! # or: agents: agents  and  definition: support@1.2.0  (a definition of that folder)
 //! models: [faux, openai/gpt-4o-mini, {name: local, provider: llamacpp, base_url: "http://127.0.0.1:8080/v1"}]
 //! repetitions: 3
 //! concurrency: 4
@@ -24,7 +25,7 @@
 //!       - max_turns: 3
 //!       - max_cost_usd: 0.01
 //!       - max_latency_ms: 20000
-//!       - judge: {agent: judge.yaml, rubric: Answers in one friendly sentence, min_score: 0.7}
+//!       - judge: {agent: judge.yaml, rubric: Answers in one friendly sentence, min_score: 0.7}   # or definition: NAME
 //! ```
 //!
 //! Other expectations: `equals` (the answer, trimmed), `json_schema` (the
@@ -69,7 +70,7 @@ use tiller_runtime::Supervisor;
 
 pub use expect::{Expectation, Judged, Observed};
 pub use report::{Cell, Metric, Regression, Report, RunReport};
-pub use suite::{Case, Input, ModelEntry, Stub, Suite, SuiteError, Thresholds};
+pub use suite::{AgentSource, Case, Input, ModelEntry, Stub, Suite, SuiteError, Thresholds};
 
 /// Why a suite could not be run (a run that fails is in the [`Report`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -42,7 +42,8 @@ pub struct Cell {
     /// The runs' mean score, from 0 to 1: a judge's score where the case has a
     /// judge, else the share of the case's expectations that held.
     pub mean_score: f64,
-    /// The mean cost of a run, in US dollars.
+    /// The mean cost of a run of the agent under test (a judge's not counted),
+    /// in US dollars.
     pub cost_usd: f64,
     /// The median run's time, in milliseconds.
     pub latency_p50_ms: u64,

@@ -14,7 +14,7 @@ use tiller_store::SessionFilter;
 
 use crate::expect::{Judge, Observed};
 use crate::report::{Cell, Report, RunReport, rounded};
-use crate::suite::{Case, Input, Turn};
+use crate::suite::{Case, Input, Turn, session_part};
 use crate::{EvalError, Evaluation, Progress, agent, judge, stub};
 
 /// One run to make: the case, the model, the repetition.
@@ -95,12 +95,12 @@ pub(crate) async fn run(
             let session = format!(
                 "{tenant}.{}.{}.{}",
                 case.name,
-                slug(&subjects[job.model].label),
+                session_part(&subjects[job.model].label),
                 job.rep
             );
             let judge = case
                 .judge()
-                .and_then(|judge| Some((judge, judges.get(&judge.agent)?)));
+                .zip(suite.judge_of(case).and_then(|source| judges.get(&source)));
             let agent = agents[job.case][job.model].clone();
             let tenant = tenant.clone();
             async move {
@@ -145,17 +145,6 @@ pub(crate) async fn run(
     })
 }
 
-/// A model's label as a part of a session id.
-fn slug(label: &str) -> String {
-    label
-        .chars()
-        .map(|c| match c {
-            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => c,
-            _ => '-',
-        })
-        .collect()
-}
-
 /// One run of `case` by an agent of `settings` in `session`, judged by `judge`
 /// when the case has one.
 async fn one_run(
@@ -198,11 +187,8 @@ async fn one_run(
         .with_context(AgentContext::default().with_evaluation(true))
         .with_owner(Some(tenant.clone()), case.user_id.clone())
         .with_messages(history);
-    let started = Instant::now();
-    let outcome = run_agent(supervisor, spec, prompt).await;
-    let latency_ms = started.elapsed().as_millis() as u64;
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
+    let (outcome, latency_ms) = match run_agent(supervisor, spec, prompt).await {
+        Ok(ran) => ran,
         Err(error) => {
             return RunReport {
                 session,
@@ -210,7 +196,7 @@ async fn one_run(
                 score: 0.0,
                 turns: 0,
                 cost_usd: 0.0,
-                latency_ms,
+                latency_ms: 0,
                 failures: vec![format!("the run did not start: {error}")],
             };
         }
@@ -227,7 +213,7 @@ async fn one_run(
             .with_context(AgentContext::default().with_evaluation(true))
             .with_owner(Some(tenant), None);
         match run_agent(supervisor, spec, judge::question(judge, conversation)).await {
-            Ok(verdict) => {
+            Ok((verdict, _)) => {
                 observed.judged = verdict
                     .output
                     .as_ref()
@@ -265,19 +251,22 @@ async fn one_run(
 }
 
 /// Spawns `spec`, runs `prompt` to its end and stops the agent (its session
-/// stays in the store).
+/// stays in the store); the run's outcome and its time in milliseconds, from
+/// the prompt to the end.
 async fn run_agent(
     supervisor: &Supervisor,
     spec: AgentSpec,
     prompt: String,
-) -> Result<RunOutcome, String> {
+) -> Result<(RunOutcome, u64), String> {
     let agent = supervisor
         .spawn(spec)
         .await
         .map_err(|error| error.to_string())?;
+    let started = Instant::now();
     let outcome = agent.run(prompt).await.map_err(|error| error.to_string());
+    let took = started.elapsed().as_millis() as u64;
     supervisor.stop(agent.id().as_str()).await;
-    outcome
+    outcome.map(|outcome| (outcome, took))
 }
 
 /// What the expectations read of a run.

@@ -21,9 +21,13 @@ pub const MAX_CONCURRENCY: usize = 64;
 pub struct Suite {
     /// Its name: the file's `name`, else the file's stem.
     pub name: String,
-    /// The agent file under test (`agent`, relative to the suite's folder); a
-    /// plain agent without instructions or tools when `None`.
-    pub agent: Option<PathBuf>,
+    /// The agent under test: an agent file (`agent`, relative to the suite's
+    /// folder) or a definition of `agents` (`definition`); a plain agent
+    /// without instructions or tools when `None`.
+    pub agent: Option<AgentSource>,
+    /// The folder of agent files `definition`s are found in (`agents`,
+    /// relative to the suite's folder), as `tiller serve --agents` reads it.
+    pub agents: Option<PathBuf>,
     /// The models every case runs against, in order; empty: the one the agent
     /// file, the environment or the faux default chooses.
     pub models: Vec<ModelEntry>,
@@ -31,12 +35,71 @@ pub struct Suite {
     pub repetitions: u32,
     /// Runs at once.
     pub concurrency: usize,
+    /// The folder the suite's file is in, which its paths are relative to.
+    pub folder: PathBuf,
     /// What the whole suite may spend (subjects and judges together).
     pub budget: Budget,
     /// How much worse than a baseline a case may get before it is flagged.
     pub thresholds: Thresholds,
     /// The cases, in order.
     pub cases: Vec<Case>,
+}
+
+/// Where an agent (the one under test, or a judge) comes from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AgentSource {
+    /// An agent file.
+    File(PathBuf),
+    /// A definition of the suite's `agents` folder: its latest version, or
+    /// the one given (`name@version`).
+    Definition {
+        /// Its name.
+        name: String,
+        /// Its version, if one is asked for.
+        version: Option<String>,
+    },
+}
+
+impl AgentSource {
+    /// `file`, found from `folder`, or `definition` (`name` or `name@version`):
+    /// exactly one of them.
+    pub(crate) fn of(
+        file: Option<&Path>,
+        definition: Option<&str>,
+        folder: &Path,
+    ) -> Result<Option<AgentSource>, String> {
+        match (file, definition) {
+            (Some(_), Some(_)) => Err("give `agent` (a file) or `definition`, not both".into()),
+            (Some(file), None) => Ok(Some(AgentSource::File(folder.join(file)))),
+            (None, Some(definition)) => {
+                let (name, version) = match definition.split_once('@') {
+                    Some((name, version)) => (name, Some(version.to_owned())),
+                    None => (definition, None),
+                };
+                Ok(Some(AgentSource::Definition {
+                    name: name.to_owned(),
+                    version,
+                }))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+impl std::fmt::Display for AgentSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentSource::File(path) => write!(f, "{}", path.display()),
+            AgentSource::Definition {
+                name,
+                version: None,
+            } => write!(f, "definition `{name}`"),
+            AgentSource::Definition {
+                name,
+                version: Some(version),
+            } => write!(f, "definition `{name}` version {version}"),
+        }
+    }
 }
 
 /// A model to run the cases against: `provider/id` (or any name `--model`
@@ -185,6 +248,10 @@ struct RawSuite {
     #[serde(default)]
     agent: Option<PathBuf>,
     #[serde(default)]
+    agents: Option<PathBuf>,
+    #[serde(default)]
+    definition: Option<String>,
+    #[serde(default)]
     models: Vec<ModelEntry>,
     #[serde(default)]
     repetitions: Option<u32>,
@@ -283,7 +350,20 @@ impl Suite {
                 format!("from 1 to {MAX_CONCURRENCY}"),
             ));
         }
+        let agent = AgentSource::of(raw.agent.as_deref(), raw.definition.as_deref(), folder)
+            .map_err(|reason| error(None, reason))?;
+        let agents = raw.agents.map(|agents| folder.join(agents));
+        let needs_folder = |source: &Option<AgentSource>| {
+            matches!(source, Some(AgentSource::Definition { .. })) && agents.is_none()
+        };
+        if needs_folder(&agent) {
+            return Err(error(
+                Some("definition".into()),
+                "a definition is found in the folder `agents` names: give it".into(),
+            ));
+        }
         let mut labels = BTreeSet::new();
+        let mut parts = BTreeSet::new();
         for (at, model) in raw.models.iter().enumerate() {
             if let ModelEntry::Parts(parts) = model
                 && parts.provider.is_none()
@@ -295,10 +375,13 @@ impl Suite {
                     "names no provider, model or base_url".into(),
                 ));
             }
-            if !labels.insert(model.label()) {
+            if !labels.insert(model.label()) || !parts.insert(session_part(model.label())) {
                 return Err(error(
                     Some(format!("models[{at}]")),
-                    format!("`{}` is listed twice (give one a `name`)", model.label()),
+                    format!(
+                        "`{}` is listed twice, or as another model's name with other signs (give one a `name`)",
+                        model.label()
+                    ),
                 ));
             }
         }
@@ -361,11 +444,20 @@ impl Suite {
                 expectation
                     .check_itself()
                     .map_err(|reason| error(field.clone(), reason))?;
-                if let Expectation::Judge(_) = expectation {
+                if let Expectation::Judge(judge) = expectation {
                     if judged {
                         return Err(error(field, "a case has one judge".into()));
                     }
                     judged = true;
+                    let source = judge
+                        .source(folder)
+                        .map_err(|reason| error(field.clone(), reason))?;
+                    if needs_folder(&Some(source)) {
+                        return Err(error(
+                            field,
+                            "a definition is found in the folder `agents` names: give it".into(),
+                        ));
+                    }
                 }
             }
             cases.push(Case {
@@ -378,7 +470,9 @@ impl Suite {
         }
         Ok(Suite {
             name,
-            agent: raw.agent.map(|agent| folder.join(agent)),
+            agent,
+            agents,
+            folder: folder.to_owned(),
             models: raw.models,
             repetitions,
             concurrency,
@@ -386,25 +480,30 @@ impl Suite {
             thresholds: raw.thresholds,
             cases,
         })
-        .map(|suite| suite.with_judges_from(folder))
     }
 
-    /// The suite with each judge's agent file found from `folder`.
-    fn with_judges_from(mut self, folder: &Path) -> Suite {
-        for case in &mut self.cases {
-            for expectation in &mut case.expect {
-                if let Expectation::Judge(judge) = expectation {
-                    judge.agent = folder.join(&judge.agent);
-                }
-            }
-        }
-        self
+    /// Where the judge of `case` comes from, if it has one.
+    pub fn judge_of(&self, case: &Case) -> Option<AgentSource> {
+        // Checked when the suite was read.
+        case.judge()?.source(&self.folder).ok()
     }
 
     /// How many runs the suite makes.
     pub fn runs(&self) -> usize {
         self.cases.len() * self.models.len().max(1) * self.repetitions as usize
     }
+}
+
+/// A model's label as a part of a session id: its letters, digits, `-` and
+/// `_`, anything else as `-`.
+pub(crate) fn session_part(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| match c {
+            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => c,
+            _ => '-',
+        })
+        .collect()
 }
 
 /// The path of a field, without the unknown last step a syntax error leaves;
@@ -430,13 +529,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(suite.name, "suite");
-        assert_eq!(suite.agent, Some(PathBuf::from("evals/agents/helper.yaml")));
+        assert_eq!(
+            suite.agent,
+            Some(AgentSource::File("evals/agents/helper.yaml".into()))
+        );
         assert_eq!((suite.repetitions, suite.concurrency), (1, 4));
         assert_eq!(suite.runs(), 1);
-        let Expectation::Judge(judge) = &suite.cases[0].expect[1] else {
-            panic!("a judge");
-        };
-        assert_eq!(judge.agent, PathBuf::from("evals/judge.yaml"));
+        assert_eq!(
+            suite.judge_of(&suite.cases[0]),
+            Some(AgentSource::File("evals/judge.yaml".into()))
+        );
+        let suite = parsed(
+            "agents: ../agents\ndefinition: support@1.2\ncases:\n  - name: hi\n    input: Hello\n    expect: [{judge: {definition: critic, rubric: Kind}}]\n",
+        )
+        .unwrap();
+        assert_eq!(suite.agents, Some(PathBuf::from("evals/../agents")));
+        assert_eq!(
+            (suite.agent.clone(), suite.judge_of(&suite.cases[0])),
+            (
+                Some(AgentSource::Definition {
+                    name: "support".into(),
+                    version: Some("1.2".into())
+                }),
+                Some(AgentSource::Definition {
+                    name: "critic".into(),
+                    version: None
+                })
+            )
+        );
     }
 
     #[test]
@@ -465,7 +585,23 @@ mod tests {
             ),
             (
                 "models: [faux, faux]\ncases: [{name: a, input: hi}]\n".to_owned(),
-                "evals/suite.yaml: models[1]: `faux` is listed twice (give one a `name`)",
+                "evals/suite.yaml: models[1]: `faux` is listed twice",
+            ),
+            (
+                "models: [a.b, a-b]\ncases: [{name: a, input: hi}]\n".to_owned(),
+                "evals/suite.yaml: models[1]: `a-b` is listed twice, or as another model's name with other signs",
+            ),
+            (
+                "definition: support\ncases: [{name: a, input: hi}]\n".to_owned(),
+                "evals/suite.yaml: definition: a definition is found in the folder `agents` names",
+            ),
+            (
+                "agent: a.yaml\ndefinition: support\ncases: [{name: a, input: hi}]\n".to_owned(),
+                "evals/suite.yaml: give `agent` (a file) or `definition`, not both",
+            ),
+            (
+                case("    input: hi\n    expect: [{judge: {rubric: Kind}}]\n"),
+                "evals/suite.yaml: cases[0].expect[0]: a judge is an agent file (`agent`) or a `definition`",
             ),
             (
                 "cases: [{name: a b, input: hi}]\n".to_owned(),
