@@ -134,6 +134,34 @@ impl Browser {
     }
 }
 
+/// A server on a free loopback port, until stopped.
+struct Served {
+    port: u16,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    async fn start(server: Server) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        Served { port, stop, task }
+    }
+
+    fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
 const REMINDER: &str = "
 type: object
 description: You set reminders.
@@ -230,12 +258,8 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         definitions,
         ServerConfig::default(),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(server).await;
+    let base = served.base();
 
     browser.client.goto(&base).await.unwrap();
     browser
@@ -400,8 +424,7 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
         .await;
 
     browser.client.close().await.unwrap();
-    let _ = stop.send(());
-    served.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// An evaluation's report opened from a file: a row per case and model, and a
@@ -436,12 +459,8 @@ async fn the_dashboard_shows_an_evaluation_report_and_opens_a_runs_transcript() 
     ));
     std::fs::write(&file, serde_json::to_string(&report).unwrap()).unwrap();
     let server = Server::new(supervisor, Definitions::new(), ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(server).await;
+    let base = served.base();
 
     browser.client.goto(&base).await.unwrap();
     let input = browser
@@ -479,8 +498,7 @@ async fn the_dashboard_shows_an_evaluation_report_and_opens_a_runs_transcript() 
 
     browser.client.close().await.unwrap();
     let _ = std::fs::remove_file(&file);
-    let _ = stop.send(());
-    served.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// A page of another site, opened in the user's browser, tries what the security
@@ -500,12 +518,8 @@ async fn a_page_of_another_site_cannot_drive_the_open_server() {
         .unwrap();
     let supervisor = Supervisor::start().await.unwrap();
     let server = Server::new(supervisor.clone(), definitions, ServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(server).await;
+    let port = served.port;
     let victim = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{port}/agents"))
         .header("content-type", "application/json")
@@ -597,8 +611,7 @@ attack();
 
     browser.client.close().await.unwrap();
     site_served.abort();
-    let _ = stop.send(());
-    served.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// The chat page of `tests/pages/chat.mjs`, bundled for the browser by the
