@@ -113,12 +113,15 @@ pub enum CliCommand {
     /// Run an evaluation suite: every case against every model it lists, and a
     /// table of how each did.
     ///
-    /// The suite (YAML or JSON) names the agent file under test, the models,
+    /// The suite (YAML or JSON) names the agent under test (a file or a
+    /// definition of a folder), the models,
     /// the repetitions, the concurrency, a budget and the cases with what each
     /// expects (see the README's "Evaluations"). Every run keeps its session in
     /// the store, owned by the tenant `eval-RUN`. Exit status: 0 when every run
     /// passed (with --baseline: when no case got worse than in the baseline); 1
-    /// when one did not (got worse); 2 for a bad suite, agent, model or baseline.
+    /// when one did not (got worse, or nothing could be compared), or the store
+    /// failed; 2 for a bad suite, agent, model, run id (or one used before) or
+    /// baseline.
     Eval(EvalArgs),
     /// List, show or remove the sessions a store keeps.
     Sessions {

@@ -1,7 +1,7 @@
 //! `tiller eval`: a suite's runs, their table, and what got worse than a
 //! baseline.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::Path;
 
 use tiller::eval::{EvalError, Evaluation, Report, Suite};
@@ -22,6 +22,21 @@ pub async fn eval(args: &EvalArgs) -> Exit {
         Ok(baseline) => baseline,
         Err(error) => return Exit::usage(error),
     };
+    if let Some(baseline) = baseline.as_ref().filter(|b| b.suite != suite.name) {
+        return Exit::usage(format!(
+            "--baseline is a report of the suite `{}`, not of `{}`",
+            baseline.suite, suite.name
+        ));
+    }
+    // The output files, made before any run spends anything.
+    let mut outputs = Vec::new();
+    for (path, form) in [(&args.json, Form::Json), (&args.junit, Form::Junit)] {
+        let Some(path) = path else { continue };
+        match std::fs::File::create(path) {
+            Ok(file) => outputs.push((path, file, form)),
+            Err(error) => return Exit::usage(format!("cannot write {}: {error}", path.display())),
+        }
+    }
     let store = match open_store(args.store.as_deref()).await {
         Ok(store) => store,
         Err(exit) => return exit,
@@ -61,19 +76,33 @@ pub async fn eval(args: &EvalArgs) -> Exit {
     crate::say!(
         "tiller: the runs' sessions belong to the tenant eval-{run} (`tiller sessions rm --tenant eval-{run}` deletes them)"
     );
-    let written = [
-        args.json.as_deref().map(|path| {
-            let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-            (path, json + "\n")
-        }),
-        args.junit.as_deref().map(|path| (path, report.junit())),
-    ];
-    for (path, text) in written.into_iter().flatten() {
-        if let Err(error) = std::fs::write(path, text) {
+    for (path, mut file, form) in outputs {
+        let text = match form {
+            Form::Json => serde_json::to_string_pretty(&report).map(|json| json + "\n"),
+            Form::Junit => Ok(report.junit()),
+        };
+        let written = text
+            .map_err(std::io::Error::other)
+            .and_then(|text| file.write_all(text.as_bytes()));
+        if let Err(error) = written {
             return Exit::failed(format!("cannot write {}: {error}", path.display()));
         }
     }
+    if !report.complete {
+        crate::say!("tiller: the suite's budget ran out before every run was made");
+    }
     match baseline {
+        Some(_) if !report.complete => {
+            println!("not compared with the baseline: some runs were not made");
+            Exit::Failed
+        }
+        Some(baseline) if report.compared_with(&baseline) == 0 => {
+            println!(
+                "no case and model of run {} is in this run: nothing compared",
+                baseline.run
+            );
+            Exit::Failed
+        }
         Some(baseline) => {
             let worse = report.regressions(&baseline);
             if worse.is_empty() {
@@ -89,6 +118,13 @@ pub async fn eval(args: &EvalArgs) -> Exit {
         None if report.passed == report.runs => Exit::Success,
         None => Exit::Failed,
     }
+}
+
+/// What an output file holds.
+#[derive(Clone, Copy)]
+enum Form {
+    Json,
+    Junit,
 }
 
 /// The report a `--json` file holds.

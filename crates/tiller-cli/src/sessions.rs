@@ -119,6 +119,9 @@ async fn remove_tenant(store: &dyn SessionStore, tenant: &str) -> Result<(), Str
             break;
         }
     }
+    if deleted == 0 {
+        return Err(format!("no session of tenant `{tenant}`"));
+    }
     println!("{deleted} session(s) of tenant {tenant} deleted");
     Ok(())
 }

@@ -221,6 +221,19 @@ async fn a_suite_over_two_models_reports_exactly_and_a_baseline_flags_what_a_cha
         "{}",
         removed.stderr
     );
+    let nothing = finish(tiller(&[
+        "sessions",
+        "rm",
+        "--tenant",
+        "eval-first",
+        "--store",
+        &store,
+    ]))
+    .await;
+    assert_eq!(
+        (nothing.code(), nothing.stderr.as_str()),
+        (Some(1), "tiller: no session of tenant `eval-first`\n")
+    );
     let listed = finish(tiller(&["sessions", "list", "--store", &store])).await;
     assert!(!listed.stdout.contains("eval-first."), "{}", listed.stdout);
     assert!(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tiller_agents::agent_file::AgentFile;
 use tiller_agents::{Definitions, LlmConfigs, ModelSources, Named, choose_model};
 use tiller_ai::Model;
+use tiller_core::ToolSet;
 use tiller_runtime::AgentSettings;
 use tiller_store::SessionStore;
 
@@ -67,7 +68,9 @@ pub(crate) async fn judges(
             continue;
         }
         let file = load(&source, suite, &mut folder)?;
-        let (settings, _) = agent(Some(&file), None, setup, store).await?;
+        let (mut settings, _) = agent(Some(&file), None, setup, store).await?;
+        // A judge reads the conversation it is given; it runs nothing.
+        settings.code.tools = ToolSet::default();
         judges.insert(
             source,
             settings.with_output_schema(crate::judge::verdict_schema()),

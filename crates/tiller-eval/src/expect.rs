@@ -109,6 +109,8 @@ pub struct Observed {
     pub latency_ms: u64,
     /// The judge's verdict, when the case has one.
     pub judged: Option<Judged>,
+    /// Why the case's judge gave no verdict, when it gave none.
+    pub unjudged: Option<String>,
 }
 
 /// What a judge answered.
@@ -212,7 +214,10 @@ impl Expectation {
             Expectation::MaxLatencyMs(max) => (observed.latency_ms > *max)
                 .then(|| format!("{} ms, more than {max}", observed.latency_ms)),
             Expectation::Judge(judge) => match &observed.judged {
-                None => failed("the judge gave no verdict".to_owned()),
+                None => failed(format!(
+                    "the judge gave no verdict: {}",
+                    observed.unjudged.as_deref().unwrap_or("no answer")
+                )),
                 Some(judged) if judged.pass && judged.score >= judge.min_score => None,
                 Some(judged) => failed(format!(
                     "the judge {} it (score {:.2}, {:.2} needed): {}",

@@ -1,6 +1,6 @@
 //! Evaluations: know when an agent got worse.
 //!
-//! A suite names the agent under test (an agent file), the models to compare,
+//! A suite names the agent under test (an agent file or a definition), the models to compare,
 //! how many runs of each case, how many at once and what the whole suite may
 //! spend; each case gives an input and what its run must show:
 //!
@@ -29,8 +29,11 @@
 //! ```
 //!
 //! Other expectations: `equals` (the answer, trimmed), `json_schema` (the
-//! structured output), `no_tool: true`. A judge is another agent file; it
-//! answers `{pass, score, reason}` as structured output.
+//! structured output), `no_tool: true`. A judge is another agent (a file or a
+//! definition) with no tools; it answers `{pass, score, reason}` as structured output.
+//!
+//! A run that did not complete scores 0; once the suite's budget runs out, the
+//! runs not yet started are not made (the report says it is not complete).
 //!
 //! Every run is an agent of its own in a session of its own,
 //! `eval-{run}.{case}.{model}.{repetition}`, owned by the tenant `eval-{run}`
@@ -202,7 +205,8 @@ impl<'a> Evaluation<'a> {
     /// the run id is taken, or an agent, model or stub cannot be used.
     pub async fn run(self, supervisor: &Supervisor) -> Result<Report, EvalError> {
         let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if self.run.is_empty() || !self.run.chars().all(fine) {
+        let length = 1..=suite::MAX_NAME_BYTES;
+        if !length.contains(&self.run.len()) || !self.run.chars().all(fine) {
             return Err(EvalError::RunId(self.run));
         }
         runner::run(self, supervisor).await

@@ -19,9 +19,12 @@ pub struct Report {
     pub models: Vec<String>,
     /// How much worse a case may get before a comparison flags it.
     pub thresholds: Thresholds,
+    /// Whether every run was made: `false` when the suite's budget ran out
+    /// first (the runs not made are failures saying so).
+    pub complete: bool,
     /// Runs that passed.
     pub passed: usize,
-    /// Runs made.
+    /// Runs in the suite.
     pub runs: usize,
     /// One per case and model: cases in the suite's order, each with every
     /// model in order.
@@ -154,7 +157,7 @@ impl std::fmt::Display for Regression {
 impl Report {
     /// The cases that got worse than in `baseline`, beyond this report's
     /// thresholds, in this report's order. A case or model only one of them has
-    /// is not compared.
+    /// is not compared ([`Report::compared_with`] counts those that are).
     pub fn regressions(&self, baseline: &Report) -> Vec<Regression> {
         let limits = &self.thresholds;
         let mut found = Vec::new();
@@ -188,6 +191,19 @@ impl Report {
             }
         }
         found
+    }
+
+    /// How many of this report's cells (case and model) `baseline` has too.
+    pub fn compared_with(&self, baseline: &Report) -> usize {
+        self.cells
+            .iter()
+            .filter(|cell| {
+                baseline
+                    .cells
+                    .iter()
+                    .any(|old| old.case == cell.case && old.model == cell.model)
+            })
+            .count()
     }
 
     /// The report as a table of cases × models, a line of totals, and a line
@@ -364,6 +380,7 @@ mod tests {
             run: "r".into(),
             models: vec!["m".into()],
             thresholds: Thresholds::default(),
+            complete: true,
             passed: cells.iter().map(|c| c.passed as usize).sum(),
             runs: cells.iter().map(|c| c.runs.len()).sum(),
             cells,

@@ -4,17 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use futures::StreamExt;
 use tiller_ai::{AssistantContent, AssistantMessage, Message, TextContent};
-use tiller_core::{AgentContext, AgentMessage, Budget, RunEnd};
+use tiller_core::{AgentContext, AgentMessage, Budget, Output, RunEnd, Spent};
 use tiller_runtime::{AgentSettings, AgentSpec, RunOutcome, Supervisor};
-use tiller_store::SessionFilter;
+use tiller_store::{SessionFilter, SpendScope};
 
 use crate::expect::{Judge, Observed};
 use crate::report::{Cell, Report, RunReport, rounded};
-use crate::suite::{Case, Input, Turn, session_part};
+use crate::suite::{Case, Input, MAX_CONCURRENCY, Turn, session_part};
 use crate::{EvalError, Evaluation, Progress, agent, judge, stub};
 
 /// One run to make: the case, the model, the repetition.
@@ -41,7 +42,13 @@ pub(crate) async fn run(
         })
         .await
         .map_err(|error| EvalError::Store(error.to_string()))?;
-    if !taken.is_empty() {
+    // Its sessions deleted, a run id still names what its tenant spent, which
+    // a budget would start from: an id is used once.
+    let spent = store
+        .spent(&SpendScope::Tenant(tenant.clone()))
+        .await
+        .map_err(|error| EvalError::Store(error.to_string()))?;
+    if !taken.is_empty() || spent != Spent::default() {
         return Err(EvalError::RunExists(evaluation.run.clone()));
     }
     let subjects = agent::subjects(suite, &evaluation, &store).await?;
@@ -89,6 +96,8 @@ pub(crate) async fn run(
         total,
         passed: 0,
     };
+    // Once the suite's budget ran out, the runs not yet started are not made.
+    let exhausted = AtomicBool::new(false);
     let runs = futures::stream::iter(jobs)
         .map(|job| {
             let case = &suite.cases[job.case];
@@ -103,12 +112,21 @@ pub(crate) async fn run(
                 .zip(suite.judge_of(case).and_then(|source| judges.get(&source)));
             let agent = agents[job.case][job.model].clone();
             let tenant = tenant.clone();
+            let exhausted = &exhausted;
             async move {
-                let report = one_run(supervisor, agent, case, judge, session, tenant).await;
+                if exhausted.load(Ordering::Relaxed) {
+                    return (job, not_run(session));
+                }
+                let (report, ran_out) =
+                    one_run(supervisor, agent, case, judge, session, tenant).await;
+                if ran_out {
+                    exhausted.store(true, Ordering::Relaxed);
+                }
                 (job, report)
             }
         })
-        .buffer_unordered(suite.concurrency);
+        // A suite made in code is not checked as a file is: kept in bounds here.
+        .buffer_unordered(suite.concurrency.clamp(1, MAX_CONCURRENCY));
     futures::pin_mut!(runs);
     while let Some((job, report)) = runs.next().await {
         progress.done += 1;
@@ -135,6 +153,7 @@ pub(crate) async fn run(
         }
     }
     Ok(Report {
+        complete: !exhausted.load(Ordering::Relaxed),
         suite: suite.name.clone(),
         run: evaluation.run.clone(),
         models: subjects.iter().map(|s| s.label.clone()).collect(),
@@ -145,8 +164,21 @@ pub(crate) async fn run(
     })
 }
 
+/// A run not made: the suite's budget had run out.
+fn not_run(session: String) -> RunReport {
+    RunReport {
+        session,
+        passed: false,
+        score: 0.0,
+        turns: 0,
+        cost_usd: 0.0,
+        latency_ms: 0,
+        failures: vec!["not run: the suite's budget had run out".to_owned()],
+    }
+}
+
 /// One run of `case` by an agent of `settings` in `session`, judged by `judge`
-/// when the case has one.
+/// when the case has one; and whether the suite's budget ran out in it.
 async fn one_run(
     supervisor: &Supervisor,
     settings: Arc<AgentSettings>,
@@ -154,7 +186,7 @@ async fn one_run(
     judge: Option<(&Judge, &AgentSettings)>,
     session: String,
     tenant: String,
-) -> RunReport {
+) -> (RunReport, bool) {
     let (history, prompt) = match &case.input {
         Input::Prompt(prompt) => (Vec::new(), prompt.clone()),
         Input::Conversation(turns) => {
@@ -190,7 +222,7 @@ async fn one_run(
     let (outcome, latency_ms) = match run_agent(supervisor, spec, prompt).await {
         Ok(ran) => ran,
         Err(error) => {
-            return RunReport {
+            let report = RunReport {
                 session,
                 passed: false,
                 score: 0.0,
@@ -199,8 +231,10 @@ async fn one_run(
                 latency_ms: 0,
                 failures: vec![format!("the run did not start: {error}")],
             };
+            return (report, false);
         }
     };
+    let mut ran_out = outcome.budget_exceeded.is_some();
     let mut observed = observed(&outcome, latency_ms);
     let mut failures = Vec::new();
     if outcome.end != RunEnd::Completed {
@@ -214,16 +248,17 @@ async fn one_run(
             .with_owner(Some(tenant), None);
         match run_agent(supervisor, spec, judge::question(judge, conversation)).await {
             Ok((verdict, _)) => {
+                ran_out |= verdict.budget_exceeded.is_some();
                 observed.judged = verdict
                     .output
                     .as_ref()
                     .and_then(|output| output.value())
                     .and_then(judge::verdict);
                 if observed.judged.is_none() {
-                    failures.push(format!("the judge's run: {}", ended(&verdict)));
+                    observed.unjudged = Some(ended(&verdict));
                 }
             }
-            Err(error) => failures.push(format!("the judge did not start: {error}")),
+            Err(error) => observed.unjudged = Some(format!("it did not start: {error}")),
         }
     }
     let mut held = 0;
@@ -234,12 +269,14 @@ async fn one_run(
         }
     }
     let score = match (&observed.judged, case.judge()) {
+        // A run that did not complete scores nothing, whatever held of it.
+        _ if outcome.end != RunEnd::Completed => 0.0,
         (Some(judged), _) => judged.score.clamp(0.0, 1.0),
         (None, Some(_)) => 0.0,
         (None, None) if case.expect.is_empty() => 1.0,
         (None, None) => f64::from(held) / case.expect.len() as f64,
     };
-    RunReport {
+    let report = RunReport {
         session,
         passed: failures.is_empty(),
         score: rounded(score, 4),
@@ -247,7 +284,8 @@ async fn one_run(
         cost_usd: rounded(observed.cost_usd, 8),
         latency_ms,
         failures,
-    }
+    };
+    (report, ran_out)
 }
 
 /// Spawns `spec`, runs `prompt` to its end and stops the agent (its session
@@ -300,6 +338,9 @@ fn observed(outcome: &RunOutcome, latency_ms: u64) -> Observed {
 fn ended(outcome: &RunOutcome) -> String {
     if let Some(exceeded) = &outcome.budget_exceeded {
         return format!("the suite's budget ran out ({exceeded})");
+    }
+    if let Some(Output::Invalid(error)) = &outcome.output {
+        return error.to_string();
     }
     let reason = serde_json::to_value(outcome.end)
         .ok()

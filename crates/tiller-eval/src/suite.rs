@@ -15,6 +15,9 @@ pub const MAX_SUITE_BYTES: u64 = 4 << 20;
 pub const MAX_RUNS: usize = 100_000;
 /// The most runs at once.
 pub const MAX_CONCURRENCY: usize = 64;
+/// The longest name of a case or label of a model, in bytes (each is part of
+/// its runs' session ids).
+pub const MAX_NAME_BYTES: usize = 64;
 
 /// A suite of cases, read by [`Suite::load`] or [`Suite::parse`].
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +365,16 @@ impl Suite {
                 "a definition is found in the folder `agents` names: give it".into(),
             ));
         }
+        let t = raw.thresholds;
+        if ![t.pass_rate, t.score, t.cost]
+            .iter()
+            .all(|limit| limit.is_finite() && *limit >= 0.0)
+        {
+            return Err(error(
+                Some("thresholds".into()),
+                "each is a number of at least 0".into(),
+            ));
+        }
         let mut labels = BTreeSet::new();
         let mut parts = BTreeSet::new();
         for (at, model) in raw.models.iter().enumerate() {
@@ -373,6 +386,14 @@ impl Suite {
                 return Err(error(
                     Some(format!("models[{at}]")),
                     "names no provider, model or base_url".into(),
+                ));
+            }
+            if model.label().len() > MAX_NAME_BYTES {
+                return Err(error(
+                    Some(format!("models[{at}]")),
+                    format!(
+                        "a label longer than {MAX_NAME_BYTES} bytes (give it a shorter `name`)"
+                    ),
                 ));
             }
             if !labels.insert(model.label()) || !parts.insert(session_part(model.label())) {
@@ -404,11 +425,14 @@ impl Suite {
         for (at, case) in raw.cases.into_iter().enumerate() {
             let field = |what: &str| Some(format!("cases[{at}]{what}"));
             let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-            if case.name.is_empty() || !case.name.chars().all(fine) {
+            if case.name.is_empty()
+                || case.name.len() > MAX_NAME_BYTES
+                || !case.name.chars().all(fine)
+            {
                 return Err(error(
                     field(".name"),
                     format!(
-                        "`{}`: a case's name is letters, digits, `-`, `_` and `.`",
+                        "`{}`: a case's name is 1 to {MAX_NAME_BYTES} letters, digits, `-`, `_` and `.`",
                         case.name
                     ),
                 ));
@@ -605,7 +629,11 @@ mod tests {
             ),
             (
                 "cases: [{name: a b, input: hi}]\n".to_owned(),
-                "evals/suite.yaml: cases[0].name: `a b`: a case's name is letters, digits, `-`, `_` and `.`",
+                "evals/suite.yaml: cases[0].name: `a b`: a case's name is 1 to 64 letters, digits, `-`, `_` and `.`",
+            ),
+            (
+                "thresholds: {score: -1}\ncases: [{name: a, input: hi}]\n".to_owned(),
+                "evals/suite.yaml: thresholds: each is a number of at least 0",
             ),
             (
                 "repetitions: 100000\ncases: [{name: a, input: hi}, {name: b, input: hi}]\n"

@@ -52,6 +52,7 @@ async fn the_suites_budget_bounds_all_its_runs_together() {
         "the suite's budget ran out (the tenant budget of model_calls ran out: 4 spent of 4)"
             .to_owned(),
     ];
+    let not_run = vec!["not run: the suite's budget had run out".to_owned()];
     assert_eq!(
         outcomes,
         [
@@ -59,10 +60,11 @@ async fn the_suites_budget_bounds_all_its_runs_together() {
             (true, vec![]),
             (true, vec![]),
             (true, vec![]),
-            (false, ran_out.clone()),
             (false, ran_out),
+            (false, not_run),
         ]
     );
+    assert!(!report.complete);
     assert_eq!(
         told.last(),
         Some(&Progress {
@@ -72,14 +74,35 @@ async fn the_suites_budget_bounds_all_its_runs_together() {
         })
     );
     assert_eq!(told.len(), 6);
-    // Its run id is taken now.
+    // Its run id is taken now, and stays taken once its sessions are deleted:
+    // what it spent would count against a budget again.
     let again = Suite::parse("again.yaml", "models: [m]\ncases: [{name: a, input: hi}]\n").unwrap();
-    let report = Evaluation::new(&again)
-        .with_run("budget")
-        .with_model("m", counting().model())
-        .run(&supervisor)
-        .await;
-    assert_eq!(report.unwrap_err(), EvalError::RunExists("budget".into()));
+    let rerun = || {
+        Evaluation::new(&again)
+            .with_run("budget")
+            .with_model("m", counting().model())
+            .run(&supervisor)
+    };
+    assert_eq!(
+        rerun().await.unwrap_err(),
+        EvalError::RunExists("budget".into())
+    );
+    let store = supervisor.store();
+    let sessions = store
+        .list(&SessionFilter {
+            tenant_id: Some("eval-budget".into()),
+            ..SessionFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sessions.len(), 5);
+    for info in sessions {
+        assert!(store.delete(&info.record.id).await.unwrap());
+    }
+    assert_eq!(
+        rerun().await.unwrap_err(),
+        EvalError::RunExists("budget".into())
+    );
 }
 
 #[tokio::test]
@@ -142,9 +165,14 @@ async fn a_bad_run_id_or_model_is_refused_before_any_run() {
         .run(&supervisor)
         .await
         .unwrap_err();
-    assert!(
-        matches!(&refused, EvalError::Model(reason) if reason.starts_with("models[0].model: nowhere/model: ")),
-        "{refused}"
+    assert_eq!(
+        refused,
+        EvalError::Model(
+            "models[0].model: nowhere/model: unknown model `nowhere/model`: expected \
+             `provider/model-id` with a provider among openai, anthropic, gemini, \
+             openai-responses, bedrock, openrouter, groq, deepseek, mistral, llamacpp, vllm, ollama"
+                .into()
+        )
     );
     assert!(
         supervisor
