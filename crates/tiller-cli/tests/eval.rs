@@ -200,12 +200,9 @@ async fn a_suite_over_two_models_reports_exactly_and_a_baseline_flags_what_a_cha
     // A run id is used once; its sessions (40 runs, 6 judges') go in one command.
     let again = finish(eval("first", &[])).await;
     assert_eq!(again.code(), Some(2));
-    assert!(
-        again
-            .stderr
-            .contains("the store has sessions of run `first` already"),
-        "{}",
-        again.stderr
+    assert_eq!(
+        again.stderr,
+        "tiller: the store has a run `first` already: choose another run id\n"
     );
     let removed = finish(tiller(&[
         "sessions",
@@ -262,6 +259,22 @@ async fn a_bad_suite_is_refused_with_its_field_before_any_run() {
     assert_eq!(
         refused.stderr,
         "tiller: case `a`: a stub for `weather`, a tool the agent does not have\n"
+    );
+    let other = scratch.write(
+        "other.json",
+        r#"{"suite": "other", "run": "x", "models": [], "thresholds": {"pass_rate": 0, "score": 0, "cost": 0}, "complete": true, "passed": 0, "runs": 0, "cells": []}"#,
+    );
+    let good = scratch.write("suite.yaml", "cases: [{name: a, input: hi}]\n");
+    let baseline = ["--baseline", other.to_str().unwrap()];
+    let mut args = vec!["eval", good.to_str().unwrap(), "--store", &store];
+    args.extend(baseline);
+    let refused = finish(tiller(&args)).await;
+    assert_eq!(
+        (refused.code(), refused.stderr.as_str()),
+        (
+            Some(2),
+            "tiller: --baseline is a report of the suite `other`, not of `suite`\n"
+        )
     );
     let bad = scratch.write(
         "bad.yaml",

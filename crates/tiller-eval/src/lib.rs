@@ -93,13 +93,12 @@ pub enum EvalError {
         /// What is wrong.
         reason: String,
     },
-    /// The run id is not letters, digits, `-` and `_`.
-    #[error("`{0}` is not a run id: use letters, digits, `-` and `_`")]
+    /// The run id is not 1 to [`suite::MAX_NAME_BYTES`] letters, digits, `-` and `_`.
+    #[error("`{0}` is not a run id: use 1 to 64 letters, digits, `-` and `_`")]
     RunId(String),
-    /// The store has sessions of this run already: runs are told apart by id.
-    #[error(
-        "the store has sessions of run `{0}` already: choose another run id, or delete them with `tiller sessions rm --tenant eval-{0}`"
-    )]
+    /// The store has sessions or spending of this run already: a run id is
+    /// used once.
+    #[error("the store has a run `{0}` already: choose another run id")]
     RunExists(String),
     /// The session store failed.
     #[error("the session store: {0}")]
