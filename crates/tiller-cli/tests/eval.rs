@@ -204,29 +204,21 @@ async fn a_suite_over_two_models_reports_exactly_and_a_baseline_flags_what_a_cha
         again.stderr,
         "tiller: the store has a run `first` already: choose another run id\n"
     );
-    let removed = finish(tiller(&[
+    let remove_first = [
         "sessions",
         "rm",
         "--tenant",
         "eval-first",
         "--store",
         &store,
-    ]))
-    .await;
+    ];
+    let removed = finish(tiller(&remove_first)).await;
     assert_eq!(
         removed.stdout, "46 session(s) of tenant eval-first deleted\n",
         "{}",
         removed.stderr
     );
-    let nothing = finish(tiller(&[
-        "sessions",
-        "rm",
-        "--tenant",
-        "eval-first",
-        "--store",
-        &store,
-    ]))
-    .await;
+    let nothing = finish(tiller(&remove_first)).await;
     assert_eq!(
         (nothing.code(), nothing.stderr.as_str()),
         (Some(1), "tiller: no session of tenant `eval-first`\n")

@@ -35,14 +35,19 @@ pub(crate) async fn subjects(
         Some(source) => Some(load(source, suite, &mut folder)?),
         None => None,
     };
+    let assembled = match &file {
+        Some(file) => Some(assembled(file, store).await?),
+        None => None,
+    };
+    let file = file.as_ref().zip(assembled.as_ref());
     if suite.models.is_empty() {
-        let (settings, model) = agent(file.as_ref(), None, setup, store).await?;
+        let (settings, model) = agent(file, None, setup)?;
         let label = format!("{}/{}", model.provider, model.id);
         return Ok(vec![Subject { label, settings }]);
     }
     let mut subjects = Vec::with_capacity(suite.models.len());
     for (at, entry) in suite.models.iter().enumerate() {
-        let (settings, _) = agent(file.as_ref(), Some((at, entry)), setup, store).await?;
+        let (settings, _) = agent(file, Some((at, entry)), setup)?;
         subjects.push(Subject {
             label: entry.label().to_owned(),
             settings,
@@ -68,7 +73,8 @@ pub(crate) async fn judges(
             continue;
         }
         let file = load(&source, suite, &mut folder)?;
-        let (mut settings, _) = agent(Some(&file), None, setup, store).await?;
+        let definitions = assembled(&file, store).await?;
+        let (mut settings, _) = agent(Some((&file, &definitions)), None, setup)?;
         // A judge reads the conversation it is given; it runs nothing.
         settings.code.tools = ToolSet::default();
         judges.insert(
@@ -106,15 +112,33 @@ fn load(
     }
 }
 
-/// The agent of `file` (a plain one without), with the model `entry` names
-/// (the host's own model of that label first), else the one the file or the
-/// environment chooses.
-async fn agent(
-    file: Option<&AgentFile>,
+/// The definitions `file` is assembled with ([`Definitions::around`]),
+/// connected to the MCP servers they list once, whatever the model.
+async fn assembled(
+    file: &AgentFile,
+    store: &Arc<dyn SessionStore>,
+) -> Result<Definitions, EvalError> {
+    #[cfg_attr(not(feature = "mcp"), allow(unused_mut))]
+    let mut definitions = Definitions::around(file)
+        .map_err(|error| EvalError::Agent(error.to_string()))?
+        .with_session_store(store.clone());
+    #[cfg(feature = "mcp")]
+    definitions
+        .connect_mcp()
+        .await
+        .map_err(|error| EvalError::Agent(error.to_string()))?;
+    Ok(definitions)
+}
+
+/// The agent of `file` with its definitions (a plain one without), with the
+/// model `entry` names (the host's own model of that label first), else the one
+/// the file or the environment chooses.
+fn agent(
+    file: Option<(&AgentFile, &Definitions)>,
     entry: Option<(usize, &ModelEntry)>,
     setup: &Evaluation<'_>,
-    store: &Arc<dyn SessionStore>,
 ) -> Result<(AgentSettings, Model), EvalError> {
+    let (file, definitions) = file.unzip();
     let patch = file
         .map(|file| file.patch_over(&LlmConfigs::new()))
         .transpose()
@@ -149,21 +173,14 @@ async fn agent(
             (chosen.model, chosen.api_key)
         }
     };
-    let mut settings = match file {
+    let mut settings = match file.zip(definitions) {
         None => AgentSettings::new(model.clone()),
-        Some(file) => {
-            #[cfg_attr(not(feature = "mcp"), allow(unused_mut))]
-            let mut definitions = Definitions::around(file)
-                .map_err(|error| EvalError::Agent(error.to_string()))?
+        Some((file, definitions)) => {
+            // The chosen model for the files beside it that name none.
+            let spec = definitions
+                .clone()
                 .with_default_model(model.clone())
                 .with_default_key(api_key.clone())
-                .with_session_store(store.clone());
-            #[cfg(feature = "mcp")]
-            definitions
-                .connect_mcp()
-                .await
-                .map_err(|error| EvalError::Agent(error.to_string()))?;
-            let spec = definitions
                 .spec_of(file)
                 .map_err(|error| EvalError::Agent(error.to_string()))?;
             Arc::unwrap_or_clone(spec.settings)

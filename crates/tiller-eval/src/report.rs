@@ -77,6 +77,21 @@ pub struct RunReport {
     pub failures: Vec<String>,
 }
 
+impl RunReport {
+    /// A run that was not made, or did not start, and why.
+    pub(crate) fn not_made(session: String, failure: impl Into<String>) -> RunReport {
+        RunReport {
+            session,
+            passed: false,
+            score: 0.0,
+            turns: 0,
+            cost_usd: 0.0,
+            latency_ms: 0,
+            failures: vec![failure.into()],
+        }
+    }
+}
+
 impl Cell {
     /// The cell of `runs`, which are at least one.
     pub(crate) fn of(case: &str, model: &str, runs: Vec<RunReport>) -> Cell {

@@ -115,7 +115,10 @@ pub(crate) async fn run(
             let exhausted = &exhausted;
             async move {
                 if exhausted.load(Ordering::Relaxed) {
-                    return (job, not_run(session));
+                    return (
+                        job,
+                        RunReport::not_made(session, "not run: the suite's budget had run out"),
+                    );
                 }
                 let (report, ran_out) =
                     one_run(supervisor, agent, case, judge, session, tenant).await;
@@ -164,19 +167,6 @@ pub(crate) async fn run(
     })
 }
 
-/// A run not made: the suite's budget had run out.
-fn not_run(session: String) -> RunReport {
-    RunReport {
-        session,
-        passed: false,
-        score: 0.0,
-        turns: 0,
-        cost_usd: 0.0,
-        latency_ms: 0,
-        failures: vec!["not run: the suite's budget had run out".to_owned()],
-    }
-}
-
 /// One run of `case` by an agent of `settings` in `session`, judged by `judge`
 /// when the case has one; and whether the suite's budget ran out in it.
 async fn one_run(
@@ -222,16 +212,8 @@ async fn one_run(
     let (outcome, latency_ms) = match run_agent(supervisor, spec, prompt).await {
         Ok(ran) => ran,
         Err(error) => {
-            let report = RunReport {
-                session,
-                passed: false,
-                score: 0.0,
-                turns: 0,
-                cost_usd: 0.0,
-                latency_ms: 0,
-                failures: vec![format!("the run did not start: {error}")],
-            };
-            return (report, false);
+            let failure = format!("the run did not start: {error}");
+            return (RunReport::not_made(session, failure), false);
         }
     };
     let mut ran_out = outcome.budget_exceeded.is_some();
@@ -319,7 +301,7 @@ fn observed(outcome: &RunOutcome, latency_ms: u64) -> Observed {
         ..Observed::default()
     };
     for message in &outcome.messages {
-        let AgentMessage::Llm(Message::Assistant(answer)) = message else {
+        let Some(answer) = message.as_assistant() else {
             continue;
         };
         observed.turns += 1;
@@ -350,10 +332,7 @@ fn ended(outcome: &RunOutcome) -> String {
         .messages
         .iter()
         .rev()
-        .find_map(|message| match message {
-            AgentMessage::Llm(Message::Assistant(answer)) => answer.error_message.clone(),
-            _ => None,
-        });
+        .find_map(|message| message.as_assistant()?.error_message.clone());
     match error {
         Some(error) => format!("the run ended: {reason}: {error}"),
         None => format!("the run ended: {reason}"),
