@@ -43,6 +43,17 @@ pub enum StreamError {
         /// What was wrong.
         message: String,
     },
+    /// The conversation holds a file this provider's API does not take (audio in
+    /// Anthropic's, any file in a tool result of OpenAI's): nothing was sent.
+    #[error("{provider} does not take {mime_type} files{}", if *in_tool_result { " in tool results" } else { "" })]
+    UnsupportedFile {
+        /// The provider, as the model names it.
+        provider: String,
+        /// The file's media type.
+        mime_type: String,
+        /// Whether the file was in a tool result (elsewhere it may be taken).
+        in_tool_result: bool,
+    },
     /// The server could not be reached, after any retries.
     #[error("could not reach {url} ({attempts} attempts): {message}")]
     Connection {

@@ -41,6 +41,7 @@ use tokio::time::Sleep;
 use crate::builder::MessageBuilder;
 use crate::context::{Context, ContextRef};
 use crate::error::StreamError;
+use crate::file::FileContent;
 use crate::message::{AssistantContent, Content, Message, StopReason};
 use crate::model::{Api, Headers, InputKind, Model, ModelCost};
 use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
@@ -111,13 +112,23 @@ impl FauxProvider {
 }
 
 /// A scripted model for first runs and demos: it streams, a few words at a time, a
-/// reply that quotes the prompt and says how to reach a real provider.
+/// reply that quotes the prompt, names the files sent with it, and says how to
+/// reach a real provider.
 pub fn demo_model() -> Model {
     let faux = FauxProvider::new();
     faux.respond_with(|request| {
         let prompt = request.last_user_text().unwrap_or_default();
+        let files: Vec<String> = request
+            .last_user_files()
+            .map(|file| format!("{} ({}, {} bytes)", file.name, file.mime_type, file.size()))
+            .collect();
+        let attached = if files.is_empty() {
+            String::new()
+        } else {
+            format!(" and attached {}", files.join(", "))
+        };
         FauxTurn::text(format!(
-            "You said: \"{prompt}\". I am Tiller's scripted faux model, streaming this reply \
+            "You said: \"{prompt}\"{attached}. I am Tiller's scripted faux model, streaming this reply \
              in small chunks exactly as a real provider would. Set OPENAI_API_KEY, \
              ANTHROPIC_API_KEY or GEMINI_API_KEY, or point TILLER_BASE_URL at an \
              OpenAI-compatible server, to talk to a real model."
@@ -198,6 +209,18 @@ impl FauxRequest {
             Message::User(user) => Some(user.text_content()),
             _ => None,
         }
+    }
+
+    /// The files of the last user message, if the conversation ends with one.
+    pub fn last_user_files(&self) -> impl Iterator<Item = &FileContent> {
+        let content = match self.context.messages.last() {
+            Some(Message::User(user)) => user.content.as_slice(),
+            _ => &[],
+        };
+        content.iter().filter_map(|block| match block {
+            Content::File(file) => Some(file),
+            _ => None,
+        })
     }
 }
 
@@ -540,7 +563,7 @@ fn context_chars(context: &Context) -> usize {
             .iter()
             .map(|c| match c {
                 Content::Text(t) => t.text.chars().count(),
-                Content::Image(_) => 0,
+                Content::Image(_) | Content::File(_) => 0,
             })
             .sum()
     };

@@ -1,7 +1,7 @@
 //! Messages and their content blocks: what a conversation is made of.
 //!
-//! A conversation is a list of [`Message`]s. Users speak in [`Content`] (text and
-//! images), the model answers with an [`AssistantMessage`] whose blocks are
+//! A conversation is a list of [`Message`]s. Users speak in [`Content`] (text,
+//! images and files), the model answers with an [`AssistantMessage`] whose blocks are
 //! [`AssistantContent`] (text, thinking and tool calls), and every tool call is
 //! answered by one [`ToolResultMessage`]. All types serialize as snake_case JSON
 //! with a `role` tag on messages and a `type` tag on blocks.
@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::file::FileContent;
 use crate::model::{Api, Model};
 use crate::usage::Usage;
 
@@ -54,7 +55,7 @@ impl From<ToolResultMessage> for Message {
     }
 }
 
-/// A message from the user: text and images.
+/// A message from the user: text, images and files.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserMessage {
     /// The blocks, in order.
@@ -78,6 +79,12 @@ impl UserMessage {
         self
     }
 
+    /// Adds a file block after the existing content.
+    pub fn with_file(mut self, file: FileContent) -> Self {
+        self.content.push(Content::File(file));
+        self
+    }
+
     /// The text blocks joined.
     pub fn text_content(&self) -> String {
         self.content.iter().filter_map(Content::as_text).collect()
@@ -92,6 +99,8 @@ pub enum Content {
     Text(TextContent),
     /// A base64-encoded image.
     Image(ImageContent),
+    /// A document or audio file, base64-encoded.
+    File(FileContent),
 }
 
 impl Content {
@@ -100,11 +109,11 @@ impl Content {
         Content::Text(TextContent::new(text))
     }
 
-    /// The text of a text block; `None` for an image.
+    /// The text of a text block; `None` for an image or a file.
     pub fn as_text(&self) -> Option<&str> {
         match self {
             Content::Text(text) => Some(&text.text),
-            Content::Image(_) => None,
+            Content::Image(_) | Content::File(_) => None,
         }
     }
 }

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::context::{Context, ContextRef, Tool};
 use crate::event::AssistantEvent;
+use crate::file::FileContent;
 use crate::message::{
     AssistantContent, AssistantMessage, Content, ImageContent, Message, StopReason, TextContent,
     ThinkingContent, ToolCall, ToolResultMessage, UserMessage,
@@ -158,6 +159,16 @@ pub enum PiContent<'a> {
         data: Cow<'a, str>,
         /// Such as `image/png`.
         mime_type: Cow<'a, str>,
+    },
+    /// A base64-encoded file (Tiller's own: pi has none; its proxy refuses them).
+    #[serde(rename_all = "camelCase")]
+    File {
+        /// The bytes, base64-encoded.
+        data: Cow<'a, str>,
+        /// Such as `application/pdf`.
+        mime_type: Cow<'a, str>,
+        /// The file's name.
+        name: Cow<'a, str>,
     },
 }
 
@@ -584,6 +595,15 @@ impl From<PiContent<'_>> for Content {
                 data: data.into_owned(),
                 mime_type: mime_type.into_owned(),
             }),
+            PiContent::File {
+                data,
+                mime_type,
+                name,
+            } => Content::File(FileContent {
+                data: data.into_owned(),
+                mime_type: mime_type.into_owned(),
+                name: name.into_owned(),
+            }),
         }
     }
 }
@@ -595,6 +615,11 @@ impl<'a> From<&'a Content> for PiContent<'a> {
             Content::Image(image) => PiContent::Image {
                 data: Cow::Borrowed(&image.data),
                 mime_type: Cow::Borrowed(&image.mime_type),
+            },
+            Content::File(file) => PiContent::File {
+                data: Cow::Borrowed(&file.data),
+                mime_type: Cow::Borrowed(&file.mime_type),
+                name: Cow::Borrowed(&file.name),
             },
         }
     }

@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 
 use futures::StreamExt;
+use tiller::ai::{Content, FileContent, UserMessage};
 use tiller::{
     AgentError, AgentEvent, AgentHandle, AgentMessage, Delivered, Op, Prompt, RunEnd,
     run::{Reply, UserRequest},
@@ -19,7 +20,7 @@ use crate::setup::describe;
 
 const HELP: &str = "a line is a prompt when the agent is idle, steers it while it works, and \
 answers when a tool asks (y or n to approve a call); \
-/follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, \
+/file PATH attaches a file to the next message, /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, \
 /compact [WHAT TO KEEP] replaces its oldest part with a summary, /state summarises it, /quit leaves";
 
 /// Talks with the agent until `/quit` or the end of input; answers the exit status
@@ -34,6 +35,8 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     let mut lines = read_lines();
     let mut input_open = true;
     let mut last_run = Ok(());
+    // Files attached by /file, sent with the next message.
+    let mut attached = Vec::new();
     // The number after the last event written: at the end of input, the chat
     // leaves once the agent is idle and every event it published is written.
     let mut written = session.events.starts_at();
@@ -60,7 +63,7 @@ pub async fn chat(options: &AgentOptions) -> Exit {
                     }
                     continue;
                 };
-                if !command(&agent, &line, options.session.as_deref()).await {
+                if !command(&agent, &line, options.session.as_deref(), &mut attached).await {
                     break;
                 }
                 if interactive && agent.status() != AgentStatus::Running {
@@ -110,13 +113,31 @@ pub async fn chat(options: &AgentOptions) -> Exit {
     }
 }
 
-/// Carries out one line of input; `false` for `/quit`.
-async fn command(agent: &AgentHandle, line: &str, session: Option<&str>) -> bool {
+/// Carries out one line of input; `false` for `/quit`. Files `attached` go with the
+/// next prompt, steering message or follow-up.
+async fn command(
+    agent: &AgentHandle,
+    line: &str,
+    session: Option<&str>,
+    attached: &mut Vec<FileContent>,
+) -> bool {
     match Line::parse(line) {
         Line::Quit => return false,
         Line::Empty => {}
-        Line::Prompt(text) => apply(agent, prompt_or_steer(agent, text).await).await,
-        Line::Follow(text) => apply(agent, follow(agent, text).await).await,
+        Line::Prompt(text) => apply(agent, prompt_or_steer(agent, text, attached).await).await,
+        Line::Follow(text) => apply(agent, follow(agent, text, attached).await).await,
+        Line::File(path) => match FileContent::read(path) {
+            Ok(file) => {
+                crate::say!(
+                    "[{} attached ({}, {} bytes): it goes with your next message]",
+                    file.name,
+                    file.mime_type,
+                    file.size()
+                );
+                attached.push(file);
+            }
+            Err(error) => crate::say!("[{error}]"),
+        },
         Line::Abort => {
             if matches!(
                 agent.status(),
@@ -145,6 +166,7 @@ enum Line<'a> {
     Empty,
     Prompt(&'a str),
     Follow(&'a str),
+    File(&'a str),
     Abort,
     Reset,
     Compact(&'a str),
@@ -169,6 +191,7 @@ impl<'a> Line<'a> {
             .map_or((command, ""), |(name, rest)| (name, rest.trim()));
         match (name, rest) {
             ("follow", text) if !text.is_empty() => Line::Follow(text),
+            ("file", path) if !path.is_empty() => Line::File(path),
             ("abort", "") => Line::Abort,
             ("reset", "") => Line::Reset,
             ("compact", text) => Line::Compact(text),
@@ -249,31 +272,45 @@ async fn reply(agent: &AgentHandle, text: &str) -> Option<Op> {
     Some(Op::Reply(reply))
 }
 
-/// A prompt when the agent is idle, a steering message while it works, the reply
-/// when a tool call waits for the user.
-async fn prompt_or_steer(agent: &AgentHandle, text: &str) -> Option<Op> {
-    let message = AgentMessage::user(text);
+/// A prompt when the agent is idle, a steering message while it works (either
+/// with the files attached), the reply when a tool call waits for the user.
+async fn prompt_or_steer(
+    agent: &AgentHandle,
+    text: &str,
+    attached: &mut Vec<FileContent>,
+) -> Option<Op> {
     match agent.status() {
         AgentStatus::WaitingForInput => reply(agent, text).await,
-        AgentStatus::Running => Some(Op::Steer { message }),
+        AgentStatus::Running => Some(Op::Steer {
+            message: with_files(text, attached),
+        }),
         _ => Some(Op::Prompt {
-            messages: vec![message],
+            messages: vec![with_files(text, attached)],
         }),
     }
 }
 
 /// A follow-up while the agent works; a prompt when it is idle.
-async fn follow(agent: &AgentHandle, text: &str) -> Option<Op> {
+async fn follow(agent: &AgentHandle, text: &str, attached: &mut Vec<FileContent>) -> Option<Op> {
     if matches!(
         agent.status(),
         AgentStatus::Running | AgentStatus::WaitingForInput
     ) {
         Some(Op::FollowUp {
-            message: AgentMessage::user(text),
+            message: with_files(text, attached),
         })
     } else {
-        prompt_or_steer(agent, text).await
+        prompt_or_steer(agent, text, attached).await
     }
+}
+
+/// The user's message of `text` and the files attached, which it takes.
+fn with_files(text: &str, attached: &mut Vec<FileContent>) -> AgentMessage {
+    let mut message = UserMessage::text(text);
+    message
+        .content
+        .extend(attached.drain(..).map(Content::File));
+    AgentMessage::Llm(message.into())
 }
 
 /// Carries out what a line asks, and says how it went. A prompt that finds the
@@ -366,6 +403,8 @@ mod tests {
         assert_eq!(Line::parse("   "), Line::Empty);
         assert_eq!(Line::parse("/follow and then?"), Line::Follow("and then?"));
         assert_eq!(Line::parse("/follow"), Line::Unknown("/follow"));
+        assert_eq!(Line::parse("/file  a b.pdf "), Line::File("a b.pdf"));
+        assert_eq!(Line::parse("/file"), Line::Unknown("/file"));
         assert_eq!(Line::parse("/quit"), Line::Quit);
         assert_eq!(Line::parse("/state"), Line::State);
         assert_eq!(Line::parse("/compact"), Line::Compact(""));

@@ -64,11 +64,16 @@ pub enum CliCommand {
         agent: AgentOptions,
         /// The prompt; `-` reads it from standard input.
         prompt: String,
+        /// A file sent with the prompt (a PDF, text, CSV, WAV…, at most 32 MiB),
+        /// its type known from its extension; repeatable.
+        #[arg(long = "file", value_name = "PATH")]
+        files: Vec<PathBuf>,
     },
     /// Talk with an agent, line by line.
     ///
     /// A line typed while the agent is idle is a prompt; a line typed while it works
-    /// steers it. Commands: /follow TEXT queues a follow-up, /abort stops the run,
+    /// steers it. Commands: /file PATH attaches a file to the next message,
+    /// /follow TEXT queues a follow-up, /abort stops the run,
     /// /reset clears the conversation, /state summarises it, /quit leaves (so does the
     /// end of input). Ctrl-C aborts the run, not the program. Reads a pipe as well as
     /// a terminal.

@@ -21,7 +21,11 @@ fn main() -> ExitCode {
     };
     let exit = runtime.block_on(async {
         match &cli.command {
-            CliCommand::Run { agent, prompt } => tiller_cli::run::run(agent, prompt).await,
+            CliCommand::Run {
+                agent,
+                prompt,
+                files,
+            } => tiller_cli::run::run(agent, prompt, files).await,
             CliCommand::Chat { agent } => tiller_cli::chat::chat(agent).await,
             CliCommand::Serve(args) => tiller_cli::serve::serve(args.options()).await,
             CliCommand::Mcp { agents, llms } => {

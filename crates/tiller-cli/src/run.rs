@@ -1,6 +1,9 @@
 //! `tiller run`: one prompt, to the end of its run.
 
+use std::path::PathBuf;
+
 use futures::StreamExt;
+use tiller::ai::{FileContent, UserMessage};
 use tiller::{AgentEvent, Delivered};
 use tokio::io::AsyncReadExt;
 
@@ -9,8 +12,9 @@ use crate::interrupt::Interrupts;
 use crate::outcome::{Exit, verdict};
 use crate::session::Session;
 
-/// Runs `prompt` (`-`: standard input) and answers the exit status.
-pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
+/// Runs `prompt` (`-`: standard input) with `files` attached and answers the exit
+/// status.
+pub async fn run(options: &AgentOptions, prompt: &str, files: &[PathBuf]) -> Exit {
     let mut interrupts = Interrupts::listen();
     let prompt = if prompt == "-" {
         let mut text = String::new();
@@ -26,11 +30,21 @@ pub async fn run(options: &AgentOptions, prompt: &str) -> Exit {
         crate::say!("tiller: the prompt is empty");
         return Exit::Usage;
     }
+    let mut message = UserMessage::text(prompt);
+    for path in files {
+        match FileContent::read(path) {
+            Ok(file) => message = message.with_file(file),
+            Err(error) => {
+                crate::say!("tiller: {error}");
+                return Exit::Usage;
+            }
+        }
+    }
     let mut session = match Session::start(options).await {
         Ok(session) => session,
         Err(exit) => return exit,
     };
-    if let Err(error) = session.agent.prompt(prompt).await {
+    if let Err(error) = session.agent.prompt(message).await {
         crate::say!("tiller: {error}");
         return Exit::Failed;
     }

@@ -126,6 +126,37 @@ async fn a_chat_on_the_faux_model_ends_with_its_input() {
     );
 }
 
+#[tokio::test]
+async fn a_file_attached_in_a_chat_goes_with_the_next_message_only() {
+    let report = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/files/report.pdf"
+    );
+    let input = format!("/file {report}\n/file /no/such.pdf\nWhat does it say?\nAnd now?\n");
+    let run = finish_with_input(common::tiller(&["chat"]), input.as_bytes()).await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let answers: Vec<&str> = run
+        .stdout
+        .lines()
+        .map(|line| line.split(". I am").next().unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "You said: \"What does it say?\" and attached report.pdf (application/pdf, 650 bytes)",
+            "You said: \"And now?\"",
+        ]
+    );
+    assert!(
+        run.stderr.contains(
+            "[report.pdf attached (application/pdf, 650 bytes): it goes with your next message]\n\
+             [could not read /no/such.pdf: No such file or directory (os error 2)]\n"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 /// An agent file in `scratch` whose `remind` tool (a program) asks when, unless
 /// told; its calls wait for approval when `approvals` says so.
 fn remind_agent(scratch: &Scratch, approvals: &str) -> std::path::PathBuf {

@@ -348,6 +348,90 @@ async fn without_a_provider_the_faux_model_answers_and_says_so() {
     );
 }
 
+/// The README's PDF, from the repository's root.
+const REPORT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/files/report.pdf"
+);
+
+#[tokio::test]
+async fn a_file_goes_with_the_prompt_in_each_dialects_form() {
+    let data = tiller::ai::FileContent::read(REPORT).unwrap().data;
+    for dialect in Dialect::BOTH {
+        let server = MockServer::start().await;
+        server.push(dialect.text(&["A report."]));
+        let run = finish(dialect.tiller(
+            &server,
+            "run",
+            &["--file", REPORT, "What does the report say?"],
+        ))
+        .await;
+        assert_eq!((run.code(), run.stdout.as_str()), (Some(0), "A report.\n"));
+        let request = &server.requests()[0];
+        let content = &request.body["messages"][0]["content"];
+        let expected = match dialect {
+            Dialect::OpenAi => json!({"type": "file", "file": {
+                "filename": "report.pdf",
+                "file_data": format!("data:application/pdf;base64,{data}"),
+            }}),
+            Dialect::Anthropic => json!({
+                "type": "document",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+                "title": "report.pdf",
+                "cache_control": {"type": "ephemeral"},
+            }),
+        };
+        assert_eq!(
+            (&content[0]["text"], &content[1]),
+            (&json!("What does the report say?"), &expected),
+            "{dialect:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_readmes_pdf_question_is_answered_as_shown() {
+    let command = readme_block("### Files and documents", "sh");
+    let args: Vec<&str> = command
+        .trim()
+        .strip_prefix("cargo run --bin tiller -- ")
+        .unwrap()
+        .split(' ')
+        .collect();
+    assert_eq!(&args[..3], ["run", "--file", "examples/files/report.pdf"]);
+    let prompt = args[3..].join(" ");
+    let run = finish(tiller(&[
+        args[0],
+        args[1],
+        REPORT,
+        prompt.trim_matches('"'),
+    ]))
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, readme_block("### Files and documents", "text"));
+}
+
+#[tokio::test]
+async fn a_file_that_cannot_be_sent_is_refused_before_any_run() {
+    let run = finish(tiller(&["run", "--file", "/no/such.pdf", "Hello"])).await;
+    assert_eq!(run.code(), Some(2));
+    assert!(
+        run.stderr.ends_with(
+            "tiller: could not read /no/such.pdf: No such file or directory (os error 2)\n"
+        ),
+        "{}",
+        run.stderr
+    );
+    let run = finish(tiller(&[
+        "run",
+        "--file",
+        env!("CARGO_MANIFEST_DIR"),
+        "Hello",
+    ]))
+    .await;
+    assert_eq!(run.code(), Some(2), "{}", run.stderr);
+}
+
 #[tokio::test]
 async fn a_provider_error_exits_1_with_its_message() {
     let server = MockServer::start().await;

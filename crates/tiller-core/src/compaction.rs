@@ -3,7 +3,8 @@
 //! **Counting.** Every message has a token count ([`estimate_tokens`]): an
 //! assistant message whose provider reported usage counts what the provider
 //! said; any other message is estimated at one token per four bytes of its text,
-//! tool calls' names and arguments included, and 1,200 tokens per image. A
+//! tool calls' names and arguments included, 1,200 tokens per image, a document
+//! as text of its size and audio by [`AUDIO_BYTES_PER_TOKEN`]. A
 //! [`ContextTokens`] keeps the running total of a transcript: the usage of the
 //! last response (the provider's own count of everything it was sent, system
 //! prompt and tools included, plus its answer) and the estimates of the messages
@@ -38,7 +39,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tiller_ai::{
-    AssistantContent, Content, Context, Message, Model, StopReason, StreamOptions, UserMessage,
+    AssistantContent, Content, Context, FileContent, Message, Model, StopReason, StreamOptions,
+    UserMessage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -67,6 +69,10 @@ pub fn with_request(base: &str, asked: &str) -> String {
 
 /// Tokens counted for an image.
 pub const IMAGE_TOKENS: u64 = 1_200;
+
+/// Bytes of audio counted as one token: about 32 tokens a second of 16 kHz,
+/// 16-bit WAV, as Gemini counts audio.
+pub const AUDIO_BYTES_PER_TOKEN: u64 = 1_000;
 
 /// When and how a transcript is compacted. Serializes as an agent file's
 /// `compaction:` block.
@@ -221,6 +227,16 @@ pub(crate) fn text_tokens(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(4)
 }
 
+/// A file's estimate: a document as text of its size, audio at one token per
+/// [`AUDIO_BYTES_PER_TOKEN`] bytes.
+pub fn file_tokens(file: &FileContent) -> u64 {
+    if file.is_audio() {
+        (file.size() as u64).div_ceil(AUDIO_BYTES_PER_TOKEN)
+    } else {
+        text_tokens(file.size())
+    }
+}
+
 /// The estimate of what every request carries besides the transcript: the
 /// system prompt and the tools' definitions.
 pub(crate) fn overhead_tokens(system_prompt: Option<&str>, tools: &[tiller_ai::Tool]) -> u64 {
@@ -253,6 +269,7 @@ pub fn estimate_tokens(message: &AgentMessage) -> u64 {
             .map(|block| match block {
                 Content::Text(t) => text(t.text.len()),
                 Content::Image(_) => IMAGE_TOKENS,
+                Content::File(file) => file_tokens(file),
             })
             .sum()
     };
@@ -498,6 +515,7 @@ fn render_one(message: &AgentMessage) -> Option<String> {
             .map(|block| match block {
                 Content::Text(t) => t.text.as_str(),
                 Content::Image(_) => "[image]",
+                Content::File(file) => &file.name,
             })
             .collect::<Vec<_>>()
             .join("\n")

@@ -156,6 +156,7 @@ impl ToolOutput {
         let size = |content: &Content| match content {
             Content::Text(text) => text.text.len(),
             Content::Image(image) => image.data.len(),
+            Content::File(file) => file.data.len(),
         };
         let total: usize = self.content.iter().map(size).sum();
         if total <= max_bytes {

@@ -107,6 +107,7 @@ pub(crate) fn prompt_text(result: GetPromptResult) -> String {
         .map(|message| match content_of(message.content) {
             Content::Text(text) => text.text,
             Content::Image(image) => format!("[image: {}]", image.mime_type),
+            Content::File(file) => format!("[file {}: {}]", file.name, file.mime_type),
         })
         .collect::<Vec<_>>()
         .join("\n\n")

@@ -14,8 +14,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptMessage, Role,
-    ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptMessage, ResourceContents,
+    Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -305,8 +305,8 @@ fn listed(tool: &dyn AgentTool) -> Tool {
     )
 }
 
-/// A tool's output as MCP's result: text and images as content, details as
-/// structured content.
+/// A tool's output as MCP's result: text, images and audio as content, other files
+/// as embedded resources (`attachment:NAME`), details as structured content.
 fn result_of(output: ToolOutput) -> CallToolResult {
     let content = output
         .content
@@ -314,6 +314,13 @@ fn result_of(output: ToolOutput) -> CallToolResult {
         .map(|content| match content {
             Content::Text(text) => ContentBlock::text(text.text),
             Content::Image(image) => ContentBlock::image(image.data, image.mime_type),
+            Content::File(file) if file.is_audio() => {
+                ContentBlock::audio(file.data, file.mime_type)
+            }
+            Content::File(file) => ContentBlock::resource(
+                ResourceContents::blob(file.data, format!("attachment:{}", file.name))
+                    .with_mime_type(file.mime_type),
+            ),
         })
         .collect();
     let mut result = CallToolResult::success(content);

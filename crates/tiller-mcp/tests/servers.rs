@@ -234,7 +234,7 @@ async fn over_streamable_http_calls_report_progress_and_return_images() {
     let image = image.unwrap();
     let png = image.content.iter().find_map(|content| match content {
         tiller_ai::Content::Image(image) => Some(image.mime_type.clone()),
-        tiller_ai::Content::Text(_) => None,
+        _ => None,
     });
     assert_eq!(png.as_deref(), Some("image/png"));
 

@@ -14,12 +14,45 @@ pub(crate) mod pi_proxy;
 
 use serde::Deserialize;
 
+use crate::context::ContextRef;
 use crate::error::StreamError;
+use crate::file::FileContent;
+use crate::message::{Content, Message};
+use crate::model::Model;
 
 /// What the model reads of the tool that carries a structured answer, where the
 /// answer comes as a forced call of it (Anthropic, Bedrock).
 pub(crate) const OUTPUT_TOOL_DESCRIPTION: &str =
     "Give your final answer by calling this tool: its input is the answer.";
+
+/// Refuses, before anything is sent, a conversation holding a file the API does
+/// not take: `accepts` answers for a file in a user message (`false`) or in a tool
+/// result (`true`).
+pub(crate) fn check_files(
+    model: &Model,
+    context: ContextRef<'_>,
+    accepts: impl Fn(&FileContent, bool) -> bool,
+) -> Result<(), StreamError> {
+    for message in context.messages {
+        let (content, in_tool_result) = match message {
+            Message::User(user) => (&user.content, false),
+            Message::ToolResult(result) => (&result.content, true),
+            Message::Assistant(_) => continue,
+        };
+        for block in content {
+            if let Content::File(file) = block
+                && !accepts(file, in_tool_result)
+            {
+                return Err(StreamError::UnsupportedFile {
+                    provider: model.provider.clone(),
+                    mime_type: file.mime_type.clone(),
+                    in_tool_result,
+                });
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Parses one event's JSON data, naming the event's start when it is malformed.
 pub(crate) fn parse_data<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, StreamError> {

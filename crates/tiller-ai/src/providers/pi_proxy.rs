@@ -3,7 +3,8 @@
 //! Tiller's) and the proxy's token as a bearer token; the answer is pi's proxy
 //! events, one per SSE `data:` line, whose `contentIndex` is mapped to the blocks
 //! opened here. A `done` closes what is still open; an `error` fails the stream
-//! with the proxy's message.
+//! with the proxy's message. pi's context has no files: a conversation with one is
+//! refused.
 
 use std::borrow::Cow;
 
@@ -14,7 +15,7 @@ use crate::http::{self, HttpRequest};
 use crate::model::Model;
 use crate::options::{ApiKey, StreamOptions, ThinkingLevel};
 use crate::pi::{PiContext, ProxyEvent, ProxyModel, ProxyOptions, ProxyRequest};
-use crate::providers::parse_data;
+use crate::providers::{check_files, parse_data};
 use crate::sse::{Flow, SseEvent};
 
 /// The variable holding the proxy's token when the request gives none.
@@ -25,6 +26,7 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
+    check_files(model, context, |_, _| false)?;
     let token = options
         .transport
         .api_key

@@ -5,7 +5,9 @@
 //! response is replayed with its signature (redacted thinking as its data); thinking
 //! without a signature, or from another API, is dropped because Anthropic would
 //! reject it. Tool call ids are reduced to the characters Anthropic accepts, the
-//! same way in calls and results. The system prompt and the last block of the
+//! same way in calls and results. Files are `document` blocks, in user turns and
+//! tool results alike: a PDF as base64, plain text as text; other files are
+//! refused. The system prompt and the last block of the
 //! conversation are marked for prompt caching. The body borrows from the context.
 
 use std::borrow::Cow;
@@ -15,11 +17,12 @@ use serde_json::{Map, Value};
 
 use crate::context::{ContextRef, Tool};
 use crate::error::StreamError;
+use crate::file::FileContent;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
-use crate::providers::{OUTPUT_TOOL_DESCRIPTION, safe_tool_id};
+use crate::providers::{OUTPUT_TOOL_DESCRIPTION, check_files, safe_tool_id};
 
 const API_VERSION: &str = "2023-06-01";
 /// Anthropic's smallest thinking budget.
@@ -30,6 +33,7 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
+    check_files(model, context, |file, _| document_source(file).is_some())?;
     let auth = http::api_key(model, options)?.map(|key| ("x-api-key", key.expose().to_owned()));
     let body = body(model, context, options);
     http::post_json(
@@ -187,6 +191,30 @@ fn content_block(content: &Content) -> Option<Block<'_>> {
             },
             cache_control: None,
         }),
+        Content::File(file) => Some(Block::Document {
+            source: document_source(file)?,
+            title: &file.name,
+            cache_control: None,
+        }),
+    }
+}
+
+/// A document's source: a PDF as base64, plain text as its text; `None` for the
+/// types Anthropic does not take.
+fn document_source(file: &FileContent) -> Option<DocumentSource<'_>> {
+    if file.is_pdf() {
+        Some(DocumentSource::Base64 {
+            media_type: &file.mime_type,
+            data: &file.data,
+        })
+    } else if file.mime_type == "text/plain" {
+        let text = String::from_utf8(file.bytes()).ok()?;
+        Some(DocumentSource::Text {
+            media_type: &file.mime_type,
+            data: text,
+        })
+    } else {
+        None
     }
 }
 
@@ -279,6 +307,12 @@ enum Block<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
+    Document {
+        source: DocumentSource<'a>,
+        title: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
     Thinking {
         thinking: &'a str,
         signature: &'a str,
@@ -301,12 +335,22 @@ enum Block<'a> {
     },
 }
 
+/// `{"type": "base64", "media_type": "application/pdf", "data": …}` or
+/// `{"type": "text", "media_type": "text/plain", "data": …}`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum DocumentSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Text { media_type: &'a str, data: String },
+}
+
 impl Block<'_> {
     /// Marks the block as the end of a cacheable prefix, where Anthropic allows it.
     fn mark_cached(&mut self) {
         match self {
             Block::Text { cache_control, .. }
             | Block::Image { cache_control, .. }
+            | Block::Document { cache_control, .. }
             | Block::ToolResult { cache_control, .. } => {
                 *cache_control = Some(CacheControl { kind: "ephemeral" });
             }

@@ -3,7 +3,9 @@
 //! `POST {base}/model/{id}/converse-stream`, where the base is the regional
 //! endpoint (`https://bedrock-runtime.{region}.amazonaws.com`) or the server a
 //! user names. Roles alternate: consecutive messages of one role merge, and tool
-//! results become `toolResult` blocks of a user message. Reasoning from a Bedrock
+//! results become `toolResult` blocks of a user message. Files are `document`
+//! blocks (PDF, CSV, Word, Excel, HTML, plain text and Markdown; others refused),
+//! named by their stems in the characters Converse allows. Reasoning from a Bedrock
 //! answer goes back with its signature (redacted reasoning as its data); reasoning
 //! without one, or from another API, is dropped, as Bedrock would refuse it. Tool
 //! ids are reduced to the characters Bedrock accepts, the same way in calls and
@@ -24,12 +26,15 @@ use serde_json::{Map, Value};
 
 use crate::context::{ContextRef, Tool};
 use crate::error::StreamError;
+use crate::file::FileContent;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ToolChoice};
 use crate::providers::bedrock::credentials::{self, Region};
-use crate::providers::{OUTPUT_TOOL_DESCRIPTION, anthropic, path_segment, safe_tool_id};
+use crate::providers::{
+    OUTPUT_TOOL_DESCRIPTION, anthropic, check_files, path_segment, safe_tool_id,
+};
 
 /// The content type of AWS's binary event stream.
 const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
@@ -44,6 +49,7 @@ pub(crate) fn request(
     if let Some(endpoint) = region.endpoint_for(&model.base_url) {
         routed.to_mut().base_url = endpoint;
     }
+    check_files(model, context, |file, _| document_format(file).is_some())?;
     let body = body(model, context, options);
     let path = format!("model/{}/converse-stream", path_segment(&model.id));
     let bearer = credentials::api_key(&routed, options)?.map(|key| key.bearer());
@@ -184,6 +190,53 @@ fn content_block(content: &Content) -> Option<Block<'_>> {
             format: image.mime_type.strip_prefix("image/").unwrap_or("png"),
             source: ImageSource { bytes: &image.data },
         })),
+        Content::File(file) => Some(Block::Document(Document {
+            format: document_format(file)?,
+            name: document_name(&file.name),
+            source: ImageSource { bytes: &file.data },
+        })),
+    }
+}
+
+/// Converse's `format` of a document, for the types it takes.
+fn document_format(file: &FileContent) -> Option<&'static str> {
+    Some(match file.mime_type.as_str() {
+        "application/pdf" => "pdf",
+        "text/csv" => "csv",
+        "application/msword" => "doc",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document" => "docx",
+        "application/vnd.ms-excel" => "xls",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" => "xlsx",
+        "text/html" => "html",
+        "text/plain" => "txt",
+        "text/markdown" => "md",
+        _ => return None,
+    })
+}
+
+/// A file's name as Converse takes it: its stem, in letters, digits, single
+/// spaces, hyphens, parentheses and square brackets (`Q3 report.v2.pdf` →
+/// `Q3 report-v2`).
+fn document_name(name: &str) -> String {
+    let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
+    let mut out = String::with_capacity(stem.len());
+    for c in stem.chars() {
+        let c = if c.is_alphanumeric() || matches!(c, '-' | '(' | ')' | '[' | ']') {
+            c
+        } else if c.is_whitespace() {
+            ' '
+        } else {
+            '-'
+        };
+        if !(c == ' ' && (out.is_empty() || out.ends_with(' '))) {
+            out.push(c);
+        }
+    }
+    let trimmed = out.trim_end();
+    if trimmed.is_empty() {
+        "document".to_owned()
+    } else {
+        trimmed.to_owned()
     }
 }
 
@@ -242,6 +295,7 @@ struct Turn<'a> {
 enum Block<'a> {
     Text(&'a str),
     Image(Image<'a>),
+    Document(Document<'a>),
     ToolUse(ToolUse<'a>),
     ToolResult(ToolResult<'a>),
     ReasoningContent(Reasoning<'a>),
@@ -253,6 +307,14 @@ struct Image<'a> {
     source: ImageSource<'a>,
 }
 
+#[derive(Serialize)]
+struct Document<'a> {
+    format: &'static str,
+    name: String,
+    source: ImageSource<'a>,
+}
+
+/// The bytes of an image or a document, base64-encoded.
 #[derive(Serialize)]
 struct ImageSource<'a> {
     bytes: &'a str,

@@ -4,7 +4,8 @@
 //! turns; consecutive turns of one role merge, so the results of one response's
 //! calls answer it in one turn, in order. A tool result is a `functionResponse`
 //! (`{"output": …}`, or `{"error": …}` for a failed call) tied to its call by name
-//! and id; its images follow it as inline data. Text, thought text and function
+//! and id; its images and files follow it as inline data, as a user's files are
+//! sent (documents and audio alike). Text, thought text and function
 //! calls from a Gemini response go back with their `thoughtSignature`s exactly as
 //! received; thinking from another API is dropped, as Gemini would not take it.
 //!
@@ -107,7 +108,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                     result
                         .content
                         .iter()
-                        .filter(|content| matches!(content, Content::Image(_)))
+                        .filter(|content| !matches!(content, Content::Text(_)))
                         .filter_map(content_part),
                 );
                 ("user", parts)
@@ -212,6 +213,13 @@ fn content_part(content: &Content) -> Option<Part<'_>> {
             inline_data: Some(InlineData {
                 mime_type: &image.mime_type,
                 data: &image.data,
+            }),
+            ..Part::default()
+        }),
+        Content::File(file) => Some(Part {
+            inline_data: Some(InlineData {
+                mime_type: &file.mime_type,
+                data: &file.data,
             }),
             ..Part::default()
         }),

@@ -1,10 +1,11 @@
 //! Writing a chat-completions request.
 //!
 //! The system prompt becomes a `system` message (`developer` for OpenAI's reasoning
-//! models); user text and images, assistant text and tool calls, and tool results
+//! models); user text, images and files (`file` parts as `data:` URLs; WAV and MP3
+//! audio as `input_audio`, other audio refused), assistant text and tool calls, and tool results
 //! map to their chat roles. Thinking is not replayed: the chat API has no field for
 //! it. Images returned by tools follow the tool results as a user message, since
-//! `tool` messages carry only text. The body borrows from the context.
+//! `tool` messages carry only text; files in tool results are refused. The body borrows from the context.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -14,10 +15,12 @@ use serde_json::Value;
 
 use crate::context::{ContextRef, Tool};
 use crate::error::StreamError;
+use crate::file::FileContent;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, ImageContent, Message, ToolResultMessage};
 use crate::model::Model;
 use crate::options::{OutputSchema, StreamOptions, ThinkingLevel, ToolChoice};
+use crate::providers::check_files;
 
 /// Said before the images tools returned, sent as a user message after their
 /// results (the result messages themselves carry only text).
@@ -31,9 +34,21 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
+    check_files(model, context, |file, in_tool_result| {
+        !in_tool_result && (!file.is_audio() || audio_format(file).is_some())
+    })?;
     let auth = http::api_key(model, options)?.map(|key| key.bearer());
     let body = body(model, context, options);
     http::post_json(model, "chat/completions", &body, &[], auth, options)
+}
+
+/// The chat API's `input_audio` format of an audio file, for the two it takes.
+fn audio_format(file: &FileContent) -> Option<&'static str> {
+    match file.mime_type.as_str() {
+        "audio/wav" | "audio/x-wav" | "audio/wave" => Some("wav"),
+        "audio/mpeg" | "audio/mp3" => Some("mp3"),
+        _ => None,
+    }
 }
 
 fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
@@ -89,7 +104,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                 if model.accepts_images() {
                     tool_images.extend(result.content.iter().filter_map(|c| match c {
                         Content::Image(image) => Some(image),
-                        Content::Text(_) => None,
+                        Content::Text(_) | Content::File(_) => None,
                     }));
                 }
             }
@@ -156,11 +171,25 @@ fn user_content(content: &[Content], accepts_images: bool) -> Option<UserContent
             Content::Text(text) => Part::Text { text: &text.text },
             Content::Image(image) if accepts_images => Part::ImageUrl {
                 image_url: ImageUrl {
-                    url: DataUrl(image),
+                    url: DataUrl::image(image),
                 },
             },
             Content::Image(_) => Part::Text {
                 text: IMAGE_OMITTED,
+            },
+            Content::File(file) => match audio_format(file) {
+                Some(format) => Part::InputAudio {
+                    input_audio: InputAudio {
+                        data: &file.data,
+                        format,
+                    },
+                },
+                None => Part::File {
+                    file: FilePart {
+                        filename: &file.name,
+                        file_data: DataUrl::file(file),
+                    },
+                },
             },
         })
         .collect();
@@ -202,7 +231,7 @@ fn flush_tool_images<'a>(messages: &mut Vec<Msg<'a>>, images: &mut Vec<&'a Image
     let mut parts = vec![Part::Text { text: TOOL_IMAGES }];
     parts.extend(images.drain(..).map(|image| Part::ImageUrl {
         image_url: ImageUrl {
-            url: DataUrl(image),
+            url: DataUrl::image(image),
         },
     }));
     messages.push(Msg::User {
@@ -310,6 +339,20 @@ enum UserContent<'a> {
 enum Part<'a> {
     Text { text: &'a str },
     ImageUrl { image_url: ImageUrl<'a> },
+    File { file: FilePart<'a> },
+    InputAudio { input_audio: InputAudio<'a> },
+}
+
+#[derive(Serialize)]
+struct FilePart<'a> {
+    filename: &'a str,
+    file_data: DataUrl<'a>,
+}
+
+#[derive(Serialize)]
+struct InputAudio<'a> {
+    data: &'a str,
+    format: &'static str,
 }
 
 #[derive(Serialize)]
@@ -317,8 +360,29 @@ struct ImageUrl<'a> {
     url: DataUrl<'a>,
 }
 
-/// An image as a `data:` URL, written straight into the body without a copy.
-pub(crate) struct DataUrl<'a>(pub(crate) &'a ImageContent);
+/// An image or a file as a `data:` URL, written straight into the body without a copy.
+pub(crate) struct DataUrl<'a> {
+    mime_type: &'a str,
+    data: &'a str,
+}
+
+impl<'a> DataUrl<'a> {
+    /// An image's URL.
+    pub(crate) fn image(image: &'a ImageContent) -> Self {
+        DataUrl {
+            mime_type: &image.mime_type,
+            data: &image.data,
+        }
+    }
+
+    /// A file's URL.
+    pub(crate) fn file(file: &'a FileContent) -> Self {
+        DataUrl {
+            mime_type: &file.mime_type,
+            data: &file.data,
+        }
+    }
+}
 
 impl Serialize for DataUrl<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -328,7 +392,7 @@ impl Serialize for DataUrl<'_> {
 
 impl fmt::Display for DataUrl<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "data:{};base64,{}", self.0.mime_type, self.0.data)
+        write!(f, "data:{};base64,{}", self.mime_type, self.data)
     }
 }
 

@@ -1,13 +1,13 @@
 //! Writing a Responses request.
 //!
 //! The system prompt is `instructions`; the conversation is `input`, a list of
-//! items: user messages (`input_text`, `input_image`), and for each assistant
+//! items: user messages (`input_text`, `input_image`, `input_file`; no audio), and for each assistant
 //! message its reasoning items, its text as `message` items and its calls as
 //! `function_call` items, each answered by a `function_call_output` tied by
 //! `call_id`. Items from a Responses answer go back as they came: a message and a
 //! call with their item ids, a reasoning item whole, with its `encrypted_content`;
 //! reasoning from another API is dropped. Images returned by tools follow the
-//! outputs as a user message. Nothing is stored at OpenAI (`store: false`): a
+//! outputs as a user message; files in tool results are refused. Nothing is stored at OpenAI (`store: false`): a
 //! reasoning model's reasoning comes back encrypted instead, to be sent again.
 
 use std::borrow::Cow;
@@ -21,6 +21,7 @@ use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, ImageContent, Message};
 use crate::model::{Api, Model};
 use crate::options::{OutputSchema, StreamOptions, ToolChoice};
+use crate::providers::check_files;
 use crate::providers::openai::{
     DataUrl, IMAGE_OMITTED, TOOL_IMAGES, reasoning_effort, tool_result_text,
 };
@@ -30,6 +31,9 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
+    check_files(model, context, |file, in_tool_result| {
+        !in_tool_result && !file.is_audio()
+    })?;
     let auth = http::api_key(model, options)?.map(|key| key.bearer());
     let body = body(model, context, options);
     http::post_json(model, "responses", &body, &[], auth, options)
@@ -89,7 +93,7 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                 if accepts_images {
                     tool_images.extend(result.content.iter().filter_map(|c| match c {
                         Content::Image(image) => Some(image),
-                        Content::Text(_) => None,
+                        Content::Text(_) | Content::File(_) => None,
                     }));
                 }
             }
@@ -138,12 +142,16 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
 fn input_part(content: &Content, accepts_images: bool) -> Option<InputPart<'_>> {
     match content {
         Content::Text(text) if text.text.is_empty() => None,
-        Content::Text(text) => Some(InputPart::InputText { text: &text.text }),
-        Content::Image(image) if accepts_images => Some(InputPart::InputImage {
-            image_url: DataUrl(image),
+        Content::Text(text) => Some(InputPart::Text { text: &text.text }),
+        Content::Image(image) if accepts_images => Some(InputPart::Image {
+            image_url: DataUrl::image(image),
         }),
-        Content::Image(_) => Some(InputPart::InputText {
+        Content::Image(_) => Some(InputPart::Text {
             text: IMAGE_OMITTED,
+        }),
+        Content::File(file) => Some(InputPart::File {
+            filename: &file.name,
+            file_data: DataUrl::file(file),
         }),
     }
 }
@@ -197,9 +205,9 @@ fn flush_tool_images<'a>(input: &mut Vec<Item<'a>>, images: &mut Vec<&'a ImageCo
     if images.is_empty() {
         return;
     }
-    let mut content = vec![InputPart::InputText { text: TOOL_IMAGES }];
-    content.extend(images.drain(..).map(|image| InputPart::InputImage {
-        image_url: DataUrl(image),
+    let mut content = vec![InputPart::Text { text: TOOL_IMAGES }];
+    content.extend(images.drain(..).map(|image| InputPart::Image {
+        image_url: DataUrl::image(image),
     }));
     input.push(Item::Message {
         role: "user",
@@ -267,11 +275,19 @@ enum Item<'a> {
     },
 }
 
+/// `{"type": "input_text" | "input_image" | "input_file", …}`.
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum InputPart<'a> {
-    InputText { text: &'a str },
-    InputImage { image_url: DataUrl<'a> },
+    #[serde(rename = "input_text")]
+    Text { text: &'a str },
+    #[serde(rename = "input_image")]
+    Image { image_url: DataUrl<'a> },
+    #[serde(rename = "input_file")]
+    File {
+        filename: &'a str,
+        file_data: DataUrl<'a>,
+    },
 }
 
 #[derive(Serialize)]
