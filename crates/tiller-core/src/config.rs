@@ -269,6 +269,16 @@ pub struct RunOptions {
     /// transform) get to return after an abort or a skip before they are dropped.
     #[serde(rename = "cancel_grace_ms", with = "tiller_ai::millis")]
     pub cancel_grace: Duration,
+    /// The longest a call of an in-process tool may run when the tool sets no
+    /// [`AgentTool::timeout`](crate::AgentTool::timeout) of its own; past it the
+    /// call is dropped and its result is an error saying so. `None` (the default):
+    /// no limit. Command tools keep their own (`timeout_ms` in an agent file).
+    #[serde(
+        rename = "tool_timeout_ms",
+        with = "tiller_ai::millis::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tool_timeout: Option<Duration>,
     /// The most content bytes a tool result (and each partial result) keeps; the
     /// rest is cut, with a last text block saying how much (see
     /// [`ToolOutput::cut_to`]). Default 256 KiB.
@@ -309,6 +319,7 @@ impl Default for RunOptions {
             tool_execution: ToolExecutionMode::Parallel,
             max_turns: 50,
             cancel_grace: Duration::from_millis(100),
+            tool_timeout: None,
             max_tool_output_bytes: 256 * 1024,
             output_retries: 2,
             approvals: BTreeMap::new(),

@@ -12,6 +12,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,14 @@ pub trait AgentTool: Send + Sync + 'static {
     /// Whether the tool may run beside others of the same turn.
     fn execution(&self) -> ToolExecution {
         ToolExecution::Parallel
+    }
+
+    /// The longest a call may run: past it the call's future is dropped (as an
+    /// abort drops it) and its result is an error, `Tool "NAME" timed out after
+    /// N ms`. `None` (the default) takes the run's
+    /// [`RunOptions::tool_timeout`](crate::RunOptions::tool_timeout).
+    fn timeout(&self) -> Option<Duration> {
+        None
     }
 
     /// Runs the tool with validated arguments.
@@ -584,6 +593,7 @@ pub struct FnTool {
     description: String,
     parameters: Value,
     execution: ToolExecution,
+    timeout: Option<Duration>,
     run: Box<ToolFn>,
 }
 
@@ -605,6 +615,7 @@ impl FnTool {
             description: description.into(),
             parameters,
             execution: ToolExecution::Parallel,
+            timeout: None,
             run: Box::new(move |args, ctx| Box::pin(run(args, ctx))),
         }
     }
@@ -618,6 +629,13 @@ impl FnTool {
     /// The same tool, made to run alone.
     pub fn sequential(mut self) -> Self {
         self.execution = ToolExecution::Sequential;
+        self
+    }
+
+    /// The same tool, each call of it bounded by `timeout` (see
+    /// [`AgentTool::timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -641,6 +659,10 @@ impl AgentTool for FnTool {
 
     fn execution(&self) -> ToolExecution {
         self.execution
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
     fn execute<'a>(

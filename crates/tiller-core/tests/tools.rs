@@ -522,3 +522,56 @@ async fn a_response_that_cannot_be_stored_runs_none_of_its_calls() {
     );
     assert_eq!(end_reason(&events), RunEnd::Error);
 }
+
+/// A tool that never answers, bounded by `timeout` when given.
+fn stuck(name: &str, timeout: Option<std::time::Duration>) -> Arc<dyn AgentTool> {
+    let tool = FnTool::new(name, "Never answers", value_schema(), |_args, _ctx| {
+        std::future::pending::<Result<ToolOutput, ToolError>>()
+    });
+    Arc::new(match timeout {
+        Some(limit) => tool.with_timeout(limit),
+        None => tool,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_past_its_timeout_is_dropped_and_answered_as_an_error() {
+    let faux = FauxProvider::new();
+    faux.push(
+        FauxTurn::new()
+            .with_tool_call_id("call-1", "own", json!({"value": "a"}))
+            .with_tool_call_id("call-2", "default", json!({"value": "b"})),
+    );
+    faux.push(FauxTurn::text("Both timed out."));
+    let mut config = config(&faux);
+    // The run's default bounds the tool without a timeout of its own; the
+    // tool's own wins over it.
+    config.run.tool_timeout = Some(std::time::Duration::from_secs(2));
+    let tools = vec![
+        stuck("own", Some(std::time::Duration::from_millis(250))),
+        stuck("default", None),
+    ];
+    let (events, messages) = prompt("go", context(tools, vec![]), config).await;
+    assert_eq!(end_reason(&events), RunEnd::Completed);
+    assert_eq!(
+        roles(&messages),
+        [
+            "user",
+            "assistant",
+            "tool_result",
+            "tool_result",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        [result_text(&messages[2]), result_text(&messages[3])],
+        [
+            "Tool \"own\" timed out after 250 ms",
+            "Tool \"default\" timed out after 2000 ms"
+        ]
+    );
+    assert!(messages[2..4].iter().all(|m| match m {
+        tiller_core::AgentMessage::Llm(tiller_ai::Message::ToolResult(r)) => r.is_error,
+        _ => false,
+    }));
+}

@@ -25,7 +25,8 @@
 //! sets its options, and `Notes::tools(&Arc<Notes>)` gives every one of them.
 //!
 //! Options: `name = "..."` (the name the model calls), `params(arg = "...")`
-//! (argument descriptions), `sequential` (the tool runs alone).
+//! (argument descriptions), `sequential` (the tool runs alone), `timeout_ms = N`
+//! (each call bounded, see `AgentTool::timeout`).
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;
@@ -65,11 +66,15 @@ struct Options {
     name: Option<LitStr>,
     params: Vec<(Ident, LitStr)>,
     sequential: bool,
+    timeout_ms: Option<syn::LitInt>,
 }
 
 impl Options {
     fn is_empty(&self) -> bool {
-        self.name.is_none() && self.params.is_empty() && !self.sequential
+        self.name.is_none()
+            && self.params.is_empty()
+            && !self.sequential
+            && self.timeout_ms.is_none()
     }
 }
 
@@ -82,6 +87,20 @@ impl Parse for Options {
                 Meta::NameValue(pair) if pair.path.is_ident("name") => {
                     options.name = Some(string(&pair.value)?);
                 }
+                Meta::NameValue(pair) if pair.path.is_ident("timeout_ms") => match &pair.value {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Int(millis),
+                        ..
+                    }) if millis.base10_parse::<u64>().is_ok_and(|ms| ms > 0) => {
+                        options.timeout_ms = Some(millis.clone());
+                    }
+                    other => {
+                        return Err(syn::Error::new(
+                            other.span(),
+                            "timeout_ms takes a whole number of milliseconds above 0",
+                        ));
+                    }
+                },
                 Meta::List(list) if list.path.is_ident("params") => {
                     let pairs = list.parse_args_with(
                         Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated,
@@ -94,7 +113,7 @@ impl Parse for Options {
                 _ => {
                     return Err(syn::Error::new(
                         meta.span(),
-                        "unknown #[tool] option; expected `name = \"...\"`, `params(arg = \"...\")` or `sequential`",
+                        "unknown #[tool] option; expected `name = \"...\"`, `params(arg = \"...\")`, `sequential` or `timeout_ms = N`",
                     ));
                 }
             }
@@ -360,6 +379,12 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
     } else {
         quote!(::tiller::run::ToolExecution::Parallel)
     };
+    let timeout = match &options.timeout_ms {
+        Some(millis) => {
+            quote!(::std::option::Option::Some(::std::time::Duration::from_millis(#millis)))
+        }
+        None => quote!(::std::option::Option::None),
+    };
     let definition = tool_struct(&source, &tool_name);
     let args_name = Ident::new("Arguments", Span::call_site());
 
@@ -391,6 +416,10 @@ fn tool_tokens(options: Options, source: ToolSource<'_>) -> syn::Result<proc_mac
 
                 fn execution(&self) -> ::tiller::run::ToolExecution {
                     #execution
+                }
+
+                fn timeout(&self) -> ::std::option::Option<::std::time::Duration> {
+                    #timeout
                 }
 
                 fn execute<'a>(

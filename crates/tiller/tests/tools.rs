@@ -450,3 +450,99 @@ async fn a_tool_function_asks_the_user_through_its_error() {
     );
     supervisor.shutdown().await;
 }
+
+/// Say whose work this is, from `AgentContext::current()` alone (the tool is not
+/// handed a context).
+#[tool(timeout_ms = 5000)]
+async fn whose() -> Result<String, ToolError> {
+    let current = AgentContext::current().ok_or_else(|| ToolError::new("no current context"))?;
+    Ok(format!(
+        "user {} in session {}",
+        current.user_id().unwrap_or("none"),
+        current.session_id().unwrap_or("none")
+    ))
+}
+
+#[tokio::test]
+async fn agent_context_current_is_the_agents_in_a_tool_a_hook_and_a_sub_agent() {
+    assert_eq!(
+        WhoseTool.timeout(),
+        Some(std::time::Duration::from_millis(5000))
+    );
+    assert_eq!(AddTool.timeout(), None);
+
+    // The sub-agent: one call of `whose`, then its answer is what it said.
+    let child_model = FauxProvider::new();
+    child_model.push(FauxTurn::tool_call("whose", json!({})));
+    child_model.respond_with(|request| {
+        let said = match request.context.messages.last() {
+            Some(Message::ToolResult(result)) => result.text_content(),
+            _ => String::new(),
+        };
+        FauxTurn::text(said)
+    });
+    let child = AgentSpec::new(
+        AgentSettings::new(child_model.model())
+            .with_tools(ToolSet::new([Arc::new(WhoseTool) as Arc<dyn AgentTool>]).unwrap()),
+    )
+    .with_id("helper.child");
+
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call("whose", json!({})));
+    faux.push(FauxTurn::tool_call("child", json!({"text": "whose work?"})));
+    faux.push(FauxTurn::text("done"));
+    let seen_by_hook = Arc::new(Mutex::new(Vec::new()));
+    let seen = seen_by_hook.clone();
+    let supervisor = Supervisor::start().await.unwrap();
+    let sub_agent =
+        tiller::agents::AgentAsTool::new(supervisor.clone(), child, "child", "Asks a child");
+    let settings = AgentSettings::new(faux.model())
+        .with_tools(
+            ToolSet::new([
+                Arc::new(WhoseTool) as Arc<dyn AgentTool>,
+                Arc::new(sub_agent),
+            ])
+            .unwrap(),
+        )
+        .with_hooks(RunHooks {
+            before_tool_call: Some(hook::before_tool_call(move |info| {
+                let current = AgentContext::current().unwrap();
+                seen.lock().unwrap().push(format!(
+                    "{} for {}",
+                    info.call.name,
+                    current.user_id().unwrap()
+                ));
+                async { Ok(tiller::run::BeforeToolCall::Proceed) }
+            })),
+            ..RunHooks::default()
+        });
+    let agent = supervisor
+        .spawn(
+            AgentSpec::new(settings)
+                .with_id("helper")
+                .with_context(AgentContext::new().with_user_id("u-7")),
+        )
+        .await
+        .unwrap();
+    let outcome = agent.run("who?").await.unwrap();
+    let results: Vec<String> = outcome
+        .messages
+        .iter()
+        .filter_map(|message| match message {
+            AgentMessage::Llm(Message::ToolResult(result)) => Some(result.text_content()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "user u-7 in session helper",
+            "user u-7 in session helper.child"
+        ]
+    );
+    assert_eq!(
+        *seen_by_hook.lock().unwrap(),
+        ["whose for u-7", "child for u-7"]
+    );
+    supervisor.shutdown().await;
+}

@@ -618,15 +618,26 @@ async fn execute(
         gen_ai.tool.call.id = %ctx.call_id(),
     );
     // The agent's context is `AgentContext::current()` inside the tool.
-    let ran = AssertUnwindSafe(
+    let running = AssertUnwindSafe(
         run.config
             .context
             .clone()
             .scope(tool.execute(args, ctx.clone())),
     )
     .catch_unwind()
-    .instrument(span)
-    .await;
+    .instrument(span);
+    let ran = match tool.timeout().or(run.config.run.tool_timeout) {
+        Some(limit) => tokio::time::timeout(limit, running)
+            .await
+            .unwrap_or_else(|_| {
+                Ok(Err(ToolError::new(format!(
+                    "Tool \"{}\" timed out after {} ms",
+                    call.name,
+                    limit.as_millis()
+                ))))
+            }),
+        None => running.await,
+    };
     ctx.close();
     if let Ok(Err(ToolError::NeedsApproval { reason })) = &ran {
         return if run.is_approved(&call.id) {
