@@ -199,12 +199,17 @@ pub struct ToolFilter {
 impl ToolFilter {
     /// Whether the tool `name` is kept.
     pub fn keeps(&self, name: &str) -> bool {
-        let matches = |pattern: &String| match pattern.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => pattern == name,
-        };
+        let matches = |pattern: &String| Self::matches(pattern, name);
         (self.include.is_empty() || self.include.iter().any(matches))
             && !self.exclude.iter().any(matches)
+    }
+
+    /// Whether `pattern` (a name, or `prefix*`) names `name`.
+    pub fn matches(pattern: &str, name: &str) -> bool {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => pattern == name,
+        }
     }
 }
 

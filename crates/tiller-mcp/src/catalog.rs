@@ -4,6 +4,8 @@
 //! prompts, whose text a host can use as a run's instructions
 //! ([`McpClient::prompt`](crate::McpClient::prompt)).
 
+use std::collections::HashSet;
+
 use futures::future::BoxFuture;
 use rmcp::model::{GetPromptRequestParams, GetPromptResult, ReadResourceRequestParams};
 use rmcp::{Peer, RoleClient};
@@ -12,6 +14,7 @@ use tiller_ai::Content;
 use tiller_core::{AgentTool, ToolContext, ToolError, ToolOutput};
 
 use crate::client::McpClient;
+use crate::config::McpServer;
 use crate::error::McpError;
 use crate::tool::{content_of, resource_content};
 
@@ -43,16 +46,21 @@ pub struct McpPrompt {
     pub arguments: Vec<String>,
 }
 
-/// The resources and prompts of a server, as last listed.
+/// The resources and prompts of a server, as last listed, less those its
+/// configuration withholds.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Catalog {
     pub(crate) resources: Vec<McpResource>,
     pub(crate) prompts: Vec<McpPrompt>,
+    /// The URIs of the resources withheld by name, which the read tool refuses.
+    pub(crate) withheld: HashSet<String>,
 }
 
-/// Lists what the server says it offers; a listing that fails leaves that part
+/// Lists what the server says it offers, less what `config` withholds
+/// ([`McpServer::exclude_components`]); a listing that fails leaves that part
 /// empty (and is logged), the tools being what matters most.
-pub(crate) async fn read_catalog(peer: &Peer<RoleClient>, server: &str) -> Catalog {
+pub(crate) async fn read_catalog(peer: &Peer<RoleClient>, config: &McpServer) -> Catalog {
+    let server = config.name.as_str();
     let offers = peer.peer_info().map(|info| info.capabilities.clone());
     let mut catalog = Catalog::default();
     let Some(offers) = offers else {
@@ -61,14 +69,17 @@ pub(crate) async fn read_catalog(peer: &Peer<RoleClient>, server: &str) -> Catal
     if offers.resources.is_some() {
         match peer.list_all_resources().await {
             Ok(resources) => {
-                catalog.resources = resources
-                    .into_iter()
-                    .map(|resource| McpResource {
-                        uri: resource.uri.clone(),
-                        name: resource.name.clone(),
-                        description: resource.description.clone(),
-                    })
-                    .collect();
+                for resource in resources {
+                    if config.offers(&resource.name) && config.offers(&resource.uri) {
+                        catalog.resources.push(McpResource {
+                            uri: resource.uri.clone(),
+                            name: resource.name.clone(),
+                            description: resource.description.clone(),
+                        });
+                    } else {
+                        catalog.withheld.insert(resource.uri.clone());
+                    }
+                }
             }
             Err(error) => {
                 tracing::warn!(server, %error, "could not list an MCP server's resources")
@@ -80,6 +91,7 @@ pub(crate) async fn read_catalog(peer: &Peer<RoleClient>, server: &str) -> Catal
             Ok(prompts) => {
                 catalog.prompts = prompts
                     .into_iter()
+                    .filter(|prompt| config.offers(&prompt.name))
                     .map(|prompt| McpPrompt {
                         name: prompt.name,
                         description: prompt.description,
@@ -227,6 +239,9 @@ impl AgentTool for ReadResourceTool {
         Box::pin(async move {
             let shared = self.client.shared();
             let uri = args["uri"].as_str().unwrap_or_default().to_owned();
+            if !shared.config().offers(&uri) || shared.catalog().withheld.contains(&uri) {
+                return Err(ToolError::new(format!("`{uri}` is not offered")));
+            }
             let peer = shared.peer().map_err(ToolError::new)?;
             let read = peer.read_resource(ReadResourceRequestParams::new(uri.clone()));
             let result = tokio::select! {

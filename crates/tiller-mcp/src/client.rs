@@ -293,7 +293,7 @@ impl Shared {
             }
             .map_err(|error| self.connect_error(error))?;
             let listed = self.list(service.peer()).await?;
-            let catalog = read_catalog(service.peer(), &config.name).await;
+            let catalog = read_catalog(service.peer(), config).await;
             Ok((service, (listed, catalog)))
         };
         let (service, (listed, catalog)) = tokio::time::timeout(timeout, connecting)
@@ -343,7 +343,7 @@ impl Shared {
         let Ok(peer) = read(&self.peer).clone() else {
             return;
         };
-        let catalog = read_catalog(&peer, &self.config.name).await;
+        let catalog = read_catalog(&peer, &self.config).await;
         *write(&self.catalog) = Arc::new(catalog);
         match self.list(&peer).await {
             Ok(listed) => {

@@ -49,6 +49,11 @@ pub struct McpServer {
     /// Tools of its not to use, by the server's own names or `prefix*`.
     #[serde(default)]
     pub exclude_tools: Vec<String>,
+    /// Resources (by name or URI) and prompts (by name) of its not to offer, as
+    /// names or `prefix*`: they are not listed, such a prompt is refused as
+    /// unknown, and `read_resource` refuses their URIs.
+    #[serde(default)]
+    pub exclude_components: Vec<String>,
     /// How long connecting (start-up and handshake) may take.
     #[serde(
         default = "default_connect_timeout",
@@ -122,6 +127,7 @@ impl McpServer {
             prefix: None,
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
+            exclude_components: Vec::new(),
             connect_timeout: default_connect_timeout(),
             call_timeout: default_call_timeout(),
             reconnect_delay: default_reconnect_delay(),
@@ -199,6 +205,25 @@ impl McpServer {
         self
     }
 
+    /// The same server withholding these of its resources (names or URIs) and
+    /// prompts (names), each a name or `prefix*`.
+    pub fn excluding_components<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        components: I,
+    ) -> Self {
+        self.exclude_components = components.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether the resource or prompt called `name` (or at the URI `name`) is
+    /// offered: [`McpServer::exclude_components`] names none of them.
+    pub fn offers(&self, name: &str) -> bool {
+        !self
+            .exclude_components
+            .iter()
+            .any(|pattern| ToolFilter::matches(pattern, name))
+    }
+
     /// The same server with another bound on connecting.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -269,6 +294,7 @@ impl fmt::Debug for McpServer {
             .field("prefix", &self.prefix)
             .field("include_tools", &self.include_tools)
             .field("exclude_tools", &self.exclude_tools)
+            .field("exclude_components", &self.exclude_components)
             .finish_non_exhaustive()
     }
 }
@@ -296,10 +322,13 @@ mod tests {
             "name": "fs",
             "command": ["mcp-server-filesystem", "/data"],
             "exclude_tools": ["write_*"],
+            "exclude_components": ["secrets.txt", "file:///data/private/*"],
         }))
         .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(server.tool_name("read_text_file"), "fs_read_text_file");
         assert!(!server.filter().keeps("write_file"));
+        assert!(!server.offers("secrets.txt") && !server.offers("file:///data/private/a"));
+        assert!(server.offers("file:///data/public/a") && server.filter().keeps("secrets.txt"));
         assert_eq!(server.connect_timeout, Duration::from_secs(30));
     }
 }

@@ -531,4 +531,46 @@ async fn resources_are_read_through_a_tool_and_prompts_become_text() {
             .all(|t| t.name() != "every_read_resource")
     );
     without.close();
+
+    // Single resources (by name and by URI) and prompts withheld by name.
+    let listed = || async {
+        let all = McpClient::connect(everything()).await.unwrap();
+        let resources = all.resources();
+        all.close();
+        resources
+    };
+    let resources = listed().await;
+    let (by_name, by_uri) = (&resources[0], &resources[1]);
+    let client = McpClient::connect(everything().excluding_components([
+        by_name.name.as_str(),
+        by_uri.uri.as_str(),
+        "simple-*",
+    ]))
+    .await
+    .unwrap();
+    let kept: Vec<String> = client.resources().into_iter().map(|r| r.uri).collect();
+    assert_eq!(kept.len(), resources.len() - 2, "{kept:?}");
+    assert!(!kept.contains(&by_name.uri) && !kept.contains(&by_uri.uri));
+    let reader = tool(&client, "every_read_resource");
+    assert!(
+        !reader
+            .description()
+            .contains(&format!("- {} (", by_name.uri))
+    );
+    for withheld in [&by_name.uri, &by_uri.uri] {
+        let (read, _) = call(&reader, json!({"uri": withheld})).await;
+        assert_eq!(read.unwrap_err(), format!("`{withheld}` is not offered"));
+    }
+    let (read, _) = call(&reader, json!({"uri": kept[0]})).await;
+    assert!(read.is_ok());
+    let names: Vec<String> = client.prompts().into_iter().map(|p| p.name).collect();
+    assert!(
+        !names.iter().any(|n| n == "simple-prompt") && names.iter().any(|n| n == "args-prompt"),
+        "{names:?}"
+    );
+    assert!(matches!(
+        client.prompt("simple-prompt", Default::default()).await,
+        Err(tiller_mcp::McpError::Prompt { .. })
+    ));
+    client.close();
 }
