@@ -74,6 +74,12 @@ pub enum FileError {
     /// The name is empty, longer than [`MAX_FILE_NAME_BYTES`], or has a control character.
     #[error("a file name must be 1 to {MAX_FILE_NAME_BYTES} bytes with no control characters")]
     BadName,
+    /// The data of a file that came from outside is not base64.
+    #[error("the data of {name} is not base64")]
+    NotBase64 {
+        /// The file's name.
+        name: String,
+    },
     /// The media type is not of the form `type/subtype`, or is an image (images
     /// are [`ImageContent`](crate::ImageContent)).
     #[error("`{mime_type}` is not a file's media type (type/subtype; images are image content)")]
@@ -154,8 +160,8 @@ impl FileContent {
             });
         }
         if STANDARD.decode(&self.data).is_err() {
-            return Err(FileError::BadType {
-                mime_type: format!("{} (its data is not base64)", self.mime_type),
+            return Err(FileError::NotBase64 {
+                name: self.name.clone(),
             });
         }
         Ok(())
@@ -275,7 +281,12 @@ mod tests {
         let mut file = FileContent::from_bytes("a.pdf", b"%PDF").unwrap();
         assert_eq!(file.validate(), Ok(()));
         file.data = "not base64!".into();
-        assert!(matches!(file.validate(), Err(FileError::BadType { .. })));
+        assert_eq!(
+            file.validate(),
+            Err(FileError::NotBase64 {
+                name: "a.pdf".into()
+            })
+        );
         file.mime_type = "pdf".into();
         assert!(matches!(file.validate(), Err(FileError::BadType { .. })));
     }

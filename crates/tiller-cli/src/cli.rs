@@ -226,6 +226,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
+    /// The largest request body, in bytes (413 past it): a prompt's files travel
+    /// in it, base64-encoded (a third larger). From 1 KiB to 64 MiB.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u32).range(1024..=64 << 20))]
+    pub max_body_bytes: u32,
     /// Delete closed sessions this many days after their last change (checked
     /// every hour). Default: keep them.
     #[arg(long, value_name = "DAYS")]

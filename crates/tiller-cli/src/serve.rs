@@ -110,6 +110,8 @@ pub struct ServeOptions<'a> {
     pub compress_chars: Option<u32>,
     /// The most connections open at once.
     pub max_connections: usize,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
     /// How long closed sessions are kept (forever: `None`).
     pub retain_closed: Option<std::time::Duration>,
     /// The cluster to be a host of, if any.
@@ -142,6 +144,7 @@ impl crate::cli::ServeArgs {
             trust_inline_definitions: self.trust_inline_definitions,
             compress_chars: self.compress_chars,
             max_connections: self.max_connections as usize,
+            max_body_bytes: self.max_body_bytes as usize,
             retain_closed: self
                 .retain_closed_days
                 .map(|days| std::time::Duration::from_secs(days.saturating_mul(24 * 3_600))),
@@ -191,6 +194,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
         trust_inline_definitions,
         compress_chars,
         max_connections,
+        max_body_bytes,
         retain_closed,
         cluster,
     } = options;
@@ -218,6 +222,7 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
             .collect(),
         trust_inline_definitions,
         max_connections,
+        max_body_bytes,
         retain_closed,
         drain_on_shutdown,
         ..defaults

@@ -62,6 +62,51 @@ async fn serves_agents_from_a_folder_and_stops_cleanly() {
 }
 
 #[tokio::test]
+async fn a_prompts_files_travel_within_the_body_limit_it_is_given() {
+    let serving = Serving::start_with(Scratch::new(), &["--max-body-bytes", "4096"], &[]).await;
+    let prompt = |bytes: usize| {
+        let data = tiller::ai::FileContent::from_bytes("notes.txt", &vec![b'x'; bytes])
+            .unwrap()
+            .data;
+        json!({"text": "Read it", "files": [{"name": "notes.txt", "mime_type": "text/plain", "data": data}]})
+    };
+    let url = |path: &str| format!("{}{path}", serving.base);
+    let (status, _) = request(
+        reqwest::Method::POST,
+        url("/agents"),
+        None,
+        Some(json!({"definition": "helper", "id": "h"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = request(
+        reqwest::Method::POST,
+        url("/agents/h/prompt"),
+        None,
+        Some(prompt(4096)),
+    )
+    .await;
+    assert_eq!(status, 413);
+    let (status, outcome) = request(
+        reqwest::Method::POST,
+        url("/agents/h/prompt?wait=true"),
+        None,
+        Some(prompt(1000)),
+    )
+    .await;
+    assert_eq!(status, 200, "{outcome}");
+    let answer = outcome["messages"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        answer
+            .starts_with("You said: \"Read it\" and attached notes.txt (text/plain, 1000 bytes)."),
+        "{answer}"
+    );
+    serving.stop().await;
+}
+
+#[tokio::test]
 async fn with_a_token_file_every_request_needs_a_known_token() {
     let scratch = Scratch::new();
     let tokens = scratch.write(

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tiller::ai::{FileContent, UserMessage};
 use tiller::{AgentHandle, AgentMessage, AgentSpec, Envelope, Op, Prompt, runtime::AgentState};
 
 use crate::Shared;
@@ -35,11 +36,29 @@ pub(crate) struct CreateAgent {
     name: Option<String>,
 }
 
-/// `POST /agents/{id}/prompt`, `/steer`, `/follow_up`: a text from the user.
+/// `POST /agents/{id}/prompt`, `/steer`, `/follow_up`: a text from the user, and
+/// files sent with it (`{name, mime_type, data}`, the data base64, within the
+/// body limit).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Text {
     text: String,
+    #[serde(default)]
+    files: Vec<FileContent>,
+}
+
+impl Text {
+    /// The user's message, its files checked (422 naming the first bad one).
+    fn message(self) -> Result<AgentMessage, Problem> {
+        let mut message = UserMessage::text(self.text);
+        for (index, file) in self.files.into_iter().enumerate() {
+            file.validate().map_err(|error| {
+                Problem::invalid(Some(format!("files[{index}]")), error.to_string())
+            })?;
+            message = message.with_file(file);
+        }
+        Ok(AgentMessage::Llm(message.into()))
+    }
 }
 
 /// `?wait=true`: answer once the run has ended, with its outcome.
@@ -286,8 +305,8 @@ pub(crate) async fn prompt(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     start_route(&shared, &id, wait, &headers, || {
-        let Text { text } = decode(body)?;
-        Ok(Prompt::from(text))
+        let text: Text = decode(body)?;
+        Ok(Prompt::from(text.message()?))
     })
     .await
 }
@@ -429,9 +448,9 @@ pub(crate) async fn steer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
     op_route(shared, &id, &headers, || {
-        let Text { text } = decode(body)?;
+        let text: Text = decode(body)?;
         Ok(Op::Steer {
-            message: AgentMessage::user(text),
+            message: text.message()?,
         })
     })
     .await
@@ -444,9 +463,9 @@ pub(crate) async fn follow_up(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
     op_route(shared, &id, &headers, || {
-        let Text { text } = decode(body)?;
+        let text: Text = decode(body)?;
         Ok(Op::FollowUp {
-            message: AgentMessage::user(text),
+            message: text.message()?,
         })
     })
     .await

@@ -86,6 +86,47 @@ async fn an_agent_is_created_prompted_read_and_deleted_over_http() {
 }
 
 #[tokio::test]
+async fn a_prompt_carries_files_and_a_bad_one_is_refused_by_its_place() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("A report."));
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    server
+        .post("/agents", json!({"definition": "helper", "id": "f1"}))
+        .await;
+    let pdf = json!({"name": "report.pdf", "mime_type": "application/pdf", "data": "JVBERi0xLjQ="});
+    let (status, problem) = server
+        .post(
+            "/agents/f1/prompt",
+            json!({"text": "Read these", "files": [pdf, {"name": "x.pdf", "mime_type": "application/pdf", "data": "not base64!"}]}),
+        )
+        .await;
+    assert_eq!(
+        (status, &problem["field"], &problem["detail"]),
+        (
+            422,
+            &json!("files[1]"),
+            &json!("the data of x.pdf is not base64")
+        )
+    );
+    let (status, outcome) = server
+        .post(
+            "/agents/f1/prompt?wait=true",
+            json!({"text": "Read this", "files": [pdf]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(
+        outcome["messages"][0]["content"],
+        json!([{"type": "text", "text": "Read this"}, {"type": "file", "data": "JVBERi0xLjQ=", "mime_type": "application/pdf", "name": "report.pdf"}])
+    );
+    // The model was sent the file; the refused prompt left nothing behind.
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].context.messages.len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn agents_are_listed_page_by_page_in_id_order() {
     let faux = FauxProvider::new();
     let server = Running::start(&faux, ServerConfig::default()).await;
