@@ -303,6 +303,8 @@ def test_the_context_reaches_tools_and_headers_make_one():
 
     context = tiller.AgentContext.from_headers({"X-User-Id": "u-7", "x-tenant-id": "acme", "X-Is-Eval": "1", "X-Other": "x"})
     assert (context.user_id, context.tenant_id, context.evaluation, context.client_id) == ("u-7", "acme", True, None)
+    visitor = tiller.AgentContext.from_headers({"X-Anonymous-Id": "v-1"})
+    assert (visitor.user_id, visitor.anonymous_id) == (None, "v-1")
 
     async def main():
         faux = tiller.Faux(FauxTurn.tool_call("whoami", {}), "You are u-7.", FauxTurn.tool_call("whoami", {}), "Again.")

@@ -40,13 +40,14 @@ class AgentContext:
     evaluation: bool = False
     default_model: str | None = None
     agent_schema_uri: str | None = None
+    anonymous_id: str | None = None
     agents: list[str] = field(default_factory=list)
     states: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_headers(cls, headers: typing.Mapping[str, str] | typing.Iterable[tuple[str, str]]) -> AgentContext:
         """A context from request headers (`X-User-Id`, `X-Tenant-Id`, `X-Session-Id`, `X-Client-Id`,
-        `X-Evaluation`/`X-Is-Eval`, `X-Model-Name`, `X-Agent-Schema`), read by the same rule as Rust's
+        `X-Evaluation`/`X-Is-Eval`, `X-Model-Name`, `X-Agent-Schema`, `X-Anonymous-Id`), read by the same rule as Rust's
         `AgentContext::from_headers`. Only for headers from a trusted source: anyone can send them."""
         from . import _native
 
@@ -64,6 +65,7 @@ class AgentContext:
             evaluation=ids.get("evaluation", False),
             default_model=ids.get("default_model"),
             agent_schema_uri=ids.get("agent_schema_uri"),
+            anonymous_id=ids.get("anonymous_id"),
             agents=list(ids.get("agents", [])),
             states=dict(data.get("states", {})),
         )

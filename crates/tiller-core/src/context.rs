@@ -122,6 +122,11 @@ pub struct ContextIds {
     /// a name or a URI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_schema_uri: Option<String>,
+    /// An id a client gives for a caller who is not signed in (`X-Anonymous-Id`),
+    /// to keep that visitor's conversations together. Never a user id: an
+    /// anonymous caller's `user_id` stays `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anonymous_id: Option<String>,
     /// The agents the run works through, from the first one asked to the one
     /// running (by name, else id), such as `["planner", "researcher"]`: a run's
     /// own agent ends it, and an agent asking another extends it.
@@ -146,8 +151,8 @@ impl AgentContext {
 
     /// A context from request headers: `X-User-Id`, `X-Tenant-Id`,
     /// `X-Session-Id`, `X-Client-Id`, `X-Evaluation` or `X-Is-Eval` (`true` or
-    /// `1`), `X-Model-Name` (the default model) and `X-Agent-Schema` (the agent
-    /// schema's URI), names matched without regard to case, other headers
+    /// `1`), `X-Model-Name` (the default model), `X-Agent-Schema` (the agent
+    /// schema's URI) and `X-Anonymous-Id` (a caller not signed in), names matched without regard to case, other headers
     /// ignored, empty values treated as absent. Only for headers from a trusted source (a gateway that
     /// authenticated the caller): anyone can send them.
     pub fn from_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
@@ -164,6 +169,7 @@ impl AgentContext {
                 "x-client-id" => &mut ids.client_id,
                 "x-model-name" => &mut ids.default_model,
                 "x-agent-schema" => &mut ids.agent_schema_uri,
+                "x-anonymous-id" => &mut ids.anonymous_id,
                 "x-evaluation" | "x-is-eval" => {
                     ids.evaluation = value.eq_ignore_ascii_case("true") || value == "1";
                     continue;
@@ -192,6 +198,7 @@ impl AgentContext {
             agents: Vec::new(),
             default_model: None,
             agent_schema_uri: None,
+            anonymous_id: None,
         };
         self.data.as_ref().map_or(&NONE, |data| &data.ids)
     }
@@ -224,6 +231,11 @@ impl AgentContext {
     /// Where the schema of the agent the caller asked for lives.
     pub fn agent_schema_uri(&self) -> Option<&str> {
         self.ids().agent_schema_uri.as_deref()
+    }
+
+    /// The id a client gave for a caller who is not signed in.
+    pub fn anonymous_id(&self) -> Option<&str> {
+        self.ids().anonymous_id.as_deref()
     }
 
     /// The conversation (the agent's session).
@@ -379,6 +391,7 @@ impl AgentContext {
         pick(own.client_id, &mut ids.client_id);
         pick(own.default_model, &mut ids.default_model);
         pick(own.agent_schema_uri, &mut ids.agent_schema_uri);
+        pick(own.anonymous_id, &mut ids.anonymous_id);
         ids.evaluation |= own.evaluation;
         if !own.agents.is_empty() {
             ids.agents = own.agents;
@@ -486,6 +499,7 @@ mod tests {
             ("X-Evaluation", "TRUE"),
             ("X-Model-Name", "gpt-4o-mini"),
             ("x-agent-schema", "agents/helper.yaml"),
+            ("X-Anonymous-Id", "visitor-9"),
             ("Authorization", "Bearer secret"),
         ]);
         assert_eq!(
@@ -499,6 +513,7 @@ mod tests {
                 agents: Vec::new(),
                 default_model: Some("gpt-4o-mini".into()),
                 agent_schema_uri: Some("agents/helper.yaml".into()),
+                anonymous_id: Some("visitor-9".into()),
             }
         );
         assert!(!AgentContext::from_headers([("x-evaluation", "yes")]).is_evaluation());

@@ -15,7 +15,9 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::ai::{FileContent, UserMessage};
-use tiller::{AgentHandle, AgentMessage, AgentSpec, Envelope, Op, Prompt, runtime::AgentState};
+use tiller::{
+    AgentHandle, AgentMessage, AgentSettings, AgentSpec, Envelope, Op, Prompt, runtime::AgentState,
+};
 
 use crate::Shared;
 use crate::error::{Problem, decode};
@@ -124,6 +126,26 @@ impl Shared {
         }
     }
 
+    /// `settings` with the model of the operator's LLM configuration `name`, as
+    /// `X-Model-Name` asks; a name the operator did not configure is refused.
+    fn with_model_named(
+        &self,
+        settings: &AgentSettings,
+        name: &str,
+    ) -> Result<AgentSettings, Problem> {
+        let refused = |detail: String| Problem::invalid(Some("X-Model-Name".to_owned()), detail);
+        let patch = self
+            .definitions
+            .llms()
+            .get(name)
+            .map_err(|error| refused(error.to_string()))?;
+        let mut settings = settings.clone();
+        patch
+            .apply(&mut settings.definition)
+            .map_err(|error| refused(error.to_string()))?;
+        Ok(settings)
+    }
+
     /// Starts recording `agent`'s events for clients that come back (and, the
     /// first time, the task that forgets recordings of agents that stop).
     pub(crate) fn record(&self, agent: &AgentHandle) -> Arc<Replay> {
@@ -151,11 +173,21 @@ pub(crate) async fn create(
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
     let request: CreateAgent = decode(body)?;
-    let spec = shared.spec(
-        request.definition.as_deref(),
+    // With trusted context headers, `X-Agent-Schema` names the definition when
+    // the body gives none, and `X-Model-Name` one of the operator's LLM
+    // configurations (`--llms`) for the agent's model.
+    let definition = match (&request.definition, &request.inline) {
+        (None, None) => caller.context.agent_schema_uri().map(str::to_owned),
+        _ => request.definition.clone(),
+    };
+    let mut spec = shared.spec(
+        definition.as_deref(),
         request.version.as_deref(),
         request.inline.as_ref(),
     )?;
+    if let Some(model) = caller.context.default_model() {
+        spec.settings = Arc::new(shared.with_model_named(&spec.settings, model)?);
+    }
     if caller.tenant.is_some()
         && let Some(field) = [("id", &request.id), ("name", &request.name)]
             .into_iter()
@@ -173,7 +205,7 @@ pub(crate) async fn create(
     }
     let owner = caller.scope();
     let origin = Origin {
-        definition: request.definition,
+        definition,
         version: request.version,
         inline: request.inline,
         context: caller.context.ids().clone(),

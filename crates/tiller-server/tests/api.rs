@@ -638,6 +638,77 @@ async fn context_headers_count_only_when_the_server_trusts_them() {
     }
 }
 
+#[tokio::test]
+async fn trusted_headers_choose_the_definition_and_one_of_the_operators_models() {
+    let upstream = MockServer::start().await;
+    upstream.push(MockResponse::sse(sse::openai_text(&[
+        "From the local model.",
+    ])));
+    let local = tiller::runtime::DefinitionPatch {
+        base_url: Some(upstream.base_url()),
+        model: Some("small-model".to_owned()),
+        ..Default::default()
+    };
+    let faux = FauxProvider::new();
+    let definitions = Definitions::new()
+        .with_default_model(faux.model())
+        .with_llms(tiller::agents::LlmConfigs::new().with("local", local));
+    let config = ServerConfig {
+        trust_context_headers: true,
+        ..ServerConfig::default()
+    };
+    let server = Running::serve(definitions, config).await;
+    let create = |id: &str, model: &str| {
+        server
+            .http
+            .post(format!("{}/agents", server.base))
+            .header("content-type", "application/json")
+            .header("X-Agent-Schema", "helper")
+            .header("X-Model-Name", model)
+            .header("X-Anonymous-Id", "visitor-9")
+            .body(json!({"id": id}).to_string())
+            .send()
+    };
+    let refused = create("m0", "gpt-5").await.unwrap();
+    assert_eq!(refused.status(), 422);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        (&problem["field"], &problem["detail"]),
+        (
+            &json!("X-Model-Name"),
+            &json!("no LLM configuration `gpt-5` (known: local)")
+        )
+    );
+    assert_eq!(server.get("/agents/m0").await.0, 404);
+
+    assert_eq!(create("m1", "local").await.unwrap().status(), 201);
+    let (status, outcome) = server
+        .post("/agents/m1/prompt?wait=true", json!({"text": "Hi"}))
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(
+        outcome["messages"][1]["content"][0]["text"],
+        "From the local model."
+    );
+    let (_, state) = server.get("/agents/m1").await;
+    assert_eq!(
+        (
+            &state["definition"]["system_prompt"],
+            &state["definition"]["model"]["id"]
+        ),
+        (&json!("You help."), &json!("small-model"))
+    );
+    assert_eq!(upstream.requests()[0].body["model"], "small-model");
+    assert!(faux.requests().is_empty());
+    // An anonymous caller has no user id (none is made up), only the id its
+    // client gave.
+    assert_eq!(
+        state["context"],
+        json!({"session_id": "m1", "default_model": "local", "agent_schema_uri": "helper", "anonymous_id": "visitor-9"})
+    );
+    server.stop().await;
+}
+
 /// A request body as pi-agent-core's `streamProxy` sends it: the whole model
 /// (pointing elsewhere, which the server ignores), a context after one tool
 /// round, and options.
