@@ -3,7 +3,7 @@
 //!
 //! A [`FileContent`] carries its bytes base64-encoded with its media type and name.
 //! Each provider sends it in its own form (OpenAI chat `file` and `input_audio`
-//! parts, Responses `input_file`, Anthropic `document` blocks, Gemini `inline_data`,
+//! parts, Responses `input_file`, Anthropic `document` blocks, Gemini `inlineData`,
 //! Bedrock `document` blocks); a provider that does not take a file of that type
 //! refuses the request with [`StreamError::UnsupportedFile`](crate::StreamError),
 //! naming itself and the type, before anything is sent.
@@ -23,9 +23,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-/// The largest file a message may carry, in bytes before encoding: 32 MiB, the
-/// request limit of Anthropic's API (OpenAI's is larger, Bedrock's documents
-/// smaller; a provider's own limit past this one is its 4xx).
+/// The largest file a message may carry, in bytes before encoding: 32 MiB (a
+/// provider's own, smaller limit, such as Bedrock's 4.5 MB a document or a
+/// request limit its base64 passes, is its 4xx).
 pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The longest file name kept, in bytes.
@@ -151,8 +151,8 @@ impl FileContent {
     pub fn validate(&self) -> Result<(), FileError> {
         check_name(&self.name)?;
         check_type(&self.mime_type)?;
-        let bytes = self.data.len() / 4 * 3;
-        if bytes > MAX_FILE_BYTES + 2 {
+        let bytes = self.size();
+        if bytes > MAX_FILE_BYTES {
             return Err(FileError::TooLarge {
                 name: self.name.clone(),
                 bytes,

@@ -70,6 +70,15 @@ async fn openai_chat_sends_wav_as_input_audio_and_refuses_other_audio() {
         body["messages"][0]["content"][1],
         json!({"type": "input_audio", "input_audio": {"data": wav.data, "format": "wav"}})
     );
+    let notes = FileContent::from_bytes("notes.txt", b"hi").unwrap();
+    assert_eq!(
+        refused(common::openai, &asked(notes)).await,
+        StreamError::UnsupportedFile {
+            provider: "openai".into(),
+            mime_type: "text/plain".into(),
+            in_tool_result: false,
+        }
+    );
     let flac = FileContent::from_bytes("hello.flac", b"fLaC").unwrap();
     assert_eq!(
         refused(common::openai, &asked(flac)).await,
@@ -129,6 +138,12 @@ async fn anthropic_sends_a_document_block() {
         body["messages"][0]["content"][1]["source"],
         json!({"type": "text", "media_type": "text/plain", "data": "Grüße"})
     );
+    let table = FileContent::from_bytes("table.csv", b"a,b").unwrap();
+    let body = sent(common::anthropic, &asked(table)).await;
+    assert_eq!(
+        body["messages"][0]["content"][1]["source"],
+        json!({"type": "text", "media_type": "text/plain", "data": "a,b"})
+    );
 }
 
 #[tokio::test]
@@ -149,7 +164,15 @@ async fn gemini_sends_inline_data() {
 #[tokio::test]
 async fn bedrock_sends_a_document_named_as_converse_allows() {
     let file = FileContent::from_bytes("Q3 report.v2.pdf", PDF).unwrap();
-    let body = sent(common::bedrock, &asked(file)).await;
+    let csv = FileContent::from_bytes("Q3 report.v2.csv", b"a,b").unwrap();
+    let accented = FileContent::from_bytes("Ärger.txt", b"x").unwrap();
+    let context = Context::new().with_message(
+        UserMessage::text("What does the report say?")
+            .with_file(file)
+            .with_file(csv.clone())
+            .with_file(accented),
+    );
+    let body = sent(common::bedrock, &context).await;
     assert_eq!(
         body["messages"][0],
         json!({
@@ -160,6 +183,17 @@ async fn bedrock_sends_a_document_named_as_converse_allows() {
                     "format": "pdf",
                     "name": "Q3 report-v2",
                     "source": {"bytes": pdf_base64()},
+                }},
+                // Converse refuses two documents of one name in a request.
+                {"document": {
+                    "format": "csv",
+                    "name": "Q3 report-v2-2",
+                    "source": {"bytes": csv.data},
+                }},
+                {"document": {
+                    "format": "txt",
+                    "name": "-rger",
+                    "source": {"bytes": "eA=="},
                 }},
             ],
         })
@@ -186,6 +220,15 @@ async fn a_file_a_provider_does_not_take_is_refused_by_name_before_sending() {
     assert_eq!(
         refused(common::bedrock, &asked(wav())).await,
         unsupported("bedrock", "audio/wav", false)
+    );
+    let docx = FileContent::from_bytes("letter.docx", b"PK").unwrap();
+    assert_eq!(
+        refused(common::gemini, &asked(docx)).await,
+        unsupported(
+            "gemini",
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            false
+        )
     );
     let pi = |server: &MockServer| Model::pi_proxy(server.origin(), "openai", "gpt-test");
     assert_eq!(

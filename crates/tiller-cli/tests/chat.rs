@@ -91,7 +91,7 @@ async fn commands_and_prompts_from_a_pipe() {
         said,
         [
             "[2 messages · 10 tokens in, 1 out · $0.0000 · idle]",
-            "[unknown command /frobnicate: a line is a prompt when the agent is idle, steers it while it works, and answers when a tool asks (y or n to approve a call); /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, /compact [WHAT TO KEEP] replaces its oldest part with a summary, /state summarises it, /quit leaves]",
+            "[unknown command /frobnicate: a line is a prompt when the agent is idle, steers it while it works, and answers when a tool asks (y or n to approve a call); /file PATH attaches a file to the next message, /follow TEXT queues a follow-up, /abort stops the run, /reset clears the conversation, /compact [WHAT TO KEEP] replaces its oldest part with a summary, /state summarises it, /quit leaves]",
             "[nothing to abort]",
             "[reset: the conversation is empty]",
         ]

@@ -513,9 +513,11 @@ fn render_one(message: &AgentMessage) -> Option<String> {
         content
             .iter()
             .map(|block| match block {
-                Content::Text(t) => t.text.as_str(),
-                Content::Image(_) => "[image]",
-                Content::File(file) => &file.name,
+                Content::Text(t) => Cow::Borrowed(t.text.as_str()),
+                Content::Image(_) => Cow::Borrowed("[image]"),
+                Content::File(file) => {
+                    Cow::Owned(format!("[file {} ({})]", file.name, file.mime_type))
+                }
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -740,5 +742,23 @@ mod tests {
             "Earlier summary: before\n\n[Earlier messages omitted.]\n\nUser: new"
         );
         assert_eq!(render(&messages[1..], 1_000).lines().count(), 3);
+    }
+
+    #[test]
+    fn files_are_counted_by_kind_and_named_in_a_summary_request() {
+        let pdf = tiller_ai::FileContent::from_bytes("report.pdf", &[b'x'; 4000]).unwrap();
+        let wav = tiller_ai::FileContent::from_bytes("memo.wav", &[0; 32_000]).unwrap();
+        let message = AgentMessage::Llm(
+            UserMessage::text("Read")
+                .with_file(pdf)
+                .with_file(wav)
+                .into(),
+        );
+        // "Read": 1; the PDF as 4,000 bytes of text: 1,000; the audio: 32.
+        assert_eq!(estimate_tokens(&message), 1 + 1_000 + 32);
+        assert_eq!(
+            render(std::slice::from_ref(&message), 10_000),
+            "User: Read\n[file report.pdf (application/pdf)]\n[file memo.wav (audio/wav)]"
+        );
     }
 }

@@ -269,10 +269,11 @@ pub struct RunOptions {
     /// transform) get to return after an abort or a skip before they are dropped.
     #[serde(rename = "cancel_grace_ms", with = "tiller_ai::millis")]
     pub cancel_grace: Duration,
-    /// The longest a call of an in-process tool may run when the tool sets no
-    /// [`AgentTool::timeout`](crate::AgentTool::timeout) of its own; past it the
-    /// call is dropped and its result is an error saying so. `None` (the default):
-    /// no limit. Command tools keep their own (`timeout_ms` in an agent file).
+    /// The longest a call of a tool may run when the tool sets no
+    /// [`AgentTool::timeout`](crate::AgentTool::timeout) of its own (command,
+    /// MCP and sub-agent tools included, besides their own bounds); past it the
+    /// call is cancelled, then dropped after `cancel_grace`, and its result is an
+    /// error saying so. `None` (the default): no limit.
     #[serde(
         rename = "tool_timeout_ms",
         with = "tiller_ai::millis::option",

@@ -67,9 +67,10 @@ pub trait AgentTool: Send + Sync + 'static {
         ToolExecution::Parallel
     }
 
-    /// The longest a call may run: past it the call's future is dropped (as an
-    /// abort drops it) and its result is an error, `Tool "NAME" timed out after
-    /// N ms`. `None` (the default) takes the run's
+    /// The longest a call may run: past it the call is cancelled (its
+    /// [`ToolContext::cancel`] token), given the run's `cancel_grace` to return,
+    /// then dropped, as an abort does; its result is an error, `Tool "NAME" timed
+    /// out after N ms`. `None` (the default) takes the run's
     /// [`RunOptions::tool_timeout`](crate::RunOptions::tool_timeout).
     fn timeout(&self) -> Option<Duration> {
         None

@@ -523,11 +523,28 @@ async fn a_response_that_cannot_be_stored_runs_none_of_its_calls() {
     assert_eq!(end_reason(&events), RunEnd::Error);
 }
 
-/// A tool that never answers, bounded by `timeout` when given.
-fn stuck(name: &str, timeout: Option<std::time::Duration>) -> Arc<dyn AgentTool> {
-    let tool = FnTool::new(name, "Never answers", value_schema(), |_args, _ctx| {
-        std::future::pending::<Result<ToolOutput, ToolError>>()
-    });
+/// A tool that answers only once cancelled (which `seen` records), bounded by
+/// `timeout` when given.
+fn stuck(
+    name: &str,
+    timeout: Option<std::time::Duration>,
+    seen: &Arc<std::sync::Mutex<Vec<String>>>,
+) -> Arc<dyn AgentTool> {
+    let seen = seen.clone();
+    let label = name.to_owned();
+    let tool = FnTool::new(
+        name,
+        "Answers when cancelled",
+        value_schema(),
+        move |_args, ctx| {
+            let (seen, label) = (seen.clone(), label.clone());
+            async move {
+                ctx.cancel().cancelled().await;
+                seen.lock().unwrap().push(format!("{label} cancelled"));
+                Ok::<_, ToolError>(ToolOutput::text("too late"))
+            }
+        },
+    );
     Arc::new(match timeout {
         Some(limit) => tool.with_timeout(limit),
         None => tool,
@@ -547,9 +564,10 @@ async fn a_tool_past_its_timeout_is_dropped_and_answered_as_an_error() {
     // The run's default bounds the tool without a timeout of its own; the
     // tool's own wins over it.
     config.run.tool_timeout = Some(std::time::Duration::from_secs(2));
+    let seen = log();
     let tools = vec![
-        stuck("own", Some(std::time::Duration::from_millis(250))),
-        stuck("default", None),
+        stuck("own", Some(std::time::Duration::from_millis(250)), &seen),
+        stuck("default", None, &seen),
     ];
     let (events, messages) = prompt("go", context(tools, vec![]), config).await;
     assert_eq!(end_reason(&events), RunEnd::Completed);
@@ -574,4 +592,6 @@ async fn a_tool_past_its_timeout_is_dropped_and_answered_as_an_error() {
         tiller_core::AgentMessage::Llm(tiller_ai::Message::ToolResult(r)) => r.is_error,
         _ => false,
     }));
+    // Each was cancelled at its bound, and what it answered then came too late.
+    assert_eq!(logged(&seen), ["own cancelled", "default cancelled"]);
 }

@@ -175,7 +175,8 @@ pub(crate) async fn create(
     let request: CreateAgent = decode(body)?;
     // With trusted context headers, `X-Agent-Schema` names the definition when
     // the body gives none, and `X-Model-Name` one of the operator's LLM
-    // configurations (`--llms`) for the agent's model.
+    // configurations (`--llms`) for the agent's model, when there are any
+    // (without, it is only the context's).
     let definition = match (&request.definition, &request.inline) {
         (None, None) => caller.context.agent_schema_uri().map(str::to_owned),
         _ => request.definition.clone(),
@@ -185,7 +186,9 @@ pub(crate) async fn create(
         request.version.as_deref(),
         request.inline.as_ref(),
     )?;
-    if let Some(model) = caller.context.default_model() {
+    if let Some(model) = caller.context.default_model()
+        && shared.definitions.llms().iter().next().is_some()
+    {
         spec.settings = Arc::new(shared.with_model_named(&spec.settings, model)?);
     }
     if caller.tenant.is_some()

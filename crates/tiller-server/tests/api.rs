@@ -622,6 +622,8 @@ async fn context_headers_count_only_when_the_server_trusts_them() {
             .header("content-type", "application/json")
             .header("X-User-Id", "mallory")
             .header("X-Client-Id", "web")
+            // No LLM configurations: the model named is only the context's.
+            .header("X-Model-Name", "gpt-5")
             .body(json!({"definition": "helper", "id": "c"}).to_string())
             .send()
             .await
@@ -629,7 +631,7 @@ async fn context_headers_count_only_when_the_server_trusts_them() {
         assert_eq!(created.status(), 201);
         let (_, state) = server.get("/agents/c").await;
         let expected = if trust {
-            json!({"user_id": "mallory", "client_id": "web", "session_id": "c"})
+            json!({"user_id": "mallory", "client_id": "web", "session_id": "c", "default_model": "gpt-5"})
         } else {
             json!({"session_id": "c"})
         };

@@ -589,7 +589,14 @@ async fn execute(
     token: CancellationToken,
 ) -> Outcome {
     let max_output = run.config.run.max_tool_output_bytes;
-    let ctx = tool_context(run, call, &args, token);
+    let limit = tool.timeout().or(run.config.run.tool_timeout);
+    // A call past its timeout is cancelled as an abort cancels it: its own token.
+    let token = if limit.is_some() {
+        token.child_token()
+    } else {
+        token
+    };
+    let ctx = tool_context(run, call, &args, token.clone());
     // Closes the context however this call ends, dropped after a grace included,
     // so a tool's leftover task cannot report after its call was answered.
     let _closed = ctx.closer();
@@ -626,16 +633,24 @@ async fn execute(
     )
     .catch_unwind()
     .instrument(span);
-    let ran = match tool.timeout().or(run.config.run.tool_timeout) {
-        Some(limit) => tokio::time::timeout(limit, running)
-            .await
-            .unwrap_or_else(|_| {
-                Ok(Err(ToolError::new(format!(
-                    "Tool \"{}\" timed out after {} ms",
-                    call.name,
-                    limit.as_millis()
-                ))))
-            }),
+    let ran = match limit {
+        Some(limit) => {
+            tokio::pin!(running);
+            match tokio::time::timeout(limit, &mut running).await {
+                Ok(ran) => ran,
+                Err(_) => {
+                    // Cancelled, then the grace an abort gives, then dropped;
+                    // whatever it returns meanwhile, the call timed out.
+                    token.cancel();
+                    let _ = tokio::time::timeout(run.config.run.cancel_grace, &mut running).await;
+                    Ok(Err(ToolError::new(format!(
+                        "Tool \"{}\" timed out after {} ms",
+                        call.name,
+                        limit.as_millis()
+                    ))))
+                }
+            }
+        }
         None => running.await,
     };
     ctx.close();

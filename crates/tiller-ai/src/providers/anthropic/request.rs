@@ -6,8 +6,8 @@
 //! without a signature, or from another API, is dropped because Anthropic would
 //! reject it. Tool call ids are reduced to the characters Anthropic accepts, the
 //! same way in calls and results. Files are `document` blocks, in user turns and
-//! tool results alike: a PDF as base64, plain text as text; other files are
-//! refused. The system prompt and the last block of the
+//! tool results alike: a PDF as base64, UTF-8 text of any `text/` type as plain
+//! text; other files are refused. The system prompt and the last block of the
 //! conversation are marked for prompt caching. The body borrows from the context.
 
 use std::borrow::Cow;
@@ -199,18 +199,18 @@ fn content_block(content: &Content) -> Option<Block<'_>> {
     }
 }
 
-/// A document's source: a PDF as base64, plain text as its text; `None` for the
-/// types Anthropic does not take.
+/// A document's source: a PDF as base64, UTF-8 text (plain, Markdown, CSV,
+/// HTML…) as plain text; `None` for what Anthropic does not take.
 fn document_source(file: &FileContent) -> Option<DocumentSource<'_>> {
     if file.is_pdf() {
         Some(DocumentSource::Base64 {
             media_type: &file.mime_type,
             data: &file.data,
         })
-    } else if file.mime_type == "text/plain" {
+    } else if file.mime_type.starts_with("text/") {
         let text = String::from_utf8(file.bytes()).ok()?;
         Some(DocumentSource::Text {
-            media_type: &file.mime_type,
+            media_type: "text/plain",
             data: text,
         })
     } else {
@@ -340,8 +340,14 @@ enum Block<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum DocumentSource<'a> {
-    Base64 { media_type: &'a str, data: &'a str },
-    Text { media_type: &'a str, data: String },
+    Base64 {
+        media_type: &'a str,
+        data: &'a str,
+    },
+    Text {
+        media_type: &'static str,
+        data: String,
+    },
 }
 
 impl Block<'_> {

@@ -20,6 +20,7 @@
 //! own API, and a forced tool choice turns thinking off, which Claude requires.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -72,12 +73,16 @@ pub(crate) fn request(
 }
 
 fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOptions) -> Body<'a> {
+    let mut names = DocumentNames::default();
     let mut messages: Vec<Turn<'a>> = Vec::with_capacity(context.messages.len());
     for message in context.messages {
         let (role, content) = match message {
             Message::User(user) => (
                 "user",
-                user.content.iter().filter_map(content_block).collect(),
+                user.content
+                    .iter()
+                    .filter_map(|block| content_block(block, &mut names))
+                    .collect(),
             ),
             Message::Assistant(assistant) => {
                 let own = assistant.api == Api::BedrockConverseStream;
@@ -89,8 +94,11 @@ fn body<'a>(model: &'a Model, context: ContextRef<'a>, options: &'a StreamOption
                 ("assistant", blocks)
             }
             Message::ToolResult(result) => {
-                let mut content: Vec<Block<'a>> =
-                    result.content.iter().filter_map(content_block).collect();
+                let mut content: Vec<Block<'a>> = result
+                    .content
+                    .iter()
+                    .filter_map(|block| content_block(block, &mut names))
+                    .collect();
                 if content.is_empty() {
                     content.push(Block::Text(""));
                 }
@@ -182,7 +190,7 @@ fn push_turn<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, content: Vec<Blo
     }
 }
 
-fn content_block(content: &Content) -> Option<Block<'_>> {
+fn content_block<'a>(content: &'a Content, names: &mut DocumentNames) -> Option<Block<'a>> {
     match content {
         Content::Text(text) if text.text.is_empty() => None,
         Content::Text(text) => Some(Block::Text(&text.text)),
@@ -192,7 +200,7 @@ fn content_block(content: &Content) -> Option<Block<'_>> {
         })),
         Content::File(file) => Some(Block::Document(Document {
             format: document_format(file)?,
-            name: document_name(&file.name),
+            name: names.unique(&file.name),
             source: ImageSource { bytes: &file.data },
         })),
     }
@@ -214,14 +222,38 @@ fn document_format(file: &FileContent) -> Option<&'static str> {
     })
 }
 
-/// A file's name as Converse takes it: its stem, in letters, digits, single
-/// spaces, hyphens, parentheses and square brackets (`Q3 report.v2.pdf` →
+/// The longest document name Converse takes, in characters.
+const MAX_DOCUMENT_NAME: usize = 200;
+
+/// The document names of one request: Converse refuses two alike, and the whole
+/// conversation goes with every request.
+#[derive(Default)]
+struct DocumentNames(HashSet<String>);
+
+impl DocumentNames {
+    /// `name` as Converse takes it ([`document_name`]), made unique in the
+    /// request with `-2`, `-3`, … when another document has it.
+    fn unique(&mut self, name: &str) -> String {
+        let base = document_name(name);
+        let mut candidate = base.clone();
+        let mut n = 1;
+        while !self.0.insert(candidate.clone()) {
+            n += 1;
+            candidate = format!("{base}-{n}");
+        }
+        candidate
+    }
+}
+
+/// A file's name as Converse takes it: its stem, in ASCII letters and digits,
+/// single spaces, hyphens, parentheses and square brackets, at most
+/// [`MAX_DOCUMENT_NAME`] characters less room for a suffix (`Q3 report.v2.pdf` →
 /// `Q3 report-v2`).
 fn document_name(name: &str) -> String {
     let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
     let mut out = String::with_capacity(stem.len());
-    for c in stem.chars() {
-        let c = if c.is_alphanumeric() || matches!(c, '-' | '(' | ')' | '[' | ']') {
+    for c in stem.chars().take(MAX_DOCUMENT_NAME - 8) {
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '-' | '(' | ')' | '[' | ']') {
             c
         } else if c.is_whitespace() {
             ' '

@@ -5,7 +5,7 @@
 //! calls answer it in one turn, in order. A tool result is a `functionResponse`
 //! (`{"output": …}`, or `{"error": …}` for a failed call) tied to its call by name
 //! and id; its images and files follow it as inline data, as a user's files are
-//! sent (documents and audio alike). Text, thought text and function
+//! sent (PDFs, text and audio; other files refused). Text, thought text and function
 //! calls from a Gemini response go back with their `thoughtSignature`s exactly as
 //! received; thinking from another API is dropped, as Gemini would not take it.
 //!
@@ -24,11 +24,12 @@ use serde_json::{Map, Value, json};
 
 use crate::context::{ContextRef, Tool};
 use crate::error::StreamError;
+use crate::file::FileContent;
 use crate::http::{self, HttpRequest};
 use crate::message::{AssistantContent, Content, Message};
 use crate::model::{Api, Model};
 use crate::options::{StreamOptions, ThinkingLevel, ToolChoice};
-use crate::providers::path_segment;
+use crate::providers::{check_files, path_segment};
 
 /// The thought signature Google documents for a function call Gemini did not make.
 const UNSIGNED_CALL: &str = "skip_thought_signature_validator";
@@ -63,6 +64,7 @@ pub(crate) fn request(
 ) -> Result<HttpRequest, StreamError> {
     let auth =
         http::api_key(model, options)?.map(|key| ("x-goog-api-key", key.expose().to_owned()));
+    check_files(model, context, |file, _| takes(file))?;
     let body = body(model, context, options);
     let path = format!(
         "models/{}:streamGenerateContent?alt=sse",
@@ -200,6 +202,30 @@ fn push_turn<'a>(turns: &mut Vec<Turn<'a>>, role: &'static str, parts: Vec<Part<
         Some(last) if last.role == role => last.parts.extend(parts),
         _ => turns.push(Turn { role, parts }),
     }
+}
+
+/// Whether Gemini takes the file: PDFs, text (code, CSV, HTML, Markdown, XML,
+/// JSON, RTF) and the audio it lists (WAV, MP3, AIFF, AAC, OGG, FLAC).
+fn takes(file: &FileContent) -> bool {
+    let mime = file.mime_type.as_str();
+    file.is_pdf()
+        || mime.starts_with("text/")
+        || matches!(
+            mime,
+            "application/json"
+                | "application/rtf"
+                | "application/x-javascript"
+                | "application/x-python-code"
+                | "application/x-typescript"
+                | "audio/wav"
+                | "audio/x-wav"
+                | "audio/mp3"
+                | "audio/mpeg"
+                | "audio/aiff"
+                | "audio/aac"
+                | "audio/ogg"
+                | "audio/flac"
+        )
 }
 
 fn content_part(content: &Content) -> Option<Part<'_>> {

@@ -1,8 +1,8 @@
 //! Writing a chat-completions request.
 //!
 //! The system prompt becomes a `system` message (`developer` for OpenAI's reasoning
-//! models); user text, images and files (`file` parts as `data:` URLs; WAV and MP3
-//! audio as `input_audio`, other audio refused), assistant text and tool calls, and tool results
+//! models); user text, images and files (PDFs as `file` parts with `data:` URLs,
+//! WAV and MP3 audio as `input_audio`, other files refused), assistant text and tool calls, and tool results
 //! map to their chat roles. Thinking is not replayed: the chat API has no field for
 //! it. Images returned by tools follow the tool results as a user message, since
 //! `tool` messages carry only text; files in tool results are refused. The body borrows from the context.
@@ -35,7 +35,7 @@ pub(crate) fn request(
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
     check_files(model, context, |file, in_tool_result| {
-        !in_tool_result && (!file.is_audio() || audio_format(file).is_some())
+        !in_tool_result && (file.is_pdf() || audio_format(file).is_some())
     })?;
     let auth = http::api_key(model, options)?.map(|key| key.bearer());
     let body = body(model, context, options);
