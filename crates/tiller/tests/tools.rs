@@ -157,14 +157,7 @@ async fn tools_hooks_and_the_system_prompt_see_the_agents_context() {
     let outcome = agent.run("who am I?").await.unwrap();
     assert_eq!(outcome.text(), "done");
 
-    let results: Vec<String> = outcome
-        .messages
-        .iter()
-        .filter_map(|message| match message {
-            AgentMessage::Llm(Message::ToolResult(result)) => Some(result.text_content()),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&outcome.messages);
     assert_eq!(
         results,
         [
@@ -525,14 +518,7 @@ async fn agent_context_current_is_the_agents_in_a_tool_a_hook_and_a_sub_agent() 
         .await
         .unwrap();
     let outcome = agent.run("who?").await.unwrap();
-    let results: Vec<String> = outcome
-        .messages
-        .iter()
-        .filter_map(|message| match message {
-            AgentMessage::Llm(Message::ToolResult(result)) => Some(result.text_content()),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&outcome.messages);
     assert_eq!(
         results,
         [
@@ -545,4 +531,15 @@ async fn agent_context_current_is_the_agents_in_a_tool_a_hook_and_a_sub_agent() 
         ["whose for u-7", "child for u-7"]
     );
     supervisor.shutdown().await;
+}
+
+/// The text of each tool result among `messages`, in order.
+fn tool_results(messages: &[AgentMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|message| match message {
+            AgentMessage::Llm(Message::ToolResult(result)) => Some(result.text_content()),
+            _ => None,
+        })
+        .collect()
 }
