@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use futures::StreamExt;
-use tiller::ai::{Content, FileContent, UserMessage};
+use tiller::ai::{FileContent, UserMessage};
 use tiller::{
     AgentError, AgentEvent, AgentHandle, AgentMessage, Delivered, Op, Prompt, RunEnd,
     run::{Reply, UserRequest},
@@ -306,10 +306,9 @@ async fn follow(agent: &AgentHandle, text: &str, attached: &mut Vec<FileContent>
 
 /// The user's message of `text` and the files attached, which it takes.
 fn with_files(text: &str, attached: &mut Vec<FileContent>) -> AgentMessage {
-    let mut message = UserMessage::text(text);
-    message
-        .content
-        .extend(attached.drain(..).map(Content::File));
+    let message = attached
+        .drain(..)
+        .fold(UserMessage::text(text), UserMessage::with_file);
     AgentMessage::Llm(message.into())
 }
 
