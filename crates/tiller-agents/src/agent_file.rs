@@ -48,6 +48,7 @@
 //!     llm: cheap                      # a named LLM configuration writes the summaries
 //!   extra_body: {top_k: 40}           # provider-specific keys, added to each request's body
 //!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
+//!   memory: {working: true, facts: true, recall_limit: 5}  # the user remembered across sessions (see memory)
 //!   triggers:                         # events that prompt it (see trigger)
 //!     - {on: ticket.opened, match: {priority: high}, debounce_ms: 2000, session: "ticket-{id}"}
 //!   budget:                           # what a run and the agent may spend (see tiller_core::budget)
@@ -75,6 +76,7 @@ use crate::command_tool::CommandTool;
 use crate::compress::Compression;
 use crate::guardrail::GuardrailNames;
 use crate::llm::LlmConfigs;
+use crate::memory::MemoryConfig;
 use crate::tool_registry::ToolRegistry;
 use crate::trigger::Trigger;
 use crate::{
@@ -138,6 +140,9 @@ pub struct AgentFile {
     /// if the file says; applied where the session store is known
     /// ([`Definitions::with_session_store`](crate::Definitions::with_session_store)).
     pub compression: Option<Compression>,
+    /// What the agent remembers of its user across sessions (`memory`), if the
+    /// file says; applied where the session store is known, like `compression`.
+    pub memory: Option<MemoryConfig>,
     /// The events that start this agent (`triggers`; see [`crate::trigger`]).
     pub triggers: Vec<Trigger>,
     /// The guardrails of its runs (`guardrails`), by name: resolved by
@@ -563,6 +568,7 @@ struct Extra {
     #[serde(default)]
     extra_body: serde_json::Map<String, Value>,
     compression: Option<Compression>,
+    memory: Option<MemoryConfig>,
     #[serde(default)]
     triggers: Vec<Trigger>,
     budget: Option<Budgets>,
@@ -628,6 +634,11 @@ impl RawAgentFile {
         check_tools(&tools)?;
         check_tool_choices(&extra.tool_choice, &extra.tool_choice_after_tools, &tools)?;
         check_mcp_servers(&extra.mcp_servers)?;
+        if let Some(memory) = &extra.memory {
+            memory
+                .check()
+                .map_err(|message| ("json_schema_extra.memory".to_owned(), message))?;
+        }
         for (index, trigger) in extra.triggers.iter().enumerate() {
             trigger.check().map_err(|(field, message)| {
                 (
@@ -695,6 +706,7 @@ impl RawAgentFile {
             answers: extra.answers,
             compaction: extra.compaction,
             compression: extra.compression,
+            memory: extra.memory,
             triggers: extra.triggers,
             guardrails: extra.guardrails,
         })

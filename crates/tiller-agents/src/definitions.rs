@@ -445,6 +445,16 @@ impl Definitions {
         {
             settings = compression.applied_to(settings, store.0.clone());
         }
+        if let Some(memory) = file.memory {
+            let store = self.store.as_ref().ok_or_else(|| {
+                DefinitionsError::Unusable(AgentFileError {
+                    file: file.path.clone(),
+                    field: Some("json_schema_extra.memory".to_owned()),
+                    message: "memory is kept in the session store, and none is known here (Definitions::with_session_store)".to_owned(),
+                })
+            })?;
+            settings = memory.applied_to(settings, store.0.clone());
+        }
         let guardrails = self.guardrails_of(file)?;
         if !guardrails.is_empty() {
             settings.code.hooks.guardrails = guardrails;

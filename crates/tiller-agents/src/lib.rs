@@ -33,6 +33,7 @@ mod compress;
 mod definitions;
 pub mod guardrail;
 mod llm;
+mod memory;
 mod model_choice;
 mod tool_registry;
 pub mod trigger;
@@ -44,6 +45,7 @@ pub use compress::{Compression, LOOKUP_TOOL};
 pub use definitions::{Definitions, DefinitionsError};
 pub use guardrail::{GuardrailNames, agent_guardrail};
 pub use llm::{LlmConfigError, LlmConfigs};
+pub use memory::{MemoryConfig, RECALL_TOOL, REMEMBER_TOOL, WORKING_MEMORY_TOOL, owner_of};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use tool_registry::ToolRegistry;
 pub use trigger::{

@@ -234,7 +234,7 @@ fn every_bad_file_is_reported_with_its_field() {
     assert_eq!(
         error.to_string(),
         format!(
-            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, answers, compaction, extra_body, compression, triggers, budget, guardrails at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
+            "{one}: json_schema_extra.top_p: unknown field `top_p`, expected one of kind, name, version, model, api_key_env, llm, thinking, thinking_budgets, temperature, max_tokens, context_window, structured_output, max_turns, tool_choice, tool_choice_after_tools, tools, include_tools, exclude_tools, mcp_servers, approvals, max_asks_per_tool, answers, compaction, extra_body, compression, memory, triggers, budget, guardrails at line 3, column 45\n{two}: json_schema_extra.tools[0].types: only the built-in `action` tool takes `types`",
             one = folder.path().join("one.yaml").display(),
             two = folder.path().join("two.yaml").display(),
         )
@@ -285,6 +285,63 @@ fn an_llm_configurations_house_prompt_budgets_and_extra_keys_reach_the_agent() {
     let own = &own.definition;
     assert_eq!(own.system_prompt.as_deref(), Some("You write haiku."));
     assert_eq!(own.run.stream.thinking_budgets.low, 5000);
+}
+
+#[test]
+fn a_files_memory_gives_its_agents_the_tools_and_needs_the_store() {
+    let agents = Folder::new("memory-agents");
+    agents.write(
+        "keeper.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: keeper, memory: {}}\n",
+    );
+    agents.write(
+        "facts.yaml",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: facts, memory: {working: false, recall_limit: 3}}\n",
+    );
+    let definitions = Definitions::load_dir(agents.path()).unwrap();
+    let error = definitions.spec("keeper", None).unwrap_err().to_string();
+    assert!(
+        error.contains("json_schema_extra.memory: memory is kept in the session store"),
+        "{error}"
+    );
+    let store: Arc<dyn tiller::store::SessionStore> = Arc::new(tiller::store::MemoryStore::new());
+    let definitions = definitions.with_session_store(store);
+    let keeper = definitions.spec("keeper", None).unwrap().settings;
+    assert_eq!(
+        names(&keeper.code.tools),
+        ["update_working_memory", "remember", "recall"]
+    );
+    assert!(keeper.code.hooks.instructions.is_some());
+    assert!(
+        keeper.definition.tools.is_empty(),
+        "the session does not store them"
+    );
+    let facts = definitions.spec("facts", None).unwrap().settings;
+    assert_eq!(names(&facts.code.tools), ["remember", "recall"]);
+    assert!(facts.code.hooks.instructions.is_none());
+
+    for (memory, expected) in [
+        (
+            "{recall_limit: 0}",
+            "json_schema_extra.memory: recall_limit must be from 1 to 50, not 0",
+        ),
+        (
+            "{working: false, facts: false}",
+            "json_schema_extra.memory: neither `working` nor `facts`: nothing to remember",
+        ),
+        (
+            "{keep: 3}",
+            "json_schema_extra.memory.keep: unknown field `keep`",
+        ),
+    ] {
+        let bad = Folder::new("memory-bad");
+        bad.write(
+            "one.yaml",
+            &format!("type: object\ndescription: x\njson_schema_extra: {{kind: agent, name: one, memory: {memory}}}\n"),
+        );
+        let error = Definitions::load_dir(bad.path()).unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+    }
 }
 
 #[test]

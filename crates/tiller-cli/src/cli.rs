@@ -47,10 +47,6 @@ impl std::fmt::Debug for ClusterUrls {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per process: boxing `serve`'s options would save nothing"
-)]
 pub enum CliCommand {
     /// Run one prompt to the end, then exit.
     ///
@@ -443,7 +439,12 @@ pub struct AgentOptions {
     /// model. Without it, nothing is kept.
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
-    /// Where sessions are kept: `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`.
+    /// The user the agent works for (its context's user id): an agent file's
+    /// `memory` is this user's, kept in the store across sessions.
+    #[arg(long, value_name = "ID")]
+    pub user: Option<String>,
+    /// Where sessions (and users' memory) are kept: `sqlite://PATH` or
+    /// `postgres://USER@HOST:PORT/DB`, opened with --session or --user.
     /// Default: $TILLER_STORE, else an SQLite file under the user's data directory
     /// ($XDG_DATA_HOME/tiller/sessions.db or ~/.local/share/tiller/sessions.db).
     #[arg(long, value_name = "URL")]

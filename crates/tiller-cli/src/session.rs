@@ -1,7 +1,9 @@
 //! The agent a command talks to: spawned under a supervisor, with a bounded
 //! subscription and the output its events are written to.
 
-use tiller::{AgentHandle, AgentSpec, Supervisor, SupervisorConfig, runtime::Subscription};
+use tiller::{
+    AgentContext, AgentHandle, AgentSpec, Supervisor, SupervisorConfig, runtime::Subscription,
+};
 
 use crate::cli::AgentOptions;
 use crate::outcome::Exit;
@@ -32,12 +34,12 @@ impl Session {
     /// Sets up the agent the options describe; on failure says why on stderr and
     /// answers the exit status.
     pub async fn start(options: &AgentOptions) -> Result<Session, Exit> {
-        let supervisor = match &options.session {
-            Some(_) => {
-                let store = open_store(options.store.as_deref()).await?;
-                Supervisor::with_store(SupervisorConfig::default(), store).await
-            }
-            None => Supervisor::start().await,
+        // A session, and a user's memory, outlive the process: in the store.
+        let supervisor = if options.session.is_some() || options.user.is_some() {
+            let store = open_store(options.store.as_deref()).await?;
+            Supervisor::with_store(SupervisorConfig::default(), store).await
+        } else {
+            Supervisor::start().await
         }
         .map_err(Exit::failed)?;
         let setup = Setup::new(options, &supervisor)
@@ -51,6 +53,9 @@ impl Session {
         }
         let structured = setup.settings.definition.run.stream.output_schema.is_some();
         let mut spec = AgentSpec::new(setup.settings).with_name(setup.name);
+        if let Some(user) = &options.user {
+            spec = spec.with_context(AgentContext::new().with_user_id(user.clone()));
+        }
         if let Some(session) = &options.session {
             // This invocation's agent and model, the session's conversation.
             spec = spec.with_session(session.clone()).with_own_settings();

@@ -405,3 +405,60 @@ async fn tiller_run_asks_the_guardrail_agent_its_file_names() {
         .collect();
     assert_eq!(asked, ["You decide", "You answer"]);
 }
+
+/// `--user` gives an agent file's `memory` its user: what one run keeps (in the
+/// store, without `--session`) the next run, a new process and a new
+/// conversation, reads in its instructions; another user does not.
+#[tokio::test]
+async fn a_files_memory_keeps_a_user_from_one_run_to_the_next() {
+    let scratch = Scratch::new();
+    let keeper = scratch.write(
+        "keeper.yaml",
+        "type: object\ndescription: You help.\njson_schema_extra: {kind: agent, name: keeper, memory: {}}\n",
+    );
+    let store = format!("sqlite://{}", scratch.path().join("tiller.db").display());
+    let server = MockServer::start().await;
+    let run = |user: &str, prompt: &str| {
+        let args = [
+            "--agent",
+            keeper.to_str().unwrap(),
+            "--store",
+            &store,
+            "--user",
+            user,
+            prompt,
+        ];
+        finish(Dialect::OpenAi.tiller(&server, "run", &args))
+    };
+    server.push(Dialect::OpenAi.tool_call(
+        "c1",
+        "update_working_memory",
+        json!({"document": "Name: Ada"}),
+    ));
+    server.push(Dialect::OpenAi.text(&["Hello, Ada."]));
+    let first = run("ada", "My name is Ada.").await;
+    assert_eq!(
+        (first.code(), first.stdout.as_str()),
+        (Some(0), "Hello, Ada.\n"),
+        "{}",
+        first.stderr
+    );
+
+    server.push(Dialect::OpenAi.text(&["You are Ada."]));
+    assert_eq!(run("ada", "Who am I?").await.code(), Some(0));
+    server.push(Dialect::OpenAi.text(&["I do not know."]));
+    assert_eq!(run("bob", "Who am I?").await.code(), Some(0));
+    let memory_of = |index: usize| {
+        let system = server.requests()[index].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let start = system.find("<working_memory>\n").unwrap() + "<working_memory>\n".len();
+        let end = system.find("\n</working_memory>").unwrap();
+        system[start..end].to_owned()
+    };
+    assert_eq!(
+        [memory_of(0), memory_of(2), memory_of(3)],
+        ["(empty)", "Name: Ada", "(empty)"]
+    );
+}

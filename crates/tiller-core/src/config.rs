@@ -43,6 +43,12 @@ pub type TransformContext = Arc<
         + Send
         + Sync,
 >;
+/// Writes instructions for one run from who it works for (a user's working
+/// memory, say): asked once, before the run's first model call; its text goes
+/// after the system prompt for that run alone.
+pub type Instructions = Arc<
+    dyn Fn(&AgentContext) -> BoxFuture<'static, Result<Option<String>, BoxError>> + Send + Sync,
+>;
 /// Answers the API key for a provider, asked before every model call.
 pub type ApiKeyResolver = Arc<dyn Fn(&str) -> BoxFuture<'static, Option<ApiKey>> + Send + Sync>;
 /// Hands over queued messages (steering or follow-ups), removing them from the queue.
@@ -177,6 +183,9 @@ pub struct RunHooks {
     pub convert_to_llm: Option<ConvertToLlm>,
     /// Applied to the transcript before `convert_to_llm` on every model call.
     pub transform_context: Option<TransformContext>,
+    /// Adds to the system prompt for a run, asked once before its first model
+    /// call; a failure ends the run as a failed response does.
+    pub instructions: Option<Instructions>,
     /// Asked for the key before every model call; falls back to `stream.transport.api_key`.
     pub api_key_resolver: Option<ApiKeyResolver>,
     /// Runs before each validated tool call.
@@ -210,6 +219,7 @@ impl RunHooks {
         RunHooks {
             convert_to_llm: pick(&self.convert_to_llm, &over.convert_to_llm),
             transform_context: pick(&self.transform_context, &over.transform_context),
+            instructions: pick(&self.instructions, &over.instructions),
             api_key_resolver: pick(&self.api_key_resolver, &over.api_key_resolver),
             before_tool_call: pick(&self.before_tool_call, &over.before_tool_call),
             after_tool_call: pick(&self.after_tool_call, &over.after_tool_call),
@@ -226,6 +236,7 @@ impl fmt::Debug for RunHooks {
         let set: Vec<&str> = [
             ("convert_to_llm", self.convert_to_llm.is_some()),
             ("transform_context", self.transform_context.is_some()),
+            ("instructions", self.instructions.is_some()),
             ("api_key_resolver", self.api_key_resolver.is_some()),
             ("before_tool_call", self.before_tool_call.is_some()),
             ("after_tool_call", self.after_tool_call.is_some()),

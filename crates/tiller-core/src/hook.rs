@@ -23,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook,
-    ConvertToLlm, MessageSource, StopWhen, ToolCallInfo, TransformContext, TurnSummary,
+    ConvertToLlm, Instructions, MessageSource, StopWhen, ToolCallInfo, TransformContext,
+    TurnSummary,
 };
+use crate::context::AgentContext;
 use crate::failure::BoxError;
 use crate::message::AgentMessage;
 use crate::tool::ToolOutput;
@@ -43,6 +45,15 @@ where
     Fut: Future<Output = Result<Vec<AgentMessage>, BoxError>> + Send + 'static,
 {
     Arc::new(move |messages, cancel| Box::pin(transform(messages, cancel)))
+}
+
+/// Instructions for each run from its context, added to the system prompt.
+pub fn instructions<F, Fut>(write: F) -> Instructions
+where
+    F: Fn(&AgentContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<String>, BoxError>> + Send + 'static,
+{
+    Arc::new(move |context| Box::pin(write(context)))
 }
 
 /// An API key resolver, asked with the provider's name.

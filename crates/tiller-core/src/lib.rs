@@ -83,7 +83,7 @@ pub use compaction::default_convert_to_llm;
 pub use compaction::{CompactionPolicy, CompactionReason, CompactionReport, ContextTokens};
 pub use config::{
     AfterToolCall, AfterToolCallHook, ApiKeyResolver, BeforeToolCall, BeforeToolCallHook,
-    ConvertToLlm, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
+    ConvertToLlm, Instructions, LoopConfig, MessageSource, RUN_UNTIL_NUDGE, RunHooks, RunOptions,
     SteeringDelivery, StopWhen, ToolCallInfo, ToolExecutionMode, TransformContext, TurnSummary,
     WriteAhead,
 };

@@ -482,6 +482,57 @@ async fn a_failing_or_panicking_hook_fails_the_run_not_the_agent() {
     assert_eq!(agent.run("third").await.unwrap().text(), "fine");
 }
 
+/// The `instructions` hook is asked once a run, with the run's context; its
+/// text follows the system prompt in every model call of that run, and a
+/// failure fails the run before any model call.
+#[tokio::test]
+async fn instructions_are_written_once_a_run_after_the_system_prompt() {
+    let (_supervisor, agent, faux) = agent(|s| s.with_system_prompt("Be brief.")).await;
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    agent
+        .update_settings(move |s| {
+            s.code.hooks.instructions = Some(hook::instructions(move |context| {
+                let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let user = context.user_id().unwrap_or("nobody").to_owned();
+                async move { Ok(Some(format!("Run {n} works for {user}."))) }
+            }))
+        })
+        .await
+        .unwrap();
+    faux.push(FauxTurn::tool_call("missing", serde_json::json!({})));
+    faux.push(FauxTurn::text("done"));
+    agent.run("go").await.unwrap();
+    let prompts: Vec<Option<String>> = faux
+        .requests()
+        .iter()
+        .map(|request| request.context.system_prompt.clone())
+        .collect();
+    let first = Some("Be brief.\n\nRun 1 works for nobody.".to_owned());
+    assert_eq!(prompts, [first.clone(), first]);
+    faux.push(FauxTurn::text("again"));
+    agent.run("next").await.unwrap();
+    assert_eq!(
+        faux.requests()[2].context.system_prompt.as_deref(),
+        Some("Be brief.\n\nRun 2 works for nobody.")
+    );
+
+    agent
+        .update_settings(|s| {
+            s.code.hooks.instructions = Some(hook::instructions(|_| async {
+                Err("the memory store is down".into())
+            }))
+        })
+        .await
+        .unwrap();
+    let outcome = agent.run("third").await.unwrap();
+    assert_eq!(
+        outcome.error(),
+        Some("instructions failed: the memory store is down")
+    );
+    assert_eq!(faux.requests().len(), 3, "no model call was made");
+}
+
 #[tokio::test]
 async fn prompt_with_images_sends_text_and_images() {
     let (_supervisor, agent, faux) = agent(|s| s).await;

@@ -176,6 +176,7 @@ impl From<StoreError> for Problem {
                 field: Some("id".to_owned()),
                 ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)
             },
+            StoreError::NoMemory => Problem::new(StatusCode::NOT_IMPLEMENTED, "no-memory", detail),
             // The store cannot be reached just now: try again later.
             StoreError::Unavailable(_) => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail)

@@ -71,6 +71,7 @@ mod joining;
 mod jwt;
 mod local;
 mod mcp;
+mod memory;
 mod metrics;
 mod origin;
 mod protocols;
@@ -91,7 +92,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Html;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use dashmap::DashMap;
 use tiller::mcp::McpHttpConfig;
 use tiller::{Definitions, Supervisor, runtime::AgentId};
@@ -384,6 +385,8 @@ impl Server {
             .route("/agents/{id}/events", get(agents::events))
             .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))
+            .route("/memory", get(memory::get).delete(memory::delete_all))
+            .route("/memory/{id}", delete(memory::delete_one))
             .route("/sessions", get(sessions::list))
             .route(
                 "/sessions/{id}",

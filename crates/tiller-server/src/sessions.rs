@@ -95,7 +95,7 @@ pub(crate) struct MessagePage {
 }
 
 /// A page size the request asked for, within [`MAX_PAGE`].
-fn page_size(limit: Option<u32>) -> Result<u32, Problem> {
+pub(crate) fn page_size(limit: Option<u32>) -> Result<u32, Problem> {
     match limit {
         None => Ok(DEFAULT_PAGE),
         Some(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
@@ -107,7 +107,7 @@ fn page_size(limit: Option<u32>) -> Result<u32, Problem> {
 }
 
 /// A query string as `T`, or a 422 naming the query.
-fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
     query
         .map(|Query(query)| query)
         .map_err(|rejection| Problem::invalid(Some("query".to_owned()), rejection.body_text()))

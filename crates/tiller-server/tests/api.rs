@@ -1216,7 +1216,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 34, "{operations:?}");
+    assert_eq!(operations.len(), 37, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1696,6 +1696,126 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
     assert_eq!(
         ids(&call(Method::GET, "/sessions", "token-acme").await.1),
         acme_both
+    );
+    server.stop().await;
+}
+
+/// An agent with memory keeps what it learns of its user, and the user (or
+/// their tenant, naming them) reads and deletes it over HTTP; no one else can.
+#[tokio::test]
+async fn a_users_memory_is_read_and_deleted_by_them_alone() {
+    use reqwest::Method;
+    let faux = FauxProvider::new();
+    let config = closed_for(&[
+        ("token-alice", "acme", Some("alice")),
+        ("token-bob", "acme", Some("bob")),
+        ("token-acme", "acme", None),
+        ("token-globex", "globex", None),
+    ]);
+    let server = on_store(&faux, &MemoryStore::new(), config).await;
+    let call = |method: Method, path: &str, token: &'static str, body: Option<Value>| {
+        let path = path.to_owned();
+        let server = &server;
+        async move { server.send_as(method, &path, Some(token), body).await }
+    };
+    let inline = json!({"inline": {"type": "object", "description": "You help.",
+        "json_schema_extra": {"kind": "agent", "name": "keeper", "memory": {}}}});
+    let (status, created) = call(Method::POST, "/agents", "token-alice", Some(inline)).await;
+    assert_eq!(status, 201, "{created}");
+    let prompt = format!(
+        "/agents/{}/prompt?wait=true",
+        created["id"].as_str().unwrap()
+    );
+    faux.push(
+        FauxTurn::tool_call("update_working_memory", json!({"document": "Name: Alice"}))
+            .with_tool_call("remember", json!({"fact": "Alice likes green tea"})),
+    );
+    faux.push(FauxTurn::text("Noted."));
+    let (status, outcome) = call(
+        Method::POST,
+        &prompt,
+        "token-alice",
+        Some(json!({"text": "I'm Alice and I like green tea."})),
+    )
+    .await;
+    assert_eq!((status, &outcome["end"]), (200, &json!("completed")));
+
+    let (status, memory) = call(Method::GET, "/memory", "token-alice", None).await;
+    assert_eq!(status, 200, "{memory}");
+    let fact = memory["memories"][0].clone();
+    assert_eq!(
+        (&memory["user_id"], &memory["working_memory"], &fact["text"]),
+        (
+            &json!("alice"),
+            &json!("Name: Alice"),
+            &json!("Alice likes green tea")
+        )
+    );
+    assert_eq!(memory["memories"].as_array().unwrap().len(), 1);
+    // The tenant names its user; another tenant finds nothing of hers.
+    let (_, by_tenant) = call(Method::GET, "/memory?user_id=alice", "token-acme", None).await;
+    assert_eq!(by_tenant, memory);
+    let (_, elsewhere) = call(Method::GET, "/memory?user_id=alice", "token-globex", None).await;
+    assert_eq!(
+        elsewhere,
+        json!({"user_id": "alice", "working_memory": null, "memories": []})
+    );
+    let (_, paged) = call(Method::GET, "/memory?offset=1&limit=1", "token-alice", None).await;
+    assert_eq!(paged["memories"], json!([]));
+    for (method, path, token, expected) in [
+        (Method::GET, "/memory", "token-acme", (422, "invalid")),
+        (
+            Method::GET,
+            "/memory?user_id=bob",
+            "token-alice",
+            (403, "forbidden"),
+        ),
+        (
+            Method::GET,
+            "/memory?limit=0",
+            "token-alice",
+            (422, "invalid"),
+        ),
+        (
+            Method::GET,
+            "/memory?colour=red",
+            "token-alice",
+            (422, "invalid"),
+        ),
+        (
+            Method::DELETE,
+            "/memory?user_id=bob",
+            "token-alice",
+            (403, "forbidden"),
+        ),
+    ] {
+        let (status, problem) = call(method, path, token, None).await;
+        assert_eq!(
+            (status, problem["type"].as_str().unwrap()),
+            (
+                expected.0,
+                format!("urn:tiller:problem:{}", expected.1).as_str()
+            ),
+            "{path}"
+        );
+    }
+    // Bob cannot forget Alice's fact by its id; Alice can, once.
+    let one = format!("/memory/{}", fact["id"].as_str().unwrap());
+    let (status, problem) = call(Method::DELETE, &one, "token-bob", None).await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (404, &json!("urn:tiller:problem:unknown-memory"))
+    );
+    let (status, _) = call(Method::DELETE, &one, "token-alice", None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(Method::DELETE, &one, "token-alice", None).await;
+    assert_eq!(status, 404);
+    let (status, forgotten) = call(Method::DELETE, "/memory", "token-alice", None).await;
+    assert_eq!((status, forgotten), (200, json!({"forgotten": 0})));
+    let (_, memory) = call(Method::GET, "/memory", "token-alice", None).await;
+    assert_eq!(
+        memory,
+        json!({"user_id": "alice", "working_memory": null, "memories": []})
     );
     server.stop().await;
 }

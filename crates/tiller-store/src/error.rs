@@ -88,6 +88,29 @@ pub enum StoreError {
     /// The store's writer has stopped (its runtime shut down).
     #[error("the session store's writer has stopped")]
     Closed,
+    /// This store keeps no user memory.
+    #[error("this session store keeps no user memory")]
+    NoMemory,
+    /// A fact to remember was blank.
+    #[error("a memory needs some text")]
+    EmptyMemory,
+    /// A fact or a working-memory document was over its limit
+    /// ([`MAX_MEMORY_BYTES`](crate::MAX_MEMORY_BYTES),
+    /// [`MAX_WORKING_MEMORY_BYTES`](crate::MAX_WORKING_MEMORY_BYTES)).
+    #[error("a memory of {bytes} bytes is over the limit of {limit}")]
+    MemoryTooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The user has [`MAX_MEMORIES`](crate::MAX_MEMORIES) facts already: one
+    /// must be forgotten before another is remembered.
+    #[error("the user has {limit} memories, the most a store keeps: forget some first")]
+    TooManyMemories {
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl StoreError {

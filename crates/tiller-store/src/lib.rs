@@ -44,6 +44,7 @@ mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 mod types;
+mod user_memory;
 mod writer;
 
 pub use error::StoreError;
@@ -53,6 +54,11 @@ pub use sql::SqlStore;
 pub use types::{
     Branch, Change, Definition, MAX_BRANCH_DEPTH, MAX_OP_KEYS, QueueKind, Queued, SessionFilter,
     SessionInfo, SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession,
+};
+pub use user_memory::{
+    MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_MEMORY_PAGE, MAX_QUERY_TERMS, MAX_RECALLED,
+    MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner, check_memory, check_working_memory,
+    search_terms,
 };
 pub use writer::{Ack, StoreHealth, StoreWriter};
 
@@ -136,6 +142,74 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<tiller_core::Spent, StoreError>> {
         let _ = scope;
         Box::pin(futures::future::ready(Ok(tiller_core::Spent::default())))
+    }
+
+    /// The working-memory document of `owner`; `None` when there is none.
+    /// [`StoreError::NoMemory`] by default (a store that keeps no memory).
+    fn working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let _ = owner;
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+    }
+
+    /// Replaces the working-memory document of `owner` with `text` (at most
+    /// [`MAX_WORKING_MEMORY_BYTES`]); an empty `text` removes it.
+    fn set_working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (owner, text);
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+    }
+
+    /// Keeps the fact `text` for `owner` (see [`check_memory`]), durably before
+    /// it returns; at most [`MAX_MEMORIES`] a user.
+    fn remember<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Memory, StoreError>> {
+        let _ = (owner, text);
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+    }
+
+    /// At most `limit` (up to [`MAX_RECALLED`]) facts of `owner` that share words
+    /// with `query` ([`search_terms`]; full-text search in SQL, with stemming),
+    /// best match first.
+    fn recall<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        let _ = (owner, query, limit);
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+    }
+
+    /// A page of `owner`'s facts, oldest first: at most `limit` (up to
+    /// [`MAX_MEMORY_PAGE`]) after the first `offset`.
+    fn memories<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        offset: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        let _ = (owner, offset, limit);
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+    }
+
+    /// Forgets `owner`'s fact `id`, or, with `None`, every fact and the working
+    /// memory; how many facts went.
+    fn forget<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let _ = (owner, id);
+        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
     }
 
     /// This store as the [`TenantLedger`](tiller_core::TenantLedger) of

@@ -10,7 +10,8 @@ use crate::types::{
     Branch, Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionWrite, SpendScope, StoredSession, now,
 };
-use crate::{SessionStore, StoreError};
+use crate::user_memory::Memories;
+use crate::{Memory, MemoryOwner, SessionStore, StoreError};
 
 /// Sessions kept in memory: what the library uses when no other store is given.
 /// They live as long as the store; clones share them.
@@ -21,6 +22,8 @@ pub struct MemoryStore {
     sessions: Arc<Mutex<HashMap<Arc<str>, Box<Session>>>>,
     /// What each scope spent, by [`SpendScope::key`].
     spending: Arc<Mutex<HashMap<String, Spent>>>,
+    /// The users' memory.
+    memories: Arc<Mutex<Memories>>,
 }
 
 struct Session {
@@ -171,6 +174,10 @@ impl MemoryStore {
 
     fn spending(&self) -> MutexGuard<'_, HashMap<String, Spent>> {
         self.spending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn user_memories(&self) -> MutexGuard<'_, Memories> {
+        self.memories.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -359,6 +366,55 @@ impl SessionStore for MemoryStore {
             session.apply(&write.change);
         }
         Box::pin(ready(Ok(())))
+    }
+
+    fn working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(ready(Ok(self.user_memories().working(owner))))
+    }
+
+    fn set_working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(self.user_memories().set_working(owner, text)))
+    }
+
+    fn remember<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Memory, StoreError>> {
+        Box::pin(ready(self.user_memories().remember(owner, text)))
+    }
+
+    fn recall<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(ready(Ok(self.user_memories().recall(owner, query, limit))))
+    }
+
+    fn memories<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        offset: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(ready(Ok(self.user_memories().page(owner, offset, limit))))
+    }
+
+    fn forget<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(ready(Ok(self.user_memories().forget(owner, id))))
     }
 
     fn spent<'a>(&'a self, scope: &'a SpendScope) -> BoxFuture<'a, Result<Spent, StoreError>> {

@@ -8,9 +8,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_core::AgentMessage;
 use tiller_store::{
-    Branch, Change, MAX_BRANCH_DEPTH, MAX_OP_KEYS, MemoryStore, QueueKind, Queued, SessionFilter,
-    SessionRecord, SessionStatus, SessionStore, SessionWrite, SqlStore, StoreError, StoreWriter,
-    StoredSession,
+    Branch, Change, MAX_BRANCH_DEPTH, MAX_OP_KEYS, MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner,
+    MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus, SessionStore,
+    SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
 };
 use tiller_test_support::sqlite::TempSqlite;
 
@@ -823,7 +823,99 @@ async fn branches_share_their_prefix_and_outlive_it(store: Arc<dyn SessionStore>
     assert_eq!(store.load(&b3).await.unwrap(), None);
 }
 
+/// A user's memory is theirs alone (not another user's, not the same user's of
+/// another tenant), found by its words whatever the query holds, bounded, and
+/// forgotten on request.
+async fn keeps_each_users_memory_apart(store: Arc<dyn SessionStore>, tenant: &str) {
+    let ada = MemoryOwner::new(tenant, "ada");
+    let bob = MemoryOwner::new(tenant, "bob");
+    let other_ada = MemoryOwner::new(format!("{tenant}-other"), "ada");
+    assert_eq!(store.working_memory(&ada).await, Ok(None));
+    store.set_working_memory(&ada, "Name: Ada").await.unwrap();
+    store
+        .set_working_memory(&ada, "Name: Ada\nTea: green")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.working_memory(&ada).await,
+        Ok(Some("Name: Ada\nTea: green".to_owned()))
+    );
+    assert_eq!(store.working_memory(&bob).await, Ok(None));
+    assert_eq!(
+        store
+            .set_working_memory(&ada, &"x".repeat(MAX_WORKING_MEMORY_BYTES + 1))
+            .await,
+        Err(StoreError::MemoryTooLarge {
+            bytes: MAX_WORKING_MEMORY_BYTES + 1,
+            limit: MAX_WORKING_MEMORY_BYTES
+        })
+    );
+
+    let name = store
+        .remember(&ada, "The user's name is Ada Lovelace")
+        .await
+        .unwrap();
+    let tea = store.remember(&ada, "Ada drinks green tea").await.unwrap();
+    let _ = store.remember(&ada, "Prefers short answers").await.unwrap();
+    store
+        .remember(&bob, "The user's name is Bob")
+        .await
+        .unwrap();
+    store
+        .remember(&other_ada, "This Ada's name is secret")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.remember(&ada, "  ").await,
+        Err(StoreError::EmptyMemory)
+    );
+
+    let texts = |memories: Vec<Memory>| memories.into_iter().map(|m| m.text).collect::<Vec<_>>();
+    // "names" finds "name" (stemmed), and the fact with more of the words ranks first.
+    assert_eq!(
+        texts(store.recall(&ada, "names? Lovelace", 5).await.unwrap()),
+        ["The user's name is Ada Lovelace"]
+    );
+    assert_eq!(
+        texts(store.recall(&ada, "tea \"OR\" * name)", 1).await.unwrap()).len(),
+        1
+    );
+    let mut found = texts(store.recall(&ada, "tea name", 5).await.unwrap());
+    found.sort();
+    assert_eq!(
+        found,
+        ["Ada drinks green tea", "The user's name is Ada Lovelace"]
+    );
+    assert_eq!(
+        texts(store.recall(&bob, "name", 5).await.unwrap()),
+        ["The user's name is Bob"]
+    );
+    assert!(store.recall(&ada, " ?* ", 5).await.unwrap().is_empty());
+    assert!(store.recall(&ada, "coffee", 5).await.unwrap().is_empty());
+
+    assert_eq!(
+        store.memories(&ada, 0, 10).await.unwrap(),
+        vec![
+            name.clone(),
+            tea.clone(),
+            store.memories(&ada, 2, 1).await.unwrap()[0].clone()
+        ]
+    );
+    assert_eq!(store.memories(&ada, 1, 1).await.unwrap(), vec![tea.clone()]);
+
+    // Bob cannot forget Ada's fact by its id.
+    assert_eq!(store.forget(&bob, Some(&tea.id)).await, Ok(0));
+    assert_eq!(store.forget(&ada, Some(&tea.id)).await, Ok(1));
+    assert!(store.recall(&ada, "tea", 5).await.unwrap().is_empty());
+    assert_eq!(store.forget(&ada, None).await, Ok(2));
+    assert_eq!(store.working_memory(&ada).await, Ok(None));
+    assert!(store.memories(&ada, 0, 10).await.unwrap().is_empty());
+    assert_eq!(store.memories(&bob, 0, 10).await.unwrap().len(), 1);
+    assert_eq!(store.memories(&other_ada, 0, 10).await.unwrap().len(), 1);
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    keeps_each_users_memory_apart(store.clone(), tenant).await;
     branches_share_their_prefix_and_outlive_it(store.clone(), tenant).await;
     keeps_origins_and_idempotency_keys(store.clone(), tenant).await;
     deletes_sub_sessions_and_prunes_closed_ones(store.clone(), tenant).await;

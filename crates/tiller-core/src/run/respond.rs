@@ -42,6 +42,9 @@ impl Run {
                 }
                 Err(Interrupted::Aborted) => return self.aborted(),
             }
+            if let Err(failed) = self.instruct().await {
+                return failed;
+            }
             let threshold = self.config.run.compaction.threshold(self.window);
             if compacting && !compacted_once && self.history.tokens() > threshold {
                 // Nothing to cut is no failure here: the provider has the last word.
@@ -213,6 +216,30 @@ impl Run {
                 Ok(self.finish_response(start, message))
             }
         }
+    }
+
+    /// Adds what the `instructions` hook writes to the system prompt, once a
+    /// run (before its first model call); `Err` is the response saying it failed.
+    async fn instruct(&mut self) -> Result<(), AssistantMessage> {
+        let Some(write) = self.config.hooks.instructions.take() else {
+            return Ok(());
+        };
+        let pending = write(&self.config.context);
+        let written = match self.call_back(pending).await {
+            Ok(Ok(written)) => written,
+            Ok(Err(error)) => return Err(self.fail(format!("instructions failed: {error}"))),
+            Err(Interrupted::Panicked(panic)) => {
+                return Err(self.fail(format!("instructions panicked: {panic}")));
+            }
+            Err(Interrupted::Aborted) => return Err(self.aborted()),
+        };
+        if let Some(text) = written.filter(|text| !text.is_empty()) {
+            self.system_prompt = Some(match self.system_prompt.take() {
+                Some(prompt) if !prompt.is_empty() => format!("{prompt}\n\n{text}"),
+                _ => text,
+            });
+        }
+        Ok(())
     }
 
     /// The transcript as the `transform_context` hook shows it to the model,

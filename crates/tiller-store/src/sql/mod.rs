@@ -24,13 +24,15 @@ use crate::types::{
     Branch, Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo,
     SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
-use crate::{SessionStore, StoreError, redact_url};
+use crate::{Memory, MemoryOwner, SessionStore, StoreError, redact_url};
 
 mod branches;
+mod memories;
 
 /// The schema, one migration a version; each runs once, in order, on open.
 /// `{clustered}` keeps a table in its primary key's order: `WITHOUT ROWID` in SQLite
 /// (one B-tree per insert instead of two), nothing in PostgreSQL.
+/// A statement that starts `{sqlite}` or `{postgres}` runs on that database only.
 ///
 /// A row of `tiller_messages` holds a run of `message_count` consecutive messages
 /// from `seq` on, their JSON joined by commas (one message's JSON when the count
@@ -111,6 +113,37 @@ const MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX tiller_sessions_parent ON tiller_sessions (parent_id)",
         "CREATE INDEX tiller_sessions_base ON tiller_sessions (base_id)",
         "CREATE INDEX tiller_sessions_kept ON tiller_sessions (id) WHERE hidden = 1",
+    ],
+    // Users' memory (see `memories`): facts searched by words, and one
+    // working-memory document each.
+    &[
+        "CREATE TABLE tiller_memories (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+        "CREATE INDEX tiller_memories_owner ON tiller_memories (tenant, user_id, created_at)",
+        "CREATE TABLE tiller_working_memory (
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (tenant, user_id)
+        ){clustered}",
+        "{sqlite}CREATE VIRTUAL TABLE tiller_memories_fts USING fts5(
+            text, content = 'tiller_memories', tokenize = 'porter unicode61'
+        )",
+        "{sqlite}CREATE TRIGGER tiller_memories_indexed AFTER INSERT ON tiller_memories BEGIN
+            INSERT INTO tiller_memories_fts (rowid, text) VALUES (new.rowid, new.text);
+        END",
+        "{sqlite}CREATE TRIGGER tiller_memories_unindexed AFTER DELETE ON tiller_memories BEGIN
+            INSERT INTO tiller_memories_fts (tiller_memories_fts, rowid, text)
+            VALUES ('delete', old.rowid, old.text);
+        END",
+        "{postgres}CREATE INDEX tiller_memories_words ON tiller_memories
+            USING GIN (to_tsvector('english', text))",
     ],
 ];
 
@@ -433,11 +466,16 @@ impl SqlStore {
         }
         for (index, statements) in MIGRATIONS.iter().enumerate().skip(current) {
             for statement in *statements {
-                let clustered = match self.backend {
-                    Backend::Sqlite => " WITHOUT ROWID",
-                    Backend::Postgres => "",
+                let (clustered, own, other) = match self.backend {
+                    Backend::Sqlite => (" WITHOUT ROWID", "{sqlite}", "{postgres}"),
+                    Backend::Postgres => ("", "{postgres}", "{sqlite}"),
                 };
-                let statement = statement.replace("{clustered}", clustered);
+                if statement.starts_with(other) {
+                    continue;
+                }
+                let statement = statement
+                    .trim_start_matches(own)
+                    .replace("{clustered}", clustered);
                 tx.execute(AssertSqlSafe(statement))
                     .await
                     .map_err(database)?;
@@ -1752,6 +1790,55 @@ impl SessionStore for SqlStore {
                 .map_err(database)?;
             row.as_ref().map_or(Ok(Spent::default()), spending_of)
         })
+    }
+
+    fn working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(self.read_working_memory(owner))
+    }
+
+    fn set_working_memory<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.write_working_memory(owner, text))
+    }
+
+    fn remember<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Memory, StoreError>> {
+        Box::pin(self.insert_memory(owner, text))
+    }
+
+    fn recall<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(self.search_memories(owner, query, limit))
+    }
+
+    fn memories<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        offset: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(self.page_memories(owner, offset, limit))
+    }
+
+    fn forget<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.delete_memories(owner, id))
     }
 
     fn ledger(self: Arc<Self>) -> Option<Arc<dyn TenantLedger>> {

@@ -1,0 +1,205 @@
+//! Users' memory in SQL: `tiller_memories` holds the facts, searched through
+//! SQLite's FTS5 table `tiller_memories_fts` (kept by triggers, Porter
+//! stemming) or PostgreSQL's full-text search (an `english` GIN index);
+//! `tiller_working_memory` holds each user's document.
+//!
+//! A query reaches the search syntax only as [`search_terms`]: words of letters
+//! and digits, quoted for FTS5, joined with `OR` (`|`), so any word found
+//! counts and the best ranked come first.
+
+use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Backend, SqlStore, database};
+use crate::types::now;
+use crate::{
+    MAX_MEMORIES, MAX_MEMORY_PAGE, MAX_RECALLED, Memory, MemoryOwner, StoreError, check_memory,
+    check_working_memory, search_terms,
+};
+
+impl SqlStore {
+    pub(super) async fn read_working_memory(
+        &self,
+        owner: &MemoryOwner,
+    ) -> Result<Option<String>, StoreError> {
+        sqlx::query("SELECT text FROM tiller_working_memory WHERE tenant = $1 AND user_id = $2")
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(database)?
+            .map(|row| row.try_get(0).map_err(database))
+            .transpose()
+    }
+
+    pub(super) async fn write_working_memory(
+        &self,
+        owner: &MemoryOwner,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        check_working_memory(text)?;
+        let query = if text.is_empty() {
+            sqlx::query("DELETE FROM tiller_working_memory WHERE tenant = $1 AND user_id = $2")
+                .bind(&owner.tenant)
+                .bind(&owner.user)
+        } else {
+            sqlx::query(
+                "INSERT INTO tiller_working_memory (tenant, user_id, text, updated_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, user_id) \
+                 DO UPDATE SET text = excluded.text, updated_at = excluded.updated_at",
+            )
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .bind(text)
+            .bind(now())
+        };
+        query.execute(&self.pool).await.map_err(database)?;
+        Ok(())
+    }
+
+    pub(super) async fn insert_memory(
+        &self,
+        owner: &MemoryOwner,
+        text: &str,
+    ) -> Result<Memory, StoreError> {
+        check_memory(text)?;
+        let mut tx = self.pool.begin().await.map_err(database)?;
+        let held: i64 =
+            sqlx::query("SELECT count(*) FROM tiller_memories WHERE tenant = $1 AND user_id = $2")
+                .bind(&owner.tenant)
+                .bind(&owner.user)
+                .fetch_one(&mut *tx)
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(database)?;
+        if u64::try_from(held).unwrap_or(0) >= MAX_MEMORIES {
+            return Err(StoreError::TooManyMemories {
+                limit: MAX_MEMORIES,
+            });
+        }
+        let memory = Memory {
+            id: tiller_ai::new_id(),
+            text: text.to_owned(),
+            created_at: now(),
+        };
+        sqlx::query(
+            "INSERT INTO tiller_memories (id, tenant, user_id, text, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&memory.id)
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(&memory.text)
+        .bind(memory.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(database)?;
+        tx.commit().await.map_err(database)?;
+        Ok(memory)
+    }
+
+    pub(super) async fn search_memories(
+        &self,
+        owner: &MemoryOwner,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let terms = search_terms(query);
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::from(limit.min(MAX_RECALLED));
+        let (sql, search) = match self.backend {
+            Backend::Sqlite => (
+                "SELECT m.id, m.text, m.created_at FROM tiller_memories_fts AS f \
+                 JOIN tiller_memories AS m ON m.rowid = f.rowid \
+                 WHERE tiller_memories_fts MATCH $3 AND m.tenant = $1 AND m.user_id = $2 \
+                 ORDER BY bm25(tiller_memories_fts), m.created_at DESC LIMIT $4",
+                terms
+                    .iter()
+                    .map(|term| format!("\"{term}\""))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+            ),
+            Backend::Postgres => (
+                "SELECT id, text, created_at FROM tiller_memories \
+                 WHERE tenant = $1 AND user_id = $2 \
+                 AND to_tsvector('english', text) @@ to_tsquery('english', $3) \
+                 ORDER BY ts_rank(to_tsvector('english', text), to_tsquery('english', $3)) DESC, \
+                 created_at DESC LIMIT $4",
+                terms.join(" | "),
+            ),
+        };
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .bind(search)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?;
+        rows.iter().map(memory_of).collect()
+    }
+
+    pub(super) async fn page_memories(
+        &self,
+        owner: &MemoryOwner,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, text, created_at FROM tiller_memories WHERE tenant = $1 AND user_id = $2 \
+             ORDER BY created_at, id LIMIT $3 OFFSET $4",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(i64::from(limit.min(MAX_MEMORY_PAGE)))
+        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(database)?;
+        rows.iter().map(memory_of).collect()
+    }
+
+    pub(super) async fn delete_memories(
+        &self,
+        owner: &MemoryOwner,
+        id: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(database)?;
+        let deleted = match id {
+            Some(id) => sqlx::query(
+                "DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2 AND id = $3",
+            )
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .bind(id),
+            None => {
+                sqlx::query("DELETE FROM tiller_working_memory WHERE tenant = $1 AND user_id = $2")
+                    .bind(&owner.tenant)
+                    .bind(&owner.user)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(database)?;
+                sqlx::query("DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2")
+                    .bind(&owner.tenant)
+                    .bind(&owner.user)
+            }
+        }
+        .execute(&mut *tx)
+        .await
+        .map_err(database)?
+        .rows_affected();
+        tx.commit().await.map_err(database)?;
+        Ok(deleted)
+    }
+}
+
+/// A row of `id, text, created_at`.
+fn memory_of(row: &AnyRow) -> Result<Memory, StoreError> {
+    Ok(Memory {
+        id: row.try_get(0).map_err(database)?,
+        text: row.try_get(1).map_err(database)?,
+        created_at: row.try_get(2).map_err(database)?,
+    })
+}
