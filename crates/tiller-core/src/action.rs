@@ -8,15 +8,25 @@
 //! [`WidgetTool`]s are actions with an id: `display_widget(id, kind, data)` shows
 //! something that lasts (a progress bar, a table, a form) and `update_widget(id,
 //! data)` changes the widget of that id in place; each is an `action` event of its
-//! tool's name whose payload carries the id.
+//! tool's name whose payload carries the id. A conversation's widgets are part of
+//! it: the ids shown are the agent's state ([`ShownWidgets`], stored with the
+//! session), so `update_widget` is refused for an id never shown, and what each
+//! shows now is read back from the stored transcript ([`widgets_of`]).
 
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use serde::{Deserialize, Serialize};
+
+use crate::context::ContextState;
+use crate::message::AgentMessage;
 use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
 use crate::validate;
+
+/// The most widgets one conversation shows.
+pub const MAX_WIDGETS: usize = 256;
 
 /// The built-in `action` tool.
 pub struct ActionTool {
@@ -185,6 +195,79 @@ impl WidgetTool {
     }
 }
 
+/// The widgets a conversation has shown: their ids and kinds, the agent's
+/// state (stored with the session, and with each widget call's result).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShownWidgets {
+    /// Each shown widget's kind, by its id.
+    pub kinds: BTreeMap<String, String>,
+}
+
+impl ContextState for ShownWidgets {
+    const NAME: &'static str = "widgets";
+}
+
+/// A widget as it stands in a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Widget {
+    /// Its id.
+    pub id: String,
+    /// What it is (progress, table, …).
+    pub kind: String,
+    /// What it shows now.
+    pub data: Value,
+    /// The place in the transcript of the result that last showed it.
+    pub shown_at: u64,
+    /// The place of the result that last changed it (`shown_at` when none did).
+    pub updated_at: u64,
+}
+
+/// The widgets `messages` (a transcript from its place `first` on) show, in the
+/// order first shown, each with its latest data: what their widget calls that
+/// succeeded said.
+pub fn widgets_of<M: std::borrow::Borrow<AgentMessage>>(first: u64, messages: &[M]) -> Vec<Widget> {
+    let mut widgets: Vec<Widget> = Vec::new();
+    for (seq, message) in (first..).zip(messages) {
+        let Some(result) = message.borrow().as_tool_result() else {
+            continue;
+        };
+        if result.is_error {
+            continue;
+        }
+        let details = &result.details;
+        let tool = result.tool_name.as_str();
+        let Some(id) = details["payload"]["id"].as_str() else {
+            continue;
+        };
+        let data = details["payload"]["data"].clone();
+        let known = widgets.iter().position(|widget| widget.id == id);
+        match (tool, known) {
+            (WidgetTool::DISPLAY, known) => {
+                let widget = Widget {
+                    id: id.to_owned(),
+                    kind: details["payload"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    data,
+                    shown_at: seq,
+                    updated_at: seq,
+                };
+                match known {
+                    Some(index) => widgets[index] = widget,
+                    None => widgets.push(widget),
+                }
+            }
+            (WidgetTool::UPDATE, Some(index)) => {
+                widgets[index].data = data;
+                widgets[index].updated_at = seq;
+            }
+            _ => {}
+        }
+    }
+    widgets
+}
+
 impl AgentTool for WidgetTool {
     fn name(&self) -> &str {
         self.name
@@ -205,9 +288,23 @@ impl AgentTool for WidgetTool {
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let id = args["id"].as_str().unwrap_or_default().to_owned();
+            let mut shown = ctx.state::<ShownWidgets>().unwrap_or_default();
             let done = if self.name == Self::DISPLAY {
+                if !shown.kinds.contains_key(&id) && shown.kinds.len() >= MAX_WIDGETS {
+                    return Err(ToolError::new(format!(
+                        "this conversation shows {MAX_WIDGETS} widgets, the most it may: update one of them instead"
+                    )));
+                }
+                let kind = args["kind"].as_str().unwrap_or_default().to_owned();
+                shown.kinds.insert(id.clone(), kind);
+                ctx.set_state(&shown);
                 "shown"
             } else {
+                if !shown.kinds.contains_key(&id) {
+                    return Err(ToolError::new(format!(
+                        "no widget `{id}` was shown in this conversation: show it with display_widget first"
+                    )));
+                }
                 "updated"
             };
             let said = format!("Widget `{id}` {done}.");
@@ -227,14 +324,19 @@ mod tests {
         let changed = json!({"id": "build", "data": {"done": 3, "of": 3}});
         let display = WidgetTool::named("display_widget").unwrap();
         let update = WidgetTool::named("update_widget").unwrap();
+        let showing = context(&seen);
         let first = display
-            .execute(shown.clone(), context(&seen))
+            .execute(shown.clone(), showing.clone())
             .await
             .unwrap();
-        let second = update
-            .execute(changed.clone(), context(&seen))
-            .await
-            .unwrap();
+        let state = showing.state::<ShownWidgets>().unwrap();
+        assert_eq!(
+            state.kinds,
+            BTreeMap::from([("build".to_owned(), "progress".to_owned())])
+        );
+        // A later call of the conversation sees what was shown.
+        let later = context(&seen).with_agent(crate::AgentContext::new().with_state(&state));
+        let second = update.execute(changed.clone(), later).await.unwrap();
         assert_eq!(
             (first.text_content(), second.text_content()),
             (
@@ -254,6 +356,102 @@ mod tests {
             ]
         );
         assert!(WidgetTool::named("action").is_none());
+    }
+
+    /// `update_widget` is refused for an id never shown, and `display_widget`
+    /// past [`MAX_WIDGETS`] of them; neither sends an action.
+    #[tokio::test]
+    async fn a_widget_never_shown_is_not_updated_and_their_number_is_bounded() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let update = WidgetTool::update();
+        let refused = update
+            .execute(json!({"id": "ghost", "data": {}}), context(&seen))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "no widget `ghost` was shown in this conversation: show it with display_widget first"
+        );
+        let full = ShownWidgets {
+            kinds: (0..MAX_WIDGETS)
+                .map(|n| (format!("w{n}"), "table".to_owned()))
+                .collect(),
+        };
+        let agent = crate::AgentContext::new().with_state(&full);
+        let display = WidgetTool::display();
+        let refused = display
+            .execute(
+                json!({"id": "one-more", "kind": "table", "data": {}}),
+                context(&seen).with_agent(agent.clone()),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "this conversation shows 256 widgets, the most it may: update one of them instead"
+        );
+        // Showing one of them again is no new widget.
+        display
+            .execute(
+                json!({"id": "w3", "kind": "chart", "data": {}}),
+                context(&seen).with_agent(agent),
+            )
+            .await
+            .unwrap();
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    /// A transcript's widgets: first shown first, each with its latest data;
+    /// failed calls and other tools' results count for nothing.
+    #[test]
+    fn a_transcripts_widgets_are_read_from_its_results() {
+        let result = |tool: &str, payload: Value, is_error: bool| -> AgentMessage {
+            let call = tiller_ai::ToolCall {
+                id: "c".into(),
+                name: tool.into(),
+                arguments: json!({}),
+                arguments_error: None,
+                signature: None,
+            };
+            let mut message = tiller_ai::ToolResultMessage::text(&call, "ok", is_error);
+            message.details = json!({"type": tool, "payload": payload});
+            AgentMessage::from(tiller_ai::Message::from(message))
+        };
+        let messages = [
+            AgentMessage::user("go"),
+            result(
+                "display_widget",
+                json!({"id": "a", "kind": "progress", "data": {"n": 1}}),
+                false,
+            ),
+            result(
+                "display_widget",
+                json!({"id": "b", "kind": "table", "data": {"rows": []}}),
+                false,
+            ),
+            result("update_widget", json!({"id": "a", "data": {"n": 2}}), false),
+            result("update_widget", json!({"id": "a", "data": {"n": 9}}), true),
+            result("action", json!({"id": "a", "data": {"n": 7}}), false),
+        ];
+        assert_eq!(
+            widgets_of(10, &messages),
+            [
+                Widget {
+                    id: "a".into(),
+                    kind: "progress".into(),
+                    data: json!({"n": 2}),
+                    shown_at: 11,
+                    updated_at: 13
+                },
+                Widget {
+                    id: "b".into(),
+                    kind: "table".into(),
+                    data: json!({"rows": []}),
+                    shown_at: 12,
+                    updated_at: 12
+                }
+            ]
+        );
     }
 
     use std::sync::{Arc, Mutex};

@@ -75,7 +75,7 @@ mod toolset;
 mod transcript;
 mod validate;
 
-pub use action::{ActionTool, WidgetTool};
+pub use action::{ActionTool, MAX_WIDGETS, ShownWidgets, Widget, WidgetTool, widgets_of};
 pub use budget::{
     Budget, BudgetExceeded, Budgets, CallHold, Reserved, Spending, Spent, Tally, TenantLedger,
 };

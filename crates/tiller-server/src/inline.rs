@@ -24,7 +24,7 @@ use serde_json::Value;
 use tiller::agents::agent_file::{AgentFile, FileTool};
 use tiller::{
     AgentSpec, Definitions,
-    run::{ActionTool, Approval},
+    run::{ActionTool, Approval, WidgetTool},
 };
 
 use crate::Shared;
@@ -148,7 +148,7 @@ fn check_read(file: &AgentFile) -> Result<(), Problem> {
     } else if file
         .tools
         .iter()
-        .any(|tool| matches!(tool, FileTool::Ready(ready) if ready.name() != ActionTool::NAME))
+        .any(|tool| matches!(tool, FileTool::Ready(ready) if !is_built_in(ready.name())))
     {
         "json_schema_extra.tools"
     } else {
@@ -158,6 +158,11 @@ fn check_read(file: &AgentFile) -> Result<(), Problem> {
         field.to_owned(),
         "a client chooses only among what the server has",
     ))
+}
+
+/// Whether `name` is a built-in a client may name: `action` and the widget tools.
+fn is_built_in(name: &str) -> bool {
+    name == ActionTool::NAME || WidgetTool::named(name).is_some()
 }
 
 /// Makes each of `spec`'s tools wait for approval at least as the operator's

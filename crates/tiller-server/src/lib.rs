@@ -396,6 +396,7 @@ impl Server {
             .route("/sessions/{id}/resume", post(sessions::resume))
             .route("/sessions/{id}/fork", post(sessions::fork))
             .route("/sessions/{id}/branches", get(sessions::branches))
+            .route("/sessions/{id}/widgets", get(sessions::widgets))
             .route("/api/stream", post(proxy::stream))
             .route("/v1/models", get(protocols::openai::models))
             .route(

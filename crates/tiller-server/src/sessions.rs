@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tiller::run::{Widget, widgets_of};
 use tiller::store::{SessionFilter, SessionInfo, SessionRecord, SessionStatus, ago, is_within};
 use tiller::{AgentContext, AgentSpec, Op};
 use tiller::{AgentMessage, runtime::AgentInfo};
@@ -271,6 +272,24 @@ pub(crate) async fn messages(
         next: (end < info.messages && !messages.is_empty()).then_some(end),
         messages,
     }))
+}
+
+/// `GET /sessions/{id}/widgets`: the widgets the conversation shows, each
+/// with its latest data, read from its stored transcript.
+pub(crate) async fn widgets(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<Widget>>, Problem> {
+    let caller = shared.caller(&headers)?;
+    shared.session(&caller, &id).await?;
+    let stored = shared
+        .supervisor
+        .store()
+        .load(&id)
+        .await?
+        .ok_or_else(|| Problem::unknown_session(&id))?;
+    Ok(Json(widgets_of(0, &stored.messages)))
 }
 
 pub(crate) async fn resume(

@@ -1216,7 +1216,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 37, "{operations:?}");
+    assert_eq!(operations.len(), 38, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http
@@ -1696,6 +1696,87 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
     assert_eq!(
         ids(&call(Method::GET, "/sessions", "token-acme").await.1),
         acme_both
+    );
+    server.stop().await;
+}
+
+/// A conversation's widgets are part of it: listed with their latest data,
+/// `update_widget` refused for an id never shown, and the ids shown kept with
+/// the session, so an update after a restart is taken.
+#[tokio::test]
+async fn a_conversations_widgets_are_listed_and_outlive_a_restart() {
+    let faux = FauxProvider::new();
+    let store = MemoryStore::new();
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    let inline = json!({"type": "object", "description": "You show.", "json_schema_extra": {
+        "kind": "agent", "name": "shower",
+        "tools": [{"name": "display_widget"}, {"name": "update_widget"}]}});
+    let (status, created) = server
+        .post("/agents", json!({"inline": inline, "id": "w"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    faux.push(FauxTurn::tool_call(
+        "display_widget",
+        json!({"id": "build", "kind": "progress", "data": {"done": 1}}),
+    ));
+    faux.push(
+        FauxTurn::tool_call("update_widget", json!({"id": "build", "data": {"done": 2}}))
+            .with_tool_call("update_widget", json!({"id": "ghost", "data": {}})),
+    );
+    faux.push(FauxTurn::text("Shown."));
+    let (status, outcome) = server
+        .post(
+            "/agents/w/prompt?wait=true",
+            json!({"text": "Show progress"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    let results: Vec<(&Value, &Value)> = outcome["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool_result")
+        .map(|message| (&message["content"][0]["text"], &message["is_error"]))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (&json!("Widget `build` shown."), &json!(false)),
+            (&json!("Widget `build` updated."), &json!(false)),
+            (
+                &json!(
+                    "no widget `ghost` was shown in this conversation: show it with display_widget first"
+                ),
+                &json!(true)
+            ),
+        ]
+    );
+    let build = |done: u64, updated_at: u64| json!([{"id": "build", "kind": "progress", "data": {"done": done}, "shown_at": 2, "updated_at": updated_at}]);
+    let (status, widgets) = server.get("/sessions/w/widgets").await;
+    assert_eq!((status, widgets), (200, build(2, 4)));
+    server.stop().await;
+
+    // Another process: the session resumed, its widget still known.
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    let (status, _) = server
+        .post("/sessions/w/resume", json!({"inline": inline}))
+        .await;
+    assert_eq!(status, 201);
+    faux.push(FauxTurn::tool_call(
+        "update_widget",
+        json!({"id": "build", "data": {"done": 3}}),
+    ));
+    faux.push(FauxTurn::text("Done."));
+    let (status, _) = server
+        .post("/agents/w/prompt?wait=true", json!({"text": "Finish"}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, widgets) = server.get("/sessions/w/widgets").await;
+    assert_eq!((status, widgets), (200, build(3, 9)));
+    let (status, problem) = server.get("/sessions/nope/widgets").await;
+    assert_eq!(
+        (status, &problem["type"]),
+        (404, &json!("urn:tiller:problem:unknown-session"))
     );
     server.stop().await;
 }

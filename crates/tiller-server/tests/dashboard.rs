@@ -319,6 +319,32 @@ async fn the_dashboard_streams_prompts_steers_aborts_and_resets() {
     browser
         .shows(r#"//div[@id='messages' and count(div[@class='widget'])=1]/div[@class='widget' and normalize-space()='progress build: {"done":3}']"#)
         .await;
+    // Reopened after another conversation, it shows its widget again, as it stands.
+    let open = browser
+        .client
+        .find(Locator::Css("#agents li.open"))
+        .await
+        .unwrap()
+        .attr("data-id")
+        .await
+        .unwrap()
+        .unwrap();
+    browser.click("#agents li:not(.open)").await;
+    browser
+        .shows(&format!("//*[@id='title' and normalize-space()!='{open}']"))
+        .await;
+    browser
+        .shows("//div[@id='messages' and count(div[@class='widget'])=0]")
+        .await;
+    browser
+        .click(&format!("#agents li[data-id='{open}']"))
+        .await;
+    browser
+        .shows(&format!("//*[@id='title' and normalize-space()='{open}']"))
+        .await;
+    browser
+        .shows(r#"//div[@id='messages' and count(div[@class='widget'])=1]/div[@class='widget' and normalize-space()='progress build: {"done":3}']"#)
+        .await;
 
     // While it works, the same box steers it: its next turn answers the steering.
     browser.send("answer slowly").await;
