@@ -807,3 +807,91 @@ async fn a_callers_restatement_of_a_streamed_answer_is_not_streamed_again() {
         supervisor.shutdown().await;
     }
 }
+
+/// REMLight's child-content rule (`quiet_after_child_content`, on in `tiller
+/// serve`): once the sub-agent streamed its answer, the caller's own text of
+/// that run is not streamed — its blocks' start and end go out, no delta, and
+/// no update carries the text — while the transcript keeps it. Off, it streams.
+/// A whole restatement held back under `quiet_restatements` is in no update
+/// either.
+#[tokio::test]
+async fn after_a_sub_agent_streamed_the_callers_own_text_is_held_from_every_update() {
+    for (rule, quiet, said, streams) in [
+        (true, false, "In short: the draft is ready.", false),
+        (false, false, "In short: the draft is ready.", true),
+        (false, true, "The draft is ready.", false),
+    ] {
+        let faux = FauxProvider::new();
+        faux.push(ask("p1", "writer", "draft it"));
+        faux.push(FauxTurn::text("The draft is ready.").chunk_size(4));
+        faux.push(FauxTurn::text(said).chunk_size(4));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let supervisor = Supervisor::start().await.unwrap();
+        let config = AskAgentConfig {
+            quiet_restatements: quiet,
+            ..AskAgentConfig::default()
+        };
+        let definitions = definitions_with(&faux, &supervisor, &seen, config);
+        let planner = planner(&definitions, &supervisor).await;
+        planner
+            .update_settings(move |s| s.definition.run.quiet_after_child_content = rule)
+            .await
+            .unwrap();
+        let mut events = planner.subscribe();
+        let outcome = planner.run("write a draft").await.unwrap();
+        assert_eq!(outcome.text(), said);
+        // The updates of the caller's last response: their kinds, and whether
+        // any message they carry holds its text.
+        let mut responses: Vec<Vec<&'static str>> = Vec::new();
+        let mut carried = false;
+        let mut ended = String::new();
+        while let Some(envelope) = events.next().await {
+            match &envelope.event {
+                Delivered::Event(AgentEvent::MessageStart { message })
+                    if message.as_assistant().is_some() =>
+                {
+                    responses.push(Vec::new())
+                }
+                Delivered::Event(AgentEvent::MessageUpdate {
+                    assistant_message_event,
+                    message,
+                }) => {
+                    responses
+                        .last_mut()
+                        .unwrap()
+                        .push(match assistant_message_event {
+                            AssistantEvent::TextStart { .. } => "text_start",
+                            AssistantEvent::TextDelta { .. } => "text_delta",
+                            AssistantEvent::TextEnd { .. } => "text_end",
+                            _ => "other",
+                        });
+                    carried |= message.get().text().contains(said);
+                }
+                Delivered::Event(AgentEvent::MessageEnd { message }) => {
+                    if let Some(assistant) = message.as_assistant() {
+                        ended = assistant.text();
+                    }
+                }
+                Delivered::Event(AgentEvent::AgentEnd { .. }) => break,
+                _ => {}
+            }
+        }
+        assert_eq!(ended, said, "the transcript keeps it");
+        let last = responses.last().unwrap();
+        if streams {
+            assert!(last.contains(&"text_delta"), "{last:?}");
+            assert!(carried);
+        } else {
+            assert_eq!(
+                last,
+                &["text_start", "text_end"],
+                "rule {rule}, quiet {quiet}"
+            );
+            assert!(
+                !carried,
+                "rule {rule}, quiet {quiet}: an update carried held text"
+            );
+        }
+        supervisor.shutdown().await;
+    }
+}

@@ -225,6 +225,9 @@ async fn serving(options: ServeOptions<'_>) -> Result<Exit, Exit> {
         max_body_bytes,
         retain_closed,
         drain_on_shutdown,
+        // Clients see a sub-agent's answer once: the caller's text after it is
+        // not streamed again (the transcript keeps it).
+        quiet_after_child_content: true,
         ..defaults
     };
     let server = match cluster {

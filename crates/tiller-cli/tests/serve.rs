@@ -54,6 +54,20 @@ async fn serves_agents_from_a_folder_and_stops_cleanly() {
         .as_str()
         .unwrap();
     assert!(answer.starts_with("You said: \"hello\"."), "{answer}");
+    // The child-content rule is on for the agents it serves.
+    let state: Value = http
+        .get(format!("{base}/agents/h"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        state["definition"]["run"]["quiet_after_child_content"],
+        json!(true),
+        "{state}"
+    );
 
     // SIGTERM with the event stream still open: the stream ends, the process exits 0.
     serving.stop().await;

@@ -291,6 +291,14 @@ pub struct RunOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub tool_timeout: Option<Duration>,
+    /// REMLight's child-content rule: once a tool's result streamed to the
+    /// run's subscribers as it was made (a sub-agent's answer), the text of the
+    /// responses after it in the run is not streamed again: each text block's
+    /// `text_start` and `text_end` go out (its place stays known) without its
+    /// deltas, no update carries its text, and `message_end` (the transcript)
+    /// has it whole. Off by default; `tiller serve` turns it on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet_after_child_content: bool,
     /// The most content bytes a tool result (and each partial result) keeps; the
     /// rest is cut, with a last text block saying how much (see
     /// [`ToolOutput::cut_to`]). Default 256 KiB.
@@ -332,6 +340,7 @@ impl Default for RunOptions {
             max_turns: 50,
             cancel_grace: Duration::from_millis(100),
             tool_timeout: None,
+            quiet_after_child_content: false,
             max_tool_output_bytes: 256 * 1024,
             output_retries: 2,
             approvals: BTreeMap::new(),

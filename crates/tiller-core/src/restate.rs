@@ -7,6 +7,13 @@
 //! place stays known) without its deltas, and `message_end` (the transcript) has
 //! it whole. A block that stops matching is released at once, in order,
 //! and streams on as usual.
+//!
+//! Under the child-content rule ([`Restatements::all`], see
+//! [`RunOptions::quiet_after_child_content`](crate::RunOptions::quiet_after_child_content))
+//! every text block is kept so: its start and end go out, its deltas never.
+//!
+//! The caller builds each update's message from what went out alone, so held
+//! text is in no update.
 
 use tiller_ai::AssistantEvent;
 
@@ -20,6 +27,8 @@ pub(crate) struct Restatements<T> {
     text: String,
     /// Whether a block is being held back.
     holding: bool,
+    /// Every text block is kept back (the child-content rule), whatever it says.
+    all: bool,
 }
 
 /// `text` with each run of whitespace one space, none at the start.
@@ -52,16 +61,32 @@ impl<T> Restatements<T> {
             held: Vec::new(),
             text: String::new(),
             holding: false,
+            all: false,
+        }
+    }
+
+    /// Keeping back the text of every text block: its start and end pass, its
+    /// deltas do not.
+    pub(crate) fn all() -> Self {
+        Restatements {
+            all: true,
+            ..Restatements::new(&[])
         }
     }
 
     /// Whether nothing is to be held back.
     pub(crate) fn is_empty(&self) -> bool {
-        self.echoes.is_empty()
+        self.echoes.is_empty() && !self.all
     }
 
     /// Takes the next event of the response; what to emit now, in order.
     pub(crate) fn pass(&mut self, event: AssistantEvent, with: T) -> Vec<(AssistantEvent, T)> {
+        if self.all {
+            return match event {
+                AssistantEvent::TextDelta { .. } => Vec::new(),
+                event => vec![(event, with)],
+            };
+        }
         if self.echoes.is_empty() {
             return vec![(event, with)];
         }

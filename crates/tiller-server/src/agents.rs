@@ -116,14 +116,23 @@ impl Shared {
         version: Option<&str>,
         inline: Option<&Value>,
     ) -> Result<AgentSpec, Problem> {
-        match (definition, inline) {
-            (Some(name), None) => Ok(self.definitions.spec(name, version)?),
-            (None, Some(inline)) => self.inline_spec(inline),
-            _ => Err(Problem::invalid(
-                Some("definition".to_owned()),
-                "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
-            )),
+        let mut spec = match (definition, inline) {
+            (Some(name), None) => self.definitions.spec(name, version)?,
+            (None, Some(inline)) => self.inline_spec(inline)?,
+            _ => {
+                return Err(Problem::invalid(
+                    Some("definition".to_owned()),
+                    "give either `definition` (a name the server knows) or `inline` (an agent file as JSON)",
+                ));
+            }
+        };
+        if self.config.quiet_after_child_content {
+            Arc::make_mut(&mut spec.settings)
+                .definition
+                .run
+                .quiet_after_child_content = true;
         }
+        Ok(spec)
     }
 
     /// `settings` with the model of the operator's LLM configuration `name`, as

@@ -216,6 +216,11 @@ pub struct ServerConfig {
     /// --drain`); without it, they are left to their leases' expiry, and the
     /// other hosts run again the turns they had in progress.
     pub drain_on_shutdown: bool,
+    /// REMLight's child-content rule for every agent the API makes: once a
+    /// sub-agent streamed its answer, the caller's own text of that run is not
+    /// streamed again (see `RunOptions::quiet_after_child_content`). Off by
+    /// default; `tiller serve` turns it on.
+    pub quiet_after_child_content: bool,
 }
 
 impl Default for ServerConfig {
@@ -244,6 +249,7 @@ impl Default for ServerConfig {
             user_quotas: Quotas::user_defaults(),
             guardrails: tiller::run::Guardrails::default(),
             drain_on_shutdown: false,
+            quiet_after_child_content: false,
         }
     }
 }

@@ -56,6 +56,9 @@ pub(crate) struct Batch {
     /// The streamed results whose restatement the next response keeps from
     /// subscribers ([`crate::restate`]).
     pub(crate) echoes: Vec<String>,
+    /// Whether a result streamed to subscribers as it was made (a sub-agent's
+    /// content): the child-content rule's cue.
+    pub(crate) child_streamed: bool,
 }
 
 /// How one call ended.
@@ -143,8 +146,11 @@ pub(crate) async fn run_batch(
         ..Batch::default()
     };
     for (call, outcome) in calls.iter().zip(outcomes) {
-        if outcome.output.streamed && outcome.output.quiet_restatement && !outcome.is_error {
-            batch.echoes.push(outcome.output.text_content());
+        if outcome.output.streamed && !outcome.is_error {
+            batch.child_streamed = true;
+            if outcome.output.quiet_restatement {
+                batch.echoes.push(outcome.output.text_content());
+            }
         }
         match outcome.parked {
             Some(request) => batch.parked.push(request),
@@ -854,6 +860,7 @@ impl Run {
     /// each announced.
     pub(super) fn record_batch(&mut self, batch: &Batch) {
         self.echoes.clone_from(&batch.echoes);
+        self.child_streamed |= batch.child_streamed;
         for result in batch
             .results
             .iter()

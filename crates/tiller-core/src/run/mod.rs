@@ -160,6 +160,9 @@ pub(crate) struct Run {
     /// What the last tool round streamed that the next response need not stream
     /// again ([`crate::restate`]).
     echoes: Vec<String>,
+    /// Whether a tool's result streamed to subscribers in this run (see
+    /// [`crate::RunOptions::quiet_after_child_content`]).
+    child_streamed: bool,
     /// The budgets and the verdicts that end the run.
     gate: Gate,
 }
@@ -209,6 +212,7 @@ impl Run {
             answered: None,
             state: Default::default(),
             echoes: Vec::new(),
+            child_streamed: false,
             gate,
         }
     }

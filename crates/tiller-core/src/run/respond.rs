@@ -328,7 +328,11 @@ impl Run {
         let mut streamed = None;
         let mut failed = None;
         let mut refused = None;
-        let mut quiet = Restatements::new(echoes);
+        let mut quiet = if self.child_streamed && self.config.run.quiet_after_child_content {
+            Restatements::all()
+        } else {
+            Restatements::new(echoes)
+        };
         while let Some(event) = stream.next().await {
             match event {
                 AssistantEvent::Start { message } => {
@@ -359,23 +363,18 @@ impl Run {
                             message: Box::new((*start).into()),
                         });
                     }
-                    let message = match &streamed {
-                        Some(before) => before.then(event.clone()),
-                        None => StreamedMessage::start(stream.partial().clone()),
-                    };
-                    streamed = Some(message.clone());
                     if quiet.is_empty() {
-                        self.update(event, message);
+                        self.update(&mut streamed, event, &stream);
                     } else {
-                        for (event, message) in quiet.pass(event, message) {
-                            self.update(event, message);
+                        for (event, ()) in quiet.pass(event, ()) {
+                            self.update(&mut streamed, event, &stream);
                         }
                     }
                 }
             }
         }
-        for (event, message) in quiet.release() {
-            self.update(event, message);
+        for (event, ()) in quiet.release() {
+            self.update(&mut streamed, event, &stream);
         }
         let message = last.unwrap_or_else(|| stream.partial().clone());
         if !span.is_disabled() {
@@ -396,8 +395,20 @@ impl Run {
         }
     }
 
-    /// The `message_update` of one event of the response streaming.
-    fn update(&self, event: AssistantEvent, message: StreamedMessage) {
+    /// The `message_update` of one event of the response streaming: its
+    /// message is `streamed` (what went out before) with this event too, so
+    /// nothing held back is in it.
+    fn update(
+        &self,
+        streamed: &mut Option<StreamedMessage>,
+        event: AssistantEvent,
+        stream: &tiller_ai::AssistantStream,
+    ) {
+        let message = match streamed {
+            Some(before) => before.then(event.clone()),
+            None => StreamedMessage::start(stream.partial().clone()),
+        };
+        *streamed = Some(message.clone());
         self.emit(AgentEvent::MessageUpdate {
             assistant_message_event: event,
             message,
