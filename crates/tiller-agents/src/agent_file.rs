@@ -49,8 +49,9 @@
 //!   extra_body: {top_k: 40}           # provider-specific keys, added to each request's body
 //!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
 //!   memory: {working: true, facts: true, recall_limit: 5}  # the user remembered across sessions (see memory)
-//!   triggers:                         # events that prompt it (see trigger)
+//!   triggers:                         # events that prompt it (see trigger), or a schedule (see schedule)
 //!     - {on: ticket.opened, match: {priority: high}, debounce_ms: 2000, session: "ticket-{id}"}
+//!     - {cron: "0 9 * * 1-5", timezone: Europe/Oslo, session: morning}
 //!   budget:                           # what a run and the agent may spend (see tiller_core::budget)
 //!     run: {total_tokens: 200000, tool_calls: 50, wall_clock_ms: 600000}
 //!     agent: {cost_usd: 5.0}
@@ -639,7 +640,25 @@ impl RawAgentFile {
                 .check()
                 .map_err(|message| ("json_schema_extra.memory".to_owned(), message))?;
         }
-        for (index, trigger) in extra.triggers.iter().enumerate() {
+        let mut triggers = extra.triggers;
+        for (index, trigger) in triggers.iter_mut().enumerate() {
+            let scheduled = trigger.every.is_some() || trigger.cron.is_some();
+            match (scheduled, trigger.on.is_empty()) {
+                (true, true) => trigger.on = crate::schedule::schedule_topic(&extra.name, index),
+                (true, false) => {
+                    return Err((
+                        format!("json_schema_extra.triggers[{index}].on"),
+                        "a trigger answers an event (`on`) or fires on a schedule (`every`, `cron`), not both".to_owned(),
+                    ));
+                }
+                (false, true) => {
+                    return Err((
+                        format!("json_schema_extra.triggers[{index}]"),
+                        "a trigger needs `on` (an event's topic), `every` or `cron`".to_owned(),
+                    ));
+                }
+                (false, false) => {}
+            }
             trigger.check().map_err(|(field, message)| {
                 (
                     format!("json_schema_extra.triggers[{index}].{field}"),
@@ -707,7 +726,7 @@ impl RawAgentFile {
             compaction: extra.compaction,
             compression: extra.compression,
             memory: extra.memory,
-            triggers: extra.triggers,
+            triggers,
             guardrails: extra.guardrails,
         })
     }

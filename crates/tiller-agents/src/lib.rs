@@ -35,6 +35,7 @@ pub mod guardrail;
 mod llm;
 mod memory;
 mod model_choice;
+pub mod schedule;
 mod tool_registry;
 pub mod trigger;
 
@@ -47,6 +48,7 @@ pub use guardrail::{GuardrailNames, agent_guardrail};
 pub use llm::{LlmConfigError, LlmConfigs};
 pub use memory::{MemoryConfig, RECALL_TOOL, REMEMBER_TOOL, WORKING_MEMORY_TOOL, owner_of};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
+pub use schedule::Schedules;
 pub use tool_registry::ToolRegistry;
 pub use trigger::{
     Arrival, DEFAULT_WINDOW_BYTES, DEFAULT_WINDOWS, MAX_BATCH, MAX_DEBOUNCE_MS, Spawned, Spawner,

@@ -86,12 +86,24 @@ impl Default for WindowLimits {
     }
 }
 
-/// One trigger of an agent file (see the module docs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One trigger of an agent file (see the module docs): an event's topic it
+/// answers (`on`), or a schedule it fires on (`every`, `cron`; see
+/// [`crate::schedule`]), whose fires are the topic `schedule.NAME.N`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Trigger {
-    /// The topic it answers.
+    /// The topic it answers (a scheduled trigger's is set when its file is read).
+    #[serde(default)]
     pub on: String,
+    /// Fires every so long (`15m`; see [`crate::schedule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
+    /// Fires at a cron expression's times, in `timezone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// The IANA time zone `cron` is read in (UTC when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
     /// Fields of the payload, by dotted path, and the values they must equal.
     #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
     pub matches: BTreeMap<String, Value>,
@@ -139,6 +151,7 @@ impl Trigger {
 
     /// Checks what loading cannot: a topic, closed braces, a bounded window.
     pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        crate::schedule::Schedule::of(self)?;
         Event::new(self.on.clone(), Value::Null)
             .check()
             .map_err(|error| ("on", error.to_string()))?;

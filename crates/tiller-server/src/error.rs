@@ -176,7 +176,9 @@ impl From<StoreError> for Problem {
                 field: Some("id".to_owned()),
                 ..Problem::new(StatusCode::CONFLICT, "session-exists", detail)
             },
-            StoreError::NoMemory => Problem::new(StatusCode::NOT_IMPLEMENTED, "no-memory", detail),
+            StoreError::Unsupported(_) => {
+                Problem::new(StatusCode::NOT_IMPLEMENTED, "unsupported", detail)
+            }
             // The store cannot be reached just now: try again later.
             StoreError::Unavailable(_) => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail)

@@ -257,6 +257,8 @@ impl Default for ServerConfig {
 /// What every handler shares.
 pub(crate) struct Shared {
     supervisor: Supervisor,
+    /// The definitions' schedules firing, while the server is.
+    schedules: std::sync::OnceLock<tiller::agents::Schedules>,
     /// Where the agents live: this process's supervisor, or the hosts of a
     /// cluster.
     agents: Arc<dyn reach::Agents>,
@@ -340,6 +342,7 @@ impl Server {
                 stopped,
                 stops: std::sync::Mutex::new(Some(stops)),
                 supervisor,
+                schedules: std::sync::OnceLock::new(),
                 agents,
                 definitions,
                 config,
@@ -355,7 +358,8 @@ impl Server {
                 closing: CancellationToken::new(),
             }),
         };
-        // The definitions' triggers, on a runtime (a server may be made outside one).
+        // The definitions' triggers and schedules, on a runtime (a server may
+        // be made outside one).
         if tokio::runtime::Handle::try_current().is_ok() {
             triggers::attach(&server.shared, &server.shared.supervisor);
         }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tiller::{
     AgentContext, AgentMessage, Supervisor,
-    agents::{Arrival, Spawned, Spawner, Triggers, WindowLimits, WindowQuota},
+    agents::{Arrival, Schedules, Spawned, Spawner, Triggers, WindowLimits, WindowQuota},
     runtime::{Event, EventError},
 };
 
@@ -85,7 +85,7 @@ pub(crate) async fn publish(
 
 /// Attaches the definitions' triggers to `supervisor`, their agents made as
 /// agents created through the API are (owned by the event's tenant, recorded for
-/// clients that follow them).
+/// clients that follow them), and starts firing their schedules.
 pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
     if !shared
         .definitions
@@ -161,6 +161,10 @@ pub(crate) fn attach(shared: &Arc<Shared>, supervisor: &Supervisor) {
         }
     });
     Triggers::attach_limited(supervisor, shared.definitions.clone(), spawner, quota);
+    // Each slot fires once across the hosts that share the store.
+    let _ = shared
+        .schedules
+        .set(Schedules::start(supervisor, &shared.definitions));
 }
 
 /// Hands a batch's prompt to the host of the cluster that holds (or brings up)

@@ -313,3 +313,38 @@ async fn trigger_windows_bytes_and_keys_are_checked_before_an_event_is_taken() {
     assert_eq!(listed[0]["id"], "acme:ann:watcher:order-7");
     server.stop().await;
 }
+
+/// A served definition's schedule fires on its own: its agent of the default
+/// tenant answers the `schedule.NAME.N` event, its slot on the second.
+#[tokio::test]
+async fn a_served_schedule_starts_its_agent_on_its_own() {
+    let faux = FauxProvider::new();
+    faux.respond_with(|request| {
+        FauxTurn::text(format!(
+            "Ticked: {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    });
+    let ticker = "type: object\ndescription: You tick.\njson_schema_extra:\n  kind: agent\n  name: ticker\n  triggers: [{every: 1s, session: clock}]\n";
+    let mut definitions = Definitions::new().with_default_model(faux.model());
+    definitions
+        .insert(AgentFile::parse("ticker.yaml", ticker).unwrap())
+        .unwrap();
+    let server = Running::serve(definitions, tiller_server::ServerConfig::default()).await;
+    let mut everything = server.stream("/events", &[]).await;
+    let run = everything.until_end().await;
+    let ended = &run.last().unwrap();
+    assert_eq!(ended.data["agent_id"], "default:ticker:clock");
+    let text = ended.data["event"]["messages"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    let (head, payload) = text.split_once("\n1. ").unwrap();
+    assert_eq!(head, "Ticked: Event `schedule.ticker.0`:");
+    let payload: serde_json::Value = serde_json::from_str(payload).unwrap();
+    assert_eq!(payload["schedule"], "every 1s");
+    let slot = payload["slot"].as_str().unwrap();
+    assert!(
+        slot.ends_with("+00:00[UTC]") && !slot.contains('.'),
+        "a whole second in UTC: {payload}"
+    );
+}

@@ -88,9 +88,10 @@ pub enum StoreError {
     /// The store's writer has stopped (its runtime shut down).
     #[error("the session store's writer has stopped")]
     Closed,
-    /// This store keeps no user memory.
-    #[error("this session store keeps no user memory")]
-    NoMemory,
+    /// This store does not keep this kind of thing (a store of the host's own
+    /// that implements only sessions): user memory, schedules' slots.
+    #[error("this session store keeps no {0}")]
+    Unsupported(String),
     /// A fact to remember was blank.
     #[error("a memory needs some text")]
     EmptyMemory,

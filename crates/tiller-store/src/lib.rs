@@ -145,13 +145,15 @@ pub trait SessionStore: Send + Sync + 'static {
     }
 
     /// The working-memory document of `owner`; `None` when there is none.
-    /// [`StoreError::NoMemory`] by default (a store that keeps no memory).
+    /// [`StoreError::Unsupported`] by default (a store that keeps no memory).
     fn working_memory<'a>(
         &'a self,
         owner: &'a MemoryOwner,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         let _ = owner;
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
     }
 
     /// Replaces the working-memory document of `owner` with `text` (at most
@@ -162,7 +164,9 @@ pub trait SessionStore: Send + Sync + 'static {
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let _ = (owner, text);
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
     }
 
     /// Keeps the fact `text` for `owner` (see [`check_memory`]), durably before
@@ -173,7 +177,9 @@ pub trait SessionStore: Send + Sync + 'static {
         text: &'a str,
     ) -> BoxFuture<'a, Result<Memory, StoreError>> {
         let _ = (owner, text);
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
     }
 
     /// At most `limit` (up to [`MAX_RECALLED`]) facts of `owner` that share words
@@ -186,7 +192,9 @@ pub trait SessionStore: Send + Sync + 'static {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
         let _ = (owner, query, limit);
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
     }
 
     /// A page of `owner`'s facts, oldest first: at most `limit` (up to
@@ -198,7 +206,9 @@ pub trait SessionStore: Send + Sync + 'static {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
         let _ = (owner, offset, limit);
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
     }
 
     /// Forgets `owner`'s fact `id`, or, with `None`, every fact and the working
@@ -209,7 +219,25 @@ pub trait SessionStore: Send + Sync + 'static {
         id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let _ = (owner, id);
-        Box::pin(futures::future::ready(Err(StoreError::NoMemory)))
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "user memory".to_owned(),
+        ))))
+    }
+
+    /// Claims `slot` (milliseconds since the Unix epoch) of the schedule named
+    /// `schedule` for the caller: `true` for the one claim that wins, whichever
+    /// process of those sharing the store makes it; `false` for every other,
+    /// and for a slot no later than one claimed before. The store keeps the
+    /// latest claimed slot of each schedule only.
+    fn claim_slot<'a>(
+        &'a self,
+        schedule: &'a str,
+        slot: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = (schedule, slot);
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "schedules' slots".to_owned(),
+        ))))
     }
 
     /// This store as the [`TenantLedger`](tiller_core::TenantLedger) of

@@ -24,6 +24,8 @@ pub struct MemoryStore {
     spending: Arc<Mutex<HashMap<String, Spent>>>,
     /// The users' memory.
     memories: Arc<Mutex<Memories>>,
+    /// The latest slot claimed of each schedule.
+    slots: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 struct Session {
@@ -415,6 +417,26 @@ impl SessionStore for MemoryStore {
         id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(ready(Ok(self.user_memories().forget(owner, id))))
+    }
+
+    fn claim_slot<'a>(
+        &'a self,
+        schedule: &'a str,
+        slot: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let claimed = match slots.get_mut(schedule) {
+            Some(latest) if *latest >= slot => false,
+            Some(latest) => {
+                *latest = slot;
+                true
+            }
+            None => {
+                slots.insert(schedule.to_owned(), slot);
+                true
+            }
+        };
+        Box::pin(ready(Ok(claimed)))
     }
 
     fn spent<'a>(&'a self, scope: &'a SpendScope) -> BoxFuture<'a, Result<Spent, StoreError>> {

@@ -914,7 +914,30 @@ async fn keeps_each_users_memory_apart(store: Arc<dyn SessionStore>, tenant: &st
     assert_eq!(store.memories(&other_ada, 0, 10).await.unwrap().len(), 1);
 }
 
+/// A schedule's slot is claimed once, by whichever caller comes first, however
+/// many race for it; an earlier slot than the latest is never claimed again.
+async fn claims_each_slot_of_a_schedule_once(store: Arc<dyn SessionStore>, tenant: &str) {
+    let schedule = format!("schedule.{tenant}.0");
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, schedule) = (store.clone(), schedule.clone());
+            tokio::spawn(async move { store.claim_slot(&schedule, 60_000).await.unwrap() })
+        })
+        .collect();
+    let mut won = 0;
+    for claim in racing {
+        won += usize::from(claim.await.unwrap());
+    }
+    assert_eq!(won, 1);
+    assert_eq!(store.claim_slot(&schedule, 60_000).await, Ok(false));
+    assert_eq!(store.claim_slot(&schedule, 0).await, Ok(false));
+    assert_eq!(store.claim_slot(&schedule, 120_000).await, Ok(true));
+    let other = format!("schedule.{tenant}.1");
+    assert_eq!(store.claim_slot(&other, 60_000).await, Ok(true));
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    claims_each_slot_of_a_schedule_once(store.clone(), tenant).await;
     keeps_each_users_memory_apart(store.clone(), tenant).await;
     branches_share_their_prefix_and_outlive_it(store.clone(), tenant).await;
     keeps_origins_and_idempotency_keys(store.clone(), tenant).await;

@@ -145,6 +145,12 @@ const MIGRATIONS: &[&[&str]] = &[
         "{postgres}CREATE INDEX tiller_memories_words ON tiller_memories
             USING GIN (to_tsvector('english', text))",
     ],
+    // Schedules: the latest slot each one fired, claimed by one host.
+    &["CREATE TABLE tiller_schedule_slots (
+            schedule TEXT PRIMARY KEY,
+            slot BIGINT NOT NULL,
+            claimed_at BIGINT NOT NULL
+        )"],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -1839,6 +1845,30 @@ impl SessionStore for SqlStore {
         id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(self.delete_memories(owner, id))
+    }
+
+    fn claim_slot<'a>(
+        &'a self,
+        schedule: &'a str,
+        slot: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            // One statement: the row is made, or moved on to a later slot, by
+            // one claim alone.
+            let claimed = sqlx::query(
+                "INSERT INTO tiller_schedule_slots (schedule, slot, claimed_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (schedule) DO UPDATE SET slot = excluded.slot, claimed_at = excluded.claimed_at \
+                 WHERE tiller_schedule_slots.slot < excluded.slot",
+            )
+            .bind(schedule)
+            .bind(slot)
+            .bind(now())
+            .execute(&self.pool)
+            .await
+            .map_err(database)?
+            .rows_affected();
+            Ok(claimed == 1)
+        })
     }
 
     fn ledger(self: Arc<Self>) -> Option<Arc<dyn TenantLedger>> {
