@@ -69,7 +69,10 @@ pub use patch::{DefinitionPatch, PatchError};
 pub use runtime::SupervisorConfig;
 pub use settings::{AgentCode, AgentSettings, OnMessage, OnReload, SystemPromptFn};
 pub use shards::Shards;
-pub use state::{AgentInfo, AgentState, AgentStatus, RunOutcome, RunSummary, Workload};
+pub use state::{
+    AgentInfo, AgentState, AgentStatus, MessageStatus, RunOutcome, RunSummary, Workload,
+    message_statuses,
+};
 pub use subscription::{AgentId, Delivered, Envelope, Notice, Relay, Subscription};
 pub use supervisor::{AgentSpec, MAX_ID_BYTES, Supervisor, check_id};
 

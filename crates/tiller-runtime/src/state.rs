@@ -70,6 +70,62 @@ impl AgentState {
     pub fn usage(&self) -> Usage {
         total_usage(&self.messages)
     }
+
+    /// Where each message of `messages` stands (see [`message_statuses`]).
+    pub fn message_statuses(&self) -> Vec<MessageStatus> {
+        message_statuses(&self.messages, false, self.is_streaming)
+    }
+}
+
+/// Where a message stands in its processing. A user's message is `pending`
+/// until the agent works on it, `streaming` while it does (its run is
+/// active), and `done` once a response follows it; a response is `done`, or
+/// `failed` when it ended in an error or was aborted; anything else (a tool's
+/// result, a summary) is `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    /// Waiting to be worked on.
+    Pending,
+    /// Being worked on: its response is under way.
+    Streaming,
+    /// Answered, or finished.
+    Done,
+    /// A response that ended in an error or was aborted.
+    Failed,
+}
+
+/// The status of each of `messages` (a stretch of a transcript), read from
+/// the messages themselves: `answered_after` says whether a response follows
+/// the stretch, and `working` whether the agent is working on its unanswered
+/// messages. One pass, from the end.
+pub fn message_statuses<M: std::borrow::Borrow<AgentMessage>>(
+    messages: &[M],
+    answered_after: bool,
+    working: bool,
+) -> Vec<MessageStatus> {
+    let mut answered = answered_after;
+    let mut statuses: Vec<MessageStatus> = messages
+        .iter()
+        .rev()
+        .map(|message| {
+            let message = message.borrow();
+            if let Some(response) = message.as_assistant() {
+                answered = true;
+                return match response.stop_reason {
+                    StopReason::Error | StopReason::Aborted => MessageStatus::Failed,
+                    _ => MessageStatus::Done,
+                };
+            }
+            match (message.as_user(), answered, working) {
+                (None, _, _) | (Some(_), true, _) => MessageStatus::Done,
+                (Some(_), false, true) => MessageStatus::Streaming,
+                (Some(_), false, false) => MessageStatus::Pending,
+            }
+        })
+        .collect();
+    statuses.reverse();
+    statuses
 }
 
 /// Whether an agent is working.
@@ -283,4 +339,39 @@ fn total_usage(messages: &[AgentMessage]) -> Usage {
         total += message.usage;
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MessageStatus::{Done, Failed, Pending, Streaming};
+
+    fn response(stop: StopReason) -> AgentMessage {
+        let model = tiller_ai::faux::FauxProvider::new().model();
+        let mut message = AssistantMessage::empty(&model);
+        message.stop_reason = stop;
+        message.into()
+    }
+
+    #[test]
+    fn a_message_is_pending_until_worked_on_and_done_once_answered() {
+        let transcript = [
+            AgentMessage::user("one"),
+            response(StopReason::Stop),
+            AgentMessage::user("two"),
+            AgentMessage::user("and three"),
+            response(StopReason::Error),
+            AgentMessage::user("four"),
+            response(StopReason::Aborted),
+            AgentMessage::user("five"),
+        ];
+        let read = |answered_after, working| message_statuses(&transcript, answered_after, working);
+        assert_eq!(
+            read(false, false),
+            [Done, Done, Done, Done, Failed, Done, Failed, Pending]
+        );
+        assert_eq!(read(false, true).last(), Some(&Streaming));
+        assert_eq!(read(true, false).last(), Some(&Done));
+        assert!(message_statuses::<AgentMessage>(&[], false, true).is_empty());
+    }
 }

@@ -328,7 +328,12 @@ pub(crate) async fn get(
 ) -> Result<Json<Shown>, Problem> {
     let caller = shared.caller(&headers)?;
     let (state, owner) = shared.state(&caller, &id).await?;
-    Ok(Json(Shown { state, owner }))
+    let statuses = state.message_statuses();
+    Ok(Json(Shown {
+        state,
+        statuses,
+        owner,
+    }))
 }
 
 /// `GET /agents/{id}`: the agent's state and, in a cluster, the host that
@@ -337,6 +342,8 @@ pub(crate) async fn get(
 pub(crate) struct Shown {
     #[serde(flatten)]
     state: AgentState,
+    /// Where each of its messages stands, in their order.
+    statuses: Vec<tiller::runtime::MessageStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     owner: Option<crate::reach::Holder>,
 }

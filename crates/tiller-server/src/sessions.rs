@@ -18,6 +18,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tiller::run::{Widget, widgets_of};
+use tiller::runtime::{AgentStatus, MessageStatus, message_statuses};
 use tiller::store::{SessionFilter, SessionInfo, SessionRecord, SessionStatus, ago, is_within};
 use tiller::{AgentContext, AgentSpec, Op};
 use tiller::{AgentMessage, runtime::AgentInfo};
@@ -91,9 +92,16 @@ pub(crate) struct MessagePage {
     /// How many messages the transcript holds.
     total: u64,
     messages: Vec<Arc<AgentMessage>>,
+    /// Where each message stands (`pending`, `streaming`, `done`, `failed`;
+    /// see `tiller::runtime::MessageStatus`), in the order of `messages`.
+    statuses: Vec<MessageStatus>,
     /// Where the next page starts, or `null` after the last.
     next: Option<u64>,
 }
+
+/// How far past a page the store is read for a response to the page's last
+/// user messages (a response follows its prompt at once, but for steering).
+const LOOK_AHEAD: u32 = 16;
 
 /// A page size the request asked for, within [`MAX_PAGE`].
 pub(crate) fn page_size(limit: Option<u32>) -> Result<u32, Problem> {
@@ -265,11 +273,29 @@ pub(crate) async fn messages(
         .messages(&id, page.from, limit)
         .await?;
     let end = page.from.saturating_add(messages.len() as u64);
+    // A user message at the page's end is answered if a response follows it
+    // on the pages after.
+    let unanswered_at_end = messages
+        .last()
+        .is_some_and(|message| message.as_user().is_some());
+    let answered_after = unanswered_at_end
+        && end < info.messages
+        && shared
+            .supervisor
+            .store()
+            .messages(&id, end, LOOK_AHEAD)
+            .await?
+            .iter()
+            .any(|message| message.as_assistant().is_some());
+    let working = shared
+        .holder_info(&id)
+        .is_some_and(|agent| agent.status == AgentStatus::Running);
     Ok(Json(MessagePage {
         session_id: id,
         from: page.from,
         total: info.messages,
         next: (end < info.messages && !messages.is_empty()).then_some(end),
+        statuses: message_statuses(&messages, answered_after, working),
         messages,
     }))
 }

@@ -1700,6 +1700,55 @@ async fn a_tenant_sees_only_its_own_sessions_and_a_users_token_only_its_users() 
     server.stop().await;
 }
 
+/// Each message's processing status, on the agent and on the stored
+/// session's pages: a prompt is done once answered, streaming while its run
+/// works, a response failed when it ended in an error or was aborted.
+#[tokio::test]
+async fn each_message_says_where_it_stands() {
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("Fine."));
+    faux.push(FauxTurn::text("").fail("the provider is down"));
+    faux.push(FauxTurn::text("never finished").delay(Duration::from_secs(3_600)));
+    let store = MemoryStore::new();
+    let server = on_store(&faux, &store, ServerConfig::default()).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "helper", "id": "s"}))
+        .await;
+    assert_eq!(status, 201);
+    for text in ["one", "two"] {
+        let (status, _) = server
+            .post("/agents/s/prompt?wait=true", json!({"text": text}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (_, page) = server.get("/sessions/s/messages").await;
+    assert_eq!(page["statuses"], json!(["done", "done", "done", "failed"]));
+    // A page that ends on a prompt reads on for its answer.
+    let (_, page) = server.get("/sessions/s/messages?limit=1").await;
+    assert_eq!(page["statuses"], json!(["done"]));
+
+    let mut events = server.stream("/agents/s/events", &[]).await;
+    let (status, _) = server
+        .post("/agents/s/prompt", json!({"text": "three"}))
+        .await;
+    assert_eq!(status, 202);
+    // The prompt is in the transcript, its response under way.
+    while events.next().await.kind != "message_end" {}
+    let (_, state) = server.get("/agents/s").await;
+    assert_eq!(
+        state["statuses"],
+        json!(["done", "done", "done", "failed", "streaming"])
+    );
+    let (_, page) = server.get("/sessions/s/messages?from=4").await;
+    assert_eq!(page["statuses"], json!(["streaming"]));
+    let (status, _) = server.post("/agents/s/abort", json!({})).await;
+    assert_eq!(status, 204);
+    events.until_end().await;
+    let (_, page) = server.get("/sessions/s/messages?from=4").await;
+    assert_eq!(page["statuses"], json!(["done", "failed"]));
+    server.stop().await;
+}
+
 /// A conversation's widgets are part of it: listed with their latest data,
 /// `update_widget` refused for an id never shown, and the ids shown kept with
 /// the session, so an update after a restart is taken.
