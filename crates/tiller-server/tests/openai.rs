@@ -269,3 +269,70 @@ async fn refusals_are_openai_error_objects() {
     assert_eq!(status, 404);
     server.stop().await;
 }
+
+/// Under the child-content rule (on in `tiller serve`) the caller's text after
+/// a sub-agent's answer is held from the events; a chat completions stream,
+/// which does not carry the sub-agent's answer, still says the caller's.
+#[tokio::test]
+async fn an_answer_held_after_a_sub_agent_still_reaches_a_chat_completions_stream() {
+    use tiller::agents::AskAgentConfig;
+    use tiller::agents::agent_file::AgentFile;
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::tool_call(
+        "ask_agent",
+        json!({"agent": "writer", "text": "draft it"}),
+    ));
+    faux.push(FauxTurn::text("The draft is ready.").chunk_size(4));
+    faux.push(FauxTurn::text("Here it is: a draft.").chunk_size(4));
+    let supervisor = tiller::Supervisor::start().await.unwrap();
+    let mut definitions = tiller::Definitions::new().with_default_model(faux.model());
+    for file in [
+        (
+            "planner.yaml",
+            "type: object\ndescription: You plan.\njson_schema_extra: {kind: agent, name: planner, tools: [{name: ask_agent}]}\n",
+        ),
+        (
+            "writer.yaml",
+            "type: object\ndescription: You write.\njson_schema_extra: {kind: agent, name: writer}\n",
+        ),
+    ] {
+        definitions
+            .insert(AgentFile::parse(file.0, file.1).unwrap())
+            .unwrap();
+    }
+    let definitions = definitions.with_ask_agent(&supervisor, AskAgentConfig::default());
+    let config = ServerConfig {
+        quiet_after_child_content: true,
+        ..ServerConfig::default()
+    };
+    let server = Running::on(supervisor, definitions, config).await;
+    let (status, _) = server
+        .post("/agents", json!({"definition": "planner", "id": "p"}))
+        .await;
+    assert_eq!(status, 201);
+    let (_, state) = server.get("/agents/p").await;
+    assert_eq!(
+        state["definition"]["run"]["quiet_after_child_content"],
+        true
+    );
+    let (status, body) = server
+        .post_raw(
+            "/v1/chat/completions",
+            &[("x-tiller-session", "p")],
+            &json!({"model": "planner", "messages": [user("write a draft")], "stream": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text: String = data_lines(&body)
+        .iter()
+        .filter(|line| *line != "[DONE]")
+        .filter_map(|line| {
+            let chunk: Value = serde_json::from_str(line).unwrap();
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, "Here it is: a draft.");
+    server.stop().await;
+}

@@ -311,6 +311,10 @@ pub(crate) enum Read<'a> {
     Start,
     Lost,
     Step(Step<'a>),
+    /// An answer ended, with the text of its blocks: what [`spoken`] says
+    /// when none of it was streamed (held back from the events under the
+    /// child-content rule, or as a restatement).
+    Answered(Vec<String>),
 }
 
 impl Read<'_> {
@@ -345,10 +349,21 @@ impl Read<'_> {
             },
             "message_update" => event.assistant_message_event?.step()?,
             "message_end" => {
-                let state = event.message?.state;
-                match state.is_empty() {
+                let message = event.message?;
+                if message.role == "assistant" {
+                    let texts = message
+                        .content
+                        .iter()
+                        .filter(|block| block["type"] == "text")
+                        .filter_map(|block| block["text"].as_str())
+                        .filter(|text| !text.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    return Some(Read::Answered(texts));
+                }
+                match message.state.is_empty() {
                     true => return None,
-                    false => Step::State(state),
+                    false => Step::State(message.state),
                 }
             }
             "tool_execution_end" => Step::ToolEnd {
@@ -455,6 +470,8 @@ struct Role<'a> {
     role: Cow<'a, str>,
     #[serde(default)]
     state: serde_json::Map<String, Value>,
+    #[serde(default)]
+    content: Vec<Value>,
 }
 
 /// A `message_update`'s piece.
@@ -541,9 +558,10 @@ fn spoken(
     let mut opening = Vec::new();
     speaker.open(&mut opening);
     let going = futures::stream::unfold(
-        Some((Box::pin(frames), speaker, false)),
+        Some((Box::pin(frames), speaker, false, false)),
         |going| async move {
-            let (mut frames, mut speaker, mut started) = going?;
+            // Whether the run started; whether the answer streamed any text.
+            let (mut frames, mut speaker, mut started, mut streamed) = going?;
             let mut out = Vec::new();
             loop {
                 let Some(frame) = frames.next().await else {
@@ -561,16 +579,33 @@ fn spoken(
                         speaker.cut(&mut out);
                         return (!out.is_empty()).then(|| (Bytes::from(out), None));
                     }
+                    // An answer none of whose text streamed says it now.
+                    Some(Read::Answered(texts)) if started && !streamed && !texts.is_empty() => {
+                        speaker.step(Step::Text(Block::Start), &mut out);
+                        let text = texts.join("\n\n");
+                        speaker.step(Step::Text(Block::Delta(Cow::Owned(text))), &mut out);
+                        speaker.step(Step::Text(Block::End), &mut out);
+                        streamed = true;
+                        return Some((
+                            Bytes::from(out),
+                            Some((frames, speaker, started, streamed)),
+                        ));
+                    }
                     Some(Read::Step(step)) if started => step,
                     _ => continue,
                 };
+                match &step {
+                    Step::AnswerStart => streamed = false,
+                    Step::Text(Block::Delta(delta)) if !delta.is_empty() => streamed = true,
+                    _ => {}
+                }
                 let last = speaker.is_last(&step);
                 speaker.step(step, &mut out);
                 if last {
                     return Some((Bytes::from(out), None));
                 }
                 if !out.is_empty() {
-                    return Some((Bytes::from(out), Some((frames, speaker, started))));
+                    return Some((Bytes::from(out), Some((frames, speaker, started, streamed))));
                 }
             }
         },
