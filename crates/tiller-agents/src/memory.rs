@@ -135,7 +135,11 @@ fn working_memory_instructions(
             let Some(owner) = owner else {
                 return Ok(before);
             };
-            let document = store.working_memory(&owner).await?;
+            let document = match store.working_memory(&owner).await {
+                // A store of the host's own that keeps no memory: none to add.
+                Err(StoreError::Unsupported(_)) => return Ok(before),
+                read => read?,
+            };
             let memory = format!(
                 "## Working memory\nWhat you keep about this user across conversations. Replace it whole with `{WORKING_MEMORY_TOOL}` when you learn something lasting about them.\n<working_memory>\n{}\n</working_memory>",
                 document.as_deref().unwrap_or("(empty)")

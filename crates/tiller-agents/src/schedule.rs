@@ -21,11 +21,14 @@
 //! schedule and the slot's time: `{"schedule": "cron 0 9 * * 1-5 Europe/Oslo",
 //! "slot": "2026-11-30T09:00:00+01:00[Europe/Oslo]"}`.
 //!
-//! **One fire per slot.** Before a slot fires, it is claimed in the session
-//! store ([`SessionStore::claim_slot`](tiller_store::SessionStore::claim_slot)):
+//! **At most one fire per slot.** Before a slot fires, it is claimed in the
+//! session store ([`SessionStore::claim_slot`](tiller_store::SessionStore::claim_slot)):
 //! of the processes sharing the store (a cluster's hosts on one PostgreSQL, a
-//! host restarted on its SQLite file), the one whose claim wins fires it, and a
-//! slot that passed while no process ran is not fired late.
+//! host restarted on its SQLite file), the one whose claim wins fires it. A
+//! slot that passed while no process ran, or more than [`LATEST_FIRE`] ago
+//! when its host woke, is not fired late; a claim the store fails three times,
+//! or a fire the triggers refuse, loses its slot (logged). Scheduled events
+//! belong to no tenant. Clients cannot publish `schedule.…` topics.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -182,9 +185,20 @@ fn show_every(every: Duration) -> String {
     format!("{ms}ms")
 }
 
+/// How the topics of schedules' fires begin: a host takes no event of such a
+/// topic from its clients (`POST /triggers/…`).
+pub const SCHEDULE_TOPICS: &str = "schedule.";
+
+/// How late past its slot a fire may still go out: a slot passed by more (the
+/// machine slept, the clock jumped) is skipped.
+pub const LATEST_FIRE: Duration = Duration::from_secs(60);
+
+/// How often a slot's claim is tried when the store fails, a second apart.
+const CLAIM_TRIES: u32 = 3;
+
 /// The topic a scheduled trigger's fires are published as.
 pub fn schedule_topic(agent: &str, index: usize) -> String {
-    format!("schedule.{agent}.{index}")
+    format!("{SCHEDULE_TOPICS}{agent}.{index}")
 }
 
 /// Fires the scheduled triggers of the latest version of each definition,
@@ -200,11 +214,13 @@ impl Schedules {
     pub fn start(supervisor: &Supervisor, definitions: &Definitions) -> Schedules {
         let mut tasks = Vec::new();
         for file in definitions.latest() {
-            for trigger in &file.triggers {
+            for (index, trigger) in file.triggers.iter().enumerate() {
                 let Ok(Some(schedule)) = Schedule::of(trigger) else {
                     continue;
                 };
-                let task = tokio::spawn(fire(supervisor.clone(), trigger.on.clone(), schedule));
+                // The topic its file gave it, made here for one built in code.
+                let topic = schedule_topic(&file.name, index);
+                let task = tokio::spawn(fire(supervisor.clone(), topic, schedule));
                 tasks.push(AbortOnDropHandle::new(task));
             }
         }
@@ -227,19 +243,35 @@ async fn fire(supervisor: Supervisor, topic: String, schedule: Schedule) {
         let wait = u64::try_from(slot - after).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         last = slot;
-        match supervisor.store().claim_slot(&topic, slot).await {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(error) => {
-                tracing::warn!(%topic, %error, "a schedule's slot could not be claimed: not fired");
-                continue;
-            }
+        let late = now_ms().saturating_sub(slot);
+        if late > i64::try_from(LATEST_FIRE.as_millis()).unwrap_or(i64::MAX) {
+            tracing::warn!(%topic, late_ms = late, "a schedule's slot passed while the host slept: skipped");
+            continue;
+        }
+        if !claim(&supervisor, &topic, slot).await {
+            continue;
         }
         let payload = json!({"schedule": schedule.describe(), "slot": schedule.show_slot(slot)});
         if let Err(error) = supervisor.publish(Event::new(topic.clone(), payload)) {
             tracing::warn!(%topic, %error, "a schedule's fire was refused");
         }
     }
+}
+
+/// Whether this host claims `slot`: tried again a second later while the
+/// store fails, [`CLAIM_TRIES`] times in all.
+async fn claim(supervisor: &Supervisor, topic: &str, slot: i64) -> bool {
+    for tried in 1..=CLAIM_TRIES {
+        match supervisor.store().claim_slot(topic, slot).await {
+            Ok(claimed) => return claimed,
+            Err(error) if tried == CLAIM_TRIES || !error.is_unavailable() => {
+                tracing::warn!(%topic, %error, "a schedule's slot could not be claimed: not fired");
+                return false;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    false
 }
 
 fn now_ms() -> i64 {

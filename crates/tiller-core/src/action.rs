@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::ContextState;
 use crate::message::AgentMessage;
-use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
+use crate::tool::{AgentTool, ToolContext, ToolError, ToolExecution, ToolOutput};
 use crate::validate;
 
 /// The most widgets one conversation shows.
@@ -271,6 +271,12 @@ pub fn widgets_of<M: std::borrow::Borrow<AgentMessage>>(first: u64, messages: &[
 impl AgentTool for WidgetTool {
     fn name(&self) -> &str {
         self.name
+    }
+
+    /// One at a time: each call reads the widgets the calls before it showed,
+    /// those of its own turn included.
+    fn execution(&self) -> ToolExecution {
+        ToolExecution::Sequential
     }
 
     fn description(&self) -> &str {

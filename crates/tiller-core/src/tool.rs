@@ -411,9 +411,12 @@ impl ToolContext {
 
     /// Sets the agent's state of type `T`: stored with this call's result (in the
     /// same write), and what the agent's context holds from then on — the next
-    /// run's system prompt function and tools see it, across restarts.
+    /// run's system prompt function and tools see it, across restarts; the
+    /// run's later calls see it at once (those of this turn too, when its tools
+    /// run one at a time).
     pub fn set_state<T: ContextState>(&self, value: &T) {
         if let Ok(value) = serde_json::to_value(value) {
+            lock(&self.run_state).insert(T::NAME.to_owned(), value.clone());
             lock(&self.state).insert(T::NAME.to_owned(), value);
         }
     }

@@ -9,6 +9,7 @@
 //! server's registry and the built-ins. It carries no command, no `base_url`, no
 //! `api_key_env`, no tool `env` and no MCP server: each of those would make the
 //! server run a program, reach a host, or send a secret where the client points.
+//! Nor does it turn on `memory`, which keeps users' data in the server's store.
 //! The operator can allow them with [`crate::ServerConfig::trust_inline_definitions`]
 //! (`tiller serve --trust-inline-definitions`).
 //!
@@ -86,13 +87,16 @@ fn check_file(inline: &Value) -> Result<(), Problem> {
     let Some(extra) = extra.as_object() else {
         return Err(not_an_object(".json_schema_extra"));
     };
-    for key in ["api_key_env", "mcp_servers"] {
+    for key in ["api_key_env", "mcp_servers", "memory"] {
         if extra.contains_key(key) {
             return Err(operator_only(
                 format!("json_schema_extra.{key}"),
                 match key {
                     "api_key_env" => {
                         "a client cannot choose which of the server's variables is sent as a key"
+                    }
+                    "memory" => {
+                        "a client cannot turn on memory: what is kept of users is the operator's to allow"
                     }
                     _ => "a client cannot start MCP servers on the server",
                 },
@@ -145,6 +149,8 @@ fn check_read(file: &AgentFile) -> Result<(), Problem> {
         "json_schema_extra.mcp_servers"
     } else if file.patch.base_url.is_some() {
         "json_schema_extra.model.base_url"
+    } else if file.memory.is_some() {
+        "json_schema_extra.memory"
     } else if file
         .tools
         .iter()

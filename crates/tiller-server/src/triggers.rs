@@ -14,6 +14,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tiller::{
     AgentContext, AgentMessage, Supervisor,
+    agents::schedule::SCHEDULE_TOPICS,
     agents::{Arrival, Schedules, Spawned, Spawner, Triggers, WindowLimits, WindowQuota},
     runtime::{Event, EventError},
 };
@@ -46,6 +47,12 @@ pub(crate) async fn publish(
         ));
     }
     let payload: Value = decode(body)?;
+    if topic.starts_with(SCHEDULE_TOPICS) {
+        return Err(Problem::invalid(
+            Some("topic".to_owned()),
+            format!("`{SCHEDULE_TOPICS}…` topics are the schedules' own: a client cannot fire one"),
+        ));
+    }
     // The agents it may start are admitted now (see `attach`'s quota).
     let scope = caller.scope();
     let event = Event {

@@ -1764,10 +1764,21 @@ async fn a_conversations_widgets_are_listed_and_outlive_a_restart() {
         .post("/agents", json!({"inline": inline, "id": "w"}))
         .await;
     assert_eq!(status, 201, "{created}");
-    faux.push(FauxTurn::tool_call(
-        "display_widget",
-        json!({"id": "build", "kind": "progress", "data": {"done": 1}}),
-    ));
+    // Two shown in one turn, and one of them changed in the same turn.
+    faux.push(
+        FauxTurn::tool_call(
+            "display_widget",
+            json!({"id": "build", "kind": "progress", "data": {"done": 1}}),
+        )
+        .with_tool_call(
+            "display_widget",
+            json!({"id": "tests", "kind": "table", "data": {"rows": []}}),
+        )
+        .with_tool_call(
+            "update_widget",
+            json!({"id": "tests", "data": {"rows": [1]}}),
+        ),
+    );
     faux.push(
         FauxTurn::tool_call("update_widget", json!({"id": "build", "data": {"done": 2}}))
             .with_tool_call("update_widget", json!({"id": "ghost", "data": {}})),
@@ -1791,6 +1802,8 @@ async fn a_conversations_widgets_are_listed_and_outlive_a_restart() {
         results,
         [
             (&json!("Widget `build` shown."), &json!(false)),
+            (&json!("Widget `tests` shown."), &json!(false)),
+            (&json!("Widget `tests` updated."), &json!(false)),
             (&json!("Widget `build` updated."), &json!(false)),
             (
                 &json!(
@@ -1800,9 +1813,14 @@ async fn a_conversations_widgets_are_listed_and_outlive_a_restart() {
             ),
         ]
     );
-    let build = |done: u64, updated_at: u64| json!([{"id": "build", "kind": "progress", "data": {"done": done}, "shown_at": 2, "updated_at": updated_at}]);
+    let build = |done: u64, updated_at: u64| {
+        json!([
+            {"id": "build", "kind": "progress", "data": {"done": done}, "shown_at": 2, "updated_at": updated_at},
+            {"id": "tests", "kind": "table", "data": {"rows": [1]}, "shown_at": 3, "updated_at": 4}
+        ])
+    };
     let (status, widgets) = server.get("/sessions/w/widgets").await;
-    assert_eq!((status, widgets), (200, build(2, 4)));
+    assert_eq!((status, widgets), (200, build(2, 6)));
     server.stop().await;
 
     // Another process: the session resumed, its widget still known.
@@ -1821,7 +1839,7 @@ async fn a_conversations_widgets_are_listed_and_outlive_a_restart() {
         .await;
     assert_eq!(status, 200);
     let (status, widgets) = server.get("/sessions/w/widgets").await;
-    assert_eq!((status, widgets), (200, build(3, 9)));
+    assert_eq!((status, widgets), (200, build(3, 11)));
     let (status, problem) = server.get("/sessions/nope/widgets").await;
     assert_eq!(
         (status, &problem["type"]),
@@ -1842,6 +1860,22 @@ async fn a_users_memory_is_read_and_deleted_by_them_alone() {
         ("token-acme", "acme", None),
         ("token-globex", "globex", None),
     ]);
+    let untrusted = on_store(&faux, &MemoryStore::new(), config.clone()).await;
+    let inline = json!({"inline": {"type": "object", "description": "You help.",
+        "json_schema_extra": {"kind": "agent", "name": "keeper", "memory": {}}}});
+    let (status, problem) = untrusted
+        .send_as(Method::POST, "/agents", Some("token-alice"), Some(inline))
+        .await;
+    assert_eq!(
+        (status, &problem["field"]),
+        (403, &json!("inline.json_schema_extra.memory")),
+        "a client's own file cannot turn memory on"
+    );
+    untrusted.stop().await;
+    let config = ServerConfig {
+        trust_inline_definitions: true,
+        ..config
+    };
     let server = on_store(&faux, &MemoryStore::new(), config).await;
     let call = |method: Method, path: &str, token: &'static str, body: Option<Value>| {
         let path = path.to_owned();

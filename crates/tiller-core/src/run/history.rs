@@ -65,6 +65,12 @@ impl History {
         self.overhead
     }
 
+    /// Counts `more` tokens of instructions beside the messages (what the
+    /// `instructions` hook added to the system prompt).
+    pub(super) fn add_overhead(&mut self, more: u64) {
+        self.overhead += more;
+    }
+
     /// The place of the first message in the stored transcript.
     pub(super) fn first_seq(&self) -> u64 {
         self.first_seq

@@ -234,6 +234,8 @@ impl Run {
             Err(Interrupted::Aborted) => return Err(self.aborted()),
         };
         if let Some(text) = written.filter(|text| !text.is_empty()) {
+            self.history
+                .add_overhead(crate::compaction::overhead_tokens(Some(&text), &[]));
             self.system_prompt = Some(match self.system_prompt.take() {
                 Some(prompt) if !prompt.is_empty() => format!("{prompt}\n\n{text}"),
                 _ => text,

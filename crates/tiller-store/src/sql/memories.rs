@@ -1,7 +1,9 @@
 //! Users' memory in SQL: `tiller_memories` holds the facts, searched through
 //! SQLite's FTS5 table `tiller_memories_fts` (kept by triggers, Porter
 //! stemming) or PostgreSQL's full-text search (an `english` GIN index);
-//! `tiller_working_memory` holds each user's document.
+//! `tiller_working_memory` holds each user's document, and
+//! `tiller_memory_counts` how many facts each user holds (the bound, checked
+//! without counting).
 //!
 //! A query reaches the search syntax only as [`search_terms`]: words of letters
 //! and digits, quoted for FTS5, joined with `OR` (`|`), so any word found
@@ -63,25 +65,32 @@ impl SqlStore {
         text: &str,
     ) -> Result<Memory, StoreError> {
         check_memory(text)?;
-        let mut tx = self.pool.begin().await.map_err(database)?;
-        let held: i64 =
-            sqlx::query("SELECT count(*) FROM tiller_memories WHERE tenant = $1 AND user_id = $2")
-                .bind(&owner.tenant)
-                .bind(&owner.user)
-                .fetch_one(&mut *tx)
-                .await
-                .and_then(|row| row.try_get(0))
-                .map_err(database)?;
-        if u64::try_from(held).unwrap_or(0) >= MAX_MEMORIES {
-            return Err(StoreError::TooManyMemories {
-                limit: MAX_MEMORIES,
-            });
-        }
         let memory = Memory {
             id: tiller_ai::new_id(),
             text: text.to_owned(),
             created_at: now(),
         };
+        let mut tx = self.pool.begin().await.map_err(database)?;
+        // The count first, a write from the start: it takes the owner's row
+        // (SQLite's write lock; PostgreSQL's row lock), so no two inserts pass
+        // the bound, and SQLite never has to upgrade a read to a write.
+        let counted = sqlx::query(
+            "INSERT INTO tiller_memory_counts (tenant, user_id, facts) VALUES ($1, $2, 1) \
+             ON CONFLICT (tenant, user_id) DO UPDATE SET facts = tiller_memory_counts.facts + 1 \
+             WHERE tiller_memory_counts.facts < $3",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(i64::try_from(MAX_MEMORIES).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(database)?
+        .rows_affected();
+        if counted == 0 {
+            return Err(StoreError::TooManyMemories {
+                limit: MAX_MEMORIES,
+            });
+        }
         sqlx::query(
             "INSERT INTO tiller_memories (id, tenant, user_id, text, created_at) \
              VALUES ($1, $2, $3, $4, $5)",
@@ -112,7 +121,7 @@ impl SqlStore {
         let (sql, search) = match self.backend {
             Backend::Sqlite => (
                 "SELECT m.id, m.text, m.created_at FROM tiller_memories_fts AS f \
-                 JOIN tiller_memories AS m ON m.rowid = f.rowid \
+                 JOIN tiller_memories AS m ON m.seq = f.rowid \
                  WHERE tiller_memories_fts MATCH $3 AND m.tenant = $1 AND m.user_id = $2 \
                  ORDER BY bm25(tiller_memories_fts), m.created_at DESC LIMIT $4",
                 terms
@@ -168,28 +177,49 @@ impl SqlStore {
     ) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await.map_err(database)?;
         let deleted = match id {
-            Some(id) => sqlx::query(
-                "DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2 AND id = $3",
-            )
-            .bind(&owner.tenant)
-            .bind(&owner.user)
-            .bind(id),
+            Some(id) => {
+                let deleted = sqlx::query(
+                    "DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2 AND id = $3",
+                )
+                .bind(&owner.tenant)
+                .bind(&owner.user)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?
+                .rows_affected();
+                sqlx::query(
+                    "UPDATE tiller_memory_counts SET facts = facts - $3 \
+                     WHERE tenant = $1 AND user_id = $2",
+                )
+                .bind(&owner.tenant)
+                .bind(&owner.user)
+                .bind(i64::try_from(deleted).unwrap_or(0))
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?;
+                deleted
+            }
             None => {
-                sqlx::query("DELETE FROM tiller_working_memory WHERE tenant = $1 AND user_id = $2")
+                for table in ["tiller_working_memory", "tiller_memory_counts"] {
+                    sqlx::query(AssertSqlSafe(format!(
+                        "DELETE FROM {table} WHERE tenant = $1 AND user_id = $2"
+                    )))
                     .bind(&owner.tenant)
                     .bind(&owner.user)
                     .execute(&mut *tx)
                     .await
                     .map_err(database)?;
+                }
                 sqlx::query("DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2")
                     .bind(&owner.tenant)
                     .bind(&owner.user)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(database)?
+                    .rows_affected()
             }
-        }
-        .execute(&mut *tx)
-        .await
-        .map_err(database)?
-        .rows_affected();
+        };
         tx.commit().await.map_err(database)?;
         Ok(deleted)
     }

@@ -117,7 +117,17 @@ const MIGRATIONS: &[&[&str]] = &[
     // Users' memory (see `memories`): facts searched by words, and one
     // working-memory document each.
     &[
-        "CREATE TABLE tiller_memories (
+        // SQLite: an integer key of its own, which FTS5 rows point at (a
+        // `VACUUM` keeps it, where it may renumber a hidden rowid).
+        "{sqlite}CREATE TABLE tiller_memories (
+            seq INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+        "{postgres}CREATE TABLE tiller_memories (
             id TEXT PRIMARY KEY,
             tenant TEXT NOT NULL,
             user_id TEXT NOT NULL,
@@ -125,6 +135,14 @@ const MIGRATIONS: &[&[&str]] = &[
             created_at BIGINT NOT NULL
         )",
         "CREATE INDEX tiller_memories_owner ON tiller_memories (tenant, user_id, created_at)",
+        // How many facts each user holds, kept beside them: the bound is
+        // checked without counting.
+        "CREATE TABLE tiller_memory_counts (
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            facts BIGINT NOT NULL,
+            PRIMARY KEY (tenant, user_id)
+        ){clustered}",
         "CREATE TABLE tiller_working_memory (
             tenant TEXT NOT NULL,
             user_id TEXT NOT NULL,
@@ -133,14 +151,15 @@ const MIGRATIONS: &[&[&str]] = &[
             PRIMARY KEY (tenant, user_id)
         ){clustered}",
         "{sqlite}CREATE VIRTUAL TABLE tiller_memories_fts USING fts5(
-            text, content = 'tiller_memories', tokenize = 'porter unicode61'
+            text, content = 'tiller_memories', content_rowid = 'seq',
+            tokenize = 'porter unicode61'
         )",
         "{sqlite}CREATE TRIGGER tiller_memories_indexed AFTER INSERT ON tiller_memories BEGIN
-            INSERT INTO tiller_memories_fts (rowid, text) VALUES (new.rowid, new.text);
+            INSERT INTO tiller_memories_fts (rowid, text) VALUES (new.seq, new.text);
         END",
         "{sqlite}CREATE TRIGGER tiller_memories_unindexed AFTER DELETE ON tiller_memories BEGIN
             INSERT INTO tiller_memories_fts (tiller_memories_fts, rowid, text)
-            VALUES ('delete', old.rowid, old.text);
+            VALUES ('delete', old.seq, old.text);
         END",
         "{postgres}CREATE INDEX tiller_memories_words ON tiller_memories
             USING GIN (to_tsvector('english', text))",
@@ -172,6 +191,8 @@ const CHECKPOINT_AFTER: usize = 8 << 20;
 const WAL_LIMIT: u64 = 64 << 20;
 
 /// Each SQLite connection's settings:
+/// - A busy timeout of 10 s, first: the settings after it wait for a writer
+///   rather than fail at once (a connection opened while another writes).
 /// - 16 KiB pages (for a new file; an existing one keeps its own): a session's
 ///   messages share a page or two, and a B-tree has fewer pages to balance and to
 ///   write to the WAL. Spawning 300,000 agents went about 10% faster than with 4 KiB.
@@ -180,8 +201,8 @@ const WAL_LIMIT: u64 = 64 << 20;
 /// - 16 MiB of page cache.
 /// - No automatic checkpoints ([`Checkpoints`] runs them), and a WAL file cut
 ///   back to [`WAL_LIMIT`] when it starts over.
-const SQLITE_SETTINGS: &str = "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; \
-     PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; \
+const SQLITE_SETTINGS: &str = "PRAGMA busy_timeout = 10000; PRAGMA page_size = 16384; \
+     PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA cache_size = -16384; \
      PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864";
 const _: () = assert!(WAL_LIMIT == 67108864, "SQLITE_SETTINGS' journal_size_limit");
 
