@@ -64,12 +64,10 @@ impl Default for MemoryConfig {
 }
 
 /// Whose memory an agent of `context` reads: its user within its tenant; none
-/// when it works for no user.
+/// when it works for no user (or one whose id is empty).
 pub fn owner_of(context: &AgentContext) -> Option<MemoryOwner> {
-    Some(MemoryOwner::new(
-        context.tenant_id_or_default(),
-        context.user_id()?,
-    ))
+    let user = context.user_id().filter(|user| !user.is_empty())?;
+    Some(MemoryOwner::new(context.tenant_id_or_default(), user))
 }
 
 impl MemoryConfig {

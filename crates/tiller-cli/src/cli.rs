@@ -436,7 +436,7 @@ pub struct AgentOptions {
     pub compress_chars: Option<u32>,
     /// Keep the conversation in the session NAME: a later `--session NAME` continues
     /// it (its transcript and queued messages), with this invocation's agent and
-    /// model. Without it, nothing is kept.
+    /// model. Without it (and without --user), nothing is kept.
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
     /// The user the agent works for (its context's user id): an agent file's

@@ -160,8 +160,8 @@ impl WidgetTool {
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string", "minLength": 1, "description": "A name for the widget, unique in this conversation."},
-                    "kind": {"type": "string", "minLength": 1, "description": "What the widget is (progress, table, chart, …)."},
+                    "id": {"type": "string", "minLength": 1, "maxLength": 128, "description": "A name for the widget, unique in this conversation."},
+                    "kind": {"type": "string", "minLength": 1, "maxLength": 128, "description": "What the widget is (progress, table, chart, …)."},
                     "data": {"type": "object", "description": "What it shows."}
                 },
                 "required": ["id", "kind", "data"]
@@ -177,7 +177,7 @@ impl WidgetTool {
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string", "minLength": 1, "description": "The widget's name, as display_widget gave it."},
+                    "id": {"type": "string", "minLength": 1, "maxLength": 128, "description": "The widget's name, as display_widget gave it."},
                     "data": {"type": "object", "description": "What it shows now."}
                 },
                 "required": ["id", "data"]

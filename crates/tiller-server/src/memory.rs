@@ -59,9 +59,17 @@ fn owner(caller: &Caller, user_id: Option<String>) -> Result<MemoryOwner, Proble
                 "a user reads and deletes their own memory only",
             ));
         }
-        (Some(own), _) => own.to_owned(),
-        (None, Some(asked)) => asked,
-        (None, None) => {
+        (Some(own), _) if !own.is_empty() => own.to_owned(),
+        (_, Some(asked)) if !asked.is_empty() && asked.len() <= tiller::runtime::MAX_ID_BYTES => {
+            asked
+        }
+        (_, Some(_)) => {
+            return Err(Problem::invalid(
+                Some("user_id".to_owned()),
+                format!("a user id is 1 to {} bytes", tiller::runtime::MAX_ID_BYTES),
+            ));
+        }
+        (_, None) => {
             return Err(Problem::invalid(
                 Some("user_id".to_owned()),
                 "memory is kept per user: name one with `user_id` (the caller's token names none)",

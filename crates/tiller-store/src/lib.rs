@@ -56,7 +56,7 @@ pub use types::{
     SessionInfo, SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession,
 };
 pub use user_memory::{
-    MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_MEMORY_PAGE, MAX_QUERY_TERMS, MAX_RECALLED,
+    MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_MEMORY_PAGE, MAX_QUERY_TERMS, MAX_RECALLED, MAX_TERM_CHARS,
     MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner, check_memory, check_working_memory,
     search_terms,
 };

@@ -27,6 +27,11 @@ pub const MAX_MEMORY_PAGE: u32 = 1_000;
 /// The most words of a recall's query that are searched for.
 pub const MAX_QUERY_TERMS: usize = 32;
 
+/// The longest word of a recall's query that is searched for, in characters
+/// (longer ones are left out: no fact's word is that long, and PostgreSQL
+/// refuses a word past 2 KiB).
+pub const MAX_TERM_CHARS: usize = 64;
+
 /// Whose memory: a user of a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MemoryOwner {
@@ -82,12 +87,13 @@ fn within(text: &str, limit: usize) -> Result<(), StoreError> {
 }
 
 /// The words a recall searches for: the query's runs of letters and digits,
-/// lowercased, each once, at most [`MAX_QUERY_TERMS`] of them. Nothing else
-/// of the query reaches a database's search syntax.
+/// lowercased, each once, at most [`MAX_QUERY_TERMS`] of them, none longer
+/// than [`MAX_TERM_CHARS`]. Nothing else of the query reaches a database's
+/// search syntax.
 pub fn search_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     for word in query.split(|c: char| !c.is_alphanumeric()) {
-        if word.is_empty() {
+        if word.is_empty() || word.chars().nth(MAX_TERM_CHARS).is_some() {
             continue;
         }
         let word = word.to_lowercase();
@@ -222,6 +228,8 @@ mod tests {
             ["what", "s", "the", "user", "name", "or", "x"]
         );
         assert!(search_terms("  ?!* ").is_empty());
+        let long = "x".repeat(MAX_TERM_CHARS + 1);
+        assert_eq!(search_terms(&format!("{long} name")), ["name"]);
         let long = "w ".repeat(10) + &(0..100).map(|i| format!("t{i} ")).collect::<String>();
         assert_eq!(search_terms(&long).len(), MAX_QUERY_TERMS);
     }

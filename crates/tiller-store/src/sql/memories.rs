@@ -10,7 +10,7 @@
 //! counts and the best ranked come first.
 
 use sqlx::any::AnyRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{AssertSqlSafe, Connection, Row};
 
 use super::{Backend, SqlStore, database};
 use crate::types::now;
@@ -55,7 +55,10 @@ impl SqlStore {
             .bind(text)
             .bind(now())
         };
-        query.execute(&self.pool).await.map_err(database)?;
+        self.write_aside(text.len(), async |connection| {
+            query.execute(&mut *connection).await.map_err(database)
+        })
+        .await?;
         Ok(())
     }
 
@@ -70,7 +73,21 @@ impl SqlStore {
             text: text.to_owned(),
             created_at: now(),
         };
-        let mut tx = self.pool.begin().await.map_err(database)?;
+        self.write_aside(text.len() * 4, async |connection| {
+            self.insert_on(connection, owner, &memory).await
+        })
+        .await?;
+        Ok(memory)
+    }
+
+    /// Inserts `memory` for `owner` on `connection`, within the bound.
+    async fn insert_on(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        owner: &MemoryOwner,
+        memory: &Memory,
+    ) -> Result<(), StoreError> {
+        let mut tx = connection.begin().await.map_err(database)?;
         // The count first, a write from the start: it takes the owner's row
         // (SQLite's write lock; PostgreSQL's row lock), so no two inserts pass
         // the bound, and SQLite never has to upgrade a read to a write.
@@ -103,8 +120,7 @@ impl SqlStore {
         .execute(&mut *tx)
         .await
         .map_err(database)?;
-        tx.commit().await.map_err(database)?;
-        Ok(memory)
+        tx.commit().await.map_err(database)
     }
 
     pub(super) async fn search_memories(
@@ -175,7 +191,21 @@ impl SqlStore {
         owner: &MemoryOwner,
         id: Option<&str>,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(database)?;
+        self.write_aside(0, async |connection| {
+            self.delete_on(connection, owner, id).await
+        })
+        .await
+    }
+
+    /// Deletes `owner`'s fact `id` (every one, and the working memory, when
+    /// `None`) on `connection`; how many facts went.
+    async fn delete_on(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        owner: &MemoryOwner,
+        id: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = connection.begin().await.map_err(database)?;
         let deleted = match id {
             Some(id) => {
                 let deleted = sqlx::query(

@@ -535,6 +535,30 @@ impl SqlStore {
             .await
     }
 
+    /// Runs `work`, a write beside the sessions' (users' memory, a schedule's
+    /// claim), as the writer runs a batch: on SQLite on its connection when it
+    /// is free, the WAL caught up first and `bytes` counted towards the next
+    /// checkpoint, so that these writes too keep the WAL bounded.
+    pub(super) async fn write_aside<T>(
+        &self,
+        bytes: usize,
+        work: impl AsyncFnOnce(&mut sqlx::AnyConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let done = self
+            .writing
+            .with(&self.pool, async |connection| {
+                if self.backend == Backend::Sqlite {
+                    self.checkpoints.catch_up(connection).await;
+                }
+                work(connection).await
+            })
+            .await?;
+        if self.backend == Backend::Sqlite {
+            self.checkpoints.wrote(bytes, &self.pool);
+        }
+        Ok(done)
+    }
+
     /// Writes `batch` in one transaction on `connection`.
     async fn write(
         &self,
@@ -1876,18 +1900,22 @@ impl SessionStore for SqlStore {
         Box::pin(async move {
             // One statement: the row is made, or moved on to a later slot, by
             // one claim alone.
-            let claimed = sqlx::query(
-                "INSERT INTO tiller_schedule_slots (schedule, slot, claimed_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (schedule) DO UPDATE SET slot = excluded.slot, claimed_at = excluded.claimed_at \
-                 WHERE tiller_schedule_slots.slot < excluded.slot",
-            )
-            .bind(schedule)
-            .bind(slot)
-            .bind(now())
-            .execute(&self.pool)
-            .await
-            .map_err(database)?
-            .rows_affected();
+            let claimed = self
+                .write_aside(schedule.len(), async |connection| {
+                    sqlx::query(
+                        "INSERT INTO tiller_schedule_slots (schedule, slot, claimed_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (schedule) DO UPDATE SET slot = excluded.slot, claimed_at = excluded.claimed_at \
+                         WHERE tiller_schedule_slots.slot < excluded.slot",
+                    )
+                    .bind(schedule)
+                    .bind(slot)
+                    .bind(now())
+                    .execute(&mut *connection)
+                    .await
+                    .map_err(database)
+                })
+                .await?
+                .rows_affected();
             Ok(claimed == 1)
         })
     }
