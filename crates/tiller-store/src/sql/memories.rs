@@ -136,8 +136,11 @@ impl SqlStore {
         let limit = i64::from(limit.min(MAX_RECALLED));
         let (sql, search) = match self.backend {
             Backend::Sqlite => (
+                // CROSS JOIN: SQLite reads the index's matches first, then
+                // each one's row (not every row of the owner, each asked
+                // whether it matches).
                 "SELECT m.id, m.text, m.created_at FROM tiller_memories_fts AS f \
-                 JOIN tiller_memories AS m ON m.seq = f.rowid \
+                 CROSS JOIN tiller_memories AS m ON m.seq = f.rowid \
                  WHERE tiller_memories_fts MATCH $3 AND m.tenant = $1 AND m.user_id = $2 \
                  ORDER BY bm25(tiller_memories_fts), m.created_at DESC LIMIT $4",
                 terms

@@ -134,7 +134,7 @@ const MIGRATIONS: &[&[&str]] = &[
             text TEXT NOT NULL,
             created_at BIGINT NOT NULL
         )",
-        "CREATE INDEX tiller_memories_owner ON tiller_memories (tenant, user_id, created_at)",
+        "CREATE INDEX tiller_memories_owner ON tiller_memories (tenant, user_id, created_at, id)",
         // How many facts each user holds, kept beside them: the bound is
         // checked without counting.
         "CREATE TABLE tiller_memory_counts (
