@@ -117,8 +117,9 @@ pub(crate) struct Memories {
 #[derive(Default)]
 struct OwnMemories {
     working: Option<String>,
-    /// Oldest first.
-    facts: Vec<Memory>,
+    /// Oldest first, each with its words ([`search_terms`] of its text, made
+    /// once, when it is remembered).
+    facts: Vec<(Memory, Vec<String>)>,
 }
 
 impl Memories {
@@ -154,7 +155,7 @@ impl Memories {
             text: text.to_owned(),
             created_at: crate::types::now(),
         };
-        own.facts.push(memory.clone());
+        own.facts.push((memory.clone(), search_terms(text)));
         Ok(memory)
     }
 
@@ -171,8 +172,7 @@ impl Memories {
         let mut scored: Vec<(usize, &Memory)> = own
             .facts
             .iter()
-            .filter_map(|fact| {
-                let words = search_terms(&fact.text);
+            .filter_map(|(fact, words)| {
                 let score = terms
                     .iter()
                     .filter(|term| words.iter().any(|word| same(term, word)))
@@ -194,7 +194,7 @@ impl Memories {
                 .iter()
                 .skip(usize::try_from(offset).unwrap_or(usize::MAX))
                 .take(limit.min(MAX_MEMORY_PAGE) as usize)
-                .cloned()
+                .map(|(fact, _)| fact.clone())
                 .collect()
         })
     }
@@ -210,7 +210,7 @@ impl Memories {
                     return 0;
                 };
                 let before = own.facts.len();
-                own.facts.retain(|fact| fact.id != id);
+                own.facts.retain(|(fact, _)| fact.id != id);
                 (before - own.facts.len()) as u64
             }
         }

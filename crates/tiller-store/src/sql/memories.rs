@@ -1,6 +1,7 @@
 //! Users' memory in SQL: `tiller_memories` holds the facts, searched through
 //! SQLite's FTS5 table `tiller_memories_fts` (kept by triggers, Porter
-//! stemming) or PostgreSQL's full-text search (an `english` GIN index);
+//! stemming) or PostgreSQL's full-text search (each fact's `english` words
+//! stored beside it, under a GIN index);
 //! `tiller_working_memory` holds each user's document, and
 //! `tiller_memory_counts` how many facts each user holds (the bound, checked
 //! without counting).
@@ -152,8 +153,8 @@ impl SqlStore {
             Backend::Postgres => (
                 "SELECT id, text, created_at FROM tiller_memories \
                  WHERE tenant = $1 AND user_id = $2 \
-                 AND to_tsvector('english', text) @@ to_tsquery('english', $3) \
-                 ORDER BY ts_rank(to_tsvector('english', text), to_tsquery('english', $3)) DESC, \
+                 AND words @@ to_tsquery('english', $3) \
+                 ORDER BY ts_rank(words, to_tsquery('english', $3)) DESC, \
                  created_at DESC LIMIT $4",
                 terms.join(" | "),
             ),

@@ -127,12 +127,15 @@ const MIGRATIONS: &[&[&str]] = &[
             text TEXT NOT NULL,
             created_at BIGINT NOT NULL
         )",
+        // PostgreSQL: the words of each fact kept beside it, so that a search
+        // narrowed by owner first reads them rather than making them anew.
         "{postgres}CREATE TABLE tiller_memories (
             id TEXT PRIMARY KEY,
             tenant TEXT NOT NULL,
             user_id TEXT NOT NULL,
             text TEXT NOT NULL,
-            created_at BIGINT NOT NULL
+            created_at BIGINT NOT NULL,
+            words tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
         )",
         "CREATE INDEX tiller_memories_owner ON tiller_memories (tenant, user_id, created_at, id)",
         // How many facts each user holds, kept beside them: the bound is
@@ -161,8 +164,7 @@ const MIGRATIONS: &[&[&str]] = &[
             INSERT INTO tiller_memories_fts (tiller_memories_fts, rowid, text)
             VALUES ('delete', old.seq, old.text);
         END",
-        "{postgres}CREATE INDEX tiller_memories_words ON tiller_memories
-            USING GIN (to_tsvector('english', text))",
+        "{postgres}CREATE INDEX tiller_memories_words ON tiller_memories USING GIN (words)",
     ],
     // Schedules: the latest slot each one fired, claimed by one host.
     &["CREATE TABLE tiller_schedule_slots (
