@@ -8,7 +8,7 @@
 //! it whole. A block that stops matching is released at once, in order,
 //! and streams on as usual.
 //!
-//! Under the child-content rule ([`Restatements::all`], see
+//! Under the child-content rule (`Restatements::all`, see
 //! [`RunOptions::quiet_after_child_content`](crate::RunOptions::quiet_after_child_content))
 //! every text block is kept so: its start and end go out, its deltas never.
 //!
