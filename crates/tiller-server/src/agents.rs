@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::ai::{FileContent, UserMessage};
+use tiller::ai::UserMessage;
 use tiller::{
     AgentHandle, AgentMessage, AgentSettings, AgentSpec, Envelope, Op, Prompt, runtime::AgentState,
 };
@@ -22,6 +22,7 @@ use tiller::{
 use crate::Shared;
 use crate::error::{Problem, decode};
 use crate::events::{Replay, UpdatesQuery, envelopes, event_stream};
+use crate::files::FilePart;
 use crate::reach::Origin;
 use crate::shutdown::until_closing;
 use crate::tenants::{Caller, Scope, caller};
@@ -39,24 +40,30 @@ pub(crate) struct CreateAgent {
 }
 
 /// `POST /agents/{id}/prompt`, `/steer`, `/follow_up`: a text from the user, and
-/// files sent with it (`{name, mime_type, data}`, the data base64, within the
-/// body limit).
+/// files sent with it ([`FilePart`]: `{name, mime_type, data}`, the data base64,
+/// within the body limit, or `{id}` of a file stored with `POST /files`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Text {
     text: String,
     #[serde(default)]
-    files: Vec<FileContent>,
+    files: Vec<FilePart>,
 }
 
 impl Text {
-    /// The user's message, its files checked (422 naming the first bad one).
-    fn message(self) -> Result<AgentMessage, Problem> {
-        let mut message = UserMessage::text(self.text);
-        for (index, file) in self.files.into_iter().enumerate() {
-            file.validate().map_err(|error| {
-                Problem::invalid(Some(format!("files[{index}]")), error.to_string())
-            })?;
+    /// The user's message in `body`, its files checked and stored ones read
+    /// for `caller` (422 naming the first bad one).
+    async fn read(
+        shared: &Shared,
+        caller: &Caller,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<AgentMessage, Problem> {
+        let text: Text = decode(body)?;
+        let mut message = UserMessage::text(text.text);
+        for (index, file) in text.files.into_iter().enumerate() {
+            let file = file
+                .resolve(shared, caller, &format!("files[{index}]"))
+                .await?;
             message = message.with_file(file);
         }
         Ok(AgentMessage::Llm(message.into()))
@@ -355,9 +362,10 @@ pub(crate) async fn prompt(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    start_route(&shared, &id, wait, &headers, || {
-        let text: Text = decode(body)?;
-        Ok(Prompt::from(text.message()?))
+    let caller = shared.caller(&headers)?;
+    let message = Text::read(&shared, &caller, body).await;
+    start_route(&shared, &caller, &id, wait, &headers, || {
+        Ok(Prompt::from(message?))
     })
     .await
 }
@@ -374,16 +382,16 @@ pub(crate) fn wait_of(wait: Result<Query<Wait>, QueryRejection>) -> Result<Wait,
 /// 202 once accepted, or the run's outcome with `?wait=true`.
 async fn start_route(
     shared: &Shared,
+    caller: &Caller,
     id: &str,
     wait: Result<Query<Wait>, QueryRejection>,
     headers: &HeaderMap,
     prompt: impl FnOnce() -> Result<Prompt, Problem>,
 ) -> Result<Response, Problem> {
-    let caller = shared.caller(headers)?;
-    shared.reach(&caller, id).await?;
+    shared.reach(caller, id).await?;
     let wait = wait_of(wait)?;
     let prompt = prompt()?;
-    start(shared, &caller, headers, id, wait, prompt).await
+    start(shared, caller, headers, id, wait, prompt).await
 }
 
 /// Starts a run from `prompt`: 202 once accepted (and durable), or its outcome
@@ -415,7 +423,8 @@ pub(crate) async fn reply(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    start_route(&shared, &id, wait, &headers, || {
+    let caller = shared.caller(&headers)?;
+    start_route(&shared, &caller, &id, wait, &headers, || {
         Ok(Prompt::Reply(decode(body)?))
     })
     .await
@@ -438,7 +447,8 @@ pub(crate) async fn compact(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    start_route(&shared, &id, wait, &headers, || {
+    let caller = shared.caller(&headers)?;
+    start_route(&shared, &caller, &id, wait, &headers, || {
         let Compact { instructions } = match &body {
             Ok(bytes) if bytes.is_empty() => Compact::default(),
             _ => decode(body)?,
@@ -483,12 +493,12 @@ pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
 /// done.
 async fn op_route(
     shared: Arc<Shared>,
+    caller: &Caller,
     id: &str,
     headers: &HeaderMap,
     op: impl FnOnce() -> Result<Op, Problem>,
 ) -> Result<StatusCode, Problem> {
-    let caller = shared.caller(headers)?;
-    shared.submit(&caller, headers, id, op).await?;
+    shared.submit(caller, headers, id, op).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -498,11 +508,10 @@ pub(crate) async fn steer(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    op_route(shared, &id, &headers, || {
-        let text: Text = decode(body)?;
-        Ok(Op::Steer {
-            message: text.message()?,
-        })
+    let caller = shared.caller(&headers)?;
+    let message = Text::read(&shared, &caller, body).await;
+    op_route(shared.clone(), &caller, &id, &headers, || {
+        Ok(Op::Steer { message: message? })
     })
     .await
 }
@@ -513,11 +522,10 @@ pub(crate) async fn follow_up(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
-    op_route(shared, &id, &headers, || {
-        let text: Text = decode(body)?;
-        Ok(Op::FollowUp {
-            message: text.message()?,
-        })
+    let caller = shared.caller(&headers)?;
+    let message = Text::read(&shared, &caller, body).await;
+    op_route(shared.clone(), &caller, &id, &headers, || {
+        Ok(Op::FollowUp { message: message? })
     })
     .await
 }
@@ -527,7 +535,8 @@ pub(crate) async fn abort(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    op_route(shared, &id, &headers, || Ok(Op::Abort)).await
+    let caller = shared.caller(&headers)?;
+    op_route(shared, &caller, &id, &headers, || Ok(Op::Abort)).await
 }
 
 pub(crate) async fn reset(
@@ -535,7 +544,8 @@ pub(crate) async fn reset(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
-    op_route(shared, &id, &headers, || Ok(Op::Reset)).await
+    let caller = shared.caller(&headers)?;
+    op_route(shared, &caller, &id, &headers, || Ok(Op::Reset)).await
 }
 
 pub(crate) async fn delete(

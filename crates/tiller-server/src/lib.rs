@@ -66,6 +66,7 @@ mod clustered;
 mod connections;
 mod error;
 mod events;
+mod files;
 mod inline;
 mod joining;
 mod jwt;
@@ -395,6 +396,8 @@ impl Server {
             .route("/agents/{id}/events", get(agents::events))
             .route("/agents/{id}/ws", get(socket::socket))
             .route("/events", get(agents::all_events))
+            .route("/files", post(files::create))
+            .route("/files/{id}", delete(files::delete))
             .route("/memory", get(memory::get).delete(memory::delete_all))
             .route("/memory/{id}", delete(memory::delete_one))
             .route("/sessions", get(sessions::list))

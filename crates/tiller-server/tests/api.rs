@@ -126,6 +126,126 @@ async fn a_prompt_carries_files_and_a_bad_one_is_refused_by_its_place() {
     server.stop().await;
 }
 
+/// A file stored with `POST /files` is named by its id in prompts of its
+/// tenant, reaches the model whole, and is stored once; another tenant cannot
+/// name it, and a deleted one is gone.
+#[tokio::test]
+async fn a_stored_file_is_named_by_id_in_its_tenants_prompts_only() {
+    use reqwest::Method;
+    let faux = FauxProvider::new();
+    faux.push(FauxTurn::text("A report."));
+    let config = closed_for(&[
+        ("token-acme", "acme", None),
+        ("token-globex", "globex", None),
+    ]);
+    let server = on_store(&faux, &MemoryStore::new(), config).await;
+    let call = |method: Method, path: &str, token: &'static str, body: Option<Value>| {
+        let path = path.to_owned();
+        let server = &server;
+        async move { server.send_as(method, &path, Some(token), body).await }
+    };
+    let upload = json!({"name": "report.pdf", "data": "JVBERi0xLjQ="});
+    let (status, stored) = call(Method::POST, "/files", "token-acme", Some(upload.clone())).await;
+    let id = tiller::store::file_id(b"%PDF-1.4");
+    assert_eq!(
+        (
+            status,
+            &stored["id"],
+            &stored["name"],
+            &stored["mime_type"],
+            &stored["size"]
+        ),
+        (
+            201,
+            &json!(id),
+            &json!("report.pdf"),
+            &json!("application/pdf"),
+            &json!(8)
+        )
+    );
+    let (status, again) = call(Method::POST, "/files", "token-acme", Some(upload)).await;
+    assert_eq!((status, again), (201, stored.clone()));
+    for (body, field, detail) in [
+        (
+            json!({"name": "x.pdf", "data": "not base64!"}),
+            "data",
+            "the data of x.pdf is not base64",
+        ),
+        (
+            json!({"name": "x.bin", "data": "AA=="}),
+            "data",
+            "no media type known for x.bin: Tiller knows .pdf, .txt, .md, .csv, .html, .json, .xml, .doc, .docx, .xls, .xlsx, .wav, .mp3, .flac, .ogg and .m4a",
+        ),
+        (
+            json!({"id": id}),
+            "id",
+            "a file's id is its content address: send `{name, mime_type, data}`",
+        ),
+    ] {
+        let (status, problem) = call(Method::POST, "/files", "token-acme", Some(body)).await;
+        assert_eq!(
+            (status, &problem["field"], &problem["detail"]),
+            (422, &json!(field), &json!(detail))
+        );
+    }
+
+    let mut agents = Vec::new();
+    for token in ["token-acme", "token-globex"] {
+        let (status, created) = call(
+            Method::POST,
+            "/agents",
+            token,
+            Some(json!({"definition": "helper"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+        agents.push(format!(
+            "/agents/{}/prompt",
+            created["id"].as_str().unwrap()
+        ));
+    }
+    let (acme, globex) = (&agents[0], &agents[1]);
+    let named = json!({"text": "Read this", "files": [{"id": id}]});
+    let (status, problem) = call(Method::POST, globex, "token-globex", Some(named.clone())).await;
+    let unknown = format!("no stored file `{id}` (see POST /files)");
+    assert_eq!(
+        (status, &problem["field"], &problem["detail"]),
+        (422, &json!("files[0]"), &json!(unknown)),
+        "another tenant cannot name it"
+    );
+    let both = json!({"text": "Read this", "files": [{"id": id, "name": "x.pdf"}]});
+    let (status, problem) = call(Method::POST, acme, "token-acme", Some(both)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("files[0]")));
+    let (status, outcome) = call(
+        Method::POST,
+        &format!("{acme}?wait=true"),
+        "token-acme",
+        Some(named.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(
+        outcome["messages"][0]["content"],
+        json!([{"type": "text", "text": "Read this"}, {"type": "file", "data": "JVBERi0xLjQ=", "mime_type": "application/pdf", "name": "report.pdf"}])
+    );
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 1, "the refused prompts reached no model");
+
+    let (status, _) = call(
+        Method::DELETE,
+        &format!("/files/{id}"),
+        "token-globex",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(Method::DELETE, &format!("/files/{id}"), "token-acme", None).await;
+    assert_eq!(status, 204);
+    let (status, problem) = call(Method::POST, acme, "token-acme", Some(named)).await;
+    assert_eq!((status, &problem["detail"]), (422, &json!(unknown)));
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn agents_are_listed_page_by_page_in_id_order() {
     let faux = FauxProvider::new();
@@ -1216,7 +1336,7 @@ async fn every_operation_the_openapi_document_lists_is_served() {
         .collect();
     // Stopping the agent and deleting its session go last.
     operations.sort_by_key(|(method, path)| (method == "DELETE", path.starts_with("/agents")));
-    assert_eq!(operations.len(), 38, "{operations:?}");
+    assert_eq!(operations.len(), 40, "{operations:?}");
     for (method, path) in operations {
         let response = server
             .http

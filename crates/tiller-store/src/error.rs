@@ -112,6 +112,10 @@ pub enum StoreError {
         /// The limit.
         limit: u64,
     },
+    /// A file to store on its own was not a valid one (see
+    /// [`FileContent::validate`](tiller_ai::FileContent::validate)).
+    #[error("cannot store the file: {0}")]
+    InvalidFile(String),
 }
 
 impl StoreError {

@@ -16,6 +16,8 @@
 //! acknowledges each once it is committed. Loading is a plain call
 //! ([`SessionStore::load`]). Messages are stored as the JSON of
 //! [`tiller_core::AgentMessage`]; the schema is versioned and migrated on open.
+//! A file a message carries is kept once per store by its content address
+//! (see [`StoredFile`]): the message's row names it.
 //!
 //! ```
 //! use tiller_store::{Change, MemoryStore, SessionRecord, SessionStore, SessionWrite, StoreWriter};
@@ -40,6 +42,7 @@
 //! ```
 
 mod error;
+mod files;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
@@ -48,6 +51,7 @@ mod user_memory;
 mod writer;
 
 pub use error::StoreError;
+pub use files::{FILE_ID_PREFIX, StoredFile, file_id, is_file_id};
 pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SqlStore;
@@ -65,6 +69,7 @@ pub use writer::{Ack, StoreHealth, StoreWriter};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use tiller_ai::FileContent;
 
 /// Keeps sessions. Implementations apply a batch of writes atomically and in
 /// order; [`StoreWriter`] is how the runtime reaches them.
@@ -131,7 +136,8 @@ pub trait SessionStore: Send + Sync + 'static {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Deletes every closed session last changed before `before` (milliseconds
-    /// since the Unix epoch), with its messages and queues; how many went.
+    /// since the Unix epoch), with its messages and queues, and the files that
+    /// no stored message or upload names any more; how many sessions went.
     fn prune(&self, before: i64) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// What `scope` spent, as [`Change::Spend`] counted it: zero for a scope
@@ -237,6 +243,47 @@ pub trait SessionStore: Send + Sync + 'static {
         let _ = (schedule, slot);
         Box::pin(futures::future::ready(Err(StoreError::Unsupported(
             "schedules' slots".to_owned(),
+        ))))
+    }
+
+    /// Keeps `file` for `tenant` on its own, durably before it returns, by its
+    /// content address ([`file_id`]): storing the same bytes again keeps them
+    /// once and gives the same id (the name and media type are the last given).
+    /// The file is then named by its id in a prompt ([`SessionStore::file`]).
+    fn put_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        file: &'a FileContent,
+    ) -> BoxFuture<'a, Result<StoredFile, StoreError>> {
+        let _ = (tenant, file);
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "files".to_owned(),
+        ))))
+    }
+
+    /// The file `id` that `tenant` stored with [`SessionStore::put_file`], whole;
+    /// `None` when `tenant` stored none of that id (another tenant's is none).
+    fn file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<FileContent>, StoreError>> {
+        let _ = (tenant, id);
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "files".to_owned(),
+        ))))
+    }
+
+    /// Forgets `tenant`'s stored file `id`; whether there was one. Transcripts
+    /// that carry the same bytes keep them.
+    fn delete_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = (tenant, id);
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "files".to_owned(),
         ))))
     }
 

@@ -4,14 +4,16 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::future::{BoxFuture, ready};
+use tiller_ai::FileContent;
 use tiller_core::{AgentMessage, Spent};
 
+use crate::files::{described, file_id};
 use crate::types::{
     Branch, Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::user_memory::Memories;
-use crate::{Memory, MemoryOwner, SessionStore, StoreError};
+use crate::{Memory, MemoryOwner, SessionStore, StoreError, StoredFile};
 
 /// Sessions kept in memory: what the library uses when no other store is given.
 /// They live as long as the store; clones share them.
@@ -26,7 +28,12 @@ pub struct MemoryStore {
     memories: Arc<Mutex<Memories>>,
     /// The latest slot claimed of each schedule.
     slots: Arc<Mutex<HashMap<String, i64>>>,
+    /// Files stored on their own, by tenant and id, with their data.
+    files: Arc<Mutex<Uploads>>,
 }
+
+/// Files stored on their own: by tenant and id, each with its base64 data.
+type Uploads = HashMap<(String, String), (StoredFile, String)>;
 
 struct Session {
     /// The row (its definition shared with the agent's other sessions).
@@ -417,6 +424,51 @@ impl SessionStore for MemoryStore {
         id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(ready(Ok(self.user_memories().forget(owner, id))))
+    }
+
+    fn put_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        file: &'a FileContent,
+    ) -> BoxFuture<'a, Result<StoredFile, StoreError>> {
+        Box::pin(ready((|| {
+            file.validate()
+                .map_err(|error| StoreError::InvalidFile(error.to_string()))?;
+            let id = file_id(&file.bytes());
+            let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+            let created_at = files
+                .get(&(tenant.to_owned(), id.clone()))
+                .map_or_else(now, |(stored, _)| stored.created_at);
+            let stored = described(id.clone(), file, created_at);
+            files.insert((tenant.to_owned(), id), (stored.clone(), file.data.clone()));
+            Ok(stored)
+        })()))
+    }
+
+    fn file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<FileContent>, StoreError>> {
+        let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = files
+            .get(&(tenant.to_owned(), id.to_owned()))
+            .map(|(stored, data)| FileContent {
+                data: data.clone(),
+                mime_type: stored.mime_type.clone(),
+                name: stored.name.clone(),
+            });
+        Box::pin(ready(Ok(file)))
+    }
+
+    fn delete_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let deleted = files.remove(&(tenant.to_owned(), id.to_owned())).is_some();
+        Box::pin(ready(Ok(deleted)))
     }
 
     fn claim_slot<'a>(

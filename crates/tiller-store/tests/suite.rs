@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
+use tiller_ai::FileContent;
 use tiller_core::AgentMessage;
+use tiller_store::file_id;
 use tiller_store::{
     Branch, Change, MAX_BRANCH_DEPTH, MAX_OP_KEYS, MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner,
     MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus, SessionStore,
@@ -936,7 +938,96 @@ async fn claims_each_slot_of_a_schedule_once(store: Arc<dyn SessionStore>, tenan
     assert_eq!(store.claim_slot(&other, 60_000).await, Ok(true));
 }
 
+/// A message carrying `file`, with a fixed timestamp.
+fn with_file(text: &str, file: &FileContent) -> AgentMessage {
+    let mut message = tiller_ai::UserMessage::text(text).with_file(file.clone());
+    message.timestamp = 1_700_000_000_000;
+    message.into()
+}
+
+async fn keeps_files_once_and_each_tenants_apart(store: Arc<dyn SessionStore>, tenant: &str) {
+    let pdf = FileContent::from_bytes("report.pdf", b"%PDF-1.4 the report").unwrap();
+    let id = file_id(b"%PDF-1.4 the report");
+    let stored = store.put_file(tenant, &pdf).await.unwrap();
+    assert_eq!(
+        (
+            stored.id.as_str(),
+            stored.name.as_str(),
+            stored.mime_type.as_str(),
+            stored.size
+        ),
+        (id.as_str(), "report.pdf", "application/pdf", 19)
+    );
+    // The same bytes again: one file, the same id and age, the new name.
+    let renamed = FileContent::from_bytes("renamed.pdf", b"%PDF-1.4 the report").unwrap();
+    let again = store.put_file(tenant, &renamed).await.unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.created_at),
+        (id.as_str(), stored.created_at)
+    );
+    assert_eq!(store.file(tenant, &id).await, Ok(Some(renamed.clone())));
+    let other = format!("{tenant}-other");
+    assert_eq!(store.file(&other, &id).await, Ok(None));
+    assert_eq!(store.delete_file(&other, &id).await, Ok(false));
+    let bad = FileContent {
+        data: "not base64!".to_owned(),
+        ..pdf.clone()
+    };
+    assert!(matches!(
+        store.put_file(tenant, &bad).await,
+        Err(StoreError::InvalidFile(_))
+    ));
+
+    // Two sessions carry it, one in a queued message: each loads it whole.
+    let writer = StoreWriter::for_store(store.clone());
+    let (first, second) = (format!("{tenant}-files-1"), format!("{tenant}-files-2"));
+    let asked = Arc::new(with_file("what does it say?", &pdf));
+    let queued = with_file("and this one?", &renamed);
+    writer
+        .write(vec![
+            write(&first, Change::Create(record(&first, &other, "ada"))),
+            append(&first, 0, &asked),
+            append(&first, 1, &Arc::new(user("plain"))),
+            write(&second, Change::Create(record(&second, &other, "ada"))),
+            append(&second, 0, &asked),
+            write(
+                &second,
+                Change::Enqueue {
+                    queue: QueueKind::FollowUp,
+                    seq: 0,
+                    message: queued.clone(),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    for session in [&first, &second] {
+        let loaded = store.load(session).await.unwrap().unwrap();
+        assert_eq!(loaded.messages[0], asked);
+    }
+    let loaded = store.load(&second).await.unwrap().unwrap();
+    assert_eq!(
+        loaded.follow_up,
+        vec![Queued {
+            seq: 0,
+            message: queued
+        }]
+    );
+    assert_eq!(
+        store.messages(&first, 0, 1).await.unwrap(),
+        vec![asked.clone()]
+    );
+
+    // Forgetting the upload leaves the transcripts whole.
+    assert_eq!(store.delete_file(tenant, &id).await, Ok(true));
+    assert_eq!(store.file(tenant, &id).await, Ok(None));
+    assert_eq!(store.delete_file(tenant, &id).await, Ok(false));
+    let loaded = store.load(&first).await.unwrap().unwrap();
+    assert_eq!(loaded.messages[0], asked);
+}
+
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
+    keeps_files_once_and_each_tenants_apart(store.clone(), tenant).await;
     claims_each_slot_of_a_schedule_once(store.clone(), tenant).await;
     keeps_each_users_memory_apart(store.clone(), tenant).await;
     branches_share_their_prefix_and_outlive_it(store.clone(), tenant).await;
@@ -1099,6 +1190,71 @@ async fn sqlite_keeps_sessions_across_opens() {
     let reopened = SqlStore::open(&url).await.unwrap();
     let loaded = reopened.load("kept").await.unwrap().unwrap();
     assert_eq!(loaded.messages, vec![user("still here").into()]);
+}
+
+/// A file's bytes are kept once in the store however many sessions carry it,
+/// the messages' rows name it, and pruning drops it once nothing names it.
+#[tokio::test]
+async fn sqlite_keeps_a_files_bytes_once_and_prunes_them_when_unnamed() {
+    use sqlx::Connection;
+    let db = TempSqlite::new();
+    let store = SqlStore::open(db.url()).await.unwrap();
+    let pdf = FileContent::from_bytes("report.pdf", &[b'%'; 3000]).unwrap();
+    let asked = Arc::new(with_file("read it", &pdf));
+    let mut batch = Vec::new();
+    for session in ["a", "b", "c"] {
+        batch.push(write(session, Change::Create(record(session, "t", "ada"))));
+        batch.push(append(session, 0, &asked));
+    }
+    StoreWriter::new(store.clone()).write(batch).await.unwrap();
+    store.put_file("t", &pdf).await.unwrap();
+    let mut connection = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
+    let count = async |connection: &mut sqlx::SqliteConnection, sql: &str| -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(connection)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        count(&mut connection, "SELECT count(*) FROM tiller_files").await,
+        1
+    );
+    assert_eq!(
+        count(
+            &mut connection,
+            "SELECT sum(length(message)) < 1000 FROM tiller_messages"
+        )
+        .await,
+        1,
+        "the rows name the file and hold no copy of it"
+    );
+    for session in ["a", "b", "c"] {
+        assert_eq!(
+            store.load(session).await.unwrap().unwrap().messages,
+            vec![asked.clone()]
+        );
+    }
+    // Named by an upload or a message, it stays; then it goes.
+    sqlx::query("UPDATE tiller_sessions SET status = 'closed'")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    store.prune(i64::MAX).await.unwrap();
+    assert_eq!(
+        count(&mut connection, "SELECT count(*) FROM tiller_files").await,
+        1
+    );
+    assert!(
+        store
+            .delete_file("t", &file_id(&[b'%'; 3000]))
+            .await
+            .unwrap()
+    );
+    store.prune(i64::MAX).await.unwrap();
+    assert_eq!(
+        count(&mut connection, "SELECT count(*) FROM tiller_files").await,
+        0
+    );
 }
 
 /// A file of schema version 1 (a row per message) is migrated when it opens:

@@ -10,21 +10,24 @@
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use futures::future::BoxFuture;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
-use tiller_ai::ModelCost;
+use tiller_ai::{FileContent, ModelCost};
 use tiller_core::{AgentMessage, Budget, Reserved, Spent, TenantLedger};
 
+use crate::files::{Blobs, by_reference, described, file_id, referenced, restore};
 use crate::types::{
     Branch, Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo,
     SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
-use crate::{Memory, MemoryOwner, SessionStore, StoreError, redact_url};
+use crate::{Memory, MemoryOwner, SessionStore, StoreError, StoredFile, redact_url};
 
 mod branches;
 mod memories;
@@ -172,6 +175,30 @@ const MIGRATIONS: &[&[&str]] = &[
             slot BIGINT NOT NULL,
             claimed_at BIGINT NOT NULL
         )"],
+    // Files: each one's bytes kept once, by content address (`sha256:<hex>`),
+    // whatever messages name it; and the files tenants stored on their own.
+    &[
+        "{sqlite}CREATE TABLE tiller_files (
+            id TEXT PRIMARY KEY,
+            size BIGINT NOT NULL,
+            data BLOB NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+        "{postgres}CREATE TABLE tiller_files (
+            id TEXT PRIMARY KEY,
+            size BIGINT NOT NULL,
+            data BYTEA NOT NULL,
+            created_at BIGINT NOT NULL
+        )",
+        "CREATE TABLE tiller_uploads (
+            tenant_id TEXT NOT NULL,
+            file_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            mime_type TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (tenant_id, file_id)
+        ){clustered}",
+    ],
 ];
 
 /// Rows per multi-row insert (three or four parameters each, under both
@@ -541,6 +568,42 @@ impl SqlStore {
     /// claim), as the writer runs a batch: on SQLite on its connection when it
     /// is free, the WAL caught up first and `bytes` counted towards the next
     /// checkpoint, so that these writes too keep the WAL bounded.
+    /// Puts back the data of the files `messages` of `session` name by id,
+    /// reading each file once.
+    async fn with_files(
+        &self,
+        session: &str,
+        messages: Vec<&mut AgentMessage>,
+    ) -> Result<(), StoreError> {
+        let ids = referenced(messages.iter().map(|message| &**message));
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut found = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(ROWS_PER_INSERT) {
+            let sql = format!(
+                "SELECT id, data FROM tiller_files WHERE id IN ({})",
+                (1..=chunk.len())
+                    .map(|at| format!("${at}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            for row in query.fetch_all(&self.pool).await.map_err(database)? {
+                let id: String = row.try_get(0).map_err(database)?;
+                let data: Vec<u8> = row.try_get(1).map_err(database)?;
+                found.insert(id, STANDARD.encode(data));
+            }
+        }
+        for message in messages {
+            restore(session, message, &found)?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn write_aside<T>(
         &self,
         bytes: usize,
@@ -647,6 +710,32 @@ impl SqlStore {
         }
         Ok(())
     }
+}
+
+/// The files gathered so far, while one batch is encoded.
+fn lock(blobs: &Mutex<Blobs>) -> MutexGuard<'_, Blobs> {
+    blobs.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keeps the bytes of the file `id` unless they are kept already.
+async fn keep_file(
+    connection: &mut sqlx::AnyConnection,
+    id: &str,
+    data: Vec<u8>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO tiller_files (id, size, data, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(data.len() as i64)
+    .bind(data)
+    .bind(now)
+    .execute(connection)
+    .await
+    .map_err(database)?;
+    Ok(())
 }
 
 fn json(message: &AgentMessage) -> Result<String, StoreError> {
@@ -851,7 +940,10 @@ impl<'a> Pending<'a> {
     }
 
     /// The inserts of the queued messages.
-    fn queued_inserts(&self) -> impl Iterator<Item = Result<Statement<'_>, StoreError>> + '_ {
+    fn queued_inserts<'p>(
+        &'p self,
+        blobs: &'p Mutex<Blobs>,
+    ) -> impl Iterator<Item = Result<Statement<'p>, StoreError>> + use<'p, 'a> {
         let (backend, bytes) = (self.backend, &self.bytes);
         self.queued.chunks(ROWS_PER_INSERT).map(move |chunk| {
             let sql = format!(
@@ -861,7 +953,7 @@ impl<'a> Pending<'a> {
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, queue, message) in chunk {
-                let json = json(message)?;
+                let json = json(by_reference(message, &mut lock(blobs))?.as_ref())?;
                 bytes.fetch_add(json.len(), Ordering::Relaxed);
                 query = query
                     .bind(*session)
@@ -881,10 +973,12 @@ impl<'a> Pending<'a> {
         let now = now();
         let backend = self.backend;
         let bytes = &self.bytes;
+        let blobs = Mutex::new(Blobs::default());
         let sessions = self.session_inserts(now);
         let mut rows = RunRows {
             messages: &self.messages,
             runs: &self.runs,
+            blobs: &blobs,
             run: 0,
             done: 0,
         };
@@ -911,7 +1005,7 @@ impl<'a> Pending<'a> {
             }
             Some(Ok(Statement::new(query)))
         });
-        let queued = self.queued_inserts();
+        let queued = self.queued_inserts(&blobs);
         let op_keys = self.op_keys.chunks(ROWS_PER_INSERT).map(|chunk| {
             let sql = format!(
                 "INSERT INTO tiller_op_keys (session_id, op_key, at) VALUES {} \
@@ -925,6 +1019,11 @@ impl<'a> Pending<'a> {
             Ok(Statement::new(query))
         });
         execute_all(tx, sessions.chain(messages).chain(queued).chain(op_keys)).await?;
+        let blobs = blobs.into_inner().unwrap_or_else(PoisonError::into_inner);
+        for (id, data) in blobs.0 {
+            self.bytes.fetch_add(data.len(), Ordering::Relaxed);
+            keep_file(tx, &id, data, now).await?;
+        }
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
                 .bind(*session)
@@ -957,6 +1056,8 @@ struct RunRow<'a> {
 struct RunRows<'p, 'a> {
     messages: &'p [&'a AgentMessage],
     runs: &'p [Run<'a>],
+    /// The bytes of the files the messages hold, each kept once by its id.
+    blobs: &'p Mutex<Blobs>,
     /// The run being encoded.
     run: usize,
     /// How many of its messages are encoded.
@@ -979,7 +1080,8 @@ impl<'a> RunRows<'_, 'a> {
                     }
                     json.push(b',');
                 }
-                serde_json::to_writer(&mut json, message).map_err(cannot_encode)?;
+                let message = by_reference(message, &mut lock(self.blobs))?;
+                serde_json::to_writer(&mut json, &*message).map_err(cannot_encode)?;
                 self.done += 1;
             }
             rows.push(RunRow {
@@ -1525,11 +1627,8 @@ impl SessionStore for SqlStore {
                 return Ok(None);
             }
             let record = record(first)?;
-            let messages = match first.try_get::<Option<String>, _>(3).map_err(database)? {
-                Some(text) => decode::<Vec<AgentMessage>>(id, &text)?
-                    .into_iter()
-                    .map(Arc::new)
-                    .collect(),
+            let mut messages = match first.try_get::<Option<String>, _>(3).map_err(database)? {
+                Some(text) => decode::<Vec<AgentMessage>>(id, &text)?,
                 None => Vec::new(),
             };
             let mut steering = Vec::new();
@@ -1559,9 +1658,16 @@ impl SessionStore for SqlStore {
                     }
                 }
             }
+            let held = messages.iter_mut().chain(
+                steering
+                    .iter_mut()
+                    .chain(&mut follow_up)
+                    .map(|queued| &mut queued.message),
+            );
+            self.with_files(id, held.collect()).await?;
             Ok(Some(StoredSession {
                 record,
-                messages,
+                messages: messages.into_iter().map(Arc::new).collect(),
                 steering,
                 follow_up,
                 op_keys,
@@ -1723,15 +1829,15 @@ impl SessionStore for SqlStore {
                 page.extend(
                     decode_run::<AgentMessage>(id, &format!("[{json}]"), count)?
                         .into_iter()
-                        .skip(skipped)
-                        .map(Arc::new),
+                        .skip(skipped),
                 );
                 if page.len() >= limit as usize {
                     break;
                 }
             }
             page.truncate(limit as usize);
-            Ok(page)
+            self.with_files(id, page.iter_mut().collect()).await?;
+            Ok(page.into_iter().map(Arc::new).collect())
         })
     }
 
@@ -1828,6 +1934,20 @@ impl SessionStore for SqlStore {
             .map_err(database)?
             .rows_affected();
             branches::drop_unread(&mut tx).await?;
+            // Files that no upload and no stored message names any more.
+            let names = match self.backend {
+                Backend::Sqlite => "instr(message, tiller_files.id) > 0",
+                Backend::Postgres => "strpos(message, tiller_files.id) > 0",
+            };
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM tiller_files \
+                 WHERE NOT EXISTS (SELECT 1 FROM tiller_uploads WHERE file_id = tiller_files.id) \
+                 AND NOT EXISTS (SELECT 1 FROM tiller_messages WHERE {names}) \
+                 AND NOT EXISTS (SELECT 1 FROM tiller_queued WHERE {names})"
+            )))
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
             tx.commit().await.map_err(database)?;
             Ok(pruned)
         })
@@ -1892,6 +2012,91 @@ impl SessionStore for SqlStore {
         id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(self.delete_memories(owner, id))
+    }
+
+    fn put_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        file: &'a FileContent,
+    ) -> BoxFuture<'a, Result<StoredFile, StoreError>> {
+        Box::pin(async move {
+            file.validate()
+                .map_err(|error| StoreError::InvalidFile(error.to_string()))?;
+            let bytes = file.bytes();
+            let id = file_id(&bytes);
+            let now = now();
+            let created_at = self
+                .write_aside(bytes.len(), async |connection| {
+                    let mut tx = connection.begin().await.map_err(database)?;
+                    keep_file(&mut tx, &id, bytes, now).await?;
+                    let row = sqlx::query(
+                        "INSERT INTO tiller_uploads (tenant_id, file_id, name, mime_type, created_at) \
+                         VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (tenant_id, file_id) DO UPDATE \
+                         SET name = excluded.name, mime_type = excluded.mime_type \
+                         RETURNING created_at",
+                    )
+                    .bind(tenant)
+                    .bind(id.as_str())
+                    .bind(file.name.as_str())
+                    .bind(file.mime_type.as_str())
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(database)?;
+                    let created_at: i64 = row.try_get(0).map_err(database)?;
+                    tx.commit().await.map_err(database)?;
+                    Ok(created_at)
+                })
+                .await?;
+            Ok(described(id, file, created_at))
+        })
+    }
+
+    fn file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<FileContent>, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT u.name, u.mime_type, f.data FROM tiller_uploads u \
+                 JOIN tiller_files f ON f.id = u.file_id \
+                 WHERE u.tenant_id = $1 AND u.file_id = $2",
+            )
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(database)?;
+            let Some(row) = row else { return Ok(None) };
+            Ok(Some(FileContent {
+                name: row.try_get(0).map_err(database)?,
+                mime_type: row.try_get(1).map_err(database)?,
+                data: STANDARD.encode(row.try_get::<Vec<u8>, _>(2).map_err(database)?),
+            }))
+        })
+    }
+
+    fn delete_file<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let deleted = self
+                .write_aside(0, async |connection| {
+                    sqlx::query("DELETE FROM tiller_uploads WHERE tenant_id = $1 AND file_id = $2")
+                        .bind(tenant)
+                        .bind(id)
+                        .execute(&mut *connection)
+                        .await
+                        .map_err(database)
+                })
+                .await?
+                .rows_affected();
+            Ok(deleted > 0)
+        })
     }
 
     fn claim_slot<'a>(
