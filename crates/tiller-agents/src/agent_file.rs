@@ -48,7 +48,9 @@
 //!     llm: cheap                      # a named LLM configuration writes the summaries
 //!   extra_body: {top_k: 40}           # provider-specific keys, added to each request's body
 //!   compression: {max_chars: 400, keep_end_chars: 100}  # long answers cut on reload (see compress)
-//!   memory: {working: true, facts: true, recall_limit: 5}  # the user remembered across sessions (see memory)
+//!   memory:                           # the user remembered across sessions (see memory)
+//!     recall_limit: 5                 # also working: true, facts: true (the defaults)
+//!     embeddings: {provider: openai, model: text-embedding-3-small}  # recall by meaning too (optional)
 //!   triggers:                         # events that prompt it (see trigger), or a schedule (see schedule)
 //!     - {on: ticket.opened, match: {priority: high}, debounce_ms: 2000, session: "ticket-{id}"}
 //!     - {cron: "0 9 * * 1-5", timezone: Europe/Oslo, session: morning}

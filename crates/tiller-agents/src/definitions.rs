@@ -445,7 +445,7 @@ impl Definitions {
         {
             settings = compression.applied_to(settings, store.0.clone());
         }
-        if let Some(memory) = file.memory {
+        if let Some(memory) = &file.memory {
             let store = self.store.as_ref().ok_or_else(|| {
                 DefinitionsError::Unusable(AgentFileError {
                     file: file.path.clone(),
@@ -453,7 +453,7 @@ impl Definitions {
                     message: "memory is kept in the session store, and none is known here (Definitions::with_session_store)".to_owned(),
                 })
             })?;
-            settings = memory.applied_to(settings, store.0.clone());
+            settings = memory.clone().applied_to(settings, store.0.clone());
         }
         let guardrails = self.guardrails_of(file)?;
         if !guardrails.is_empty() {

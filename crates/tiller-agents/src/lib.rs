@@ -46,7 +46,9 @@ pub use compress::{Compression, LOOKUP_TOOL};
 pub use definitions::{Definitions, DefinitionsError};
 pub use guardrail::{GuardrailNames, agent_guardrail};
 pub use llm::{LlmConfigError, LlmConfigs};
-pub use memory::{MemoryConfig, RECALL_TOOL, REMEMBER_TOOL, WORKING_MEMORY_TOOL, owner_of};
+pub use memory::{
+    EmbeddingsConfig, MemoryConfig, RECALL_TOOL, REMEMBER_TOOL, WORKING_MEMORY_TOOL, owner_of,
+};
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use schedule::Schedules;
 pub use tool_registry::ToolRegistry;

@@ -5,13 +5,17 @@
 //!   `update_working_memory` tool;
 //! - **facts** it keeps with `remember` and finds again with `recall`: the
 //!   session store's full-text search (SQLite FTS5, PostgreSQL full-text; see
-//!   [`SessionStore::recall`]).
+//!   [`SessionStore::recall`]) and, with an embedding model
+//!   ([`EmbeddingsConfig`]), their meaning: each fact is kept with its vector
+//!   and a recall ranks both ways, the two rankings fused (reciprocal rank
+//!   fusion), so a fact found by its words or by its meaning comes back.
 //!
 //! The user is the run's [`AgentContext`]: its `user_id`, within its tenant (or
 //! [`DEFAULT_TENANT`](tiller_core::DEFAULT_TENANT)). An agent working for no
 //! user has no memory: its tools say so, and its instructions get nothing. It is
 //! set from Rust ([`MemoryConfig::applied_to`]) and agent files (`memory: {}`,
-//! or `memory: {working: true, facts: true, recall_limit: 5}`).
+//! or `memory: {working: true, facts: true, recall_limit: 5, embeddings:
+//! {provider: openai, model: text-embedding-3-small}}`).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -27,9 +31,13 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use tiller_ai::{ApiKey, EmbeddingModel, StreamOptions};
 use tiller_core::{AgentContext, AgentTool, FnTool, ToolError, ToolOutput, ToolSet, hook};
 use tiller_runtime::AgentSettings;
-use tiller_store::{MAX_RECALLED, MemoryOwner, SessionStore, StoreError};
+use tiller_store::{
+    Embedding, MAX_EMBEDDING_DIMENSIONS, MAX_RECALLED, Memory, MemoryOwner, SessionStore,
+    StoreError,
+};
 
 /// The name of the tool that replaces the working-memory document.
 pub const WORKING_MEMORY_TOOL: &str = "update_working_memory";
@@ -40,7 +48,7 @@ pub const RECALL_TOOL: &str = "recall";
 
 /// What an agent remembers of its user: off unless [`MemoryConfig::applied_to`]
 /// its settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
     /// The working-memory document, read at each run's start and replaced by
@@ -51,6 +59,10 @@ pub struct MemoryConfig {
     /// The most facts one `recall` answers with (default 5, at most
     /// [`MAX_RECALLED`]).
     pub recall_limit: u32,
+    /// The model that embeds facts and queries, for recall by meaning as well
+    /// as by words; words only when `None` (the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<EmbeddingsConfig>,
 }
 
 impl Default for MemoryConfig {
@@ -59,7 +71,123 @@ impl Default for MemoryConfig {
             working: true,
             facts: true,
             recall_limit: 5,
+            embeddings: None,
         }
+    }
+}
+
+/// The embedding model of an agent's memory, as an agent file names it:
+/// `{provider: openai, model: text-embedding-3-small}`; `{provider: gemini,
+/// model: gemini-embedding-001}`; `{provider: bedrock, model:
+/// amazon.titan-embed-text-v2:0}`; or any OpenAI-compatible server (llama.cpp,
+/// vLLM, Ollama) by a name of its own and its `base_url`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsConfig {
+    /// `openai`, `gemini`, `bedrock`, or a name for an OpenAI-compatible server.
+    pub provider: String,
+    /// The model's id.
+    pub model: String,
+    /// Where its API lives (the provider's own when `None`; needed for any
+    /// provider but the three).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// How many dimensions to ask for, where the model can shorten its vectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<u32>,
+    /// The environment variable holding its API key, sent to `base_url`
+    /// whatever its host (the provider's own variable otherwise, sent only to
+    /// the provider's own host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+impl EmbeddingsConfig {
+    /// Why it cannot be used, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.model.trim().is_empty() {
+            return Err("embeddings.model names no model".to_owned());
+        }
+        let known = ["openai", "gemini", "bedrock"].contains(&self.provider.as_str());
+        if !known && self.base_url.is_none() {
+            return Err(format!(
+                "embeddings.provider `{}` is not openai, gemini or bedrock: give the OpenAI-compatible server's base_url",
+                self.provider
+            ));
+        }
+        if let Some(dimensions) = self.dimensions
+            && !(1..=MAX_EMBEDDING_DIMENSIONS).contains(&(dimensions as usize))
+        {
+            return Err(format!(
+                "embeddings.dimensions must be from 1 to {MAX_EMBEDDING_DIMENSIONS}, not {dimensions}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The model it names.
+    pub fn model(&self) -> EmbeddingModel {
+        let model = match self.provider.as_str() {
+            "openai" => EmbeddingModel::openai(&self.model),
+            "gemini" => EmbeddingModel::gemini(&self.model),
+            "bedrock" => EmbeddingModel::bedrock(&self.model),
+            other => {
+                let mut model = EmbeddingModel::openai_compatible(
+                    self.base_url.clone().unwrap_or_default(),
+                    &self.model,
+                );
+                other.clone_into(&mut model.provider);
+                model
+            }
+        };
+        let model = match &self.base_url {
+            Some(base_url) => model.with_base_url(base_url),
+            None => model,
+        };
+        match self.dimensions {
+            Some(dimensions) => model.with_dimensions(dimensions),
+            None => model,
+        }
+    }
+}
+
+/// An embedding model ready to embed: the model and the options its requests
+/// go with (its key, when the configuration names a variable).
+#[derive(Debug)]
+struct Embedder {
+    model: EmbeddingModel,
+    name: String,
+    api_key_env: Option<String>,
+}
+
+impl Embedder {
+    fn of(config: &EmbeddingsConfig) -> Arc<Embedder> {
+        let model = config.model();
+        Arc::new(Embedder {
+            name: model.name(),
+            model,
+            api_key_env: config.api_key_env.clone(),
+        })
+    }
+
+    /// The embedding of `text`, or why there is none.
+    async fn embed(&self, text: &str) -> Result<Embedding, String> {
+        let mut options = StreamOptions::default();
+        if let Some(variable) = &self.api_key_env {
+            let key = std::env::var(variable)
+                .ok()
+                .filter(|key| !key.trim().is_empty())
+                .ok_or_else(|| format!("{variable} holds no API key"))?;
+            options.transport.api_key = Some(ApiKey::new(key.trim()));
+        }
+        let vector = self
+            .model
+            .embed(&[text], &options)
+            .await
+            .map_err(|error| error.to_string())?
+            .pop()
+            .unwrap_or_default();
+        Embedding::new(self.name.clone(), vector).map_err(|error| error.to_string())
     }
 }
 
@@ -82,7 +210,10 @@ impl MemoryConfig {
         if !self.working && !self.facts {
             return Err("neither `working` nor `facts`: nothing to remember".to_owned());
         }
-        Ok(())
+        match &self.embeddings {
+            Some(embeddings) => embeddings.check(),
+            None => Ok(()),
+        }
     }
 
     /// `settings` remembering their user in `store`: the memory tools (those the
@@ -103,8 +234,13 @@ impl MemoryConfig {
             ));
         }
         if self.facts {
-            added.push(remember(store.clone()));
-            added.push(recall(store, self.recall_limit.clamp(1, MAX_RECALLED)));
+            let embedder = self.embeddings.as_ref().map(Embedder::of);
+            added.push(remember(store.clone(), embedder.clone()));
+            added.push(recall(
+                store,
+                embedder,
+                self.recall_limit.clamp(1, MAX_RECALLED),
+            ));
         }
         let has = |name: &str| settings.code.tools.tools().any(|tool| tool.name() == name);
         added.retain(|tool| !has(tool.name()));
@@ -192,58 +328,190 @@ fn update_working_memory(store: Arc<dyn SessionStore>) -> Arc<dyn AgentTool> {
     ))
 }
 
-fn remember(store: Arc<dyn SessionStore>) -> Arc<dyn AgentTool> {
+fn remember(store: Arc<dyn SessionStore>, embedder: Option<Arc<Embedder>>) -> Arc<dyn AgentTool> {
     Arc::new(FnTool::new(
         REMEMBER_TOOL,
-        "Keeps a fact about the user for later conversations, where `recall` finds it by its words. One self-contained fact a call.",
+        "Keeps a fact about the user for later conversations, where `recall` finds it again. One self-contained fact a call.",
         json!({
             "type": "object",
             "properties": {"fact": {"type": "string", "description": "The fact, in a sentence."}},
             "required": ["fact"]
         }),
         move |args, ctx| {
-            let store = store.clone();
+            let (store, embedder) = (store.clone(), embedder.clone());
             async move {
                 let owner = owner(&ctx)?;
+                let fact = text_argument(&args, "fact");
+                tiller_store::check_memory(&fact).map_err(store_error)?;
+                // A fact whose embedding fails is kept all the same, found by
+                // its words.
+                let embedded = match &embedder {
+                    Some(embedder) => Some(embedder.embed(&fact).await),
+                    None => None,
+                };
+                let vector = embedded
+                    .as_ref()
+                    .and_then(|embedded| embedded.as_ref().ok());
                 let memory = store
-                    .remember(&owner, &text_argument(&args, "fact"))
+                    .remember(&owner, &fact, vector)
                     .await
                     .map_err(store_error)?;
-                Ok(ToolOutput::text("Remembered.").with_details(json!({"id": memory.id})))
+                let said = match embedded {
+                    Some(Err(why)) => format!(
+                        "Remembered, to be found by its words only (it could not be embedded: {why})."
+                    ),
+                    _ => "Remembered.".to_owned(),
+                };
+                Ok(ToolOutput::text(said).with_details(json!({"id": memory.id})))
             }
         },
     ))
 }
 
-fn recall(store: Arc<dyn SessionStore>, limit: u32) -> Arc<dyn AgentTool> {
+fn recall(
+    store: Arc<dyn SessionStore>,
+    embedder: Option<Arc<Embedder>>,
+    limit: u32,
+) -> Arc<dyn AgentTool> {
+    let description = match embedder {
+        Some(_) => {
+            "Finds facts about the user kept in earlier conversations (with `remember`) that share words or meaning with `query`, best match first."
+        }
+        None => {
+            "Finds facts about the user kept in earlier conversations (with `remember`) that share words with `query`, best match first."
+        }
+    };
     Arc::new(FnTool::new(
         RECALL_TOOL,
-        "Finds facts about the user kept in earlier conversations (with `remember`) that share words with `query`, best match first.",
+        description,
         json!({
             "type": "object",
             "properties": {"query": {"type": "string", "description": "Words the facts may hold."}},
             "required": ["query"]
         }),
         move |args, ctx| {
-            let store = store.clone();
+            let (store, embedder) = (store.clone(), embedder.clone());
             async move {
                 let owner = owner(&ctx)?;
                 let query = text_argument(&args, "query");
-                let found = store
+                let by_words = store
                     .recall(&owner, &query, limit)
                     .await
                     .map_err(store_error)?;
-                if found.is_empty() {
-                    return Ok(ToolOutput::text(format!(
-                        "Nothing remembered matches \"{query}\"."
-                    )));
-                }
-                let lines: Vec<String> = found
+                let (found, unembedded) = match &embedder {
+                    None => (by_words, None),
+                    Some(embedder) => match embedder.embed(&query).await {
+                        Ok(embedding) => {
+                            let by_meaning = store
+                                .recall_similar(&owner, &embedding, limit)
+                                .await
+                                .map_err(store_error)?;
+                            (fused(&[by_meaning, by_words], limit), None)
+                        }
+                        Err(why) => (by_words, Some(why)),
+                    },
+                };
+                let mut lines: Vec<String> = found
                     .iter()
                     .map(|fact| format!("- {}", fact.text))
                     .collect();
+                if lines.is_empty() {
+                    lines.push(format!("Nothing remembered matches \"{query}\"."));
+                }
+                if let Some(why) = unembedded {
+                    lines.push(format!(
+                        "(Found by words only: the query could not be embedded: {why}.)"
+                    ));
+                }
                 Ok(ToolOutput::text(lines.join("\n")))
             }
         },
     ))
+}
+
+/// Reciprocal rank fusion of `rankings` (each best first): a fact's score is
+/// the sum of `1 / (60 + its rank)` over the rankings that hold it; the best
+/// `limit`, ties to the earlier ranking's order.
+fn fused(rankings: &[Vec<Memory>], limit: u32) -> Vec<Memory> {
+    let mut scored: Vec<(f64, &Memory)> = Vec::new();
+    for ranking in rankings {
+        for (rank, fact) in ranking.iter().enumerate() {
+            let score = 1.0 / (60.0 + rank as f64 + 1.0);
+            match scored.iter_mut().find(|(_, kept)| kept.id == fact.id) {
+                Some((kept, _)) => *kept += score,
+                None => scored.push((score, fact)),
+            }
+        }
+    }
+    // A stable sort: equal scores keep the order they were met in.
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored
+        .into_iter()
+        .take(limit as usize)
+        .map(|(_, fact)| fact.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(id: &str) -> Memory {
+        Memory {
+            id: id.to_owned(),
+            text: id.to_owned(),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn rankings_are_fused_by_reciprocal_rank() {
+        let ids = |found: Vec<Memory>| found.into_iter().map(|f| f.id).collect::<Vec<_>>();
+        let by_meaning = vec![fact("a"), fact("b"), fact("c")];
+        let by_words = vec![fact("c"), fact("d")];
+        assert_eq!(
+            ids(fused(&[by_meaning.clone(), by_words.clone()], 5)),
+            ["c", "a", "b", "d"]
+        );
+        assert_eq!(ids(fused(&[by_meaning, by_words], 2)), ["c", "a"]);
+        assert!(fused(&[vec![], vec![]], 5).is_empty());
+    }
+
+    #[test]
+    fn an_embeddings_configuration_names_what_is_wrong() {
+        let config =
+            |provider: &str, base_url: Option<&str>, dimensions: Option<u32>| EmbeddingsConfig {
+                provider: provider.to_owned(),
+                model: "m".to_owned(),
+                base_url: base_url.map(str::to_owned),
+                dimensions,
+                api_key_env: None,
+            };
+        assert_eq!(config("openai", None, Some(256)).check(), Ok(()));
+        assert_eq!(
+            config("openai", None, Some(256)).model().name(),
+            "openai/m@256"
+        );
+        let local = config("llamacpp", Some("http://127.0.0.1:8081/v1"), None);
+        assert_eq!(local.check(), Ok(()));
+        assert_eq!(
+            (local.model().name(), local.model().base_url),
+            (
+                "llamacpp/m".to_owned(),
+                "http://127.0.0.1:8081/v1".to_owned()
+            )
+        );
+        assert!(
+            config("llamacpp", None, None)
+                .check()
+                .unwrap_err()
+                .contains("base_url")
+        );
+        assert!(
+            config("openai", None, Some(0))
+                .check()
+                .unwrap_err()
+                .contains("dimensions")
+        );
+    }
 }

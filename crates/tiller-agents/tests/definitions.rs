@@ -296,7 +296,7 @@ fn a_files_memory_gives_its_agents_the_tools_and_needs_the_store() {
     );
     agents.write(
         "facts.yaml",
-        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: facts, memory: {working: false, recall_limit: 3}}\n",
+        "type: object\ndescription: x\njson_schema_extra: {kind: agent, name: facts, memory: {working: false, recall_limit: 3, embeddings: {provider: llamacpp, model: nomic, base_url: 'http://127.0.0.1:8081/v1'}}}\n",
     );
     let definitions = Definitions::load_dir(agents.path()).unwrap();
     let error = definitions.spec("keeper", None).unwrap_err().to_string();
@@ -332,6 +332,18 @@ fn a_files_memory_gives_its_agents_the_tools_and_needs_the_store() {
         (
             "{keep: 3}",
             "json_schema_extra.memory.keep: unknown field `keep`",
+        ),
+        (
+            "{embeddings: {provider: llamacpp, model: nomic}}",
+            "json_schema_extra.memory: embeddings.provider `llamacpp` is not openai, gemini or bedrock: give the OpenAI-compatible server's base_url",
+        ),
+        (
+            "{embeddings: {provider: openai, model: text-embedding-3-small, dimensions: 0}}",
+            "json_schema_extra.memory: embeddings.dimensions must be from 1 to 8192, not 0",
+        ),
+        (
+            "{embeddings: {provider: openai}}",
+            "json_schema_extra.memory.embeddings: missing field `model`",
         ),
     ] {
         let bad = Folder::new("memory-bad");

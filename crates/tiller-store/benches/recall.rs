@@ -1,26 +1,39 @@
-//! What recalling a user's facts costs with 100,000 of them kept: the time of
-//! one `recall` (full-text search, five best facts) on SQLite (FTS5, a file
-//! under the temp directory), on PostgreSQL (its full-text search over a GIN
-//! index) when `TILLER_POSTGRES_URL` names one or the test script can start
-//! one, and in memory (every fact read) — each printed beside its floor, a
-//! read of one fact by its place (`memories(owner, n, 1)`) on the same store.
+//! What recalling a user's facts costs with 100,000 of them kept, each with a
+//! 384-dimension embedding: the time of one `recall` (full-text search, five
+//! best facts) and of one `recall_similar` (the five nearest vectors) on SQLite
+//! (FTS5 and sqlite-vec, a file under the temp directory), on PostgreSQL
+//! (full-text search over a GIN index; vectors ranked in Tiller as they stream)
+//! when `TILLER_POSTGRES_URL` names one or the test script can start one, and
+//! in memory (every fact read) — each printed beside its floors: a read of one
+//! fact by its place (`memories(owner, n, 1)`) on the same store, and for
+//! vectors the ranking alone, every vector already in this process's memory.
 //!
 //! ```text
 //! cargo bench -p tiller-store --bench recall          # -- N for N facts (default 100,000)
 //! ```
 //!
 //! The facts are sentences of eight to twelve words drawn from 2,000, the
-//! queries three such words; another user's 10,000 facts share the store.
+//! queries three such words; the vectors are random; another user's 10,000
+//! facts share the store.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiller_store::{MemoryOwner, MemoryStore, SessionStore, SqlStore};
+use tiller_store::{Embedding, MemoryOwner, MemoryStore, SessionStore, SqlStore};
 
 /// Recalls timed per store.
 const QUERIES: usize = 300;
+
+/// Of those, one in this many also recalls by vector.
+const VECTOR_EVERY: usize = 5;
+
+/// The dimensions of the facts' embeddings (as all-MiniLM-L6-v2's).
+const DIMENSIONS: usize = 384;
+
+/// The model the embeddings are kept under.
+const MODEL: &str = "bench/random@384";
 
 fn main() {
     let facts: usize = std::env::args()
@@ -84,6 +97,13 @@ impl Dice {
         self.0
     }
 
+    /// A random vector (not yet of length 1).
+    fn vector(&mut self) -> Vec<f32> {
+        (0..DIMENSIONS)
+            .map(|_| (self.next() % 2_001) as f32 / 1_000.0 - 1.0)
+            .collect()
+    }
+
     fn sentence(&mut self, words: u64) -> String {
         (0..words)
             .map(|_| word(self.next()))
@@ -92,43 +112,97 @@ impl Dice {
     }
 }
 
-async fn fill(store: &Arc<dyn SessionStore>, owner: &MemoryOwner, facts: usize, seed: u64) {
+/// Remembers `facts` facts for `owner`, each with its embedding; the vectors.
+async fn fill(
+    store: &Arc<dyn SessionStore>,
+    owner: &MemoryOwner,
+    facts: usize,
+    seed: u64,
+) -> Vec<Embedding> {
     let mut dice = Dice(seed);
-    let texts: Vec<String> = (0..facts)
+    let facts: Vec<(String, Embedding)> = (0..facts)
         .map(|_| {
             let words = 8 + dice.next() % 5;
-            dice.sentence(words)
+            let text = dice.sentence(words);
+            (text, Embedding::new(MODEL, dice.vector()).unwrap())
         })
         .collect();
     // One after another, as one user's agent remembers.
-    for text in texts {
-        store.remember(owner, &text).await.unwrap();
+    for (text, embedding) in &facts {
+        store.remember(owner, text, Some(embedding)).await.unwrap();
     }
+    facts.into_iter().map(|(_, embedding)| embedding).collect()
+}
+
+/// The five vectors of `kept` nearest `query`, ranked in this process: the
+/// floor of a ranking by vector, with nothing to read.
+fn nearest(kept: &[Embedding], query: &Embedding) -> Vec<usize> {
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(6);
+    for (at, embedding) in kept.iter().enumerate() {
+        let score = Embedding::similarity(embedding.vector(), query.vector());
+        if best.len() < 5 || score > best[best.len() - 1].0 {
+            let place = best.partition_point(|(kept, _)| *kept >= score);
+            best.insert(place, (score, at));
+            best.truncate(5);
+        }
+    }
+    best.into_iter().map(|(_, at)| at).collect()
 }
 
 async fn measure(name: &str, store: Arc<dyn SessionStore>, facts: usize) {
     let tenant = format!("bench-{}-{}", std::process::id(), tiller_ai::now_ms());
     let owner = MemoryOwner::new(&tenant, "ada");
     let started = Instant::now();
-    fill(&store, &owner, facts, 7).await;
+    let kept = fill(&store, &owner, facts, 7).await;
     fill(&store, &MemoryOwner::new(&tenant, "bob"), facts / 10, 11).await;
     let filled = started.elapsed();
 
     let mut dice = Dice(99);
     let mut recalls = Vec::with_capacity(QUERIES);
+    let mut similar = Vec::with_capacity(QUERIES);
     let mut floor = Vec::with_capacity(QUERIES);
+    let mut ranked = Vec::with_capacity(QUERIES);
     let mut found = 0;
-    for _ in 0..QUERIES {
+    for round in 0..QUERIES {
         let query = dice.sentence(3);
         let started = Instant::now();
         found += store.recall(&owner, &query, 5).await.unwrap().len();
         recalls.push(started.elapsed());
+
+        let query = Embedding::new(MODEL, dice.vector()).unwrap();
+        if round % VECTOR_EVERY != 0 {
+            continue;
+        }
+        let started = Instant::now();
+        let near = store.recall_similar(&owner, &query, 5).await.unwrap();
+        similar.push(started.elapsed());
+        let started = Instant::now();
+        let expected = nearest(&kept, &query);
+        ranked.push(started.elapsed());
+        if round == 0 {
+            // The store found what ranking every vector here finds.
+            let mut ids = Vec::new();
+            for at in expected {
+                let fact = store
+                    .memories(&owner, at as u64, 1)
+                    .await
+                    .unwrap()
+                    .remove(0);
+                ids.push(fact.id);
+            }
+            let near: Vec<String> = near.into_iter().map(|fact| fact.id).collect();
+            assert_eq!(near, ids, "{name}: the nearest five");
+        }
+    }
+    let mut dice = Dice(101);
+    for _ in 0..QUERIES {
         let place = dice.next() % facts as u64;
         let started = Instant::now();
         store.memories(&owner, place, 1).await.unwrap();
         floor.push(started.elapsed());
     }
     let (recall, floor) = (percentiles(&mut recalls), percentiles(&mut floor));
+    let (similar, ranked) = (percentiles(&mut similar), percentiles(&mut ranked));
     println!(
         "{name}: {facts} facts remembered in {:.1} s; recall p50 {} p95 {} (floor, one fact by its place: p50 {} p95 {}); {:.1} facts found a query",
         filled.as_secs_f64(),
@@ -137,6 +211,14 @@ async fn measure(name: &str, store: Arc<dyn SessionStore>, facts: usize) {
         show(floor.0),
         show(floor.1),
         found as f64 / QUERIES as f64
+    );
+    println!(
+        "{name}: recall_similar ({DIMENSIONS} dimensions, {} queries) p50 {} p95 {} (floor, every vector ranked in memory: p50 {} p95 {})",
+        QUERIES / VECTOR_EVERY,
+        show(similar.0),
+        show(similar.1),
+        show(ranked.0),
+        show(ranked.1),
     );
     store.forget(&owner, None).await.unwrap();
     store

@@ -116,6 +116,10 @@ pub enum StoreError {
     /// [`FileContent::validate`](tiller_ai::FileContent::validate)).
     #[error("cannot store the file: {0}")]
     InvalidFile(String),
+    /// An embedding was not one a store compares (see
+    /// [`Embedding::new`](crate::Embedding::new)).
+    #[error("an unusable embedding: {0}")]
+    BadEmbedding(String),
 }
 
 impl StoreError {

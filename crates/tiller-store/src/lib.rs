@@ -60,9 +60,9 @@ pub use types::{
     SessionInfo, SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession,
 };
 pub use user_memory::{
-    MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_MEMORY_PAGE, MAX_QUERY_TERMS, MAX_RECALLED, MAX_TERM_CHARS,
-    MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner, check_memory, check_working_memory,
-    search_terms,
+    Embedding, MAX_EMBEDDING_DIMENSIONS, MAX_EMBEDDING_MODEL_BYTES, MAX_MEMORIES, MAX_MEMORY_BYTES,
+    MAX_MEMORY_PAGE, MAX_QUERY_TERMS, MAX_RECALLED, MAX_TERM_CHARS, MAX_WORKING_MEMORY_BYTES,
+    Memory, MemoryOwner, check_memory, check_working_memory, search_terms,
 };
 pub use writer::{Ack, StoreHealth, StoreWriter};
 
@@ -175,14 +175,16 @@ pub trait SessionStore: Send + Sync + 'static {
         ))))
     }
 
-    /// Keeps the fact `text` for `owner` (see [`check_memory`]), durably before
-    /// it returns; at most [`MAX_MEMORIES`] a user.
+    /// Keeps the fact `text` for `owner` (see [`check_memory`]), with its
+    /// `embedding` if it has one, durably before it returns; at most
+    /// [`MAX_MEMORIES`] a user.
     fn remember<'a>(
         &'a self,
         owner: &'a MemoryOwner,
         text: &'a str,
+        embedding: Option<&'a Embedding>,
     ) -> BoxFuture<'a, Result<Memory, StoreError>> {
-        let _ = (owner, text);
+        let _ = (owner, text, embedding);
         Box::pin(futures::future::ready(Err(StoreError::Unsupported(
             "user memory".to_owned(),
         ))))
@@ -200,6 +202,21 @@ pub trait SessionStore: Send + Sync + 'static {
         let _ = (owner, query, limit);
         Box::pin(futures::future::ready(Err(StoreError::Unsupported(
             "user memory".to_owned(),
+        ))))
+    }
+
+    /// At most `limit` (up to [`MAX_RECALLED`]) facts of `owner` kept with an
+    /// embedding of `query`'s model, most like `query` first (cosine
+    /// similarity).
+    fn recall_similar<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a Embedding,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        let _ = (owner, query, limit);
+        Box::pin(futures::future::ready(Err(StoreError::Unsupported(
+            "embeddings".to_owned(),
         ))))
     }
 

@@ -13,7 +13,7 @@ use crate::types::{
     SessionWrite, SpendScope, StoredSession, now,
 };
 use crate::user_memory::Memories;
-use crate::{Memory, MemoryOwner, SessionStore, StoreError, StoredFile};
+use crate::{Embedding, Memory, MemoryOwner, SessionStore, StoreError, StoredFile};
 
 /// Sessions kept in memory: what the library uses when no other store is given.
 /// They live as long as the store; clones share them.
@@ -396,8 +396,20 @@ impl SessionStore for MemoryStore {
         &'a self,
         owner: &'a MemoryOwner,
         text: &'a str,
+        embedding: Option<&'a Embedding>,
     ) -> BoxFuture<'a, Result<Memory, StoreError>> {
-        Box::pin(ready(self.user_memories().remember(owner, text)))
+        Box::pin(ready(self.user_memories().remember(owner, text, embedding)))
+    }
+
+    fn recall_similar<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a Embedding,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(ready(Ok(self
+            .user_memories()
+            .recall_similar(owner, query, limit))))
     }
 
     fn recall<'a>(

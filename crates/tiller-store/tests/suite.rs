@@ -8,12 +8,12 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tiller_ai::FileContent;
 use tiller_core::AgentMessage;
-use tiller_store::file_id;
 use tiller_store::{
     Branch, Change, MAX_BRANCH_DEPTH, MAX_OP_KEYS, MAX_WORKING_MEMORY_BYTES, Memory, MemoryOwner,
     MemoryStore, QueueKind, Queued, SessionFilter, SessionRecord, SessionStatus, SessionStore,
     SessionWrite, SqlStore, StoreError, StoreWriter, StoredSession,
 };
+use tiller_store::{Embedding, file_id};
 use tiller_test_support::sqlite::TempSqlite;
 
 /// A tenant no other test uses, so tests can share one PostgreSQL database.
@@ -828,6 +828,60 @@ async fn branches_share_their_prefix_and_outlive_it(store: Arc<dyn SessionStore>
 /// A user's memory is theirs alone (not another user's, not the same user's of
 /// another tenant), found by its words whatever the query holds, bounded, and
 /// forgotten on request.
+async fn recalls_facts_by_what_they_mean(store: Arc<dyn SessionStore>, tenant: &str) {
+    let ada = MemoryOwner::new(tenant, "vector-ada");
+    let embedding = |model: &str, vector: &[f32]| Embedding::new(model, vector.to_vec()).unwrap();
+    let texts = |found: Vec<Memory>| found.into_iter().map(|fact| fact.text).collect::<Vec<_>>();
+    for (text, vector) in [
+        ("likes cats", [1.0, 0.1, 0.0]),
+        ("likes dogs", [0.8, 0.6, 0.0]),
+        ("lives in Oslo", [0.0, 0.0, 1.0]),
+    ] {
+        store
+            .remember(&ada, text, Some(&embedding("m", &vector)))
+            .await
+            .unwrap();
+    }
+    // Not compared: another model's vector, one of other dimensions, none.
+    store
+        .remember(
+            &ada,
+            "another model's",
+            Some(&embedding("other", &[1.0, 0.0, 0.0])),
+        )
+        .await
+        .unwrap();
+    store
+        .remember(&ada, "two dimensions", Some(&embedding("m", &[1.0, 0.0])))
+        .await
+        .unwrap();
+    store.remember(&ada, "no vector", None).await.unwrap();
+    let query = embedding("m", &[1.0, 0.0, 0.0]);
+    assert_eq!(
+        texts(store.recall_similar(&ada, &query, 5).await.unwrap()),
+        ["likes cats", "likes dogs", "lives in Oslo"]
+    );
+    assert_eq!(
+        texts(store.recall_similar(&ada, &query, 1).await.unwrap()),
+        ["likes cats"]
+    );
+    let somewhere = embedding("m", &[0.0, 0.1, 1.0]);
+    assert_eq!(
+        texts(store.recall_similar(&ada, &somewhere, 1).await.unwrap()),
+        ["lives in Oslo"]
+    );
+    let bob = MemoryOwner::new(tenant, "vector-bob");
+    assert_eq!(store.recall_similar(&bob, &query, 5).await, Ok(vec![]));
+    // Forgotten facts are not found.
+    let cats = store.memories(&ada, 0, 1).await.unwrap().remove(0);
+    assert_eq!(store.forget(&ada, Some(&cats.id)).await, Ok(1));
+    assert_eq!(
+        texts(store.recall_similar(&ada, &query, 1).await.unwrap()),
+        ["likes dogs"]
+    );
+    assert_eq!(store.forget(&ada, None).await, Ok(5));
+}
+
 async fn keeps_each_users_memory_apart(store: Arc<dyn SessionStore>, tenant: &str) {
     let ada = MemoryOwner::new(tenant, "ada");
     let bob = MemoryOwner::new(tenant, "bob");
@@ -854,21 +908,27 @@ async fn keeps_each_users_memory_apart(store: Arc<dyn SessionStore>, tenant: &st
     );
 
     let name = store
-        .remember(&ada, "The user's name is Ada Lovelace")
+        .remember(&ada, "The user's name is Ada Lovelace", None)
         .await
         .unwrap();
-    let tea = store.remember(&ada, "Ada drinks green tea").await.unwrap();
-    let _ = store.remember(&ada, "Prefers short answers").await.unwrap();
-    store
-        .remember(&bob, "The user's name is Bob")
+    let tea = store
+        .remember(&ada, "Ada drinks green tea", None)
+        .await
+        .unwrap();
+    let _ = store
+        .remember(&ada, "Prefers short answers", None)
         .await
         .unwrap();
     store
-        .remember(&other_ada, "This Ada's name is secret")
+        .remember(&bob, "The user's name is Bob", None)
+        .await
+        .unwrap();
+    store
+        .remember(&other_ada, "This Ada's name is secret", None)
         .await
         .unwrap();
     assert_eq!(
-        store.remember(&ada, "  ").await,
+        store.remember(&ada, "  ", None).await,
         Err(StoreError::EmptyMemory)
     );
 
@@ -1028,6 +1088,7 @@ async fn keeps_files_once_and_each_tenants_apart(store: Arc<dyn SessionStore>, t
 
 async fn suite(store: Arc<dyn SessionStore>, tenant: &str) {
     keeps_files_once_and_each_tenants_apart(store.clone(), tenant).await;
+    recalls_facts_by_what_they_mean(store.clone(), tenant).await;
     claims_each_slot_of_a_schedule_once(store.clone(), tenant).await;
     keeps_each_users_memory_apart(store.clone(), tenant).await;
     branches_share_their_prefix_and_outlive_it(store.clone(), tenant).await;

@@ -32,6 +32,9 @@ pub enum LocalServer {
     /// llama-cpp-python's server: one request at a time, streams tool calls when the
     /// request names the tool.
     LlamaCppPython,
+    /// `llama-server` serving embeddings (`/v1/embeddings`, mean pooling) of the
+    /// same model.
+    LlamaEmbeddings,
 }
 
 impl LocalServer {
@@ -40,6 +43,7 @@ impl LocalServer {
         match self {
             LocalServer::LlamaServer => "llama-server",
             LocalServer::LlamaCppPython => "llama-cpp-python",
+            LocalServer::LlamaEmbeddings => "llama-embeddings",
         }
     }
 
@@ -48,6 +52,7 @@ impl LocalServer {
         match self {
             LocalServer::LlamaServer => "TILLER_LLAMA_SERVER_URL",
             LocalServer::LlamaCppPython => "TILLER_LLAMA_CPP_PYTHON_URL",
+            LocalServer::LlamaEmbeddings => "TILLER_LLAMA_EMBEDDINGS_URL",
         }
     }
 
@@ -83,7 +88,8 @@ impl LocalServer {
         static LLAMA_SERVER: OnceLock<bool> = OnceLock::new();
         static LLAMA_CPP_PYTHON: OnceLock<bool> = OnceLock::new();
         let cell = match self {
-            LocalServer::LlamaServer => &LLAMA_SERVER,
+            // The same program and model.
+            LocalServer::LlamaServer | LocalServer::LlamaEmbeddings => &LLAMA_SERVER,
             LocalServer::LlamaCppPython => &LLAMA_CPP_PYTHON,
         };
         *cell.get_or_init(|| self.ask_installed())
@@ -107,9 +113,11 @@ impl LocalServer {
     pub fn base_url(self) -> String {
         static LLAMA_SERVER: OnceLock<String> = OnceLock::new();
         static LLAMA_CPP_PYTHON: OnceLock<String> = OnceLock::new();
+        static LLAMA_EMBEDDINGS: OnceLock<String> = OnceLock::new();
         let cell = match self {
             LocalServer::LlamaServer => &LLAMA_SERVER,
             LocalServer::LlamaCppPython => &LLAMA_CPP_PYTHON,
+            LocalServer::LlamaEmbeddings => &LLAMA_EMBEDDINGS,
         };
         cell.get_or_init(|| match std::env::var(self.url_variable()) {
             Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_owned(),

@@ -212,6 +212,7 @@ async fn streamed_reply(server: LocalServer) {
         }
         // llama-cpp-python ignores `stream_options.include_usage`: nothing to count.
         LocalServer::LlamaCppPython => assert_eq!(reply.usage.total_tokens, 0),
+        LocalServer::LlamaEmbeddings => unreachable!("the chat tests run on the chat servers"),
     }
 }
 
@@ -535,4 +536,46 @@ async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
     );
     assert!(finished(assistants(&messages)[1]));
     supervisor.shutdown().await;
+}
+
+/// Facts embedded by llama-server's `/v1/embeddings` (SmolLM2, mean pooling),
+/// kept with their vectors in SQLite and ranked there by sqlite-vec: a query in
+/// a fact's own words finds that fact first, by meaning alone.
+#[tokio::test]
+async fn llama_server_embeds_facts_that_sqlite_ranks_by_meaning() {
+    use tiller::ai::EmbeddingModel;
+    use tiller::store::{Embedding, MemoryOwner};
+    let server = LocalServer::LlamaEmbeddings;
+    if !server.is_available() {
+        return;
+    }
+    let model =
+        EmbeddingModel::openai_compatible(server.base_url(), tiller_test_support::live::MODEL_ID);
+    let facts = [
+        "Ada's cat is called Turing",
+        "Ada lives in Oslo, in Norway",
+        "Ada drinks green tea every morning",
+    ];
+    let options = StreamOptions::default();
+    let vectors = model.embed(&facts, &options).await.unwrap();
+    assert_eq!(vectors.len(), 3);
+    assert!(
+        vectors
+            .iter()
+            .all(|vector| vector.len() == vectors[0].len() && vector.iter().all(|v| v.is_finite())),
+        "one size of finite vectors"
+    );
+    let db = tiller_test_support::sqlite::TempSqlite::new();
+    let store = tiller::store::open(db.url()).await.unwrap();
+    let ada = MemoryOwner::new("default", "ada");
+    for (fact, vector) in facts.iter().zip(vectors) {
+        let embedding = Embedding::new(model.name(), vector).unwrap();
+        store.remember(&ada, fact, Some(&embedding)).await.unwrap();
+    }
+    for fact in facts {
+        let query = model.embed(&[fact], &options).await.unwrap().remove(0);
+        let query = Embedding::new(model.name(), query).unwrap();
+        let found = store.recall_similar(&ada, &query, 3).await.unwrap();
+        assert_eq!((found.len(), found[0].text.as_str()), (3, fact));
+    }
 }

@@ -136,7 +136,11 @@ async fn another_user_and_a_user_of_no_name_see_nothing_of_it() {
         .await
         .unwrap();
     store
-        .remember(&MemoryOwner::new("default", "ada"), "Ada's cat is Turing")
+        .remember(
+            &MemoryOwner::new("default", "ada"),
+            "Ada's cat is Turing",
+            None,
+        )
         .await
         .unwrap();
 
@@ -208,5 +212,90 @@ async fn a_fact_past_its_bound_is_refused_to_the_model_and_nothing_is_kept() {
             .unwrap()
             .is_empty()
     );
+    supervisor.shutdown().await;
+}
+
+/// With an embedding model (here a scripted OpenAI-compatible server), each
+/// fact is kept with its vector and a recall finds it by meaning where no word
+/// matches; a fact whose embedding fails is kept all the same, found by words.
+#[tokio::test]
+async fn with_embeddings_a_fact_is_found_by_meaning_and_kept_when_embedding_fails() {
+    use tiller::agents::EmbeddingsConfig;
+    use tiller_test_support::{MockResponse, MockServer};
+    let db = TempSqlite::new();
+    let (supervisor, store) = supervisor(&db).await;
+    let embeddings = MockServer::start().await;
+    let vector = |values: [f32; 2]| {
+        MockResponse::json(200, &json!({"data": [{"index": 0, "embedding": values}]}))
+    };
+    embeddings.push(vector([1.0, 0.0]));
+    embeddings.push(MockResponse::json(
+        400,
+        &json!({"error": {"message": "input too long"}}),
+    ));
+    embeddings.push(vector([0.9, 0.1]));
+    let memory = MemoryConfig {
+        embeddings: Some(EmbeddingsConfig {
+            provider: "local".to_owned(),
+            model: "nomic".to_owned(),
+            base_url: Some(embeddings.base_url()),
+            dimensions: None,
+            api_key_env: None,
+        }),
+        ..MemoryConfig::default()
+    };
+    let faux = FauxProvider::new();
+    let settings = memory.applied_to(AgentSettings::new(faux.model()), store.clone());
+    let ada = AgentContext::new().with_user_id("ada");
+    let agent = supervisor
+        .spawn(AgentSpec::new(settings).with_context(ada))
+        .await
+        .unwrap();
+    faux.push(FauxTurn::tool_call(
+        "remember",
+        json!({"fact": "Ada's cat is called Turing"}),
+    ));
+    faux.push(FauxTurn::tool_call(
+        "remember",
+        json!({"fact": "Ada likes tea"}),
+    ));
+    faux.push(FauxTurn::text("Noted."));
+    agent.run("My cat is Turing; I like tea.").await.unwrap();
+    faux.push(FauxTurn::tool_call("recall", json!({"query": "pet"})));
+    faux.push(FauxTurn::text("Turing."));
+    agent.run("What is my pet called?").await.unwrap();
+    assert_eq!(
+        tool_results(&agent).await,
+        [
+            ("Remembered.".to_owned(), false),
+            (
+                "Remembered, to be found by its words only (it could not be embedded: HTTP 400 from local: input too long)."
+                    .to_owned(),
+                false
+            ),
+            ("- Ada's cat is called Turing".to_owned(), false),
+        ]
+    );
+    let inputs: Vec<_> = embeddings
+        .requests()
+        .into_iter()
+        .map(|request| (request.path, request.body["input"].clone()))
+        .collect();
+    assert_eq!(
+        inputs,
+        [
+            (
+                "/v1/embeddings".to_owned(),
+                json!(["Ada's cat is called Turing"])
+            ),
+            ("/v1/embeddings".to_owned(), json!(["Ada likes tea"])),
+            ("/v1/embeddings".to_owned(), json!(["pet"])),
+        ]
+    );
+    // Both facts are kept; words still find the one without a vector.
+    let owner = MemoryOwner::new("default", "ada");
+    assert_eq!(store.memories(&owner, 0, 10).await.unwrap().len(), 2);
+    let by_words = store.recall(&owner, "tea", 5).await.unwrap();
+    assert_eq!(by_words[0].text, "Ada likes tea");
     supervisor.shutdown().await;
 }

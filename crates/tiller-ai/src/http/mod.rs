@@ -237,6 +237,7 @@ impl HttpSource {
             options.retry.clone(),
             options.idle_timeout,
             options.transport.on_rate_limited.clone(),
+            Expect::EventStream,
         );
         Ok(HttpSource {
             phase: Phase::Connecting(Box::pin(connecting)),
@@ -397,6 +398,7 @@ async fn send(
     policy: RetryPolicy,
     idle_timeout: Option<Duration>,
     observer: Option<RateLimitObserver>,
+    expect: Expect,
 ) -> Result<Sent, StreamError> {
     let mut attempt: u32 = 0;
     let mut throttled: u32 = 0;
@@ -426,7 +428,10 @@ async fn send(
                     let status = response.status.as_u16();
                     ticket.answered(status, &response.headers, None, policy.max_retry_after);
                 }
-                let response = expect_event_stream(response, idle_timeout).await?;
+                let response = match expect {
+                    Expect::EventStream => expect_event_stream(response, idle_timeout).await?,
+                    Expect::Document => response,
+                };
                 return Ok(Sent { response, ticket });
             }
             Ok(response) => {
@@ -463,6 +468,60 @@ async fn send(
             "retrying the request"
         );
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// What a successful response's body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Events, as a model's answer streams.
+    EventStream,
+    /// One document (a JSON answer).
+    Document,
+}
+
+/// Sends `request` (retried, throttled and signed as a stream's request is)
+/// and reads its whole body, one document: within the options' idle timeout
+/// between chunks, their response deadline and
+/// [`StreamLimits::max_body_bytes`](crate::StreamLimits::max_body_bytes).
+pub(crate) async fn fetch(
+    mut request: HttpRequest,
+    options: &StreamOptions,
+) -> Result<Bytes, StreamError> {
+    request
+        .headers
+        .insert(ACCEPT, HeaderValue::from_static("application/json"));
+    let client = Client::of(&request.url, options)?;
+    let idle_timeout = options.idle_timeout;
+    let max_bytes = options.limits.max_body_bytes;
+    let whole = async {
+        let sent = send(
+            client,
+            request,
+            options.retry.clone(),
+            idle_timeout,
+            options.transport.on_rate_limited.clone(),
+            Expect::Document,
+        )
+        .await?;
+        let mut body = sent.response.body;
+        let mut read = Vec::new();
+        while let Some(chunk) = idle_bounded(idle_timeout, body.next()).await? {
+            let chunk = chunk.map_err(|message| StreamError::Incomplete { message })?;
+            if (read.len() + chunk.len()) as u64 > max_bytes {
+                return Err(Limit::BodyBytes.exceeded(max_bytes));
+            }
+            read.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(read))
+    };
+    match options.response_deadline {
+        Some(deadline) => tokio::time::timeout(deadline, whole).await.map_err(|_| {
+            StreamError::DeadlineExceeded {
+                deadline_ms: millis(deadline),
+            }
+        })?,
+        None => whole.await,
     }
 }
 

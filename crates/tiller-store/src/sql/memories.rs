@@ -2,22 +2,27 @@
 //! SQLite's FTS5 table `tiller_memories_fts` (kept by triggers, Porter
 //! stemming) or PostgreSQL's full-text search (each fact's `english` words
 //! stored beside it, under a GIN index);
-//! `tiller_working_memory` holds each user's document, and
+//! `tiller_working_memory` holds each user's document,
 //! `tiller_memory_counts` how many facts each user holds (the bound, checked
-//! without counting).
+//! without counting), and `tiller_memory_vectors` the facts' embeddings,
+//! ranked by sqlite-vec on SQLite and in Tiller from PostgreSQL.
 //!
 //! A query reaches the search syntax only as [`search_terms`]: words of letters
 //! and digits, quoted for FTS5, joined with `OR` (`|`), so any word found
 //! counts and the best ranked come first.
 
+use std::collections::HashMap;
+
+use futures::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Connection, Row};
 
 use super::{Backend, SqlStore, database};
 use crate::types::now;
+use crate::user_memory::best;
 use crate::{
-    MAX_MEMORIES, MAX_MEMORY_PAGE, MAX_RECALLED, Memory, MemoryOwner, StoreError, check_memory,
-    check_working_memory, search_terms,
+    Embedding, MAX_MEMORIES, MAX_MEMORY_PAGE, MAX_RECALLED, Memory, MemoryOwner, StoreError,
+    check_memory, check_working_memory, search_terms,
 };
 
 impl SqlStore {
@@ -67,6 +72,7 @@ impl SqlStore {
         &self,
         owner: &MemoryOwner,
         text: &str,
+        embedding: Option<&Embedding>,
     ) -> Result<Memory, StoreError> {
         check_memory(text)?;
         let memory = Memory {
@@ -74,19 +80,31 @@ impl SqlStore {
             text: text.to_owned(),
             created_at: now(),
         };
-        self.write_aside(text.len() * 4, async |connection| {
-            self.insert_on(connection, owner, &memory).await
+        let vector = embedding.map(Embedding::to_bytes);
+        let bytes = text.len() * 4 + vector.as_ref().map_or(0, Vec::len);
+        self.write_aside(bytes, async |connection| {
+            self.insert_on(
+                connection,
+                owner,
+                &memory,
+                embedding.map(Embedding::model),
+                vector,
+            )
+            .await
         })
         .await?;
         Ok(memory)
     }
 
-    /// Inserts `memory` for `owner` on `connection`, within the bound.
+    /// Inserts `memory` for `owner` on `connection`, within the bound, with its
+    /// embedding (the model's name and the vector's bytes) if it has one.
     async fn insert_on(
         &self,
         connection: &mut sqlx::AnyConnection,
         owner: &MemoryOwner,
         memory: &Memory,
+        model: Option<&str>,
+        vector: Option<Vec<u8>>,
     ) -> Result<(), StoreError> {
         let mut tx = connection.begin().await.map_err(database)?;
         // The count first, a write from the start: it takes the owner's row
@@ -121,6 +139,20 @@ impl SqlStore {
         .execute(&mut *tx)
         .await
         .map_err(database)?;
+        if let (Some(model), Some(vector)) = (model, vector) {
+            sqlx::query(
+                "INSERT INTO tiller_memory_vectors (memory_id, tenant, user_id, model, embedding) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&memory.id)
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .bind(model)
+            .bind(vector)
+            .execute(&mut *tx)
+            .await
+            .map_err(database)?;
+        }
         tx.commit().await.map_err(database)
     }
 
@@ -170,6 +202,96 @@ impl SqlStore {
         rows.iter().map(memory_of).collect()
     }
 
+    /// The facts of `owner` with an embedding of `query`'s model, most alike
+    /// first. SQLite ranks them itself (sqlite-vec's `vec_distance_cosine`);
+    /// from PostgreSQL (no pgvector) every such embedding is read as it
+    /// streams and ranked here, keeping the best `limit`, then their texts.
+    pub(super) async fn similar_memories(
+        &self,
+        owner: &MemoryOwner,
+        query: &Embedding,
+        limit: u32,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let limit = limit.min(MAX_RECALLED);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let vector = query.to_bytes();
+        if self.backend == Backend::Sqlite {
+            let rows = sqlx::query(
+                "SELECT m.id, m.text, m.created_at FROM \
+                 (SELECT memory_id, vec_distance_cosine(embedding, $5) AS distance \
+                  FROM tiller_memory_vectors \
+                  WHERE tenant = $1 AND user_id = $2 AND model = $3 AND length(embedding) = $4 \
+                  ORDER BY distance LIMIT $6) AS v \
+                 JOIN tiller_memories AS m ON m.id = v.memory_id \
+                 ORDER BY v.distance, m.created_at DESC",
+            )
+            .bind(&owner.tenant)
+            .bind(&owner.user)
+            .bind(query.model())
+            .bind(vector.len() as i64)
+            .bind(vector)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?;
+            return rows.iter().map(memory_of).collect();
+        }
+        let mut rows = sqlx::query(
+            "SELECT memory_id, embedding FROM tiller_memory_vectors \
+             WHERE tenant = $1 AND user_id = $2 AND model = $3",
+        )
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(query.model())
+        .fetch(&self.pool);
+        let mut scored = Vec::new();
+        let mut vector = Vec::with_capacity(query.vector().len());
+        while let Some(row) = rows.try_next().await.map_err(database)? {
+            let stored: Vec<u8> = row.try_get(1).map_err(database)?;
+            if stored.len() != query.vector().len() * 4 {
+                continue;
+            }
+            vector.clear();
+            vector.extend(Embedding::vector_of(&stored));
+            let score = Embedding::similarity(query.vector(), &vector);
+            scored.push((score, row.try_get::<String, _>(0).map_err(database)?));
+            if scored.len() >= 4 * MAX_RECALLED as usize {
+                scored = best(scored.into_iter(), limit);
+            }
+        }
+        let ranked = best(scored.into_iter(), limit);
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id, text, created_at FROM tiller_memories \
+             WHERE tenant = $1 AND user_id = $2 AND id IN ({})",
+            (3..3 + ranked.len())
+                .map(|at| format!("${at}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut texts = sqlx::query(AssertSqlSafe(sql))
+            .bind(&owner.tenant)
+            .bind(&owner.user);
+        for (_, id) in &ranked {
+            texts = texts.bind(id.as_str());
+        }
+        let mut found: HashMap<String, Memory> = texts
+            .fetch_all(&self.pool)
+            .await
+            .map_err(database)?
+            .iter()
+            .map(|row| memory_of(row).map(|memory| (memory.id.clone(), memory)))
+            .collect::<Result<_, _>>()?;
+        Ok(ranked
+            .into_iter()
+            .filter_map(|(_, id)| found.remove(&id))
+            .collect())
+    }
+
     pub(super) async fn page_memories(
         &self,
         owner: &MemoryOwner,
@@ -212,6 +334,16 @@ impl SqlStore {
         let mut tx = connection.begin().await.map_err(database)?;
         let deleted = match id {
             Some(id) => {
+                sqlx::query(
+                    "DELETE FROM tiller_memory_vectors \
+                     WHERE tenant = $1 AND user_id = $2 AND memory_id = $3",
+                )
+                .bind(&owner.tenant)
+                .bind(&owner.user)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(database)?;
                 let deleted = sqlx::query(
                     "DELETE FROM tiller_memories WHERE tenant = $1 AND user_id = $2 AND id = $3",
                 )
@@ -235,7 +367,11 @@ impl SqlStore {
                 deleted
             }
             None => {
-                for table in ["tiller_working_memory", "tiller_memory_counts"] {
+                for table in [
+                    "tiller_working_memory",
+                    "tiller_memory_counts",
+                    "tiller_memory_vectors",
+                ] {
                     sqlx::query(AssertSqlSafe(format!(
                         "DELETE FROM {table} WHERE tenant = $1 AND user_id = $2"
                     )))

@@ -27,10 +27,12 @@ use crate::types::{
     Branch, Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo,
     SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
-use crate::{Memory, MemoryOwner, SessionStore, StoreError, StoredFile, redact_url};
+use crate::{Embedding, Memory, MemoryOwner, SessionStore, StoreError, StoredFile, redact_url};
 
 mod branches;
 mod memories;
+#[cfg(feature = "sqlite")]
+mod vectors;
 
 /// The schema, one migration a version; each runs once, in order, on open.
 /// `{clustered}` keeps a table in its primary key's order: `WITHOUT ROWID` in SQLite
@@ -198,6 +200,26 @@ const MIGRATIONS: &[&[&str]] = &[
             created_at BIGINT NOT NULL,
             PRIMARY KEY (tenant_id, file_id)
         ){clustered}",
+    ],
+    // Facts' embeddings: the model's name and the vector (little-endian f32s),
+    // in a table of their own, so that a search by words reads no vector and
+    // one by vectors no text.
+    &[
+        "{sqlite}CREATE TABLE tiller_memory_vectors (
+            memory_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            embedding BLOB NOT NULL
+        )",
+        "{postgres}CREATE TABLE tiller_memory_vectors (
+            memory_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            embedding BYTEA NOT NULL
+        )",
+        "CREATE INDEX tiller_memory_vectors_owner ON tiller_memory_vectors (tenant, user_id, model)",
     ],
 ];
 
@@ -391,6 +413,8 @@ impl SqlStore {
             };
             let file = path.split('?').next().unwrap_or(path);
             wal = Some(std::path::PathBuf::from(format!("{file}-wal")));
+            #[cfg(feature = "sqlite")]
+            vectors::register();
             (Backend::Sqlite, connect)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             if !cfg!(feature = "postgres") {
@@ -1984,8 +2008,18 @@ impl SessionStore for SqlStore {
         &'a self,
         owner: &'a MemoryOwner,
         text: &'a str,
+        embedding: Option<&'a Embedding>,
     ) -> BoxFuture<'a, Result<Memory, StoreError>> {
-        Box::pin(self.insert_memory(owner, text))
+        Box::pin(self.insert_memory(owner, text, embedding))
+    }
+
+    fn recall_similar<'a>(
+        &'a self,
+        owner: &'a MemoryOwner,
+        query: &'a Embedding,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<Memory>, StoreError>> {
+        Box::pin(self.similar_memories(owner, query, limit))
     }
 
     fn recall<'a>(

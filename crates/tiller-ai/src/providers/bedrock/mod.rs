@@ -7,4 +7,4 @@ mod request;
 
 pub(crate) use credentials::DEFAULT_ENDPOINT;
 pub(crate) use decode::Decoder;
-pub(crate) use request::request;
+pub(crate) use request::{post, request};

@@ -45,24 +45,29 @@ pub(crate) fn request(
     context: ContextRef<'_>,
     options: &StreamOptions,
 ) -> Result<HttpRequest, StreamError> {
+    check_files(model, context, |file, _| document_format(file).is_some())?;
+    let body = body(model, context, options);
+    post(model, "converse-stream", &body, EVENT_STREAM, options)
+}
+
+/// A POST of `body` to the `action` (`converse-stream`, `invoke`) of `model`,
+/// sent to its region's endpoint, with its API key or else signed (SigV4).
+pub(crate) fn post<T: serde::Serialize>(
+    model: &Model,
+    action: &str,
+    body: &T,
+    accept: &'static str,
+    options: &StreamOptions,
+) -> Result<HttpRequest, StreamError> {
     let region = Region::for_model(model);
     let mut routed = Cow::Borrowed(model);
     if let Some(endpoint) = region.endpoint_for(&model.base_url) {
         routed.to_mut().base_url = endpoint;
     }
-    check_files(model, context, |file, _| document_format(file).is_some())?;
-    let body = body(model, context, options);
-    let path = format!("model/{}/converse-stream", path_segment(&model.id));
+    let path = format!("model/{}/{action}", path_segment(&model.id));
     let bearer = credentials::api_key(&routed, options)?.map(|key| key.bearer());
     let signed = bearer.is_none();
-    let request = http::post_json(
-        &routed,
-        &path,
-        &body,
-        &[("accept", EVENT_STREAM)],
-        bearer,
-        options,
-    )?;
+    let request = http::post_json(&routed, &path, body, &[("accept", accept)], bearer, options)?;
     if !signed {
         return Ok(request);
     }
