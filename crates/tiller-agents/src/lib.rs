@@ -47,7 +47,8 @@ pub use definitions::{Definitions, DefinitionsError};
 pub use guardrail::{GuardrailNames, agent_guardrail};
 pub use llm::{LlmConfigError, LlmConfigs};
 pub use memory::{
-    EmbeddingsConfig, MemoryConfig, RECALL_TOOL, REMEMBER_TOOL, WORKING_MEMORY_TOOL, owner_of,
+    EMBED_DEADLINE, EmbeddingsConfig, MemoryConfig, RECALL_TOOL, REMEMBER_TOOL,
+    WORKING_MEMORY_TOOL, owner_of,
 };
 pub use model_choice::{ModelChoice, ModelChoiceError, ModelSources, Named, choose_model};
 pub use schedule::Schedules;

@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tiller_ai::{ApiKey, EmbeddingModel, StreamOptions};
+use tiller_ai::{ApiKey, EmbedPurpose, EmbeddingModel, StreamOptions};
 use tiller_core::{AgentContext, AgentTool, FnTool, ToolError, ToolOutput, ToolSet, hook};
 use tiller_runtime::AgentSettings;
 use tiller_store::{
@@ -45,6 +45,10 @@ pub const WORKING_MEMORY_TOOL: &str = "update_working_memory";
 pub const REMEMBER_TOOL: &str = "remember";
 /// The name of the tool that finds facts kept before.
 pub const RECALL_TOOL: &str = "recall";
+
+/// The longest an embedding call may take, retries included; past it the fact
+/// is kept (or the recall made) by words only.
+pub const EMBED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What an agent remembers of its user: off unless [`MemoryConfig::applied_to`]
 /// its settings.
@@ -115,6 +119,18 @@ impl EmbeddingsConfig {
                 self.provider
             ));
         }
+        if let Some(variable) = &self.api_key_env {
+            let valid = !variable.is_empty()
+                && !variable.starts_with(|c: char| c.is_ascii_digit())
+                && variable
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!(
+                    "embeddings.api_key_env: `{variable}` is not an environment variable's name"
+                ));
+            }
+        }
         if let Some(dimensions) = self.dimensions
             && !(1..=MAX_EMBEDDING_DIMENSIONS).contains(&(dimensions as usize))
         {
@@ -170,9 +186,14 @@ impl Embedder {
         })
     }
 
-    /// The embedding of `text`, or why there is none.
-    async fn embed(&self, text: &str) -> Result<Embedding, String> {
-        let mut options = StreamOptions::default();
+    /// The embedding of `text` for `purpose`, within [`EMBED_DEADLINE`], or
+    /// why there is none.
+    async fn embed(&self, text: &str, purpose: EmbedPurpose) -> Result<Embedding, String> {
+        let mut options = StreamOptions {
+            response_deadline: Some(EMBED_DEADLINE),
+            idle_timeout: Some(EMBED_DEADLINE),
+            ..StreamOptions::default()
+        };
         if let Some(variable) = &self.api_key_env {
             let key = std::env::var(variable)
                 .ok()
@@ -182,7 +203,7 @@ impl Embedder {
         }
         let vector = self
             .model
-            .embed(&[text], &options)
+            .embed(&[text], purpose, &options)
             .await
             .map_err(|error| error.to_string())?
             .pop()
@@ -346,7 +367,7 @@ fn remember(store: Arc<dyn SessionStore>, embedder: Option<Arc<Embedder>>) -> Ar
                 // A fact whose embedding fails is kept all the same, found by
                 // its words.
                 let embedded = match &embedder {
-                    Some(embedder) => Some(embedder.embed(&fact).await),
+                    Some(embedder) => Some(embedder.embed(&fact, EmbedPurpose::Document).await),
                     None => None,
                 };
                 let vector = embedded
@@ -398,18 +419,22 @@ fn recall(
                     .recall(&owner, &query, limit)
                     .await
                     .map_err(store_error)?;
-                let (found, unembedded) = match &embedder {
-                    None => (by_words, None),
-                    Some(embedder) => match embedder.embed(&query).await {
-                        Ok(embedding) => {
-                            let by_meaning = store
-                                .recall_similar(&owner, &embedding, limit)
-                                .await
-                                .map_err(store_error)?;
-                            (fused(&[by_meaning, by_words], limit), None)
-                        }
-                        Err(why) => (by_words, Some(why)),
+                // By meaning as well, when it can be had: words alone otherwise.
+                let by_meaning = match &embedder {
+                    None => Ok(None),
+                    Some(embedder) => match embedder.embed(&query, EmbedPurpose::Query).await {
+                        Ok(embedding) => store
+                            .recall_similar(&owner, &embedding, limit)
+                            .await
+                            .map(Some)
+                            .map_err(|error| error.to_string()),
+                        Err(why) => Err(format!("the query could not be embedded: {why}")),
                     },
+                };
+                let (found, unembedded) = match by_meaning {
+                    Ok(None) => (by_words, None),
+                    Ok(Some(by_meaning)) => (fused(&[by_meaning, by_words], limit), None),
+                    Err(why) => (by_words, Some(why)),
                 };
                 let mut lines: Vec<String> = found
                     .iter()
@@ -419,9 +444,7 @@ fn recall(
                     lines.push(format!("Nothing remembered matches \"{query}\"."));
                 }
                 if let Some(why) = unembedded {
-                    lines.push(format!(
-                        "(Found by words only: the query could not be embedded: {why}.)"
-                    ));
+                    lines.push(format!("(Found by words only: {why}.)"));
                 }
                 Ok(ToolOutput::text(lines.join("\n")))
             }

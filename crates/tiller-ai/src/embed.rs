@@ -10,9 +10,10 @@
 //! environment only to its provider's own host) and SigV4 signing.
 //!
 //! ```
-//! use tiller_ai::EmbeddingModel;
+//! use tiller_ai::{EmbedPurpose, EmbeddingModel};
 //!
 //! let local = EmbeddingModel::openai_compatible("http://127.0.0.1:8081/v1", "nomic-embed");
+//! // `local.embed(&["Ada's cat is Turing"], EmbedPurpose::Document, &options).await?`
 //! assert_eq!(local.name(), "openai-compatible/nomic-embed");
 //! let small = EmbeddingModel::openai("text-embedding-3-small").with_dimensions(256);
 //! assert_eq!(small.name(), "openai/text-embedding-3-small@256");
@@ -29,6 +30,18 @@ use crate::providers::{bedrock, path_segment};
 
 /// The most texts one [`EmbeddingModel::embed`] call takes.
 pub const MAX_EMBED_TEXTS: usize = 96;
+
+/// What the texts to embed are: what is kept, or what it is searched with.
+/// Gemini and Cohere embed the two differently (`RETRIEVAL_DOCUMENT` and
+/// `RETRIEVAL_QUERY`; `search_document` and `search_query`); OpenAI's API does
+/// not tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedPurpose {
+    /// Texts kept, to be found later.
+    Document,
+    /// A search for kept texts.
+    Query,
+}
 
 /// The API an embedding model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,13 +155,14 @@ impl EmbeddingModel {
         Model::openai_compatible(&self.base_url, &self.id).with_provider(&self.provider)
     }
 
-    /// The vectors of `texts`, in their order: at most [`MAX_EMBED_TEXTS`]
+    /// The vectors of `texts`, embedded for `purpose`, in their order: at most [`MAX_EMBED_TEXTS`]
     /// a call (more is a [`StreamError::InvalidRequest`]). An answer that does
     /// not hold one vector of numbers for each text is a
     /// [`StreamError::Malformed`].
     pub async fn embed(
         &self,
         texts: &[&str],
+        purpose: EmbedPurpose,
         options: &StreamOptions,
     ) -> Result<Vec<Vec<f32>>, StreamError> {
         if texts.len() > MAX_EMBED_TEXTS {
@@ -171,7 +185,8 @@ impl EmbeddingModel {
                     body["dimensions"] = json!(dimensions);
                 }
                 let auth = http::api_key(&model, options)?.map(|key| key.bearer());
-                let request = http::post_json(&model, "embeddings", &body, &[], auth, options)?;
+                let request =
+                    http::post_json(&model, "embeddings", &body, &[ACCEPT_JSON], auth, options)?;
                 let answer: OpenAiAnswer = read(request, options).await?;
                 let mut data = answer.data;
                 data.sort_by_key(|item| item.index);
@@ -179,11 +194,14 @@ impl EmbeddingModel {
             }
             EmbeddingApi::Gemini => {
                 let name = format!("models/{}", self.id);
+                let task = match purpose {
+                    EmbedPurpose::Document => "RETRIEVAL_DOCUMENT",
+                    EmbedPurpose::Query => "RETRIEVAL_QUERY",
+                };
                 let requests: Vec<Value> = texts
                     .iter()
                     .map(|text| {
-                        let mut request =
-                            json!({"model": name, "content": {"parts": [{"text": text}]}});
+                        let mut request = json!({"model": name, "content": {"parts": [{"text": text}]}, "taskType": task});
                         if let Some(dimensions) = self.dimensions {
                             request["outputDimensionality"] = json!(dimensions);
                         }
@@ -194,7 +212,7 @@ impl EmbeddingModel {
                     .map(|key| ("x-goog-api-key", key.expose().to_owned()));
                 let path = format!("models/{}:batchEmbedContents", path_segment(&self.id));
                 let body = json!({"requests": requests});
-                let request = http::post_json(&model, &path, &body, &[], auth, options)?;
+                let request = http::post_json(&model, &path, &body, &[ACCEPT_JSON], auth, options)?;
                 let answer: GeminiAnswer = read(request, options).await?;
                 answer
                     .embeddings
@@ -203,7 +221,11 @@ impl EmbeddingModel {
                     .collect()
             }
             EmbeddingApi::Bedrock if self.id.starts_with("cohere.") => {
-                let body = json!({"texts": texts, "input_type": "search_document"});
+                let input_type = match purpose {
+                    EmbedPurpose::Document => "search_document",
+                    EmbedPurpose::Query => "search_query",
+                };
+                let body = json!({"texts": texts, "input_type": input_type});
                 let request = bedrock::post(&model, "invoke", &body, JSON, options)?;
                 let answer: CohereAnswer = read(request, options).await?;
                 answer.embeddings
@@ -237,6 +259,9 @@ impl EmbeddingModel {
 }
 
 const JSON: &str = "application/json";
+
+/// The `accept` header of every embedding request (signed with it on Bedrock).
+const ACCEPT_JSON: (&str, &str) = ("accept", JSON);
 
 /// The answer to `request`, read whole and decoded.
 async fn read<T: for<'de> Deserialize<'de>>(

@@ -28,6 +28,12 @@ use serde::{Deserialize, Serialize};
 /// request limit its base64 passes, is its 4xx).
 pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
 
+/// The most files one message may carry.
+pub const MAX_MESSAGE_FILES: usize = 16;
+
+/// The most bytes (before encoding) the files of one message may come to.
+pub const MAX_MESSAGE_FILE_BYTES: usize = 2 * MAX_FILE_BYTES;
+
 /// The longest file name kept, in bytes.
 pub const MAX_FILE_NAME_BYTES: usize = 255;
 

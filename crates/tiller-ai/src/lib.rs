@@ -77,10 +77,13 @@ mod watchdog;
 pub use breaker::{Admission, BreakerPolicy, BreakerStats, Breakers};
 pub use context::{Context, ContextRef, Tool};
 pub use decode::ResponseDecoder;
-pub use embed::{EmbeddingApi, EmbeddingModel, MAX_EMBED_TEXTS};
+pub use embed::{EmbedPurpose, EmbeddingApi, EmbeddingModel, MAX_EMBED_TEXTS};
 pub use error::StreamError;
 pub use event::AssistantEvent;
-pub use file::{FileContent, FileError, MAX_FILE_BYTES, MAX_FILE_NAME_BYTES, media_type_of};
+pub use file::{
+    FileContent, FileError, MAX_FILE_BYTES, MAX_FILE_NAME_BYTES, MAX_MESSAGE_FILE_BYTES,
+    MAX_MESSAGE_FILES, media_type_of,
+};
 pub use http::use_thread_client;
 pub use id::new_id;
 pub use limits::{Limit, StreamLimits};

@@ -8,7 +8,7 @@ mod common;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tiller_ai::{EmbeddingModel, MAX_EMBED_TEXTS, StreamError};
+use tiller_ai::{EmbedPurpose, EmbeddingModel, MAX_EMBED_TEXTS, StreamError};
 use tiller_test_support::{MockResponse, MockServer};
 
 #[tokio::test]
@@ -24,7 +24,11 @@ async fn openai_compatible_servers_get_one_request_and_answers_come_back_in_orde
     ));
     let model = EmbeddingModel::openai_compatible(server.base_url(), "nomic").with_dimensions(2);
     let vectors = model
-        .embed(&["cats", "dogs"], &common::options())
+        .embed(
+            &["cats", "dogs"],
+            EmbedPurpose::Document,
+            &common::options(),
+        )
         .await
         .unwrap();
     assert_eq!(vectors, [vec![1.0, 0.0], vec![0.0, 1.0]]);
@@ -58,7 +62,11 @@ async fn gemini_gets_a_batch_of_contents() {
         .with_base_url(server.base_url())
         .with_dimensions(2);
     let vectors = model
-        .embed(&["cats", "dogs"], &common::options())
+        .embed(
+            &["cats", "dogs"],
+            EmbedPurpose::Document,
+            &common::options(),
+        )
         .await
         .unwrap();
     assert_eq!(vectors, [vec![0.5, 0.5], vec![0.1, 0.9]]);
@@ -70,7 +78,7 @@ async fn gemini_gets_a_batch_of_contents() {
             Some("test-key")
         )
     );
-    let part = |text: &str| json!({"model": "models/gemini-embedding-001", "content": {"parts": [{"text": text}]}, "outputDimensionality": 2});
+    let part = |text: &str| json!({"model": "models/gemini-embedding-001", "content": {"parts": [{"text": text}]}, "taskType": "RETRIEVAL_DOCUMENT", "outputDimensionality": 2});
     assert_eq!(
         request.body,
         json!({"requests": [part("cats"), part("dogs")]})
@@ -78,7 +86,7 @@ async fn gemini_gets_a_batch_of_contents() {
 }
 
 #[tokio::test]
-async fn bedrock_invokes_titan_once_a_text_and_cohere_once() {
+async fn bedrock_invokes_titan_once_a_text_and_cohere_once_with_the_texts_purpose() {
     let server = MockServer::start().await;
     for vector in [[1.0, 0.0], [0.0, 1.0]] {
         server.push(MockResponse::json(
@@ -90,7 +98,11 @@ async fn bedrock_invokes_titan_once_a_text_and_cohere_once() {
         .with_base_url(server.origin())
         .with_dimensions(256);
     let vectors = titan
-        .embed(&["cats", "dogs"], &common::options())
+        .embed(
+            &["cats", "dogs"],
+            EmbedPurpose::Document,
+            &common::options(),
+        )
         .await
         .unwrap();
     assert_eq!(vectors, [vec![1.0, 0.0], vec![0.0, 1.0]]);
@@ -120,13 +132,13 @@ async fn bedrock_invokes_titan_once_a_text_and_cohere_once() {
     ));
     let cohere = EmbeddingModel::bedrock("cohere.embed-english-v3").with_base_url(server.origin());
     let vectors = cohere
-        .embed(&["cats", "dogs"], &common::options())
+        .embed(&["cats", "dogs"], EmbedPurpose::Query, &common::options())
         .await
         .unwrap();
     assert_eq!(vectors, [vec![1.0], vec![2.0]]);
     assert_eq!(
         server.requests()[0].body,
-        json!({"texts": ["cats", "dogs"], "input_type": "search_document"})
+        json!({"texts": ["cats", "dogs"], "input_type": "search_query"})
     );
 }
 
@@ -137,17 +149,23 @@ async fn each_failure_is_typed_and_nothing_is_sent_for_a_bad_call() {
     let options = common::options();
     let many = vec!["x"; MAX_EMBED_TEXTS + 1];
     assert!(matches!(
-        model.embed(&many, &options).await,
+        model.embed(&many, EmbedPurpose::Query, &options).await,
         Err(StreamError::InvalidRequest { .. })
     ));
-    assert_eq!(model.embed(&[], &options).await, Ok(vec![]));
+    assert_eq!(
+        model.embed(&[], EmbedPurpose::Document, &options).await,
+        Ok(vec![])
+    );
     assert!(server.requests().is_empty());
 
     server.push(MockResponse::json(
         400,
         &json!({"error": {"message": "input is too long", "type": "invalid_request_error"}}),
     ));
-    let error = model.embed(&["x"], &options).await.unwrap_err();
+    let error = model
+        .embed(&["x"], EmbedPurpose::Document, &options)
+        .await
+        .unwrap_err();
     assert!(
         matches!(&error, StreamError::Http { status: 400, message, .. } if message == "input is too long (invalid_request_error)"),
         "{error:?}"
@@ -157,14 +175,16 @@ async fn each_failure_is_typed_and_nothing_is_sent_for_a_bad_call() {
         &json!({"data": [{"index": 0, "embedding": [1.0]}]}),
     ));
     assert_eq!(
-        model.embed(&["x", "y"], &options).await,
+        model
+            .embed(&["x", "y"], EmbedPurpose::Document, &options)
+            .await,
         Err(StreamError::Malformed {
             message: "openai-compatible answered 1 vectors for 2 texts".to_owned()
         })
     );
     server.push(MockResponse::json(200, &json!({"data": "nothing"})));
     assert!(matches!(
-        model.embed(&["x"], &options).await,
+        model.embed(&["x"], EmbedPurpose::Document, &options).await,
         Err(StreamError::Malformed { .. })
     ));
 }
@@ -180,7 +200,11 @@ async fn a_key_from_the_environment_goes_to_its_providers_host_only() {
     ));
     let model = EmbeddingModel::openai("text-embedding-3-small").with_base_url(server.base_url());
     match model
-        .embed(&["x"], &tiller_ai::StreamOptions::default())
+        .embed(
+            &["x"],
+            EmbedPurpose::Document,
+            &tiller_ai::StreamOptions::default(),
+        )
         .await
     {
         Ok(_) => assert_eq!(server.requests()[0].header("authorization"), None),

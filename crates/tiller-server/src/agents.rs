@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tiller::ai::UserMessage;
+use tiller::ai::{Content, MAX_MESSAGE_FILE_BYTES, MAX_MESSAGE_FILES, UserMessage};
 use tiller::{
     AgentHandle, AgentMessage, AgentSettings, AgentSpec, Envelope, Op, Prompt, runtime::AgentState,
 };
@@ -59,11 +59,29 @@ impl Text {
         body: Result<Bytes, BytesRejection>,
     ) -> Result<AgentMessage, Problem> {
         let text: Text = decode(body)?;
+        if text.files.len() > MAX_MESSAGE_FILES {
+            return Err(Problem::invalid(
+                Some("files".to_owned()),
+                format!(
+                    "{} files, more than the {MAX_MESSAGE_FILES} a message may carry",
+                    text.files.len()
+                ),
+            ));
+        }
         let mut message = UserMessage::text(text.text);
+        let mut carried = 0;
         for (index, file) in text.files.into_iter().enumerate() {
-            let file = file
-                .resolve(shared, caller, &format!("files[{index}]"))
-                .await?;
+            let field = format!("files[{index}]");
+            let file = file.resolve(shared, caller, &field).await?;
+            carried += file.size();
+            if carried > MAX_MESSAGE_FILE_BYTES {
+                return Err(Problem::invalid(
+                    Some(field),
+                    format!(
+                        "the files come to more than the {MAX_MESSAGE_FILE_BYTES} bytes a message may carry"
+                    ),
+                ));
+            }
             message = message.with_file(file);
         }
         Ok(AgentMessage::Llm(message.into()))
@@ -363,9 +381,9 @@ pub(crate) async fn prompt(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    let message = Text::read(&shared, &caller, body).await;
-    start_route(&shared, &caller, &id, wait, &headers, || {
-        Ok(Prompt::from(message?))
+    let (reader, asker) = (&*shared, &caller);
+    start_route(&shared, &caller, &id, wait, &headers, async move || {
+        Ok(Prompt::from(Text::read(reader, asker, body).await?))
     })
     .await
 }
@@ -386,11 +404,11 @@ async fn start_route(
     id: &str,
     wait: Result<Query<Wait>, QueryRejection>,
     headers: &HeaderMap,
-    prompt: impl FnOnce() -> Result<Prompt, Problem>,
+    prompt: impl AsyncFnOnce() -> Result<Prompt, Problem>,
 ) -> Result<Response, Problem> {
     shared.reach(caller, id).await?;
     let wait = wait_of(wait)?;
-    let prompt = prompt()?;
+    let prompt = prompt().await?;
     start(shared, caller, headers, id, wait, prompt).await
 }
 
@@ -409,7 +427,9 @@ async fn start(
         let outcome = shared.run(caller, headers, id, op).await?;
         return Ok(Json(outcome).into_response());
     }
-    shared.submit(caller, headers, id, || Ok(op)).await?;
+    shared
+        .submit(caller, headers, id, async move || Ok(op))
+        .await?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -424,7 +444,7 @@ pub(crate) async fn reply(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    start_route(&shared, &caller, &id, wait, &headers, || {
+    start_route(&shared, &caller, &id, wait, &headers, async move || {
         Ok(Prompt::Reply(decode(body)?))
     })
     .await
@@ -448,7 +468,7 @@ pub(crate) async fn compact(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let caller = shared.caller(&headers)?;
-    start_route(&shared, &caller, &id, wait, &headers, || {
+    start_route(&shared, &caller, &id, wait, &headers, async move || {
         let Compact { instructions } = match &body {
             Ok(bytes) if bytes.is_empty() => Compact::default(),
             _ => decode(body)?,
@@ -485,6 +505,31 @@ pub(crate) fn from_client(op: &Op) -> Result<(), Problem> {
             "a client sends user messages only",
         ));
     }
+    // Each file whole, checked as over HTTP (base64: never a stored id).
+    for (at, message) in messages.iter().enumerate() {
+        let AgentMessage::Llm(tiller::ai::Message::User(user)) = message else {
+            continue;
+        };
+        let files = user.content.iter().filter_map(|block| match block {
+            Content::File(file) => Some(file),
+            _ => None,
+        });
+        let mut carried = 0;
+        for (index, file) in files.enumerate() {
+            let field = || Some(format!("messages[{at}].files[{index}]"));
+            file.validate()
+                .map_err(|error| Problem::invalid(field(), error.to_string()))?;
+            carried += file.size();
+            if index >= MAX_MESSAGE_FILES || carried > MAX_MESSAGE_FILE_BYTES {
+                return Err(Problem::invalid(
+                    field(),
+                    format!(
+                        "a message carries at most {MAX_MESSAGE_FILES} files of {MAX_MESSAGE_FILE_BYTES} bytes in all"
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -496,7 +541,7 @@ async fn op_route(
     caller: &Caller,
     id: &str,
     headers: &HeaderMap,
-    op: impl FnOnce() -> Result<Op, Problem>,
+    op: impl AsyncFnOnce() -> Result<Op, Problem>,
 ) -> Result<StatusCode, Problem> {
     shared.submit(caller, headers, id, op).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -509,11 +554,13 @@ pub(crate) async fn steer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
     let caller = shared.caller(&headers)?;
-    let message = Text::read(&shared, &caller, body).await;
-    op_route(shared.clone(), &caller, &id, &headers, || {
-        Ok(Op::Steer { message: message? })
-    })
-    .await
+    let (reader, asker) = (&*shared, &caller);
+    let read = async move || {
+        Ok(Op::Steer {
+            message: Text::read(reader, asker, body).await?,
+        })
+    };
+    op_route(shared.clone(), &caller, &id, &headers, read).await
 }
 
 pub(crate) async fn follow_up(
@@ -523,11 +570,13 @@ pub(crate) async fn follow_up(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
     let caller = shared.caller(&headers)?;
-    let message = Text::read(&shared, &caller, body).await;
-    op_route(shared.clone(), &caller, &id, &headers, || {
-        Ok(Op::FollowUp { message: message? })
-    })
-    .await
+    let (reader, asker) = (&*shared, &caller);
+    let read = async move || {
+        Ok(Op::FollowUp {
+            message: Text::read(reader, asker, body).await?,
+        })
+    };
+    op_route(shared.clone(), &caller, &id, &headers, read).await
 }
 
 pub(crate) async fn abort(
@@ -536,7 +585,7 @@ pub(crate) async fn abort(
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
     let caller = shared.caller(&headers)?;
-    op_route(shared, &caller, &id, &headers, || Ok(Op::Abort)).await
+    op_route(shared, &caller, &id, &headers, async || Ok(Op::Abort)).await
 }
 
 pub(crate) async fn reset(
@@ -545,7 +594,7 @@ pub(crate) async fn reset(
     headers: HeaderMap,
 ) -> Result<StatusCode, Problem> {
     let caller = shared.caller(&headers)?;
-    op_route(shared, &caller, &id, &headers, || Ok(Op::Reset)).await
+    op_route(shared, &caller, &id, &headers, async || Ok(Op::Reset)).await
 }
 
 pub(crate) async fn delete(

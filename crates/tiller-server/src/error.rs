@@ -179,6 +179,10 @@ impl From<StoreError> for Problem {
             StoreError::Unsupported(_) => {
                 Problem::new(StatusCode::NOT_IMPLEMENTED, "unsupported", detail)
             }
+            StoreError::InvalidFile(_) => Problem::invalid(Some("data".to_owned()), detail),
+            StoreError::TooManyFiles { .. } => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "too-many-files", detail)
+            }
             // The store cannot be reached just now: try again later.
             StoreError::Unavailable(_) => {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail)

@@ -272,10 +272,10 @@ impl Shared {
         caller: &Caller,
         headers: &HeaderMap,
         id: &str,
-        op: impl FnOnce() -> Result<Op, Problem>,
+        op: impl AsyncFnOnce() -> Result<Op, Problem>,
     ) -> Result<(), Problem> {
         let agent = self.reach(caller, id).await?;
-        let op = op()?;
+        let op = op().await?;
         let key = key_of(headers)?;
         self.agents.submit(agent, op, key, caller.scope()).await
     }

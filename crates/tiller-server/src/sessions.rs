@@ -380,7 +380,9 @@ pub(crate) async fn fork(
         at: request.at,
         session: branch.clone(),
     };
-    shared.submit(&caller, &headers, &id, || Ok(fork)).await?;
+    shared
+        .submit(&caller, &headers, &id, async move || Ok(fork))
+        .await?;
     if let Some(prompt) = request.prompt {
         shared.hold(&caller, &branch).await?;
         let prompt = Op::Prompt {
@@ -390,7 +392,7 @@ pub(crate) async fn fork(
             shared.run(&caller, &headers, &branch, prompt).await?;
         } else {
             shared
-                .submit(&caller, &headers, &branch, || Ok(prompt))
+                .submit(&caller, &headers, &branch, async move || Ok(prompt))
                 .await?;
         }
     }

@@ -137,6 +137,8 @@ async fn command(shared: &Shared, caller: &Caller, id: &str, frame: &str) -> Res
         shared.writable()?;
     }
     shared
-        .submit(caller, &axum::http::HeaderMap::new(), id, || Ok(op))
+        .submit(caller, &axum::http::HeaderMap::new(), id, async move || {
+            Ok(op)
+        })
         .await
 }

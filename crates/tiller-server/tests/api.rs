@@ -216,6 +216,16 @@ async fn a_stored_file_is_named_by_id_in_its_tenants_prompts_only() {
     let both = json!({"text": "Read this", "files": [{"id": id, "name": "x.pdf"}]});
     let (status, problem) = call(Method::POST, acme, "token-acme", Some(both)).await;
     assert_eq!((status, &problem["field"]), (422, &json!("files[0]")));
+    let many = json!({"text": "Read these", "files": vec![json!({"id": id}); 17]});
+    let (status, problem) = call(Method::POST, acme, "token-acme", Some(many)).await;
+    assert_eq!(
+        (status, &problem["field"], &problem["detail"]),
+        (
+            422,
+            &json!("files"),
+            &json!("17 files, more than the 16 a message may carry")
+        )
+    );
     let (status, outcome) = call(
         Method::POST,
         &format!("{acme}?wait=true"),
@@ -1517,6 +1527,46 @@ async fn send(socket: &mut Socket, command: Value) {
         ))
         .await
         .unwrap();
+}
+
+/// A file in a WebSocket command is checked as over HTTP: a stored file's id in
+/// place of its bytes is refused (it would have named another tenant's), and so
+/// are more files than a message may carry; the agent hears of neither.
+#[tokio::test]
+async fn a_websocket_command_cannot_carry_a_files_id_or_too_many_files() {
+    let faux = FauxProvider::new();
+    let server = Running::start(&faux, ServerConfig::default()).await;
+    let id = server.create_helper().await;
+    let mut ws = socket(&server, &format!("/agents/{id}/ws")).await;
+    let forged = json!({"type": "file", "data": tiller::store::file_id(b"secret"), "mime_type": "application/pdf", "name": "x.pdf"});
+    let message = |files: Vec<Value>| {
+        let mut content = vec![json!({"type": "text", "text": "Read"})];
+        content.extend(files);
+        json!({"type": "prompt", "messages": [{"role": "user", "content": content, "timestamp": 0}]})
+    };
+    send(&mut ws, message(vec![forged])).await;
+    let refused = problem(&mut ws).await;
+    assert_eq!(
+        (&refused["status"], &refused["field"], &refused["detail"]),
+        (
+            &json!(422),
+            &json!("messages[0].files[0]"),
+            &json!("the data of x.pdf is not base64")
+        ),
+        "{refused}"
+    );
+    let pdf = json!({"type": "file", "data": "JVBERi0xLjQ=", "mime_type": "application/pdf", "name": "r.pdf"});
+    send(&mut ws, message(vec![pdf; 17])).await;
+    let refused = problem(&mut ws).await;
+    assert_eq!(
+        (&refused["status"], &refused["field"]),
+        (&json!(422), &json!("messages[0].files[16]")),
+        "{refused}"
+    );
+    assert!(faux.requests().is_empty());
+    let (_, state) = server.get(&format!("/agents/{id}")).await;
+    assert_eq!(state["messages"], json!([]));
+    server.stop().await;
 }
 
 #[tokio::test]

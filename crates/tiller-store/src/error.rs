@@ -116,6 +116,13 @@ pub enum StoreError {
     /// [`FileContent::validate`](tiller_ai::FileContent::validate)).
     #[error("cannot store the file: {0}")]
     InvalidFile(String),
+    /// The tenant stores [`MAX_UPLOADS`](crate::MAX_UPLOADS) files already:
+    /// one must be deleted before another is stored.
+    #[error("the tenant stores {limit} files, the most a store keeps: delete some first")]
+    TooManyFiles {
+        /// The limit.
+        limit: u64,
+    },
     /// An embedding was not one a store compares (see
     /// [`Embedding::new`](crate::Embedding::new)).
     #[error("an unusable embedding: {0}")]

@@ -30,6 +30,11 @@ use crate::StoreError;
 /// SHA-256. A base64 text never holds `:`, so an id is never data.
 pub const FILE_ID_PREFIX: &str = "sha256:";
 
+/// The most files one tenant stores on its own
+/// ([`SessionStore::put_file`](crate::SessionStore::put_file)); past it,
+/// [`StoreError::TooManyFiles`](crate::StoreError::TooManyFiles).
+pub const MAX_UPLOADS: u64 = 10_000;
+
 /// A file stored on its own: what [`SessionStore::put_file`](crate::SessionStore::put_file)
 /// answers and `POST /files` returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,9 +74,13 @@ pub fn is_file_id(id: &str) -> bool {
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-/// A file's bytes to keep, by id, gathered while messages are encoded.
+/// What a batch's messages hold of files, gathered while they are encoded:
+/// each file's bytes by id, and which sessions name which files.
 #[derive(Debug, Default)]
-pub(crate) struct Blobs(pub(crate) HashMap<String, Vec<u8>>);
+pub(crate) struct Blobs {
+    pub(crate) bytes: HashMap<String, Vec<u8>>,
+    pub(crate) named: std::collections::HashSet<(String, String)>,
+}
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The content blocks of a message that can hold files: a user's message and a
@@ -94,10 +103,13 @@ fn blocks_mut(message: &mut AgentMessage) -> &mut [Content] {
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-/// `message` as stored: each file's data replaced by its id, its bytes added to
-/// `blobs`. Borrowed as it is when it holds no file.
+/// `message` of `session` as stored: each file's data replaced by its id, its
+/// bytes added to `blobs`. Borrowed as it is when it holds no file. A file
+/// whose data is not base64 (an id among them: a message in memory always
+/// holds its files' bytes) is a [`StoreError::InvalidFile`].
 pub(crate) fn by_reference<'m>(
     message: &'m AgentMessage,
+    session: &str,
     blobs: &mut Blobs,
 ) -> Result<Cow<'m, AgentMessage>, StoreError> {
     if !blocks(message)
@@ -109,14 +121,12 @@ pub(crate) fn by_reference<'m>(
     let mut stored = message.clone();
     for block in blocks_mut(&mut stored) {
         let Content::File(file) = block else { continue };
-        if is_file_id(&file.data) {
-            continue;
-        }
-        let bytes = STANDARD.decode(&file.data).map_err(|error| {
-            StoreError::Database(format!("cannot store the file {}: {error}", file.name))
+        let bytes = STANDARD.decode(&file.data).map_err(|_| {
+            StoreError::InvalidFile(format!("the data of {} is not base64", file.name))
         })?;
         let id = file_id(&bytes);
-        blobs.0.entry(id.clone()).or_insert(bytes);
+        blobs.bytes.entry(id.clone()).or_insert(bytes);
+        blobs.named.insert((session.to_owned(), id.clone()));
         file.data = id;
     }
     Ok(Cow::Owned(stored))
@@ -182,13 +192,21 @@ mod tests {
         let pdf = FileContent::from_bytes("report.pdf", b"%PDF-1.4 report").unwrap();
         let message = AgentMessage::Llm(UserMessage::text("read").with_file(pdf.clone()).into());
         let mut blobs = Blobs::default();
-        let stored = by_reference(&message, &mut blobs).unwrap().into_owned();
+        let stored = by_reference(&message, "s", &mut blobs)
+            .unwrap()
+            .into_owned();
         let id = file_id(b"%PDF-1.4 report");
         assert!(is_file_id(&id));
         assert_eq!(
-            blobs.0.get(&id).map(Vec::as_slice),
+            blobs.bytes.get(&id).map(Vec::as_slice),
             Some(&b"%PDF-1.4 report"[..])
         );
+        assert!(blobs.named.contains(&("s".to_owned(), id.clone())));
+        // An id in place of the bytes is not a message's: refused.
+        assert!(matches!(
+            by_reference(&stored, "s", &mut blobs),
+            Err(StoreError::InvalidFile(_))
+        ));
         assert_eq!(referenced([&stored]), vec![id.clone()]);
         assert!(!serde_json::to_string(&stored).unwrap().contains(&pdf.data));
 
@@ -208,7 +226,7 @@ mod tests {
     fn a_message_without_files_is_borrowed() {
         let message = AgentMessage::user("hi");
         assert!(matches!(
-            by_reference(&message, &mut Blobs::default()).unwrap(),
+            by_reference(&message, "s", &mut Blobs::default()).unwrap(),
             Cow::Borrowed(_)
         ));
     }

@@ -51,7 +51,7 @@ mod user_memory;
 mod writer;
 
 pub use error::StoreError;
-pub use files::{FILE_ID_PREFIX, StoredFile, file_id, is_file_id};
+pub use files::{FILE_ID_PREFIX, MAX_UPLOADS, StoredFile, file_id, is_file_id};
 pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SqlStore;
@@ -266,6 +266,7 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Keeps `file` for `tenant` on its own, durably before it returns, by its
     /// content address ([`file_id`]): storing the same bytes again keeps them
     /// once and gives the same id (the name and media type are the last given).
+    /// A tenant stores at most [`MAX_UPLOADS`] files.
     /// The file is then named by its id in a prompt ([`SessionStore::file`]).
     fn put_file<'a>(
         &'a self,

@@ -7,7 +7,7 @@ use futures::future::{BoxFuture, ready};
 use tiller_ai::FileContent;
 use tiller_core::{AgentMessage, Spent};
 
-use crate::files::{described, file_id};
+use crate::files::{MAX_UPLOADS, described, file_id};
 use crate::types::{
     Branch, Change, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo, SessionRecord,
     SessionWrite, SpendScope, StoredSession, now,
@@ -448,6 +448,13 @@ impl SessionStore for MemoryStore {
                 .map_err(|error| StoreError::InvalidFile(error.to_string()))?;
             let id = file_id(&file.bytes());
             let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+            let held = files
+                .keys()
+                .filter(|(owner, other)| owner == tenant && *other != id)
+                .count();
+            if held as u64 >= MAX_UPLOADS {
+                return Err(StoreError::TooManyFiles { limit: MAX_UPLOADS });
+            }
             let created_at = files
                 .get(&(tenant.to_owned(), id.clone()))
                 .map_or_else(now, |(stored, _)| stored.created_at);

@@ -1253,6 +1253,27 @@ async fn sqlite_keeps_sessions_across_opens() {
     assert_eq!(loaded.messages, vec![user("still here").into()]);
 }
 
+/// A tenant stores at most [`MAX_UPLOADS`] files on their own; the same bytes
+/// again, or another tenant's, are not counted against it.
+#[tokio::test]
+async fn a_tenant_stores_at_most_its_bound_of_files() {
+    let store = MemoryStore::new();
+    for n in 0..tiller_store::MAX_UPLOADS {
+        let file = FileContent::from_bytes("n.txt", n.to_string().as_bytes()).unwrap();
+        store.put_file("t", &file).await.unwrap();
+    }
+    let last = FileContent::from_bytes("n.txt", b"one more").unwrap();
+    assert_eq!(
+        store.put_file("t", &last).await,
+        Err(StoreError::TooManyFiles {
+            limit: tiller_store::MAX_UPLOADS
+        })
+    );
+    let again = FileContent::from_bytes("n.txt", b"0").unwrap();
+    assert!(store.put_file("t", &again).await.is_ok());
+    assert!(store.put_file("u", &last).await.is_ok());
+}
+
 /// A file's bytes are kept once in the store however many sessions carry it,
 /// the messages' rows name it, and pruning drops it once nothing names it.
 #[tokio::test]

@@ -543,7 +543,7 @@ async fn ask_agent_runs_a_sub_agent_on_llama_cpp_python() {
 /// a fact's own words finds that fact first, by meaning alone.
 #[tokio::test]
 async fn llama_server_embeds_facts_that_sqlite_ranks_by_meaning() {
-    use tiller::ai::EmbeddingModel;
+    use tiller::ai::{EmbedPurpose, EmbeddingModel};
     use tiller::store::{Embedding, MemoryOwner};
     let server = LocalServer::LlamaEmbeddings;
     if !server.is_available() {
@@ -557,7 +557,10 @@ async fn llama_server_embeds_facts_that_sqlite_ranks_by_meaning() {
         "Ada drinks green tea every morning",
     ];
     let options = StreamOptions::default();
-    let vectors = model.embed(&facts, &options).await.unwrap();
+    let vectors = model
+        .embed(&facts, EmbedPurpose::Document, &options)
+        .await
+        .unwrap();
     assert_eq!(vectors.len(), 3);
     assert!(
         vectors
@@ -573,7 +576,11 @@ async fn llama_server_embeds_facts_that_sqlite_ranks_by_meaning() {
         store.remember(&ada, fact, Some(&embedding)).await.unwrap();
     }
     for fact in facts {
-        let query = model.embed(&[fact], &options).await.unwrap().remove(0);
+        let query = model
+            .embed(&[fact], EmbedPurpose::Query, &options)
+            .await
+            .unwrap()
+            .remove(0);
         let query = Embedding::new(model.name(), query).unwrap();
         let found = store.recall_similar(&ada, &query, 3).await.unwrap();
         assert_eq!((found.len(), found[0].text.as_str()), (3, fact));

@@ -484,13 +484,11 @@ enum Expect {
 /// and reads its whole body, one document: within the options' idle timeout
 /// between chunks, their response deadline and
 /// [`StreamLimits::max_body_bytes`](crate::StreamLimits::max_body_bytes).
+/// The caller's `accept` header asks for the document's type.
 pub(crate) async fn fetch(
-    mut request: HttpRequest,
+    request: HttpRequest,
     options: &StreamOptions,
 ) -> Result<Bytes, StreamError> {
-    request
-        .headers
-        .insert(ACCEPT, HeaderValue::from_static("application/json"));
     let client = Client::of(&request.url, options)?;
     let idle_timeout = options.idle_timeout;
     let max_bytes = options.limits.max_body_bytes;

@@ -212,7 +212,8 @@ impl Shared {
         for op in ops {
             self.run(caller, &unkeyed, session, op).await?;
         }
-        self.submit(caller, &unkeyed, session, || Ok(last)).await?;
+        self.submit(caller, &unkeyed, session, async move || Ok(last))
+            .await?;
         let said = spoken(until_closing(events, &self.closing), speaker).map(move |bytes| {
             let _ = &slot;
             bytes

@@ -313,6 +313,17 @@ pub(super) async fn hand_over(
     .execute(&mut **tx)
     .await
     .map_err(database)?;
+    // The kept rows' files: named by the kept session too.
+    sqlx::query(
+        "INSERT INTO tiller_file_refs (file_id, session_id) \
+         SELECT file_id, $1 FROM tiller_file_refs WHERE session_id = $2 \
+         ON CONFLICT (file_id, session_id) DO NOTHING",
+    )
+    .bind(&kept)
+    .bind(session)
+    .execute(&mut **tx)
+    .await
+    .map_err(database)?;
     sqlx::query("UPDATE tiller_sessions SET base_id = $1 WHERE base_id = $2 AND base_at > $3")
         .bind(&kept)
         .bind(session)

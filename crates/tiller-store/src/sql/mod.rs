@@ -27,7 +27,9 @@ use crate::types::{
     Branch, Change, Definition, MAX_OP_KEYS, QueueKind, Queued, SessionFilter, SessionInfo,
     SessionRecord, SessionStatus, SessionWrite, SpendScope, StoredSession, now,
 };
-use crate::{Embedding, Memory, MemoryOwner, SessionStore, StoreError, StoredFile, redact_url};
+use crate::{
+    Embedding, MAX_UPLOADS, Memory, MemoryOwner, SessionStore, StoreError, StoredFile, redact_url,
+};
 
 mod branches;
 mod memories;
@@ -200,6 +202,15 @@ const MIGRATIONS: &[&[&str]] = &[
             created_at BIGINT NOT NULL,
             PRIMARY KEY (tenant_id, file_id)
         ){clustered}",
+        // Which sessions' rows name which files (a kept session that takes
+        // rows over takes their names too): a file no session and no upload
+        // names is dropped by `prune`.
+        "CREATE TABLE tiller_file_refs (
+            file_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            PRIMARY KEY (file_id, session_id)
+        ){clustered}",
+        "CREATE INDEX tiller_file_refs_session ON tiller_file_refs (session_id)",
     ],
     // Facts' embeddings: the model's name and the vector (little-endian f32s),
     // in a table of their own, so that a search by words reads no vector and
@@ -414,7 +425,11 @@ impl SqlStore {
             let file = path.split('?').next().unwrap_or(path);
             wal = Some(std::path::PathBuf::from(format!("{file}-wal")));
             #[cfg(feature = "sqlite")]
-            vectors::register();
+            vectors::register().map_err(|code| {
+                StoreError::Database(format!(
+                    "sqlite-vec could not be registered with SQLite (error {code})"
+                ))
+            })?;
             (Backend::Sqlite, connect)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             if !cfg!(feature = "postgres") {
@@ -588,10 +603,6 @@ impl SqlStore {
             .await
     }
 
-    /// Runs `work`, a write beside the sessions' (users' memory, a schedule's
-    /// claim), as the writer runs a batch: on SQLite on its connection when it
-    /// is free, the WAL caught up first and `bytes` counted towards the next
-    /// checkpoint, so that these writes too keep the WAL bounded.
     /// Puts back the data of the files `messages` of `session` name by id,
     /// reading each file once.
     async fn with_files(
@@ -628,6 +639,10 @@ impl SqlStore {
         Ok(())
     }
 
+    /// Runs `work`, a write beside the sessions' (users' memory, a schedule's
+    /// claim, a file), as the writer runs a batch: on SQLite on its connection
+    /// when it is free, the WAL caught up first and `bytes` counted towards the
+    /// next checkpoint, so that these writes too keep the WAL bounded.
     pub(super) async fn write_aside<T>(
         &self,
         bytes: usize,
@@ -977,7 +992,7 @@ impl<'a> Pending<'a> {
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (session, seq, queue, message) in chunk {
-                let json = json(by_reference(message, &mut lock(blobs))?.as_ref())?;
+                let json = json(by_reference(message, session, &mut lock(blobs))?.as_ref())?;
                 bytes.fetch_add(json.len(), Ordering::Relaxed);
                 query = query
                     .bind(*session)
@@ -1044,9 +1059,20 @@ impl<'a> Pending<'a> {
         });
         execute_all(tx, sessions.chain(messages).chain(queued).chain(op_keys)).await?;
         let blobs = blobs.into_inner().unwrap_or_else(PoisonError::into_inner);
-        for (id, data) in blobs.0 {
+        for (id, data) in blobs.bytes {
             self.bytes.fetch_add(data.len(), Ordering::Relaxed);
             keep_file(tx, &id, data, now).await?;
+        }
+        for (session, id) in &blobs.named {
+            sqlx::query(
+                "INSERT INTO tiller_file_refs (file_id, session_id) VALUES ($1, $2) \
+                 ON CONFLICT (file_id, session_id) DO NOTHING",
+            )
+            .bind(id.as_str())
+            .bind(session.as_str())
+            .execute(&mut **tx)
+            .await
+            .map_err(database)?;
         }
         for (session, seq) in &self.dequeued {
             sqlx::query("DELETE FROM tiller_queued WHERE session_id = $1 AND seq = $2")
@@ -1104,7 +1130,7 @@ impl<'a> RunRows<'_, 'a> {
                     }
                     json.push(b',');
                 }
-                let message = by_reference(message, &mut lock(self.blobs))?;
+                let message = by_reference(message, run.session, &mut lock(self.blobs))?;
                 serde_json::to_writer(&mut json, &*message).map_err(cannot_encode)?;
                 self.done += 1;
             }
@@ -1958,20 +1984,27 @@ impl SessionStore for SqlStore {
             .map_err(database)?
             .rows_affected();
             branches::drop_unread(&mut tx).await?;
-            // Files that no upload and no stored message names any more.
-            let names = match self.backend {
-                Backend::Sqlite => "instr(message, tiller_files.id) > 0",
-                Backend::Postgres => "strpos(message, tiller_files.id) > 0",
-            };
-            sqlx::query(AssertSqlSafe(format!(
+            // Files that no upload and no session names any more. On
+            // PostgreSQL, writes that name a file wait (each inserts it, or
+            // tries to): none is dropped under a message committed beside.
+            if self.backend == Backend::Postgres {
+                sqlx::query("LOCK TABLE tiller_files IN SHARE ROW EXCLUSIVE MODE")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(database)?;
+            }
+            for sweep in [
+                "DELETE FROM tiller_file_refs WHERE NOT EXISTS \
+                 (SELECT 1 FROM tiller_sessions WHERE id = tiller_file_refs.session_id)",
                 "DELETE FROM tiller_files \
                  WHERE NOT EXISTS (SELECT 1 FROM tiller_uploads WHERE file_id = tiller_files.id) \
-                 AND NOT EXISTS (SELECT 1 FROM tiller_messages WHERE {names}) \
-                 AND NOT EXISTS (SELECT 1 FROM tiller_queued WHERE {names})"
-            )))
-            .execute(&mut *tx)
-            .await
-            .map_err(database)?;
+                 AND NOT EXISTS (SELECT 1 FROM tiller_file_refs WHERE file_id = tiller_files.id)",
+            ] {
+                sqlx::query(sweep)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(database)?;
+            }
             tx.commit().await.map_err(database)?;
             Ok(pruned)
         })
@@ -2062,6 +2095,18 @@ impl SessionStore for SqlStore {
             let created_at = self
                 .write_aside(bytes.len(), async |connection| {
                     let mut tx = connection.begin().await.map_err(database)?;
+                    let held: i64 = sqlx::query(
+                        "SELECT count(*) FROM tiller_uploads WHERE tenant_id = $1 AND file_id <> $2",
+                    )
+                    .bind(tenant)
+                    .bind(id.as_str())
+                    .fetch_one(&mut *tx)
+                    .await
+                    .and_then(|row| row.try_get(0))
+                    .map_err(database)?;
+                    if held >= MAX_UPLOADS as i64 {
+                        return Err(StoreError::TooManyFiles { limit: MAX_UPLOADS });
+                    }
                     keep_file(&mut tx, &id, bytes, now).await?;
                     let row = sqlx::query(
                         "INSERT INTO tiller_uploads (tenant_id, file_id, name, mime_type, created_at) \

@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use libsqlite3_sys::{sqlite3, sqlite3_api_routines, sqlite3_auto_extension};
 
@@ -18,9 +18,10 @@ type EntryPoint =
 /// Registers sqlite-vec for every SQLite connection the process opens from now
 /// on (SQLite's auto-extensions: sqlx's `Any` pool has no per-connection
 /// hook). Once per process; connections opened before are left as they are.
-pub(super) fn register() {
-    static REGISTERED: Once = Once::new();
-    REGISTERED.call_once(|| {
+/// SQLite's error code when it could not.
+pub(super) fn register() -> Result<(), c_int> {
+    static REGISTERED: OnceLock<c_int> = OnceLock::new();
+    let code = *REGISTERED.get_or_init(|| {
         // SAFETY: `sqlite3_vec_init` is the extension's entry point, whose C
         // signature is `EntryPoint` (the crate declares it without arguments);
         // SQLite calls it with a new connection, as an extension expects.
@@ -28,9 +29,10 @@ pub(super) fn register() {
             std::mem::transmute::<*const (), EntryPoint>(sqlite_vec::sqlite3_vec_init as *const ())
         };
         // SAFETY: registers a valid entry point; SQLite keeps the list itself.
-        let code = unsafe { sqlite3_auto_extension(Some(entry)) };
-        if code != 0 {
-            tracing::error!(code, "sqlite-vec could not be registered with SQLite");
-        }
+        unsafe { sqlite3_auto_extension(Some(entry)) }
     });
+    match code {
+        0 => Ok(()),
+        code => Err(code),
+    }
 }
