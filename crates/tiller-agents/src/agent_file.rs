@@ -928,7 +928,7 @@ impl RawTool {
 }
 
 /// An environment variable's name: letters, digits and `_`, not starting with a digit.
-fn check_variable_name(name: &str, field: String) -> Result<(), (String, String)> {
+pub(crate) fn check_variable_name(name: &str, field: String) -> Result<(), (String, String)> {
     let valid = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');

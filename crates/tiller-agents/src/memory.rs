@@ -120,16 +120,8 @@ impl EmbeddingsConfig {
             ));
         }
         if let Some(variable) = &self.api_key_env {
-            let valid = !variable.is_empty()
-                && !variable.starts_with(|c: char| c.is_ascii_digit())
-                && variable
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                return Err(format!(
-                    "embeddings.api_key_env: `{variable}` is not an environment variable's name"
-                ));
-            }
+            crate::agent_file::check_variable_name(variable, "embeddings.api_key_env".to_owned())
+                .map_err(|(field, message)| format!("{field}: {message}"))?;
         }
         if let Some(dimensions) = self.dimensions
             && !(1..=MAX_EMBEDDING_DIMENSIONS).contains(&(dimensions as usize))

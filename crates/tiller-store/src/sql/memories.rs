@@ -216,8 +216,8 @@ impl SqlStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let vector = query.to_bytes();
         if self.backend == Backend::Sqlite {
+            let vector = query.to_bytes();
             let rows = sqlx::query(
                 "SELECT m.id, m.text, m.created_at FROM \
                  (SELECT memory_id, vec_distance_cosine(embedding, $5) AS distance \
