@@ -17,7 +17,9 @@
 //!   ([`RateLimits::set_weight`]): a tenant waits behind its own backlog and
 //!   its share of the others', never behind all of another tenant's. The one at
 //!   the head waits until the buckets cover it, so concurrent requests go out
-//!   one after another rather than all at once.
+//!   one after another rather than all at once. A head that is served sets the
+//!   timer for the next one's turn, waking it with that request's own waker,
+//!   so a paced request is woken once, when the buckets cover it.
 //! - A 429 pauses the whole account for the wait it names (`retry-after`, or the
 //!   tokens' reset), and the request is tried again after it.
 //! - When a response ends, its reservation is settled against the usage it
@@ -33,13 +35,15 @@ use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::{limits, lock};
 
@@ -460,13 +464,14 @@ impl Account {
             lock(&self.weights).get(tenant).copied().unwrap_or(1)
         });
         let (place, wake) = lock(&self.queue).join(tenant, estimate, weight);
-        let place = Place {
+        let mut place = Place {
             account: self,
             place,
+            served: false,
         };
         if let Some(wake) = wake {
             while lock(&self.queue).head != Some(place.place.1) {
-                wake.notified().await;
+                wake.0.notified().await;
             }
         }
         loop {
@@ -476,6 +481,7 @@ impl Account {
             }
             tokio::time::sleep(wait).await;
         }
+        place.served = true;
         drop(place);
         drop(queued);
         let waited = started.elapsed();
@@ -507,11 +513,34 @@ struct FairQueue {
     /// Where each tenant's backlog ends, while past `served`.
     last: HashMap<Option<Arc<str>>, f64>,
     /// The requests waiting, by their tag's bits (non-negative floats order as
-    /// their bits do) and arrival, each with what wakes it.
-    waiting: BTreeMap<(u64, u64), Arc<Notify>>,
+    /// their bits do) and arrival.
+    waiting: BTreeMap<(u64, u64), Waiter>,
+    /// The timer of the head's turn, set by the head before it.
+    turn: Option<Pin<Box<Sleep>>>,
     /// The arrival number of the request at the head, watching the buckets.
     head: Option<u64>,
     arrivals: u64,
+}
+
+/// A request waiting in a [`FairQueue`].
+struct Waiter {
+    wake: Arc<Wakeup>,
+    /// The tokens it will take.
+    estimate: f64,
+}
+
+/// What wakes a request waiting in a [`FairQueue`]: the head before it, or as
+/// the waker of the timer that head set for its turn.
+struct Wakeup(Notify);
+
+impl Wake for Wakeup {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_one();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify_one();
+    }
 }
 
 impl FairQueue {
@@ -522,7 +551,7 @@ impl FairQueue {
         tenant: Option<&str>,
         estimate: f64,
         weight: u32,
-    ) -> ((u64, u64), Option<Arc<Notify>>) {
+    ) -> ((u64, u64), Option<Arc<Wakeup>>) {
         self.arrivals += 1;
         let arrival = self.arrivals;
         let key = tenant.map(Arc::from);
@@ -540,23 +569,51 @@ impl FairQueue {
             self.head = Some(arrival);
             return (place, None);
         }
-        let wake = Arc::new(Notify::new());
-        self.waiting.insert(place, wake.clone());
+        let wake = Arc::new(Wakeup(Notify::new()));
+        self.waiting.insert(
+            place,
+            Waiter {
+                wake: wake.clone(),
+                estimate,
+            },
+        );
         (place, Some(wake))
     }
 
     /// The request at `place` leaves the queue (served, or dropped): the next
-    /// one goes to the head when it was there.
-    fn leave(&mut self, place: (u64, u64)) {
+    /// one goes to the head when it was there. A head served (`pace` given,
+    /// from the task it was served in) sets the timer of the next one's turn,
+    /// for when `pace` covers it; a head dropped wakes it at once.
+    fn leave(&mut self, place: (u64, u64), pace: Option<&Mutex<Pace>>) {
         if self.head != Some(place.1) {
             self.waiting.remove(&place);
             return;
         }
         self.head = None;
-        if let Some(((tag, arrival), wake)) = self.waiting.pop_first() {
+        self.turn = None;
+        if let Some(((tag, arrival), next)) = self.waiting.pop_first() {
             self.served = f64::from_bits(tag);
             self.head = Some(arrival);
-            wake.notify_one();
+            let wait = pace.map_or(Duration::ZERO, |pace| {
+                lock(pace).wait(next.estimate, Instant::now())
+            });
+            if wait.is_zero() {
+                next.wake.0.notify_one();
+            } else {
+                // The timer wheel wakes the next request itself: one wake-up
+                // for its turn, where waking it to set its own timer was two.
+                let mut turn = Box::pin(tokio::time::sleep(wait));
+                let waker = Waker::from(next.wake);
+                if turn
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_ready()
+                {
+                    waker.wake();
+                } else {
+                    self.turn = Some(turn);
+                }
+            }
         }
         let served = self.served;
         self.last.retain(|_, last| *last > served);
@@ -567,11 +624,15 @@ impl FairQueue {
 struct Place<'a> {
     account: &'a Account,
     place: (u64, u64),
+    /// Whether its request was served (and is dropped in its task, where a
+    /// timer can be set), not given up.
+    served: bool,
 }
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        lock(&self.account.queue).leave(self.place);
+        let pace = self.served.then_some(&self.account.pace);
+        lock(&self.account.queue).leave(self.place, pace);
     }
 }
 
@@ -613,13 +674,18 @@ impl Pace {
         }
     }
 
+    /// How long until the buckets cover one request and `estimate` tokens and
+    /// no pause holds.
+    fn wait(&mut self, estimate: f64, now: Instant) -> Duration {
+        self.pause_left(now)
+            .max(self.requests.deficit(1.0, now))
+            .max(self.tokens.deficit(estimate, now))
+    }
+
     /// Takes one request and `estimate` tokens if the buckets cover them and no
     /// pause holds; else how long until they may.
     fn take(&mut self, estimate: f64, now: Instant) -> Duration {
-        let wait = self
-            .pause_left(now)
-            .max(self.requests.deficit(1.0, now))
-            .max(self.tokens.deficit(estimate, now));
+        let wait = self.wait(estimate, now);
         if wait.is_zero() {
             self.requests.spend(1.0);
             self.tokens.spend(estimate);
@@ -960,6 +1026,40 @@ mod tests {
         assert!(!stats[0].account.contains("sk-test"));
         assert_eq!((stats[0].requests, stats[0].waits), (4, 2));
         assert_eq!(stats[0].tokens_per_minute, Some(60_000.0));
+    }
+
+    /// Calls queued at once each go when the buckets allow, each woken by the
+    /// timer its predecessor set; one that gives up its place lets the next go
+    /// as soon as the buckets allow.
+    #[tokio::test(start_paused = true)]
+    async fn queued_calls_go_on_time_and_a_place_given_up_is_taken_at_once() {
+        let (_limits, account) = paced_at_a_thousand_tokens_a_second().await;
+        let call = |account: &Arc<Account>, start: Instant| {
+            let account = account.clone();
+            tokio::spawn(async move {
+                account.turn(400, None, None).await.settle(100, 0);
+                start.elapsed().as_millis()
+            })
+        };
+        let start = Instant::now();
+        let queued: Vec<_> = (0..4).map(|_| call(&account, start)).collect();
+        let mut went = Vec::new();
+        for call in queued {
+            went.push(call.await.unwrap());
+        }
+        assert_eq!(went, [0, 100, 200, 300]);
+
+        // The bucket is empty: the first call waits 100 ms, the second would
+        // go at 200 ms. The first gives up its place after 50 ms; the second
+        // goes when the bucket holds its 100 tokens.
+        let start = Instant::now();
+        let first = call(&account, start);
+        tokio::task::yield_now().await;
+        let second = call(&account, start);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert_eq!(second.await.unwrap(), 100);
     }
 
     #[tokio::test(start_paused = true)]
