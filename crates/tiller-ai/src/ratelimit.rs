@@ -18,8 +18,9 @@
 //!   its share of the others', never behind all of another tenant's. The one at
 //!   the head waits until the buckets cover it, so concurrent requests go out
 //!   one after another rather than all at once. A head that is served sets the
-//!   timer for the next one's turn, waking it with that request's own waker,
-//!   so a paced request is woken once, when the buckets cover it.
+//!   timer of the next one's turn, on that request's own runtime, for when the
+//!   buckets will cover it: a request queued behind a served one is woken once
+//!   (it sleeps again only if a 429 or new headers came meanwhile).
 //! - A 429 pauses the whole account for the wait it names (`retry-after`, or the
 //!   tokens' reset), and the request is tried again after it.
 //! - When a response ends, its reservation is settled against the usage it
@@ -35,6 +36,7 @@ use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,6 +44,7 @@ use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName};
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
@@ -527,10 +530,12 @@ struct Waiter {
     wake: Arc<Wakeup>,
     /// The tokens it will take.
     estimate: f64,
+    /// The runtime it waits on, whose timers time its turn (none outside one).
+    runtime: Option<Handle>,
 }
 
-/// What wakes a request waiting in a [`FairQueue`]: the head before it, or as
-/// the waker of the timer that head set for its turn.
+/// What wakes a request waiting in a [`FairQueue`]: notified by the head
+/// before it, or as the waker of the timer that head set for its turn.
 struct Wakeup(Notify);
 
 impl Wake for Wakeup {
@@ -575,15 +580,17 @@ impl FairQueue {
             Waiter {
                 wake: wake.clone(),
                 estimate,
+                runtime: Handle::try_current().ok(),
             },
         );
         (place, Some(wake))
     }
 
     /// The request at `place` leaves the queue (served, or dropped): the next
-    /// one goes to the head when it was there. A head served (`pace` given,
-    /// from the task it was served in) sets the timer of the next one's turn,
-    /// for when `pace` covers it; a head dropped wakes it at once.
+    /// one goes to the head when it was there. A head served (`pace` given)
+    /// sets the timer of the next one's turn, on the next one's runtime, for
+    /// when `pace` will cover it; a head dropped wakes it at once, as does a
+    /// timer that cannot be set.
     fn leave(&mut self, place: (u64, u64), pace: Option<&Mutex<Pace>>) {
         if self.head != Some(place.1) {
             self.waiting.remove(&place);
@@ -597,22 +604,33 @@ impl FairQueue {
             let wait = pace.map_or(Duration::ZERO, |pace| {
                 lock(pace).wait(next.estimate, Instant::now())
             });
-            if wait.is_zero() {
-                next.wake.0.notify_one();
-            } else {
-                // The timer wheel wakes the next request itself: one wake-up
-                // for its turn, where waking it to set its own timer was two.
-                let mut turn = Box::pin(tokio::time::sleep(wait));
-                let waker = Waker::from(next.wake);
-                if turn
-                    .as_mut()
-                    .poll(&mut Context::from_waker(&waker))
-                    .is_ready()
-                {
-                    waker.wake();
-                } else {
-                    self.turn = Some(turn);
-                }
+            // The timer wheel of the next request's own runtime wakes it: one
+            // wake-up for its turn, where waking it to set its own timer was
+            // two. Its runtime, not this one: this one may not be driven again.
+            let timed = next
+                .runtime
+                .filter(|_| !wait.is_zero())
+                .and_then(|runtime| {
+                    let waker = Waker::from(Arc::clone(&next.wake));
+                    // A runtime without timers, or shutting down, panics here:
+                    // the next request is then woken at once instead.
+                    std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut turn = {
+                            let _entered = runtime.enter();
+                            Box::pin(tokio::time::sleep(wait))
+                        };
+                        let pending = turn
+                            .as_mut()
+                            .poll(&mut Context::from_waker(&waker))
+                            .is_pending();
+                        pending.then_some(turn)
+                    }))
+                    .ok()
+                    .flatten()
+                });
+            match timed {
+                Some(turn) => self.turn = Some(turn),
+                None => next.wake.0.notify_one(),
             }
         }
         let served = self.served;
@@ -624,8 +642,8 @@ impl FairQueue {
 struct Place<'a> {
     account: &'a Account,
     place: (u64, u64),
-    /// Whether its request was served (and is dropped in its task, where a
-    /// timer can be set), not given up.
+    /// Whether its request was served, not given up: only a served head sets
+    /// the timer of the next one's turn.
     served: bool,
 }
 
@@ -1028,9 +1046,14 @@ mod tests {
         assert_eq!(stats[0].tokens_per_minute, Some(60_000.0));
     }
 
-    /// Calls queued at once each go when the buckets allow, each woken by the
-    /// timer its predecessor set; one that gives up its place lets the next go
-    /// as soon as the buckets allow.
+    /// Whether the head's turn is timed by the head before it.
+    fn turn_timed(account: &Account) -> bool {
+        lock(&account.queue).turn.is_some()
+    }
+
+    /// Calls queued at once each go when the buckets allow, woken by the timer
+    /// the call before set; one that gives up its place, waiting at the head
+    /// or for its timer, lets the next go as soon as the buckets allow.
     #[tokio::test(start_paused = true)]
     async fn queued_calls_go_on_time_and_a_place_given_up_is_taken_at_once() {
         let (_limits, account) = paced_at_a_thousand_tokens_a_second().await;
@@ -1041,17 +1064,26 @@ mod tests {
                 start.elapsed().as_millis()
             })
         };
+        let went = |calls: Vec<tokio::task::JoinHandle<u128>>| async move {
+            let mut went = Vec::new();
+            for call in calls {
+                let call = tokio::time::timeout(Duration::from_secs(60), call);
+                went.push(call.await.expect("a queued call never woke").unwrap());
+            }
+            went
+        };
+        // The first goes at once, the second waits at the head on its own
+        // timer; the third's and the fourth's turns are timed by the call
+        // before each.
         let start = Instant::now();
         let queued: Vec<_> = (0..4).map(|_| call(&account, start)).collect();
-        let mut went = Vec::new();
-        for call in queued {
-            went.push(call.await.unwrap());
-        }
-        assert_eq!(went, [0, 100, 200, 300]);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(turn_timed(&account));
+        assert_eq!(went(queued).await, [0, 100, 200, 300]);
 
-        // The bucket is empty: the first call waits 100 ms, the second would
-        // go at 200 ms. The first gives up its place after 50 ms; the second
-        // goes when the bucket holds its 100 tokens.
+        // The bucket is empty: the first waits 100 ms at the head, the second
+        // would go at 200 ms. The first gives up its place after 50 ms: the
+        // second is woken at once, and goes when the bucket holds its tokens.
         let start = Instant::now();
         let first = call(&account, start);
         tokio::task::yield_now().await;
@@ -1059,7 +1091,63 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         first.abort();
         assert!(first.await.unwrap_err().is_cancelled());
-        assert_eq!(second.await.unwrap(), 100);
+        assert!(!turn_timed(&account));
+        assert_eq!(went(vec![second]).await, [100]);
+
+        // The third's turn is timed for 200 ms when it gives up its place at
+        // 150 ms: the fourth, behind it, goes at 200 ms, not at 300.
+        let start = Instant::now();
+        let calls: Vec<_> = (0..3).map(|_| call(&account, start)).collect();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(turn_timed(&account));
+        let mut calls = calls.into_iter();
+        let (head, third, fourth) = (
+            calls.next().unwrap(),
+            calls.next().unwrap(),
+            calls.next().unwrap(),
+        );
+        third.abort();
+        assert!(third.await.unwrap_err().is_cancelled());
+        assert_eq!(went(vec![head, fourth]).await, [100, 200]);
+    }
+
+    /// A call served on one runtime times the turn of the next on the next's
+    /// own runtime: the first runtime, no longer driven once its call is
+    /// served, does not hold the next one up.
+    #[test]
+    fn a_turn_is_timed_on_the_runtime_of_the_call_that_waits_for_it() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        let (_limits, account) = first.block_on(paced_at_a_thousand_tokens_a_second());
+        // The bucket's 100 tokens go at once: the next call waits 100 ms at the
+        // head, the one after it 100 ms more.
+        first.block_on(account.turn(400, None, None)).settle(100, 0);
+        let (went, gone) = std::sync::mpsc::channel();
+        first.block_on(async {
+            let head = account.turn(400, None, None);
+            let mut head = std::pin::pin!(head);
+            assert!(futures::poll!(head.as_mut()).is_pending());
+            let waiter = account.clone();
+            std::thread::spawn(move || {
+                runtime()
+                    .block_on(waiter.turn(400, None, None))
+                    .settle(100, 0);
+                went.send(()).unwrap();
+            });
+            while lock(&account.queue).waiting.is_empty() {
+                std::thread::yield_now();
+            }
+            head.await.settle(100, 0);
+        });
+        // `first` is kept, and not driven again.
+        gone.recv_timeout(Duration::from_secs(60))
+            .expect("the call on the other runtime was never woken");
+        drop(first);
     }
 
     #[tokio::test(start_paused = true)]
