@@ -178,7 +178,8 @@ fn main() {
     }
     // Paced: 120 tokens a call, 3,600,000 tokens a minute = 500 calls a second;
     // 2 calls each is 4 s of queue at the learned pace.
-    let paced_seconds = (2 * AGENTS) as f64 / 500.0;
+    let paced_calls = 2 * AGENTS;
+    let paced_seconds = paced_calls as f64 / 500.0;
     let paced_answer = headers("3600000", "0", "60s");
     // Its floor: the same queue without a limiter, each call taking a lock in
     // turn and sleeping its 2 ms, as any pacing of 500 calls a second must, then
@@ -212,10 +213,9 @@ fn main() {
             let (limiter_us, wall) = per_call(runtime, 1, limiter(paced, paced_answer.clone()));
             above.push(limiter_us - floor_us);
             println!(
-                "limiter, {AGENTS} agents on one account on {threads}, paced at 500 calls/s (each call queued, woken in turn): {limiter_us:.2} µs CPU per model call (floor, a queue of 2 ms sleeps: {floor_us:.2} µs; {:+.2} µs; {:.1} s wall for {} calls, {paced_seconds:.1} s at the learned pace)",
+                "limiter, {AGENTS} agents on one account on {threads}, paced at 500 calls/s (each call queued, woken in turn): {limiter_us:.2} µs CPU per model call (floor, a queue of 2 ms sleeps: {floor_us:.2} µs; {:+.2} µs; {:.1} s wall for {paced_calls} calls, {paced_seconds:.1} s at the learned pace)",
                 limiter_us - floor_us,
-                wall.as_secs_f64(),
-                2 * AGENTS
+                wall.as_secs_f64()
             );
         }
         above.sort_by(f64::total_cmp);

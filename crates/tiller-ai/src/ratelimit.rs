@@ -534,6 +534,32 @@ struct Waiter {
     runtime: Option<Handle>,
 }
 
+impl Waiter {
+    /// The timer of its turn `wait` from now, set on its own runtime and
+    /// waking it: one wake-up for its turn, where waking it to set its own
+    /// timer was two. Its runtime, not the caller's: that one may not be
+    /// driven again. None when there is nothing to wait for, or no timer can
+    /// be set (outside a runtime, or on one without timers or shutting down,
+    /// which panics here): it is then woken at once.
+    fn time_turn(&self, wait: Duration) -> Option<Pin<Box<Sleep>>> {
+        let runtime = self.runtime.as_ref().filter(|_| !wait.is_zero())?;
+        let waker = Waker::from(Arc::clone(&self.wake));
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut turn = {
+                let _entered = runtime.enter();
+                Box::pin(tokio::time::sleep(wait))
+            };
+            let pending = turn
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending();
+            pending.then_some(turn)
+        }))
+        .ok()
+        .flatten()
+    }
+}
+
 /// What wakes a request waiting in a [`FairQueue`]: notified by the head
 /// before it, or as the waker of the timer that head set for its turn.
 struct Wakeup(Notify);
@@ -604,33 +630,9 @@ impl FairQueue {
             let wait = pace.map_or(Duration::ZERO, |pace| {
                 lock(pace).wait(next.estimate, Instant::now())
             });
-            // The timer wheel of the next request's own runtime wakes it: one
-            // wake-up for its turn, where waking it to set its own timer was
-            // two. Its runtime, not this one: this one may not be driven again.
-            let timed = next
-                .runtime
-                .filter(|_| !wait.is_zero())
-                .and_then(|runtime| {
-                    let waker = Waker::from(Arc::clone(&next.wake));
-                    // A runtime without timers, or shutting down, panics here:
-                    // the next request is then woken at once instead.
-                    std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let mut turn = {
-                            let _entered = runtime.enter();
-                            Box::pin(tokio::time::sleep(wait))
-                        };
-                        let pending = turn
-                            .as_mut()
-                            .poll(&mut Context::from_waker(&waker))
-                            .is_pending();
-                        pending.then_some(turn)
-                    }))
-                    .ok()
-                    .flatten()
-                });
-            match timed {
-                Some(turn) => self.turn = Some(turn),
-                None => next.wake.0.notify_one(),
+            self.turn = next.time_turn(wait);
+            if self.turn.is_none() {
+                next.wake.0.notify_one();
             }
         }
         let served = self.served;
@@ -1100,12 +1102,7 @@ mod tests {
         let calls: Vec<_> = (0..3).map(|_| call(&account, start)).collect();
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(turn_timed(&account));
-        let mut calls = calls.into_iter();
-        let (head, third, fourth) = (
-            calls.next().unwrap(),
-            calls.next().unwrap(),
-            calls.next().unwrap(),
-        );
+        let [head, third, fourth]: [_; 3] = calls.try_into().unwrap();
         third.abort();
         assert!(third.await.unwrap_err().is_cancelled());
         assert_eq!(went(vec![head, fourth]).await, [100, 200]);
